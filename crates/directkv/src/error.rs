@@ -1,0 +1,262 @@
+//! Errors of the engine.
+//!
+//! Operating errors (the disk, the filesystem, bad input) are values of [`Error`];
+//! programmer errors (a broken invariant inside the engine) panic. Every error
+//! that concerns a file names it, and where it concerns a position, the offset.
+//!
+//! Invariants:
+//! - An error from a write or a sync is never mapped to success, and a
+//!   [`DirectFile`](crate::io::DirectFile) that saw one answers every later
+//!   write and sync with [`Error::Poisoned`] (DESIGN.md invariant 3).
+//! - `ENOSPC`/`EDQUOT` become [`Error::DiskFull`] and `EROFS` becomes
+//!   [`Error::ReadOnlyFilesystem`], so a caller can act on them without parsing
+//!   errno values.
+
+use std::fmt;
+use std::path::PathBuf;
+
+/// The result type of the engine.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The system call an I/O error came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IoOp {
+    /// `open(2)`.
+    Open,
+    /// `pread(2)` or an equivalent read.
+    Read,
+    /// `pwrite(2)`, `pwritev2(2)` or an equivalent write.
+    Write,
+    /// `fsync(2)` or `fdatasync(2)`.
+    Sync,
+    /// `fallocate(2)`, `ftruncate(2)` or the zero fill after them.
+    Allocate,
+    /// `statx(2)`, `fstat(2)` or `statfs(2)`.
+    Stat,
+    /// `unlink(2)`.
+    Remove,
+    /// `rename(2)`.
+    Rename,
+    /// `mkdir(2)`.
+    CreateDir,
+    /// Listing a directory.
+    ListDir,
+    /// `flock(2)`.
+    Lock,
+    /// `posix_fadvise(2)`.
+    Advise,
+}
+
+impl fmt::Display for IoOp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = match self {
+            IoOp::Open => "open",
+            IoOp::Read => "read",
+            IoOp::Write => "write",
+            IoOp::Sync => "sync",
+            IoOp::Allocate => "allocate",
+            IoOp::Stat => "stat",
+            IoOp::Remove => "remove",
+            IoOp::Rename => "rename",
+            IoOp::CreateDir => "create directory",
+            IoOp::ListDir => "list directory",
+            IoOp::Lock => "lock",
+            IoOp::Advise => "advise",
+        };
+        f.write_str(name)
+    }
+}
+
+/// An error of the engine.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A system call on a file failed.
+    #[error("{op} of {path} failed{}: {source}", at_offset(*.offset))]
+    Io {
+        /// The failing operation.
+        op: IoOp,
+        /// The file or directory.
+        path: PathBuf,
+        /// The byte offset, for reads and writes.
+        offset: Option<u64>,
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// The filesystem or device is out of space (`ENOSPC` or `EDQUOT`).
+    #[error(
+        "no space left for {op} of {path}{}: {source}; free space on that filesystem, \
+         then retry",
+        at_offset(*.offset)
+    )]
+    DiskFull {
+        /// The failing operation.
+        op: IoOp,
+        /// The file.
+        path: PathBuf,
+        /// The byte offset, for writes.
+        offset: Option<u64>,
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// The filesystem is mounted read-only (`EROFS`).
+    #[error("{path} is on a read-only filesystem ({op} refused)")]
+    ReadOnlyFilesystem {
+        /// The failing operation.
+        op: IoOp,
+        /// The file.
+        path: PathBuf,
+    },
+
+    /// Direct I/O was required (`DirectIo::On`) but the filesystem refuses it.
+    #[error(
+        "direct I/O (O_DIRECT) is not available for {path} on this {fs_type} filesystem (it \
+         refuses O_DIRECT, or keeps every page in memory anyway as tmpfs does); \
+         use DirectIo::Auto to fall back to buffered I/O (reported in stats), \
+         DirectIo::Off, or put the database on a filesystem that supports O_DIRECT \
+         (ext4, XFS)"
+    )]
+    DirectIoUnsupported {
+        /// The file that could not be opened with `O_DIRECT`.
+        path: PathBuf,
+        /// The filesystem type, as far as it could be determined.
+        fs_type: String,
+    },
+
+    /// A buffer or offset does not meet the alignment that direct I/O requires.
+    #[error(
+        "unaligned I/O on {path}: offset {offset} and length {len} must be multiples of \
+         {required} bytes, and the buffer's unit ({buffer_unit} bytes) at least that"
+    )]
+    Unaligned {
+        /// The file.
+        path: PathBuf,
+        /// The file offset.
+        offset: u64,
+        /// The length of the transfer.
+        len: usize,
+        /// The alignment the file requires.
+        required: u32,
+        /// The alignment unit the buffer guarantees.
+        buffer_unit: u32,
+    },
+
+    /// A read ended before the requested range was complete.
+    #[error("{path}: expected {wanted} bytes at offset {offset}, the file ends after {got}")]
+    UnexpectedEof {
+        /// The file.
+        path: PathBuf,
+        /// Where the read started.
+        offset: u64,
+        /// The bytes requested.
+        wanted: usize,
+        /// The bytes that were there.
+        got: usize,
+    },
+
+    /// A feature the request needs is not available on this kernel or filesystem.
+    #[error("{what} is not supported here: {detail}")]
+    Unsupported {
+        /// The feature.
+        what: &'static str,
+        /// Why, and what to do instead.
+        detail: String,
+    },
+
+    /// An earlier write or sync failed, so nothing written since can be trusted to
+    /// be durable. Close and reopen to run recovery.
+    #[error(
+        "{path}: an earlier write or sync failed ({cause}); the file accepts no more \
+         writes or syncs, because a later sync could report success for data the kernel \
+         already dropped. Close and reopen to run recovery"
+    )]
+    Poisoned {
+        /// The file or database that failed.
+        path: PathBuf,
+        /// The first failure, in words.
+        cause: String,
+    },
+
+    /// An argument is outside what the engine accepts.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+
+    /// Bytes read from disk do not decode to what was expected.
+    #[error("corrupt data in {path} at offset {offset}: {detail}")]
+    Corruption {
+        /// The file.
+        path: PathBuf,
+        /// The byte offset of the bad structure.
+        offset: u64,
+        /// What is wrong.
+        detail: String,
+    },
+}
+
+fn at_offset(offset: Option<u64>) -> String {
+    match offset {
+        Some(offset) => format!(" at offset {offset}"),
+        None => String::new(),
+    }
+}
+
+impl Error {
+    /// Classifies an operating-system error from `op` on `path`.
+    pub fn from_io(
+        op: IoOp,
+        path: impl Into<PathBuf>,
+        offset: Option<u64>,
+        source: std::io::Error,
+    ) -> Error {
+        let path = path.into();
+        match source.raw_os_error() {
+            Some(libc::ENOSPC) | Some(libc::EDQUOT) => Error::DiskFull {
+                op,
+                path,
+                offset,
+                source,
+            },
+            Some(libc::EROFS) => Error::ReadOnlyFilesystem { op, path },
+            _ => Error::Io {
+                op,
+                path,
+                offset,
+                source,
+            },
+        }
+    }
+
+    /// The errno behind this error, where there is one.
+    pub fn raw_os_error(&self) -> Option<i32> {
+        match self {
+            Error::Io { source, .. } | Error::DiskFull { source, .. } => source.raw_os_error(),
+            Error::ReadOnlyFilesystem { .. } => Some(libc::EROFS),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errno_classification() {
+        let enospc = std::io::Error::from_raw_os_error(libc::ENOSPC);
+        let e = Error::from_io(IoOp::Write, "/x", Some(8192), enospc);
+        assert!(matches!(e, Error::DiskFull { .. }));
+        assert!(e.to_string().contains("offset 8192"), "{e}");
+        let erofs = std::io::Error::from_raw_os_error(libc::EROFS);
+        assert!(matches!(
+            Error::from_io(IoOp::Open, "/x", None, erofs),
+            Error::ReadOnlyFilesystem { .. }
+        ));
+        let eio = std::io::Error::from_raw_os_error(libc::EIO);
+        let e = Error::from_io(IoOp::Sync, "/x", None, eio);
+        assert_eq!(e.raw_os_error(), Some(libc::EIO));
+    }
+}

@@ -1,0 +1,577 @@
+//! `DirectFile`: one open file, read and written at positions with direct I/O
+//! where the filesystem allows it.
+//!
+//! Invariants:
+//! - All methods take `&self`: positional reads and writes of different ranges
+//!   run concurrently from many threads with no lock in the engine or the file
+//!   (DESIGN.md invariant 8). Callers serialise overlapping ranges themselves.
+//! - Under direct I/O every transfer's offset and length are multiples of the
+//!   file's alignment and its buffer is aligned; this is checked before the
+//!   system call, so a misaligned request is [`Error::Unaligned`], not `EINVAL`.
+//! - A failed write or sync latches the file into a failed state: every later
+//!   write or sync returns [`Error::Poisoned`] naming the first failure. A sync is
+//!   never retried, because after a failed `fsync` the kernel may have dropped
+//!   the dirty data and a second `fsync` can report success for nothing
+//!   (DESIGN.md invariant 3). Reads keep working.
+//! - Memory-backed filesystems (tmpfs, ramfs) count as refusing `O_DIRECT`: tmpfs
+//!   accepts the flag since Linux 6.6, but its pages are the page cache, so the
+//!   one-cache guarantee direct I/O stands for cannot hold there.
+//! - `DirectIo::On` on a filesystem that refuses `O_DIRECT` is
+//!   [`Error::DirectIoUnsupported`] and leaves no new file behind; `Auto` falls
+//!   back to buffered I/O, says so in [`DirectFile::io_path`], and drops written
+//!   ranges from the page cache (`POSIX_FADV_DONTNEED`) so the engine's cache
+//!   stays the only one.
+//!
+//! States: `Healthy` → (write or sync error) → `Failed(cause)`; there is no way
+//! back except closing the file and reopening it.
+
+use std::fs::File;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use serde::{Deserialize, Serialize};
+
+use super::align::{self, Alignment, AlignmentSource, AtomicWriteUnit};
+use super::buf::{AlignedBuf, IoMut, IoRef};
+use super::fs::{fs_info, memory_backed_fs};
+use super::sync::SyncMethod;
+use crate::constants::{SECTOR_BYTES, SHORT_IO_RETRIES_MAX, ZERO_FILL_CHUNK_BYTES};
+use crate::error::{Error, IoOp, Result};
+
+/// Whether a file bypasses the OS page cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DirectIo {
+    /// Direct I/O where the filesystem supports it; elsewhere buffered I/O with
+    /// the written ranges dropped from the page cache, reported in `io_path()`.
+    #[default]
+    Auto,
+    /// Direct I/O or an error.
+    On,
+    /// Buffered I/O through the page cache.
+    Off,
+}
+
+/// How to open a [`DirectFile`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileOptions {
+    /// Create the file if it does not exist.
+    pub create: bool,
+    /// Truncate the file to zero length on open.
+    pub truncate: bool,
+    /// Open for reading only.
+    pub read_only: bool,
+    /// Direct-I/O policy.
+    pub direct_io: DirectIo,
+    /// How writes become durable.
+    pub sync: SyncMethod,
+}
+
+impl Default for FileOptions {
+    fn default() -> Self {
+        FileOptions {
+            create: false,
+            truncate: false,
+            read_only: false,
+            direct_io: DirectIo::Auto,
+            sync: SyncMethod::Fdatasync,
+        }
+    }
+}
+
+/// How an open file's bytes travel.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum IoPath {
+    /// `O_DIRECT`: straight between the engine's buffers and the device.
+    Direct,
+    /// Through the page cache because `DirectIo::Off` asked for it.
+    Buffered,
+    /// Through the page cache because the filesystem refused `O_DIRECT` under
+    /// `DirectIo::Auto`; written ranges are dropped from the cache after writes.
+    BufferedFallback {
+        /// The filesystem that refused.
+        fs_type: String,
+    },
+}
+
+/// How [`DirectFile::allocate`] fills new space.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fill {
+    /// Reserve blocks (`fallocate`) without writing them. Later writes into them
+    /// convert unwritten extents, which costs a metadata update per sync.
+    Reserve,
+    /// Reserve and write zeros through once, so later overwrites need no metadata
+    /// update and `fdatasync`/`O_DSYNC` stay cheap (DESIGN.md, WAL sync methods).
+    Zero,
+}
+
+/// A file opened for positional, optionally direct, I/O.
+#[derive(Debug)]
+pub struct DirectFile {
+    file: File,
+    path: PathBuf,
+    io_path: IoPath,
+    sync: SyncMethod,
+    alignment: Alignment,
+    atomic_write: Option<AtomicWriteUnit>,
+    failure: OnceLock<String>,
+}
+
+fn parent_dir(path: &Path) -> &Path {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
+}
+
+fn os_open(path: &Path, opts: &FileOptions, direct: bool) -> std::io::Result<File> {
+    let mut flags = libc::O_CLOEXEC | opts.sync.open_flags();
+    if direct {
+        flags |= libc::O_DIRECT;
+    }
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(!opts.read_only)
+        .create(opts.create && !opts.read_only)
+        .truncate(opts.truncate && !opts.read_only)
+        .mode(0o644)
+        .custom_flags(flags)
+        .open(path)
+}
+
+impl DirectFile {
+    /// Opens `path` as `opts` says.
+    ///
+    /// # Errors
+    /// - [`Error::DirectIoUnsupported`] for `DirectIo::On` where the filesystem
+    ///   refuses `O_DIRECT` (a file this call created is removed again);
+    /// - [`Error::Io`], [`Error::ReadOnlyFilesystem`], [`Error::DiskFull`] when
+    ///   `open(2)` fails.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// use directkv::io::{DirectFile, DirectIo, FileOptions, SyncMethod};
+    /// let opts = FileOptions { create: true, direct_io: DirectIo::On,
+    ///                          sync: SyncMethod::Fdatasync, ..FileOptions::default() };
+    /// let file = DirectFile::open("data", &opts)?;
+    /// println!("{:?} aligned to {:?}", file.io_path(), file.alignment());
+    /// # Ok::<(), directkv::Error>(())
+    /// ```
+    pub fn open(path: impl AsRef<Path>, opts: &FileOptions) -> Result<DirectFile> {
+        let path = path.as_ref();
+        let existed = path.exists();
+        if opts.direct_io == DirectIo::Off {
+            let file = os_open(path, opts, false)
+                .map_err(|e| Error::from_io(IoOp::Open, path, None, e))?;
+            return Ok(Self::buffered(file, path, opts, IoPath::Buffered));
+        }
+        let refused = match os_open(path, opts, true) {
+            Ok(file) if memory_backed_fs(&file).is_some() => true,
+            Ok(file) => match align::detect(&file, parent_dir(path))
+                .map_err(|e| Error::from_io(IoOp::Stat, path, None, e))?
+            {
+                (Some(alignment), atomic_write) => {
+                    return Ok(DirectFile {
+                        file,
+                        path: path.to_path_buf(),
+                        io_path: IoPath::Direct,
+                        sync: opts.sync,
+                        alignment,
+                        atomic_write,
+                        failure: OnceLock::new(),
+                    })
+                }
+                // statx says this file cannot do direct I/O.
+                (None, _) => true,
+            },
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => true,
+            Err(e) => return Err(Error::from_io(IoOp::Open, path, None, e)),
+        };
+        assert!(refused);
+        // The file may have been created by the refused open (ramfs creates it
+        // before failing with EINVAL), so the directory still names its type.
+        let fs_type = fs_info(parent_dir(path))
+            .map(|i| i.fs_type)
+            .unwrap_or_else(|_| "unknown".to_string());
+        if opts.direct_io == DirectIo::On {
+            if !existed && path.exists() {
+                // Leave the directory as it was before the call (invariant 10).
+                let _ = std::fs::remove_file(path);
+            }
+            return Err(Error::DirectIoUnsupported {
+                path: path.to_path_buf(),
+                fs_type,
+            });
+        }
+        let file =
+            os_open(path, opts, false).map_err(|e| Error::from_io(IoOp::Open, path, None, e))?;
+        Ok(Self::buffered(
+            file,
+            path,
+            opts,
+            IoPath::BufferedFallback { fs_type },
+        ))
+    }
+
+    fn buffered(file: File, path: &Path, opts: &FileOptions, io_path: IoPath) -> DirectFile {
+        DirectFile {
+            file,
+            path: path.to_path_buf(),
+            io_path,
+            sync: opts.sync,
+            alignment: Alignment {
+                memory_bytes: SECTOR_BYTES,
+                offset_bytes: SECTOR_BYTES,
+                read_offset_bytes: SECTOR_BYTES,
+                source: AlignmentSource::Buffered,
+            },
+            atomic_write: None,
+            failure: OnceLock::new(),
+        }
+    }
+
+    /// The path the file was opened with.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether transfers bypass the page cache.
+    pub fn is_direct(&self) -> bool {
+        self.io_path == IoPath::Direct
+    }
+
+    /// How bytes travel, including why a file is buffered.
+    pub fn io_path(&self) -> &IoPath {
+        &self.io_path
+    }
+
+    /// The alignment transfers must honour.
+    pub fn alignment(&self) -> Alignment {
+        self.alignment
+    }
+
+    /// The device's untorn-write unit for this file, if it promises one.
+    pub fn atomic_write(&self) -> Option<AtomicWriteUnit> {
+        self.atomic_write
+    }
+
+    /// The sync method the file was opened with.
+    pub fn sync_method(&self) -> SyncMethod {
+        self.sync
+    }
+
+    /// The first write or sync failure, if the file has failed.
+    pub fn failure(&self) -> Option<&str> {
+        self.failure.get().map(String::as_str)
+    }
+
+    fn check_healthy(&self) -> Result<()> {
+        match self.failure.get() {
+            Some(cause) => Err(Error::Poisoned {
+                path: self.path.clone(),
+                cause: cause.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    fn fail(&self, err: Error) -> Error {
+        let _ = self.failure.set(err.to_string());
+        err
+    }
+
+    fn check_aligned(&self, offset: u64, len: usize, unit: u32, read: bool) -> Result<()> {
+        if !self.is_direct() {
+            return Ok(());
+        }
+        let a = &self.alignment;
+        let required = if read {
+            a.read_offset_bytes
+        } else {
+            a.offset_bytes
+        };
+        if offset % u64::from(required) != 0
+            || len % required as usize != 0
+            || unit < a.memory_bytes
+        {
+            return Err(Error::Unaligned {
+                path: self.path.clone(),
+                offset,
+                len,
+                required,
+                buffer_unit: unit,
+            });
+        }
+        Ok(())
+    }
+
+    /// Reads into `buf` from `offset` until it is full or the file ends; returns
+    /// the bytes read.
+    ///
+    /// # Errors
+    /// [`Error::Unaligned`] for a misaligned request under direct I/O;
+    /// [`Error::Io`] when the read fails.
+    pub fn read_at(&self, mut buf: IoMut<'_>, offset: u64) -> Result<usize> {
+        self.check_aligned(offset, buf.len(), buf.unit_bytes(), true)?;
+        let bytes = buf.bytes_mut();
+        let mut done = 0usize;
+        let mut stalls = 0u32;
+        while done < bytes.len() {
+            match self.file.read_at(&mut bytes[done..], offset + done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {
+                    stalls += 1;
+                    if stalls > SHORT_IO_RETRIES_MAX {
+                        return Err(Error::from_io(IoOp::Read, &self.path, Some(offset), e));
+                    }
+                }
+                Err(e) => return Err(Error::from_io(IoOp::Read, &self.path, Some(offset), e)),
+            }
+        }
+        Ok(done)
+    }
+
+    /// Reads exactly `buf.len()` bytes from `offset`.
+    ///
+    /// # Errors
+    /// As [`read_at`](Self::read_at), and [`Error::UnexpectedEof`] when the file
+    /// ends first.
+    pub fn read_exact_at(&self, buf: IoMut<'_>, offset: u64) -> Result<()> {
+        let wanted = buf.len();
+        let got = self.read_at(buf, offset)?;
+        if got < wanted {
+            return Err(Error::UnexpectedEof {
+                path: self.path.clone(),
+                offset,
+                wanted,
+                got,
+            });
+        }
+        Ok(())
+    }
+
+    /// Writes all of `data` at `offset`. Under `pwrite_dsync` the write is a
+    /// `pwritev2(RWF_DSYNC)` and durable when this returns; under `open_sync` and
+    /// `open_datasync` every write is.
+    ///
+    /// # Errors
+    /// [`Error::Poisoned`] after an earlier failure; [`Error::Unaligned`] for a
+    /// misaligned request under direct I/O; otherwise the write's error, which
+    /// also poisons the file.
+    pub fn write_all_at(&self, data: IoRef<'_>, offset: u64) -> Result<()> {
+        self.check_healthy()?;
+        self.check_aligned(offset, data.len(), data.unit_bytes(), false)?;
+        let bytes = data.bytes();
+        let mut done = 0usize;
+        let mut stalls = 0u32;
+        while done < bytes.len() {
+            let at = offset + done as u64;
+            let result = if self.sync == SyncMethod::PwriteDsync {
+                pwrite_dsync(self.file.as_fd(), &bytes[done..], at)
+            } else {
+                self.file.write_at(&bytes[done..], at)
+            };
+            match result {
+                Ok(n) if n > 0 => done += n,
+                Ok(_) => {
+                    let e = std::io::Error::new(std::io::ErrorKind::WriteZero, "wrote 0 bytes");
+                    return Err(self.fail(Error::from_io(IoOp::Write, &self.path, Some(at), e)));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {
+                    stalls += 1;
+                    if stalls > SHORT_IO_RETRIES_MAX {
+                        return Err(self.fail(Error::from_io(IoOp::Write, &self.path, Some(at), e)));
+                    }
+                }
+                Err(e) => {
+                    return Err(self.fail(Error::from_io(IoOp::Write, &self.path, Some(at), e)))
+                }
+            }
+        }
+        if matches!(self.io_path, IoPath::BufferedFallback { .. }) {
+            // Best effort: dirty pages are not dropped until written back, which
+            // `sync` triggers; the call starts that write-back early.
+            self.advise_dontneed(offset, bytes.len() as u64);
+        }
+        Ok(())
+    }
+
+    /// Makes every completed write durable as the sync method says: `fsync`,
+    /// `fdatasync`, or nothing for methods that sync each write (and for `none`).
+    ///
+    /// # Errors
+    /// [`Error::Poisoned`] after an earlier failure; the sync's own error, which
+    /// poisons the file. A failed sync is never retried.
+    pub fn sync(&self) -> Result<()> {
+        match self.sync {
+            SyncMethod::Fsync => self.sync_all(),
+            SyncMethod::Fdatasync => self.sync_data(),
+            _ => self.check_healthy(),
+        }
+    }
+
+    /// `fsync(2)`: data and all metadata, whatever the sync method. Needed after
+    /// growing or preallocating a file.
+    ///
+    /// # Errors
+    /// As [`sync`](Self::sync).
+    pub fn sync_all(&self) -> Result<()> {
+        self.check_healthy()?;
+        self.file
+            .sync_all()
+            .map_err(|e| self.fail(Error::from_io(IoOp::Sync, &self.path, None, e)))?;
+        self.after_sync();
+        Ok(())
+    }
+
+    /// `fdatasync(2)`: data and the metadata needed to read it back.
+    ///
+    /// # Errors
+    /// As [`sync`](Self::sync).
+    pub fn sync_data(&self) -> Result<()> {
+        self.check_healthy()?;
+        self.file
+            .sync_data()
+            .map_err(|e| self.fail(Error::from_io(IoOp::Sync, &self.path, None, e)))?;
+        self.after_sync();
+        Ok(())
+    }
+
+    fn after_sync(&self) {
+        if matches!(self.io_path, IoPath::BufferedFallback { .. }) {
+            // The pages are clean now, so DONTNEED really drops them.
+            self.advise_dontneed(0, 0);
+        }
+    }
+
+    /// Asks the kernel to drop `len` bytes at `offset` (0 = to the end) from the
+    /// page cache. Advisory: failures are ignored.
+    pub fn advise_dontneed(&self, offset: u64, len: u64) {
+        // SAFETY: plain syscall on an fd we own; no memory is passed.
+        let _ = unsafe {
+            libc::posix_fadvise(
+                self.file.as_raw_fd(),
+                offset as libc::off_t,
+                len as libc::off_t,
+                libc::POSIX_FADV_DONTNEED,
+            )
+        };
+    }
+
+    /// The file's size in bytes.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when `fstat` fails.
+    pub fn len(&self) -> Result<u64> {
+        self.file
+            .metadata()
+            .map(|m| m.len())
+            .map_err(|e| Error::from_io(IoOp::Stat, &self.path, None, e))
+    }
+
+    /// Whether the file is empty.
+    ///
+    /// # Errors
+    /// As [`len`](Self::len).
+    pub fn is_empty(&self) -> Result<bool> {
+        Ok(self.len()? == 0)
+    }
+
+    /// Sets the file's size (`ftruncate`). Not durable until [`sync_all`](Self::sync_all).
+    ///
+    /// # Errors
+    /// [`Error::Poisoned`] after an earlier failure; the call's own error.
+    pub fn set_len(&self, len: u64) -> Result<()> {
+        self.check_healthy()?;
+        self.file
+            .set_len(len)
+            .map_err(|e| Error::from_io(IoOp::Allocate, &self.path, Some(len), e))
+    }
+
+    /// Makes the first `len` bytes of the file allocated (and, with
+    /// [`Fill::Zero`], written with zeros), then syncs data and metadata, so a
+    /// later write into that range can neither run out of space nor need a
+    /// metadata update. Existing bytes below the current size are left as they are.
+    ///
+    /// # Errors
+    /// [`Error::DiskFull`] when the space is not there (nothing is written then
+    /// beyond what fit); [`Error::InvalidArgument`] when `len` is not a multiple of
+    /// the file's I/O unit with `Fill::Zero`; other I/O errors as they come.
+    pub fn allocate(&self, len: u64, fill: Fill) -> Result<()> {
+        self.check_healthy()?;
+        let unit = u64::from(self.alignment.io_unit_bytes());
+        let current = self.len()?;
+        // SAFETY: plain syscall on an fd we own; no memory is passed.
+        let rc = unsafe { libc::fallocate(self.file.as_raw_fd(), 0, 0, len as libc::off_t) };
+        if rc != 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EOPNOTSUPP) {
+                return Err(Error::from_io(IoOp::Allocate, &self.path, Some(len), e));
+            }
+            if fill == Fill::Reserve && current < len {
+                self.set_len(len)?;
+            }
+        }
+        if fill == Fill::Zero && current < len {
+            if len % unit != 0 {
+                return Err(Error::InvalidArgument(format!(
+                    "zero fill of {}: length {len} is not a multiple of {unit}",
+                    self.path.display()
+                )));
+            }
+            self.zero_fill(current - current % unit, len)?;
+        }
+        self.sync_all()
+    }
+
+    fn zero_fill(&self, from: u64, to: u64) -> Result<()> {
+        let unit = self.alignment.io_unit_bytes();
+        let chunk = ZERO_FILL_CHUNK_BYTES.max(unit as usize);
+        let zeros = AlignedBuf::new(chunk, unit)?;
+        let mut at = from;
+        while at < to {
+            let n = (to - at).min(chunk as u64) as usize;
+            self.write_all_at(zeros.io(0..n)?, at)?;
+            at += n as u64;
+        }
+        Ok(())
+    }
+}
+
+fn pwrite_dsync(fd: BorrowedFd<'_>, bytes: &[u8], offset: u64) -> std::io::Result<usize> {
+    let iov = libc::iovec {
+        iov_base: bytes.as_ptr() as *mut libc::c_void,
+        iov_len: bytes.len(),
+    };
+    // SAFETY: `iov` describes `bytes`, which is borrowed for the whole call and
+    // only read by the kernel; `fd` is open for the call's duration.
+    let n = unsafe {
+        libc::pwritev2(
+            fd.as_raw_fd(),
+            &iov,
+            1,
+            offset as libc::off_t,
+            libc::RWF_DSYNC,
+        )
+    };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(n as usize)
+}
+
+impl AsFd for DirectFile {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.file.as_fd()
+    }
+}
+
+impl AsRawFd for DirectFile {
+    fn as_raw_fd(&self) -> RawFd {
+        self.file.as_raw_fd()
+    }
+}

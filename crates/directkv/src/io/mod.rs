@@ -1,0 +1,16 @@
+//! The I/O layer: files, alignment, sync methods and aligned memory. Nothing
+//! above this layer calls `open(2)`, `pwrite(2)` or `fsync(2)` itself.
+
+mod align;
+mod buf;
+mod file;
+mod fs;
+mod statx;
+mod sync;
+
+pub use align::{probe as probe_alignment, statx_direct_io, Alignment, AlignmentSource};
+pub use align::{AtomicWriteUnit, StatxDirectIo};
+pub use buf::{AlignedArena, AlignedBuf, IoMut, IoRef};
+pub use file::{DirectFile, DirectIo, FileOptions, Fill, IoPath};
+pub use fs::{device_info, fs_info, sync_dir, DeviceInfo, FsInfo, MEMORY_BACKED_MAGICS};
+pub use sync::{SyncMethod, SyncVariant};
