@@ -3,9 +3,7 @@
 /// Parses a byte size with an optional binary suffix (k, m, g; KiB, MiB, GiB).
 pub fn parse_bytes(text: &str) -> Result<u64, String> {
     let t = text.trim();
-    let split = t
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(t.len());
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (digits, suffix) = t.split_at(split);
     let n: u64 = digits
         .parse()

@@ -5,8 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use directkv::fsync_test::{
-    self, DeviceProfile, Observer, Outcome, Report, TestResult, Verdict, GROUPS,
-    PROFILE_FILE_NAME,
+    self, DeviceProfile, Observer, Outcome, Report, TestResult, Verdict, GROUPS, PROFILE_FILE_NAME,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 

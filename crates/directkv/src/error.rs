@@ -181,6 +181,20 @@ pub enum Error {
         cause: String,
     },
 
+    /// A commit's WAL write or sync failed after it may have reached the disk: the
+    /// transaction may or may not be durable, and recovery decides. The log is
+    /// poisoned; close and reopen.
+    #[error(
+        "commit outcome unknown: the WAL write or sync covering LSN {lsn} failed ({cause}); \
+         the commit may or may not be durable, and recovery on reopen decides"
+    )]
+    CommitOutcomeUnknown {
+        /// The end LSN the commit waited for.
+        lsn: crate::lsn::Lsn,
+        /// The failure.
+        cause: String,
+    },
+
     /// An argument is outside what the engine accepts.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

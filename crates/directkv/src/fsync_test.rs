@@ -404,7 +404,12 @@ fn run_sync(path: &Path, seconds: f64, kind: Kind) -> Result<Outcome> {
     }
 }
 
-fn run_fd_sync(path: &Path, seconds: f64, block: usize, close_before_sync: bool) -> Result<Outcome> {
+fn run_fd_sync(
+    path: &Path,
+    seconds: f64,
+    block: usize,
+    close_before_sync: bool,
+) -> Result<Outcome> {
     let variant = SyncVariant {
         method: SyncMethod::Fsync,
         direct: false,
@@ -772,7 +777,13 @@ mod tests {
             let n = specs.iter().filter(|s| s.group == group).count();
             assert_eq!(n, 10, "{group}: 5 durable methods x direct on/off");
         }
-        assert_eq!(specs.iter().filter(|s| s.group == "open_sync_sizes").count(), 5);
+        assert_eq!(
+            specs
+                .iter()
+                .filter(|s| s.group == "open_sync_sizes")
+                .count(),
+            5
+        );
         let ids: std::collections::HashSet<_> = specs.iter().map(|s| &s.id).collect();
         assert_eq!(ids.len(), specs.len(), "ids are unique");
     }

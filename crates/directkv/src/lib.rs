@@ -14,5 +14,8 @@ pub mod constants;
 mod error;
 pub mod fsync_test;
 pub mod io;
+mod lsn;
+pub mod wal;
 
 pub use error::{Error, IoOp, Result};
+pub use lsn::Lsn;

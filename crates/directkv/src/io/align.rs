@@ -153,7 +153,10 @@ fn plausible(a: &Alignment) -> bool {
     ok(a.memory_bytes) && ok(a.offset_bytes) && ok(a.read_offset_bytes)
 }
 
-static PROBE_CACHE: Mutex<Option<HashMap<(u32, u32), Option<u32>>>> = Mutex::new(None);
+/// Probe results per device (major, minor): `None` when no probe write worked.
+type ProbeCache = HashMap<(u32, u32), Option<u32>>;
+
+static PROBE_CACHE: Mutex<Option<ProbeCache>> = Mutex::new(None);
 
 /// Determines the alignment for direct I/O on `file` (already opened with
 /// `O_DIRECT`), which lives in directory `dir` on device `dev`.
@@ -207,7 +210,11 @@ fn probe_file(path: &Path) -> Option<u32> {
         .custom_flags(libc::O_DIRECT)
         .open(path)
         .ok()?;
-    let mut buf = super::buf::AlignedBuf::new(2 * DIRECT_IO_ALIGN_DEFAULT as usize, crate::constants::SECTOR_BYTES).ok()?;
+    let mut buf = super::buf::AlignedBuf::new(
+        2 * DIRECT_IO_ALIGN_DEFAULT as usize,
+        crate::constants::SECTOR_BYTES,
+    )
+    .ok()?;
     for align in DIRECT_IO_PROBE_ALIGNS {
         let a = align as usize;
         // The buffer's base is 4096-aligned; starting the write at `a` within it
@@ -229,7 +236,13 @@ mod tests {
     fn default_is_uniform_4096() {
         assert_eq!(Alignment::DEFAULT.io_unit_bytes(), 4096);
         assert!(plausible(&Alignment::DEFAULT));
-        assert!(!plausible(&Alignment::uniform(3000, AlignmentSource::Statx)));
-        assert!(!plausible(&Alignment::uniform(1 << 20, AlignmentSource::Statx)));
+        assert!(!plausible(&Alignment::uniform(
+            3000,
+            AlignmentSource::Statx
+        )));
+        assert!(!plausible(&Alignment::uniform(
+            1 << 20,
+            AlignmentSource::Statx
+        )));
     }
 }

@@ -156,7 +156,11 @@ impl AlignedArena {
 
     /// The number of slots not leased.
     pub fn free_slots(&self) -> usize {
-        self.memory.free.lock().unwrap_or_else(|p| p.into_inner()).len()
+        self.memory
+            .free
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .len()
     }
 
     /// The whole arena as one address range, for registering it with the kernel

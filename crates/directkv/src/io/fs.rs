@@ -98,14 +98,15 @@ pub fn fs_info(path: &Path) -> Result<FsInfo> {
     let st = unsafe { st.assume_init() };
     let meta = std::fs::metadata(path).map_err(|e| Error::from_io(IoOp::Stat, path, None, e))?;
     let dev = meta.dev();
-    #[allow(clippy::unnecessary_cast)] // f_type's width differs between targets
-    let magic = st.f_type as u64;
+    // The widths of these fields differ between targets.
+    #[allow(clippy::unnecessary_cast)]
+    let (magic, bsize, bavail) = (st.f_type as u64, st.f_bsize as u64, st.f_bavail as u64);
     Ok(FsInfo {
         fs_type: fs_name(magic),
         magic,
         dev: (libc::major(dev), libc::minor(dev)),
-        block_bytes: st.f_bsize as u64,
-        available_bytes: (st.f_bavail as u64).saturating_mul(st.f_bsize as u64),
+        block_bytes: bsize,
+        available_bytes: bavail.saturating_mul(bsize),
     })
 }
 

@@ -6,6 +6,7 @@ mod buf;
 mod file;
 mod fs;
 mod statx;
+mod storage;
 mod sync;
 
 pub use align::{probe as probe_alignment, statx_direct_io, Alignment, AlignmentSource};
@@ -13,4 +14,5 @@ pub use align::{AtomicWriteUnit, StatxDirectIo};
 pub use buf::{AlignedArena, AlignedBuf, IoMut, IoRef};
 pub use file::{DirectFile, DirectIo, FileOptions, Fill, IoPath};
 pub use fs::{device_info, fs_info, sync_dir, DeviceInfo, FsInfo, MEMORY_BACKED_MAGICS};
+pub use storage::{FaultOp, FaultyFile, FaultyStorage, OsStorage, Storage, StorageFile};
 pub use sync::{SyncMethod, SyncVariant};

@@ -190,6 +190,9 @@ mod tests {
             assert_eq!(m.is_durable(), m != SyncMethod::None);
             assert_eq!(SyncMethod::DURABLE.contains(&m), m.is_durable());
         }
-        assert_eq!(SyncMethod::OpenSync.open_flags() & libc::O_DSYNC, libc::O_DSYNC);
+        assert_eq!(
+            SyncMethod::OpenSync.open_flags() & libc::O_DSYNC,
+            libc::O_DSYNC
+        );
     }
 }

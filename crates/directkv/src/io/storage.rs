@@ -1,0 +1,400 @@
+//! The seam between the engine and the operating system: [`Storage`] opens files
+//! and changes directories, [`StorageFile`] reads, writes and syncs one file.
+//!
+//! Every layer above `io` is generic over `S: Storage` (not `dyn`), so the real
+//! backend ([`OsStorage`]), the fault-injecting wrapper ([`FaultyStorage`]) and
+//! the simulated disk are monomorphised and cost nothing at run time.
+//!
+//! Invariants every implementation keeps:
+//! - a failed write or sync latches the file: later writes and syncs return
+//!   [`Error::Poisoned`](crate::Error::Poisoned) (see [`DirectFile`]);
+//! - directory changes (create, rename, remove) are durable only after
+//!   [`Storage::sync_dir`] on the parent directory.
+
+use std::path::Path;
+
+use super::buf::{IoMut, IoRef};
+use super::file::{DirectFile, FileOptions, Fill, IoPath};
+use super::Alignment;
+use crate::error::{Error, IoOp, Result};
+
+/// One open file of a [`Storage`].
+pub trait StorageFile: Send + Sync + 'static {
+    /// The path it was opened with.
+    fn path(&self) -> &Path;
+    /// Its direct-I/O alignment.
+    fn alignment(&self) -> Alignment;
+    /// How its bytes travel.
+    fn io_path(&self) -> IoPath;
+    /// Reads until `buf` is full or the file ends; returns the bytes read.
+    ///
+    /// # Errors
+    /// I/O errors, typed as [`DirectFile::read_at`] types them.
+    fn read_at(&self, buf: IoMut<'_>, offset: u64) -> Result<usize>;
+    /// Writes all of `data` at `offset`.
+    ///
+    /// # Errors
+    /// As [`DirectFile::write_all_at`].
+    fn write_all_at(&self, data: IoRef<'_>, offset: u64) -> Result<()>;
+    /// Makes completed writes durable per the file's sync method.
+    ///
+    /// # Errors
+    /// As [`DirectFile::sync`].
+    fn sync(&self) -> Result<()>;
+    /// `fsync`: data and all metadata.
+    ///
+    /// # Errors
+    /// As [`DirectFile::sync_all`].
+    fn sync_all(&self) -> Result<()>;
+    /// The size in bytes.
+    ///
+    /// # Errors
+    /// I/O errors of `fstat`.
+    fn len(&self) -> Result<u64>;
+    /// Whether the file is empty.
+    ///
+    /// # Errors
+    /// As [`len`](Self::len).
+    fn is_empty(&self) -> Result<bool> {
+        Ok(self.len()? == 0)
+    }
+    /// Allocates (and optionally zero-fills) the first `len` bytes, then syncs.
+    ///
+    /// # Errors
+    /// As [`DirectFile::allocate`].
+    fn allocate(&self, len: u64, fill: Fill) -> Result<()>;
+
+    /// Reads exactly `buf.len()` bytes.
+    ///
+    /// # Errors
+    /// As [`read_at`](Self::read_at), and [`Error::UnexpectedEof`] when the file
+    /// ends first.
+    fn read_exact_at(&self, buf: IoMut<'_>, offset: u64) -> Result<()> {
+        let wanted = buf.len();
+        let got = self.read_at(buf, offset)?;
+        if got < wanted {
+            return Err(Error::UnexpectedEof {
+                path: self.path().to_path_buf(),
+                offset,
+                wanted,
+                got,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Files and directories.
+pub trait Storage: Clone + Send + Sync + 'static {
+    /// The file type.
+    type File: StorageFile;
+    /// Opens (or creates) a file.
+    ///
+    /// # Errors
+    /// As [`DirectFile::open`].
+    fn open(&self, path: &Path, opts: &FileOptions) -> Result<Self::File>;
+    /// Creates a directory and its parents.
+    ///
+    /// # Errors
+    /// I/O errors of `mkdir`.
+    fn create_dir_all(&self, path: &Path) -> Result<()>;
+    /// The names of the entries of a directory, sorted.
+    ///
+    /// # Errors
+    /// I/O errors of reading the directory.
+    fn list_dir(&self, path: &Path) -> Result<Vec<String>>;
+    /// Renames a file (atomically replacing `to`).
+    ///
+    /// # Errors
+    /// I/O errors of `rename`.
+    fn rename(&self, from: &Path, to: &Path) -> Result<()>;
+    /// Removes a file.
+    ///
+    /// # Errors
+    /// I/O errors of `unlink`.
+    fn remove_file(&self, path: &Path) -> Result<()>;
+    /// Makes a directory's entries durable.
+    ///
+    /// # Errors
+    /// I/O errors of opening or syncing the directory.
+    fn sync_dir(&self, path: &Path) -> Result<()>;
+    /// Whether a path exists.
+    fn exists(&self, path: &Path) -> bool;
+}
+
+/// The operating system's files, through [`DirectFile`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OsStorage;
+
+impl StorageFile for DirectFile {
+    fn path(&self) -> &Path {
+        DirectFile::path(self)
+    }
+    fn alignment(&self) -> Alignment {
+        DirectFile::alignment(self)
+    }
+    fn io_path(&self) -> IoPath {
+        DirectFile::io_path(self).clone()
+    }
+    fn read_at(&self, buf: IoMut<'_>, offset: u64) -> Result<usize> {
+        DirectFile::read_at(self, buf, offset)
+    }
+    fn write_all_at(&self, data: IoRef<'_>, offset: u64) -> Result<()> {
+        DirectFile::write_all_at(self, data, offset)
+    }
+    fn sync(&self) -> Result<()> {
+        DirectFile::sync(self)
+    }
+    fn sync_all(&self) -> Result<()> {
+        DirectFile::sync_all(self)
+    }
+    fn len(&self) -> Result<u64> {
+        DirectFile::len(self)
+    }
+    fn allocate(&self, len: u64, fill: Fill) -> Result<()> {
+        DirectFile::allocate(self, len, fill)
+    }
+}
+
+impl Storage for OsStorage {
+    type File = DirectFile;
+
+    fn open(&self, path: &Path, opts: &FileOptions) -> Result<DirectFile> {
+        DirectFile::open(path, opts)
+    }
+
+    fn create_dir_all(&self, path: &Path) -> Result<()> {
+        std::fs::create_dir_all(path).map_err(|e| Error::from_io(IoOp::CreateDir, path, None, e))
+    }
+
+    fn list_dir(&self, path: &Path) -> Result<Vec<String>> {
+        let entries =
+            std::fs::read_dir(path).map_err(|e| Error::from_io(IoOp::ListDir, path, None, e))?;
+        let mut names = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| Error::from_io(IoOp::ListDir, path, None, e))?;
+            names.push(entry.file_name().to_string_lossy().into_owned());
+        }
+        names.sort();
+        Ok(names)
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> Result<()> {
+        std::fs::rename(from, to).map_err(|e| Error::from_io(IoOp::Rename, from, None, e))
+    }
+
+    fn remove_file(&self, path: &Path) -> Result<()> {
+        std::fs::remove_file(path).map_err(|e| Error::from_io(IoOp::Remove, path, None, e))
+    }
+
+    fn sync_dir(&self, path: &Path) -> Result<()> {
+        super::fs::sync_dir(path)
+    }
+
+    fn exists(&self, path: &Path) -> bool {
+        path.exists()
+    }
+}
+
+/// Which operation a [`FaultyStorage`] fault hits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultOp {
+    /// Writes of file data.
+    Write,
+    /// `sync`/`sync_all` of files.
+    Sync,
+    /// Reads of file data.
+    Read,
+}
+
+#[derive(Debug, Default)]
+struct Countdowns {
+    /// Per op: how many more calls succeed before they start failing; `None` = never.
+    remaining: [Option<u64>; 3],
+    /// Per op: fail only once (transient) instead of from then on (persistent).
+    transient: [bool; 3],
+    /// Per op: calls seen so far.
+    calls: [u64; 3],
+    /// Per op: faults injected so far.
+    injected: [u64; 3],
+}
+
+/// A [`Storage`] wrapper that fails the Nth write, sync or read with `EIO`
+/// (transiently or from then on): the countdown faults of RELIABILITY.md §2.
+///
+/// Failures go through the wrapped file's own failure path where there is one, so
+/// a failed write or sync poisons the file exactly as a real one does.
+#[derive(Debug, Clone)]
+pub struct FaultyStorage<S: Storage> {
+    inner: S,
+    faults: std::sync::Arc<std::sync::Mutex<Countdowns>>,
+}
+
+/// A file of a [`FaultyStorage`].
+#[derive(Debug)]
+pub struct FaultyFile<F: StorageFile> {
+    inner: F,
+    faults: std::sync::Arc<std::sync::Mutex<Countdowns>>,
+    failure: std::sync::OnceLock<String>,
+}
+
+impl<S: Storage> FaultyStorage<S> {
+    /// Wraps `inner` with no faults armed.
+    pub fn new(inner: S) -> Self {
+        FaultyStorage {
+            inner,
+            faults: Default::default(),
+        }
+    }
+
+    /// After `ok_calls` more successful calls of `op`, fail: once if
+    /// `transient`, else every call from then on.
+    pub fn fail_after(&self, op: FaultOp, ok_calls: u64, transient: bool) {
+        let mut f = self.faults.lock().unwrap_or_else(|p| p.into_inner());
+        f.remaining[op as usize] = Some(ok_calls);
+        f.transient[op as usize] = transient;
+    }
+
+    /// Disarms every fault.
+    pub fn heal(&self) {
+        let mut f = self.faults.lock().unwrap_or_else(|p| p.into_inner());
+        f.remaining = [None; 3];
+    }
+
+    /// Calls of `op` seen so far.
+    pub fn calls(&self, op: FaultOp) -> u64 {
+        self.faults.lock().unwrap_or_else(|p| p.into_inner()).calls[op as usize]
+    }
+
+    /// Faults of `op` injected so far.
+    pub fn injected(&self, op: FaultOp) -> u64 {
+        self.faults
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .injected[op as usize]
+    }
+}
+
+impl<F: StorageFile> FaultyFile<F> {
+    fn inject(&self, op: FaultOp) -> bool {
+        let mut f = self.faults.lock().unwrap_or_else(|p| p.into_inner());
+        let i = op as usize;
+        f.calls[i] += 1;
+        let fire = match f.remaining[i] {
+            Some(0) => {
+                if f.transient[i] {
+                    f.remaining[i] = None;
+                }
+                true
+            }
+            Some(n) => {
+                f.remaining[i] = Some(n - 1);
+                false
+            }
+            None => false,
+        };
+        if fire {
+            f.injected[i] += 1;
+        }
+        fire
+    }
+
+    fn check_healthy(&self) -> Result<()> {
+        match self.failure.get() {
+            Some(cause) => Err(Error::Poisoned {
+                path: self.inner.path().to_path_buf(),
+                cause: cause.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    fn injected_error(&self, op: IoOp, offset: Option<u64>, poison: bool) -> Error {
+        let err = Error::from_io(
+            op,
+            self.inner.path(),
+            offset,
+            std::io::Error::from_raw_os_error(libc::EIO),
+        );
+        if poison {
+            let _ = self.failure.set(err.to_string());
+        }
+        err
+    }
+}
+
+impl<F: StorageFile> StorageFile for FaultyFile<F> {
+    fn path(&self) -> &Path {
+        self.inner.path()
+    }
+    fn alignment(&self) -> Alignment {
+        self.inner.alignment()
+    }
+    fn io_path(&self) -> IoPath {
+        self.inner.io_path()
+    }
+    fn read_at(&self, buf: IoMut<'_>, offset: u64) -> Result<usize> {
+        if self.inject(FaultOp::Read) {
+            return Err(self.injected_error(IoOp::Read, Some(offset), false));
+        }
+        self.inner.read_at(buf, offset)
+    }
+    fn write_all_at(&self, data: IoRef<'_>, offset: u64) -> Result<()> {
+        self.check_healthy()?;
+        if self.inject(FaultOp::Write) {
+            return Err(self.injected_error(IoOp::Write, Some(offset), true));
+        }
+        self.inner.write_all_at(data, offset)
+    }
+    fn sync(&self) -> Result<()> {
+        self.check_healthy()?;
+        if self.inject(FaultOp::Sync) {
+            return Err(self.injected_error(IoOp::Sync, None, true));
+        }
+        self.inner.sync()
+    }
+    fn sync_all(&self) -> Result<()> {
+        self.check_healthy()?;
+        if self.inject(FaultOp::Sync) {
+            return Err(self.injected_error(IoOp::Sync, None, true));
+        }
+        self.inner.sync_all()
+    }
+    fn len(&self) -> Result<u64> {
+        self.inner.len()
+    }
+    fn allocate(&self, len: u64, fill: Fill) -> Result<()> {
+        self.check_healthy()?;
+        self.inner.allocate(len, fill)
+    }
+}
+
+impl<S: Storage> Storage for FaultyStorage<S> {
+    type File = FaultyFile<S::File>;
+
+    fn open(&self, path: &Path, opts: &FileOptions) -> Result<Self::File> {
+        Ok(FaultyFile {
+            inner: self.inner.open(path, opts)?,
+            faults: std::sync::Arc::clone(&self.faults),
+            failure: std::sync::OnceLock::new(),
+        })
+    }
+    fn create_dir_all(&self, path: &Path) -> Result<()> {
+        self.inner.create_dir_all(path)
+    }
+    fn list_dir(&self, path: &Path) -> Result<Vec<String>> {
+        self.inner.list_dir(path)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> Result<()> {
+        self.inner.rename(from, to)
+    }
+    fn remove_file(&self, path: &Path) -> Result<()> {
+        self.inner.remove_file(path)
+    }
+    fn sync_dir(&self, path: &Path) -> Result<()> {
+        self.inner.sync_dir(path)
+    }
+    fn exists(&self, path: &Path) -> bool {
+        self.inner.exists(path)
+    }
+}

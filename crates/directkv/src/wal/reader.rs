@@ -1,0 +1,439 @@
+//! Reading the log: records in LSN order from a starting point, and the decision
+//! every recovery ends with: is the first invalid record the torn tail of the
+//! last flush, or corruption in the middle of the log?
+//!
+//! The rule (docs/wal_format.md, "End of log"): the writer never starts a write
+//! before the previous write's sync completed, and every write starts with a
+//! flush-header record. So if a valid flush header exists past an invalid record
+//! (within two maximal flushes, where the next one must start), that record was
+//! synced before the later flush was written: it is corruption, reported with
+//! segment and offset. If none exists, the invalid record is where the last
+//! (interrupted) flush tore, and the log ends there.
+//!
+//! One exception is legitimate: after a recovery the writer resumes at the next
+//! I/O-unit boundary past the end it found, leaving a gap. Its first flush
+//! header's `resume_from` names the end it resumed from, so the reader jumps the
+//! gap only when `resume_from` equals the position where it stopped.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::format::{
+    kind, next_record_start, parse_segment_file_name, segment_file_name, DbId, Layout,
+    RecordHeader, SegmentHeader, SegmentHeaderError, FLUSH_BYTES_MAX, FORMAT_BLOCK_BYTES,
+    RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES,
+};
+use crate::error::{Error, Result};
+use crate::io::{AlignedBuf, DirectIo, FileOptions, Storage, StorageFile, SyncMethod};
+use crate::lsn::Lsn;
+
+/// Bytes read from a segment at a time.
+const CHUNK_BYTES: usize = 1 << 20;
+
+/// One record of the log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// Where the record starts.
+    pub lsn: Lsn,
+    /// Its kind (see [`kind`]).
+    pub kind: u8,
+    /// Its payload.
+    pub payload: Vec<u8>,
+}
+
+impl Record {
+    /// The LSN just past the record: what a commit of it waits for.
+    pub fn end(&self) -> Lsn {
+        Lsn(self.lsn.0 + RECORD_HEADER_BYTES + self.payload.len() as u64)
+    }
+}
+
+/// How the log ended, once [`WalReader::next_record`] returned `None`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tail {
+    /// Where the next record would start: the end of the valid log.
+    pub end: Lsn,
+    /// Whether invalid bytes (a torn write) sat at the end, rather than zeros or
+    /// the end of the last segment.
+    pub torn: bool,
+}
+
+enum Attempt {
+    Valid(Record),
+    Invalid { torn: bool },
+    Missing,
+}
+
+struct Chunk {
+    segment: u64,
+    file_offset: u64,
+    len: usize,
+    buf: AlignedBuf,
+}
+
+/// Reads records from a WAL directory.
+pub struct WalReader<S: Storage> {
+    storage: S,
+    dir: PathBuf,
+    layout: Layout,
+    db_id: Option<DbId>,
+    files: HashMap<u64, Option<Arc<S::File>>>,
+    chunk: Option<Chunk>,
+    pos: Lsn,
+    tail: Option<Tail>,
+    last_flush_header: Option<Lsn>,
+}
+
+impl<S: Storage> WalReader<S> {
+    /// A reader of the log in `dir` starting at `from` (a record start: the
+    /// redo point, or [`Lsn::ZERO`]). With `db_id`, segments of another database
+    /// are an error; without, the first segment read fixes it.
+    pub fn new(storage: S, dir: &Path, segment_bytes: u64, db_id: Option<DbId>, from: Lsn) -> Self {
+        WalReader {
+            storage,
+            dir: dir.to_path_buf(),
+            layout: Layout { segment_bytes },
+            db_id,
+            files: HashMap::new(),
+            chunk: None,
+            pos: from,
+            tail: None,
+            last_flush_header: None,
+        }
+    }
+
+    /// Opens a reader on the oldest segment present, learning the segment size
+    /// and database identity from its header. `Ok(None)` if there are no segments.
+    ///
+    /// # Errors
+    /// I/O errors; [`Error::Corruption`] when the oldest segment's header is bad.
+    pub fn open_oldest(storage: S, dir: &Path) -> Result<Option<Self>> {
+        let Some(first) = list_segments(&storage, dir)?.into_iter().next() else {
+            return Ok(None);
+        };
+        let path = dir.join(segment_file_name(first));
+        let file = storage.open(&path, &read_options())?;
+        let header = read_segment_header(&file)?;
+        let from = header.first_lsn();
+        Ok(Some(Self::new(
+            storage,
+            dir,
+            header.segment_bytes,
+            Some(header.db_id),
+            from,
+        )))
+    }
+
+    /// The position after the last record returned.
+    pub fn position(&self) -> Lsn {
+        self.pos
+    }
+
+    /// How the log ended, once `next_record` returned `None`.
+    pub fn tail(&self) -> Option<Tail> {
+        self.tail
+    }
+
+    /// The start of the last flush header read: the last flush began there.
+    pub fn last_flush_header(&self) -> Option<Lsn> {
+        self.last_flush_header
+    }
+
+    /// The database identity, once known.
+    pub fn db_id(&self) -> Option<DbId> {
+        self.db_id
+    }
+
+    /// The next record, flush headers and pads included; `None` at the end.
+    ///
+    /// # Errors
+    /// [`Error::Corruption`] for an invalid record followed by a later flush (the
+    /// log went on after it was synced), for a segment of another database, or a
+    /// damaged segment header; I/O errors as they come.
+    pub fn next_record(&mut self) -> Result<Option<Record>> {
+        if self.tail.is_some() {
+            return Ok(None);
+        }
+        let mut at = next_record_start(self.pos);
+        if at > self.pos && !self.gap_is_zero(self.pos, at)? {
+            // The writer zeroes the bytes it skips; anything else there is damage.
+            return self.invalid_at(at, true);
+        }
+        loop {
+            match self.attempt(at)? {
+                Attempt::Valid(rec) => {
+                    if rec.kind == kind::FLUSH_HEADER {
+                        self.last_flush_header = Some(rec.lsn);
+                    }
+                    self.pos = rec.end();
+                    return Ok(Some(rec));
+                }
+                Attempt::Missing => {
+                    self.tail = Some(Tail {
+                        end: at,
+                        torn: false,
+                    });
+                    return Ok(None);
+                }
+                Attempt::Invalid { torn } => match self.find_flush_header_after(at)? {
+                    None => {
+                        self.tail = Some(Tail { end: at, torn });
+                        return Ok(None);
+                    }
+                    Some((next, resume_from)) if resume_from == at => at = next,
+                    Some((next, _)) => return Err(self.corruption(at, next)),
+                },
+            }
+        }
+    }
+
+    fn invalid_at(&mut self, at: Lsn, torn: bool) -> Result<Option<Record>> {
+        match self.find_flush_header_after(at)? {
+            None => {
+                self.tail = Some(Tail { end: at, torn });
+                Ok(None)
+            }
+            Some((next, resume_from)) if resume_from == at => {
+                self.pos = next;
+                self.next_record()
+            }
+            Some((next, _)) => Err(self.corruption(at, next)),
+        }
+    }
+
+    fn gap_is_zero(&mut self, from: Lsn, to: Lsn) -> Result<bool> {
+        let mut gap = [0u8; RECORD_HEADER_BYTES as usize];
+        let n = (to.0 - from.0) as usize;
+        assert!(n < gap.len(), "record gaps are shorter than a header");
+        Ok(!self.read_bytes(from, &mut gap[..n])? || gap[..n].iter().all(|&b| b == 0))
+    }
+
+    /// The next record of a caller's kind (flush headers and pads skipped).
+    ///
+    /// # Errors
+    /// As [`next_record`](Self::next_record).
+    pub fn next_user_record(&mut self) -> Result<Option<Record>> {
+        while let Some(rec) = self.next_record()? {
+            if rec.kind >= kind::USER_MIN {
+                return Ok(Some(rec));
+            }
+        }
+        Ok(None)
+    }
+
+    fn corruption(&self, at: Lsn, later: Lsn) -> Error {
+        let segment = self.layout.segment_of(at);
+        Error::Corruption {
+            path: self.dir.join(segment_file_name(segment)),
+            offset: self.layout.file_offset(at),
+            detail: format!(
+                "invalid WAL record at LSN {at}, but the log continues with a valid flush at \
+                 LSN {later}: the record was synced before that flush was written, so this \
+                 is corruption, not a torn tail; refusing to truncate acknowledged commits"
+            ),
+        }
+    }
+
+    fn attempt(&mut self, at: Lsn) -> Result<Attempt> {
+        let mut header = [0u8; RECORD_HEADER_BYTES as usize];
+        if !self.read_bytes(at, &mut header)? {
+            return Ok(Attempt::Missing);
+        }
+        let Some(h) = RecordHeader::decode(&header, at) else {
+            return Ok(Attempt::Invalid {
+                torn: header.iter().any(|&b| b != 0),
+            });
+        };
+        let mut payload = vec![0u8; h.payload_len as usize];
+        let payload_at = Lsn(at.0 + RECORD_HEADER_BYTES);
+        if !self.read_bytes(payload_at, &mut payload)? || crc32c::crc32c(&payload) != h.payload_crc
+        {
+            return Ok(Attempt::Invalid { torn: true });
+        }
+        if h.kind == kind::FLUSH_HEADER && flush_resume_from(&payload).is_none_or(|r| r > at) {
+            return Ok(Attempt::Invalid { torn: true });
+        }
+        Ok(Attempt::Valid(Record {
+            lsn: at,
+            kind: h.kind,
+            payload,
+        }))
+    }
+
+    /// The first valid flush header at a block boundary in `(at, at + 2 × the
+    /// largest flush]`, with its `resume_from`.
+    fn find_flush_header_after(&mut self, at: Lsn) -> Result<Option<(Lsn, Lsn)>> {
+        let mut x = (at.0 / FORMAT_BLOCK_BYTES + 1) * FORMAT_BLOCK_BYTES;
+        let limit = at.0 + 2 * FLUSH_BYTES_MAX;
+        while x <= limit {
+            let mut header = [0u8; RECORD_HEADER_BYTES as usize];
+            if !self.read_bytes(Lsn(x), &mut header)? {
+                return Ok(None);
+            }
+            if let Some(h) = RecordHeader::decode(&header, Lsn(x)) {
+                if h.kind == kind::FLUSH_HEADER {
+                    let mut payload = vec![0u8; h.payload_len as usize];
+                    let ok = self.read_bytes(Lsn(x + RECORD_HEADER_BYTES), &mut payload)?
+                        && crc32c::crc32c(&payload) == h.payload_crc;
+                    if let Some(resume_from) = flush_resume_from(&payload).filter(|_| ok) {
+                        return Ok(Some((Lsn(x), resume_from)));
+                    }
+                }
+            }
+            x += FORMAT_BLOCK_BYTES;
+        }
+        Ok(None)
+    }
+
+    /// Copies the log bytes at `lsn..lsn + out.len()` into `out`; `false` when a
+    /// segment they lie in does not exist.
+    fn read_bytes(&mut self, lsn: Lsn, out: &mut [u8]) -> Result<bool> {
+        let mut done = 0usize;
+        while done < out.len() {
+            let at = Lsn(lsn.0 + done as u64);
+            let segment = self.layout.segment_of(at);
+            let offset = self.layout.file_offset(at);
+            if !self.load_chunk(segment, offset)? {
+                return Ok(false);
+            }
+            let chunk = self.chunk.as_ref().expect("load_chunk filled the chunk");
+            let from = (offset - chunk.file_offset) as usize;
+            let n = (chunk.len - from).min(out.len() - done);
+            out[done..done + n].copy_from_slice(&chunk.buf.as_slice()[from..from + n]);
+            done += n;
+        }
+        Ok(true)
+    }
+
+    fn load_chunk(&mut self, segment: u64, offset: u64) -> Result<bool> {
+        if let Some(c) = &self.chunk {
+            if c.segment == segment
+                && offset >= c.file_offset
+                && offset < c.file_offset + c.len as u64
+            {
+                return Ok(true);
+            }
+        }
+        let Some(file) = self.segment_file(segment)? else {
+            return Ok(false);
+        };
+        let unit = u64::from(file.alignment().io_unit_bytes()).max(FORMAT_BLOCK_BYTES);
+        let start = offset - offset % unit;
+        let len = (CHUNK_BYTES as u64).min(self.layout.segment_bytes - start) as usize;
+        let mut buf = match self.chunk.take() {
+            Some(c) if c.buf.unit_bytes() as u64 == unit => c.buf,
+            _ => AlignedBuf::new(CHUNK_BYTES, unit as u32)?,
+        };
+        let got = file.read_at(buf.io_mut(0..len.next_multiple_of(unit as usize))?, start)?;
+        if got <= (offset - start) as usize {
+            // The file is shorter than a segment: treat the rest as absent.
+            return Ok(false);
+        }
+        self.chunk = Some(Chunk {
+            segment,
+            file_offset: start,
+            len: got.min(len),
+            buf,
+        });
+        Ok(true)
+    }
+
+    fn segment_file(&mut self, segment: u64) -> Result<Option<Arc<S::File>>> {
+        if !self.files.contains_key(&segment) {
+            let path = self.dir.join(segment_file_name(segment));
+            let file = if self.storage.exists(&path) {
+                let file = self.storage.open(&path, &read_options())?;
+                let header = read_segment_header(&file)?;
+                self.check_header(&path, segment, &header)?;
+                Some(Arc::new(file))
+            } else {
+                None
+            };
+            self.files.insert(segment, file);
+        }
+        Ok(self.files.get(&segment).and_then(Option::clone))
+    }
+
+    fn check_header(&mut self, path: &Path, segment: u64, h: &SegmentHeader) -> Result<()> {
+        let bad = |detail: String| Error::Corruption {
+            path: path.to_path_buf(),
+            offset: 0,
+            detail,
+        };
+        if h.segment_no != segment {
+            return Err(bad(format!(
+                "segment header says segment {} in the file of segment {segment}",
+                h.segment_no
+            )));
+        }
+        if h.segment_bytes != self.layout.segment_bytes {
+            return Err(bad(format!(
+                "segment size {} differs from the log's {}",
+                h.segment_bytes, self.layout.segment_bytes
+            )));
+        }
+        match self.db_id {
+            Some(id) if id != h.db_id => Err(bad(
+                "segment belongs to another database; it is never replayed here".into(),
+            )),
+            Some(_) => Ok(()),
+            None => {
+                self.db_id = Some(h.db_id);
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Options for reading a segment: direct where possible, no syncing.
+pub(crate) fn read_options() -> FileOptions {
+    FileOptions {
+        read_only: true,
+        direct_io: DirectIo::Auto,
+        sync: SyncMethod::None,
+        ..FileOptions::default()
+    }
+}
+
+/// Reads and decodes the header of an open segment.
+pub(crate) fn read_segment_header<F: StorageFile>(file: &F) -> Result<SegmentHeader> {
+    let unit = file
+        .alignment()
+        .io_unit_bytes()
+        .max(FORMAT_BLOCK_BYTES as u32);
+    let mut buf = AlignedBuf::new(SEGMENT_HEADER_BYTES as usize, unit)?;
+    let got = file.read_at(buf.io_all_mut(), 0)?;
+    let bad = |detail: String| Error::Corruption {
+        path: file.path().to_path_buf(),
+        offset: 0,
+        detail,
+    };
+    if got < 64 {
+        return Err(bad("segment file is shorter than its header".into()));
+    }
+    SegmentHeader::decode(buf.as_slice()).map_err(|e| match e {
+        SegmentHeaderError::NotASegment => bad("not a directkv WAL segment header".into()),
+        SegmentHeaderError::Version(v) => bad(format!(
+            "WAL format version {v}; this build reads version {}",
+            super::format::FORMAT_VERSION
+        )),
+    })
+}
+
+/// The segment numbers present in `dir`, ascending.
+pub(crate) fn list_segments<S: Storage>(storage: &S, dir: &Path) -> Result<Vec<u64>> {
+    let mut out: Vec<u64> = storage
+        .list_dir(dir)?
+        .iter()
+        .filter_map(|n| parse_segment_file_name(n))
+        .collect();
+    out.sort_unstable();
+    Ok(out)
+}
+
+/// The `resume_from` LSN of a flush header's payload.
+pub(crate) fn flush_resume_from(payload: &[u8]) -> Option<Lsn> {
+    let bytes: [u8; 8] = payload.try_into().ok()?;
+    Some(Lsn(u64::from_le_bytes(bytes)))
+}

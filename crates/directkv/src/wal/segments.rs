@@ -1,0 +1,271 @@
+//! The segment files of a log: creating them ahead of need (zero-filled, so a
+//! sync never updates allocation metadata), opening them for the writer, and
+//! recycling the ones a checkpoint no longer needs into future segments.
+//!
+//! Invariants:
+//! - A segment file exists under its final name only after it is fully
+//!   allocated, zero-filled, has its header, and is synced; the rename that gives
+//!   it that name is followed by a directory sync. A crash mid-preparation leaves
+//!   a `*.tmp` file, which the next preparation removes.
+//! - A recycled segment gets its new name (rename + directory sync) and then its
+//!   new header (write + sync) before the writer can use it. Its old records stay
+//!   but are valid only at their old LSNs, so they read as garbage at the new ones.
+//! - At most one thread prepares or recycles at a time (`busy`), so the writer
+//!   and the background preparer never build the same segment twice.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use super::format::{segment_file_name, DbId, Layout, SegmentHeader, SEGMENT_HEADER_BYTES};
+use super::reader::{list_segments, read_segment_header};
+use crate::error::{Error, Result};
+use crate::io::{AlignedBuf, FileOptions, Fill, Storage, StorageFile, SyncVariant};
+
+/// Counters of segment work.
+#[derive(Debug, Default)]
+pub(crate) struct SegmentCounters {
+    pub created: AtomicU64,
+    pub recycled: AtomicU64,
+    pub removed: AtomicU64,
+    pub writer_waits: AtomicU64,
+}
+
+struct Inner<S: Storage> {
+    open: BTreeMap<u64, Arc<S::File>>,
+    /// The segment the writer is in (or will start in).
+    current: u64,
+    /// A preparation or recycling is under way.
+    busy: bool,
+    shutdown: bool,
+}
+
+/// The segment files of one log.
+pub(crate) struct Segments<S: Storage> {
+    storage: S,
+    dir: PathBuf,
+    layout: Layout,
+    db_id: DbId,
+    sync: SyncVariant,
+    spare: usize,
+    recycle_max: usize,
+    inner: Mutex<Inner<S>>,
+    changed: Condvar,
+    pub counters: SegmentCounters,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl<S: Storage> Segments<S> {
+    pub fn new(storage: S, opts: &super::WalOptions, current: u64) -> Self {
+        Segments {
+            storage,
+            dir: opts.dir.clone(),
+            layout: Layout {
+                segment_bytes: opts.segment_bytes,
+            },
+            db_id: opts.db_id,
+            sync: opts.sync,
+            spare: opts.spare_segments,
+            recycle_max: opts.recycle_segments_max.max(opts.spare_segments),
+            inner: Mutex::new(Inner {
+                open: BTreeMap::new(),
+                current,
+                busy: false,
+                shutdown: false,
+            }),
+            changed: Condvar::new(),
+            counters: SegmentCounters::default(),
+        }
+    }
+
+    fn path(&self, n: u64) -> PathBuf {
+        self.dir.join(segment_file_name(n))
+    }
+
+    fn writer_options(&self) -> FileOptions {
+        FileOptions {
+            direct_io: if self.sync.direct {
+                crate::io::DirectIo::On
+            } else {
+                crate::io::DirectIo::Off
+            },
+            sync: self.sync.method,
+            ..FileOptions::default()
+        }
+    }
+
+    /// The writer's handle on segment `n`, preparing it now if it is not ready
+    /// (a counted wait: the background preparer should have made it already).
+    pub fn writer_file(&self, n: u64) -> Result<Arc<S::File>> {
+        let mut inner = lock(&self.inner);
+        loop {
+            if let Some(f) = inner.open.get(&n) {
+                return Ok(Arc::clone(f));
+            }
+            if inner.busy {
+                inner = self.changed.wait(inner).unwrap_or_else(|p| p.into_inner());
+                continue;
+            }
+            if !self.storage.exists(&self.path(n)) {
+                self.counters.writer_waits.fetch_add(1, Ordering::Relaxed);
+                inner.busy = true;
+                drop(inner);
+                let made = self.prepare(n);
+                inner = lock(&self.inner);
+                inner.busy = false;
+                self.changed.notify_all();
+                made?;
+            }
+            let file = self.storage.open(&self.path(n), &self.writer_options())?;
+            let header = read_segment_header(&file)?;
+            if header.segment_no != n || header.db_id != self.db_id {
+                return Err(Error::Corruption {
+                    path: self.path(n),
+                    offset: 0,
+                    detail: "segment header does not belong here".into(),
+                });
+            }
+            let file = Arc::new(file);
+            inner.open.insert(n, Arc::clone(&file));
+            if n > inner.current {
+                inner.current = n;
+            }
+            // Keep the current and the previous segment open; older ones are done.
+            let keep_from = inner.current.saturating_sub(1);
+            inner.open.retain(|&k, _| k >= keep_from);
+            self.changed.notify_all();
+            return Ok(file);
+        }
+    }
+
+    /// Creates segment `n`: a temp file, allocated and zero-filled, its header
+    /// written and synced, renamed into place, the directory synced.
+    fn prepare(&self, n: u64) -> Result<()> {
+        let tmp = self.dir.join(format!("{}.tmp", segment_file_name(n)));
+        if self.storage.exists(&tmp) {
+            self.storage.remove_file(&tmp)?;
+        }
+        let opts = FileOptions {
+            create: true,
+            truncate: true,
+            ..self.writer_options()
+        };
+        let made = (|| {
+            let file = self.storage.open(&tmp, &opts)?;
+            file.allocate(self.layout.segment_bytes, Fill::Zero)?;
+            self.write_header(&file, n)?;
+            self.storage.rename(&tmp, &self.path(n))?;
+            self.storage.sync_dir(&self.dir)
+        })();
+        if made.is_err() {
+            let _ = self.storage.remove_file(&tmp);
+        }
+        made?;
+        self.counters.created.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn write_header(&self, file: &S::File, n: u64) -> Result<()> {
+        let unit = file.alignment().io_unit_bytes();
+        let mut buf = AlignedBuf::new(SEGMENT_HEADER_BYTES as usize, unit)?;
+        SegmentHeader {
+            segment_no: n,
+            segment_bytes: self.layout.segment_bytes,
+            db_id: self.db_id,
+        }
+        .encode(buf.as_mut_slice());
+        file.write_all_at(buf.io_all(), 0)?;
+        file.sync_all()
+    }
+
+    /// Makes sure segments `current+1 ..= current+spare` exist. Run by the
+    /// background preparer; returns whether it did any work.
+    pub fn prepare_ahead(&self) -> Result<bool> {
+        let target = {
+            let mut inner = lock(&self.inner);
+            if inner.busy || inner.shutdown {
+                return Ok(false);
+            }
+            let from = inner.current + 1;
+            let to = inner.current + self.spare as u64;
+            let missing = (from..=to).find(|&k| !self.storage.exists(&self.path(k)));
+            let Some(k) = missing else { return Ok(false) };
+            inner.busy = true;
+            k
+        };
+        let made = self.prepare(target);
+        let mut inner = lock(&self.inner);
+        inner.busy = false;
+        self.changed.notify_all();
+        // A failure (say, no space) is retried later; if the writer reaches the
+        // segment first, it prepares it itself and reports the error to commits.
+        made.map(|()| true)
+    }
+
+    /// Blocks the preparer until there may be work, or shutdown (returns false).
+    pub fn wait_for_work(&self, timeout: std::time::Duration) -> bool {
+        let inner = lock(&self.inner);
+        if inner.shutdown {
+            return false;
+        }
+        let (inner, _) = self
+            .changed
+            .wait_timeout(inner, timeout)
+            .unwrap_or_else(|p| p.into_inner());
+        !inner.shutdown
+    }
+
+    /// Stops the preparer.
+    pub fn shutdown(&self) {
+        lock(&self.inner).shutdown = true;
+        self.changed.notify_all();
+    }
+
+    /// Renames segments wholly before segment `keep_from` to future spare numbers
+    /// (or removes them when enough spares exist). Returns how many were recycled.
+    pub fn recycle_before(&self, keep_from: u64) -> Result<usize> {
+        let mut inner = lock(&self.inner);
+        while inner.busy {
+            inner = self.changed.wait(inner).unwrap_or_else(|p| p.into_inner());
+        }
+        inner.busy = true;
+        let current = inner.current;
+        drop(inner);
+        let result = self.recycle_locked(keep_from.min(current), current);
+        let mut inner = lock(&self.inner);
+        inner.busy = false;
+        inner.open.retain(|&k, _| k >= keep_from.min(current));
+        self.changed.notify_all();
+        result
+    }
+
+    fn recycle_locked(&self, keep_from: u64, current: u64) -> Result<usize> {
+        let present = list_segments(&self.storage, &self.dir)?;
+        let mut future: Vec<u64> = present.iter().copied().filter(|&k| k > current).collect();
+        let mut recycled = 0;
+        for old in present.into_iter().filter(|&k| k < keep_from) {
+            let spares = future.len();
+            let next = future.last().copied().unwrap_or(current) + 1;
+            if spares < self.recycle_max {
+                self.storage.rename(&self.path(old), &self.path(next))?;
+                self.storage.sync_dir(&self.dir)?;
+                let file = self
+                    .storage
+                    .open(&self.path(next), &self.writer_options())?;
+                self.write_header(&file, next)?;
+                future.push(next);
+                recycled += 1;
+                self.counters.recycled.fetch_add(1, Ordering::Relaxed);
+            } else {
+                self.storage.remove_file(&self.path(old))?;
+                self.storage.sync_dir(&self.dir)?;
+                self.counters.removed.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        Ok(recycled)
+    }
+}

@@ -1,0 +1,630 @@
+//! The log writer: appends into an in-memory buffer, group commit, and the
+//! poisoned state after a failed write or sync.
+//!
+//! States of the writer (under `state`):
+//! - **Open**: appends copy records into the fill buffer; `flush(lsn)` either
+//!   finds `durable ≥ lsn`, waits for the flush under way, or leads one.
+//! - **Flushing** (one leader at a time): the leader pads the fill buffer to the
+//!   I/O unit, swaps it with the spare buffer (which becomes the new fill,
+//!   starting with a flush header), releases the lock, writes the old buffer and
+//!   syncs, then publishes the new durable LSN and wakes every waiter.
+//! - **Failed**: a write or sync failed. Waiters whose records were in the
+//!   failed flush get [`Error::CommitOutcomeUnknown`]; every later append or
+//!   flush gets [`Error::Poisoned`]. There is no way back but reopening.
+//!
+//! Invariants:
+//! - A write starts only after the previous write's sync completed (one leader
+//!   at a time). The reader's torn-tail rule depends on it.
+//! - Every flush starts with a flush header and ends at an I/O-unit boundary, so
+//!   no sector that holds synced records is ever written again: a torn write can
+//!   only damage the flush it belongs to.
+//! - `durable` only grows, and only after a sync (or an `O_SYNC`/`O_DSYNC`/
+//!   `RWF_DSYNC` write) of every byte up to it returned success.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use super::format::{
+    kind, next_record_start, DbId, Layout, RecordHeader, FLUSH_BYTES_MAX, RECORD_HEADER_BYTES,
+    RECORD_PAYLOAD_MAX, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, SEGMENT_HEADER_BYTES,
+};
+use super::reader::{list_segments, WalReader};
+use super::segments::Segments;
+use crate::error::{Error, Result};
+use crate::io::{AlignedBuf, Storage, StorageFile, SyncVariant};
+use crate::lsn::Lsn;
+
+/// The default segment size: 64 MiB. Large enough that moving to a new segment
+/// (one more file, one header) is rare even at 100 MB/s of log, small enough
+/// that a checkpoint frees space in useful steps and preparing a spare (a 64 MiB
+/// zero fill, about 0.1–0.3 s here) stays a background job.
+pub const SEGMENT_BYTES_DEFAULT: u64 = 64 << 20;
+/// The default size of each of the two log buffers.
+pub const BUFFER_BYTES_DEFAULT: usize = 4 << 20;
+/// Segments kept prepared ahead of the writer.
+pub const SPARE_SEGMENTS_DEFAULT: usize = 2;
+/// Segments kept for reuse by default (1 GiB at the default segment size).
+pub const RECYCLE_SEGMENTS_MAX_DEFAULT: usize = 16;
+
+/// How a log is configured.
+#[derive(Debug, Clone)]
+pub struct WalOptions {
+    /// The directory of the segment files.
+    pub dir: PathBuf,
+    /// Bytes per segment file (header included), a multiple of 4096.
+    pub segment_bytes: u64,
+    /// How writes become durable.
+    pub sync: SyncVariant,
+    /// Bytes of each of the two log buffers (a flush writes at most one).
+    pub buffer_bytes: usize,
+    /// A leader waits this long before flushing, so more commits join the group
+    /// (PostgreSQL's `commit_delay`). Zero: off.
+    pub commit_delay: Duration,
+    /// Segments kept prepared ahead of the writer.
+    pub spare_segments: usize,
+    /// Old segments a checkpoint renames for reuse rather than removes, at most
+    /// (counting the spares): in steady state the log then creates no new files.
+    pub recycle_segments_max: usize,
+    /// The database's identity, stamped on every segment.
+    pub db_id: DbId,
+}
+
+impl WalOptions {
+    /// Defaults for a log in `dir` of database `db_id`.
+    pub fn new(dir: impl Into<PathBuf>, db_id: DbId) -> Self {
+        WalOptions {
+            dir: dir.into(),
+            segment_bytes: SEGMENT_BYTES_DEFAULT,
+            sync: SyncVariant::SAFE_DEFAULT,
+            buffer_bytes: BUFFER_BYTES_DEFAULT,
+            commit_delay: Duration::ZERO,
+            spare_segments: SPARE_SEGMENTS_DEFAULT,
+            recycle_segments_max: RECYCLE_SEGMENTS_MAX_DEFAULT,
+            db_id,
+        }
+    }
+
+    fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::InvalidArgument(m));
+        if !(SEGMENT_BYTES_MIN..=SEGMENT_BYTES_MAX).contains(&self.segment_bytes)
+            || self.segment_bytes % SEGMENT_HEADER_BYTES != 0
+        {
+            return bad(format!(
+                "WAL segment size {} must be a multiple of {SEGMENT_HEADER_BYTES} in \
+                 {SEGMENT_BYTES_MIN}..={SEGMENT_BYTES_MAX}",
+                self.segment_bytes
+            ));
+        }
+        let min = 2 * (RECORD_PAYLOAD_MAX + 4096);
+        if self.buffer_bytes < min
+            || self.buffer_bytes as u64 > FLUSH_BYTES_MAX
+            || self.buffer_bytes % 4096 != 0
+        {
+            return bad(format!(
+                "WAL buffer size {} must be a multiple of 4096 in {min}..={FLUSH_BYTES_MAX}",
+                self.buffer_bytes
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Counters of the log, for `stats()`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WalStats {
+    /// Records appended by callers.
+    pub records: u64,
+    /// Payload bytes appended by callers.
+    pub payload_bytes: u64,
+    /// Flushes (one write plus one sync each).
+    pub flushes: u64,
+    /// Bytes written, padding and flush headers included.
+    pub bytes_written: u64,
+    /// `flush` calls that found their LSN already durable or waited for another
+    /// thread's flush: the commits group commit saved a sync for.
+    pub flushes_joined: u64,
+    /// Segments created.
+    pub segments_created: u64,
+    /// Segments recycled.
+    pub segments_recycled: u64,
+    /// Times the writer had to prepare a segment itself.
+    pub segment_waits: u64,
+    /// The durable LSN.
+    pub durable_lsn: u64,
+    /// The end of the log (next append position).
+    pub end_lsn: u64,
+}
+
+struct Buffer {
+    buf: AlignedBuf,
+    start: Lsn,
+    used: usize,
+}
+
+impl Buffer {
+    fn end(&self) -> Lsn {
+        Lsn(self.start.0 + self.used as u64)
+    }
+
+    /// Writes a record at `at` (≥ the current end); returns its end.
+    fn put(&mut self, at: Lsn, kind: u8, payload: &[u8]) -> Lsn {
+        let rel = (at.0 - self.start.0) as usize;
+        let bytes = self.buf.as_mut_slice();
+        // Bytes skipped before a record (block tails) must read as zeros.
+        bytes[self.used..rel].fill(0);
+        let header = RecordHeader {
+            payload_len: payload.len() as u32,
+            payload_crc: crc32c::crc32c(payload),
+            kind,
+        };
+        let h = RECORD_HEADER_BYTES as usize;
+        bytes[rel..rel + h].copy_from_slice(&header.encode(at));
+        bytes[rel + h..rel + h + payload.len()].copy_from_slice(payload);
+        self.used = rel + h + payload.len();
+        Lsn(at.0 + (h + payload.len()) as u64)
+    }
+}
+
+struct Failure {
+    cause: String,
+    /// Commits up to this LSN may or may not be durable.
+    unknown_until: Lsn,
+}
+
+struct State {
+    fill: Buffer,
+    spare: Option<AlignedBuf>,
+    durable: Lsn,
+    flushing: bool,
+    failure: Option<Failure>,
+}
+
+struct Shared<S: Storage> {
+    dir: PathBuf,
+    layout: Layout,
+    unit: usize,
+    commit_delay: Duration,
+    segments: Segments<S>,
+    state: Mutex<State>,
+    flushed: Condvar,
+    durable: AtomicU64,
+    shutdown: AtomicBool,
+    records: AtomicU64,
+    payload_bytes: AtomicU64,
+    flushes: AtomicU64,
+    bytes_written: AtomicU64,
+    flushes_joined: AtomicU64,
+}
+
+/// A write-ahead log: append records, wait for them to be durable.
+///
+/// # Examples
+/// ```no_run
+/// use directkv::io::OsStorage;
+/// use directkv::wal::{Wal, WalOptions};
+/// let opts = WalOptions::new("db/wal", [7; 16]);
+/// let (wal, _end) = Wal::open(OsStorage, opts, directkv::Lsn::ZERO, |_record| Ok(()))?;
+/// let lsn = wal.append(16, b"hello")?;
+/// wal.flush(lsn)?; // durable now
+/// # Ok::<(), directkv::Error>(())
+/// ```
+pub struct Wal<S: Storage> {
+    shared: Arc<Shared<S>>,
+    preparer: Option<JoinHandle<()>>,
+}
+
+fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl<S: Storage> Wal<S> {
+    /// Opens the log in `opts.dir` (creating it if empty), replays every caller
+    /// record from `from` through `replay`, and returns the log ready to append
+    /// at its end, with that end.
+    ///
+    /// After a crash the end is where the valid log stops; the writer resumes at
+    /// the next I/O-unit boundary and first overwrites with zeros whatever the
+    /// interrupted flush may have left beyond it, so no stale record can ever be
+    /// read as part of the new log.
+    ///
+    /// # Errors
+    /// [`Error::Corruption`] when the log is corrupt before its end (see
+    /// [`WalReader`]); [`Error::InvalidArgument`] for bad options; I/O errors.
+    pub fn open(
+        storage: S,
+        opts: WalOptions,
+        from: Lsn,
+        mut replay: impl FnMut(super::Record) -> Result<()>,
+    ) -> Result<(Wal<S>, Lsn)> {
+        opts.validate()?;
+        storage.create_dir_all(&opts.dir)?;
+        let layout = Layout {
+            segment_bytes: opts.segment_bytes,
+        };
+        let existing = list_segments(&storage, &opts.dir)?;
+        let mut reader = WalReader::new(
+            storage.clone(),
+            &opts.dir,
+            opts.segment_bytes,
+            Some(opts.db_id),
+            from,
+        );
+        while let Some(rec) = reader.next_record()? {
+            if rec.kind >= kind::USER_MIN {
+                replay(rec)?;
+            }
+        }
+        let tail = reader.tail().expect("reader ended with a tail");
+        let last_flush = reader.last_flush_header();
+        drop(reader);
+
+        let current = layout.segment_of(tail.end);
+        let segments = Segments::new(storage, &opts, current);
+        let probe = segments.writer_file(current)?;
+        let unit = probe.alignment().io_unit_bytes() as usize;
+        if unit > SEGMENT_HEADER_BYTES as usize {
+            return Err(Error::Unsupported {
+                what: "WAL on this device",
+                detail: format!("direct-I/O alignment {unit} exceeds {SEGMENT_HEADER_BYTES}"),
+            });
+        }
+        drop(probe);
+        let resume_at = Lsn(tail.end.0.next_multiple_of(unit as u64));
+        let shared = Arc::new(Shared {
+            dir: opts.dir.clone(),
+            layout,
+            unit,
+            commit_delay: opts.commit_delay,
+            segments,
+            state: Mutex::new(State {
+                fill: Buffer {
+                    buf: AlignedBuf::new(opts.buffer_bytes, unit as u32)?,
+                    start: resume_at,
+                    used: 0,
+                },
+                spare: Some(AlignedBuf::new(opts.buffer_bytes, unit as u32)?),
+                durable: tail.end,
+                flushing: false,
+                failure: None,
+            }),
+            flushed: Condvar::new(),
+            durable: AtomicU64::new(tail.end.0),
+            shutdown: AtomicBool::new(false),
+            records: AtomicU64::new(0),
+            payload_bytes: AtomicU64::new(0),
+            flushes: AtomicU64::new(0),
+            bytes_written: AtomicU64::new(0),
+            flushes_joined: AtomicU64::new(0),
+        });
+        if !existing.is_empty() {
+            // The interrupted flush began at the last flush header read and
+            // reached at most one buffer past it.
+            let stale_end = last_flush.unwrap_or(tail.end).0 + FLUSH_BYTES_MAX;
+            shared.zero_range(resume_at, Lsn(stale_end.max(resume_at.0)))?;
+        }
+        {
+            let mut st = lock(&shared.state);
+            st.fill
+                .put(resume_at, kind::FLUSH_HEADER, &tail.end.0.to_le_bytes());
+        }
+        let preparer = Some(spawn_preparer(Arc::clone(&shared)));
+        Ok((Wal { shared, preparer }, tail.end))
+    }
+
+    /// Appends a record of `kind` (≥ [`kind::USER_MIN`]) and returns its end LSN,
+    /// which [`flush`](Self::flush) makes durable. Not durable by itself.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a reserved kind or a payload over
+    /// [`RECORD_PAYLOAD_MAX`]; [`Error::Poisoned`] after a failure.
+    pub fn append(&self, kind: u8, payload: &[u8]) -> Result<Lsn> {
+        if kind < super::format::kind::USER_MIN {
+            return Err(Error::InvalidArgument(format!(
+                "WAL record kind {kind} is reserved"
+            )));
+        }
+        if payload.len() > RECORD_PAYLOAD_MAX {
+            return Err(Error::InvalidArgument(format!(
+                "WAL record of {} bytes exceeds the {RECORD_PAYLOAD_MAX}-byte limit",
+                payload.len()
+            )));
+        }
+        let sh = &self.shared;
+        let mut st = lock(&sh.state);
+        loop {
+            sh.check_failed(&st, None)?;
+            let at = next_record_start(st.fill.end());
+            let end = at.0 + RECORD_HEADER_BYTES + payload.len() as u64;
+            if end <= st.fill.start.0 + st.fill.buf.len() as u64 {
+                let end = st.fill.put(at, kind, payload);
+                sh.records.fetch_add(1, Ordering::Relaxed);
+                sh.payload_bytes
+                    .fetch_add(payload.len() as u64, Ordering::Relaxed);
+                return Ok(end);
+            }
+            // The buffer is full: flush it (or wait for the flush under way).
+            st = if st.flushing {
+                sh.flushed.wait(st).unwrap_or_else(|p| p.into_inner())
+            } else {
+                sh.lead_flush(st)
+            };
+        }
+    }
+
+    /// Returns once every record ending at or before `lsn` is durable.
+    /// Concurrent callers share one write and one sync (group commit).
+    ///
+    /// # Errors
+    /// [`Error::CommitOutcomeUnknown`] when the flush covering `lsn` failed (the
+    /// records may or may not be on disk); [`Error::Poisoned`] when the log failed
+    /// earlier.
+    pub fn flush(&self, lsn: Lsn) -> Result<()> {
+        let sh = &self.shared;
+        if sh.durable.load(Ordering::Acquire) >= lsn.0 {
+            sh.flushes_joined.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        }
+        let mut st = lock(&sh.state);
+        let mut led = false;
+        loop {
+            if st.durable >= lsn {
+                if !led {
+                    sh.flushes_joined.fetch_add(1, Ordering::Relaxed);
+                }
+                return Ok(());
+            }
+            sh.check_failed(&st, Some(lsn))?;
+            if st.flushing {
+                st = sh.flushed.wait(st).unwrap_or_else(|p| p.into_inner());
+                continue;
+            }
+            if !sh.commit_delay.is_zero() {
+                drop(st);
+                std::thread::sleep(sh.commit_delay);
+                st = lock(&sh.state);
+                if st.flushing || st.durable >= lsn {
+                    continue;
+                }
+            }
+            led = true;
+            st = sh.lead_flush(st);
+        }
+    }
+
+    /// Appends and waits for durability: `flush(append(kind, payload))`.
+    ///
+    /// # Errors
+    /// As [`append`](Self::append) and [`flush`](Self::flush).
+    pub fn append_durable(&self, kind: u8, payload: &[u8]) -> Result<Lsn> {
+        let lsn = self.append(kind, payload)?;
+        self.flush(lsn)?;
+        Ok(lsn)
+    }
+
+    /// The LSN up to which the log is durable.
+    pub fn durable_lsn(&self) -> Lsn {
+        Lsn(self.shared.durable.load(Ordering::Acquire))
+    }
+
+    /// The end of the log: where the next record goes.
+    pub fn end_lsn(&self) -> Lsn {
+        lock(&self.shared.state).fill.end()
+    }
+
+    /// The directory of the segments.
+    pub fn dir(&self) -> &Path {
+        &self.shared.dir
+    }
+
+    /// The segment size.
+    pub fn segment_bytes(&self) -> u64 {
+        self.shared.layout.segment_bytes
+    }
+
+    /// The I/O unit every flush is padded to.
+    pub fn io_unit_bytes(&self) -> usize {
+        self.shared.unit
+    }
+
+    /// Recycles the segments that hold only log before `lsn` (the redo point of
+    /// a completed checkpoint). Returns how many were renamed for reuse.
+    ///
+    /// # Errors
+    /// I/O errors of renaming, syncing or removing segments.
+    pub fn recycle_before(&self, lsn: Lsn) -> Result<usize> {
+        let keep_from = self.shared.layout.segment_of(lsn);
+        self.shared.segments.recycle_before(keep_from)
+    }
+
+    /// The log's counters.
+    pub fn stats(&self) -> WalStats {
+        let sh = &self.shared;
+        let c = &sh.segments.counters;
+        WalStats {
+            records: sh.records.load(Ordering::Relaxed),
+            payload_bytes: sh.payload_bytes.load(Ordering::Relaxed),
+            flushes: sh.flushes.load(Ordering::Relaxed),
+            bytes_written: sh.bytes_written.load(Ordering::Relaxed),
+            flushes_joined: sh.flushes_joined.load(Ordering::Relaxed),
+            segments_created: c.created.load(Ordering::Relaxed),
+            segments_recycled: c.recycled.load(Ordering::Relaxed),
+            segment_waits: c.writer_waits.load(Ordering::Relaxed),
+            durable_lsn: sh.durable.load(Ordering::Relaxed),
+            end_lsn: self.end_lsn().0,
+        }
+    }
+
+    /// Makes everything appended durable and stops the background preparer.
+    ///
+    /// # Errors
+    /// As [`flush`](Self::flush).
+    pub fn close(mut self) -> Result<()> {
+        let end = self.end_lsn();
+        let result = self.flush(end);
+        self.stop();
+        result
+    }
+
+    fn stop(&mut self) {
+        self.shared.shutdown.store(true, Ordering::Release);
+        self.shared.segments.shutdown();
+        if let Some(h) = self.preparer.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl<S: Storage> Drop for Wal<S> {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl<S: Storage> Shared<S> {
+    fn check_failed(&self, st: &State, waiting_for: Option<Lsn>) -> Result<()> {
+        let Some(f) = &st.failure else { return Ok(()) };
+        match waiting_for {
+            Some(lsn) if lsn <= f.unknown_until => Err(Error::CommitOutcomeUnknown {
+                lsn,
+                cause: f.cause.clone(),
+            }),
+            _ => Err(Error::Poisoned {
+                path: self.dir.clone(),
+                cause: f.cause.clone(),
+            }),
+        }
+    }
+
+    /// Leads one flush of everything in the fill buffer. Called with the lock
+    /// held and no flush under way; returns with the lock held again.
+    fn lead_flush<'a>(&'a self, mut st: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+        assert!(!st.flushing, "one flush at a time");
+        let data_end = st.fill.end();
+        let padded = Lsn(data_end.0.next_multiple_of(self.unit as u64));
+        let pad_at = next_record_start(data_end);
+        if pad_at.0 + RECORD_HEADER_BYTES <= padded.0 {
+            let pad_len = (padded.0 - pad_at.0 - RECORD_HEADER_BYTES) as usize;
+            let zeros = [0u8; 4096];
+            st.fill.put(pad_at, kind::PAD, &zeros[..pad_len]);
+        }
+        let len = (padded.0 - st.fill.start.0) as usize;
+        let used = st.fill.used;
+        st.fill.buf.as_mut_slice()[used..len].fill(0);
+        let fresh = st
+            .spare
+            .take()
+            .expect("a spare buffer while no flush is under way");
+        let out = std::mem::replace(
+            &mut st.fill,
+            Buffer {
+                buf: fresh,
+                start: padded,
+                used: 0,
+            },
+        );
+        st.fill
+            .put(padded, kind::FLUSH_HEADER, &padded.0.to_le_bytes());
+        st.flushing = true;
+        drop(st);
+
+        let result = self.write_out(&out.buf, out.start, len);
+
+        let mut st = lock(&self.state);
+        match result {
+            Ok(()) => {
+                st.durable = st.durable.max(data_end);
+                self.durable.store(st.durable.0, Ordering::Release);
+                self.flushes.fetch_add(1, Ordering::Relaxed);
+                self.bytes_written.fetch_add(len as u64, Ordering::Relaxed);
+            }
+            Err(e) => {
+                if st.failure.is_none() {
+                    st.failure = Some(Failure {
+                        cause: e.to_string(),
+                        unknown_until: data_end,
+                    });
+                }
+            }
+        }
+        st.spare = Some(out.buf);
+        st.flushing = false;
+        self.flushed.notify_all();
+        st
+    }
+
+    /// Writes `len` bytes of `buf` at `start` (both unit-aligned), split across
+    /// segments, then syncs every file written.
+    fn write_out(&self, buf: &AlignedBuf, start: Lsn, len: usize) -> Result<()> {
+        let mut files: Vec<Arc<S::File>> = Vec::with_capacity(2);
+        let mut done = 0usize;
+        while done < len {
+            let at = Lsn(start.0 + done as u64);
+            let segment = self.layout.segment_of(at);
+            let room = (self.layout.segment_start(segment + 1).0 - at.0) as usize;
+            let n = room.min(len - done);
+            let file = self.segments.writer_file(segment)?;
+            file.write_all_at(buf.io(done..done + n)?, self.layout.file_offset(at))?;
+            files.push(file);
+            done += n;
+        }
+        for file in &files {
+            file.sync()?;
+        }
+        Ok(())
+    }
+
+    /// Overwrites `[from, to)` with zeros in every segment that exists, then
+    /// syncs. Used once at open, before the first append.
+    fn zero_range(&self, from: Lsn, to: Lsn) -> Result<()> {
+        let zeros = AlignedBuf::new(1 << 20, self.unit as u32)?;
+        let mut at = from;
+        let mut files: Vec<Arc<S::File>> = Vec::new();
+        while at < to {
+            let segment = self.layout.segment_of(at);
+            let seg_end = self.layout.segment_start(segment + 1).0;
+            let n = (seg_end.min(to.0) - at.0).min(zeros.len() as u64) as usize;
+            let n = n.next_multiple_of(self.unit).min(zeros.len());
+            let path = self.dir.join(super::format::segment_file_name(segment));
+            if !self.segments_exists(&path) {
+                at = Lsn(seg_end);
+                continue;
+            }
+            let file = self.segments.writer_file(segment)?;
+            file.write_all_at(zeros.io(0..n)?, self.layout.file_offset(at))?;
+            if !files.iter().any(|f| Arc::ptr_eq(f, &file)) {
+                files.push(file);
+            }
+            at = Lsn(at.0 + n as u64);
+        }
+        for f in &files {
+            f.sync_all()?;
+        }
+        Ok(())
+    }
+
+    fn segments_exists(&self, path: &Path) -> bool {
+        path.exists()
+    }
+}
+
+fn spawn_preparer<S: Storage>(shared: Arc<Shared<S>>) -> JoinHandle<()> {
+    std::thread::Builder::new()
+        .name("directkv-wal-prep".into())
+        .spawn(move || loop {
+            if shared.shutdown.load(Ordering::Acquire) {
+                return;
+            }
+            // A failure (say, no space) is retried later; if the writer needs the
+            // segment first, it prepares it itself and reports the error.
+            if let Ok(true) = shared.segments.prepare_ahead() {
+                continue;
+            }
+            if !shared.segments.wait_for_work(Duration::from_millis(500)) {
+                return;
+            }
+        })
+        .expect("spawn the WAL segment preparer")
+}

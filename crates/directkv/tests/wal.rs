@@ -1,0 +1,460 @@
+//! The write-ahead log against real files: records round-trip across flushes and
+//! segment boundaries under every sync method; a log cut at any byte recovers
+//! exactly the records wholly before the cut and can be appended to again; a bit
+//! flip anywhere is never returned as data; an invalid record followed by a later
+//! flush is reported as corruption with its segment and offset; a failing write
+//! or sync poisons the log (outcome unknown for the commits in the failed flush,
+//! `Poisoned` after); concurrent committers are group-committed; segments are
+//! recycled; a segment of another database is refused.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use directkv::io::{FaultOp, FaultyStorage, OsStorage, Storage, SyncMethod, SyncVariant};
+use directkv::wal::{Record, Wal, WalOptions, WalReader};
+use directkv::{Error, Lsn};
+
+const SEGMENT: u64 = 256 * 1024;
+const DB: [u8; 16] = *b"directkv-test-db";
+
+fn scratch() -> tempfile::TempDir {
+    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir")
+}
+
+fn options(dir: &Path) -> WalOptions {
+    let mut o = WalOptions::new(dir.join("wal"), DB);
+    o.segment_bytes = SEGMENT;
+    o.spare_segments = 1;
+    o.recycle_segments_max = 4;
+    o
+}
+
+fn payload(i: usize) -> Vec<u8> {
+    // Sizes from 0 to a few KiB, so records straddle blocks and segments.
+    let len = (i * 37) % 3000;
+    (0..len).map(|j| (i * 7 + j) as u8).collect()
+}
+
+fn open<S: Storage>(storage: S, opts: WalOptions) -> (Wal<S>, Vec<Record>, Lsn) {
+    let mut seen = Vec::new();
+    let (wal, end) = Wal::open(storage, opts, Lsn::ZERO, |r| {
+        seen.push(r);
+        Ok(())
+    })
+    .expect("open");
+    (wal, seen, end)
+}
+
+fn read_all(dir: &Path) -> directkv::Result<Vec<Record>> {
+    let mut r = WalReader::new(OsStorage, &dir.join("wal"), SEGMENT, Some(DB), Lsn::ZERO);
+    let mut out = Vec::new();
+    while let Some(rec) = r.next_user_record()? {
+        out.push(rec);
+    }
+    Ok(out)
+}
+
+/// Writes `n` records, flushing every `per_flush`; returns their (payload, end).
+fn write_log(dir: &Path, n: usize, per_flush: usize, sync: SyncVariant) -> Vec<(Vec<u8>, Lsn)> {
+    let mut o = options(dir);
+    o.sync = sync;
+    let (wal, seen, _) = open(OsStorage, o);
+    assert!(seen.is_empty());
+    let mut out = Vec::new();
+    for i in 0..n {
+        let p = payload(i);
+        let lsn = wal.append(16 + (i % 200) as u8, &p).expect("append");
+        out.push((p, lsn));
+        if (i + 1) % per_flush == 0 {
+            wal.flush(lsn).expect("flush");
+        }
+    }
+    wal.close().expect("close");
+    out
+}
+
+#[test]
+fn records_round_trip_under_every_sync_method() {
+    for method in SyncMethod::ALL {
+        for direct in [false, true] {
+            let dir = scratch();
+            let sync = SyncVariant { method, direct };
+            let written = write_log(dir.path(), 300, 7, sync);
+            let (wal, seen, end) = open(OsStorage, {
+                let mut o = options(dir.path());
+                o.sync = sync;
+                o
+            });
+            assert_eq!(seen.len(), written.len(), "{sync}");
+            for (rec, (p, lsn)) in seen.iter().zip(&written) {
+                assert_eq!(&rec.payload, p, "{sync}");
+                assert_eq!(rec.end(), *lsn, "{sync}");
+            }
+            assert_eq!(
+                end,
+                written
+                    .last()
+                    .expect("records")
+                    .1
+                    .next_multiple_of(8)
+                    .max(end)
+            );
+            assert!(wal.durable_lsn() >= written.last().expect("records").1);
+            assert!(
+                std::fs::read_dir(dir.path().join("wal"))
+                    .expect("dir")
+                    .count()
+                    > 2,
+                "the log spans several segments"
+            );
+        }
+    }
+}
+
+trait NextMultiple {
+    fn next_multiple_of(self, n: u64) -> Lsn;
+}
+
+impl NextMultiple for Lsn {
+    fn next_multiple_of(self, n: u64) -> Lsn {
+        Lsn(self.0.next_multiple_of(n))
+    }
+}
+
+/// Byte positions of the log in the segment files: (file name, offset) of an LSN.
+fn locate(lsn: Lsn) -> (String, usize) {
+    let payload = SEGMENT - 4096;
+    let seg = lsn.0 / payload;
+    (format!("{seg:016X}.seg"), (4096 + lsn.0 % payload) as usize)
+}
+
+/// The segment files of a log, in memory, to damage and write back.
+#[derive(Clone)]
+struct Image(std::collections::BTreeMap<String, Vec<u8>>);
+
+impl Image {
+    fn load(dir: &Path) -> Image {
+        let mut files = std::collections::BTreeMap::new();
+        for e in std::fs::read_dir(dir.join("wal")).expect("dir") {
+            let e = e.expect("entry");
+            let name = e.file_name().to_string_lossy().into_owned();
+            files.insert(name, std::fs::read(e.path()).expect("read"));
+        }
+        Image(files)
+    }
+
+    fn byte(&mut self, lsn: Lsn) -> &mut u8 {
+        let (name, off) = locate(lsn);
+        &mut self.0.get_mut(&name).expect("segment")[off]
+    }
+
+    fn get(&self, lsn: Lsn) -> u8 {
+        let (name, off) = locate(lsn);
+        self.0[&name][off]
+    }
+
+    fn store(&self, dir: &Path) {
+        std::fs::create_dir_all(dir.join("wal")).expect("mkdir");
+        for (name, bytes) in &self.0 {
+            std::fs::write(dir.join("wal").join(name), bytes).expect("write");
+        }
+    }
+}
+
+fn poke(dir: &Path, lsn: Lsn, f: impl FnOnce(&mut u8)) {
+    let mut img = Image::load(dir);
+    f(img.byte(lsn));
+    img.store(dir);
+}
+
+#[test]
+fn a_cut_at_any_byte_recovers_exactly_the_records_before_it() {
+    let base_dir = scratch();
+    // Everything in one flush, so the cut models the last, interrupted write.
+    let written = write_log(base_dir.path(), 40, usize::MAX, SyncVariant::SAFE_DEFAULT);
+    let base = Image::load(base_dir.path());
+    let first = written.first().expect("records").1;
+    let first_start = Lsn(first.0 - payload(0).len() as u64 - 16);
+    let last = written.last().expect("records").1;
+    let mut cut = Lsn(first.0.saturating_sub(64));
+    let mut checked = 0;
+    while cut < last {
+        // Zero from the cut to the end of the written region (a dropped write)
+        // or fill with garbage (a torn sector), alternating.
+        let garbage = checked % 2 == 1;
+        let mut img = base.clone();
+        for x in cut.0..last.0 + 64 {
+            *img.byte(Lsn(x)) = if garbage { !base.get(Lsn(x)) } else { 0 };
+        }
+        let dir = scratch();
+        img.store(dir.path());
+        let got = read_all(dir.path()).expect("a torn tail is not corruption");
+        // A record survives when none of its bytes (or the gap before it)
+        // changed; zeroing bytes that were zero changes nothing.
+        let intact =
+            |from: Lsn, to: Lsn| (from.0..to.0).all(|x| img.get(Lsn(x)) == base.get(Lsn(x)));
+        let mut expect = Vec::new();
+        let mut start = first_start;
+        for (p, end) in &written {
+            if !intact(start, *end) {
+                break;
+            }
+            expect.push((p, *end));
+            start = *end;
+        }
+        assert_eq!(got.len(), expect.len(), "cut at {cut}, garbage {garbage}");
+        for (g, (p, end)) in got.iter().zip(expect) {
+            assert_eq!(&g.payload, p);
+            assert_eq!(g.end(), end);
+        }
+        // The log resumes after the cut, and the new records follow the old prefix.
+        if checked % 97 == 0 {
+            let (wal, seen, _) = open(OsStorage, options(dir.path()));
+            assert_eq!(seen.len(), got.len());
+            let lsn = wal.append(99, b"after the cut").expect("append");
+            wal.flush(lsn).expect("flush");
+            wal.close().expect("close");
+            let again = read_all(dir.path()).expect("no corruption after resuming");
+            assert_eq!(again.len(), got.len() + 1, "cut at {cut}");
+            assert_eq!(again.last().expect("record").payload, b"after the cut");
+        }
+        checked += 1;
+        // Every byte of the last two blocks, every 61st before them.
+        cut = Lsn(cut.0 + if cut.0 + 1024 >= last.0 { 1 } else { 61 });
+    }
+    assert!(checked > 1024, "{checked} cuts");
+}
+
+#[test]
+fn a_bit_flip_is_never_returned_as_data() {
+    let base_dir = scratch();
+    let written = write_log(base_dir.path(), 30, 5, SyncVariant::SAFE_DEFAULT);
+    let base = Image::load(base_dir.path());
+    let last = written.last().expect("records").1;
+    let mut at = Lsn(0);
+    let mut corruption = 0;
+    while at < last {
+        let mut img = base.clone();
+        *img.byte(at) ^= 1 << (at.0 % 8);
+        let dir = scratch();
+        img.store(dir.path());
+        match read_all(dir.path()) {
+            Ok(got) => {
+                // A prefix of what was written, never altered bytes.
+                assert!(got.len() < written.len(), "flip at {at} went unnoticed");
+                for (g, (p, end)) in got.iter().zip(&written) {
+                    assert_eq!(&g.payload, p, "flip at {at}");
+                    assert_eq!(g.end(), *end);
+                }
+            }
+            Err(Error::Corruption { .. }) => corruption += 1,
+            Err(e) => panic!("flip at {at}: unexpected {e}"),
+        }
+        at = Lsn(at.0 + 7);
+    }
+    assert!(
+        corruption > 0,
+        "flips before the last flush are reported as corruption"
+    );
+}
+
+#[test]
+fn a_bad_record_followed_by_later_flushes_is_corruption() {
+    let dir = scratch();
+    let written = write_log(dir.path(), 50, 5, SyncVariant::SAFE_DEFAULT);
+    // A record in the second flush; later flushes prove it had been synced.
+    let (_, end) = written[7];
+    let start = Lsn(end.0 - payload(7).len() as u64 - 16);
+    poke(dir.path(), Lsn(start.0 + 20), |b| *b ^= 0x10);
+    assert_eq!(locate(start).0, "0000000000000000.seg");
+    match read_all(dir.path()) {
+        Err(Error::Corruption {
+            path,
+            offset,
+            detail,
+        }) => {
+            assert!(path.ends_with("0000000000000000.seg"), "{path:?}");
+            assert_eq!(offset, 4096 + start.0, "{detail}");
+        }
+        other => panic!("expected corruption, got {other:?}"),
+    }
+    let err = Wal::open(OsStorage, options(dir.path()), Lsn::ZERO, |_| Ok(()))
+        .err()
+        .expect("open refuses a corrupt log");
+    assert!(matches!(err, Error::Corruption { .. }), "{err}");
+}
+
+#[test]
+fn a_failed_write_poisons_the_log() {
+    for op in [FaultOp::Write, FaultOp::Sync] {
+        let dir = scratch();
+        let storage = FaultyStorage::new(OsStorage);
+        let (wal, _, _) = open(storage.clone(), options(dir.path()));
+        let ok = wal.append(20, b"durable").expect("append");
+        wal.flush(ok).expect("first flush");
+        storage.fail_after(op, 0, true);
+        let lost = wal.append(20, b"unknown").expect("append");
+        let err = wal.flush(lost).expect_err("the flush fails");
+        assert!(
+            matches!(err, Error::CommitOutcomeUnknown { .. }),
+            "{op:?}: {err}"
+        );
+        storage.heal();
+        assert!(matches!(
+            wal.append(20, b"later"),
+            Err(Error::Poisoned { .. })
+        ));
+        assert!(matches!(
+            wal.flush(Lsn(lost.0 + 1000)),
+            Err(Error::Poisoned { .. })
+        ));
+        // Nothing is retried into a success.
+        assert!(matches!(
+            wal.flush(lost),
+            Err(Error::CommitOutcomeUnknown { .. })
+        ));
+        assert!(wal.durable_lsn() < lost);
+        drop(wal);
+        // Reopening recovers: the acknowledged record is there.
+        let (_, seen, _) = open(OsStorage, options(dir.path()));
+        assert_eq!(seen[0].payload, b"durable");
+    }
+}
+
+#[test]
+fn concurrent_committers_share_flushes() {
+    const THREADS: usize = 16;
+    const COMMITS: usize = 40;
+    let dir = scratch();
+    let (wal, _, _) = open(OsStorage, options(dir.path()));
+    let wal = Arc::new(wal);
+    let handles: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let wal = Arc::clone(&wal);
+            std::thread::spawn(move || {
+                for i in 0..COMMITS {
+                    let p = format!("{t}:{i}");
+                    let lsn = wal.append(30, p.as_bytes()).expect("append");
+                    wal.flush(lsn).expect("flush");
+                    assert!(wal.durable_lsn() >= lsn);
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().expect("committer");
+    }
+    let stats = wal.stats();
+    assert_eq!(stats.records, (THREADS * COMMITS) as u64);
+    assert!(stats.flushes <= stats.records);
+    Arc::into_inner(wal)
+        .expect("last handle")
+        .close()
+        .expect("close");
+    let got = read_all(dir.path()).expect("read");
+    assert_eq!(got.len(), THREADS * COMMITS);
+    let mut names: Vec<_> = got.iter().map(|r| r.payload.clone()).collect();
+    names.sort();
+    names.dedup();
+    assert_eq!(names.len(), THREADS * COMMITS, "every commit exactly once");
+}
+
+#[test]
+fn segments_are_recycled_and_the_log_reads_on() {
+    let dir = scratch();
+    let (wal, _, _) = open(OsStorage, options(dir.path()));
+    let big = vec![7u8; 60_000];
+    let mut last = Lsn::ZERO;
+    for _ in 0..40 {
+        last = wal.append(40, &big).expect("append");
+        wal.flush(last).expect("flush");
+    }
+    let before: Vec<_> = std::fs::read_dir(dir.path().join("wal"))
+        .expect("dir")
+        .collect();
+    let recycled = wal.recycle_before(last).expect("recycle");
+    assert!(recycled >= 1);
+    let after = std::fs::read_dir(dir.path().join("wal"))
+        .expect("dir")
+        .count();
+    assert!(
+        after < before.len(),
+        "old segments are gone or renamed ahead"
+    );
+    let redo = wal.append(41, b"after recycling").expect("append");
+    wal.flush(redo).expect("flush");
+    let segments_created = wal.stats().segments_created;
+    wal.close().expect("close");
+    // Reading from the last pre-recycling record start sees the new record.
+    let mut seen = Vec::new();
+    let start = Lsn(last.0 - big.len() as u64 - 16);
+    let (wal, _) = Wal::open(OsStorage, options(dir.path()), start, |r| {
+        seen.push(r);
+        Ok(())
+    })
+    .expect("reopen from the redo point");
+    assert_eq!(seen.len(), 2);
+    assert_eq!(seen[1].payload, b"after recycling");
+    assert!(segments_created > 0);
+    drop(wal);
+}
+
+#[test]
+fn a_segment_of_another_database_is_refused() {
+    let dir = scratch();
+    write_log(dir.path(), 10, 10, SyncVariant::SAFE_DEFAULT);
+    let mut o = options(dir.path());
+    o.db_id = [1; 16];
+    let err = Wal::open(OsStorage, o, Lsn::ZERO, |_| Ok(()))
+        .err()
+        .expect("foreign log");
+    assert!(
+        matches!(&err, Error::Corruption { detail, .. } if detail.contains("another database")),
+        "{err}"
+    );
+}
+
+#[test]
+fn records_over_the_limit_and_reserved_kinds_are_refused() {
+    let dir = scratch();
+    let (wal, _, _) = open(OsStorage, options(dir.path()));
+    let huge = vec![0u8; directkv::wal::RECORD_PAYLOAD_MAX + 1];
+    assert!(matches!(
+        wal.append(16, &huge),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        wal.append(1, b"x"),
+        Err(Error::InvalidArgument(_))
+    ));
+    let max = vec![1u8; directkv::wal::RECORD_PAYLOAD_MAX];
+    let lsn = wal.append(16, &max).expect("the largest record");
+    wal.flush(lsn).expect("flush");
+}
+
+#[test]
+fn a_buffered_reader_sees_the_direct_writers_bytes() {
+    use directkv::io::{AlignedBuf, DirectFile, DirectIo, FileOptions};
+    let dir = scratch();
+    let sync = SyncVariant {
+        method: SyncMethod::Fdatasync,
+        direct: true,
+    };
+    write_log(dir.path(), 100, 3, sync);
+    let path = dir.path().join("wal").join(locate(Lsn(0)).0);
+    let buffered = std::fs::read(&path).expect("buffered read");
+    let f = DirectFile::open(
+        &path,
+        &FileOptions {
+            read_only: true,
+            direct_io: DirectIo::Auto,
+            sync: SyncMethod::None,
+            ..FileOptions::default()
+        },
+    )
+    .expect("open");
+    let mut direct = AlignedBuf::new(SEGMENT as usize, f.alignment().io_unit_bytes()).expect("buf");
+    f.read_exact_at(direct.io_all_mut(), 0)
+        .expect("direct read");
+    assert_eq!(buffered.as_slice(), direct.as_slice());
+}
