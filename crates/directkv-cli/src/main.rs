@@ -3,8 +3,10 @@
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
+mod bench;
 mod size;
 mod test_fsync;
+mod wal;
 
 /// directkv: a transactional key-value engine that owns its I/O, and its tools.
 #[derive(Parser)]
@@ -19,11 +21,19 @@ enum Command {
     /// Measure every WAL sync method on a filesystem, name the fastest durable one,
     /// and judge whether the device is honest about durability.
     TestFsync(test_fsync::Args),
+    /// Benchmarks, side by side in one run.
+    #[command(subcommand)]
+    Bench(bench::Command),
+    /// Inspect a write-ahead log.
+    #[command(subcommand)]
+    Wal(wal::Command),
 }
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::TestFsync(args) => test_fsync::run(args),
+        Command::Wal(cmd) => wal::run(cmd),
+        Command::Bench(cmd) => bench::run(cmd),
     }
 }

@@ -541,6 +541,37 @@ fn run_prepared(opts: &Options, observer: &dyn Observer) -> Result<Report> {
     })
 }
 
+/// Measures one write of `block_bytes` plus the variant's sync, repeated for
+/// `seconds`, on a scratch file at `path` (created, prepared and removed): the
+/// `one_write` figure of [`run`] for a single variant, for benchmarks that put
+/// it beside their own.
+///
+/// # Errors
+/// As [`run`].
+pub fn measure_one(
+    path: &Path,
+    variant: SyncVariant,
+    block_bytes: usize,
+    seconds: f64,
+) -> Result<Outcome> {
+    if path.exists() {
+        return Err(Error::InvalidArgument(format!("{} exists", path.display())));
+    }
+    let result = prepare(path).and_then(|_| {
+        run_sync(
+            path,
+            seconds,
+            Kind::Sync {
+                variant,
+                writes: 1,
+                write_bytes: block_bytes,
+            },
+        )
+    });
+    let _ = std::fs::remove_file(path);
+    result
+}
+
 /// The durable variant with the most ops/s in the one-write group.
 pub fn fastest_durable(results: &[TestResult]) -> Option<Fastest> {
     results

@@ -120,6 +120,16 @@ pub struct DirectFile {
     failure: OnceLock<String>,
 }
 
+/// The memory page size: the unit the page cache writes back.
+pub(crate) fn page_bytes() -> u32 {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u32::try_from(n)
+        .ok()
+        .filter(|n| n.is_power_of_two())
+        .unwrap_or(4096)
+}
+
 fn parent_dir(path: &Path) -> &Path {
     match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
@@ -260,9 +270,12 @@ impl DirectFile {
             path: path.to_path_buf(),
             io_path,
             sync: opts.sync,
+            // Buffered I/O needs no alignment, but the kernel writes back whole
+            // pages: a write unit below the page size would make it rewrite bytes
+            // already synced (and read a page before a partial write of it).
             alignment: Alignment {
-                memory_bytes: SECTOR_BYTES,
-                offset_bytes: SECTOR_BYTES,
+                memory_bytes: page_bytes(),
+                offset_bytes: page_bytes(),
                 read_offset_bytes: SECTOR_BYTES,
                 source: AlignmentSource::Buffered,
             },

@@ -140,6 +140,11 @@ impl<S: Storage> WalReader<S> {
         self.last_flush_header
     }
 
+    /// The segment size this reader expects.
+    pub fn segment_bytes(&self) -> u64 {
+        self.layout.segment_bytes
+    }
+
     /// The database identity, once known.
     pub fn db_id(&self) -> Option<DbId> {
         self.db_id

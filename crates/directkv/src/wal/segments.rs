@@ -149,10 +149,15 @@ impl<S: Storage> Segments<S> {
         if self.storage.exists(&tmp) {
             self.storage.remove_file(&tmp)?;
         }
+        // The zero fill goes around the page cache whatever the log's own sync
+        // variant: 64 MiB of dirty pages written back later would compete with
+        // the commits' syncs on the device (measured: 30 ms commit stalls).
         let opts = FileOptions {
             create: true,
             truncate: true,
-            ..self.writer_options()
+            direct_io: crate::io::DirectIo::Auto,
+            sync: crate::io::SyncMethod::Fsync,
+            read_only: false,
         };
         let made = (|| {
             let file = self.storage.open(&tmp, &opts)?;
@@ -204,6 +209,25 @@ impl<S: Storage> Segments<S> {
         // A failure (say, no space) is retried later; if the writer reaches the
         // segment first, it prepares it itself and reports the error to commits.
         made.map(|()| true)
+    }
+
+    /// Prepares every missing spare now, waiting for a preparation under way.
+    pub fn prepare_spares_now(&self) -> Result<()> {
+        loop {
+            if self.prepare_ahead()? {
+                continue;
+            }
+            let inner = lock(&self.inner);
+            let next = inner.current + 1;
+            let missing =
+                (next..next + self.spare as u64).any(|k| !self.storage.exists(&self.path(k)));
+            if !missing || inner.shutdown {
+                return Ok(());
+            }
+            if inner.busy {
+                drop(self.changed.wait(inner).unwrap_or_else(|p| p.into_inner()));
+            }
+        }
     }
 
     /// Blocks the preparer until there may be work, or shutdown (returns false).

@@ -439,6 +439,15 @@ impl<S: Storage> Wal<S> {
         self.shared.segments.recycle_before(keep_from)
     }
 
+    /// Prepares the spare segments now instead of in the background: for
+    /// benchmarks that must not measure the zero fill, and for tests.
+    ///
+    /// # Errors
+    /// I/O errors of creating a segment.
+    pub fn prepare_spares(&self) -> Result<()> {
+        self.shared.segments.prepare_spares_now()
+    }
+
     /// The log's counters.
     pub fn stats(&self) -> WalStats {
         let sh = &self.shared;

@@ -1,0 +1,197 @@
+//! `directkv wal dump`: print the records of a write-ahead log.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use directkv::io::OsStorage;
+use directkv::wal::{kind, WalReader};
+use directkv::Lsn;
+
+/// `directkv wal …`
+#[derive(clap::Subcommand)]
+pub enum Command {
+    /// Print every record (LSN, kind, length, CRC status) and a summary.
+    Dump(DumpArgs),
+}
+
+/// Options of `directkv wal dump`.
+#[derive(clap::Args)]
+pub struct DumpArgs {
+    /// The database directory (its `wal/` is read) or a WAL directory.
+    dir: PathBuf,
+    /// Start at this LSN (`0/1A2B3C`, `0x1A2B3C` or decimal). Default: the oldest
+    /// segment's first record.
+    #[arg(long, value_parser = parse_lsn)]
+    from: Option<Lsn>,
+    /// Print only the summary.
+    #[arg(long)]
+    summary: bool,
+    /// Print records and summary as JSON lines.
+    #[arg(long)]
+    json: bool,
+    /// Also print each payload's first bytes in hex.
+    #[arg(long)]
+    payload: bool,
+}
+
+/// Parses `HI/LO` (hex, as printed), `0x…` hex, or decimal.
+pub fn parse_lsn(text: &str) -> Result<Lsn, String> {
+    let bad = || format!("{text:?} is not an LSN (try 0/1A2B3C, 0x1A2B3C or 1715004)");
+    if let Some((hi, lo)) = text.split_once('/') {
+        let hi = u64::from_str_radix(hi, 16).map_err(|_| bad())?;
+        let lo = u64::from_str_radix(lo, 16).map_err(|_| bad())?;
+        if hi > u64::from(u32::MAX) || lo > u64::from(u32::MAX) {
+            return Err(bad());
+        }
+        return Ok(Lsn(hi << 32 | lo));
+    }
+    if let Some(hex) = text.strip_prefix("0x") {
+        return u64::from_str_radix(hex, 16).map(Lsn).map_err(|_| bad());
+    }
+    text.parse().map(Lsn).map_err(|_| bad())
+}
+
+fn kind_name(k: u8) -> String {
+    match k {
+        kind::FLUSH_HEADER => "flush_header".into(),
+        kind::PAD => "pad".into(),
+        k => format!("user({k})"),
+    }
+}
+
+fn wal_dir(dir: &Path) -> PathBuf {
+    let inner = dir.join("wal");
+    if inner.is_dir() {
+        inner
+    } else {
+        dir.to_path_buf()
+    }
+}
+
+pub fn run(cmd: Command) -> Result<()> {
+    match cmd {
+        Command::Dump(args) => dump(args),
+    }
+}
+
+fn dump(args: DumpArgs) -> Result<()> {
+    let dir = wal_dir(&args.dir);
+    let Some(oldest) = WalReader::open_oldest(OsStorage, &dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+    else {
+        bail!("{} holds no WAL segments", dir.display());
+    };
+    let mut reader = match args.from {
+        Some(from) => {
+            let seg = oldest.segment_bytes();
+            WalReader::new(OsStorage, &dir, seg, oldest.db_id(), from)
+        }
+        None => oldest,
+    };
+    let mut by_kind: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    let mut first: Option<Lsn> = None;
+    let mut last_end = reader.position();
+    let outcome = loop {
+        let rec = match reader.next_record() {
+            Ok(Some(rec)) => rec,
+            Ok(None) => break Ok(()),
+            Err(e) => break Err(e),
+        };
+        first.get_or_insert(rec.lsn);
+        last_end = rec.end();
+        let name = kind_name(rec.kind);
+        let e = by_kind.entry(name.clone()).or_default();
+        e.0 += 1;
+        e.1 += rec.payload.len() as u64;
+        if args.summary {
+            continue;
+        }
+        let head: String = rec
+            .payload
+            .iter()
+            .take(32)
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        if args.json {
+            let mut line = serde_json::json!({
+                "lsn": rec.lsn.0, "lsn_text": rec.lsn.to_string(), "end": rec.end().0,
+                "kind": name, "kind_code": rec.kind, "length": rec.payload.len(), "crc": "ok",
+            });
+            if args.payload {
+                line["payload_head"] = serde_json::Value::String(head);
+            }
+            println!("{line}");
+        } else if args.payload {
+            println!(
+                "{:>18}  {:<14} len {:>8}  crc ok  {head}",
+                rec.lsn.to_string(),
+                name,
+                rec.payload.len()
+            );
+        } else {
+            println!(
+                "{:>18}  {:<14} len {:>8}  crc ok",
+                rec.lsn.to_string(),
+                name,
+                rec.payload.len()
+            );
+        }
+    };
+    let (end_text, status) = match (&outcome, reader.tail()) {
+        (Err(e), _) => (format!("{last_end}"), format!("CORRUPT: {e}")),
+        (Ok(()), Some(t)) if t.torn => (
+            t.end.to_string(),
+            "ends at a torn (invalid) record: the last write was interrupted".to_string(),
+        ),
+        (Ok(()), Some(t)) => (t.end.to_string(), "clean end".to_string()),
+        (Ok(()), None) => (last_end.to_string(), "clean end".to_string()),
+    };
+    if args.json {
+        let kinds: serde_json::Map<_, _> = by_kind
+            .iter()
+            .map(|(k, (n, b))| {
+                (
+                    k.clone(),
+                    serde_json::json!({"records": n, "payload_bytes": b}),
+                )
+            })
+            .collect();
+        println!(
+            "{}",
+            serde_json::json!({
+                "summary": true, "dir": dir, "first": first.map(|l| l.0),
+                "end": end_text, "status": status, "kinds": kinds,
+            })
+        );
+    } else {
+        println!("-- {}", dir.display());
+        if let Some(f) = first {
+            println!("   first record {f}, log end {end_text}: {status}");
+        } else {
+            println!("   no records; log end {end_text}: {status}");
+        }
+        for (k, (n, b)) in &by_kind {
+            println!("   {k:<14} {n:>10} records {b:>14} payload bytes");
+        }
+    }
+    outcome.context("the log is corrupt")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_lsn;
+    use directkv::Lsn;
+
+    #[test]
+    fn lsn_forms() {
+        assert_eq!(parse_lsn("1/00000010"), Ok(Lsn((1 << 32) + 16)));
+        assert_eq!(parse_lsn("0x10"), Ok(Lsn(16)));
+        assert_eq!(parse_lsn("16"), Ok(Lsn(16)));
+        assert_eq!(
+            parse_lsn(&Lsn(123_456_789_012).to_string()),
+            Ok(Lsn(123_456_789_012))
+        );
+        assert!(parse_lsn("zz").is_err());
+    }
+}
