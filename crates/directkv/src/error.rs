@@ -195,6 +195,38 @@ pub enum Error {
         cause: String,
     },
 
+    /// The path is not a directkv database (or its control file is unreadable).
+    #[error("{path} is not a directkv database: {detail}")]
+    NotADatabase {
+        /// The path.
+        path: PathBuf,
+        /// Why.
+        detail: String,
+    },
+
+    /// The files are of a format version this build does not read.
+    #[error(
+        "{path} has format version {found}; this build reads version {supported}. Use a \
+         directkv release that supports it"
+    )]
+    FormatVersion {
+        /// The file.
+        path: PathBuf,
+        /// The version found.
+        found: u32,
+        /// The version this build reads.
+        supported: u32,
+    },
+
+    /// Another process (or another handle in this process) has the database open.
+    #[error("the database at {path} is already open ({holder}); close it first")]
+    DatabaseLocked {
+        /// The lock file.
+        path: PathBuf,
+        /// Who holds it, as recorded in the lock file.
+        holder: String,
+    },
+
     /// An argument is outside what the engine accepts.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

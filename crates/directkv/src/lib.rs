@@ -10,8 +10,10 @@
 
 #![deny(missing_docs)]
 
+pub mod buffer;
 pub mod constants;
 mod error;
+pub mod format;
 pub mod fsync_test;
 pub mod io;
 mod lsn;

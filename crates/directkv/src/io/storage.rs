@@ -88,6 +88,13 @@ pub trait StorageFile: Send + Sync + 'static {
 pub trait Storage: Clone + Send + Sync + 'static {
     /// The file type.
     type File: StorageFile;
+    /// A held exclusive lock on a path, released on drop.
+    type Lock: Send + Sync + 'static;
+    /// Takes the exclusive lock at `path` or fails at once.
+    ///
+    /// # Errors
+    /// [`Error::DatabaseLocked`](crate::Error::DatabaseLocked) when it is held.
+    fn lock_exclusive(&self, path: &Path) -> Result<Self::Lock>;
     /// Opens (or creates) a file.
     ///
     /// # Errors
@@ -158,6 +165,11 @@ impl StorageFile for DirectFile {
 
 impl Storage for OsStorage {
     type File = DirectFile;
+    type Lock = super::lock::DirLock;
+
+    fn lock_exclusive(&self, path: &Path) -> Result<Self::Lock> {
+        super::lock::DirLock::acquire(path)
+    }
 
     fn open(&self, path: &Path, opts: &FileOptions) -> Result<DirectFile> {
         DirectFile::open(path, opts)
@@ -371,6 +383,11 @@ impl<F: StorageFile> StorageFile for FaultyFile<F> {
 
 impl<S: Storage> Storage for FaultyStorage<S> {
     type File = FaultyFile<S::File>;
+    type Lock = S::Lock;
+
+    fn lock_exclusive(&self, path: &Path) -> Result<Self::Lock> {
+        self.inner.lock_exclusive(path)
+    }
 
     fn open(&self, path: &Path, opts: &FileOptions) -> Result<Self::File> {
         Ok(FaultyFile {

@@ -1,0 +1,565 @@
+//! The buffer pool: one aligned arena of page frames over the data file.
+//!
+//! Invariants:
+//! - Every frame's memory is a slot of one [`AlignedArena`]; the pool allocates
+//!   nothing per page and nothing on the hot path.
+//! - A page is in at most one frame; the page table maps it there. A frame
+//!   being loaded is already in the table and exclusively latched, so a second
+//!   reader of the same page waits for the load instead of loading it again.
+//! - A pinned frame is never evicted. A dirty frame is written back before its
+//!   frame is reused, and only after the WAL is durable up to the page's LSN
+//!   (DESIGN.md invariant 1, asserted at every write).
+//! - Dirty frames are on the flush list, keyed by the LSN of their first change
+//!   since they were last written. Flushing walks that list, never the frames
+//!   (invariant 7); `flush_list_visits` counts every entry a walk looks at.
+//! - Every page read is verified (checksum, own page number, database identity)
+//!   before anyone sees it; every page written is sealed first.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use super::replacer::{Access, Replacer};
+use crate::error::{Error, Result};
+use crate::format::page::{self, PageError, PAGE_HEADER_BYTES, PAGE_SIZES};
+use crate::io::{AlignedArena, AlignedBuf, Storage, StorageFile};
+use crate::lsn::Lsn;
+use crate::wal::DbId;
+
+/// The fewest frames a pool may have: a B+tree operation pins a root-to-leaf
+/// path plus a sibling and a new page at once.
+pub const FRAMES_MIN: usize = 16;
+/// How many times a miss retries when every frame is pinned before giving up.
+const VICTIM_RETRIES_MAX: u32 = 1000;
+
+/// The log as the pool sees it: what is durable, and a way to make more so.
+pub trait LogFlusher: Send + Sync + 'static {
+    /// The LSN up to which the log is durable.
+    fn durable_lsn(&self) -> Lsn;
+    /// Makes the log durable up to `lsn`.
+    ///
+    /// # Errors
+    /// The log's errors.
+    fn flush_to(&self, lsn: Lsn) -> Result<()>;
+}
+
+impl<S: Storage> LogFlusher for crate::wal::Wal<S> {
+    fn durable_lsn(&self) -> Lsn {
+        crate::wal::Wal::durable_lsn(self)
+    }
+    fn flush_to(&self, lsn: Lsn) -> Result<()> {
+        self.flush(lsn)
+    }
+}
+
+/// Counters of the pool.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PoolStats {
+    /// Accesses that found their page in the pool.
+    pub hits: u64,
+    /// Accesses that had to read their page.
+    pub misses: u64,
+    /// Pages read from the data file.
+    pub pages_read: u64,
+    /// Pages written to the data file.
+    pub pages_written: u64,
+    /// Frames reused for another page.
+    pub evictions: u64,
+    /// Dirty pages now.
+    pub dirty_pages: u64,
+    /// Flush-list entries looked at by flush walks (invariant 7's counter).
+    pub flush_list_visits: u64,
+    /// Times a page write first had to make the WAL durable (WAL rule waits).
+    pub wal_rule_flushes: u64,
+    /// Frames in the pool.
+    pub frames: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    hits: AtomicU64,
+    misses: AtomicU64,
+    pages_read: AtomicU64,
+    pages_written: AtomicU64,
+    evictions: AtomicU64,
+    flush_list_visits: AtomicU64,
+    wal_rule_flushes: AtomicU64,
+}
+
+const NO_PAGE: u64 = u64::MAX;
+
+struct Frame {
+    data: RwLock<AlignedBuf>,
+    page: AtomicU64,
+    valid: AtomicBool,
+    pins: AtomicU32,
+    dirty: AtomicBool,
+    rec_lsn: AtomicU64,
+}
+
+/// A pool of page frames over one data file.
+pub struct BufferPool<S: Storage, L: LogFlusher> {
+    file: S::File,
+    path: PathBuf,
+    page_bytes: usize,
+    db_id: DbId,
+    log: std::sync::Arc<L>,
+    frames: Box<[Frame]>,
+    table: Mutex<HashMap<u64, u32>>,
+    replacer: Mutex<Replacer>,
+    flush_list: Mutex<BTreeSet<(u64, u32)>>,
+    free: Mutex<Vec<u32>>,
+    counters: Counters,
+    _arena: AlignedArena,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A pinned, shared-latched page.
+pub struct PageRef<'a, S: Storage, L: LogFlusher> {
+    pool: &'a BufferPool<S, L>,
+    frame: u32,
+    guard: RwLockReadGuard<'a, AlignedBuf>,
+}
+
+/// A pinned, exclusively latched page.
+pub struct PageMut<'a, S: Storage, L: LogFlusher> {
+    pool: &'a BufferPool<S, L>,
+    frame: u32,
+    guard: RwLockWriteGuard<'a, AlignedBuf>,
+}
+
+impl<S: Storage, L: LogFlusher> PageRef<'_, S, L> {
+    /// The page's bytes.
+    pub fn data(&self) -> &[u8] {
+        self.guard.as_slice()
+    }
+    /// The page number.
+    pub fn page_no(&self) -> u64 {
+        self.pool.frames[self.frame as usize]
+            .page
+            .load(Ordering::Acquire)
+    }
+}
+
+impl<S: Storage, L: LogFlusher> Drop for PageRef<'_, S, L> {
+    fn drop(&mut self) {
+        self.pool.unpin(self.frame);
+    }
+}
+
+impl<S: Storage, L: LogFlusher> PageMut<'_, S, L> {
+    /// The page's bytes.
+    pub fn data(&self) -> &[u8] {
+        self.guard.as_slice()
+    }
+    /// The page's bytes, to change. Call [`mark_dirty`](Self::mark_dirty) with
+    /// the LSN of the log record describing the change.
+    pub fn data_mut(&mut self) -> &mut [u8] {
+        self.guard.as_mut_slice()
+    }
+    /// The page number.
+    pub fn page_no(&self) -> u64 {
+        self.pool.frames[self.frame as usize]
+            .page
+            .load(Ordering::Acquire)
+    }
+    /// Records that the page now holds a change logged ending at `lsn`: sets
+    /// the page LSN and puts the page on the flush list if it was clean.
+    pub fn mark_dirty(&mut self, lsn: Lsn) {
+        let bytes = self.guard.as_mut_slice();
+        assert!(lsn >= page::page_lsn(bytes), "page LSN goes backwards");
+        bytes[24..32].copy_from_slice(&lsn.0.to_le_bytes());
+        let f = &self.pool.frames[self.frame as usize];
+        if !f.dirty.swap(true, Ordering::AcqRel) {
+            f.rec_lsn.store(lsn.0, Ordering::Release);
+            lock(&self.pool.flush_list).insert((lsn.0, self.frame));
+        }
+    }
+}
+
+impl<S: Storage, L: LogFlusher> Drop for PageMut<'_, S, L> {
+    fn drop(&mut self) {
+        self.pool.unpin(self.frame);
+    }
+}
+
+enum Latch {
+    Shared,
+    Exclusive,
+}
+
+impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
+    /// A pool of `cache_bytes / page_bytes` frames over `file`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a page size that is not 4, 8 or 16 KiB or
+    /// a cache smaller than [`FRAMES_MIN`] pages; allocation failure.
+    pub fn new(
+        file: S::File,
+        page_bytes: u32,
+        cache_bytes: usize,
+        db_id: DbId,
+        log: std::sync::Arc<L>,
+    ) -> Result<Self> {
+        if !PAGE_SIZES.contains(&page_bytes) {
+            return Err(Error::InvalidArgument(format!(
+                "page size {page_bytes} is not one of 4096, 8192, 16384"
+            )));
+        }
+        let n = cache_bytes / page_bytes as usize;
+        if n < FRAMES_MIN {
+            return Err(Error::InvalidArgument(format!(
+                "cache of {cache_bytes} bytes holds {n} pages; at least {FRAMES_MIN} are needed"
+            )));
+        }
+        let unit = file.alignment().io_unit_bytes().max(page_bytes.min(4096));
+        if page_bytes % unit != 0 {
+            return Err(Error::Unsupported {
+                what: "this page size on this device",
+                detail: format!("page size {page_bytes} is not a multiple of the I/O unit {unit}"),
+            });
+        }
+        let arena = AlignedArena::new(page_bytes as usize, n, unit)?;
+        let frames = (0..n)
+            .map(|_| {
+                let buf = arena.acquire().expect("the arena has a slot per frame");
+                Frame {
+                    data: RwLock::new(buf),
+                    page: AtomicU64::new(NO_PAGE),
+                    valid: AtomicBool::new(false),
+                    pins: AtomicU32::new(0),
+                    dirty: AtomicBool::new(false),
+                    rec_lsn: AtomicU64::new(0),
+                }
+            })
+            .collect();
+        Ok(BufferPool {
+            path: file.path().to_path_buf(),
+            file,
+            page_bytes: page_bytes as usize,
+            db_id,
+            log,
+            frames,
+            table: Mutex::new(HashMap::with_capacity(n)),
+            replacer: Mutex::new(Replacer::new(n)),
+            flush_list: Mutex::new(BTreeSet::new()),
+            free: Mutex::new((0..n as u32).rev().collect()),
+            counters: Counters::default(),
+            _arena: arena,
+        })
+    }
+
+    /// The page size.
+    pub fn page_bytes(&self) -> usize {
+        self.page_bytes
+    }
+
+    /// The data file.
+    pub fn file(&self) -> &S::File {
+        &self.file
+    }
+
+    /// Pins and share-latches `page`, reading it if needed.
+    ///
+    /// # Errors
+    /// [`Error::Corruption`] when the page fails verification; I/O errors.
+    pub fn read(&self, page: u64, access: Access) -> Result<PageRef<'_, S, L>> {
+        let (frame, latch) = self.fix(page, access, Latch::Shared, false)?;
+        match latch {
+            Fixed::Shared(guard) => Ok(PageRef {
+                pool: self,
+                frame,
+                guard,
+            }),
+            Fixed::Exclusive(_) => unreachable!("asked for a shared latch"),
+        }
+    }
+
+    /// Pins and exclusively latches `page`, reading it if needed.
+    ///
+    /// # Errors
+    /// As [`read`](Self::read).
+    pub fn write(&self, page: u64) -> Result<PageMut<'_, S, L>> {
+        self.fix_mut(page, false)
+    }
+
+    /// Pins and exclusively latches `page` as a new, zeroed page (not read). The
+    /// caller initialises it and marks it dirty.
+    ///
+    /// # Errors
+    /// I/O errors of evicting a dirty page to make room.
+    pub fn create(&self, page: u64) -> Result<PageMut<'_, S, L>> {
+        let mut p = self.fix_mut(page, true)?;
+        p.data_mut().fill(0);
+        Ok(p)
+    }
+
+    fn fix_mut(&self, page: u64, fresh: bool) -> Result<PageMut<'_, S, L>> {
+        let (frame, latch) = self.fix(page, Access::Normal, Latch::Exclusive, fresh)?;
+        match latch {
+            Fixed::Exclusive(guard) => Ok(PageMut {
+                pool: self,
+                frame,
+                guard,
+            }),
+            Fixed::Shared(_) => unreachable!("asked for an exclusive latch"),
+        }
+    }
+
+    fn unpin(&self, frame: u32) {
+        let before = self.frames[frame as usize]
+            .pins
+            .fetch_sub(1, Ordering::AcqRel);
+        assert!(before > 0, "unpin of an unpinned frame");
+    }
+
+    fn fix(
+        &self,
+        page: u64,
+        access: Access,
+        latch: Latch,
+        fresh: bool,
+    ) -> Result<(u32, Fixed<'_>)> {
+        assert_ne!(page, NO_PAGE);
+        for _ in 0..VICTIM_RETRIES_MAX {
+            if let Some(hit) = self.try_hit(page, access, &latch) {
+                return Ok(hit);
+            }
+            let Some(f) = self.claim_victim()? else {
+                std::thread::yield_now();
+                continue;
+            };
+            // Frame `f` is pinned by us and clean. Re-check under the table lock:
+            // nobody else may hold it, and nobody may have loaded `page` meanwhile.
+            let frame = &self.frames[f as usize];
+            let mut table = lock(&self.table);
+            if frame.pins.load(Ordering::Acquire) != 1
+                || frame.dirty.load(Ordering::Acquire)
+                || table.contains_key(&page)
+            {
+                drop(table);
+                self.unpin(f);
+                continue;
+            }
+            let old = frame.page.load(Ordering::Acquire);
+            if old != NO_PAGE && table.get(&old) == Some(&f) {
+                table.remove(&old);
+                self.counters.evictions.fetch_add(1, Ordering::Relaxed);
+            }
+            lock(&self.replacer).removed(f);
+            let mut guard = frame.data.write().unwrap_or_else(|p| p.into_inner());
+            frame.page.store(page, Ordering::Release);
+            frame.valid.store(false, Ordering::Release);
+            table.insert(page, f);
+            drop(table);
+            self.counters.misses.fetch_add(1, Ordering::Relaxed);
+            if !fresh {
+                if let Err(e) = self.load(page, &mut guard) {
+                    lock(&self.table).remove(&page);
+                    frame.page.store(NO_PAGE, Ordering::Release);
+                    drop(guard);
+                    lock(&self.free).push(f);
+                    self.unpin(f);
+                    return Err(e);
+                }
+            }
+            frame.valid.store(true, Ordering::Release);
+            lock(&self.replacer).loaded(f, access);
+            let fixed = match latch {
+                Latch::Exclusive => Fixed::Exclusive(guard),
+                Latch::Shared => {
+                    drop(guard);
+                    Fixed::Shared(frame.data.read().unwrap_or_else(|p| p.into_inner()))
+                }
+            };
+            return Ok((f, fixed));
+        }
+        Err(Error::InvalidArgument(format!(
+            "every one of the {} cache frames is pinned; the cache is too small for the \
+             concurrency asked of it",
+            self.frames.len()
+        )))
+    }
+
+    /// Pins and latches `page` if it is in the pool.
+    fn try_hit(&self, page: u64, access: Access, latch: &Latch) -> Option<(u32, Fixed<'_>)> {
+        loop {
+            let table = lock(&self.table);
+            let f = *table.get(&page)?;
+            let frame = &self.frames[f as usize];
+            frame.pins.fetch_add(1, Ordering::AcqRel);
+            drop(table);
+            let fixed = self.latch(f, latch);
+            if frame.valid.load(Ordering::Acquire) && frame.page.load(Ordering::Acquire) == page {
+                self.counters.hits.fetch_add(1, Ordering::Relaxed);
+                lock(&self.replacer).touched(f, access);
+                return Some((f, fixed));
+            }
+            // The load we waited for failed: the entry is gone or replaced.
+            drop(fixed);
+            self.unpin(f);
+        }
+    }
+
+    fn latch(&self, f: u32, latch: &Latch) -> Fixed<'_> {
+        let data = &self.frames[f as usize].data;
+        match latch {
+            Latch::Shared => Fixed::Shared(data.read().unwrap_or_else(|p| p.into_inner())),
+            Latch::Exclusive => Fixed::Exclusive(data.write().unwrap_or_else(|p| p.into_inner())),
+        }
+    }
+
+    /// Finds an unpinned frame (never-used ones first, then the coldest), pins
+    /// it and writes it back if dirty. `None` when every candidate is busy now.
+    fn claim_victim(&self) -> Result<Option<u32>> {
+        if let Some(f) = lock(&self.free).pop() {
+            let pinned = self.frames[f as usize].pins.fetch_add(1, Ordering::AcqRel);
+            assert_eq!(pinned, 0, "a free frame is unpinned");
+            return Ok(Some(f));
+        }
+        let candidate = {
+            let r = lock(&self.replacer);
+            let found = r
+                .coldest()
+                .find(|&f| self.frames[f as usize].pins.load(Ordering::Acquire) == 0);
+            found
+        };
+        let Some(f) = candidate else { return Ok(None) };
+        let frame = &self.frames[f as usize];
+        if frame
+            .pins
+            .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return Ok(None);
+        }
+        if let Err(e) = self.write_back(f) {
+            self.unpin(f);
+            return Err(e);
+        }
+        Ok(Some(f))
+    }
+
+    fn load(&self, page: u64, buf: &mut AlignedBuf) -> Result<()> {
+        let offset = page * self.page_bytes as u64;
+        self.file.read_exact_at(buf.io_all_mut(), offset)?;
+        self.counters.pages_read.fetch_add(1, Ordering::Relaxed);
+        page::verify(buf.as_slice(), page, &self.db_id).map_err(|e| self.corruption(page, &e))?;
+        Ok(())
+    }
+
+    fn corruption(&self, page: u64, e: &PageError) -> Error {
+        Error::Corruption {
+            path: self.path.clone(),
+            offset: page * self.page_bytes as u64,
+            detail: format!("page {page}: {e}"),
+        }
+    }
+
+    /// Writes frame `f` back if it is dirty: WAL first, then the sealed page.
+    fn write_back(&self, f: u32) -> Result<()> {
+        let frame = &self.frames[f as usize];
+        let mut guard = frame.data.write().unwrap_or_else(|p| p.into_inner());
+        if !frame.dirty.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let page_no = frame.page.load(Ordering::Acquire);
+        let lsn = page::page_lsn(guard.as_slice());
+        if self.log.durable_lsn() < lsn {
+            self.counters
+                .wal_rule_flushes
+                .fetch_add(1, Ordering::Relaxed);
+            self.log.flush_to(lsn)?;
+        }
+        assert!(
+            self.log.durable_lsn() >= lsn,
+            "WAL rule: log durable past the page LSN"
+        );
+        page::seal_in_place(guard.as_mut_slice(), page_no, &self.db_id);
+        self.file
+            .write_all_at(guard.io_all(), page_no * self.page_bytes as u64)?;
+        self.counters.pages_written.fetch_add(1, Ordering::Relaxed);
+        let rec = frame.rec_lsn.load(Ordering::Acquire);
+        lock(&self.flush_list).remove(&(rec, f));
+        frame.dirty.store(false, Ordering::Release);
+        Ok(())
+    }
+
+    /// Writes back up to `max_pages` dirty pages, oldest first change first;
+    /// returns how many were written. Touches only the flush list.
+    ///
+    /// # Errors
+    /// WAL or data-file write errors; the page stays dirty then.
+    pub fn flush_oldest(&self, max_pages: usize) -> Result<usize> {
+        let batch: Vec<u32> = {
+            let list = lock(&self.flush_list);
+            list.iter().take(max_pages).map(|&(_, f)| f).collect()
+        };
+        self.counters
+            .flush_list_visits
+            .fetch_add(batch.len() as u64, Ordering::Relaxed);
+        let mut written = 0;
+        for f in batch {
+            let frame = &self.frames[f as usize];
+            frame.pins.fetch_add(1, Ordering::AcqRel);
+            let result = self.write_back(f);
+            self.unpin(f);
+            result?;
+            written += 1;
+        }
+        Ok(written)
+    }
+
+    /// Writes back every dirty page (a flush-list walk) and syncs the data file.
+    ///
+    /// # Errors
+    /// As [`flush_oldest`](Self::flush_oldest), and the sync's error.
+    pub fn flush_all(&self) -> Result<usize> {
+        let mut total = 0;
+        loop {
+            let n = self.flush_oldest(256)?;
+            total += n;
+            if n == 0 {
+                break;
+            }
+        }
+        self.file.sync_all()?;
+        Ok(total)
+    }
+
+    /// The oldest first-change LSN of any dirty page: recovery must replay from
+    /// there (or from the log's end when nothing is dirty).
+    pub fn oldest_dirty_lsn(&self) -> Option<Lsn> {
+        lock(&self.flush_list).iter().next().map(|&(l, _)| Lsn(l))
+    }
+
+    /// The pool's counters.
+    pub fn stats(&self) -> PoolStats {
+        let c = &self.counters;
+        PoolStats {
+            hits: c.hits.load(Ordering::Relaxed),
+            misses: c.misses.load(Ordering::Relaxed),
+            pages_read: c.pages_read.load(Ordering::Relaxed),
+            pages_written: c.pages_written.load(Ordering::Relaxed),
+            evictions: c.evictions.load(Ordering::Relaxed),
+            dirty_pages: lock(&self.flush_list).len() as u64,
+            flush_list_visits: c.flush_list_visits.load(Ordering::Relaxed),
+            wal_rule_flushes: c.wal_rule_flushes.load(Ordering::Relaxed),
+            frames: self.frames.len() as u64,
+        }
+    }
+
+    /// Bytes of page body after the common header.
+    pub fn body_bytes(&self) -> usize {
+        self.page_bytes - PAGE_HEADER_BYTES
+    }
+}
+
+enum Fixed<'a> {
+    Shared(RwLockReadGuard<'a, AlignedBuf>),
+    Exclusive(RwLockWriteGuard<'a, AlignedBuf>),
+}

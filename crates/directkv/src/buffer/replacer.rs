@@ -1,0 +1,216 @@
+//! Scan-resistant replacement: 2Q with two LRU lists over frame indexes.
+//!
+//! - A page loaded by a normal access enters the head of **probation**; a scan's
+//!   page enters its tail (first to go).
+//! - A normal access to a page in probation promotes it to the head of
+//!   **protected**; a scan's access never promotes. Protected holds at most
+//!   `protected_max` frames; overflow is demoted to the head of probation.
+//! - Victims come from the tail of probation, then of protected, skipping pinned
+//!   frames.
+//!
+//! A full scan therefore cycles through probation only and leaves the hot set in
+//! protected untouched (the test `scan_does_not_flush_the_hot_set` checks it).
+
+/// How a page is being accessed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Point lookups and updates: a second access marks the page hot.
+    Normal,
+    /// Sequential scans: never promote, evict first.
+    Scan,
+}
+
+const NIL: u32 = u32::MAX;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum List {
+    None,
+    Probation,
+    Protected,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Ends {
+    head: u32,
+    tail: u32,
+    len: usize,
+}
+
+const EMPTY: Ends = Ends {
+    head: NIL,
+    tail: NIL,
+    len: 0,
+};
+
+/// The replacement lists of a pool of `n` frames.
+#[derive(Debug)]
+pub(crate) struct Replacer {
+    prev: Vec<u32>,
+    next: Vec<u32>,
+    list: Vec<List>,
+    probation: Ends,
+    protected: Ends,
+    protected_max: usize,
+}
+
+impl Replacer {
+    pub fn new(frames: usize) -> Replacer {
+        assert!(frames > 0 && frames < NIL as usize);
+        Replacer {
+            prev: vec![NIL; frames],
+            next: vec![NIL; frames],
+            list: vec![List::None; frames],
+            probation: EMPTY,
+            protected: EMPTY,
+            // InnoDB keeps 3/8 of its pool "old"; protect the other 5/8.
+            protected_max: (frames * 5 / 8).max(1),
+        }
+    }
+
+    fn ends(&mut self, l: List) -> &mut Ends {
+        match l {
+            List::Probation => &mut self.probation,
+            List::Protected => &mut self.protected,
+            List::None => unreachable!("no list"),
+        }
+    }
+
+    fn unlink(&mut self, f: u32) {
+        let l = self.list[f as usize];
+        if l == List::None {
+            return;
+        }
+        let (p, n) = (self.prev[f as usize], self.next[f as usize]);
+        if p != NIL {
+            self.next[p as usize] = n;
+        } else {
+            self.ends(l).head = n;
+        }
+        if n != NIL {
+            self.prev[n as usize] = p;
+        } else {
+            self.ends(l).tail = p;
+        }
+        self.ends(l).len -= 1;
+        self.prev[f as usize] = NIL;
+        self.next[f as usize] = NIL;
+        self.list[f as usize] = List::None;
+    }
+
+    fn push_head(&mut self, l: List, f: u32) {
+        let head = self.ends(l).head;
+        self.prev[f as usize] = NIL;
+        self.next[f as usize] = head;
+        if head != NIL {
+            self.prev[head as usize] = f;
+        }
+        let e = self.ends(l);
+        e.head = f;
+        if e.tail == NIL {
+            e.tail = f;
+        }
+        e.len += 1;
+        self.list[f as usize] = l;
+    }
+
+    fn push_tail(&mut self, l: List, f: u32) {
+        let tail = self.ends(l).tail;
+        self.next[f as usize] = NIL;
+        self.prev[f as usize] = tail;
+        if tail != NIL {
+            self.next[tail as usize] = f;
+        }
+        let e = self.ends(l);
+        e.tail = f;
+        if e.head == NIL {
+            e.head = f;
+        }
+        e.len += 1;
+        self.list[f as usize] = l;
+    }
+
+    /// A page was just loaded into frame `f`.
+    pub fn loaded(&mut self, f: u32, access: Access) {
+        self.unlink(f);
+        match access {
+            Access::Normal => self.push_head(List::Probation, f),
+            Access::Scan => self.push_tail(List::Probation, f),
+        }
+    }
+
+    /// The page in frame `f` was accessed again.
+    pub fn touched(&mut self, f: u32, access: Access) {
+        match (self.list[f as usize], access) {
+            (_, Access::Scan) | (List::None, _) => {}
+            (List::Protected, Access::Normal) if self.protected.head == f => {}
+            (_, Access::Normal) => {
+                self.unlink(f);
+                self.push_head(List::Protected, f);
+                while self.protected.len > self.protected_max {
+                    let t = self.protected.tail;
+                    self.unlink(t);
+                    self.push_head(List::Probation, t);
+                }
+            }
+        }
+    }
+
+    /// Frame `f` no longer holds a page.
+    pub fn removed(&mut self, f: u32) {
+        self.unlink(f);
+    }
+
+    /// Candidate victims, coldest first: probation tail to head, then protected.
+    pub fn coldest(&self) -> impl Iterator<Item = u32> + '_ {
+        let walk = |start: u32| {
+            std::iter::successors((start != NIL).then_some(start), move |&f| {
+                let p = self.prev[f as usize];
+                (p != NIL).then_some(p)
+            })
+        };
+        walk(self.probation.tail).chain(walk(self.protected.tail))
+    }
+
+    /// Frames in protected.
+    #[cfg(test)]
+    pub fn protected_len(&self) -> usize {
+        self.protected.len
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scans_never_promote_and_go_first() {
+        let mut r = Replacer::new(8);
+        for f in 0..4 {
+            r.loaded(f, Access::Normal);
+            r.touched(f, Access::Normal);
+        }
+        assert_eq!(r.protected_len(), 4);
+        for f in 4..8 {
+            r.loaded(f, Access::Scan);
+            r.touched(f, Access::Scan);
+        }
+        assert_eq!(r.protected_len(), 4);
+        let order: Vec<u32> = r.coldest().collect();
+        assert_eq!(order.len(), 8);
+        assert!(order[..4].iter().all(|&f| f >= 4), "{order:?}");
+        r.removed(5);
+        assert_eq!(r.coldest().count(), 7);
+    }
+
+    #[test]
+    fn protected_overflow_is_demoted() {
+        let mut r = Replacer::new(8);
+        for f in 0..8 {
+            r.loaded(f, Access::Normal);
+            r.touched(f, Access::Normal);
+        }
+        assert_eq!(r.protected_len(), 5);
+        // The oldest promoted are the coldest now.
+        assert_eq!(r.coldest().next(), Some(0));
+    }
+}

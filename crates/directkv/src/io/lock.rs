@@ -1,0 +1,113 @@
+//! The `LOCK` file: one open database per directory, across processes and within
+//! one (RELIABILITY.md F21).
+//!
+//! `flock(LOCK_EX | LOCK_NB)` locks an open file description, not a process, so
+//! a second open of the same database in the same process conflicts too, and
+//! closing some other descriptor of the file does not drop the lock (the trap of
+//! POSIX `fcntl` locks). The holder writes who it is into the file, so the error
+//! a second opener gets names the holder.
+
+use std::io::{Read, Seek, Write};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, IoOp, Result};
+
+/// A held `LOCK` file; the lock is released when this is dropped.
+#[derive(Debug)]
+pub struct DirLock {
+    file: std::fs::File,
+    path: PathBuf,
+}
+
+impl DirLock {
+    /// The lock file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Takes the lock at `path` (creating the file) or fails at once.
+    ///
+    /// # Errors
+    /// [`Error::DatabaseLocked`] naming the holder when it is held;
+    /// I/O errors of opening or writing the file.
+    pub fn acquire(path: &Path) -> Result<DirLock> {
+        let io = |op, e| Error::from_io(op, path, None, e);
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(|e| io(IoOp::Open, e))?;
+        // SAFETY: plain syscall on a descriptor we own.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if rc != 0 {
+            let err = std::io::Error::last_os_error();
+            if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+                let mut holder = String::new();
+                let _ = file.read_to_string(&mut holder);
+                let holder = holder.trim();
+                return Err(Error::DatabaseLocked {
+                    path: path.to_path_buf(),
+                    holder: if holder.is_empty() {
+                        "holder unknown".into()
+                    } else {
+                        holder.to_string()
+                    },
+                });
+            }
+            return Err(io(IoOp::Lock, err));
+        }
+        let me = format!(
+            "held by pid {} ({}), since unix time {}",
+            std::process::id(),
+            std::env::current_exe()
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|_| "unknown program".into()),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0)
+        );
+        file.set_len(0).map_err(|e| io(IoOp::Write, e))?;
+        file.rewind().map_err(|e| io(IoOp::Write, e))?;
+        file.write_all(me.as_bytes())
+            .map_err(|e| io(IoOp::Write, e))?;
+        Ok(DirLock {
+            file,
+            path: path.to_path_buf(),
+        })
+    }
+}
+
+impl Drop for DirLock {
+    fn drop(&mut self) {
+        // Leave no stale holder text behind; the lock itself ends with the fd.
+        let _ = self.file.set_len(0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_lock_in_the_same_process_fails_and_names_the_holder() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("LOCK");
+        let first = DirLock::acquire(&path).expect("first");
+        let err = DirLock::acquire(&path).expect_err("second");
+        match err {
+            Error::DatabaseLocked { holder, .. } => {
+                assert!(
+                    holder.contains(&format!("pid {}", std::process::id())),
+                    "{holder}"
+                )
+            }
+            other => panic!("{other}"),
+        }
+        drop(first);
+        DirLock::acquire(&path).expect("free again after drop");
+    }
+}

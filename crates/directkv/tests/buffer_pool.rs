@@ -1,0 +1,341 @@
+//! The buffer pool over a real data file with direct I/O: pages round-trip
+//! through eviction and reopening; no page is written before the log is durable
+//! up to its LSN (the WAL rule); a flush visits only dirty pages, however many
+//! are cached (invariant 7); a scan leaves the hot set cached; a damaged or
+//! misdirected page is an error naming file and offset while others stay
+//! readable; concurrent latched updates lose nothing; the control file falls back
+//! to its older slot when the newer one is damaged.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use directkv::buffer::{Access, BufferPool, LogFlusher};
+use directkv::format::control::{Control, ControlFile};
+use directkv::format::page::{self, PageType, PAGE_HEADER_BYTES};
+use directkv::io::{DirectFile, DirectIo, FileOptions, OsStorage, SyncMethod};
+use directkv::{Error, Lsn};
+
+const DB: [u8; 16] = *b"buffer-pool-test";
+const PAGE: u32 = 8192;
+
+/// A log that is durable up to what `flush_to` was asked for.
+#[derive(Default)]
+struct FakeLog {
+    durable: AtomicU64,
+    flushes: AtomicU64,
+}
+
+impl LogFlusher for FakeLog {
+    fn durable_lsn(&self) -> Lsn {
+        Lsn(self.durable.load(Ordering::SeqCst))
+    }
+    fn flush_to(&self, lsn: Lsn) -> directkv::Result<()> {
+        self.flushes.fetch_add(1, Ordering::SeqCst);
+        self.durable.fetch_max(lsn.0, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+type Pool = BufferPool<OsStorage, FakeLog>;
+
+fn pool(dir: &Path, frames: usize, log: Arc<FakeLog>) -> Pool {
+    let file = DirectFile::open(
+        dir.join("data"),
+        &FileOptions {
+            create: true,
+            direct_io: DirectIo::Auto,
+            sync: SyncMethod::Fdatasync,
+            ..FileOptions::default()
+        },
+    )
+    .expect("data file");
+    BufferPool::new(file, PAGE, frames * PAGE as usize, DB, log).expect("pool")
+}
+
+fn scratch() -> tempfile::TempDir {
+    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir")
+}
+
+fn put_pattern(pool: &Pool, no: u64, value: u64, lsn: u64) {
+    let mut p = pool.create(no).expect("create");
+    page::init(p.data_mut(), PageType::Leaf);
+    p.data_mut()[PAGE_HEADER_BYTES..PAGE_HEADER_BYTES + 8].copy_from_slice(&value.to_le_bytes());
+    p.mark_dirty(Lsn(lsn));
+}
+
+fn get_value(pool: &Pool, no: u64, access: Access) -> u64 {
+    let p = pool.read(no, access).expect("read");
+    let b = &p.data()[PAGE_HEADER_BYTES..PAGE_HEADER_BYTES + 8];
+    u64::from_le_bytes(b.try_into().expect("8 bytes"))
+}
+
+#[test]
+fn pages_survive_eviction_and_reopen_and_obey_the_wal_rule() {
+    let dir = scratch();
+    let log = Arc::new(FakeLog::default());
+    let p = pool(dir.path(), 16, Arc::clone(&log));
+    for no in 0..200u64 {
+        put_pattern(&p, no, no * 3, 1000 + no);
+    }
+    let s = p.stats();
+    assert!(s.evictions >= 184 && s.pages_written >= 184, "{s:?}");
+    assert!(
+        log.durable_lsn() >= Lsn(1000 + 183),
+        "evicted pages forced the log first"
+    );
+    assert!(s.wal_rule_flushes > 0);
+    for no in (0..200u64).rev() {
+        assert_eq!(get_value(&p, no, Access::Normal), no * 3);
+    }
+    p.flush_all().expect("flush");
+    drop(p);
+    let p = pool(dir.path(), 32, Arc::new(FakeLog::default()));
+    for no in 0..200u64 {
+        assert_eq!(get_value(&p, no, Access::Normal), no * 3);
+    }
+}
+
+#[test]
+fn flushing_visits_only_dirty_pages() {
+    let dir = scratch();
+    let log = Arc::new(FakeLog::default());
+    let p = pool(dir.path(), 1100, Arc::clone(&log));
+    for no in 0..1000u64 {
+        put_pattern(&p, no, no, 1 + no);
+    }
+    p.flush_all().expect("flush");
+    let before = p.stats();
+    assert_eq!(before.dirty_pages, 0);
+    for no in (0..1000u64).step_by(100) {
+        let mut pg = p.write(no).expect("write");
+        pg.data_mut()[PAGE_HEADER_BYTES] ^= 1;
+        pg.mark_dirty(Lsn(5000 + no));
+    }
+    assert_eq!(p.stats().dirty_pages, 10);
+    assert_eq!(p.oldest_dirty_lsn(), Some(Lsn(5000)));
+    assert_eq!(p.flush_all().expect("flush"), 10);
+    let after = p.stats();
+    assert_eq!(
+        after.flush_list_visits - before.flush_list_visits,
+        10,
+        "1000 cached pages, 10 dirty: the flush looked at 10"
+    );
+    assert_eq!(after.pages_written - before.pages_written, 10);
+}
+
+#[test]
+fn scan_does_not_flush_the_hot_set() {
+    let dir = scratch();
+    let p = pool(dir.path(), 64, Arc::new(FakeLog::default()));
+    for no in 0..1000u64 {
+        put_pattern(&p, no, no, 1 + no);
+    }
+    p.flush_all().expect("flush");
+    let hot: Vec<u64> = (0..30).collect();
+    let round = |p: &Pool| {
+        let before = p.stats();
+        for _ in 0..5 {
+            for &no in &hot {
+                assert_eq!(get_value(p, no, Access::Normal), no);
+            }
+        }
+        let after = p.stats();
+        let hits = after.hits - before.hits;
+        hits as f64 / (hits + after.misses - before.misses) as f64
+    };
+    round(&p);
+    let warm = round(&p);
+    assert!(warm > 0.99, "warm hit ratio {warm}");
+    // A scan of 15x the cache, several accesses per page as a cursor makes.
+    for no in 100..1000u64 {
+        for _ in 0..3 {
+            assert_eq!(get_value(&p, no, Access::Scan), no);
+        }
+    }
+    let after_scan = round(&p);
+    assert!(
+        after_scan >= warm - 0.10,
+        "hit ratio {warm} before the scan, {after_scan} after"
+    );
+}
+
+#[test]
+fn damaged_and_misdirected_pages_are_errors_not_data() {
+    use std::os::unix::fs::FileExt;
+    let dir = scratch();
+    let p = pool(dir.path(), 32, Arc::new(FakeLog::default()));
+    for no in 0..8u64 {
+        put_pattern(&p, no, 100 + no, 1);
+    }
+    p.flush_all().expect("flush");
+    drop(p);
+    let raw = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(dir.path().join("data"))
+        .expect("raw");
+    // Bit rot in page 2; page 3's image copied over page 5 (misdirected write).
+    let mut b = [0u8; 1];
+    raw.read_exact_at(&mut b, 2 * 8192 + 4000).expect("read");
+    raw.write_all_at(&[b[0] ^ 0x40], 2 * 8192 + 4000)
+        .expect("write");
+    let mut img = vec![0u8; 8192];
+    raw.read_exact_at(&mut img, 3 * 8192).expect("read");
+    raw.write_all_at(&img, 5 * 8192).expect("write");
+    raw.sync_all().expect("sync");
+    let p = pool(dir.path(), 32, Arc::new(FakeLog::default()));
+    for (no, what) in [(2u64, "checksum"), (5, "misdirected")] {
+        match p
+            .read(no, Access::Normal)
+            .err()
+            .expect("a bad page is an error")
+        {
+            Error::Corruption {
+                path,
+                offset,
+                detail,
+            } => {
+                assert!(path.ends_with("data"));
+                assert_eq!(offset, no * 8192);
+                assert!(detail.contains(what), "{detail}");
+            }
+            other => panic!("page {no}: {other}"),
+        }
+    }
+    for no in [0u64, 1, 3, 4, 6, 7] {
+        assert_eq!(get_value(&p, no, Access::Normal), 100 + no);
+    }
+}
+
+#[test]
+fn concurrent_updates_through_latches_lose_nothing() {
+    const THREADS: u64 = 4;
+    const ROUNDS: u64 = 2000;
+    const PAGES: u64 = 40;
+    let dir = scratch();
+    let log = Arc::new(FakeLog::default());
+    let p = Arc::new(pool(dir.path(), 16, log));
+    for no in 0..PAGES {
+        put_pattern(&p, no, 0, 1);
+    }
+    let lsn = Arc::new(AtomicU64::new(10));
+    let handles: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let (p, lsn) = (Arc::clone(&p), Arc::clone(&lsn));
+            std::thread::spawn(move || {
+                let mut x = t * 7919 + 1;
+                for _ in 0..ROUNDS {
+                    x = x
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    let no = (x >> 33) % PAGES;
+                    let mut pg = p.write(no).expect("write");
+                    let body = &mut pg.data_mut()[PAGE_HEADER_BYTES..PAGE_HEADER_BYTES + 8];
+                    let v = u64::from_le_bytes((&*body).try_into().expect("8")) + 1;
+                    body.copy_from_slice(&v.to_le_bytes());
+                    pg.mark_dirty(Lsn(lsn.fetch_add(1, Ordering::SeqCst)));
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().expect("thread");
+    }
+    let total: u64 = (0..PAGES).map(|no| get_value(&p, no, Access::Normal)).sum();
+    assert_eq!(total, THREADS * ROUNDS);
+}
+
+#[test]
+fn control_file_falls_back_to_the_older_slot() {
+    use std::os::unix::fs::FileExt;
+    let dir = scratch();
+    let path = dir.path().join("CONTROL");
+    let base = Control {
+        page_bytes: 8192,
+        generation: 0,
+        db_id: DB,
+        checkpoint_lsn: Lsn(10),
+        redo_lsn: Lsn(5),
+        root_page: 1,
+        page_count: 2,
+        freelist_head: 0,
+        flags: 0,
+    };
+    let mut cf = ControlFile::create(&OsStorage, &path, base).expect("create");
+    cf.write(Control {
+        redo_lsn: Lsn(99),
+        ..base
+    })
+    .expect("write");
+    let newest = cf.current();
+    assert_eq!(newest.redo_lsn, Lsn(99));
+    drop(cf);
+    assert_eq!(
+        ControlFile::open(&OsStorage, &path)
+            .expect("open")
+            .current(),
+        newest
+    );
+    // Damage the newest slot (a torn control write): the previous one wins.
+    let raw = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .expect("raw");
+    let slot = newest.generation % 2;
+    raw.write_all_at(&[0xFF; 16], slot * 4096 + 40)
+        .expect("write");
+    let older = ControlFile::open(&OsStorage, &path)
+        .expect("open")
+        .current();
+    assert_eq!(older.generation, newest.generation - 1);
+    assert_eq!(older.redo_lsn, Lsn(5));
+    // Both damaged: not a database, said clearly.
+    raw.write_all_at(&[0xFF; 16], (1 - slot) * 4096 + 40)
+        .expect("write");
+    assert!(matches!(
+        ControlFile::open(&OsStorage, &path),
+        Err(Error::NotADatabase { .. })
+    ));
+    // A newer format version is refused, not guessed at.
+    let path2 = dir.path().join("CONTROL2");
+    ControlFile::create(&OsStorage, &path2, base).expect("create");
+    let raw2 = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path2)
+        .expect("raw");
+    for slot in 0..2u64 {
+        let mut b = vec![0u8; 92];
+        raw2.read_exact_at(&mut b, slot * 4096).expect("read");
+        b[8..12].copy_from_slice(&2u32.to_le_bytes());
+        let crc = crc32c_of(&b[..88]);
+        b[88..92].copy_from_slice(&crc.to_le_bytes());
+        raw2.write_all_at(&b, slot * 4096).expect("write");
+    }
+    assert!(matches!(
+        ControlFile::open(&OsStorage, &path2),
+        Err(Error::FormatVersion {
+            found: 2,
+            supported: 1,
+            ..
+        })
+    ));
+}
+
+fn crc32c_of(b: &[u8]) -> u32 {
+    // CRC32C (Castagnoli), bitwise: the test's own implementation, independent
+    // of the engine's.
+    let mut crc = !0u32;
+    for &byte in b {
+        crc ^= u32::from(byte);
+        for _ in 0..8 {
+            crc = if crc & 1 != 0 {
+                (crc >> 1) ^ 0x82F6_3B78
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    !crc
+}
