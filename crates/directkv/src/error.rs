@@ -227,6 +227,26 @@ pub enum Error {
         holder: String,
     },
 
+    /// Every cache frame is pinned: the cache is too small for what is asked.
+    #[error("all {frames} cache frames are pinned; raise cache_bytes")]
+    CacheExhausted {
+        /// Frames in the cache.
+        frames: usize,
+    },
+
+    /// A transaction changes more pages than the cache can hold until its commit
+    /// record is written. Nothing was changed.
+    #[error(
+        "the transaction changes more pages ({pages}) than the cache can hold at once \
+         ({frames} frames); raise cache_bytes or split the transaction. Nothing was changed"
+    )]
+    TransactionTooLarge {
+        /// Pages the transaction had changed when the cache ran out.
+        pages: usize,
+        /// Frames in the cache.
+        frames: usize,
+    },
+
     /// An argument is outside what the engine accepts.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

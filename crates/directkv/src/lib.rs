@@ -10,8 +10,10 @@
 
 #![deny(missing_docs)]
 
+pub mod btree;
 pub mod buffer;
 pub mod constants;
+mod db;
 mod error;
 pub mod format;
 pub mod fsync_test;
@@ -19,5 +21,6 @@ pub mod io;
 mod lsn;
 pub mod wal;
 
+pub use db::{Database, Durability, Options, RangeIter, ReadTxn, Stalls, Stats, WriteTxn};
 pub use error::{Error, IoOp, Result};
 pub use lsn::Lsn;

@@ -4,5 +4,5 @@
 mod pool;
 mod replacer;
 
-pub use pool::{BufferPool, LogFlusher, PageMut, PageRef, PoolStats, FRAMES_MIN};
+pub use pool::{BufferPool, Held, LogFlusher, PageMut, PageRef, PoolStats, FRAMES_MIN};
 pub use replacer::Access;

@@ -93,6 +93,8 @@ struct Frame {
     data: RwLock<AlignedBuf>,
     page: AtomicU64,
     valid: AtomicBool,
+    /// Changed by a commit whose record is not yet in the log: never written.
+    held: AtomicBool,
     pins: AtomicU32,
     dirty: AtomicBool,
     rec_lsn: AtomicU64,
@@ -167,6 +169,19 @@ impl<S: Storage, L: LogFlusher> PageMut<'_, S, L> {
             .page
             .load(Ordering::Acquire)
     }
+    /// Keeps the page pinned and unwritable after this guard is dropped, until
+    /// [`BufferPool::release_held`]: for changes whose log record (the commit)
+    /// does not exist yet. Returns the handle to release it with.
+    pub fn hold(&mut self) -> Held {
+        let f = &self.pool.frames[self.frame as usize];
+        assert!(!f.held.swap(true, Ordering::AcqRel), "a page is held once");
+        f.pins.fetch_add(1, Ordering::AcqRel);
+        Held {
+            frame: self.frame,
+            page: self.page_no(),
+        }
+    }
+
     /// Records that the page now holds a change logged ending at `lsn`: sets
     /// the page LSN and puts the page on the flush list if it was clean.
     pub fn mark_dirty(&mut self, lsn: Lsn) {
@@ -184,6 +199,21 @@ impl<S: Storage, L: LogFlusher> PageMut<'_, S, L> {
 impl<S: Storage, L: LogFlusher> Drop for PageMut<'_, S, L> {
     fn drop(&mut self) {
         self.pool.unpin(self.frame);
+    }
+}
+
+/// A page kept in the pool by [`PageMut::hold`].
+#[derive(Debug)]
+#[must_use = "a held page stays pinned until released"]
+pub struct Held {
+    frame: u32,
+    page: u64,
+}
+
+impl Held {
+    /// The page number.
+    pub fn page_no(&self) -> u64 {
+        self.page
     }
 }
 
@@ -231,6 +261,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
                     data: RwLock::new(buf),
                     page: AtomicU64::new(NO_PAGE),
                     valid: AtomicBool::new(false),
+                    held: AtomicBool::new(false),
                     pins: AtomicU32::new(0),
                     dirty: AtomicBool::new(false),
                     rec_lsn: AtomicU64::new(0),
@@ -251,6 +282,11 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
             counters: Counters::default(),
             _arena: arena,
         })
+    }
+
+    /// Frames in the pool.
+    pub fn frames(&self) -> usize {
+        self.frames.len()
     }
 
     /// The page size.
@@ -378,11 +414,9 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
             };
             return Ok((f, fixed));
         }
-        Err(Error::InvalidArgument(format!(
-            "every one of the {} cache frames is pinned; the cache is too small for the \
-             concurrency asked of it",
-            self.frames.len()
-        )))
+        Err(Error::CacheExhausted {
+            frames: self.frames.len(),
+        })
     }
 
     /// Pins and latches `page` if it is in the pool.
@@ -464,7 +498,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     fn write_back(&self, f: u32) -> Result<()> {
         let frame = &self.frames[f as usize];
         let mut guard = frame.data.write().unwrap_or_else(|p| p.into_inner());
-        if !frame.dirty.load(Ordering::Acquire) {
+        if !frame.dirty.load(Ordering::Acquire) || frame.held.load(Ordering::Acquire) {
             return Ok(());
         }
         let page_no = frame.page.load(Ordering::Acquire);
@@ -489,6 +523,28 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
         Ok(())
     }
 
+    /// Ends a hold: marks the page dirty at `lsn` (its change is now logged,
+    /// ending at `lsn`) and lets it be written and evicted again. With `None`,
+    /// the change was undone and the page keeps its previous state.
+    pub fn release_held(&self, held: Held, lsn: Option<Lsn>) {
+        let f = &self.frames[held.frame as usize];
+        {
+            let guard = f.data.write().unwrap_or_else(|p| p.into_inner());
+            let mut page = PageMut {
+                pool: self,
+                frame: held.frame,
+                guard,
+            };
+            // The guard's drop unpins once: pin for it first.
+            f.pins.fetch_add(1, Ordering::AcqRel);
+            if let Some(lsn) = lsn {
+                page.mark_dirty(lsn);
+            }
+            f.held.store(false, Ordering::Release);
+        }
+        self.unpin(held.frame);
+    }
+
     /// Writes back up to `max_pages` dirty pages, oldest first change first;
     /// returns how many were written. Touches only the flush list.
     ///
@@ -506,29 +562,26 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
         for f in batch {
             let frame = &self.frames[f as usize];
             frame.pins.fetch_add(1, Ordering::AcqRel);
+            let was_dirty = frame.dirty.load(Ordering::Acquire);
             let result = self.write_back(f);
             self.unpin(f);
             result?;
-            written += 1;
+            if was_dirty && !frame.dirty.load(Ordering::Acquire) {
+                written += 1;
+            }
         }
         Ok(written)
     }
 
-    /// Writes back every dirty page (a flush-list walk) and syncs the data file.
+    /// Writes back every dirty page not held by a commit under way (one walk of
+    /// the flush list), then syncs the data file.
     ///
     /// # Errors
     /// As [`flush_oldest`](Self::flush_oldest), and the sync's error.
     pub fn flush_all(&self) -> Result<usize> {
-        let mut total = 0;
-        loop {
-            let n = self.flush_oldest(256)?;
-            total += n;
-            if n == 0 {
-                break;
-            }
-        }
+        let n = self.flush_oldest(usize::MAX)?;
         self.file.sync_all()?;
-        Ok(total)
+        Ok(n)
     }
 
     /// The oldest first-change LSN of any dirty page: recovery must replay from

@@ -1,0 +1,513 @@
+//! Slotted B+tree pages: the byte layout of leaves and branches, and the edits
+//! the tree makes to them. Pure functions over a page buffer; no I/O.
+//!
+//! Body layout after the 48-byte common header (little-endian):
+//!
+//! | offset | size | field |
+//! |--------|------|-------|
+//! | 48 | 2 | slot count `n` |
+//! | 50 | 2 | cell start: lowest byte used by cells (cells grow down from the end) |
+//! | 52 | 2 | garbage: bytes of dead cells that compaction can reclaim |
+//! | 54 | 2 | reserved (zero) |
+//! | 56 | 8 | branch: leftmost child page; leaf: zero |
+//! | 64 | 2n | slot array: offsets of the cells, in key order |
+//!
+//! Leaf cell: `klen u16 | flags u8 | vlen u32 | key | value` where flags bit 0
+//! marks an overflow value, stored as `first page u64` (vlen is then the total).
+//! Branch cell: `klen u16 | child u64 | key`; the child holds keys ≥ key, the
+//! leftmost child keys below the first key.
+//!
+//! [`validate`] checks all of this once when a page comes from disk, so the
+//! accessors below can index without checks on pages that passed it (or that
+//! the engine built itself).
+
+use crate::format::page::{PageType, PAGE_HEADER_BYTES};
+
+const N: usize = PAGE_HEADER_BYTES;
+const CELL_START: usize = N + 2;
+const GARBAGE: usize = N + 4;
+const LEFTMOST: usize = N + 8;
+/// Where the slot array begins.
+pub const SLOTS: usize = N + 16;
+/// Bytes of a leaf cell before its key.
+pub const LEAF_CELL_HEADER: usize = 7;
+/// Bytes of a branch cell before its key.
+pub const BRANCH_CELL_HEADER: usize = 10;
+const OVERFLOW_FLAG: u8 = 1;
+
+fn u16_at(p: &[u8], o: usize) -> usize {
+    u16::from_le_bytes([p[o], p[o + 1]]) as usize
+}
+
+fn set_u16(p: &mut [u8], o: usize, v: usize) {
+    let v = u16::try_from(v).expect("page offsets fit in u16 (pages are at most 16 KiB)");
+    p[o..o + 2].copy_from_slice(&v.to_le_bytes());
+}
+
+fn u32_at(p: &[u8], o: usize) -> u32 {
+    u32::from_le_bytes([p[o], p[o + 1], p[o + 2], p[o + 3]])
+}
+
+fn u64_at(p: &[u8], o: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&p[o..o + 8]);
+    u64::from_le_bytes(a)
+}
+
+/// The page type stored in the common header.
+pub fn page_type(p: &[u8]) -> Option<PageType> {
+    match u16::from_le_bytes([p[8], p[9]]) {
+        1 => Some(PageType::Leaf),
+        2 => Some(PageType::Branch),
+        3 => Some(PageType::Overflow),
+        4 => Some(PageType::Free),
+        _ => None,
+    }
+}
+
+/// Formats `p` as an empty leaf.
+pub fn init_leaf(p: &mut [u8]) {
+    init(p, PageType::Leaf, 0);
+}
+
+/// Formats `p` as a branch with only its leftmost child.
+pub fn init_branch(p: &mut [u8], leftmost: u64) {
+    init(p, PageType::Branch, leftmost);
+}
+
+fn init(p: &mut [u8], t: PageType, leftmost: u64) {
+    crate::format::page::init(p, t);
+    p[N..].fill(0);
+    set_u16(p, CELL_START, p.len());
+    p[LEFTMOST..LEFTMOST + 8].copy_from_slice(&leftmost.to_le_bytes());
+}
+
+/// Cells in the page.
+pub fn count(p: &[u8]) -> usize {
+    u16_at(p, N)
+}
+
+fn cell_start(p: &[u8]) -> usize {
+    u16_at(p, CELL_START)
+}
+
+fn slot(p: &[u8], i: usize) -> usize {
+    u16_at(p, SLOTS + 2 * i)
+}
+
+fn is_leaf(p: &[u8]) -> bool {
+    page_type(p) == Some(PageType::Leaf)
+}
+
+/// The key of cell `i`.
+pub fn key(p: &[u8], i: usize) -> &[u8] {
+    let c = slot(p, i);
+    let klen = u16_at(p, c);
+    let h = if is_leaf(p) {
+        LEAF_CELL_HEADER
+    } else {
+        BRANCH_CELL_HEADER
+    };
+    &p[c + h..c + h + klen]
+}
+
+/// A leaf cell's value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Value<'a> {
+    /// Stored in the cell.
+    Inline(&'a [u8]),
+    /// Stored in an overflow chain.
+    Overflow {
+        /// Total length.
+        len: u32,
+        /// First overflow page.
+        page: u64,
+    },
+}
+
+impl Value<'_> {
+    /// Bytes this value occupies in a cell.
+    pub fn cell_bytes(&self) -> usize {
+        match self {
+            Value::Inline(v) => v.len(),
+            Value::Overflow { .. } => 8,
+        }
+    }
+}
+
+/// The value of leaf cell `i`.
+pub fn value(p: &[u8], i: usize) -> Value<'_> {
+    let c = slot(p, i);
+    let klen = u16_at(p, c);
+    let flags = p[c + 2];
+    let vlen = u32_at(p, c + 3);
+    let v = c + LEAF_CELL_HEADER + klen;
+    if flags & OVERFLOW_FLAG != 0 {
+        Value::Overflow {
+            len: vlen,
+            page: u64_at(p, v),
+        }
+    } else {
+        Value::Inline(&p[v..v + vlen as usize])
+    }
+}
+
+/// The child of branch cell `i`.
+pub fn child(p: &[u8], i: usize) -> u64 {
+    u64_at(p, slot(p, i) + 2)
+}
+
+/// A branch's leftmost child.
+pub fn leftmost(p: &[u8]) -> u64 {
+    u64_at(p, LEFTMOST)
+}
+
+/// Sets a branch's leftmost child.
+pub fn set_leftmost(p: &mut [u8], child: u64) {
+    p[LEFTMOST..LEFTMOST + 8].copy_from_slice(&child.to_le_bytes());
+}
+
+/// Sets the child of branch cell `i`.
+pub fn set_child(p: &mut [u8], i: usize, child: u64) {
+    let c = slot(p, i);
+    p[c + 2..c + 10].copy_from_slice(&child.to_le_bytes());
+}
+
+/// Binary search: `Ok(i)` if cell `i` has `key`, else `Err(i)` where it would go.
+pub fn search(p: &[u8], k: &[u8]) -> Result<usize, usize> {
+    let (mut lo, mut hi) = (0usize, count(p));
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        match key(p, mid).cmp(k) {
+            std::cmp::Ordering::Less => lo = mid + 1,
+            std::cmp::Ordering::Greater => hi = mid,
+            std::cmp::Ordering::Equal => return Ok(mid),
+        }
+    }
+    Err(lo)
+}
+
+/// The child a branch routes `k` to, and its position: `None` for the leftmost.
+pub fn route(p: &[u8], k: &[u8]) -> (u64, Option<usize>) {
+    match search(p, k) {
+        Ok(i) => (child(p, i), Some(i)),
+        Err(0) => (leftmost(p), None),
+        Err(i) => (child(p, i - 1), Some(i - 1)),
+    }
+}
+
+/// The child a branch routes keys just below `k` to: like [`route`], but a cell
+/// whose key equals `k` is not taken (its child holds keys ≥ `k`).
+pub fn route_below(p: &[u8], k: &[u8]) -> (u64, Option<usize>) {
+    match search(p, k) {
+        Ok(0) | Err(0) => (leftmost(p), None),
+        Ok(i) | Err(i) => (child(p, i - 1), Some(i - 1)),
+    }
+}
+
+/// Bytes a leaf cell for `key`/`value` takes, slot included.
+pub fn leaf_cell_bytes(key: &[u8], v: &Value<'_>) -> usize {
+    2 + LEAF_CELL_HEADER + key.len() + v.cell_bytes()
+}
+
+/// Bytes a branch cell for `key` takes, slot included.
+pub fn branch_cell_bytes(key: &[u8]) -> usize {
+    2 + BRANCH_CELL_HEADER + key.len()
+}
+
+/// Free bytes after compaction.
+pub fn free_bytes(p: &[u8]) -> usize {
+    cell_start(p) - (SLOTS + 2 * count(p)) + u16_at(p, GARBAGE)
+}
+
+/// Bytes used by live cells and slots.
+pub fn used_bytes(p: &[u8]) -> usize {
+    p.len() - SLOTS - free_bytes(p)
+}
+
+fn cell_len(p: &[u8], c: usize) -> usize {
+    let klen = u16_at(p, c);
+    if is_leaf(p) {
+        let flags = p[c + 2];
+        let vlen = if flags & OVERFLOW_FLAG != 0 {
+            8
+        } else {
+            u32_at(p, c + 3) as usize
+        };
+        LEAF_CELL_HEADER + klen + vlen
+    } else {
+        BRANCH_CELL_HEADER + klen
+    }
+}
+
+/// Rewrites the cells contiguously at the end of the page, dropping garbage.
+pub fn compact(p: &mut [u8]) {
+    let n = count(p);
+    let mut cells: Vec<Vec<u8>> = Vec::with_capacity(n);
+    for i in 0..n {
+        let c = slot(p, i);
+        cells.push(p[c..c + cell_len(p, c)].to_vec());
+    }
+    let mut end = p.len();
+    for (i, cell) in cells.iter().enumerate() {
+        end -= cell.len();
+        p[end..end + cell.len()].copy_from_slice(cell);
+        set_u16(p, SLOTS + 2 * i, end);
+    }
+    let slots_end = SLOTS + 2 * n;
+    p[slots_end..end].fill(0);
+    set_u16(p, CELL_START, end);
+    set_u16(p, GARBAGE, 0);
+}
+
+/// Reserves `len` bytes for a new cell at slot `i`; `None` if it does not fit.
+fn reserve(p: &mut [u8], i: usize, len: usize) -> Option<usize> {
+    if free_bytes(p) < len + 2 {
+        return None;
+    }
+    let n = count(p);
+    if cell_start(p) < SLOTS + 2 * (n + 1) + len {
+        compact(p);
+    }
+    let c = cell_start(p) - len;
+    let at = SLOTS + 2 * i;
+    p.copy_within(at..SLOTS + 2 * n, at + 2);
+    set_u16(p, at, c);
+    set_u16(p, N, n + 1);
+    set_u16(p, CELL_START, c);
+    Some(c)
+}
+
+/// Inserts a leaf cell at slot `i`; false if it does not fit.
+pub fn leaf_insert(p: &mut [u8], i: usize, key: &[u8], v: &Value<'_>) -> bool {
+    let len = LEAF_CELL_HEADER + key.len() + v.cell_bytes();
+    let Some(c) = reserve(p, i, len) else {
+        return false;
+    };
+    p[c..c + 2].copy_from_slice(&(key.len() as u16).to_le_bytes());
+    let (flags, vlen, bytes): (u8, u32, Vec<u8>) = match v {
+        Value::Inline(b) => (0, b.len() as u32, b.to_vec()),
+        Value::Overflow { len, page } => (OVERFLOW_FLAG, *len, page.to_le_bytes().to_vec()),
+    };
+    p[c + 2] = flags;
+    p[c + 3..c + 7].copy_from_slice(&vlen.to_le_bytes());
+    let k = c + LEAF_CELL_HEADER;
+    p[k..k + key.len()].copy_from_slice(key);
+    p[k + key.len()..k + key.len() + bytes.len()].copy_from_slice(&bytes);
+    true
+}
+
+/// Inserts a branch cell at slot `i`; false if it does not fit.
+pub fn branch_insert(p: &mut [u8], i: usize, key: &[u8], child: u64) -> bool {
+    let len = BRANCH_CELL_HEADER + key.len();
+    let Some(c) = reserve(p, i, len) else {
+        return false;
+    };
+    p[c..c + 2].copy_from_slice(&(key.len() as u16).to_le_bytes());
+    p[c + 2..c + 10].copy_from_slice(&child.to_le_bytes());
+    p[c + BRANCH_CELL_HEADER..c + BRANCH_CELL_HEADER + key.len()].copy_from_slice(key);
+    true
+}
+
+/// Removes cell `i` (its bytes become garbage).
+pub fn remove(p: &mut [u8], i: usize) {
+    let n = count(p);
+    assert!(i < n);
+    let c = slot(p, i);
+    let len = cell_len(p, c);
+    p[c..c + len].fill(0);
+    let at = SLOTS + 2 * i;
+    p.copy_within(at + 2..SLOTS + 2 * n, at);
+    p[SLOTS + 2 * (n - 1)..SLOTS + 2 * n].fill(0);
+    set_u16(p, N, n - 1);
+    let g = u16_at(p, GARBAGE) + len;
+    set_u16(p, GARBAGE, g);
+}
+
+/// Moves the upper part of a full page into the empty page `right` (same type),
+/// splitting by bytes. Returns the separator: the first key of `right` for a
+/// leaf; for a branch, the middle key, which moves up (its child becomes
+/// `right`'s leftmost).
+pub fn split(p: &mut [u8], right: &mut [u8]) -> Vec<u8> {
+    let n = count(p);
+    assert!(n >= 2, "a page with fewer than two cells is never split");
+    let leaf = is_leaf(p);
+    let total = used_bytes(p);
+    let mut acc = 0;
+    let mut mid = n / 2;
+    for i in 0..n {
+        acc += 2 + cell_len(p, slot(p, i));
+        if acc >= total / 2 {
+            mid = (i + 1).clamp(1, n - 1);
+            break;
+        }
+    }
+    let sep = key(p, mid).to_vec();
+    let (first_moved, sep_out) = if leaf {
+        init_leaf(right);
+        (mid, sep)
+    } else {
+        init_branch(right, child(p, mid));
+        (mid + 1, sep)
+    };
+    for (j, i) in (first_moved..n).enumerate() {
+        let k = key(p, i).to_vec();
+        let ok = if leaf {
+            let (inline, v) = match value(p, i) {
+                Value::Inline(b) => (b.to_vec(), None),
+                o => (Vec::new(), Some(o)),
+            };
+            leaf_insert(right, j, &k, &v.unwrap_or(Value::Inline(&inline)))
+        } else {
+            branch_insert(right, j, &k, child(p, i))
+        };
+        assert!(ok, "half a page fits in an empty page");
+    }
+    for i in (mid..n).rev() {
+        remove(p, i);
+    }
+    compact(p);
+    sep_out
+}
+
+/// Checks a page read from disk before the tree uses it; an error describes
+/// what is wrong. Leaves, branches, overflow and free pages are checked.
+pub fn validate(p: &[u8]) -> Result<(), String> {
+    let t = page_type(p).ok_or("unknown page type")?;
+    if !matches!(t, PageType::Leaf | PageType::Branch) {
+        return Ok(());
+    }
+    let n = count(p);
+    let start = cell_start(p);
+    if SLOTS + 2 * n > start || start > p.len() {
+        return Err(format!("slot array ({n} slots) overlaps cells at {start}"));
+    }
+    let h = if t == PageType::Leaf {
+        LEAF_CELL_HEADER
+    } else {
+        BRANCH_CELL_HEADER
+    };
+    let mut prev: Option<&[u8]> = None;
+    for i in 0..n {
+        let c = slot(p, i);
+        if c < start || c + h > p.len() {
+            return Err(format!("cell {i} at {c} is outside the cell area"));
+        }
+        let klen = u16_at(p, c);
+        let vlen = if t == PageType::Leaf {
+            if p[c + 2] & !OVERFLOW_FLAG != 0 {
+                return Err(format!("cell {i} has unknown flags"));
+            }
+            if p[c + 2] & OVERFLOW_FLAG != 0 {
+                8
+            } else {
+                u32_at(p, c + 3) as usize
+            }
+        } else {
+            0
+        };
+        if c + h + klen + vlen > p.len() {
+            return Err(format!("cell {i} runs past the page end"));
+        }
+        let k = &p[c + h..c + h + klen];
+        if prev.is_some_and(|pk| pk >= k) {
+            return Err(format!("keys out of order at cell {i}"));
+        }
+        prev = Some(k);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+// Big-endian keys sort in numeric order, which these tests rely on; no on-disk
+// integer is written this way.
+#[allow(clippy::big_endian_bytes)]
+mod tests {
+    use super::*;
+
+    fn leaf(size: usize) -> Vec<u8> {
+        let mut p = vec![0u8; size];
+        init_leaf(&mut p);
+        p
+    }
+
+    #[test]
+    fn insert_search_remove_compact() {
+        let mut p = leaf(4096);
+        for (i, k) in [b"b", b"d", b"a", b"c"].iter().enumerate() {
+            let at = search(&p, *k).expect_err("absent");
+            assert!(leaf_insert(&mut p, at, *k, &Value::Inline(&[i as u8; 10])));
+        }
+        assert_eq!(count(&p), 4);
+        let keys: Vec<_> = (0..4).map(|i| key(&p, i).to_vec()).collect();
+        assert_eq!(
+            keys,
+            vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec(), b"d".to_vec()]
+        );
+        assert_eq!(value(&p, 0), Value::Inline(&[2u8; 10]));
+        validate(&p).expect("valid");
+        let free = free_bytes(&p);
+        remove(&mut p, 1);
+        assert_eq!(free_bytes(&p), free + 2 + LEAF_CELL_HEADER + 1 + 10);
+        compact(&mut p);
+        validate(&p).expect("valid after compaction");
+        assert_eq!(search(&p, b"c"), Ok(1));
+    }
+
+    #[test]
+    fn fills_then_splits() {
+        let mut p = leaf(4096);
+        let mut i = 0u32;
+        loop {
+            let k = i.to_be_bytes();
+            let at = search(&p, &k).expect_err("absent");
+            if !leaf_insert(&mut p, at, &k, &Value::Inline(&[7; 50])) {
+                break;
+            }
+            i += 1;
+        }
+        let mut right = vec![0u8; 4096];
+        let sep = split(&mut p, &mut right);
+        validate(&p).expect("left");
+        validate(&right).expect("right");
+        assert_eq!(count(&p) + count(&right), i as usize);
+        assert_eq!(key(&right, 0), sep.as_slice());
+        assert!(key(&p, count(&p) - 1) < sep.as_slice());
+        assert!(free_bytes(&p) > 1500 && free_bytes(&right) > 1500);
+    }
+
+    #[test]
+    fn branch_routes_and_splits() {
+        let mut b = vec![0u8; 4096];
+        init_branch(&mut b, 100);
+        for i in 0..150u32 {
+            let k = (i * 10).to_be_bytes();
+            assert!(branch_insert(&mut b, i as usize, &k, 1000 + u64::from(i)));
+        }
+        assert_eq!(route(&b, &[0, 0, 0, 0]), (1000, Some(0)));
+        assert_eq!(route(&b, &5u32.to_be_bytes()), (1000, Some(0)));
+        assert_eq!(route(&b, &15u32.to_be_bytes()), (1001, Some(1)));
+        let mut empty_key_branch = vec![0u8; 4096];
+        init_branch(&mut empty_key_branch, 7);
+        assert_eq!(route(&empty_key_branch, b"x"), (7, None));
+        let mut right = vec![0u8; 4096];
+        let sep = split(&mut b, &mut right);
+        validate(&b).expect("left");
+        validate(&right).expect("right");
+        assert_eq!(count(&b) + count(&right) + 1, 150);
+        assert_eq!(route(&right, &sep).0, leftmost(&right));
+    }
+
+    #[test]
+    fn validate_rejects_garbage() {
+        let mut p = leaf(4096);
+        assert!(leaf_insert(&mut p, 0, b"k", &Value::Inline(b"v")));
+        let mut bad = p.clone();
+        bad[SLOTS] = 0xFF;
+        bad[SLOTS + 1] = 0xFF;
+        assert!(validate(&bad).is_err());
+        let mut bad = p.clone();
+        set_u16(&mut bad, N, 2000);
+        assert!(validate(&bad).is_err());
+    }
+}

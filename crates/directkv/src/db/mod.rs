@@ -1,0 +1,712 @@
+//! The database: open (create or recover), transactions, checkpoints, stats.
+//!
+//! Files in the database directory (DESIGN.md, "On disk"): `LOCK`, `CONTROL`,
+//! `data`, and `wal/` (or `Options::wal_dir`).
+//!
+//! Open: take `LOCK`; read `CONTROL` (or create the database if the directory
+//! is empty); open `data` with the direct-I/O policy; open the WAL from the
+//! control's redo LSN, replaying every committed transaction's page records onto
+//! pages whose LSN is below the commit's (torn pages are rebuilt from their full
+//! images); then accept transactions.
+
+mod commit;
+mod records;
+mod txn;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+pub use records::Meta;
+pub use txn::{RangeIter, ReadTxn, WriteTxn};
+
+use crate::btree::node;
+use crate::buffer::{BufferPool, LogFlusher, PoolStats};
+use crate::error::{Error, Result};
+use crate::format::control::{Control, ControlFile};
+use crate::format::page;
+use crate::io::{
+    DirectIo, FileOptions, IoPath, OsStorage, Storage, StorageFile, SyncMethod, SyncVariant,
+};
+use crate::lsn::Lsn;
+use crate::wal::{DbId, Wal, WalOptions, WalStats};
+
+/// Whether `commit()` waits for the log to be durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub enum Durability {
+    /// `commit()` returns after the commit record is durable (the default).
+    #[default]
+    Sync,
+    /// `commit()` returns at once; a crash may lose the latest commits (never
+    /// part of one). **Not durable**: for tests and bulk loads.
+    NoSyncNotDurable,
+}
+
+/// How to open a database.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Bytes of page cache (the buffer pool). The engine's memory is this plus
+    /// bounded overhead: WAL buffers (2 × 4 MiB) and per-transaction state.
+    pub cache_bytes: usize,
+    /// Page size, fixed at creation: 4096, 8192 or 16384.
+    pub page_bytes: u32,
+    /// Direct-I/O policy for the data file and the WAL.
+    pub direct_io: DirectIo,
+    /// The WAL sync method. `None`: the fastest durable method recorded in a
+    /// device profile of the WAL directory (`directkv test-fsync --save-profile`),
+    /// else `fdatasync` (with direct I/O where available).
+    pub wal_sync: Option<SyncVariant>,
+    /// Where the WAL lives (default: `wal/` in the database directory). May be
+    /// another filesystem.
+    pub wal_dir: Option<PathBuf>,
+    /// Whether commits wait for durability.
+    pub durability: Durability,
+    /// WAL segment size.
+    pub wal_segment_bytes: u64,
+    /// A checkpoint starts by itself once this much WAL was written since the
+    /// last one.
+    pub checkpoint_wal_bytes: u64,
+    /// Create the database if the directory is missing or empty.
+    pub create_if_missing: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            cache_bytes: 128 << 20,
+            page_bytes: 8192,
+            direct_io: DirectIo::Auto,
+            wal_sync: None,
+            wal_dir: None,
+            durability: Durability::Sync,
+            wal_segment_bytes: crate::wal::SEGMENT_BYTES_DEFAULT,
+            checkpoint_wal_bytes: 256 << 20,
+            create_if_missing: true,
+        }
+    }
+}
+
+/// Waits over a millisecond in the foreground, counted by cause (DESIGN.md
+/// invariant 9).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Stalls {
+    /// Commits that waited over 1 ms for the WAL sync.
+    pub wal_sync_wait: u64,
+    /// Transactions that waited over 1 ms for the writer lock.
+    pub writer_lock_wait: u64,
+    /// Commits that waited over 1 ms for the tree lock (readers or a checkpoint start).
+    pub tree_lock_wait: u64,
+}
+
+/// What `Database::stats` reports.
+#[derive(Debug, Clone, Serialize)]
+pub struct Stats {
+    /// Buffer pool counters.
+    #[serde(skip)]
+    pub cache: PoolStats,
+    /// Cache hits.
+    pub cache_hits: u64,
+    /// Cache misses.
+    pub cache_misses: u64,
+    /// Dirty pages now.
+    pub dirty_pages: u64,
+    /// Pages read from the data file.
+    pub pages_read: u64,
+    /// Pages written to the data file.
+    pub pages_written: u64,
+    /// WAL counters.
+    #[serde(skip)]
+    pub wal: WalStats,
+    /// Bytes written to the WAL.
+    pub wal_bytes: u64,
+    /// Commits.
+    pub commits: u64,
+    /// Completed checkpoints.
+    pub checkpoints: u64,
+    /// Full-page images logged (torn-page protection).
+    pub full_page_images: u64,
+    /// Page deltas logged.
+    pub page_deltas: u64,
+    /// Foreground stalls by cause.
+    pub stalls: Stalls,
+    /// How the data file's bytes travel.
+    pub data_io: IoPath,
+    /// The WAL's sync method.
+    pub wal_sync: SyncVariant,
+    /// The torn-page protection in effect.
+    pub torn_page_protection: &'static str,
+}
+
+/// The log as the buffer pool sees it: during recovery everything read is
+/// durable already; afterwards, the open WAL.
+pub(crate) struct EngineLog<S: Storage> {
+    wal: OnceLock<Wal<S>>,
+}
+
+impl<S: Storage> LogFlusher for EngineLog<S> {
+    fn durable_lsn(&self) -> Lsn {
+        self.wal.get().map_or(Lsn(u64::MAX), Wal::durable_lsn)
+    }
+    fn flush_to(&self, lsn: Lsn) -> Result<()> {
+        match self.wal.get() {
+            Some(w) => w.flush(lsn),
+            None => Ok(()),
+        }
+    }
+}
+
+#[derive(Default)]
+struct Counters {
+    commits: AtomicU64,
+    checkpoints: AtomicU64,
+    full_images: AtomicU64,
+    deltas: AtomicU64,
+    wal_sync_wait: AtomicU64,
+    writer_lock_wait: AtomicU64,
+    tree_lock_wait: AtomicU64,
+    next_txn: AtomicU64,
+}
+
+pub(crate) struct Inner<S: Storage> {
+    dir: PathBuf,
+    opts: Options,
+    wal_sync: SyncVariant,
+    pub(crate) log: Arc<EngineLog<S>>,
+    pub(crate) pool: BufferPool<S, EngineLog<S>>,
+    /// The tree's root state; readers hold it shared per operation, a commit
+    /// exclusively while it changes pages.
+    pub(crate) tree: RwLock<Meta>,
+    writer: txn::TicketLock,
+    control: Mutex<ControlFile<S>>,
+    checkpointing: Mutex<()>,
+    /// Stop flag and wake-up of the background checkpointer.
+    checkpointer: Arc<(Mutex<bool>, std::sync::Condvar)>,
+    /// Pages last changed at or before this LSN get a full image logged.
+    fpi_horizon: AtomicU64,
+    /// The redo LSN of the last checkpoint.
+    last_redo: AtomicU64,
+    counters: Counters,
+    _lock: S::Lock,
+}
+
+/// An open database. `Send + Sync`: share one handle between threads.
+///
+/// # Examples
+/// ```no_run
+/// use directkv::{Database, Options};
+/// let db = Database::open("my.db", Options::default())?;
+/// let mut w = db.begin_write()?;
+/// w.put(b"hello", b"world")?;
+/// w.commit()?;
+/// assert_eq!(db.begin_read()?.get(b"hello")?, Some(b"world".to_vec()));
+/// # Ok::<(), directkv::Error>(())
+/// ```
+pub struct Database<S: Storage = OsStorage> {
+    inner: Arc<Inner<S>>,
+    checkpointer: Option<std::thread::JoinHandle<()>>,
+}
+
+const CONTROL_NAME: &str = "CONTROL";
+const DATA_NAME: &str = "data";
+const LOCK_NAME: &str = "LOCK";
+
+fn random_id() -> DbId {
+    let mut id = [0u8; 16];
+    // SAFETY: `id` is a writable buffer of 16 bytes for the call.
+    let n = unsafe { libc::getrandom(id.as_mut_ptr().cast(), id.len(), 0) };
+    if n != 16 {
+        // Fall back to time and pid: unique enough to tell databases apart.
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        id.copy_from_slice(&(t ^ (u128::from(std::process::id()) << 64)).to_le_bytes());
+    }
+    id
+}
+
+impl Database<OsStorage> {
+    /// Opens the database in directory `path`, creating it if the directory is
+    /// missing or empty (and `create_if_missing`), recovering it after a crash.
+    ///
+    /// # Errors
+    /// [`Error::DatabaseLocked`] if it is open elsewhere; [`Error::NotADatabase`]
+    /// for a non-empty directory that is not one; [`Error::FormatVersion`] for
+    /// another format; [`Error::Corruption`] when recovery finds damage it must
+    /// not paper over; [`Error::DirectIoUnsupported`] for `DirectIo::On` where
+    /// the filesystem refuses; I/O errors.
+    pub fn open(path: impl AsRef<Path>, opts: Options) -> Result<Self> {
+        Self::open_with(OsStorage, path.as_ref(), opts)
+    }
+}
+
+impl<S: Storage> Database<S> {
+    /// Opens with an explicit storage backend (for the simulated disk).
+    ///
+    /// # Errors
+    /// As [`Database::open`].
+    pub fn open_with(storage: S, path: &Path, opts: Options) -> Result<Self> {
+        if !crate::format::page::PAGE_SIZES.contains(&opts.page_bytes) {
+            return Err(Error::InvalidArgument(format!(
+                "page size {} is not one of 4096, 8192, 16384",
+                opts.page_bytes
+            )));
+        }
+        storage.create_dir_all(path)?;
+        let lock = storage.lock_exclusive(&path.join(LOCK_NAME))?;
+        let control_path = path.join(CONTROL_NAME);
+        if !storage.exists(&control_path) {
+            let foreign: Vec<String> = storage
+                .list_dir(path)?
+                .into_iter()
+                .filter(|n| n != LOCK_NAME)
+                .collect();
+            if !foreign.is_empty() {
+                return Err(Error::NotADatabase {
+                    path: path.to_path_buf(),
+                    detail: format!(
+                        "the directory has no CONTROL file but holds {} other entries (e.g. {:?}); \
+                         refusing to create a database over them",
+                        foreign.len(),
+                        foreign[0]
+                    ),
+                });
+            }
+            if !opts.create_if_missing {
+                return Err(Error::NotADatabase {
+                    path: path.to_path_buf(),
+                    detail: "empty directory and create_if_missing is off".into(),
+                });
+            }
+            create(&storage, path, &opts)?;
+        }
+        let control = ControlFile::open(&storage, &control_path)?;
+        // The page size is the database's (from CONTROL), not the caller's.
+        let c = control.current();
+        let data = storage.open(
+            &path.join(DATA_NAME),
+            &FileOptions {
+                direct_io: opts.direct_io,
+                sync: SyncMethod::Fsync,
+                ..FileOptions::default()
+            },
+        )?;
+        let log = Arc::new(EngineLog {
+            wal: OnceLock::new(),
+        });
+        let pool = BufferPool::new(
+            data,
+            c.page_bytes,
+            opts.cache_bytes,
+            c.db_id,
+            Arc::clone(&log),
+        )?;
+        let wal_dir = opts.wal_dir.clone().unwrap_or_else(|| path.join("wal"));
+        let wal_sync = choose_sync(&opts, &wal_dir, pool.file());
+        let mut wal_opts = WalOptions::new(&wal_dir, c.db_id);
+        wal_opts.sync = wal_sync;
+        wal_opts.segment_bytes = opts.wal_segment_bytes;
+        let mut meta = Meta {
+            root: c.root_page,
+            page_count: c.page_count,
+            freelist: c.freelist_head,
+        };
+        let mut replay = Replay::new(&pool);
+        let (wal, _end) = Wal::open(storage.clone(), wal_opts, c.redo_lsn, |rec| {
+            replay.record(&rec, &mut meta)
+        })?;
+        let next_txn = replay.max_txn + 1;
+        drop(replay);
+        let _ = log.wal.set(wal);
+        let inner = Inner {
+            dir: path.to_path_buf(),
+            wal_sync,
+            opts,
+            log,
+            pool,
+            tree: RwLock::new(meta),
+            writer: txn::TicketLock::default(),
+            control: Mutex::new(control),
+            checkpointing: Mutex::new(()),
+            checkpointer: Arc::new((Mutex::new(false), std::sync::Condvar::new())),
+            fpi_horizon: AtomicU64::new(c.redo_lsn.0),
+            last_redo: AtomicU64::new(c.redo_lsn.0),
+            counters: Counters::default(),
+            _lock: lock,
+        };
+        inner.counters.next_txn.store(next_txn, Ordering::Relaxed);
+        let signal = Arc::clone(&inner.checkpointer);
+        let inner = Arc::new(inner);
+        let checkpointer = spawn_checkpointer(Arc::downgrade(&inner), signal);
+        Ok(Database {
+            inner,
+            checkpointer,
+        })
+    }
+
+    /// Begins a read transaction: every read sees only whole committed
+    /// transactions (read committed; see [`ReadTxn`]).
+    ///
+    /// # Errors
+    /// None today; reserved for a closed or poisoned database.
+    pub fn begin_read(&self) -> Result<ReadTxn<'_, S>> {
+        Ok(ReadTxn::new(&self.inner))
+    }
+
+    /// Begins the write transaction, waiting (first come, first served) while
+    /// another is open.
+    ///
+    /// # Errors
+    /// [`Error::Poisoned`] after a WAL failure.
+    pub fn begin_write(&self) -> Result<WriteTxn<'_, S>> {
+        let t = Instant::now();
+        let ticket = self.inner.writer.acquire();
+        if t.elapsed() > Duration::from_millis(1) {
+            self.inner
+                .counters
+                .writer_lock_wait
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(WriteTxn::new(&self.inner, ticket))
+    }
+
+    /// Runs a checkpoint now: writes every page dirty when it starts (commits
+    /// go on meanwhile), logs a checkpoint record, updates `CONTROL`, and
+    /// recycles WAL segments recovery no longer needs.
+    ///
+    /// # Errors
+    /// I/O errors; the previous checkpoint stays valid then.
+    pub fn checkpoint(&self) -> Result<()> {
+        self.inner.checkpoint()
+    }
+
+    /// The engine's counters.
+    pub fn stats(&self) -> Stats {
+        self.inner.stats()
+    }
+
+    /// The database directory.
+    pub fn path(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// Checkpoints and closes. Dropping without closing is safe too: the next
+    /// open recovers from the WAL.
+    ///
+    /// # Errors
+    /// As [`checkpoint`](Self::checkpoint).
+    pub fn close(self) -> Result<()> {
+        self.inner.checkpoint()
+    }
+}
+
+impl<S: Storage> Database<S> {}
+
+impl<S: Storage> Drop for Database<S> {
+    fn drop(&mut self) {
+        // An orderly drop writes what was committed to the log (best effort: a
+        // failure here is what recovery is for); it does not checkpoint.
+        if let Some(wal) = self.inner.log.wal.get() {
+            let _ = wal.flush(wal.end_lsn());
+        }
+        let (stop, wake) = &*self.inner.checkpointer;
+        *stop.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        wake.notify_all();
+        if let Some(h) = self.checkpointer.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// Checkpoints in the background when the WAL since the last checkpoint passes
+/// `checkpoint_wal_bytes`, so no committer runs one. It holds the engine only
+/// while checkpointing, and stops when the database is dropped.
+fn spawn_checkpointer<S: Storage>(
+    weak: std::sync::Weak<Inner<S>>,
+    signal: Arc<(Mutex<bool>, std::sync::Condvar)>,
+) -> Option<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("directkv-checkpoint".into())
+        .spawn(move || loop {
+            {
+                let (stop, wake) = &*signal;
+                let stop = stop.lock().unwrap_or_else(|p| p.into_inner());
+                if *stop {
+                    return;
+                }
+                let (stop, _) = wake
+                    .wait_timeout(stop, Duration::from_millis(200))
+                    .unwrap_or_else(|p| p.into_inner());
+                if *stop {
+                    return;
+                }
+            }
+            let Some(inner) = weak.upgrade() else { return };
+            // A failed checkpoint leaves the previous one valid; the next try
+            // comes with the next wake-up.
+            let _ = inner.maybe_checkpoint();
+        })
+        // Without the thread, checkpoints still run on demand and at close.
+        .ok()
+}
+
+fn choose_sync<F: StorageFile>(opts: &Options, wal_dir: &Path, data: &F) -> SyncVariant {
+    if let Some(v) = opts.wal_sync {
+        return v;
+    }
+    if let Some(p) = crate::fsync_test::DeviceProfile::load_for_dir(wal_dir) {
+        return p.fastest_durable;
+    }
+    SyncVariant {
+        method: SyncMethod::Fdatasync,
+        direct: opts.direct_io != DirectIo::Off && data.io_path() == IoPath::Direct,
+    }
+}
+
+fn create<S: Storage>(storage: &S, path: &Path, opts: &Options) -> Result<()> {
+    let db_id = random_id();
+    let data = storage.open(
+        &path.join(DATA_NAME),
+        &FileOptions {
+            create: true,
+            truncate: true,
+            direct_io: opts.direct_io,
+            sync: SyncMethod::Fsync,
+            ..FileOptions::default()
+        },
+    )?;
+    // Page 0 is reserved; page 1 is the empty root leaf.
+    let unit = data.alignment().io_unit_bytes();
+    let mut buf = crate::io::AlignedBuf::new(2 * opts.page_bytes as usize, unit)?;
+    let pb = opts.page_bytes as usize;
+    for no in 0..2u64 {
+        let p = &mut buf.as_mut_slice()[no as usize * pb..(no as usize + 1) * pb];
+        if no == 0 {
+            crate::btree::tree::init_free(p, 0);
+        } else {
+            node::init_leaf(p);
+        }
+        page::seal_in_place(p, no, &db_id);
+    }
+    data.write_all_at(buf.io_all(), 0)?;
+    data.sync_all()?;
+    let tmp = path.join("CONTROL.tmp");
+    if storage.exists(&tmp) {
+        storage.remove_file(&tmp)?;
+    }
+    ControlFile::create(
+        storage,
+        &tmp,
+        Control {
+            page_bytes: opts.page_bytes,
+            generation: 0,
+            db_id,
+            checkpoint_lsn: Lsn::ZERO,
+            redo_lsn: Lsn::ZERO,
+            root_page: 1,
+            page_count: 2,
+            freelist_head: 0,
+            flags: 0,
+        },
+    )?;
+    storage.rename(&tmp, &path.join(CONTROL_NAME))?;
+    storage.sync_dir(path)
+}
+
+/// Redo: buffers each transaction's page records until its commit, then
+/// applies them to pages whose LSN is below the commit's.
+struct Replay<'a, S: Storage> {
+    pool: &'a BufferPool<S, EngineLog<S>>,
+    pending: HashMap<u64, Vec<Vec<u8>>>,
+    max_txn: u64,
+}
+
+impl<'a, S: Storage> Replay<'a, S> {
+    fn new(pool: &'a BufferPool<S, EngineLog<S>>) -> Self {
+        Replay {
+            pool,
+            pending: Default::default(),
+            max_txn: 0,
+        }
+    }
+
+    fn record(&mut self, rec: &crate::wal::Record, meta: &mut Meta) -> Result<()> {
+        match rec.kind {
+            records::PAGE => {
+                let txn = records::decode_page(&rec.payload)?.txn;
+                self.max_txn = self.max_txn.max(txn);
+                self.pending
+                    .entry(txn)
+                    .or_default()
+                    .push(rec.payload.clone());
+            }
+            records::COMMIT => {
+                let (txn, m) = records::decode_meta(&rec.payload)?;
+                self.max_txn = self.max_txn.max(txn);
+                let lsn = rec.end();
+                // Whether a page needs this commit is decided at its first
+                // record, before any is applied: applying marks the page at the
+                // commit's LSN, which must not hide the transaction's later
+                // records for the same page.
+                let mut needs: HashMap<u64, bool> = HashMap::new();
+                for payload in self.pending.remove(&txn).unwrap_or_default() {
+                    self.apply(&payload, lsn, &mut needs)?;
+                }
+                *meta = m;
+            }
+            records::ABORT => {
+                if let Ok(b) = <[u8; 8]>::try_from(rec.payload.as_slice()) {
+                    self.pending.remove(&u64::from_le_bytes(b));
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn apply(&self, payload: &[u8], lsn: Lsn, needs: &mut HashMap<u64, bool>) -> Result<()> {
+        let r = records::decode_page(payload)?;
+        if needs.get(&r.page) == Some(&false) {
+            return Ok(());
+        }
+        let mut p = match self.pool.write(r.page) {
+            Ok(p) => p,
+            // A torn, never-written or missing page is rebuilt from its image.
+            Err(Error::Corruption { .. } | Error::UnexpectedEof { .. }) if r.full => {
+                self.pool.create(r.page)?
+            }
+            Err(e) => return Err(e),
+        };
+        let need = *needs
+            .entry(r.page)
+            .or_insert_with(|| page::page_lsn(p.data()) < lsn);
+        if !need {
+            return Ok(());
+        }
+        r.apply(p.data_mut())?;
+        p.mark_dirty(lsn);
+        Ok(())
+    }
+}
+
+impl<S: Storage> EngineLog<S> {
+    /// Waits until the WAL is durable up to `lsn`.
+    pub(crate) fn flush_to_wal(&self, lsn: Lsn) -> Result<()> {
+        self.wal.get().expect("open").flush(lsn)
+    }
+}
+
+impl<S: Storage> Inner<S> {
+    fn wal(&self) -> &Wal<S> {
+        self.log.wal.get().expect("open")
+    }
+
+    pub(crate) fn next_txn(&self) -> u64 {
+        self.counters.next_txn.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn checkpoint(&self) -> Result<()> {
+        let one = self.checkpointing.lock().unwrap_or_else(|p| p.into_inner());
+        self.checkpoint_locked(&one)
+    }
+
+    fn checkpoint_locked(&self, _one: &std::sync::MutexGuard<'_, ()>) -> Result<()> {
+        // The start: between commits, so every commit before it is in the
+        // pages we are about to write and every one after it is in the log
+        // from here on, with full images for pages it finds unchanged since.
+        let (start, meta) = {
+            let tree = self.tree.write().unwrap_or_else(|p| p.into_inner());
+            let start = self.wal().end_lsn();
+            self.fpi_horizon.store(start.0, Ordering::Release);
+            (start, *tree)
+        };
+        for _ in 0..10_000 {
+            self.pool.flush_all()?;
+            if self.pool.oldest_dirty_lsn().is_none_or(|l| l >= start) {
+                break;
+            }
+            // A commit holds a page dirty from before the start; it releases it
+            // within its (short) apply phase.
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        if self.pool.oldest_dirty_lsn().is_some_and(|l| l < start) {
+            return Err(Error::InvalidArgument(
+                "checkpoint could not write a page held by a commit".into(),
+            ));
+        }
+        let rec = records::encode_meta(start.0, &meta);
+        let end = self.wal().append(records::CHECKPOINT, &rec)?;
+        self.wal().flush(end)?;
+        {
+            let mut control = self.control.lock().unwrap_or_else(|p| p.into_inner());
+            let c = control.current();
+            control.write(Control {
+                checkpoint_lsn: end,
+                redo_lsn: start,
+                root_page: meta.root,
+                page_count: meta.page_count,
+                freelist_head: meta.freelist,
+                ..c
+            })?;
+        }
+        self.last_redo.store(start.0, Ordering::Release);
+        self.wal().recycle_before(start)?;
+        self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Runs a checkpoint if the WAL grew past the threshold since the last one
+    /// and no checkpoint is running.
+    fn maybe_checkpoint(&self) -> Result<bool> {
+        if self.wal_since_checkpoint() < self.opts.checkpoint_wal_bytes {
+            return Ok(false);
+        }
+        let Ok(one) = self.checkpointing.try_lock() else {
+            return Ok(false);
+        };
+        self.checkpoint_locked(&one).map(|()| true)
+    }
+
+    pub(crate) fn wal_since_checkpoint(&self) -> u64 {
+        self.wal().end_lsn().0 - self.last_redo.load(Ordering::Acquire)
+    }
+
+    /// Wakes the background checkpointer (after a commit).
+    pub(crate) fn after_commit(&self) {
+        if self.wal_since_checkpoint() >= self.opts.checkpoint_wal_bytes {
+            self.checkpointer.1.notify_one();
+        }
+    }
+
+    fn stats(&self) -> Stats {
+        let cache = self.pool.stats();
+        let wal = self.wal().stats();
+        let c = &self.counters;
+        Stats {
+            cache,
+            cache_hits: cache.hits,
+            cache_misses: cache.misses,
+            dirty_pages: cache.dirty_pages,
+            pages_read: cache.pages_read,
+            pages_written: cache.pages_written,
+            wal,
+            wal_bytes: wal.bytes_written,
+            commits: c.commits.load(Ordering::Relaxed),
+            checkpoints: c.checkpoints.load(Ordering::Relaxed),
+            full_page_images: c.full_images.load(Ordering::Relaxed),
+            page_deltas: c.deltas.load(Ordering::Relaxed),
+            stalls: Stalls {
+                wal_sync_wait: c.wal_sync_wait.load(Ordering::Relaxed),
+                writer_lock_wait: c.writer_lock_wait.load(Ordering::Relaxed),
+                tree_lock_wait: c.tree_lock_wait.load(Ordering::Relaxed),
+            },
+            data_io: self.pool.file().io_path(),
+            wal_sync: self.wal_sync,
+            torn_page_protection: "full_page_images_after_checkpoint",
+        }
+    }
+}

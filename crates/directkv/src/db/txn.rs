@@ -1,0 +1,496 @@
+//! Transactions.
+//!
+//! Isolation: one write transaction at a time (a first-come, first-served
+//! ticket lock, so no writer waits behind later arrivals); its writes are kept
+//! in memory and seen by its own reads, and applied to the tree at commit while
+//! readers wait. A read (each `get`, each leaf-sized step of a range) holds the
+//! tree shared, so it never sees part of a transaction: **read committed**. A
+//! `ReadTxn` does not freeze a snapshot: two reads in it may see different
+//! committed states.
+//!
+//! Commit: apply and log under the tree lock, release the tree and the writer
+//! lock, then wait for the commit record to be durable (early lock release: the
+//! next writer runs while this commit's sync is in flight, and concurrent
+//! commits share a sync).
+
+use std::collections::{BTreeMap, VecDeque};
+use std::ops::{Bound, RangeBounds};
+use std::sync::atomic::Ordering;
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use super::commit::{CommitCtx, PoolPages};
+use super::{Durability, Inner};
+use crate::btree::tree;
+use crate::error::{Error, Result};
+use crate::io::Storage;
+use crate::lsn::Lsn;
+
+/// A first-come, first-served lock.
+#[derive(Default)]
+pub(crate) struct TicketLock {
+    state: Mutex<(u64, u64)>,
+    turn: Condvar,
+}
+
+impl TicketLock {
+    pub fn acquire(&self) -> u64 {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mine = s.0;
+        s.0 += 1;
+        while s.1 != mine {
+            s = self.turn.wait(s).unwrap_or_else(|p| p.into_inner());
+        }
+        mine
+    }
+
+    pub fn release(&self, ticket: u64) {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        assert_eq!(s.1, ticket, "released by its holder");
+        s.1 += 1;
+        self.turn.notify_all();
+    }
+}
+
+fn owned(b: Bound<&[u8]>) -> Bound<Vec<u8>> {
+    match b {
+        Bound::Included(k) => Bound::Included(k.to_vec()),
+        Bound::Excluded(k) => Bound::Excluded(k.to_vec()),
+        Bound::Unbounded => Bound::Unbounded,
+    }
+}
+
+fn bounds<'k, R: RangeBounds<&'k [u8]>>(r: &R) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
+    (
+        owned(r.start_bound().cloned()),
+        owned(r.end_bound().cloned()),
+    )
+}
+
+/// Whether `(from, to)` can hold any key; an inverted range is empty, never a
+/// panic.
+fn nonempty(from: &Bound<Vec<u8>>, to: &Bound<Vec<u8>>) -> bool {
+    match (from, to) {
+        (Bound::Included(a), Bound::Included(b)) => a <= b,
+        (Bound::Included(a) | Bound::Excluded(a), Bound::Excluded(b))
+        | (Bound::Excluded(a), Bound::Included(b)) => a < b,
+        _ => true,
+    }
+}
+
+fn overlay_range(
+    writes: &BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    from: &Bound<Vec<u8>>,
+    to: &Bound<Vec<u8>>,
+) -> BTreeMap<Vec<u8>, Option<Vec<u8>>> {
+    if !nonempty(from, to) {
+        return BTreeMap::new();
+    }
+    writes
+        .range::<Vec<u8>, _>((from.clone(), to.clone()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+fn prefix_bounds(prefix: &[u8]) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
+    // The smallest key above every key with the prefix: the prefix with its
+    // last non-0xFF byte incremented and the rest dropped.
+    let mut end = prefix.to_vec();
+    while let Some(&last) = end.last() {
+        if last == 0xFF {
+            end.pop();
+        } else {
+            *end.last_mut().expect("non-empty") += 1;
+            return (Bound::Included(prefix.to_vec()), Bound::Excluded(end));
+        }
+    }
+    (Bound::Included(prefix.to_vec()), Bound::Unbounded)
+}
+
+fn get_committed<S: Storage>(inner: &Inner<S>, key: &[u8]) -> Result<Option<Vec<u8>>> {
+    let meta = inner.tree.read().unwrap_or_else(|p| p.into_inner());
+    tree::get(&PoolPages { inner }, meta.root, key)
+}
+
+/// A read transaction: `get`, `range`, `prefix` over committed data.
+pub struct ReadTxn<'db, S: Storage> {
+    inner: &'db Inner<S>,
+}
+
+impl<'db, S: Storage> ReadTxn<'db, S> {
+    pub(crate) fn new(inner: &'db Inner<S>) -> Self {
+        ReadTxn { inner }
+    }
+
+    /// The value of `key`.
+    ///
+    /// # Errors
+    /// [`Error::Corruption`] naming the page when one fails verification; I/O errors.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        get_committed(self.inner, key)
+    }
+
+    /// The entries in `range`, in key order; `.rev()` for descending.
+    ///
+    /// # Errors
+    /// Errors arrive as items.
+    pub fn range<'k, R: RangeBounds<&'k [u8]>>(&self, range: R) -> RangeIter<'db, S> {
+        let (from, to) = bounds(&range);
+        RangeIter::new(self.inner, from, to, BTreeMap::new())
+    }
+
+    /// The entries whose key starts with `prefix`, in key order.
+    pub fn prefix(&self, prefix: &[u8]) -> RangeIter<'db, S> {
+        let (from, to) = prefix_bounds(prefix);
+        RangeIter::new(self.inner, from, to, BTreeMap::new())
+    }
+}
+
+/// The write transaction. Dropping it without `commit` aborts it.
+pub struct WriteTxn<'db, S: Storage> {
+    inner: &'db Inner<S>,
+    ticket: Option<u64>,
+    writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+}
+
+impl<'db, S: Storage> WriteTxn<'db, S> {
+    pub(crate) fn new(inner: &'db Inner<S>, ticket: u64) -> Self {
+        WriteTxn {
+            inner,
+            ticket: Some(ticket),
+            writes: BTreeMap::new(),
+        }
+    }
+
+    fn check_key(&self, key: &[u8]) -> Result<()> {
+        let max = tree::key_max(self.inner.pool.page_bytes());
+        if key.len() > max {
+            return Err(Error::InvalidArgument(format!(
+                "key of {} bytes exceeds the {max}-byte limit",
+                key.len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Sets `key` to `value`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a key over the limit (1024 bytes; less
+    /// with 4 KiB pages) or a value over [`tree::VALUE_MAX`]. The transaction is
+    /// unchanged then.
+    pub fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.check_key(key)?;
+        if value.len() > tree::VALUE_MAX {
+            return Err(Error::InvalidArgument(format!(
+                "value of {} bytes exceeds the {}-byte limit",
+                value.len(),
+                tree::VALUE_MAX
+            )));
+        }
+        self.writes.insert(key.to_vec(), Some(value.to_vec()));
+        Ok(())
+    }
+
+    /// Deletes `key`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a key over the limit.
+    pub fn delete(&mut self, key: &[u8]) -> Result<()> {
+        self.check_key(key)?;
+        self.writes.insert(key.to_vec(), None);
+        Ok(())
+    }
+
+    /// The value of `key`, this transaction's writes included.
+    ///
+    /// # Errors
+    /// As [`ReadTxn::get`].
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        match self.writes.get(key) {
+            Some(v) => Ok(v.clone()),
+            None => get_committed(self.inner, key),
+        }
+    }
+
+    /// The entries in `range`, this transaction's writes included.
+    pub fn range<'k, R: RangeBounds<&'k [u8]>>(&self, range: R) -> RangeIter<'db, S> {
+        let (from, to) = bounds(&range);
+        let overlay = overlay_range(&self.writes, &from, &to);
+        RangeIter::new(self.inner, from, to, overlay)
+    }
+
+    /// The entries whose key starts with `prefix`, this transaction's writes included.
+    pub fn prefix(&self, prefix: &[u8]) -> RangeIter<'db, S> {
+        let (from, to) = prefix_bounds(prefix);
+        let overlay = overlay_range(&self.writes, &from, &to);
+        RangeIter::new(self.inner, from, to, overlay)
+    }
+
+    /// Discards the transaction's writes.
+    pub fn abort(mut self) {
+        self.release();
+    }
+
+    fn release(&mut self) {
+        if let Some(t) = self.ticket.take() {
+            self.inner.writer.release(t);
+        }
+    }
+
+    /// Makes the transaction's writes durable (under `Durability::Sync`) and
+    /// visible, all or nothing.
+    ///
+    /// # Errors
+    /// [`Error::CommitOutcomeUnknown`] when the WAL sync failed (recovery
+    /// decides); [`Error::Poisoned`] after an earlier log failure; I/O and
+    /// corruption errors before the commit record, with nothing changed.
+    pub fn commit(mut self) -> Result<()> {
+        let writes = std::mem::take(&mut self.writes);
+        if writes.is_empty() {
+            self.release();
+            return Ok(());
+        }
+        let lsn = self.apply(writes);
+        self.release();
+        let lsn = lsn?;
+        if self.inner.opts.durability == Durability::Sync {
+            let t = Instant::now();
+            self.inner.log.flush_to_wal(lsn)?;
+            if t.elapsed() > Duration::from_millis(1) {
+                self.inner
+                    .counters
+                    .wal_sync_wait
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.inner.counters.commits.fetch_add(1, Ordering::Relaxed);
+        self.inner.after_commit();
+        Ok(())
+    }
+
+    fn apply(&self, writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>) -> Result<Lsn> {
+        let inner = self.inner;
+        let t = Instant::now();
+        let mut meta = inner.tree.write().unwrap_or_else(|p| p.into_inner());
+        if t.elapsed() > Duration::from_millis(1) {
+            inner
+                .counters
+                .tree_lock_wait
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        let horizon = Lsn(inner.fpi_horizon.load(Ordering::Acquire));
+        let mut ctx = CommitCtx::new(inner, *meta, inner.next_txn(), horizon);
+        for (k, v) in &writes {
+            let r = match v {
+                Some(v) => tree::put(&mut ctx, k, v),
+                None => tree::delete(&mut ctx, k).map(|_| ()),
+            };
+            if let Err(e) = r {
+                let e = match e {
+                    Error::CacheExhausted { frames } => Error::TransactionTooLarge {
+                        pages: ctx.held_pages(),
+                        frames,
+                    },
+                    e => e,
+                };
+                ctx.rollback();
+                return Err(e);
+            }
+        }
+        let (full, deltas) = (ctx.full_images, ctx.deltas);
+        let new_meta = ctx.meta;
+        let lsn = ctx.commit()?;
+        *meta = new_meta;
+        inner
+            .counters
+            .full_images
+            .fetch_add(full, Ordering::Relaxed);
+        inner.counters.deltas.fetch_add(deltas, Ordering::Relaxed);
+        Ok(lsn)
+    }
+}
+
+impl<S: Storage> Drop for WriteTxn<'_, S> {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+/// An iterator over a key range, forward or (with `.rev()`) backward. Reads a
+/// leaf at a time, each under the tree's shared lock.
+pub struct RangeIter<'db, S: Storage> {
+    inner: &'db Inner<S>,
+    /// Where the next front batch starts; `None` when the front is exhausted.
+    front_from: Option<Bound<Vec<u8>>>,
+    /// Where the next back batch ends.
+    back_to: Option<Bound<Vec<u8>>>,
+    lo: Bound<Vec<u8>>,
+    hi: Bound<Vec<u8>>,
+    front: VecDeque<(Vec<u8>, Vec<u8>)>,
+    back: VecDeque<(Vec<u8>, Vec<u8>)>,
+    overlay: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    /// The last key yielded from each end: the ends never cross.
+    last_front: Option<Vec<u8>>,
+    last_back: Option<Vec<u8>>,
+    failed: bool,
+}
+
+impl<'db, S: Storage> RangeIter<'db, S> {
+    fn new(
+        inner: &'db Inner<S>,
+        lo: Bound<Vec<u8>>,
+        hi: Bound<Vec<u8>>,
+        overlay: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    ) -> Self {
+        let live = nonempty(&lo, &hi);
+        RangeIter {
+            inner,
+            front_from: live.then(|| lo.clone()),
+            back_to: live.then(|| hi.clone()),
+            lo,
+            hi,
+            front: VecDeque::new(),
+            back: VecDeque::new(),
+            overlay,
+            last_front: None,
+            last_back: None,
+            failed: false,
+        }
+    }
+
+    fn fill_front(&mut self) -> Result<()> {
+        while self.front.is_empty() {
+            let Some(from) = self.front_from.take() else {
+                return Ok(());
+            };
+            let meta = self.inner.tree.read().unwrap_or_else(|p| p.into_inner());
+            let (batch, next) =
+                tree::scan_forward(&PoolPages { inner: self.inner }, meta.root, &from, &self.hi)?;
+            drop(meta);
+            self.front.extend(batch);
+            self.front_from = next;
+        }
+        Ok(())
+    }
+
+    fn fill_back(&mut self) -> Result<()> {
+        while self.back.is_empty() {
+            let Some(to) = self.back_to.take() else {
+                return Ok(());
+            };
+            let meta = self.inner.tree.read().unwrap_or_else(|p| p.into_inner());
+            let (batch, next) =
+                tree::scan_reverse(&PoolPages { inner: self.inner }, meta.root, &self.lo, &to)?;
+            drop(meta);
+            self.back.extend(batch);
+            self.back_to = next;
+        }
+        Ok(())
+    }
+
+    /// The next committed entry from the front merged with the overlay.
+    fn next_front(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        loop {
+            self.fill_front()?;
+            let tree_key = self.front.front().map(|e| e.0.clone());
+            let over_key = self.overlay.keys().next().cloned();
+            let take_overlay = match (&tree_key, &over_key) {
+                (None, None) => return Ok(None),
+                (Some(_), None) => false,
+                (None, Some(_)) => true,
+                (Some(t), Some(o)) => o <= t,
+            };
+            let (k, v) = if take_overlay {
+                let (k, v) = self.overlay.pop_first().expect("overlay entry");
+                if tree_key.as_ref() == Some(&k) {
+                    self.front.pop_front();
+                }
+                match v {
+                    Some(v) => (k, v),
+                    None => continue,
+                }
+            } else {
+                self.front.pop_front().expect("tree entry")
+            };
+            if self.last_back.as_ref().is_some_and(|b| &k >= b) {
+                self.front.clear();
+                self.front_from = None;
+                return Ok(None);
+            }
+            return Ok(Some((k, v)));
+        }
+    }
+
+    fn next_back_entry(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        loop {
+            self.fill_back()?;
+            let tree_key = self.back.front().map(|e| e.0.clone());
+            let over_key = self.overlay.keys().next_back().cloned();
+            let take_overlay = match (&tree_key, &over_key) {
+                (None, None) => return Ok(None),
+                (Some(_), None) => false,
+                (None, Some(_)) => true,
+                (Some(t), Some(o)) => o >= t,
+            };
+            let (k, v) = if take_overlay {
+                let (k, v) = self.overlay.pop_last().expect("overlay entry");
+                if tree_key.as_ref() == Some(&k) {
+                    self.back.pop_front();
+                }
+                match v {
+                    Some(v) => (k, v),
+                    None => continue,
+                }
+            } else {
+                self.back.pop_front().expect("tree entry")
+            };
+            if self.last_front.as_ref().is_some_and(|f| &k <= f) {
+                self.back.clear();
+                self.back_to = None;
+                return Ok(None);
+            }
+            return Ok(Some((k, v)));
+        }
+    }
+}
+
+impl<S: Storage> Iterator for RangeIter<'_, S> {
+    type Item = Result<(Vec<u8>, Vec<u8>)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed {
+            return None;
+        }
+        match self.next_front() {
+            Ok(Some(e)) => {
+                self.last_front = Some(e.0.clone());
+                Some(Ok(e))
+            }
+            Ok(None) => None,
+            Err(e) => {
+                self.failed = true;
+                Some(Err(e))
+            }
+        }
+    }
+}
+
+impl<S: Storage> DoubleEndedIterator for RangeIter<'_, S> {
+    fn next_back(&mut self) -> Option<Self::Item> {
+        if self.failed {
+            return None;
+        }
+        match self.next_back_entry() {
+            Ok(Some(e)) => {
+                self.last_back = Some(e.0.clone());
+                Some(Ok(e))
+            }
+            Ok(None) => None,
+            Err(e) => {
+                self.failed = true;
+                Some(Err(e))
+            }
+        }
+    }
+}
