@@ -4,6 +4,7 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod crash_child;
 mod size;
 mod test_fsync;
 mod wal;
@@ -24,6 +25,9 @@ enum Command {
     /// Benchmarks, side by side in one run.
     #[command(subcommand)]
     Bench(bench::Command),
+    /// The workload of the real-process crash test (kills it at random).
+    #[command(hide = true)]
+    CrashWorkload(crash_child::Args),
     /// Inspect a write-ahead log.
     #[command(subcommand)]
     Wal(wal::Command),
@@ -35,5 +39,6 @@ fn main() -> Result<()> {
         Command::TestFsync(args) => test_fsync::run(args),
         Command::Wal(cmd) => wal::run(cmd),
         Command::Bench(cmd) => bench::run(cmd),
+        Command::CrashWorkload(args) => crash_child::run(args),
     }
 }

@@ -113,7 +113,7 @@ fn get_committed<S: Storage>(inner: &Inner<S>, key: &[u8]) -> Result<Option<Vec<
 }
 
 /// A read transaction: `get`, `range`, `prefix` over committed data.
-pub struct ReadTxn<'db, S: Storage> {
+pub struct ReadTxn<'db, S: Storage = crate::io::OsStorage> {
     inner: &'db Inner<S>,
 }
 
@@ -147,7 +147,7 @@ impl<'db, S: Storage> ReadTxn<'db, S> {
 }
 
 /// The write transaction. Dropping it without `commit` aborts it.
-pub struct WriteTxn<'db, S: Storage> {
+pub struct WriteTxn<'db, S: Storage = crate::io::OsStorage> {
     inner: &'db Inner<S>,
     ticket: Option<u64>,
     writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
@@ -319,7 +319,7 @@ impl<S: Storage> Drop for WriteTxn<'_, S> {
 
 /// An iterator over a key range, forward or (with `.rev()`) backward. Reads a
 /// leaf at a time, each under the tree's shared lock.
-pub struct RangeIter<'db, S: Storage> {
+pub struct RangeIter<'db, S: Storage = crate::io::OsStorage> {
     inner: &'db Inner<S>,
     /// Where the next front batch starts; `None` when the front is exhausted.
     front_from: Option<Bound<Vec<u8>>>,

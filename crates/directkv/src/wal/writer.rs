@@ -239,12 +239,18 @@ impl<S: Storage> Wal<S> {
         from: Lsn,
         mut replay: impl FnMut(super::Record) -> Result<()>,
     ) -> Result<(Wal<S>, Lsn)> {
+        let mut opts = opts;
         opts.validate()?;
         storage.create_dir_all(&opts.dir)?;
+        let existing = list_segments(&storage, &opts.dir)?;
+        // An existing log keeps the segment size it was made with; the option
+        // applies to new logs.
+        if let Some(reader) = WalReader::open_oldest(storage.clone(), &opts.dir)? {
+            opts.segment_bytes = reader.segment_bytes();
+        }
         let layout = Layout {
             segment_bytes: opts.segment_bytes,
         };
-        let existing = list_segments(&storage, &opts.dir)?;
         let mut reader = WalReader::new(
             storage.clone(),
             &opts.dir,
