@@ -178,3 +178,47 @@ fn database_is_send_and_sync() {
     _assert_send_sync::<Database>();
     let _ = Path::new(".");
 }
+
+/// A full scan of a data set larger than the cache leaves the hot set's hit
+/// ratio within 10% of what it was (the scan's pages never become hot).
+#[test]
+fn a_full_scan_does_not_evict_the_hot_set() {
+    let dir = scratch();
+    let opts = Options {
+        cache_bytes: 256 * 4096,
+        durability: Durability::NoSyncNotDurable,
+        ..options()
+    };
+    let db = Database::open(dir.path(), opts).expect("open");
+    // About 4x the cache.
+    fill(&db, 12_000, 1);
+    let hot: Vec<Vec<u8>> = (0..12_000u32)
+        .step_by(400)
+        .map(|i| format!("key{i:05}").into_bytes())
+        .collect();
+    let ratio = |db: &Database| {
+        let before = db.stats();
+        let r = db.begin_read().expect("read");
+        for _ in 0..20 {
+            for k in &hot {
+                assert!(r.get(k).expect("get").is_some());
+            }
+        }
+        let after = db.stats();
+        let hits = after.cache_hits - before.cache_hits;
+        hits as f64 / (hits + after.cache_misses - before.cache_misses) as f64
+    };
+    ratio(&db);
+    let warm = ratio(&db);
+    let scanned = db
+        .begin_read()
+        .expect("read")
+        .range::<std::ops::RangeFull>(..)
+        .count();
+    assert_eq!(scanned, 12_000);
+    let after = ratio(&db);
+    assert!(
+        after >= warm - 0.10,
+        "hit ratio {warm:.3} before the scan, {after:.3} after"
+    );
+}

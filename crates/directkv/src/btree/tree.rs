@@ -448,7 +448,6 @@ pub fn put<P: PagesMut>(pages: &mut P, key: &[u8], value: &[u8]) -> Result<()> {
             value.len()
         )));
     }
-    delete(pages, key)?;
     let inline = node::leaf_cell_bytes(key, &Value::Inline(value)) <= cell_max(page_bytes);
     let stored = if inline {
         Value::Inline(value)
@@ -460,9 +459,26 @@ pub fn put<P: PagesMut>(pages: &mut P, key: &[u8], value: &[u8]) -> Result<()> {
     };
     let root = pages.root();
     let d = descend(pages, root, key, Access::Normal)?;
-    let at = pages.read(d.leaf, Access::Normal, |p| node::search(p, key))?;
-    let at = at.expect_err("the key was deleted above");
-    if pages.modify(d.leaf, |p| node::leaf_insert(p, at, key, &stored))? {
+    let old_overflow = pages.read(d.leaf, Access::Normal, |p| {
+        node::search(p, key)
+            .ok()
+            .and_then(|i| match node::value(p, i) {
+                Value::Overflow { len, page } => Some((len, page)),
+                Value::Inline(_) => None,
+            })
+    })?;
+    // Replace (or insert) in one change of the leaf: one log record.
+    let inserted = pages.modify(d.leaf, |p| {
+        if let Ok(i) = node::search(p, key) {
+            node::remove(p, i);
+        }
+        let at = node::search(p, key).expect_err("removed above");
+        node::leaf_insert(p, at, key, &stored)
+    })?;
+    if let Some((len, page)) = old_overflow {
+        free_overflow(pages, page, len as usize)?;
+    }
+    if inserted {
         return Ok(());
     }
     // Split the leaf, then push separators up the path.

@@ -58,6 +58,7 @@ pub(crate) struct CommitCtx<'a, S: Storage> {
     order: Vec<u64>,
     scratch: Vec<u8>,
     pub full_images: u64,
+    pub full_image_bytes: u64,
     pub deltas: u64,
     pub logged_bytes: u64,
 }
@@ -73,6 +74,7 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
             order: Vec::new(),
             scratch: vec![0u8; inner.pool.page_bytes()],
             full_images: 0,
+            full_image_bytes: 0,
             deltas: 0,
             logged_bytes: 0,
         }
@@ -151,6 +153,7 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
         self.wal().append(records::PAGE, rec)?;
         if full {
             self.full_images += 1;
+            self.full_image_bytes += rec.len() as u64;
         } else {
             self.deltas += 1;
         }

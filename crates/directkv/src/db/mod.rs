@@ -129,8 +129,12 @@ pub struct Stats {
     pub checkpoints: u64,
     /// Full-page images logged (torn-page protection).
     pub full_page_images: u64,
+    /// Bytes of full-page image records: the cost of torn-page protection.
+    pub full_page_image_bytes: u64,
     /// Page deltas logged.
     pub page_deltas: u64,
+    /// Bytes of all page records (images and deltas).
+    pub page_record_bytes: u64,
     /// Foreground stalls by cause.
     pub stalls: Stalls,
     /// How the data file's bytes travel.
@@ -164,6 +168,8 @@ struct Counters {
     commits: AtomicU64,
     checkpoints: AtomicU64,
     full_images: AtomicU64,
+    full_image_bytes: AtomicU64,
+    page_record_bytes: AtomicU64,
     deltas: AtomicU64,
     wal_sync_wait: AtomicU64,
     writer_lock_wait: AtomicU64,
@@ -699,6 +705,8 @@ impl<S: Storage> Inner<S> {
             checkpoints: c.checkpoints.load(Ordering::Relaxed),
             full_page_images: c.full_images.load(Ordering::Relaxed),
             page_deltas: c.deltas.load(Ordering::Relaxed),
+            full_page_image_bytes: c.full_image_bytes.load(Ordering::Relaxed),
+            page_record_bytes: c.page_record_bytes.load(Ordering::Relaxed),
             stalls: Stalls {
                 wal_sync_wait: c.wal_sync_wait.load(Ordering::Relaxed),
                 writer_lock_wait: c.writer_lock_wait.load(Ordering::Relaxed),

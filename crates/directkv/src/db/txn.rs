@@ -298,7 +298,8 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
                 return Err(e);
             }
         }
-        let (full, deltas) = (ctx.full_images, ctx.deltas);
+        let (full, full_bytes, deltas) = (ctx.full_images, ctx.full_image_bytes, ctx.deltas);
+        let logged = ctx.logged_bytes;
         let new_meta = ctx.meta;
         let lsn = ctx.commit()?;
         *meta = new_meta;
@@ -307,6 +308,9 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
             .full_images
             .fetch_add(full, Ordering::Relaxed);
         inner.counters.deltas.fetch_add(deltas, Ordering::Relaxed);
+        let c = &inner.counters;
+        c.full_image_bytes.fetch_add(full_bytes, Ordering::Relaxed);
+        c.page_record_bytes.fetch_add(logged, Ordering::Relaxed);
         Ok(lsn)
     }
 }
