@@ -572,6 +572,43 @@ pub fn measure_one(
     result
 }
 
+/// Seconds each candidate is measured by [`measure_and_save`].
+pub const QUICK_SECONDS: f64 = 0.15;
+
+/// Measures each candidate briefly (one 4 KiB write and its sync, repeated) in
+/// `dir`, saves the result as `dir`'s device profile, and returns the fastest.
+/// `None` when nothing could be measured (the caller falls back to a default).
+pub fn measure_and_save(dir: &Path, candidates: &[SyncVariant]) -> Option<SyncVariant> {
+    let scratch = dir.join(format!(".directkv-sync-probe-{}", std::process::id()));
+    let mut measured = Vec::new();
+    for &v in candidates {
+        if let Ok(Outcome::Measured { ops_per_sec, .. }) =
+            measure_one(&scratch, v, 4096, QUICK_SECONDS)
+        {
+            measured.push((v, ops_per_sec));
+        }
+    }
+    let &(best, ops) = measured.iter().max_by(|a, b| a.1.total_cmp(&b.1))?;
+    if let Ok(filesystem) = fs_info(dir) {
+        let profile = DeviceProfile {
+            schema_version: SCHEMA_VERSION,
+            filesystem,
+            alignment: None,
+            fastest_durable: best,
+            sync_latency_us: 1e6 / ops,
+            measured,
+            verdict: Verdict::Unknown,
+            measured_at_unix: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0),
+        };
+        // Not saving only means measuring again next time.
+        let _ = profile.save(&dir.join(PROFILE_FILE_NAME));
+    }
+    Some(best)
+}
+
 /// The durable variant with the most ops/s in the one-write group.
 pub fn fastest_durable(results: &[TestResult]) -> Option<Fastest> {
     results

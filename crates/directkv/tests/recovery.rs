@@ -222,3 +222,38 @@ fn a_full_scan_does_not_evict_the_hot_set() {
         "hit ratio {warm:.3} before the scan, {after:.3} after"
     );
 }
+
+/// The WAL may live on another filesystem (here tmpfs, which has no direct
+/// I/O, beside a data file that has it); the default sync method is measured
+/// once for the WAL directory and saved as its profile.
+#[test]
+fn wal_on_another_filesystem_with_a_measured_default() {
+    let Ok(shm) = tempfile::tempdir_in("/dev/shm") else {
+        eprintln!("skipped: no /dev/shm");
+        return;
+    };
+    let dir = scratch();
+    let opts = Options {
+        wal_dir: Some(shm.path().join("wal")),
+        wal_sync: None,
+        ..options()
+    };
+    let db = Database::open(dir.path(), opts.clone()).expect("open");
+    let chosen = db.stats().wal_sync;
+    assert!(chosen.method.is_durable());
+    assert!(!chosen.direct, "tmpfs gets no direct I/O: {chosen}");
+    assert!(shm
+        .path()
+        .join("wal")
+        .join(directkv::fsync_test::PROFILE_FILE_NAME)
+        .exists());
+    fill(&db, 300, 4);
+    drop(db);
+    assert!(
+        !dir.path().join("wal").exists(),
+        "no WAL in the database directory"
+    );
+    let db = Database::open(dir.path(), opts).expect("reopen");
+    assert_eq!(db.stats().wal_sync, chosen, "the saved profile is used");
+    assert_eq!(all(&db).len(), 300);
+}

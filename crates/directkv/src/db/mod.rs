@@ -312,7 +312,8 @@ impl<S: Storage> Database<S> {
             Arc::clone(&log),
         )?;
         let wal_dir = opts.wal_dir.clone().unwrap_or_else(|| path.join("wal"));
-        let wal_sync = choose_sync(&opts, &wal_dir, pool.file());
+        storage.create_dir_all(&wal_dir)?;
+        let wal_sync = choose_sync(&opts, &wal_dir);
         let mut wal_opts = WalOptions::new(&wal_dir, c.db_id);
         wal_opts.sync = wal_sync;
         wal_opts.segment_bytes = opts.wal_segment_bytes;
@@ -460,17 +461,56 @@ fn spawn_checkpointer<S: Storage>(
         .ok()
 }
 
-fn choose_sync<F: StorageFile>(opts: &Options, wal_dir: &Path, data: &F) -> SyncVariant {
+/// The WAL sync method: the caller's; else the one a device profile of the WAL
+/// directory names; else measured now (a fraction of a second per candidate)
+/// and saved as that directory's profile, so it is measured once per directory.
+/// Direct I/O is only chosen where the WAL's own filesystem supports it.
+fn choose_sync(opts: &Options, wal_dir: &Path) -> SyncVariant {
     if let Some(v) = opts.wal_sync {
         return v;
     }
     if let Some(p) = crate::fsync_test::DeviceProfile::load_for_dir(wal_dir) {
-        return p.fastest_durable;
+        if !p.fastest_durable.direct || opts.direct_io != DirectIo::Off {
+            return p.fastest_durable;
+        }
     }
-    SyncVariant {
+    let direct_ok = opts.direct_io != DirectIo::Off && direct_io_works(wal_dir);
+    let candidates: Vec<SyncVariant> = [
+        (SyncMethod::Fdatasync, false),
+        (SyncMethod::Fdatasync, true),
+        (SyncMethod::OpenDatasync, true),
+        (SyncMethod::PwriteDsync, true),
+    ]
+    .into_iter()
+    .filter(|&(_, direct)| !direct || direct_ok)
+    .map(|(method, direct)| SyncVariant { method, direct })
+    .collect();
+    let fallback = SyncVariant {
         method: SyncMethod::Fdatasync,
-        direct: opts.direct_io != DirectIo::Off && data.io_path() == IoPath::Direct,
+        direct: direct_ok,
+    };
+    match crate::fsync_test::measure_and_save(wal_dir, &candidates) {
+        Some(best) => best,
+        None => fallback,
     }
+}
+
+/// Whether a file in `dir` can be opened for direct I/O (and is not on a
+/// memory-backed filesystem).
+fn direct_io_works(dir: &Path) -> bool {
+    let probe = dir.join(format!(".directkv-direct-probe-{}", std::process::id()));
+    let ok = crate::io::DirectFile::open(
+        &probe,
+        &FileOptions {
+            create: true,
+            direct_io: DirectIo::On,
+            sync: SyncMethod::None,
+            ..FileOptions::default()
+        },
+    )
+    .is_ok();
+    let _ = std::fs::remove_file(&probe);
+    ok
 }
 
 fn create<S: Storage>(storage: &S, path: &Path, opts: &Options) -> Result<()> {
