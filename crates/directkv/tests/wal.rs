@@ -458,3 +458,48 @@ fn a_buffered_reader_sees_the_direct_writers_bytes() {
         .expect("direct read");
     assert_eq!(buffered.as_slice(), direct.as_slice());
 }
+
+/// ENOSPC (F13): space runs out only when a segment is prepared, never inside
+/// a record. The flush that needed the new segment fails with a definite
+/// `DiskFull` (nothing of it was written), later appends are refused, and
+/// after reopening every acknowledged record is there and the log is clean.
+#[test]
+fn running_out_of_space_is_a_clear_error_and_tears_nothing() {
+    let dir = scratch();
+    let storage = FaultyStorage::new(OsStorage);
+    let mut o = options(dir.path());
+    o.segment_bytes = 64 * 1024;
+    o.spare_segments = 1;
+    let (wal, _, _) = open(storage.clone(), o.clone());
+    wal.prepare_spares().expect("spares");
+    storage.fail_after_with(FaultOp::Allocate, 0, false, libc::ENOSPC);
+    let mut acked = Vec::new();
+    let err = loop {
+        let p = vec![acked.len() as u8; 3000];
+        let lsn = wal.append(50, &p).expect("append");
+        match wal.flush(lsn) {
+            Ok(()) => acked.push(p),
+            Err(e) => break e,
+        }
+        assert!(acked.len() < 200, "space never ran out");
+    };
+    assert!(matches!(err, Error::DiskFull { .. }), "{err}");
+    assert!(err.to_string().contains("no space"), "{err}");
+    assert!(
+        acked.len() >= 20,
+        "two segments were usable: {}",
+        acked.len()
+    );
+    assert!(matches!(wal.append(50, b"x"), Err(Error::Poisoned { .. })));
+    drop(wal);
+    storage.heal();
+    let (_, seen, _) = open(OsStorage, o);
+    assert_eq!(
+        seen.len(),
+        acked.len(),
+        "every acknowledged record, nothing more"
+    );
+    for (r, p) in seen.iter().zip(&acked) {
+        assert_eq!(&r.payload, p);
+    }
+}

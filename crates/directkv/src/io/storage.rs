@@ -217,18 +217,22 @@ pub enum FaultOp {
     Sync,
     /// Reads of file data.
     Read,
+    /// Allocation of file space (`fallocate` and zero fill).
+    Allocate,
 }
 
 #[derive(Debug, Default)]
 struct Countdowns {
     /// Per op: how many more calls succeed before they start failing; `None` = never.
-    remaining: [Option<u64>; 3],
+    remaining: [Option<u64>; 4],
     /// Per op: fail only once (transient) instead of from then on (persistent).
-    transient: [bool; 3],
+    transient: [bool; 4],
     /// Per op: calls seen so far.
-    calls: [u64; 3],
+    calls: [u64; 4],
     /// Per op: faults injected so far.
-    injected: [u64; 3],
+    injected: [u64; 4],
+    /// Per op: the errno injected (EIO unless set).
+    errno: [Option<i32>; 4],
 }
 
 /// A [`Storage`] wrapper that fails the Nth write, sync or read with `EIO`
@@ -267,10 +271,16 @@ impl<S: Storage> FaultyStorage<S> {
         f.transient[op as usize] = transient;
     }
 
+    /// As [`fail_after`](Self::fail_after), failing with `errno` (say `ENOSPC`).
+    pub fn fail_after_with(&self, op: FaultOp, ok_calls: u64, transient: bool, errno: i32) {
+        self.fail_after(op, ok_calls, transient);
+        self.faults.lock().unwrap_or_else(|p| p.into_inner()).errno[op as usize] = Some(errno);
+    }
+
     /// Disarms every fault.
     pub fn heal(&self) {
         let mut f = self.faults.lock().unwrap_or_else(|p| p.into_inner());
-        f.remaining = [None; 3];
+        f.remaining = [None; 4];
     }
 
     /// Calls of `op` seen so far.
@@ -322,11 +332,18 @@ impl<F: StorageFile> FaultyFile<F> {
     }
 
     fn injected_error(&self, op: IoOp, offset: Option<u64>, poison: bool) -> Error {
+        let which = match op {
+            IoOp::Read => FaultOp::Read,
+            IoOp::Sync => FaultOp::Sync,
+            IoOp::Allocate => FaultOp::Allocate,
+            _ => FaultOp::Write,
+        };
+        let errno = self.faults.lock().unwrap_or_else(|p| p.into_inner()).errno[which as usize];
         let err = Error::from_io(
             op,
             self.inner.path(),
             offset,
-            std::io::Error::from_raw_os_error(libc::EIO),
+            std::io::Error::from_raw_os_error(errno.unwrap_or(libc::EIO)),
         );
         if poison {
             let _ = self.failure.set(err.to_string());
@@ -377,6 +394,9 @@ impl<F: StorageFile> StorageFile for FaultyFile<F> {
     }
     fn allocate(&self, len: u64, fill: Fill) -> Result<()> {
         self.check_healthy()?;
+        if self.inject(FaultOp::Allocate) {
+            return Err(self.injected_error(IoOp::Allocate, Some(len), true));
+        }
         self.inner.allocate(len, fill)
     }
 }

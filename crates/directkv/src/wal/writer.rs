@@ -168,7 +168,18 @@ impl Buffer {
     }
 }
 
+/// How a flush failed.
+enum FlushError {
+    /// Before any byte was written: the records are definitely not durable.
+    NothingWritten(Error),
+    /// During the write or sync: they may or may not be.
+    MaybeWritten(Error),
+}
+
 struct Failure {
+    /// The log could not get space for a segment; nothing of the failed flush
+    /// was written.
+    disk_full: bool,
     cause: String,
     /// Commits up to this LSN may or may not be durable.
     unknown_until: Lsn,
@@ -506,6 +517,12 @@ impl<S: Storage> Shared<S> {
                 lsn,
                 cause: f.cause.clone(),
             }),
+            Some(_) if f.disk_full => Err(Error::DiskFull {
+                op: crate::error::IoOp::Allocate,
+                path: self.dir.clone(),
+                offset: None,
+                source: std::io::Error::from_raw_os_error(libc::ENOSPC),
+            }),
             _ => Err(Error::Poisoned {
                 path: self.dir.clone(),
                 cause: f.cause.clone(),
@@ -557,9 +574,14 @@ impl<S: Storage> Shared<S> {
             }
             Err(e) => {
                 if st.failure.is_none() {
+                    let (e, unknown_until, nothing_written) = match e {
+                        FlushError::NothingWritten(e) => (e, st.durable, true),
+                        FlushError::MaybeWritten(e) => (e, data_end, false),
+                    };
                     st.failure = Some(Failure {
+                        disk_full: nothing_written && matches!(e, Error::DiskFull { .. }),
                         cause: e.to_string(),
-                        unknown_until: data_end,
+                        unknown_until,
                     });
                 }
             }
@@ -572,20 +594,43 @@ impl<S: Storage> Shared<S> {
 
     /// Writes `len` bytes of `buf` at `start` (both unit-aligned), split across
     /// segments, then syncs every file written.
-    fn write_out(&self, buf: &AlignedBuf, start: Lsn, len: usize) -> Result<()> {
+    fn write_out(&self, buf: &AlignedBuf, start: Lsn, len: usize) -> Result<(), FlushError> {
+        // Every segment the flush needs exists before its first byte is
+        // written: running out of space preparing one fails the flush with
+        // nothing written (a definite failure, no torn record).
+        let first = self.layout.segment_of(start);
+        let last = self.layout.segment_of(Lsn(start.0 + len as u64 - 1));
         let mut files: Vec<Arc<S::File>> = Vec::with_capacity(2);
+        for segment in first..=last {
+            files.push(
+                self.segments
+                    .writer_file(segment)
+                    .map_err(FlushError::NothingWritten)?,
+            );
+        }
+        self.write_synced(buf, start, len, &files)
+            .map_err(FlushError::MaybeWritten)
+    }
+
+    fn write_synced(
+        &self,
+        buf: &AlignedBuf,
+        start: Lsn,
+        len: usize,
+        files: &[Arc<S::File>],
+    ) -> Result<()> {
+        let first = self.layout.segment_of(start);
         let mut done = 0usize;
         while done < len {
             let at = Lsn(start.0 + done as u64);
             let segment = self.layout.segment_of(at);
             let room = (self.layout.segment_start(segment + 1).0 - at.0) as usize;
             let n = room.min(len - done);
-            let file = self.segments.writer_file(segment)?;
+            let file = &files[(segment - first) as usize];
             file.write_all_at(buf.io(done..done + n)?, self.layout.file_offset(at))?;
-            files.push(file);
             done += n;
         }
-        for file in &files {
+        for file in files {
             file.sync()?;
         }
         Ok(())
