@@ -254,9 +254,61 @@ fn in_upper(k: &[u8], b: &Bound<Vec<u8>>) -> bool {
     }
 }
 
+/// The entries of `leaf` inside `(from, to)`, in key order (descending when
+/// `reverse`), and whether the scan met a key past the far end (so no later
+/// leaf can hold more).
+fn collect_leaf<P: Pages>(
+    pages: &P,
+    leaf: u64,
+    from: &Bound<Vec<u8>>,
+    to: &Bound<Vec<u8>>,
+    reverse: bool,
+) -> Result<(Entries, bool)> {
+    let mut out = Vec::new();
+    let mut pending = Vec::new();
+    let mut beyond = false;
+    pages.read(leaf, Access::Scan, |p| {
+        let n = node::count(p);
+        let order: Box<dyn Iterator<Item = usize>> = if reverse {
+            Box::new((0..n).rev())
+        } else {
+            Box::new(0..n)
+        };
+        for i in order {
+            let k = node::key(p, i);
+            let (near_ok, far_ok) = if reverse {
+                (in_upper(k, to), in_lower(k, from))
+            } else {
+                (in_lower(k, from), in_upper(k, to))
+            };
+            if !near_ok {
+                continue;
+            }
+            if !far_ok {
+                beyond = true;
+                break;
+            }
+            match node::value(p, i) {
+                Value::Inline(v) => out.push((k.to_vec(), v.to_vec())),
+                Value::Overflow { len, page } => {
+                    pending.push((out.len(), len, page));
+                    out.push((k.to_vec(), Vec::new()));
+                }
+            }
+        }
+    })?;
+    for (i, len, page) in pending {
+        out[i].1 = load_value(pages, Value::Overflow { len, page })?;
+    }
+    Ok((out, beyond))
+}
+
+/// Key-value pairs.
+pub type Entries = Vec<(Vec<u8>, Vec<u8>)>;
+
 /// Entries of one leaf in `[from, to]` (forward) and where the next batch
 /// starts: `None` when the range is exhausted.
-pub type Batch = (Vec<(Vec<u8>, Vec<u8>)>, Option<Bound<Vec<u8>>>);
+pub type Batch = (Entries, Option<Bound<Vec<u8>>>);
 
 /// The next batch of a forward scan of `(from, to)`: the entries of one leaf.
 ///
@@ -273,31 +325,7 @@ pub fn scan_forward<P: Pages>(
         Bound::Unbounded => &[],
     };
     let d = descend(pages, root, seek, Access::Scan)?;
-    let mut out = Vec::new();
-    let mut pending = Vec::new();
-    let mut beyond = false;
-    pages.read(d.leaf, Access::Scan, |p| {
-        for i in 0..node::count(p) {
-            let k = node::key(p, i);
-            if !in_lower(k, from) {
-                continue;
-            }
-            if !in_upper(k, to) {
-                beyond = true;
-                break;
-            }
-            match node::value(p, i) {
-                Value::Inline(v) => out.push((k.to_vec(), v.to_vec())),
-                Value::Overflow { len, page } => {
-                    pending.push((out.len(), len, page));
-                    out.push((k.to_vec(), Vec::new()));
-                }
-            }
-        }
-    })?;
-    for (i, len, page) in pending {
-        out[i].1 = load_value(pages, Value::Overflow { len, page })?;
-    }
+    let (out, beyond) = collect_leaf(pages, d.leaf, from, to, false)?;
     let next = match (beyond, d.upper) {
         (true, _) | (false, None) => None,
         (false, Some(up)) => in_upper(&up, to).then_some(Bound::Included(up)),
@@ -321,31 +349,7 @@ pub fn scan_reverse<P: Pages>(
         Bound::Excluded(k) => descend_to(pages, root, k, true, Access::Scan)?,
         Bound::Unbounded => descend_last(pages, root)?,
     };
-    let mut out = Vec::new();
-    let mut pending = Vec::new();
-    let mut beyond = false;
-    pages.read(d.leaf, Access::Scan, |p| {
-        for i in (0..node::count(p)).rev() {
-            let k = node::key(p, i);
-            if !in_upper(k, to) {
-                continue;
-            }
-            if !in_lower(k, from) {
-                beyond = true;
-                break;
-            }
-            match node::value(p, i) {
-                Value::Inline(v) => out.push((k.to_vec(), v.to_vec())),
-                Value::Overflow { len, page } => {
-                    pending.push((out.len(), len, page));
-                    out.push((k.to_vec(), Vec::new()));
-                }
-            }
-        }
-    })?;
-    for (i, len, page) in pending {
-        out[i].1 = load_value(pages, Value::Overflow { len, page })?;
-    }
+    let (out, beyond) = collect_leaf(pages, d.leaf, from, to, true)?;
     let next = match (beyond, d.lower) {
         (true, _) | (false, None) => None,
         (false, Some(low)) => in_lower(&low, from).then_some(Bound::Excluded(low)),
