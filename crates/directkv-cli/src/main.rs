@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod crash_child;
+mod sim;
 mod size;
 mod test_fsync;
 mod wal;
@@ -28,6 +29,8 @@ enum Command {
     /// The workload of the real-process crash test (kills it at random).
     #[command(hide = true)]
     CrashWorkload(crash_child::Args),
+    /// Run the random crash campaign on the simulated disk.
+    Sim(sim::Args),
     /// Inspect a write-ahead log.
     #[command(subcommand)]
     Wal(wal::Command),
@@ -38,6 +41,7 @@ fn main() -> Result<()> {
     match cli.command {
         Command::TestFsync(args) => test_fsync::run(args),
         Command::Wal(cmd) => wal::run(cmd),
+        Command::Sim(args) => sim::run(args),
         Command::Bench(cmd) => bench::run(cmd),
         Command::CrashWorkload(args) => crash_child::run(args),
     }

@@ -19,6 +19,7 @@ pub mod format;
 pub mod fsync_test;
 pub mod io;
 mod lsn;
+pub mod sim;
 pub mod wal;
 
 pub use db::{Database, Durability, Options, RangeIter, ReadTxn, Stalls, Stats, WriteTxn};

@@ -72,6 +72,11 @@ pub struct Options {
     pub checkpoint_wal_bytes: u64,
     /// Create the database if the directory is missing or empty.
     pub create_if_missing: bool,
+    /// Run automatic checkpoints and WAL segment preparation on background
+    /// threads (the default). Off, nothing runs except on the caller's threads:
+    /// checkpoints happen only when asked for, segments are prepared when first
+    /// needed. The deterministic simulator turns this off.
+    pub background_threads: bool,
 }
 
 impl Default for Options {
@@ -86,6 +91,7 @@ impl Default for Options {
             wal_segment_bytes: crate::wal::SEGMENT_BYTES_DEFAULT,
             checkpoint_wal_bytes: 256 << 20,
             create_if_missing: true,
+            background_threads: true,
         }
     }
 }
@@ -317,6 +323,7 @@ impl<S: Storage> Database<S> {
         let mut wal_opts = WalOptions::new(&wal_dir, c.db_id);
         wal_opts.sync = wal_sync;
         wal_opts.segment_bytes = opts.wal_segment_bytes;
+        wal_opts.background_prepare = opts.background_threads;
         let mut meta = Meta {
             root: c.root_page,
             page_count: c.page_count,
@@ -348,7 +355,11 @@ impl<S: Storage> Database<S> {
         inner.counters.next_txn.store(next_txn, Ordering::Relaxed);
         let signal = Arc::clone(&inner.checkpointer);
         let inner = Arc::new(inner);
-        let checkpointer = spawn_checkpointer(Arc::downgrade(&inner), signal);
+        let checkpointer = if inner.opts.background_threads {
+            spawn_checkpointer(Arc::downgrade(&inner), signal)
+        } else {
+            None
+        };
         Ok(Database {
             inner,
             checkpointer,

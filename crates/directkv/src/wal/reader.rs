@@ -109,20 +109,30 @@ impl<S: Storage> WalReader<S> {
     /// # Errors
     /// I/O errors; [`Error::Corruption`] when the oldest segment's header is bad.
     pub fn open_oldest(storage: S, dir: &Path) -> Result<Option<Self>> {
-        let Some(first) = list_segments(&storage, dir)?.into_iter().next() else {
-            return Ok(None);
-        };
-        let path = dir.join(segment_file_name(first));
-        let file = storage.open(&path, &read_options())?;
-        let header = read_segment_header(&file)?;
-        let from = header.first_lsn();
-        Ok(Some(Self::new(
-            storage,
-            dir,
-            header.segment_bytes,
-            Some(header.db_id),
-            from,
-        )))
+        let segments = list_segments(&storage, dir)?;
+        let mut first_error = None;
+        for n in segments {
+            let path = dir.join(segment_file_name(n));
+            let file = storage.open(&path, &read_options())?;
+            match read_segment_header(&file) {
+                // A file re-headed for recycling but not yet renamed carries a
+                // later number than its name: not where the log starts.
+                Ok(h) if h.segment_no == n => {
+                    return Ok(Some(Self::new(
+                        storage,
+                        dir,
+                        h.segment_bytes,
+                        Some(h.db_id),
+                        h.first_lsn(),
+                    )))
+                }
+                Ok(_) => continue,
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        first_error.map_or(Ok(None), Err)
     }
 
     /// The position after the last record returned.

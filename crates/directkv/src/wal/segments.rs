@@ -7,9 +7,11 @@
 //!   allocated, zero-filled, has its header, and is synced; the rename that gives
 //!   it that name is followed by a directory sync. A crash mid-preparation leaves
 //!   a `*.tmp` file, which the next preparation removes.
-//! - A recycled segment gets its new name (rename + directory sync) and then its
-//!   new header (write + sync) before the writer can use it. Its old records stay
-//!   but are valid only at their old LSNs, so they read as garbage at the new ones.
+//! - A recycled segment gets its new header (write + sync) and then its new name
+//!   (rename + directory sync) before the writer can use it. Its old records
+//!   stay but are valid only at their old LSNs, so they read as garbage at the
+//!   new ones. (The other order failed the simulated crash campaign: a crash
+//!   between the steps left a file whose name and header disagreed.)
 //! - At most one thread prepares or recycles at a time (`busy`), so the writer
 //!   and the background preparer never build the same segment twice.
 
@@ -80,6 +82,11 @@ impl<S: Storage> Segments<S> {
             changed: Condvar::new(),
             counters: SegmentCounters::default(),
         }
+    }
+
+    /// Whether segment `n`'s file exists.
+    pub fn exists(&self, n: u64) -> bool {
+        self.storage.exists(&self.path(n))
     }
 
     fn path(&self, n: u64) -> PathBuf {
@@ -275,12 +282,15 @@ impl<S: Storage> Segments<S> {
             let spares = future.len();
             let next = future.last().copied().unwrap_or(current) + 1;
             if spares < self.recycle_max {
+                // New header first (synced), then the new name: a crash in
+                // between leaves an old segment nobody reads (it lies before
+                // the redo point) that the next recycling picks up again, never
+                // a file whose name and header disagree where the log is read.
+                let file = self.storage.open(&self.path(old), &self.writer_options())?;
+                self.write_header(&file, next)?;
+                drop(file);
                 self.storage.rename(&self.path(old), &self.path(next))?;
                 self.storage.sync_dir(&self.dir)?;
-                let file = self
-                    .storage
-                    .open(&self.path(next), &self.writer_options())?;
-                self.write_header(&file, next)?;
                 future.push(next);
                 recycled += 1;
                 self.counters.recycled.fetch_add(1, Ordering::Relaxed);

@@ -68,6 +68,11 @@ pub struct WalOptions {
     /// Old segments a checkpoint renames for reuse rather than removes, at most
     /// (counting the spares): in steady state the log then creates no new files.
     pub recycle_segments_max: usize,
+    /// Prepare spare segments on a background thread (the default). Off, the
+    /// writer prepares each segment when it first needs it: slower at segment
+    /// boundaries, but every I/O happens on the caller's thread in program
+    /// order, which deterministic simulation needs.
+    pub background_prepare: bool,
     /// The database's identity, stamped on every segment.
     pub db_id: DbId,
 }
@@ -83,6 +88,7 @@ impl WalOptions {
             commit_delay: Duration::ZERO,
             spare_segments: SPARE_SEGMENTS_DEFAULT,
             recycle_segments_max: RECYCLE_SEGMENTS_MAX_DEFAULT,
+            background_prepare: true,
             db_id,
         }
     }
@@ -252,6 +258,7 @@ impl<S: Storage> Wal<S> {
     ) -> Result<(Wal<S>, Lsn)> {
         let mut opts = opts;
         opts.validate()?;
+        let background_prepare = opts.background_prepare;
         storage.create_dir_all(&opts.dir)?;
         let existing = list_segments(&storage, &opts.dir)?;
         // An existing log keeps the segment size it was made with; the option
@@ -327,7 +334,7 @@ impl<S: Storage> Wal<S> {
             st.fill
                 .put(resume_at, kind::FLUSH_HEADER, &tail.end.0.to_le_bytes());
         }
-        let preparer = Some(spawn_preparer(Arc::clone(&shared)));
+        let preparer = background_prepare.then(|| spawn_preparer(Arc::clone(&shared)));
         Ok((Wal { shared, preparer }, tail.end))
     }
 
@@ -647,8 +654,7 @@ impl<S: Storage> Shared<S> {
             let seg_end = self.layout.segment_start(segment + 1).0;
             let n = (seg_end.min(to.0) - at.0).min(zeros.len() as u64) as usize;
             let n = n.next_multiple_of(self.unit).min(zeros.len());
-            let path = self.dir.join(super::format::segment_file_name(segment));
-            if !self.segments_exists(&path) {
+            if !self.segments.exists(segment) {
                 at = Lsn(seg_end);
                 continue;
             }
@@ -663,10 +669,6 @@ impl<S: Storage> Shared<S> {
             f.sync_all()?;
         }
         Ok(())
-    }
-
-    fn segments_exists(&self, path: &Path) -> bool {
-        path.exists()
     }
 }
 

@@ -1,0 +1,542 @@
+//! `SimStorage`: a deterministic disk in memory, behind the same [`Storage`]
+//! trait as the real backend, that loses, reorders and tears unsynced writes on
+//! purpose (RELIABILITY.md §2.1).
+//!
+//! State per file: a **live** image (what reads see) and a **durable** image
+//! (what survives a crash), plus the writes made since the file's last sync.
+//! Directory entries likewise have a live and a durable namespace; a directory
+//! sync makes that directory's live entries durable. Directories themselves
+//! are durable once created (a simplification: the engine creates them once).
+//!
+//! Life cycle of a run: arm [`SimStorage::power_fail_after`]; the engine runs
+//! until the Nth mutating operation, after which every write and sync fails
+//! with `EIO` and changes nothing (the power is off); drop the engine; call
+//! [`SimStorage::crash`], which decides for each unsynced write whether it
+//! reached the media whole, not at all, or torn (per 512-byte sector: new,
+//! old, or garbage), then makes the durable state the live one. Reopen.
+//!
+//! Sync methods are honoured: files opened `open_sync`/`open_datasync`/
+//! `pwrite_dsync` make each write durable as it completes.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+use super::rng::Rng;
+use crate::error::{Error, IoOp, Result};
+use crate::io::{
+    Alignment, AlignmentSource, FileOptions, Fill, IoMut, IoPath, IoRef, Storage, StorageFile,
+};
+
+/// The sector size the simulator tears at.
+pub const SIM_SECTOR_BYTES: usize = 512;
+
+#[derive(Debug, Default)]
+struct FileData {
+    live: Vec<u8>,
+    durable: Vec<u8>,
+    /// Unsynced writes: (offset, length), in order.
+    pending: Vec<(usize, usize)>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    files: HashMap<u64, FileData>,
+    next_id: u64,
+    live: BTreeMap<PathBuf, u64>,
+    durable: BTreeMap<PathBuf, u64>,
+    dirs: std::collections::BTreeSet<PathBuf>,
+    locks: std::collections::BTreeSet<PathBuf>,
+    /// Mutating operations so far (writes, syncs, allocations, renames, ...).
+    ops: u64,
+    /// Power fails once `ops` reaches this.
+    fail_at: Option<u64>,
+    powered_off: bool,
+    crashes: u64,
+}
+
+/// Counters of a simulated disk.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SimStats {
+    /// Mutating operations so far.
+    pub ops: u64,
+    /// Whether the power is off now.
+    pub powered_off: bool,
+    /// Crashes simulated.
+    pub crashes: u64,
+}
+
+/// A simulated disk.
+#[derive(Debug, Clone, Default)]
+pub struct SimStorage {
+    state: Arc<Mutex<State>>,
+}
+
+fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn eio(op: IoOp, path: &Path) -> Error {
+    Error::from_io(op, path, None, std::io::Error::from_raw_os_error(libc::EIO))
+}
+
+fn enoent(op: IoOp, path: &Path) -> Error {
+    Error::from_io(
+        op,
+        path,
+        None,
+        std::io::Error::from_raw_os_error(libc::ENOENT),
+    )
+}
+
+impl State {
+    /// Counts a mutating operation; `false` when the power is (now) off.
+    fn step(&mut self) -> bool {
+        if self.powered_off {
+            return false;
+        }
+        self.ops += 1;
+        if self.fail_at.is_some_and(|n| self.ops >= n) {
+            self.powered_off = true;
+            return false;
+        }
+        true
+    }
+
+    fn sync_file(&mut self, id: u64) {
+        if let Some(f) = self.files.get_mut(&id) {
+            f.durable.clone_from(&f.live);
+            f.pending.clear();
+        }
+    }
+}
+
+impl SimStorage {
+    /// An empty disk.
+    pub fn new() -> SimStorage {
+        SimStorage::default()
+    }
+
+    /// The power fails at the `n`th mutating operation from now.
+    pub fn power_fail_after(&self, n: u64) {
+        let mut s = lock(&self.state);
+        let at = s.ops + n.max(1);
+        s.fail_at = Some(at);
+    }
+
+    /// The disk's counters.
+    pub fn stats(&self) -> SimStats {
+        let s = lock(&self.state);
+        SimStats {
+            ops: s.ops,
+            powered_off: s.powered_off,
+            crashes: s.crashes,
+        }
+    }
+
+    /// Power loss: every unsynced write is applied, dropped or torn at sector
+    /// granularity as `seed` decides; unsynced directory entries are lost; the
+    /// durable state becomes the live one and the power comes back.
+    pub fn crash(&self, seed: u64) {
+        let mut rng = Rng::new(seed);
+        let mut s = lock(&self.state);
+        let mut ids: Vec<u64> = s.files.keys().copied().collect();
+        ids.sort_unstable();
+        for id in ids {
+            let f = s.files.get_mut(&id).expect("listed id");
+            let pending = std::mem::take(&mut f.pending);
+            for (off, len) in pending {
+                match rng.range(0, 3) {
+                    0 => apply(f, off, len, |_| true, &mut rng),
+                    1 => {}
+                    _ => {
+                        let mut r2 = Rng::new(rng.next_u64());
+                        apply(f, off, len, move |_| r2.chance(1, 2), &mut rng);
+                    }
+                }
+            }
+            f.live.clone_from(&f.durable);
+        }
+        let durable = s.durable.clone();
+        s.live = durable;
+        let referenced: std::collections::BTreeSet<u64> = s.durable.values().copied().collect();
+        s.files.retain(|id, _| referenced.contains(id));
+        s.locks.clear();
+        s.fail_at = None;
+        s.powered_off = false;
+        s.crashes += 1;
+    }
+
+    /// Flips one bit of a file's durable and live images (bit rot).
+    pub fn flip_bit(&self, path: &Path, offset: usize, bit: u8) -> bool {
+        let mut s = lock(&self.state);
+        let Some(&id) = s.live.get(path) else {
+            return false;
+        };
+        let f = s.files.get_mut(&id).expect("named file");
+        if offset >= f.live.len() {
+            return false;
+        }
+        f.live[offset] ^= 1 << (bit % 8);
+        if offset < f.durable.len() {
+            f.durable[offset] ^= 1 << (bit % 8);
+        }
+        true
+    }
+
+    /// The live length of a file, if it exists.
+    pub fn file_len(&self, path: &Path) -> Option<usize> {
+        let s = lock(&self.state);
+        s.live
+            .get(path)
+            .and_then(|id| s.files.get(id))
+            .map(|f| f.live.len())
+    }
+}
+
+/// Applies a pending write `[off, off+len)` to the durable image, sector by
+/// sector: whole when `keep` says so, else the sector keeps its old bytes or
+/// (one time in four) becomes garbage.
+fn apply(
+    f: &mut FileData,
+    off: usize,
+    len: usize,
+    mut keep: impl FnMut(usize) -> bool,
+    rng: &mut Rng,
+) {
+    let end = (off + len).min(f.live.len());
+    if f.durable.len() < end {
+        f.durable.resize(end, 0);
+    }
+    let mut at = off;
+    while at < end {
+        let next = ((at / SIM_SECTOR_BYTES) + 1) * SIM_SECTOR_BYTES;
+        let stop = next.min(end);
+        if keep(at) {
+            f.durable[at..stop].copy_from_slice(&f.live[at..stop]);
+        } else if rng.chance(1, 4) {
+            for b in &mut f.durable[at..stop] {
+                *b = rng.next_u64() as u8;
+            }
+        }
+        at = stop;
+    }
+}
+
+/// An open file of a [`SimStorage`].
+#[derive(Debug)]
+pub struct SimFile {
+    state: Arc<Mutex<State>>,
+    id: u64,
+    path: PathBuf,
+    each_write_durable: bool,
+    failure: OnceLock<String>,
+}
+
+impl SimFile {
+    fn fail(&self, e: Error) -> Error {
+        let _ = self.failure.set(e.to_string());
+        e
+    }
+
+    fn check(&self) -> Result<()> {
+        match self.failure.get() {
+            Some(cause) => Err(Error::Poisoned {
+                path: self.path.clone(),
+                cause: cause.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+const SIM_ALIGNMENT: Alignment = Alignment {
+    memory_bytes: 512,
+    offset_bytes: 512,
+    read_offset_bytes: 512,
+    source: AlignmentSource::Default,
+};
+
+impl StorageFile for SimFile {
+    fn path(&self) -> &Path {
+        &self.path
+    }
+    fn alignment(&self) -> Alignment {
+        SIM_ALIGNMENT
+    }
+    fn io_path(&self) -> IoPath {
+        IoPath::Direct
+    }
+    fn read_at(&self, mut buf: IoMut<'_>, offset: u64) -> Result<usize> {
+        let s = lock(&self.state);
+        let f = s
+            .files
+            .get(&self.id)
+            .ok_or_else(|| eio(IoOp::Read, &self.path))?;
+        let off = offset as usize;
+        let bytes = buf.bytes_mut();
+        if off >= f.live.len() {
+            return Ok(0);
+        }
+        let n = bytes.len().min(f.live.len() - off);
+        bytes[..n].copy_from_slice(&f.live[off..off + n]);
+        Ok(n)
+    }
+    fn write_all_at(&self, data: IoRef<'_>, offset: u64) -> Result<()> {
+        self.check()?;
+        let mut s = lock(&self.state);
+        if !s.step() {
+            return Err(self.fail(eio(IoOp::Write, &self.path)));
+        }
+        let each = self.each_write_durable;
+        let f = s
+            .files
+            .get_mut(&self.id)
+            .ok_or_else(|| eio(IoOp::Write, &self.path))?;
+        let off = offset as usize;
+        let bytes = data.bytes();
+        if f.live.len() < off + bytes.len() {
+            f.live.resize(off + bytes.len(), 0);
+        }
+        f.live[off..off + bytes.len()].copy_from_slice(bytes);
+        if each {
+            if f.durable.len() < f.live.len() {
+                f.durable.resize(f.live.len(), 0);
+            }
+            f.durable[off..off + bytes.len()].copy_from_slice(bytes);
+        } else {
+            f.pending.push((off, bytes.len()));
+        }
+        Ok(())
+    }
+    fn sync(&self) -> Result<()> {
+        self.sync_all()
+    }
+    fn sync_all(&self) -> Result<()> {
+        self.check()?;
+        let mut s = lock(&self.state);
+        if !s.step() {
+            return Err(self.fail(eio(IoOp::Sync, &self.path)));
+        }
+        s.sync_file(self.id);
+        Ok(())
+    }
+    fn len(&self) -> Result<u64> {
+        let s = lock(&self.state);
+        Ok(s.files.get(&self.id).map_or(0, |f| f.live.len() as u64))
+    }
+    fn allocate(&self, len: u64, _fill: Fill) -> Result<()> {
+        self.check()?;
+        let mut s = lock(&self.state);
+        if !s.step() {
+            return Err(self.fail(eio(IoOp::Allocate, &self.path)));
+        }
+        let f = s
+            .files
+            .get_mut(&self.id)
+            .ok_or_else(|| eio(IoOp::Allocate, &self.path))?;
+        if (f.live.len() as u64) < len {
+            f.live.resize(len as usize, 0);
+        }
+        s.sync_file(self.id);
+        Ok(())
+    }
+}
+
+/// A held lock of a [`SimStorage`].
+#[derive(Debug)]
+pub struct SimLock {
+    state: Arc<Mutex<State>>,
+    path: PathBuf,
+}
+
+impl Drop for SimLock {
+    fn drop(&mut self) {
+        lock(&self.state).locks.remove(&self.path);
+    }
+}
+
+impl Storage for SimStorage {
+    type File = SimFile;
+    type Lock = SimLock;
+
+    fn lock_exclusive(&self, path: &Path) -> Result<SimLock> {
+        let mut s = lock(&self.state);
+        if !s.locks.insert(path.to_path_buf()) {
+            return Err(Error::DatabaseLocked {
+                path: path.to_path_buf(),
+                holder: "another handle on the simulated disk".into(),
+            });
+        }
+        Ok(SimLock {
+            state: Arc::clone(&self.state),
+            path: path.to_path_buf(),
+        })
+    }
+
+    fn open(&self, path: &Path, opts: &FileOptions) -> Result<SimFile> {
+        let mut s = lock(&self.state);
+        let id = match s.live.get(path) {
+            Some(&id) => {
+                if opts.truncate && !opts.read_only {
+                    if !s.step() {
+                        return Err(eio(IoOp::Open, path));
+                    }
+                    let f = s.files.get_mut(&id).expect("named file");
+                    f.live.clear();
+                    f.pending.push((0, 0));
+                }
+                id
+            }
+            None if opts.create && !opts.read_only => {
+                if !s.step() {
+                    return Err(eio(IoOp::Open, path));
+                }
+                let id = s.next_id;
+                s.next_id += 1;
+                s.files.insert(id, FileData::default());
+                s.live.insert(path.to_path_buf(), id);
+                id
+            }
+            None => return Err(enoent(IoOp::Open, path)),
+        };
+        Ok(SimFile {
+            state: Arc::clone(&self.state),
+            id,
+            path: path.to_path_buf(),
+            each_write_durable: opts.sync.syncs_each_write(),
+            failure: OnceLock::new(),
+        })
+    }
+
+    fn create_dir_all(&self, path: &Path) -> Result<()> {
+        let mut s = lock(&self.state);
+        for a in path.ancestors() {
+            s.dirs.insert(a.to_path_buf());
+        }
+        Ok(())
+    }
+
+    fn list_dir(&self, path: &Path) -> Result<Vec<String>> {
+        let s = lock(&self.state);
+        let mut names: Vec<String> = s
+            .live
+            .keys()
+            .filter(|p| p.parent() == Some(path))
+            .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .collect();
+        names.extend(
+            s.dirs
+                .iter()
+                .filter(|p| p.parent() == Some(path))
+                .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned())),
+        );
+        names.sort();
+        Ok(names)
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> Result<()> {
+        let mut s = lock(&self.state);
+        if !s.step() {
+            return Err(eio(IoOp::Rename, from));
+        }
+        let id = s
+            .live
+            .remove(from)
+            .ok_or_else(|| enoent(IoOp::Rename, from))?;
+        s.live.insert(to.to_path_buf(), id);
+        Ok(())
+    }
+
+    fn remove_file(&self, path: &Path) -> Result<()> {
+        let mut s = lock(&self.state);
+        if !s.step() {
+            return Err(eio(IoOp::Remove, path));
+        }
+        s.live
+            .remove(path)
+            .ok_or_else(|| enoent(IoOp::Remove, path))?;
+        Ok(())
+    }
+
+    fn sync_dir(&self, path: &Path) -> Result<()> {
+        let mut s = lock(&self.state);
+        if !s.step() {
+            return Err(eio(IoOp::Sync, path));
+        }
+        let in_dir = |p: &PathBuf| p.parent() == Some(path);
+        s.durable.retain(|p, _| !in_dir(p));
+        let entries: Vec<(PathBuf, u64)> = s
+            .live
+            .iter()
+            .filter(|(p, _)| in_dir(p))
+            .map(|(p, id)| (p.clone(), *id))
+            .collect();
+        s.durable.extend(entries);
+        Ok(())
+    }
+
+    fn exists(&self, path: &Path) -> bool {
+        let s = lock(&self.state);
+        s.live.contains_key(path) || s.dirs.contains(path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::io::{AlignedBuf, SyncMethod};
+
+    fn opts() -> FileOptions {
+        FileOptions {
+            create: true,
+            sync: SyncMethod::Fdatasync,
+            ..FileOptions::default()
+        }
+    }
+
+    #[test]
+    fn unsynced_writes_and_entries_may_vanish_synced_ones_stay() {
+        let disk = SimStorage::new();
+        let dir = Path::new("/db");
+        disk.create_dir_all(dir).expect("mkdir");
+        let f = disk.open(&dir.join("a"), &opts()).expect("open");
+        let mut buf = AlignedBuf::new(4096, 512).expect("buf");
+        buf.as_mut_slice().fill(1);
+        f.write_all_at(buf.io_all(), 0).expect("write");
+        f.sync_all().expect("sync");
+        disk.sync_dir(dir).expect("sync dir");
+        buf.as_mut_slice().fill(2);
+        f.write_all_at(buf.io_all(), 0).expect("write");
+        let g = disk.open(&dir.join("b"), &opts()).expect("open b");
+        g.write_all_at(buf.io_all(), 0).expect("write b");
+        g.sync_all().expect("sync b");
+        drop((f, g));
+        disk.crash(7);
+        assert!(
+            !disk.exists(&dir.join("b")),
+            "its directory entry was never synced"
+        );
+        let f = disk.open(&dir.join("a"), &opts()).expect("reopen");
+        let mut back = AlignedBuf::new(4096, 512).expect("buf");
+        f.read_at(back.io_all_mut(), 0).expect("read");
+        // Each sector holds 1 (old), 2 (new) or garbage; never anything else
+        // where it was synced as 1 and left alone.
+        assert_eq!(back.len(), 4096);
+    }
+
+    #[test]
+    fn power_failure_stops_every_later_write() {
+        let disk = SimStorage::new();
+        disk.create_dir_all(Path::new("/d")).expect("mkdir");
+        let f = disk.open(Path::new("/d/x"), &opts()).expect("open");
+        disk.power_fail_after(2);
+        let buf = AlignedBuf::new(512, 512).expect("buf");
+        f.write_all_at(buf.io_all(), 0).expect("first write");
+        assert!(f.write_all_at(buf.io_all(), 512).is_err());
+        assert!(matches!(f.sync(), Err(Error::Poisoned { .. })));
+        assert!(disk.stats().powered_off);
+        disk.crash(1);
+        assert!(!disk.stats().powered_off);
+    }
+}

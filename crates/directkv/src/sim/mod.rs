@@ -1,0 +1,10 @@
+//! Deterministic simulation: a disk that loses, tears and reorders unsynced
+//! writes on purpose, and seeded crash campaigns against the whole engine.
+
+mod disk;
+mod rng;
+mod run;
+
+pub use disk::{SimFile, SimLock, SimStats, SimStorage, SIM_SECTOR_BYTES};
+pub use rng::Rng;
+pub use run::{run_seed, SeedFailure, SeedReport};
