@@ -272,10 +272,12 @@ impl<S: Storage> Database<S> {
         let lock = storage.lock_exclusive(&path.join(LOCK_NAME))?;
         let control_path = path.join(CONTROL_NAME);
         if !storage.exists(&control_path) {
+            // What an interrupted creation leaves (it writes CONTROL last) is
+            // ours to start over; anything else is someone else's.
             let foreign: Vec<String> = storage
                 .list_dir(path)?
                 .into_iter()
-                .filter(|n| n != LOCK_NAME)
+                .filter(|n| ![LOCK_NAME, DATA_NAME, "CONTROL.tmp"].contains(&n.as_str()))
                 .collect();
             if !foreign.is_empty() {
                 return Err(Error::NotADatabase {

@@ -7,4 +7,4 @@ mod run;
 
 pub use disk::{SimFile, SimLock, SimStats, SimStorage, SIM_SECTOR_BYTES};
 pub use rng::Rng;
-pub use run::{run_seed, SeedFailure, SeedReport};
+pub use run::{run_seed, sweep_crash_points, SeedFailure, SeedReport};
