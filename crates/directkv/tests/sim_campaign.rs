@@ -53,3 +53,29 @@ fn every_crash_point_of_canonical_workloads_recovers() {
     assert!(recoveries > 100, "{recoveries} recoveries checked");
     eprintln!("{recoveries} crash-point recoveries checked");
 }
+
+/// The I/O-error countdown (C5): every write, sync and allocation of a
+/// workload failed in turn, transiently and persistently; recovery afterwards
+/// keeps every acknowledged commit, and nothing panics.
+#[test]
+fn every_io_error_is_survived() {
+    let mut runs = 0;
+    for seed in [11u64, 12] {
+        runs += directkv::sim::sweep_io_errors(seed, 20).unwrap_or_else(|f| panic!("{f}"));
+    }
+    assert!(runs > 100, "{runs} runs");
+    eprintln!("{runs} I/O-error runs checked");
+}
+
+/// fsync-EIO the Linux way (C6): a failed sync drops the unsynced writes and
+/// would let the next sync succeed; no commit after it is acknowledged, and
+/// none before it is lost.
+#[test]
+fn a_failed_fsync_is_never_retried_into_a_lie() {
+    let mut runs = 0;
+    for seed in 21u64..29 {
+        runs += directkv::sim::sweep_fsync_eio(seed, 20).unwrap_or_else(|f| panic!("{f}"));
+    }
+    assert!(runs > 100, "{runs} runs");
+    eprintln!("{runs} fsync-EIO runs checked");
+}

@@ -53,6 +53,8 @@ struct State {
     fail_at: Option<u64>,
     powered_off: bool,
     crashes: u64,
+    /// The sync that fails with EIO, counted in syncs from when it was armed.
+    sync_fail_in: Option<u64>,
 }
 
 /// Counters of a simulated disk.
@@ -122,6 +124,14 @@ impl SimStorage {
         let mut s = lock(&self.state);
         let at = s.ops + n.max(1);
         s.fail_at = Some(at);
+    }
+
+    /// The `n`th sync from now fails with `EIO` the Linux way: the file's
+    /// unsynced writes are dropped (they stay readable until a crash but will
+    /// never be durable) and the next sync reports success
+    /// (RELIABILITY.md §3.1).
+    pub fn fail_sync_linux_style(&self, n: u64) {
+        lock(&self.state).sync_fail_in = Some(n.max(1));
     }
 
     /// The disk's counters.
@@ -317,6 +327,18 @@ impl StorageFile for SimFile {
         let mut s = lock(&self.state);
         if !s.step() {
             return Err(self.fail(eio(IoOp::Sync, &self.path)));
+        }
+        if let Some(n) = s.sync_fail_in {
+            if n <= 1 {
+                s.sync_fail_in = None;
+                if let Some(f) = s.files.get_mut(&self.id) {
+                    // The kernel marks the pages clean: they will never reach
+                    // the media, and a later sync has nothing to report.
+                    f.pending.clear();
+                }
+                return Err(self.fail(eio(IoOp::Sync, &self.path)));
+            }
+            s.sync_fail_in = Some(n - 1);
         }
         s.sync_file(self.id);
         Ok(())

@@ -7,4 +7,6 @@ mod run;
 
 pub use disk::{SimFile, SimLock, SimStats, SimStorage, SIM_SECTOR_BYTES};
 pub use rng::Rng;
-pub use run::{run_seed, sweep_crash_points, SeedFailure, SeedReport};
+pub use run::{
+    run_seed, sweep_crash_points, sweep_fsync_eio, sweep_io_errors, SeedFailure, SeedReport,
+};

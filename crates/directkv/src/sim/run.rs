@@ -17,7 +17,7 @@ use std::path::Path;
 use super::disk::SimStorage;
 use super::rng::Rng;
 use crate::db::{Database, Durability, Options};
-use crate::io::{DirectIo, SyncMethod, SyncVariant};
+use crate::io::{DirectIo, FaultOp, FaultyStorage, Storage, SyncMethod, SyncVariant};
 
 /// What a passing seed did.
 #[derive(Debug, Clone)]
@@ -117,7 +117,7 @@ fn model(log: &[Txn], upto: u64) -> BTreeMap<Vec<u8>, Vec<u8>> {
 
 /// Checks a recovered database against the log; returns how many transactions
 /// it holds.
-fn verify(db: &Database<SimStorage>, log: &[Txn], acked: u64) -> Result<u64, String> {
+fn verify<S: Storage>(db: &Database<S>, log: &[Txn], acked: u64) -> Result<u64, String> {
     let r = db.begin_read().map_err(|e| format!("begin_read: {e}"))?;
     let next = match r.get(b"next").map_err(|e| format!("get next: {e}"))? {
         Some(v) => u64::from_le_bytes(
@@ -162,7 +162,7 @@ fn verify(db: &Database<SimStorage>, log: &[Txn], acked: u64) -> Result<u64, Str
 /// Runs `txns` on a database at `path` on `disk` (creating it if needed), with
 /// a checkpoint after every tenth; returns how many commits were acknowledged
 /// before the first error.
-fn run_workload(disk: &SimStorage, path: &Path, opts: &Options, txns: &[Txn]) -> u64 {
+fn run_workload<S: Storage>(disk: &S, path: &Path, opts: &Options, txns: &[Txn]) -> u64 {
     let Ok(db) = Database::open_with(disk.clone(), path, opts.clone()) else {
         return 0;
     };
@@ -222,6 +222,86 @@ pub fn sweep_crash_points(seed: u64, txns: u64, tears: u64) -> Result<u64, SeedF
             verify(&db, &log, acked).map_err(fail)?;
             checked += 1;
         }
+    }
+    Ok(checked)
+}
+
+/// The I/O-error countdown (RELIABILITY.md C5): the workload of `seed` runs
+/// with its Nth write (or sync, or allocation) failing, transiently or from
+/// then on, for every N; then the faults stop, the power fails, and recovery
+/// must find every acknowledged commit (a failure is an error, never a panic).
+/// Returns the number of runs checked.
+///
+/// # Errors
+/// [`SeedFailure`] naming the operation and N.
+pub fn sweep_io_errors(seed: u64, txns: u64) -> Result<u64, SeedFailure> {
+    let mut rng = Rng::new(seed);
+    let (opts, text) = knobs(&mut rng);
+    let log: Vec<Txn> = (0..txns).map(|n| random_txn(&mut rng, n)).collect();
+    let path = Path::new("/sim/db");
+    let mut checked = 0;
+    for op in [FaultOp::Write, FaultOp::Sync, FaultOp::Allocate] {
+        let calls = {
+            let disk = FaultyStorage::new(SimStorage::new());
+            run_workload(&disk, path, &opts, &log);
+            disk.calls(op)
+        };
+        for n in 0..calls {
+            for transient in [true, false] {
+                let sim = SimStorage::new();
+                let disk = FaultyStorage::new(sim.clone());
+                disk.fail_after(op, n, transient);
+                let acked = run_workload(&disk, path, &opts, &log);
+                disk.heal();
+                sim.crash(seed ^ n ^ u64::from(transient));
+                let fail = |what: String| SeedFailure {
+                    seed,
+                    knobs: format!("{text}; {op:?} {n} fails, transient {transient}"),
+                    what,
+                };
+                let db = Database::open_with(sim.clone(), path, opts.clone())
+                    .map_err(|e| fail(format!("recovery failed: {e}")))?;
+                verify(&db, &log, acked).map_err(fail)?;
+                checked += 1;
+            }
+        }
+    }
+    Ok(checked)
+}
+
+/// fsync-EIO with Linux semantics (RELIABILITY.md C6): the Nth sync fails and
+/// silently drops the file's unsynced writes, and the next sync would report
+/// success. The engine must not acknowledge any commit after the failure, and
+/// recovery after a power loss must find every one acknowledged before it.
+/// Returns the number of runs checked.
+///
+/// # Errors
+/// [`SeedFailure`] naming N.
+pub fn sweep_fsync_eio(seed: u64, txns: u64) -> Result<u64, SeedFailure> {
+    let mut rng = Rng::new(seed);
+    let (opts, text) = knobs(&mut rng);
+    let log: Vec<Txn> = (0..txns).map(|n| random_txn(&mut rng, n)).collect();
+    let path = Path::new("/sim/db");
+    let syncs = {
+        let disk = FaultyStorage::new(SimStorage::new());
+        run_workload(&disk, path, &opts, &log);
+        disk.calls(FaultOp::Sync)
+    };
+    let mut checked = 0;
+    for n in 1..=syncs {
+        let sim = SimStorage::new();
+        sim.fail_sync_linux_style(n);
+        let acked = run_workload(&sim, path, &opts, &log);
+        sim.crash(seed.wrapping_add(n));
+        let fail = |what: String| SeedFailure {
+            seed,
+            knobs: format!("{text}; sync {n} of {syncs} fails Linux-style"),
+            what,
+        };
+        let db = Database::open_with(sim.clone(), path, opts.clone())
+            .map_err(|e| fail(format!("recovery failed: {e}")))?;
+        verify(&db, &log, acked).map_err(fail)?;
+        checked += 1;
     }
     Ok(checked)
 }
