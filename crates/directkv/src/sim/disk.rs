@@ -194,6 +194,22 @@ impl SimStorage {
         true
     }
 
+    /// Copies `len` bytes of a file from `from` to `to` in both images (a
+    /// misdirected write of a whole page).
+    pub fn copy_within(&self, path: &Path, from: usize, to: usize, len: usize) -> bool {
+        let mut s = lock(&self.state);
+        let Some(&id) = s.live.get(path) else {
+            return false;
+        };
+        let f = s.files.get_mut(&id).expect("named file");
+        if from + len > f.live.len() || to + len > f.live.len() || to + len > f.durable.len() {
+            return false;
+        }
+        f.live.copy_within(from..from + len, to);
+        f.durable.copy_within(from..from + len, to);
+        true
+    }
+
     /// The live length of a file, if it exists.
     pub fn file_len(&self, path: &Path) -> Option<usize> {
         let s = lock(&self.state);

@@ -8,5 +8,6 @@ mod run;
 pub use disk::{SimFile, SimLock, SimStats, SimStorage, SIM_SECTOR_BYTES};
 pub use rng::Rng;
 pub use run::{
-    run_seed, sweep_crash_points, sweep_fsync_eio, sweep_io_errors, SeedFailure, SeedReport,
+    run_seed, sweep_corruption, sweep_crash_points, sweep_fsync_eio, sweep_io_errors, SeedFailure,
+    SeedReport,
 };
