@@ -116,3 +116,29 @@ fn sigkill_never_loses_an_acknowledged_commit() {
     }
     assert!(total > 0, "the child committed something");
 }
+
+/// F21: a second process opening a database this process holds gets a clear
+/// error naming the holder, and the database is untouched by the attempt.
+#[test]
+fn a_second_process_is_refused_and_told_who_holds_it() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    let opts = Options {
+        cache_bytes: 1 << 20,
+        page_bytes: 4096,
+        ..Options::default()
+    };
+    let db = Database::open(dir.path(), opts).expect("open");
+    let out = Command::new(env!("CARGO_BIN_EXE_directkv"))
+        .arg("crash-workload")
+        .arg(dir.path())
+        .output()
+        .expect("run child");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("already open"), "{err}");
+    assert!(
+        err.contains(&format!("pid {}", std::process::id())),
+        "{err}"
+    );
+    drop(db);
+}

@@ -417,37 +417,15 @@ impl DirectFile {
         self.check_healthy()?;
         self.check_aligned(offset, data.len(), data.unit_bytes(), false)?;
         let bytes = data.bytes();
-        let mut done = 0usize;
-        let mut stalls = 0u32;
-        while done < bytes.len() {
-            let at = offset + done as u64;
-            let result = if self.sync == SyncMethod::PwriteDsync {
-                pwrite_dsync(self.file.as_fd(), &bytes[done..], at)
+        let dsync = self.sync == SyncMethod::PwriteDsync;
+        write_fully(bytes, offset, |b, at| {
+            if dsync {
+                pwrite_dsync(self.file.as_fd(), b, at)
             } else {
-                self.file.write_at(&bytes[done..], at)
-            };
-            match result {
-                Ok(n) if n > 0 => done += n,
-                Ok(_) => {
-                    let e = std::io::Error::new(std::io::ErrorKind::WriteZero, "wrote 0 bytes");
-                    return Err(self.fail(Error::from_io(IoOp::Write, &self.path, Some(at), e)));
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {
-                    stalls += 1;
-                    if stalls > SHORT_IO_RETRIES_MAX {
-                        return Err(self.fail(Error::from_io(
-                            IoOp::Write,
-                            &self.path,
-                            Some(at),
-                            e,
-                        )));
-                    }
-                }
-                Err(e) => {
-                    return Err(self.fail(Error::from_io(IoOp::Write, &self.path, Some(at), e)))
-                }
+                self.file.write_at(b, at)
             }
-        }
+        })
+        .map_err(|(e, at)| self.fail(Error::from_io(IoOp::Write, &self.path, Some(at), e)))?;
         if matches!(self.io_path, IoPath::BufferedFallback { .. }) {
             // Best effort: dirty pages are not dropped until written back, which
             // `sync` triggers; the call starts that write-back early.
@@ -598,6 +576,40 @@ impl DirectFile {
     }
 }
 
+/// Writes all of `bytes` at `offset` through `write`, continuing after short
+/// writes and `EINTR` (RELIABILITY.md F23). A write of zero bytes, or more than
+/// [`SHORT_IO_RETRIES_MAX`] interruptions in a row, is an error. On error,
+/// returns it with the offset it happened at.
+fn write_fully(
+    bytes: &[u8],
+    offset: u64,
+    mut write: impl FnMut(&[u8], u64) -> std::io::Result<usize>,
+) -> Result<(), (std::io::Error, u64)> {
+    let mut done = 0usize;
+    let mut interrupted = 0u32;
+    while done < bytes.len() {
+        let at = offset + done as u64;
+        match write(&bytes[done..], at) {
+            Ok(0) => {
+                let e = std::io::Error::new(std::io::ErrorKind::WriteZero, "wrote 0 bytes");
+                return Err((e, at));
+            }
+            Ok(n) => {
+                done += n;
+                interrupted = 0;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {
+                interrupted += 1;
+                if interrupted > SHORT_IO_RETRIES_MAX {
+                    return Err((e, at));
+                }
+            }
+            Err(e) => return Err((e, at)),
+        }
+    }
+    Ok(())
+}
+
 fn pwrite_dsync(fd: BorrowedFd<'_>, bytes: &[u8], offset: u64) -> std::io::Result<usize> {
     let iov = libc::iovec {
         iov_base: bytes.as_ptr() as *mut libc::c_void,
@@ -629,5 +641,36 @@ impl AsFd for DirectFile {
 impl AsRawFd for DirectFile {
     fn as_raw_fd(&self) -> RawFd {
         self.file.as_raw_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_writes_and_interruptions_are_continued() {
+        let data: Vec<u8> = (0..100u8).collect();
+        let mut disk = vec![0u8; 200];
+        let mut calls = 0;
+        write_fully(&data, 50, |b, at| {
+            calls += 1;
+            if calls % 3 == 0 {
+                return Err(std::io::Error::from(std::io::ErrorKind::Interrupted));
+            }
+            let n = b.len().min(7);
+            disk[at as usize..at as usize + n].copy_from_slice(&b[..n]);
+            Ok(n)
+        })
+        .expect("completes");
+        assert_eq!(&disk[50..150], data.as_slice());
+        assert!(calls > 14);
+        let err = write_fully(&data, 0, |_, _| Ok(0)).expect_err("no progress");
+        assert_eq!(err.0.kind(), std::io::ErrorKind::WriteZero);
+        let err = write_fully(&data, 0, |_, _| {
+            Err(std::io::Error::from(std::io::ErrorKind::Interrupted))
+        })
+        .expect_err("endless interruption");
+        assert_eq!(err.0.kind(), std::io::ErrorKind::Interrupted);
     }
 }

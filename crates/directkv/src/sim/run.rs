@@ -227,7 +227,7 @@ pub fn sweep_crash_points(seed: u64, txns: u64, tears: u64) -> Result<u64, SeedF
 }
 
 /// The I/O-error countdown (RELIABILITY.md C5): the workload of `seed` runs
-/// with its Nth write (or sync, or allocation) failing, transiently or from
+/// with its Nth write (EIO or ENOSPC), sync, allocation or read failing, transiently or from
 /// then on, for every N; then the faults stop, the power fails, and recovery
 /// must find every acknowledged commit (a failure is an error, never a panic).
 /// Returns the number of runs checked.
@@ -240,7 +240,14 @@ pub fn sweep_io_errors(seed: u64, txns: u64) -> Result<u64, SeedFailure> {
     let log: Vec<Txn> = (0..txns).map(|n| random_txn(&mut rng, n)).collect();
     let path = Path::new("/sim/db");
     let mut checked = 0;
-    for op in [FaultOp::Write, FaultOp::Sync, FaultOp::Allocate] {
+    let plan = [
+        (FaultOp::Write, libc::EIO),
+        (FaultOp::Write, libc::ENOSPC),
+        (FaultOp::Sync, libc::EIO),
+        (FaultOp::Allocate, libc::ENOSPC),
+        (FaultOp::Read, libc::EIO),
+    ];
+    for (op, errno) in plan {
         let calls = {
             let disk = FaultyStorage::new(SimStorage::new());
             run_workload(&disk, path, &opts, &log);
@@ -250,13 +257,15 @@ pub fn sweep_io_errors(seed: u64, txns: u64) -> Result<u64, SeedFailure> {
             for transient in [true, false] {
                 let sim = SimStorage::new();
                 let disk = FaultyStorage::new(sim.clone());
-                disk.fail_after(op, n, transient);
+                disk.fail_after_with(op, n, transient, errno);
                 let acked = run_workload(&disk, path, &opts, &log);
                 disk.heal();
                 sim.crash(seed ^ n ^ u64::from(transient));
                 let fail = |what: String| SeedFailure {
                     seed,
-                    knobs: format!("{text}; {op:?} {n} fails, transient {transient}"),
+                    knobs: format!(
+                        "{text}; {op:?} {n} fails with errno {errno}, transient {transient}"
+                    ),
                     what,
                 };
                 let db = Database::open_with(sim.clone(), path, opts.clone())
