@@ -651,7 +651,7 @@ mod tests {
     #[test]
     fn short_writes_and_interruptions_are_continued() {
         let data: Vec<u8> = (0..100u8).collect();
-        let mut disk = vec![0u8; 200];
+        let mut disk = [0u8; 200];
         let mut calls = 0;
         write_fully(&data, 50, |b, at| {
             calls += 1;
