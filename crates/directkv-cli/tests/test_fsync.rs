@@ -8,11 +8,14 @@
 //! The loop-device cases need root, `losetup` and `mkfs.*`; without them they
 //! print why and skip. Timing figures are never asserted, only their presence.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use directkv::fsync_test::{DeviceProfile, PROFILE_FILE_NAME};
 use serde_json::Value;
+
+mod common;
+use common::loop_fs;
 
 const SECONDS: &str = "0.02";
 
@@ -182,70 +185,6 @@ fn save_profile_is_read_back_for_the_same_filesystem() {
     // A damaged profile is ignored, never trusted.
     std::fs::write(dir.path().join(PROFILE_FILE_NAME), b"{ not json").expect("write");
     assert!(DeviceProfile::load_for_dir(dir.path()).is_none());
-}
-
-/// A filesystem on a loop device, unmounted and detached on drop.
-struct LoopFs {
-    mount: PathBuf,
-    device: String,
-}
-
-impl Drop for LoopFs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.mount).status();
-        let _ = Command::new("losetup").args(["-d", &self.device]).status();
-    }
-}
-
-fn have(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
-}
-
-/// Makes a `size_mib` image in `dir`, attaches it with `sector` bytes per
-/// sector, formats it with `mkfs` and mounts it. `None` (with the reason
-/// printed) where that is not possible here.
-fn loop_fs(dir: &Path, mkfs: &str, size_mib: u64, sector: u32) -> Option<LoopFs> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 || !have("losetup") || !have(mkfs) {
-        eprintln!("skipped: needs root, losetup and {mkfs}");
-        return None;
-    }
-    let image = dir.join(format!("{mkfs}.img"));
-    let f = std::fs::File::create(&image).expect("image");
-    f.set_len(size_mib << 20).expect("size image");
-    let out = Command::new("losetup")
-        .args(["--find", "--show", "--sector-size", &sector.to_string()])
-        .arg(&image)
-        .output()
-        .expect("losetup");
-    if !out.status.success() {
-        eprintln!("skipped: losetup: {}", String::from_utf8_lossy(&out.stderr));
-        return None;
-    }
-    let device = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    let mount = dir.join(format!("{mkfs}.mnt"));
-    std::fs::create_dir(&mount).expect("mount point");
-    let fs = LoopFs { mount, device };
-    let made = Command::new(mkfs)
-        .args(["-q", &fs.device])
-        .output()
-        .expect("mkfs");
-    assert!(
-        made.status.success(),
-        "{mkfs}: {}",
-        String::from_utf8_lossy(&made.stderr)
-    );
-    let mounted = Command::new("mount")
-        .arg(&fs.device)
-        .arg(&fs.mount)
-        .status()
-        .expect("mount");
-    assert!(mounted.success(), "mount {}", fs.device);
-    Some(fs)
 }
 
 #[test]
