@@ -22,6 +22,8 @@ mod lsn;
 pub mod sim;
 pub mod wal;
 
-pub use db::{Database, Durability, Options, RangeIter, ReadTxn, Stalls, Stats, WriteTxn};
+pub use db::{
+    CheckReport, Database, Durability, Options, RangeIter, ReadTxn, Stalls, Stats, WriteTxn,
+};
 pub use error::{Error, IoOp, Result};
 pub use lsn::Lsn;

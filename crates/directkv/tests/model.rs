@@ -177,6 +177,7 @@ fn run(dir: &Path, ops: &[Op]) {
     }
     drop(db);
     let db = Database::open(dir, options()).expect("final reopen");
+    db.check().expect("integrity check after the last reopen");
     let all: Vec<_> = db
         .begin_read()
         .expect("read")
@@ -238,6 +239,8 @@ fn many_keys_grow_and_shrink_the_tree() {
         .range::<std::ops::RangeFull>(..)
         .count();
     assert_eq!(live, 1000);
+    let report = db.check().expect("integrity check");
+    assert_eq!(report.keys, 1000);
     let pages = db.stats().cache;
     db.close().expect("close");
     let size = std::fs::metadata(dir.path().join("data"))

@@ -9,6 +9,7 @@
 //! pages whose LSN is below the commit's (torn pages are rebuilt from their full
 //! images); then accept transactions.
 
+mod check;
 mod commit;
 mod records;
 mod txn;
@@ -21,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+pub use check::CheckReport;
 pub use records::Meta;
 pub use txn::{RangeIter, ReadTxn, WriteTxn};
 
@@ -404,6 +406,16 @@ impl<S: Storage> Database<S> {
         self.inner.checkpoint()
     }
 
+    /// Walks the whole database and proves its structure: pages verify, keys
+    /// are ordered within their fences, overflow chains and the free list are
+    /// well formed, and every page is in the tree or free exactly once.
+    ///
+    /// # Errors
+    /// [`Error::Corruption`] describing the first problem found.
+    pub fn check(&self) -> Result<CheckReport> {
+        self.inner.check()
+    }
+
     /// The engine's counters.
     pub fn stats(&self) -> Stats {
         self.inner.stats()
@@ -653,6 +665,11 @@ impl<'a, S: Storage> Replay<'a, S> {
 }
 
 impl<S: Storage> EngineLog<S> {
+    /// The end of the log (or everything, during recovery).
+    pub(crate) fn durable_or_end(&self) -> Lsn {
+        self.wal.get().map_or(Lsn(u64::MAX), Wal::end_lsn)
+    }
+
     /// Waits until the WAL is durable up to `lsn`.
     pub(crate) fn flush_to_wal(&self, lsn: Lsn) -> Result<()> {
         self.wal.get().expect("open").flush(lsn)

@@ -144,6 +144,7 @@ fn verify<S: Storage>(db: &Database<S>, log: &[Txn], acked: u64) -> Result<u64, 
         let (k, v) = e.map_err(|e| format!("I5: scan failed: {e}"))?;
         got.insert(k, v);
     }
+    db.check().map_err(|e| format!("I4: {e}"))?;
     if got != expect {
         let diff: Vec<String> = expect
             .keys()
