@@ -55,6 +55,13 @@ struct State {
     crashes: u64,
     /// The sync that fails with EIO, counted in syncs from when it was armed.
     sync_fail_in: Option<u64>,
+    /// Random faults: one write in `write_fault_one_in` and one read in
+    /// `read_fault_one_in` fails with EIO (0: never).
+    write_fault_one_in: u64,
+    read_fault_one_in: u64,
+    /// Bytes the disk holds; writes and allocations past it fail with ENOSPC.
+    capacity_bytes: Option<u64>,
+    rng: Option<Rng>,
 }
 
 /// Counters of a simulated disk.
@@ -105,6 +112,34 @@ impl State {
         true
     }
 
+    /// Whether a random fault hits this operation.
+    fn random_fault(&mut self, write: bool) -> bool {
+        let one_in = if write {
+            self.write_fault_one_in
+        } else {
+            self.read_fault_one_in
+        };
+        match (&mut self.rng, one_in) {
+            (Some(rng), n) if n > 0 => rng.chance(1, n),
+            _ => false,
+        }
+    }
+
+    /// Whether growing file `id` to `len` bytes would exceed the capacity.
+    fn over_capacity(&self, id: u64, len: usize) -> bool {
+        let Some(cap) = self.capacity_bytes else {
+            return false;
+        };
+        let others: usize = self
+            .files
+            .iter()
+            .filter(|(k, _)| **k != id)
+            .map(|(_, f)| f.live.len())
+            .sum();
+        let own = self.files.get(&id).map_or(0, |f| f.live.len()).max(len);
+        (others + own) as u64 > cap
+    }
+
     fn sync_file(&mut self, id: u64) {
         if let Some(f) = self.files.get_mut(&id) {
             f.durable.clone_from(&f.live);
@@ -132,6 +167,29 @@ impl SimStorage {
     /// (RELIABILITY.md §3.1).
     pub fn fail_sync_linux_style(&self, n: u64) {
         lock(&self.state).sync_fail_in = Some(n.max(1));
+    }
+
+    /// Random faults from now on: one write in `write_one_in` and one read in
+    /// `read_one_in` fails with EIO (0 turns each off), drawn from `seed`.
+    pub fn set_random_faults(&self, write_one_in: u64, read_one_in: u64, seed: u64) {
+        let mut s = lock(&self.state);
+        s.write_fault_one_in = write_one_in;
+        s.read_fault_one_in = read_one_in;
+        s.rng = Some(Rng::new(seed));
+    }
+
+    /// Limits the disk to `bytes` (over all files' live sizes); `None` lifts it.
+    pub fn set_capacity(&self, bytes: Option<u64>) {
+        lock(&self.state).capacity_bytes = bytes;
+    }
+
+    /// Bytes held by all files (live sizes).
+    pub fn used_bytes(&self) -> u64 {
+        lock(&self.state)
+            .files
+            .values()
+            .map(|f| f.live.len() as u64)
+            .sum()
     }
 
     /// The disk's counters.
@@ -294,7 +352,10 @@ impl StorageFile for SimFile {
         IoPath::Direct
     }
     fn read_at(&self, mut buf: IoMut<'_>, offset: u64) -> Result<usize> {
-        let s = lock(&self.state);
+        let mut s = lock(&self.state);
+        if s.random_fault(false) {
+            return Err(eio(IoOp::Read, &self.path));
+        }
         let f = s
             .files
             .get(&self.id)
@@ -314,13 +375,20 @@ impl StorageFile for SimFile {
         if !s.step() {
             return Err(self.fail(eio(IoOp::Write, &self.path)));
         }
+        if s.random_fault(true) {
+            return Err(self.fail(eio(IoOp::Write, &self.path)));
+        }
         let each = self.each_write_durable;
+        let off = offset as usize;
+        let bytes = data.bytes();
+        if s.over_capacity(self.id, off + bytes.len()) {
+            let e = std::io::Error::from_raw_os_error(libc::ENOSPC);
+            return Err(self.fail(Error::from_io(IoOp::Write, &self.path, Some(offset), e)));
+        }
         let f = s
             .files
             .get_mut(&self.id)
             .ok_or_else(|| eio(IoOp::Write, &self.path))?;
-        let off = offset as usize;
-        let bytes = data.bytes();
         if f.live.len() < off + bytes.len() {
             f.live.resize(off + bytes.len(), 0);
         }
@@ -368,6 +436,10 @@ impl StorageFile for SimFile {
         let mut s = lock(&self.state);
         if !s.step() {
             return Err(self.fail(eio(IoOp::Allocate, &self.path)));
+        }
+        if s.over_capacity(self.id, len as usize) {
+            let e = std::io::Error::from_raw_os_error(libc::ENOSPC);
+            return Err(self.fail(Error::from_io(IoOp::Allocate, &self.path, Some(len), e)));
         }
         let f = s
             .files

@@ -439,6 +439,15 @@ pub fn run_seed(seed: u64) -> Result<SeedReport, SeedFailure> {
             break;
         }
         disk.power_fail_after(rng.range(1, 600));
+        // Per-round fault knobs: random EIO on writes and reads, a disk that
+        // runs out of space. Verification above and below runs without them.
+        let write_one_in = [0, 0, 50, 300][rng.range(0, 4) as usize];
+        let read_one_in = [0, 0, 80, 500][rng.range(0, 4) as usize];
+        disk.set_random_faults(write_one_in, read_one_in, rng.next_u64());
+        if rng.chance(1, 5) {
+            let used = disk.used_bytes();
+            disk.set_capacity(Some(used + rng.range(0, 2 << 20)));
+        }
         for _ in 0..rng.range(1, 80) {
             let n = log.len() as u64;
             let txn = random_txn(&mut rng, n);
@@ -464,6 +473,8 @@ pub fn run_seed(seed: u64) -> Result<SeedReport, SeedFailure> {
             }
         }
         drop(db);
+        disk.set_random_faults(0, 0, 0);
+        disk.set_capacity(None);
         disk.crash(rng.next_u64());
     }
     Ok(SeedReport {
