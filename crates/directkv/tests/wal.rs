@@ -179,12 +179,18 @@ fn a_cut_at_any_byte_recovers_exactly_the_records_before_it() {
     let mut cut = Lsn(first.0.saturating_sub(64));
     let mut checked = 0;
     while cut < last {
-        // Zero from the cut to the end of the written region (a dropped write)
-        // or fill with garbage (a torn sector), alternating.
-        let garbage = checked % 2 == 1;
+        // From the cut to the end of the written region: zeros (a dropped
+        // write), garbage (a torn sector), or an older generation of records
+        // (what a recycled segment holds: the log's own valid records from
+        // two blocks earlier, valid only at their own LSNs), in turn.
+        let mode = checked % 3;
         let mut img = base.clone();
         for x in cut.0..last.0 + 64 {
-            *img.byte(Lsn(x)) = if garbage { !base.get(Lsn(x)) } else { 0 };
+            *img.byte(Lsn(x)) = match mode {
+                0 => 0,
+                1 => !base.get(Lsn(x)),
+                _ => base.get(Lsn(x.saturating_sub(1024).max(first_start.0))),
+            };
         }
         let dir = scratch();
         img.store(dir.path());
@@ -202,13 +208,13 @@ fn a_cut_at_any_byte_recovers_exactly_the_records_before_it() {
             expect.push((p, *end));
             start = *end;
         }
-        assert_eq!(got.len(), expect.len(), "cut at {cut}, garbage {garbage}");
+        assert_eq!(got.len(), expect.len(), "cut at {cut}, fill mode {mode}");
         for (g, (p, end)) in got.iter().zip(expect) {
             assert_eq!(&g.payload, p);
             assert_eq!(g.end(), end);
         }
         // The log resumes after the cut, and the new records follow the old prefix.
-        if checked % 97 == 0 {
+        if checked % 97 == 0 || (mode == 2 && checked % 31 == 2) {
             let (wal, seen, _) = open(OsStorage, options(dir.path()));
             assert_eq!(seen.len(), got.len());
             let lsn = wal.append(99, b"after the cut").expect("append");
