@@ -436,7 +436,6 @@ impl<S: Storage> Database<S> {
     }
 }
 
-
 impl<S: Storage> Drop for Database<S> {
     fn drop(&mut self) {
         // An orderly drop writes what was committed to the log (best effort: a
