@@ -160,6 +160,28 @@ fn verify<S: Storage>(db: &Database<S>, log: &[Txn], acked: u64) -> Result<u64, 
     Ok(next)
 }
 
+/// The knobs and a fixed list of `txns` transactions drawn from `seed`, with
+/// the generator positioned after them.
+fn fixed_workload(seed: u64, txns: u64) -> (Rng, Options, String, Vec<Txn>) {
+    let mut rng = Rng::new(seed);
+    let (opts, text) = knobs(&mut rng);
+    let log = (0..txns).map(|n| random_txn(&mut rng, n)).collect();
+    (rng, opts, text, log)
+}
+
+/// Opens (recovers) the database on `disk` and checks it against `log`.
+fn recover_and_verify(
+    disk: &SimStorage,
+    path: &Path,
+    opts: &Options,
+    log: &[Txn],
+    acked: u64,
+) -> Result<u64, String> {
+    let db = Database::open_with(disk.clone(), path, opts.clone())
+        .map_err(|e| format!("recovery failed: {e}"))?;
+    verify(&db, log, acked)
+}
+
 /// Runs `txns` on a database at `path` on `disk` (creating it if needed), with
 /// a checkpoint after every tenth; returns how many commits were acknowledged
 /// before the first error.
@@ -197,9 +219,7 @@ fn run_workload<S: Storage>(disk: &S, path: &Path, opts: &Options, txns: &[Txn])
 /// # Errors
 /// [`SeedFailure`] naming the crash point.
 pub fn sweep_crash_points(seed: u64, txns: u64, tears: u64) -> Result<u64, SeedFailure> {
-    let mut rng = Rng::new(seed);
-    let (opts, text) = knobs(&mut rng);
-    let log: Vec<Txn> = (0..txns).map(|n| random_txn(&mut rng, n)).collect();
+    let (_, opts, text, log) = fixed_workload(seed, txns);
     let path = Path::new("/sim/db");
     let total = {
         let disk = SimStorage::new();
@@ -218,9 +238,7 @@ pub fn sweep_crash_points(seed: u64, txns: u64, tears: u64) -> Result<u64, SeedF
                 knobs: format!("{text}; crash after I/O {point} of {total}, tear {tear}"),
                 what,
             };
-            let db = Database::open_with(disk.clone(), path, opts.clone())
-                .map_err(|e| fail(format!("recovery failed: {e}")))?;
-            verify(&db, &log, acked).map_err(fail)?;
+            recover_and_verify(&disk, path, &opts, &log, acked).map_err(fail)?;
             checked += 1;
         }
     }
@@ -236,9 +254,7 @@ pub fn sweep_crash_points(seed: u64, txns: u64, tears: u64) -> Result<u64, SeedF
 /// # Errors
 /// [`SeedFailure`] naming the operation and N.
 pub fn sweep_io_errors(seed: u64, txns: u64) -> Result<u64, SeedFailure> {
-    let mut rng = Rng::new(seed);
-    let (opts, text) = knobs(&mut rng);
-    let log: Vec<Txn> = (0..txns).map(|n| random_txn(&mut rng, n)).collect();
+    let (_, opts, text, log) = fixed_workload(seed, txns);
     let path = Path::new("/sim/db");
     let mut checked = 0;
     let plan = [
@@ -269,9 +285,7 @@ pub fn sweep_io_errors(seed: u64, txns: u64) -> Result<u64, SeedFailure> {
                     ),
                     what,
                 };
-                let db = Database::open_with(sim.clone(), path, opts.clone())
-                    .map_err(|e| fail(format!("recovery failed: {e}")))?;
-                verify(&db, &log, acked).map_err(fail)?;
+                recover_and_verify(&sim, path, &opts, &log, acked).map_err(fail)?;
                 checked += 1;
             }
         }
@@ -288,9 +302,7 @@ pub fn sweep_io_errors(seed: u64, txns: u64) -> Result<u64, SeedFailure> {
 /// # Errors
 /// [`SeedFailure`] naming N.
 pub fn sweep_fsync_eio(seed: u64, txns: u64) -> Result<u64, SeedFailure> {
-    let mut rng = Rng::new(seed);
-    let (opts, text) = knobs(&mut rng);
-    let log: Vec<Txn> = (0..txns).map(|n| random_txn(&mut rng, n)).collect();
+    let (_, opts, text, log) = fixed_workload(seed, txns);
     let path = Path::new("/sim/db");
     let syncs = {
         let disk = FaultyStorage::new(SimStorage::new());
@@ -308,9 +320,7 @@ pub fn sweep_fsync_eio(seed: u64, txns: u64) -> Result<u64, SeedFailure> {
             knobs: format!("{text}; sync {n} of {syncs} fails Linux-style"),
             what,
         };
-        let db = Database::open_with(sim.clone(), path, opts.clone())
-            .map_err(|e| fail(format!("recovery failed: {e}")))?;
-        verify(&db, &log, acked).map_err(fail)?;
+        recover_and_verify(&sim, path, &opts, &log, acked).map_err(fail)?;
         checked += 1;
     }
     Ok(checked)
@@ -327,9 +337,7 @@ pub fn sweep_fsync_eio(seed: u64, txns: u64) -> Result<u64, SeedFailure> {
 /// # Errors
 /// [`SeedFailure`] when wrong data came back.
 pub fn sweep_corruption(seed: u64, flips: u64) -> Result<u64, SeedFailure> {
-    let mut rng = Rng::new(seed);
-    let (opts, text) = knobs(&mut rng);
-    let log: Vec<Txn> = (0..40).map(|n| random_txn(&mut rng, n)).collect();
+    let (mut rng, opts, text, log) = fixed_workload(seed, 40);
     let path = Path::new("/sim/db");
     let base = SimStorage::new();
     let acked = run_workload(&base, path, &opts, &log);
