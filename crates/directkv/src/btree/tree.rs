@@ -485,6 +485,16 @@ pub fn put<P: PagesMut>(pages: &mut P, key: &[u8], value: &[u8]) -> Result<()> {
     if inserted {
         return Ok(());
     }
+    // An append past the last key of the tree's rightmost leaf (a sequential
+    // load) starts a new leaf and leaves this one full; any other insert
+    // splits the leaf in half. Sequential loads then pack pages fully instead
+    // of leaving every one half empty.
+    if appends_at_right_edge(pages, &d, key)? {
+        let right = pages.allocate(node::init_leaf)?;
+        let ok = pages.modify(right, |p| node::leaf_insert(p, 0, key, &stored))?;
+        assert!(ok, "a cell of at most a quarter page fits in an empty page");
+        return insert_separator(pages, d.path, key.to_vec(), right);
+    }
     // Split the leaf, then push separators up the path.
     let right = pages.allocate(node::init_leaf)?;
     let sep = split_into(pages, d.leaf, right)?;
@@ -494,6 +504,17 @@ pub fn put<P: PagesMut>(pages: &mut P, key: &[u8], value: &[u8]) -> Result<()> {
     let ok = pages.modify(target, |p| node::leaf_insert(p, at, key, &stored))?;
     assert!(ok, "a cell of at most a quarter page fits in half a page");
     insert_separator(pages, d.path, sep, right)
+}
+
+/// Whether `key` goes after every key of `d.leaf` and `d.leaf` is the
+/// rightmost leaf of the tree (it has no upper fence).
+fn appends_at_right_edge<P: PagesMut>(pages: &mut P, d: &Descent, key: &[u8]) -> Result<bool> {
+    if d.upper.is_some() {
+        return Ok(false);
+    }
+    pages.read(d.leaf, Access::Normal, |p| {
+        node::count(p) > 0 && node::search(p, key) == Err(node::count(p))
+    })
 }
 
 fn split_into<P: PagesMut>(pages: &mut P, left: u64, right: u64) -> Result<Vec<u8>> {
