@@ -24,6 +24,7 @@ pub mod wal;
 
 pub use db::{
     CheckReport, Database, Durability, Options, RangeIter, ReadTxn, Stalls, Stats, WriteTxn,
+    WAL_BUFFERS_INCLUDED_FROM,
 };
 pub use error::{Error, IoOp, Result};
 pub use lsn::Lsn;

@@ -48,11 +48,24 @@ pub enum Durability {
     NoSyncNotDurable,
 }
 
+/// Caches this large and larger hold the WAL buffers inside `cache_bytes`.
+pub const WAL_BUFFERS_INCLUDED_FROM: usize = 32 << 20;
+
+/// The buffer pool's share of `cache_bytes`.
+fn pool_bytes(cache_bytes: usize) -> usize {
+    if cache_bytes >= WAL_BUFFERS_INCLUDED_FROM {
+        cache_bytes - 2 * crate::wal::BUFFER_BYTES_DEFAULT
+    } else {
+        cache_bytes
+    }
+}
+
 /// How to open a database.
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// Bytes of page cache (the buffer pool). The engine's memory is this plus
-    /// bounded overhead: WAL buffers (2 × 4 MiB) and per-transaction state.
+    /// The engine's memory for data: the buffer pool and, for caches of
+    /// [`WAL_BUFFERS_INCLUDED_FROM`] bytes and more, the two 4 MiB WAL buffers
+    /// (smaller caches get them on top). Beyond it: per-transaction state.
     pub cache_bytes: usize,
     /// Page size, fixed at creation: 4096, 8192 or 16384.
     pub page_bytes: u32,
@@ -317,7 +330,7 @@ impl<S: Storage> Database<S> {
         let pool = BufferPool::new(
             data,
             c.page_bytes,
-            opts.cache_bytes,
+            pool_bytes(opts.cache_bytes),
             c.db_id,
             Arc::clone(&log),
         )?;
@@ -488,16 +501,30 @@ fn spawn_checkpointer<S: Storage>(
 /// directory names; else measured now (a fraction of a second per candidate)
 /// and saved as that directory's profile, so it is measured once per directory.
 /// Direct I/O is only chosen where the WAL's own filesystem supports it.
+/// The WAL's sync method when none is given: the fastest durable one the
+/// device profile of `wal_dir` recorded (measured now and saved if there is
+/// none), among the direct variants when the database uses direct I/O and
+/// among the buffered ones otherwise. A buffered log under a direct-I/O
+/// database would fill the page cache with log the engine never reads again
+/// and evict what others need (one cache, invariant 6).
 fn choose_sync(opts: &Options, wal_dir: &Path) -> SyncVariant {
     if let Some(v) = opts.wal_sync {
         return v;
     }
+    let direct_ok = direct_io_works(wal_dir);
+    let want_direct = opts.direct_io != DirectIo::Off && direct_ok;
+    let fastest = |measured: &[(SyncVariant, f64)]| {
+        measured
+            .iter()
+            .filter(|(v, _)| v.direct == want_direct)
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+            .map(|&(v, _)| v)
+    };
     if let Some(p) = crate::fsync_test::DeviceProfile::load_for_dir(wal_dir) {
-        if !p.fastest_durable.direct || opts.direct_io != DirectIo::Off {
-            return p.fastest_durable;
+        if let Some(v) = fastest(&p.measured) {
+            return v;
         }
     }
-    let direct_ok = opts.direct_io != DirectIo::Off && direct_io_works(wal_dir);
     let candidates: Vec<SyncVariant> = [
         (SyncMethod::Fdatasync, false),
         (SyncMethod::Fdatasync, true),
@@ -510,12 +537,12 @@ fn choose_sync(opts: &Options, wal_dir: &Path) -> SyncVariant {
     .collect();
     let fallback = SyncVariant {
         method: SyncMethod::Fdatasync,
-        direct: direct_ok,
+        direct: want_direct,
     };
-    match crate::fsync_test::measure_and_save(wal_dir, &candidates) {
-        Some(best) => best,
-        None => fallback,
-    }
+    crate::fsync_test::measure_and_save(wal_dir, &candidates)
+        .and_then(|_| crate::fsync_test::DeviceProfile::load_for_dir(wal_dir))
+        .and_then(|p| fastest(&p.measured))
+        .unwrap_or(fallback)
 }
 
 /// Whether a file in `dir` can be opened for direct I/O (and is not on a
