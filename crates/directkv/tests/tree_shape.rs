@@ -2,6 +2,9 @@
 //! completely, other inserts split pages in half, and updates of a packed
 //! page in place keep it packed.
 
+// Big-endian keys: byte order is numeric order, so 0..n is an append.
+#![allow(clippy::big_endian_bytes)]
+
 use directkv::{Database, Durability, Options};
 
 fn options() -> Options {
