@@ -23,9 +23,9 @@ enum Command {
     /// Measure every WAL sync method on a filesystem, name the fastest durable one,
     /// and judge whether the device is honest about durability.
     TestFsync(test_fsync::Args),
-    /// Benchmarks, side by side in one run.
-    #[command(subcommand)]
-    Bench(bench::Command),
+    /// Benchmarks, side by side in one run. With no workload: a short TPC-B
+    /// run, direct vs buffered I/O under a memory budget.
+    Bench(Box<bench::Args>),
     /// The workload of the real-process crash test (kills it at random).
     #[command(hide = true)]
     CrashWorkload(crash_child::Args),
@@ -37,12 +37,15 @@ enum Command {
 }
 
 fn main() -> Result<()> {
+    // SAFETY: restoring the default disposition of SIGPIPE before any thread
+    // starts, so `directkv … | head` ends quietly like other tools.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
     match cli.command {
         Command::TestFsync(args) => test_fsync::run(args),
         Command::Wal(cmd) => wal::run(cmd),
         Command::Sim(args) => sim::run(args),
-        Command::Bench(cmd) => bench::run(cmd),
+        Command::Bench(args) => bench::run(*args),
         Command::CrashWorkload(args) => crash_child::run(args),
     }
 }

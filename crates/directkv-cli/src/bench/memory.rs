@@ -132,66 +132,8 @@ pub fn run(args: Args) -> Result<()> {
     Ok(())
 }
 
-fn proc_status_kib(field: &str) -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix(field))
-                .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        })
-        .unwrap_or(0)
-}
-
-/// Bytes of `path` resident in the page cache.
-pub fn cached_bytes(path: &Path) -> Result<u64> {
-    use std::os::fd::AsRawFd;
-    let file = std::fs::File::open(path)?;
-    let len = file.metadata()?.len() as usize;
-    if len == 0 {
-        return Ok(0);
-    }
-    // SAFETY: a read-only shared mapping of a file we keep open; it is only
-    // passed to mincore, never read, and unmapped before return.
-    let addr = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ,
-            libc::MAP_SHARED,
-            file.as_raw_fd(),
-            0,
-        )
-    };
-    if addr == libc::MAP_FAILED {
-        bail!(
-            "mmap {}: {}",
-            path.display(),
-            std::io::Error::last_os_error()
-        );
-    }
-    let page = 4096usize;
-    let mut vec = vec![0u8; len.div_ceil(page)];
-    // SAFETY: `addr..addr+len` is the mapping made above and `vec` has one byte
-    // per page of it.
-    let rc = unsafe { libc::mincore(addr, len, vec.as_mut_ptr()) };
-    let err = std::io::Error::last_os_error();
-    // SAFETY: unmapping exactly the mapping made above.
-    unsafe { libc::munmap(addr, len) };
-    if rc != 0 {
-        bail!("mincore {}: {err}", path.display());
-    }
-    Ok(vec.iter().filter(|&&b| b & 1 != 0).count() as u64 * page as u64)
-}
-
 fn dir_cached_bytes(dir: &Path) -> u64 {
-    std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.filter_map(|e| e.ok())
-                .map(|e| cached_bytes(&e.path()).unwrap_or(0))
-                .sum()
-        })
-        .unwrap_or(0)
+    super::sys::dir_size_and_cached(dir).1
 }
 
 fn measure(args: &Args, mode: &str) -> Result<Outcome> {
@@ -246,7 +188,7 @@ fn measure(args: &Args, mode: &str) -> Result<Outcome> {
     let after = db.stats();
     let data = scratch.path().join("data");
     let data_len = std::fs::metadata(&data)?.len();
-    let cached = cached_bytes(&data)?;
+    let cached = super::sys::cached_bytes(&data)?;
     let hits = after.cache_hits - before.cache_hits;
     let misses = after.cache_misses - before.cache_misses;
     Ok(Outcome {
@@ -258,8 +200,8 @@ fn measure(args: &Args, mode: &str) -> Result<Outcome> {
         data_file_cached_bytes: cached,
         data_file_cached_pct: 100.0 * cached as f64 / data_len.max(1) as f64,
         wal_cached_bytes: dir_cached_bytes(&scratch.path().join("wal")),
-        rss_bytes: proc_status_kib("VmRSS:") * 1024,
-        rss_peak_bytes: proc_status_kib("VmHWM:") * 1024,
+        rss_bytes: super::sys::proc_status_kib("VmRSS:") * 1024,
+        rss_peak_bytes: super::sys::proc_status_kib("VmHWM:") * 1024,
         cache_hit_ratio: hits as f64 / (hits + misses).max(1) as f64,
     })
 }

@@ -1,0 +1,430 @@
+//! What a benchmark run reports, and how: a table on the terminal, JSON lines,
+//! and SVG charts.
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+
+use super::sys::{Cpu, IoCounters};
+use super::workload::Consistency;
+
+/// The version of the JSON below; bumped when a field changes meaning or goes.
+pub const SCHEMA: &str = "directkv-bench/1";
+
+/// Latency percentiles in microseconds.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Latency {
+    /// Mean.
+    pub mean_us: f64,
+    /// Median.
+    pub p50_us: u64,
+    /// 99th percentile.
+    pub p99_us: u64,
+    /// 99.9th percentile.
+    pub p999_us: u64,
+    /// Maximum.
+    pub max_us: u64,
+}
+
+/// One configuration's run: one JSON line of `--json`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunReport {
+    /// Always [`SCHEMA`].
+    pub schema: String,
+    /// `"run"`.
+    pub kind: String,
+    /// Workload name (`tpcb`, `ycsb-a-zipfian`, …).
+    pub workload: String,
+    /// Configuration name (`direct`, `buffered`, `direct/fdatasync`, `rocksdb`, …).
+    pub config: String,
+    /// Round number (configurations alternate within a round).
+    pub round: u32,
+    /// Client threads.
+    pub clients: u64,
+    /// What an operation is (`transactions`, `operations`, `keys`, `scans`).
+    pub unit: String,
+    /// Engine cache size in bytes.
+    pub cache_bytes: u64,
+    /// The memory cgroup limit the run had, if any.
+    pub memory_limit_bytes: Option<u64>,
+    /// Seconds spent loading (0 when an earlier load was reused).
+    pub load_seconds: f64,
+    /// Measured seconds.
+    pub seconds: f64,
+    /// Operations completed.
+    pub ops: u64,
+    /// Operations per second.
+    pub ops_per_sec: f64,
+    /// Latency of one operation (one transaction, read or scan).
+    pub latency: Latency,
+    /// Operations completed in each second of the run.
+    pub per_second_ops: Vec<u64>,
+    /// 99th-percentile latency in each second of the run, microseconds.
+    pub per_second_p99_us: Vec<u64>,
+    /// Peak resident set size during the run.
+    pub rss_peak_bytes: u64,
+    /// Resident set size at the end of the run.
+    pub rss_end_bytes: u64,
+    /// Peak of the memory cgroup (process and page cache), if in one.
+    pub cgroup_peak_bytes: Option<u64>,
+    /// Size of the database files at the end.
+    pub db_bytes: u64,
+    /// Bytes of the database files in the OS page cache at the end (mincore).
+    pub db_cached_bytes: u64,
+    /// `rss_end_bytes + db_cached_bytes`: the memory the data costs.
+    pub memory_bytes: u64,
+    /// `memory_bytes / cache_bytes`.
+    pub memory_per_cache: f64,
+    /// Storage I/O during the run (`/proc/self/io`).
+    pub io: IoCounters,
+    /// CPU seconds during the run.
+    pub cpu: Cpu,
+    /// The engine's own counters at the end.
+    pub engine_stats: serde_json::Value,
+    /// The TPC-B consistency check (tpcb only).
+    pub consistency: Option<Consistency>,
+    /// Why the run failed, if it did (then the figures are zeros).
+    pub error: Option<String>,
+}
+
+impl RunReport {
+    /// A report for a run that failed before measuring anything.
+    pub fn failed(workload: &str, config: &str, round: u32, error: String) -> RunReport {
+        RunReport {
+            schema: SCHEMA.into(),
+            kind: "run".into(),
+            workload: workload.into(),
+            config: config.into(),
+            round,
+            clients: 0,
+            unit: String::new(),
+            cache_bytes: 0,
+            memory_limit_bytes: None,
+            load_seconds: 0.0,
+            seconds: 0.0,
+            ops: 0,
+            ops_per_sec: 0.0,
+            latency: Latency::default(),
+            per_second_ops: Vec::new(),
+            per_second_p99_us: Vec::new(),
+            rss_peak_bytes: 0,
+            rss_end_bytes: 0,
+            cgroup_peak_bytes: None,
+            db_bytes: 0,
+            db_cached_bytes: 0,
+            memory_bytes: 0,
+            memory_per_cache: 0.0,
+            io: IoCounters::default(),
+            cpu: Cpu::default(),
+            engine_stats: serde_json::Value::Null,
+            consistency: None,
+            error: Some(error),
+        }
+    }
+}
+
+/// The comparison over all runs: one JSON line of `--json`, after the runs.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Summary {
+    /// Always [`SCHEMA`].
+    pub schema: String,
+    /// `"summary"`.
+    pub kind: String,
+    /// Workload name.
+    pub workload: String,
+    /// The configuration the ratios are relative to (the first one).
+    pub baseline: String,
+    /// One entry per configuration, in the order given.
+    pub configs: Vec<ConfigSummary>,
+}
+
+/// One configuration over its rounds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ConfigSummary {
+    /// Configuration name.
+    pub config: String,
+    /// Median operations per second over the rounds that succeeded.
+    pub ops_per_sec: f64,
+    /// `ops_per_sec` over the baseline's.
+    pub ratio: f64,
+    /// Worst p99.9 latency over the rounds, microseconds.
+    pub p999_us: u64,
+    /// Worst maximum latency over the rounds, microseconds.
+    pub max_us: u64,
+    /// Largest `memory_per_cache` over the rounds.
+    pub memory_per_cache: f64,
+    /// Rounds that failed.
+    pub failed_rounds: u32,
+}
+
+/// Builds the summary of `runs` for the configurations in `order`.
+pub fn summarize(workload: &str, order: &[String], runs: &[RunReport]) -> Summary {
+    let mut configs: Vec<ConfigSummary> = order
+        .iter()
+        .map(|c| {
+            let ok: Vec<&RunReport> = runs
+                .iter()
+                .filter(|r| &r.config == c && r.error.is_none())
+                .collect();
+            let mut tps: Vec<f64> = ok.iter().map(|r| r.ops_per_sec).collect();
+            tps.sort_by(f64::total_cmp);
+            let median = if tps.is_empty() {
+                0.0
+            } else if tps.len() % 2 == 1 {
+                tps[tps.len() / 2]
+            } else {
+                (tps[tps.len() / 2 - 1] + tps[tps.len() / 2]) / 2.0
+            };
+            ConfigSummary {
+                config: c.clone(),
+                ops_per_sec: median,
+                ratio: 0.0,
+                p999_us: ok.iter().map(|r| r.latency.p999_us).max().unwrap_or(0),
+                max_us: ok.iter().map(|r| r.latency.max_us).max().unwrap_or(0),
+                memory_per_cache: ok.iter().map(|r| r.memory_per_cache).fold(0.0, f64::max),
+                failed_rounds: runs
+                    .iter()
+                    .filter(|r| &r.config == c && r.error.is_some())
+                    .count() as u32,
+            }
+        })
+        .collect();
+    let base = configs.first().map_or(0.0, |c| c.ops_per_sec);
+    for c in &mut configs {
+        c.ratio = if base > 0.0 {
+            c.ops_per_sec / base
+        } else {
+            0.0
+        };
+    }
+    Summary {
+        schema: SCHEMA.into(),
+        kind: "summary".into(),
+        workload: workload.into(),
+        baseline: order.first().cloned().unwrap_or_default(),
+        configs,
+    }
+}
+
+fn mib(b: u64) -> String {
+    format!("{:.0}M", b as f64 / f64::from(1 << 20))
+}
+
+fn ms(us: u64) -> String {
+    if us >= 10_000 {
+        format!("{:.0}ms", us as f64 / 1000.0)
+    } else {
+        format!("{:.2}ms", us as f64 / 1000.0)
+    }
+}
+
+/// Prints the runs and the comparison as tables.
+pub fn print_table(runs: &[RunReport], summary: &Summary) {
+    println!(
+        "{:<22} {:>3} {:>10} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>6} {:>8} {:>8} {:>11} {:>6} tpcb check",
+        "config", "rnd", "ops/s", "p50", "p99", "p99.9", "max", "RSS pk", "OS $", "mem/$",
+        "hit%", "read", "written", "cpu usr/sys", "zero-s"
+    );
+    for r in runs {
+        if let Some(e) = &r.error {
+            println!("{:<22} {:>3} FAILED: {e}", r.config, r.round);
+            continue;
+        }
+        let hit = r
+            .engine_stats
+            .get("cache_hit_ratio")
+            .and_then(serde_json::Value::as_f64)
+            .map_or("-".to_string(), |h| format!("{:.1}", 100.0 * h));
+        let check = match &r.consistency {
+            Some(c) if c.ok => "ok".to_string(),
+            Some(c) => format!(
+                "FAILED (accounts {} tellers {} branches {} history {})",
+                c.accounts, c.tellers, c.branches, c.history
+            ),
+            None => "-".to_string(),
+        };
+        let zero = r.per_second_ops.iter().filter(|&&n| n == 0).count();
+        println!(
+            "{:<22} {:>3} {:>10.0} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8.2} {:>6} {:>8} {:>8} {:>5.1}/{:<5.1} {:>6} {}",
+            r.config,
+            r.round,
+            r.ops_per_sec,
+            ms(r.latency.p50_us),
+            ms(r.latency.p99_us),
+            ms(r.latency.p999_us),
+            ms(r.latency.max_us),
+            mib(r.rss_peak_bytes),
+            mib(r.db_cached_bytes),
+            r.memory_per_cache,
+            hit,
+            mib(r.io.read_bytes),
+            mib(r.io.write_bytes),
+            r.cpu.user_s,
+            r.cpu.sys_s,
+            zero,
+            check
+        );
+    }
+    if summary.configs.len() > 1 {
+        println!();
+        println!(
+            "{} ({} per second), relative to {}:",
+            summary.workload,
+            runs.first().map_or("operations", |r| r.unit.as_str()),
+            summary.baseline
+        );
+        for c in &summary.configs {
+            println!(
+                "  {:<22} {:>10.0}/s  {:>6.2}x   p99.9 {:>8}  max {:>8}  memory/cache {:.2}{}",
+                c.config,
+                c.ops_per_sec,
+                c.ratio,
+                ms(c.p999_us),
+                ms(c.max_us),
+                c.memory_per_cache,
+                if c.failed_rounds > 0 {
+                    format!("  ({} rounds failed)", c.failed_rounds)
+                } else {
+                    String::new()
+                }
+            );
+        }
+    }
+}
+
+const COLORS: [plotters::style::RGBColor; 6] = [
+    plotters::style::RGBColor(31, 119, 180),
+    plotters::style::RGBColor(214, 39, 40),
+    plotters::style::RGBColor(44, 160, 44),
+    plotters::style::RGBColor(148, 103, 189),
+    plotters::style::RGBColor(255, 127, 14),
+    plotters::style::RGBColor(23, 190, 207),
+];
+
+/// Writes `throughput.svg`, `latency.svg` (per-second series, one line per
+/// run) and `compare.svg` (median ops/s per configuration) into `dir`.
+pub fn plot(dir: &Path, runs: &[RunReport], summary: &Summary) -> Result<()> {
+    use plotters::prelude::*;
+    std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+    let ok: Vec<&RunReport> = runs.iter().filter(|r| r.error.is_none()).collect();
+    let color_of = |config: &str| {
+        let i = summary
+            .configs
+            .iter()
+            .position(|c| c.config == config)
+            .unwrap_or(0);
+        COLORS[i % COLORS.len()]
+    };
+    let series = |name: &str,
+                  title: &str,
+                  y_label: &str,
+                  pick: &dyn Fn(&RunReport) -> Vec<f64>|
+     -> Result<()> {
+        let path = dir.join(name);
+        let root = SVGBackend::new(&path, (960, 480)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let secs = ok
+            .iter()
+            .map(|r| r.per_second_ops.len())
+            .max()
+            .unwrap_or(1)
+            .max(1);
+        let top = ok.iter().flat_map(|r| pick(r)).fold(1.0f64, f64::max) * 1.1;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 20))
+            .margin(12)
+            .x_label_area_size(36)
+            .y_label_area_size(70)
+            .build_cartesian_2d(0f64..secs as f64, 0f64..top)?;
+        chart
+            .configure_mesh()
+            .x_desc("second of the run")
+            .y_desc(y_label)
+            .draw()?;
+        for r in &ok {
+            let color = color_of(&r.config);
+            let points: Vec<(f64, f64)> = pick(r)
+                .into_iter()
+                .enumerate()
+                .map(|(i, y)| (i as f64 + 0.5, y))
+                .collect();
+            chart
+                .draw_series(LineSeries::new(points, color.stroke_width(2)))?
+                .label(format!("{} (round {})", r.config, r.round))
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+                });
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()?;
+        root.present()?;
+        Ok(())
+    };
+    let unit = ok.first().map_or("operations", |r| r.unit.as_str());
+    series(
+        "throughput.svg",
+        &format!("{}: {unit} per second", summary.workload),
+        &format!("{unit}/s"),
+        &|r| r.per_second_ops.iter().map(|&n| n as f64).collect(),
+    )?;
+    series(
+        "latency.svg",
+        &format!("{}: p99 latency per second", summary.workload),
+        "p99 latency (ms)",
+        &|r| {
+            r.per_second_p99_us
+                .iter()
+                .map(|&u| u as f64 / 1000.0)
+                .collect()
+        },
+    )?;
+
+    let path = dir.join("compare.svg");
+    let root = SVGBackend::new(&path, (720, 420)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let n = summary.configs.len().max(1);
+    let top = summary
+        .configs
+        .iter()
+        .map(|c| c.ops_per_sec)
+        .fold(1.0, f64::max)
+        * 1.15;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            format!("{}: median {unit}/s per configuration", summary.workload),
+            ("sans-serif", 20),
+        )
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0f64..n as f64, 0f64..top)?;
+    let names: Vec<String> = summary.configs.iter().map(|c| c.config.clone()).collect();
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(n)
+        .x_label_formatter(&|x| {
+            let i = x.floor() as usize;
+            names.get(i).cloned().unwrap_or_default()
+        })
+        .y_desc(format!("{unit}/s"))
+        .draw()?;
+    for (i, c) in summary.configs.iter().enumerate() {
+        let color = color_of(&c.config);
+        chart.draw_series(std::iter::once(Rectangle::new(
+            [(i as f64 + 0.15, 0.0), (i as f64 + 0.85, c.ops_per_sec)],
+            color.filled(),
+        )))?;
+        chart.draw_series(std::iter::once(Text::new(
+            format!("{:.0} ({:.2}x)", c.ops_per_sec, c.ratio),
+            (i as f64 + 0.2, c.ops_per_sec + top * 0.02),
+            ("sans-serif", 14),
+        )))?;
+    }
+    root.present()?;
+    Ok(())
+}

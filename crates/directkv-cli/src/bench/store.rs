@@ -1,0 +1,207 @@
+//! The engines a workload runs on, behind one small interface: this engine
+//! in each of its configurations and, with the `peers` feature, RocksDB, LMDB
+//! and SQLite.
+
+use std::path::Path;
+
+use anyhow::{bail, Result};
+use directkv::io::{DirectIo, SyncVariant};
+use directkv::{Database, Durability, Options};
+
+/// One transaction's reads and writes.
+pub trait TxnOps {
+    /// The value of `key` as this transaction sees it.
+    fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>>;
+    /// Sets `key` to `value`.
+    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()>;
+}
+
+/// A transactional ordered key-value store under benchmark.
+pub trait Store: Send + Sync {
+    /// The value of `key` (a read outside any write transaction).
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>>;
+    /// Visits up to `limit` entries with keys in `[from, to)` in key order.
+    fn scan(
+        &self,
+        from: &[u8],
+        to: &[u8],
+        limit: usize,
+        visit: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<usize>;
+    /// Runs `body` as one transaction and commits it (durably, unless the
+    /// store was opened for loading). `body` may run again after a conflict.
+    fn transact(&self, body: &mut dyn FnMut(&mut dyn TxnOps) -> Result<()>) -> Result<()>;
+    /// Makes everything loaded so far durable and compact (a checkpoint).
+    fn finish_load(&self) -> Result<()>;
+    /// The engine's own counters, as JSON.
+    fn stats(&self) -> serde_json::Value;
+}
+
+/// What to open: the engine and its settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Engine {
+    /// This engine.
+    Directkv {
+        /// Direct I/O for data and WAL, or the page cache.
+        direct: bool,
+        /// WAL sync method; `None` is the engine's own choice.
+        sync: Option<SyncVariant>,
+    },
+    /// RocksDB with sync writes.
+    Rocksdb {
+        /// `use_direct_reads` and `use_direct_io_for_flush_and_compaction`.
+        direct: bool,
+    },
+    /// LMDB with durable commits.
+    Lmdb,
+    /// SQLite in WAL mode with synchronous=FULL.
+    Sqlite,
+}
+
+impl Engine {
+    /// Parses a configuration name: `direct`, `buffered`, `direct/<sync>`,
+    /// `buffered/<sync>`, `rocksdb`, `rocksdb-direct`, `lmdb`, `sqlite`.
+    pub fn parse(name: &str) -> Result<Engine> {
+        let (base, sync) = match name.split_once('/') {
+            Some((b, s)) => (
+                b,
+                Some(s.parse::<SyncVariant>().map_err(anyhow::Error::msg)?),
+            ),
+            None => (name, None),
+        };
+        Ok(match base {
+            "direct" => Engine::Directkv { direct: true, sync },
+            "buffered" => Engine::Directkv {
+                direct: false,
+                sync,
+            },
+            "rocksdb" if sync.is_none() => Engine::Rocksdb { direct: false },
+            "rocksdb-direct" if sync.is_none() => Engine::Rocksdb { direct: true },
+            "lmdb" if sync.is_none() => Engine::Lmdb,
+            "sqlite" if sync.is_none() => Engine::Sqlite,
+            _ => bail!(
+                "unknown configuration {name:?}: use direct, buffered, direct/<sync method>, \
+                 rocksdb, rocksdb-direct, lmdb or sqlite"
+            ),
+        })
+    }
+
+    /// The name of the engine's data directory: configurations of one engine
+    /// share one loaded data set.
+    pub fn family(&self) -> &'static str {
+        match self {
+            Engine::Directkv { .. } => "directkv",
+            Engine::Rocksdb { .. } => "rocksdb",
+            Engine::Lmdb => "lmdb",
+            Engine::Sqlite => "sqlite",
+        }
+    }
+
+    /// Whether this build can run the engine.
+    pub fn available(&self) -> Result<()> {
+        match self {
+            Engine::Directkv { .. } => Ok(()),
+            _ if cfg!(feature = "peers") => Ok(()),
+            _ => bail!(
+                "{} is a peer engine: build with `cargo build --release --features peers` \
+                 (RocksDB's bundled build takes ~30 minutes and needs libclang)",
+                self.family()
+            ),
+        }
+    }
+}
+
+/// Opens `engine` in `dir`. `load` opens for bulk loading: commits need not
+/// be durable until [`Store::finish_load`].
+pub fn open(engine: &Engine, dir: &Path, cache_bytes: u64, load: bool) -> Result<Box<dyn Store>> {
+    match engine {
+        Engine::Directkv { direct, sync } => {
+            let opts = Options {
+                cache_bytes: cache_bytes as usize,
+                direct_io: if *direct { DirectIo::On } else { DirectIo::Off },
+                wal_sync: *sync,
+                durability: if load {
+                    Durability::NoSyncNotDurable
+                } else {
+                    Durability::Sync
+                },
+                ..Options::default()
+            };
+            Ok(Box::new(DirectkvStore {
+                db: Database::open(dir, opts)?,
+            }))
+        }
+        #[cfg(feature = "peers")]
+        other => super::peers::open(other, dir, cache_bytes, load),
+        #[cfg(not(feature = "peers"))]
+        other => {
+            other.available()?;
+            unreachable!("peer engines are available only with the peers feature")
+        }
+    }
+}
+
+/// This engine.
+pub struct DirectkvStore {
+    db: Database,
+}
+
+struct DirectkvTxn<'a> {
+    w: directkv::WriteTxn<'a>,
+}
+
+impl TxnOps for DirectkvTxn<'_> {
+    fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self.w.get(key)?)
+    }
+    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        Ok(self.w.put(key, value)?)
+    }
+}
+
+impl Store for DirectkvStore {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self.db.begin_read()?.get(key)?)
+    }
+
+    fn scan(
+        &self,
+        from: &[u8],
+        to: &[u8],
+        limit: usize,
+        visit: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<usize> {
+        let r = self.db.begin_read()?;
+        let mut n = 0;
+        for kv in r.range(from..to).take(limit) {
+            let (k, v) = kv?;
+            visit(&k, &v);
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    fn transact(&self, body: &mut dyn FnMut(&mut dyn TxnOps) -> Result<()>) -> Result<()> {
+        let mut t = DirectkvTxn {
+            w: self.db.begin_write()?,
+        };
+        body(&mut t)?;
+        t.w.commit()?;
+        Ok(())
+    }
+
+    fn finish_load(&self) -> Result<()> {
+        Ok(self.db.checkpoint()?)
+    }
+
+    fn stats(&self) -> serde_json::Value {
+        let s = self.db.stats();
+        let mut v = serde_json::to_value(&s).unwrap_or_default();
+        let hits = s.cache_hits as f64;
+        let total = (s.cache_hits + s.cache_misses).max(1) as f64;
+        if let Some(o) = v.as_object_mut() {
+            o.insert("cache_hit_ratio".into(), (hits / total).into());
+        }
+        v
+    }
+}

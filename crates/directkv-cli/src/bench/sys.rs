@@ -1,0 +1,317 @@
+//! What the operating system says about a benchmark process: resident memory,
+//! page-cache residency of files (mincore), I/O and CPU counters, and memory
+//! cgroups that put a budget on a run's memory, page cache included.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+
+/// A field of `/proc/self/status` in KiB (`VmRSS:`, `VmHWM:`), 0 if absent.
+pub fn proc_status_kib(field: &str) -> u64 {
+    fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix(field))
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Resets the peak resident set size (`VmHWM`) to the current one, so a peak
+/// read later covers only what followed.
+pub fn reset_peak_rss() {
+    // Writing 5 to clear_refs resets the peak RSS (Linux 4.0 and later); where
+    // it is refused the peak simply covers the whole process.
+    let _ = fs::write("/proc/self/clear_refs", "5");
+}
+
+/// Bytes of `path` resident in the page cache.
+pub fn cached_bytes(path: &Path) -> Result<u64> {
+    use std::os::fd::AsRawFd;
+    let file = fs::File::open(path)?;
+    let len = file.metadata()?.len() as usize;
+    if len == 0 {
+        return Ok(0);
+    }
+    // SAFETY: a read-only shared mapping of a file we keep open; it is only
+    // passed to mincore, never read, and unmapped before return.
+    let addr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    if addr == libc::MAP_FAILED {
+        bail!(
+            "mmap {}: {}",
+            path.display(),
+            std::io::Error::last_os_error()
+        );
+    }
+    let page = 4096usize;
+    let mut vec = vec![0u8; len.div_ceil(page)];
+    // SAFETY: `addr..addr+len` is the mapping made above and `vec` has one byte
+    // per page of it.
+    let rc = unsafe { libc::mincore(addr, len, vec.as_mut_ptr()) };
+    let err = std::io::Error::last_os_error();
+    // SAFETY: unmapping exactly the mapping made above.
+    unsafe { libc::munmap(addr, len) };
+    if rc != 0 {
+        bail!("mincore {}: {err}", path.display());
+    }
+    Ok(vec.iter().filter(|&&b| b & 1 != 0).count() as u64 * page as u64)
+}
+
+/// Every regular file under `dir`, recursively.
+pub fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = fs::read_dir(&d) else { continue };
+        for e in rd.flatten() {
+            match e.file_type() {
+                Ok(t) if t.is_dir() => stack.push(e.path()),
+                Ok(t) if t.is_file() => out.push(e.path()),
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
+/// Total size and page-cache-resident bytes of the files under `dir`.
+pub fn dir_size_and_cached(dir: &Path) -> (u64, u64) {
+    files_under(dir).iter().fold((0, 0), |(size, cached), f| {
+        let len = fs::metadata(f).map(|m| m.len()).unwrap_or(0);
+        (size + len, cached + cached_bytes(f).unwrap_or(0))
+    })
+}
+
+/// Writes back and drops the page cache of every file under `dir`, so a run
+/// starts cold whatever ran before it.
+pub fn evict_page_cache(dir: &Path) {
+    use std::os::fd::AsRawFd;
+    for f in files_under(dir) {
+        let Ok(file) = fs::OpenOptions::new().read(true).write(true).open(&f) else {
+            continue;
+        };
+        // Dirty pages are not dropped; write them back first.
+        let _ = file.sync_data();
+        // SAFETY: a valid open descriptor; fadvise only drops clean cached
+        // pages of it.
+        unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    }
+}
+
+/// `/proc/self/io`: bytes this process caused to be read from and written to
+/// storage, and bytes passed through read/write calls.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+pub struct IoCounters {
+    /// Bytes read from storage (page-cache misses and direct reads).
+    pub read_bytes: u64,
+    /// Bytes written to storage (or dirtied in the page cache).
+    pub write_bytes: u64,
+    /// Bytes passed to read calls.
+    pub rchar: u64,
+    /// Bytes passed to write calls.
+    pub wchar: u64,
+}
+
+impl IoCounters {
+    /// The counters now (zeros where `/proc/self/io` is unreadable).
+    pub fn now() -> IoCounters {
+        let text = fs::read_to_string("/proc/self/io").unwrap_or_default();
+        let field = |name: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0)
+        };
+        IoCounters {
+            read_bytes: field("read_bytes:"),
+            write_bytes: field("write_bytes:"),
+            rchar: field("rchar:"),
+            wchar: field("wchar:"),
+        }
+    }
+
+    /// What happened since `before`.
+    pub fn since(self, before: IoCounters) -> IoCounters {
+        IoCounters {
+            read_bytes: self.read_bytes.saturating_sub(before.read_bytes),
+            write_bytes: self.write_bytes.saturating_sub(before.write_bytes),
+            rchar: self.rchar.saturating_sub(before.rchar),
+            wchar: self.wchar.saturating_sub(before.wchar),
+        }
+    }
+}
+
+/// CPU seconds of this process.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+pub struct Cpu {
+    /// User-mode seconds.
+    pub user_s: f64,
+    /// Kernel-mode seconds.
+    pub sys_s: f64,
+}
+
+impl Cpu {
+    /// CPU time used so far by every thread of this process.
+    pub fn now() -> Cpu {
+        // SAFETY: getrusage fills the zeroed struct we pass; RUSAGE_SELF is valid.
+        let ru = unsafe {
+            let mut ru: libc::rusage = std::mem::zeroed();
+            libc::getrusage(libc::RUSAGE_SELF, &mut ru);
+            ru
+        };
+        let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+        Cpu {
+            user_s: secs(ru.ru_utime),
+            sys_s: secs(ru.ru_stime),
+        }
+    }
+
+    /// What was used since `before`.
+    pub fn since(self, before: Cpu) -> Cpu {
+        Cpu {
+            user_s: self.user_s - before.user_s,
+            sys_s: self.sys_s - before.sys_s,
+        }
+    }
+}
+
+/// Which cgroup hierarchy holds the memory controller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CgroupVersion {
+    V1,
+    V2,
+}
+
+/// A fresh memory cgroup whose limit covers the processes in it and the page
+/// cache they fill. Removed on drop.
+pub struct MemCgroup {
+    path: PathBuf,
+    version: CgroupVersion,
+}
+
+impl MemCgroup {
+    /// Makes a memory cgroup limited to `limit` bytes beside the current
+    /// process's own (v2 if the unified hierarchy has the memory controller,
+    /// else v1). The error says why that is impossible here.
+    pub fn create(name: &str, limit: u64) -> Result<MemCgroup> {
+        let self_cgroups =
+            fs::read_to_string("/proc/self/cgroup").context("read /proc/self/cgroup")?;
+        let v2_root = Path::new("/sys/fs/cgroup");
+        let v2_controllers = fs::read_to_string(v2_root.join("cgroup.controllers")).ok();
+        let (base, version) = if v2_controllers
+            .as_deref()
+            .is_some_and(|c| c.split_whitespace().any(|w| w == "memory"))
+        {
+            let rel = self_cgroups
+                .lines()
+                .find_map(|l| l.strip_prefix("0::"))
+                .unwrap_or("/");
+            // A v2 cgroup with processes cannot enable controllers for its
+            // children, so the new group goes beside ours, under our parent.
+            let own = v2_root.join(rel.trim_start_matches('/'));
+            let parent = own.parent().unwrap_or(v2_root).to_path_buf();
+            let _ = fs::write(parent.join("cgroup.subtree_control"), "+memory");
+            (parent, CgroupVersion::V2)
+        } else {
+            let v1_root = Path::new("/sys/fs/cgroup/memory");
+            if !v1_root.join("memory.limit_in_bytes").exists() {
+                bail!("no memory cgroup controller is mounted (neither v2 with memory nor v1 at /sys/fs/cgroup/memory)");
+            }
+            let rel = self_cgroups
+                .lines()
+                .find_map(|l| {
+                    let mut parts = l.splitn(3, ':');
+                    let (_, ctrl, path) = (parts.next()?, parts.next()?, parts.next()?);
+                    ctrl.split(',').any(|c| c == "memory").then_some(path)
+                })
+                .unwrap_or("/");
+            (v1_root.join(rel.trim_start_matches('/')), CgroupVersion::V1)
+        };
+        let path = base.join(name);
+        match fs::create_dir(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => bail!(
+                "cannot create a memory cgroup under {} (permission denied; run as root or delegate the cgroup)",
+                base.display()
+            ),
+            Err(e) => return Err(e).with_context(|| format!("create cgroup {}", path.display())),
+        }
+        let cg = MemCgroup { path, version };
+        let limit_file = match version {
+            CgroupVersion::V1 => "memory.limit_in_bytes",
+            CgroupVersion::V2 => "memory.max",
+        };
+        fs::write(cg.path.join(limit_file), limit.to_string())
+            .with_context(|| format!("set {limit_file} of {}", cg.path.display()))?;
+        if version == CgroupVersion::V2 {
+            // No swap: the budget is RAM.
+            let _ = fs::write(cg.path.join("memory.swap.max"), "0");
+        }
+        Ok(cg)
+    }
+
+    /// The cgroup's directory (passed to the child, which joins it).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Moves the calling process into the cgroup at `path`.
+    pub fn join(path: &Path) -> Result<()> {
+        fs::write(path.join("cgroup.procs"), std::process::id().to_string())
+            .with_context(|| format!("join cgroup {}", path.display()))
+    }
+
+    /// The most memory (process and page cache) the cgroup held.
+    pub fn peak_bytes(&self) -> Option<u64> {
+        let file = match self.version {
+            CgroupVersion::V1 => "memory.max_usage_in_bytes",
+            CgroupVersion::V2 => "memory.peak",
+        };
+        fs::read_to_string(self.path.join(file))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+
+    /// Whether the kernel killed a process of the cgroup for memory.
+    pub fn oom_killed(&self) -> bool {
+        let (file, key) = match self.version {
+            CgroupVersion::V1 => ("memory.oom_control", "oom_kill "),
+            CgroupVersion::V2 => ("memory.events", "oom_kill "),
+        };
+        fs::read_to_string(self.path.join(file))
+            .ok()
+            .and_then(|t| {
+                t.lines()
+                    .find_map(|l| l.strip_prefix(key))
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+            })
+            .is_some_and(|n| n > 0)
+    }
+}
+
+impl Drop for MemCgroup {
+    fn drop(&mut self) {
+        // The child has exited; its page cache charges move to the parent.
+        for _ in 0..50 {
+            if fs::remove_dir(&self.path).is_ok() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+}
