@@ -84,3 +84,26 @@ fn inserts_in_random_order_split_in_half() {
         "append grew {grown} pages"
     );
 }
+
+#[test]
+fn prefetch_brings_the_pages_of_keys_into_the_cache() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    let db = Database::open(dir.path(), options()).expect("open");
+    load(&db, 0..KEYS);
+    db.close().expect("close");
+    let db = Database::open(dir.path(), options()).expect("reopen");
+    let keys: Vec<[u8; 4]> = (0..KEYS).step_by(997).map(u32::to_be_bytes).collect();
+    let refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
+    db.prefetch(&refs).expect("prefetch");
+    let before = db.stats();
+    assert!(before.cache_misses > 0, "a cold cache misses");
+    let r = db.begin_read().expect("read");
+    for k in &keys {
+        assert!(r.get(k).expect("get").is_some());
+    }
+    let after = db.stats();
+    assert_eq!(after.cache_misses, before.cache_misses, "every read hit");
+    // A prefetch of absent keys is harmless and changes nothing.
+    db.prefetch(&[b"no such key".as_slice()]).expect("prefetch");
+    assert_eq!(db.check().expect("check").keys, u64::from(KEYS));
+}

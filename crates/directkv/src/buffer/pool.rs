@@ -70,6 +70,8 @@ pub struct PoolStats {
     pub dirty_pages: u64,
     /// Flush-list entries looked at by flush walks (invariant 7's counter).
     pub flush_list_visits: u64,
+    /// Dirty pages written by the eviction that needed their frame.
+    pub eviction_writes: u64,
     /// Times a page write first had to make the WAL durable (WAL rule waits).
     pub wal_rule_flushes: u64,
     /// Frames in the pool.
@@ -84,6 +86,7 @@ struct Counters {
     pages_written: AtomicU64,
     evictions: AtomicU64,
     flush_list_visits: AtomicU64,
+    eviction_writes: AtomicU64,
     wal_rule_flushes: AtomicU64,
 }
 
@@ -315,6 +318,18 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
         }
     }
 
+    /// Pins and share-latches `page` if it is in the pool; never reads.
+    pub fn try_read(&self, page: u64, access: Access) -> Option<PageRef<'_, S, L>> {
+        match self.try_hit(page, access, &Latch::Shared)? {
+            (frame, Fixed::Shared(guard)) => Some(PageRef {
+                pool: self,
+                frame,
+                guard,
+            }),
+            (_, Fixed::Exclusive(_)) => unreachable!("asked for a shared latch"),
+        }
+    }
+
     /// Pins and exclusively latches `page`, reading it if needed.
     ///
     /// # Errors
@@ -471,9 +486,15 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
         {
             return Ok(None);
         }
+        let was_dirty = frame.dirty.load(Ordering::Acquire);
         if let Err(e) = self.write_back(f) {
             self.unpin(f);
             return Err(e);
+        }
+        if was_dirty && !frame.dirty.load(Ordering::Acquire) {
+            self.counters
+                .eviction_writes
+                .fetch_add(1, Ordering::Relaxed);
         }
         Ok(Some(f))
     }
@@ -573,6 +594,46 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
         Ok(written)
     }
 
+    /// The page cleaner's step: writes back the dirty pages, not held by a
+    /// commit or pinned, among the `window` coldest frames of the replacement
+    /// order (the next victims). Returns how many it wrote.
+    ///
+    /// # Errors
+    /// As [`flush_oldest`](Self::flush_oldest).
+    pub fn clean_cold(&self, window: usize) -> Result<usize> {
+        let batch: Vec<u32> = {
+            let r = lock(&self.replacer);
+            r.coldest()
+                .take(window)
+                .filter(|&f| {
+                    let frame = &self.frames[f as usize];
+                    frame.dirty.load(Ordering::Acquire)
+                        && !frame.held.load(Ordering::Acquire)
+                        && frame.pins.load(Ordering::Acquire) == 0
+                })
+                .collect()
+        };
+        let mut written = 0;
+        for f in batch {
+            let frame = &self.frames[f as usize];
+            if frame
+                .pins
+                .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+            {
+                continue;
+            }
+            let was_dirty = frame.dirty.load(Ordering::Acquire);
+            let result = self.write_back(f);
+            self.unpin(f);
+            result?;
+            if was_dirty && !frame.dirty.load(Ordering::Acquire) {
+                written += 1;
+            }
+        }
+        Ok(written)
+    }
+
     /// Writes back every dirty page not held by a commit under way (one walk of
     /// the flush list), then syncs the data file.
     ///
@@ -601,6 +662,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
             evictions: c.evictions.load(Ordering::Relaxed),
             dirty_pages: lock(&self.flush_list).len() as u64,
             flush_list_visits: c.flush_list_visits.load(Ordering::Relaxed),
+            eviction_writes: c.eviction_writes.load(Ordering::Relaxed),
             wal_rule_flushes: c.wal_rule_flushes.load(Ordering::Relaxed),
             frames: self.frames.len() as u64,
         }

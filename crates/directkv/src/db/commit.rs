@@ -42,6 +42,29 @@ impl<S: Storage> Pages for PoolPages<'_, S> {
     }
 }
 
+/// Page access that never reads: a page not in the pool is recorded in
+/// `missed` and the operation fails, so the caller can read it after letting
+/// go of its locks and try again.
+pub(crate) struct CachedPages<'a, S: Storage> {
+    pub inner: &'a Inner<S>,
+    pub missed: std::cell::Cell<Option<u64>>,
+}
+
+impl<S: Storage> Pages for CachedPages<'_, S> {
+    fn read<R>(&self, no: u64, access: Access, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
+        match self.inner.pool.try_read(no, access) {
+            Some(p) => Ok(f(p.data())),
+            None => {
+                self.missed.set(Some(no));
+                Err(crate::Error::CacheExhausted { frames: 0 })
+            }
+        }
+    }
+    fn page_bytes(&self) -> usize {
+        self.inner.pool.page_bytes()
+    }
+}
+
 struct HeldPage {
     held: Held,
     before: Vec<u8>,

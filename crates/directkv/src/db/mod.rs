@@ -156,6 +156,10 @@ pub struct Stats {
     pub page_deltas: u64,
     /// Bytes of all page records (images and deltas).
     pub page_record_bytes: u64,
+    /// Pages the page cleaner wrote (off the foreground path).
+    pub cleaner_writes: u64,
+    /// Dirty pages a foreground eviction had to write itself.
+    pub eviction_writes: u64,
     /// Foreground stalls by cause.
     pub stalls: Stalls,
     /// How the data file's bytes travel.
@@ -195,6 +199,7 @@ struct Counters {
     wal_sync_wait: AtomicU64,
     writer_lock_wait: AtomicU64,
     tree_lock_wait: AtomicU64,
+    cleaner_writes: AtomicU64,
     next_txn: AtomicU64,
 }
 
@@ -235,6 +240,8 @@ pub(crate) struct Inner<S: Storage> {
 pub struct Database<S: Storage = OsStorage> {
     inner: Arc<Inner<S>>,
     checkpointer: Option<std::thread::JoinHandle<()>>,
+    cleaner: Option<std::thread::JoinHandle<()>>,
+    cleaner_stop: Arc<(Mutex<bool>, std::sync::Condvar)>,
 }
 
 const CONTROL_NAME: &str = "CONTROL";
@@ -372,14 +379,20 @@ impl<S: Storage> Database<S> {
         inner.counters.next_txn.store(next_txn, Ordering::Relaxed);
         let signal = Arc::clone(&inner.checkpointer);
         let inner = Arc::new(inner);
-        let checkpointer = if inner.opts.background_threads {
-            spawn_checkpointer(Arc::downgrade(&inner), signal)
+        let cleaner_stop = Arc::new((Mutex::new(false), std::sync::Condvar::new()));
+        let (checkpointer, cleaner) = if inner.opts.background_threads {
+            (
+                spawn_checkpointer(Arc::downgrade(&inner), signal),
+                spawn_cleaner(Arc::downgrade(&inner), Arc::clone(&cleaner_stop)),
+            )
         } else {
-            None
+            (None, None)
         };
         Ok(Database {
             inner,
             checkpointer,
+            cleaner,
+            cleaner_stop,
         })
     }
 
@@ -407,6 +420,22 @@ impl<S: Storage> Database<S> {
                 .fetch_add(1, Ordering::Relaxed);
         }
         Ok(WriteTxn::new(&self.inner, ticket))
+    }
+
+    /// Brings the pages that hold `keys` into the cache, holding no lock a
+    /// writer waits for while it reads. Writers run one at a time, so a cache
+    /// miss inside a write transaction delays every writer queued behind it;
+    /// prefetching the keys a transaction will read, before
+    /// [`begin_write`](Self::begin_write), moves those misses out of the
+    /// writers' critical section. Purely a hint: it changes nothing.
+    ///
+    /// # Errors
+    /// As [`ReadTxn::get`].
+    pub fn prefetch(&self, keys: &[&[u8]]) -> Result<()> {
+        for key in keys {
+            txn::get_committed(&self.inner, key)?;
+        }
+        Ok(())
     }
 
     /// Runs a checkpoint now: writes every page dirty when it starts (commits
@@ -462,7 +491,59 @@ impl<S: Storage> Drop for Database<S> {
         if let Some(h) = self.checkpointer.take() {
             let _ = h.join();
         }
+        let (stop, wake) = &*self.cleaner_stop;
+        *stop.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        wake.notify_all();
+        if let Some(h) = self.cleaner.take() {
+            let _ = h.join();
+        }
     }
+}
+
+/// How often the page cleaner looks at the cold end of the cache when it
+/// found nothing to write.
+const CLEANER_IDLE: Duration = Duration::from_millis(10);
+
+/// The page cleaner: keeps the cold end of the replacement order clean, so a
+/// read or a commit that needs a frame takes a clean one instead of writing a
+/// dirty page itself (in a writer's critical section, every writer would wait
+/// for that write). It writes the dirty pages among the coldest sixteenth of
+/// the frames, WAL first, and stops when the database is dropped.
+fn spawn_cleaner<S: Storage>(
+    weak: std::sync::Weak<Inner<S>>,
+    signal: Arc<(Mutex<bool>, std::sync::Condvar)>,
+) -> Option<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("directkv-cleaner".into())
+        .spawn(move || {
+            let mut idle = false;
+            loop {
+                if idle {
+                    let (stop, wake) = &*signal;
+                    let stop = stop.lock().unwrap_or_else(|p| p.into_inner());
+                    let (stop, _) = wake
+                        .wait_timeout(stop, CLEANER_IDLE)
+                        .unwrap_or_else(|p| p.into_inner());
+                    if *stop {
+                        return;
+                    }
+                } else if *signal.0.lock().unwrap_or_else(|p| p.into_inner()) {
+                    return;
+                }
+                let Some(inner) = weak.upgrade() else { return };
+                let window = (inner.pool.frames() / 16).max(8);
+                // A failed write leaves the page dirty; a foreground eviction
+                // then meets the error itself.
+                let written = inner.pool.clean_cold(window).unwrap_or(0);
+                inner
+                    .counters
+                    .cleaner_writes
+                    .fetch_add(written as u64, Ordering::Relaxed);
+                idle = written == 0;
+            }
+        })
+        // Without the thread, evictions write dirty pages themselves.
+        .ok()
 }
 
 /// Checkpoints in the background when the WAL since the last checkpoint passes
@@ -497,10 +578,6 @@ fn spawn_checkpointer<S: Storage>(
         .ok()
 }
 
-/// The WAL sync method: the caller's; else the one a device profile of the WAL
-/// directory names; else measured now (a fraction of a second per candidate)
-/// and saved as that directory's profile, so it is measured once per directory.
-/// Direct I/O is only chosen where the WAL's own filesystem supports it.
 /// The WAL's sync method when none is given: the fastest durable one the
 /// device profile of `wal_dir` recorded (measured now and saved if there is
 /// none), among the direct variants when the database uses direct I/O and
@@ -802,6 +879,8 @@ impl<S: Storage> Inner<S> {
             page_deltas: c.deltas.load(Ordering::Relaxed),
             full_page_image_bytes: c.full_image_bytes.load(Ordering::Relaxed),
             page_record_bytes: c.page_record_bytes.load(Ordering::Relaxed),
+            cleaner_writes: c.cleaner_writes.load(Ordering::Relaxed),
+            eviction_writes: cache.eviction_writes,
             stalls: Stalls {
                 wal_sync_wait: c.wal_sync_wait.load(Ordering::Relaxed),
                 writer_lock_wait: c.writer_lock_wait.load(Ordering::Relaxed),

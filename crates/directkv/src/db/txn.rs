@@ -19,9 +19,10 @@ use std::sync::atomic::Ordering;
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use super::commit::{CommitCtx, PoolPages};
+use super::commit::{CachedPages, CommitCtx, PoolPages};
 use super::{Durability, Inner};
 use crate::btree::tree;
+use crate::buffer::Access;
 use crate::error::{Error, Result};
 use crate::io::Storage;
 use crate::lsn::Lsn;
@@ -107,7 +108,30 @@ fn prefix_bounds(prefix: &[u8]) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
     (Bound::Included(prefix.to_vec()), Bound::Unbounded)
 }
 
-fn get_committed<S: Storage>(inner: &Inner<S>, key: &[u8]) -> Result<Option<Vec<u8>>> {
+/// Descents that read a missing page outside the tree lock before falling
+/// back to reading under it.
+const UNLOCKED_READS_MAX: usize = 32;
+
+/// Reads `key`. Page reads happen outside the tree lock: a descent that finds
+/// a page missing lets go of the lock, reads the page into the pool and starts
+/// again, so a cache miss never holds up a commit (which needs the lock
+/// exclusively) for the length of a disk read.
+pub(crate) fn get_committed<S: Storage>(inner: &Inner<S>, key: &[u8]) -> Result<Option<Vec<u8>>> {
+    for _ in 0..UNLOCKED_READS_MAX {
+        let meta = inner.tree.read().unwrap_or_else(|p| p.into_inner());
+        let pages = CachedPages {
+            inner,
+            missed: std::cell::Cell::new(None),
+        };
+        let r = tree::get(&pages, meta.root, key);
+        drop(meta);
+        match pages.missed.get() {
+            // The page was reachable a moment ago, so it is in the pool or
+            // on disk (a page leaves the pool only after being written).
+            Some(page) => drop(inner.pool.read(page, Access::Normal)?),
+            None => return r,
+        }
+    }
     let meta = inner.tree.read().unwrap_or_else(|p| p.into_inner());
     tree::get(&PoolPages { inner }, meta.root, key)
 }
