@@ -31,6 +31,12 @@ pub trait Store: Send + Sync {
     /// Runs `body` as one transaction and commits it (durably, unless the
     /// store was opened for loading). `body` may run again after a conflict.
     fn transact(&self, body: &mut dyn FnMut(&mut dyn TxnOps) -> Result<()>) -> Result<()>;
+    /// Warms the cache with the pages of `keys` before a transaction that
+    /// reads them (see `Database::prefetch`); engines whose writers run
+    /// concurrently need nothing.
+    fn prefetch(&self, _keys: &[&[u8]]) -> Result<()> {
+        Ok(())
+    }
     /// Makes everything loaded so far durable and compact (a checkpoint).
     fn finish_load(&self) -> Result<()>;
     /// The engine's own counters, as JSON.
@@ -188,6 +194,10 @@ impl Store for DirectkvStore {
         body(&mut t)?;
         t.w.commit()?;
         Ok(())
+    }
+
+    fn prefetch(&self, keys: &[&[u8]]) -> Result<()> {
+        Ok(self.db.prefetch(keys)?)
     }
 
     fn finish_load(&self) -> Result<()> {

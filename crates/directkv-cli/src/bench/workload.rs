@@ -230,9 +230,15 @@ impl Shared {
                 hist.extend_from_slice(&tid.to_le_bytes());
                 hist.extend_from_slice(&bid.to_le_bytes());
                 hist.resize(50, b' ');
+                let keys = [
+                    tpcb_key(b'A', aid),
+                    tpcb_key(b'T', tid),
+                    tpcb_key(b'B', bid),
+                ];
+                store.prefetch(&[&keys[0], &keys[1], &keys[2]])?;
                 store.transact(&mut |t| {
-                    for (table, id) in [(b'A', aid), (b'T', tid), (b'B', bid)] {
-                        add_balance(t, &tpcb_key(table, id), delta, size)?;
+                    for key in &keys {
+                        add_balance(t, key, delta, size)?;
                     }
                     t.put(&hist_key, &hist)
                 })?;

@@ -1,0 +1,306 @@
+//! `directkv bench` end to end: every workload runs briefly against a
+//! temporary directory, the JSON lines keep their schema, configurations run
+//! side by side, the memory cgroup path works where the machine allows it
+//! (and says why not where it does not), and charts are written. Nothing here
+//! asserts a speed.
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+fn bench(dir: &Path, args: &[&str]) -> (bool, Vec<Value>, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_directkv"))
+        .arg("bench")
+        .args(args)
+        .arg("--dir")
+        .arg(dir)
+        .arg("--json")
+        .output()
+        .expect("run directkv bench");
+    let lines = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).expect("each line is JSON"))
+        .collect();
+    (
+        out.status.success(),
+        lines,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn scratch() -> tempfile::TempDir {
+    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir")
+}
+
+/// The fields of a run line and their JSON types.
+fn check_run_schema(r: &Value) {
+    assert_eq!(r["schema"], "directkv-bench/1", "{r}");
+    assert_eq!(r["kind"], "run");
+    assert!(r["error"].is_null(), "run failed: {}", r["error"]);
+    for k in ["workload", "config", "unit"] {
+        assert!(r[k].is_string(), "{k} in {r}");
+    }
+    for k in [
+        "round",
+        "clients",
+        "cache_bytes",
+        "ops",
+        "rss_peak_bytes",
+        "rss_end_bytes",
+        "db_bytes",
+        "db_cached_bytes",
+        "memory_bytes",
+    ] {
+        assert!(r[k].is_u64(), "{k} in {r}");
+    }
+    for k in ["load_seconds", "seconds", "ops_per_sec", "memory_per_cache"] {
+        assert!(r[k].is_f64() || r[k].is_u64(), "{k} in {r}");
+    }
+    for k in ["p50_us", "p99_us", "p999_us", "max_us"] {
+        assert!(r["latency"][k].is_u64(), "latency.{k} in {r}");
+    }
+    let l = &r["latency"];
+    assert!(l["p50_us"].as_u64() <= l["p99_us"].as_u64());
+    assert!(l["p99_us"].as_u64() <= l["p999_us"].as_u64());
+    assert!(l["p999_us"].as_u64() <= l["max_us"].as_u64());
+    for k in ["read_bytes", "write_bytes", "rchar", "wchar"] {
+        assert!(r["io"][k].is_u64(), "io.{k} in {r}");
+    }
+    for k in ["user_s", "sys_s"] {
+        assert!(r["cpu"][k].is_f64(), "cpu.{k} in {r}");
+    }
+    let per_second = r["per_second_ops"].as_array().expect("per_second_ops");
+    assert_eq!(
+        per_second.len(),
+        r["per_second_p99_us"].as_array().expect("p99 series").len()
+    );
+    let sum: u64 = per_second.iter().map(|v| v.as_u64().expect("count")).sum();
+    assert!(sum <= r["ops"].as_u64().expect("ops"));
+    assert!(r["ops"].as_u64() > Some(0), "no operation completed: {r}");
+    assert!(r["engine_stats"].is_object());
+    assert!(r["db_bytes"].as_u64() > Some(0));
+}
+
+fn check_summary(s: &Value, configs: &[&str]) {
+    assert_eq!(s["schema"], "directkv-bench/1");
+    assert_eq!(s["kind"], "summary");
+    assert_eq!(s["baseline"], configs[0]);
+    let got: Vec<&str> = s["configs"]
+        .as_array()
+        .expect("configs")
+        .iter()
+        .map(|c| c["config"].as_str().expect("name"))
+        .collect();
+    assert_eq!(got, configs);
+    assert_eq!(s["configs"][0]["ratio"].as_f64(), Some(1.0));
+}
+
+#[test]
+fn tpcb_runs_side_by_side_and_passes_its_consistency_check() {
+    let dir = scratch();
+    let (ok, lines, err) = bench(
+        dir.path(),
+        &[
+            "tpcb",
+            "--scale",
+            "1",
+            "--clients",
+            "3",
+            "--seconds",
+            "1",
+            "--cache",
+            "8M",
+            "--compare",
+            "direct,buffered",
+        ],
+    );
+    assert!(ok, "{err}");
+    assert_eq!(lines.len(), 3, "two runs and a summary");
+    for (r, config) in lines[..2].iter().zip(["direct", "buffered"]) {
+        check_run_schema(r);
+        assert_eq!(r["workload"], "tpcb");
+        assert_eq!(r["config"], config);
+        let c = &r["consistency"];
+        assert_eq!(c["ok"], true, "{c}");
+        assert!(c["history_records"].as_u64() > Some(0));
+    }
+    // The first run loaded the data set, the second reused it.
+    assert!(lines[0]["load_seconds"].as_f64() > Some(0.0));
+    assert_eq!(lines[1]["load_seconds"].as_f64(), Some(0.0));
+    // Direct I/O leaves the data out of the page cache.
+    assert_eq!(lines[0]["engine_stats"]["data_io"]["kind"], "direct");
+    check_summary(&lines[2], &["direct", "buffered"]);
+}
+
+#[test]
+fn every_ycsb_workload_runs() {
+    let dir = scratch();
+    for w in ["a", "b", "c", "d", "e", "f"] {
+        for dist in ["zipfian", "uniform"] {
+            let (ok, lines, err) = bench(
+                dir.path(),
+                &[
+                    "ycsb",
+                    "--workload",
+                    w,
+                    "--distribution",
+                    dist,
+                    "--keys",
+                    "3000",
+                    "--clients",
+                    "2",
+                    "--seconds",
+                    "0.3",
+                    "--cache",
+                    "4M",
+                ],
+            );
+            assert!(ok, "ycsb {w} {dist}: {err}");
+            check_run_schema(&lines[0]);
+            assert_eq!(lines[0]["workload"], format!("ycsb-{w}-{dist}"));
+            check_summary(&lines[1], &["direct"]);
+        }
+    }
+}
+
+#[test]
+fn fill_read_and_scan_run() {
+    let dir = scratch();
+    for args in [
+        &["fill", "--order", "seq", "--keys", "5000", "--batch", "50"][..],
+        &["fill", "--order", "random", "--keys", "5000"][..],
+        &["read", "--keys", "5000"][..],
+        &["read", "--keys", "5000", "--distribution", "zipfian"][..],
+        &["scan", "--keys", "5000", "--length", "50"][..],
+    ] {
+        let mut all = args.to_vec();
+        all.extend(["--clients", "2", "--seconds", "0.3", "--cache", "4M"]);
+        let (ok, lines, err) = bench(dir.path(), &all);
+        assert!(ok, "{args:?}: {err}");
+        check_run_schema(&lines[0]);
+        if args[0] == "fill" {
+            // A fill stops when every key is stored (or at the deadline).
+            assert!(lines[0]["ops"].as_u64() <= Some(5000));
+            assert_eq!(lines[0]["unit"], "keys");
+        }
+    }
+}
+
+#[test]
+fn sync_methods_are_compared_as_configurations() {
+    let dir = scratch();
+    let (ok, lines, err) = bench(
+        dir.path(),
+        &[
+            "read",
+            "--keys",
+            "2000",
+            "--seconds",
+            "0.3",
+            "--clients",
+            "1",
+            "--cache",
+            "4M",
+            "--compare-sync",
+            "fdatasync,fdatasync+direct",
+            "--rounds",
+            "2",
+        ],
+    );
+    assert!(ok, "{err}");
+    let configs = ["direct", "direct/fdatasync", "direct/fdatasync+direct"];
+    // Two rounds alternate the three configurations.
+    let order: Vec<&str> = lines[..6]
+        .iter()
+        .map(|r| r["config"].as_str().expect("config"))
+        .collect();
+    assert_eq!(order, [configs, configs].concat());
+    assert_eq!(lines[1]["engine_stats"]["wal_sync"]["direct"], false);
+    assert_eq!(lines[2]["engine_stats"]["wal_sync"]["direct"], true);
+    check_summary(&lines[6], &configs);
+}
+
+#[test]
+fn a_memory_limit_runs_inside_a_cgroup_or_says_why_not() {
+    let dir = scratch();
+    let (ok, lines, err) = bench(
+        dir.path(),
+        &[
+            "read",
+            "--keys",
+            "20000",
+            "--seconds",
+            "0.5",
+            "--clients",
+            "2",
+            "--memory-limit",
+            "96M",
+            "--cache",
+            "32M",
+        ],
+    );
+    if !ok {
+        assert!(
+            err.contains("memory cgroup") || err.contains("cgroup"),
+            "a failure must name the cgroup problem: {err}"
+        );
+        eprintln!("skipped: this machine cannot make a memory cgroup: {err}");
+        return;
+    }
+    check_run_schema(&lines[0]);
+    assert_eq!(lines[0]["memory_limit_bytes"].as_u64(), Some(96 << 20));
+    let peak = lines[0]["cgroup_peak_bytes"]
+        .as_u64()
+        .expect("the cgroup's peak is reported");
+    assert!(peak > 0 && peak <= 96 << 20, "peak {peak}");
+}
+
+#[test]
+fn charts_are_written() {
+    let dir = scratch();
+    let plots = dir.path().join("charts");
+    let (ok, _, err) = bench(
+        dir.path(),
+        &[
+            "read",
+            "--keys",
+            "2000",
+            "--seconds",
+            "1.2",
+            "--clients",
+            "1",
+            "--cache",
+            "4M",
+            "--compare",
+            "direct,buffered",
+            "--plot",
+            plots.to_str().expect("utf-8 path"),
+        ],
+    );
+    assert!(ok, "{err}");
+    for f in ["throughput.svg", "latency.svg", "compare.svg"] {
+        let text = std::fs::read_to_string(plots.join(f)).expect(f);
+        assert!(text.starts_with("<svg") && text.contains("direct"), "{f}");
+    }
+}
+
+#[test]
+fn bad_configurations_are_refused_clearly() {
+    let dir = scratch();
+    let (ok, _, err) = bench(dir.path(), &["read", "--compare", "direct,nosuch"]);
+    assert!(!ok);
+    assert!(err.contains("unknown configuration \"nosuch\""), "{err}");
+    if !cfg!(feature = "peers") {
+        let (ok, _, err) = bench(dir.path(), &["read", "--compare", "rocksdb"]);
+        assert!(!ok);
+        assert!(err.contains("--features peers"), "{err}");
+    }
+    let (ok, _, err) = bench(
+        dir.path(),
+        &["read", "--cache", "64M", "--memory-limit", "32M"],
+    );
+    assert!(!ok);
+    assert!(err.contains("must be below --memory-limit"), "{err}");
+}
