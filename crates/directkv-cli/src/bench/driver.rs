@@ -72,6 +72,13 @@ pub struct Common {
     /// Skip the TPC-B consistency check after a tpcb run.
     #[arg(long)]
     pub no_check: bool,
+    /// This engine's page size when it creates the data set (4k, 8k, 16k;
+    /// default: the engine's).
+    #[arg(long, value_parser = crate::size::parse_bytes)]
+    pub page_size: Option<u64>,
+    /// This engine's checkpoint distance in WAL bytes (default: the engine's).
+    #[arg(long, value_parser = crate::size::parse_bytes)]
+    pub checkpoint_wal: Option<u64>,
 }
 
 /// What a child process is told to do.
@@ -91,6 +98,7 @@ pub struct ChildSpec {
     fresh: bool,
     check: bool,
     nonce: u64,
+    tuning: store::Tuning,
 }
 
 /// The tpcb scale whose data is about `ratio` times `limit` bytes.
@@ -176,6 +184,10 @@ pub fn run(workload: Workload, shape: Shape, common: &Common) -> Result<()> {
                 dir: common.dir.clone(),
                 fresh: common.fresh && round == 1,
                 check: !common.no_check,
+                tuning: store::Tuning {
+                    page_bytes: common.page_size.map(|p| p as u32),
+                    checkpoint_wal_bytes: common.checkpoint_wal,
+                },
                 nonce: std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |d| d.as_nanos() as u64),
@@ -255,7 +267,13 @@ pub fn child(spec_json: &str) -> Result<()> {
 
 fn measure(spec: &ChildSpec) -> Result<RunReport> {
     let engine = Engine::parse(&spec.config)?;
-    let tag = spec.workload.data_tag(&spec.shape);
+    let tag = spec
+        .workload
+        .data_tag(&spec.shape)
+        .map(|t| match spec.tuning.page_bytes {
+            Some(p) if engine.family() == "directkv" => format!("{t}-p{p}"),
+            _ => t,
+        });
     let data_dir = spec.dir.join(format!(
         "{}-{}",
         engine.family(),
@@ -284,7 +302,7 @@ fn measure(spec: &ChildSpec) -> Result<RunReport> {
                 total,
                 &format!("{} load {}", spec.config, tag.as_deref().unwrap_or("")),
             );
-            let s = store::open(&engine, &data_dir, spec.cache_bytes, true)?;
+            let s = store::open(&engine, &data_dir, spec.cache_bytes, &spec.tuning, true)?;
             spec.workload
                 .load(s.as_ref(), &spec.shape, &|n| bar.set_position(n))?;
             drop(s);
@@ -297,7 +315,7 @@ fn measure(spec: &ChildSpec) -> Result<RunReport> {
     }
     // Every run starts with the data out of the OS page cache.
     sys::evict_page_cache(&data_dir);
-    let s = store::open(&engine, &data_dir, spec.cache_bytes, false)?;
+    let s = store::open(&engine, &data_dir, spec.cache_bytes, &spec.tuning, false)?;
     let shared = Shared::new(spec.workload.clone(), spec.shape.clone(), spec.nonce);
     let secs = spec.seconds.ceil() as usize;
     let per_second: Mutex<Vec<(u64, Histogram<u64>)>> = Mutex::new(

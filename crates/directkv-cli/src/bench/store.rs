@@ -117,12 +117,32 @@ impl Engine {
     }
 }
 
+/// Settings of this engine a run may override.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct Tuning {
+    /// Page size at creation.
+    pub page_bytes: Option<u32>,
+    /// Checkpoint distance in WAL bytes.
+    pub checkpoint_wal_bytes: Option<u64>,
+}
+
 /// Opens `engine` in `dir`. `load` opens for bulk loading: commits need not
 /// be durable until [`Store::finish_load`].
-pub fn open(engine: &Engine, dir: &Path, cache_bytes: u64, load: bool) -> Result<Box<dyn Store>> {
+pub fn open(
+    engine: &Engine,
+    dir: &Path,
+    cache_bytes: u64,
+    tuning: &Tuning,
+    load: bool,
+) -> Result<Box<dyn Store>> {
     match engine {
         Engine::Directkv { direct, sync } => {
+            let defaults = Options::default();
             let opts = Options {
+                page_bytes: tuning.page_bytes.unwrap_or(defaults.page_bytes),
+                checkpoint_wal_bytes: tuning
+                    .checkpoint_wal_bytes
+                    .unwrap_or(defaults.checkpoint_wal_bytes),
                 cache_bytes: cache_bytes as usize,
                 direct_io: if *direct { DirectIo::On } else { DirectIo::Off },
                 wal_sync: *sync,
@@ -131,7 +151,7 @@ pub fn open(engine: &Engine, dir: &Path, cache_bytes: u64, load: bool) -> Result
                 } else {
                     Durability::Sync
                 },
-                ..Options::default()
+                ..defaults
             };
             Ok(Box::new(DirectkvStore {
                 db: Database::open(dir, opts)?,
