@@ -184,9 +184,23 @@ pub fn run(args: Args) -> Result<()> {
         let mut argv: Vec<String> = ["directkv", "bench", "tpcb", "--compare", "direct,buffered"]
             .map(String::from)
             .to_vec();
+        // The budget needs a memory cgroup; without one, say why and run
+        // the same data set unbudgeted rather than not at all.
+        match sys::MemCgroup::create(
+            &format!("directkv-bench-probe-{}", std::process::id()),
+            args.memory_limit,
+        ) {
+            Ok(_probe) => argv.extend([
+                "--memory-limit".into(),
+                format!("{}M", args.memory_limit >> 20),
+            ]),
+            Err(e) => {
+                eprintln!("no memory budget: {e:#}; running without one (data fits in memory)");
+                let scale = driver::tpcb_scale_for(args.memory_limit, 100, 4.5);
+                argv.extend(["--scale".into(), scale.to_string()]);
+            }
+        }
         argv.extend([
-            "--memory-limit".into(),
-            format!("{}M", args.memory_limit >> 20),
             "--seconds".into(),
             args.seconds.to_string(),
             "--dir".into(),
