@@ -99,6 +99,9 @@ pub struct ChildSpec {
     check: bool,
     nonce: u64,
     tuning: store::Tuning,
+    /// Only load the data set (in a process of its own, so the allocator's
+    /// leftovers of loading do not count in the measured run's memory).
+    load_only: bool,
 }
 
 /// The tpcb scale whose data is about `ratio` times `limit` bytes.
@@ -188,23 +191,38 @@ pub fn run(workload: Workload, shape: Shape, common: &Common) -> Result<()> {
                     page_bytes: common.page_size.map(|p| p as u32),
                     checkpoint_wal_bytes: common.checkpoint_wal,
                 },
+                load_only: false,
                 nonce: std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |d| d.as_nanos() as u64),
             };
-            let mut r = run_child(&exe, &spec).unwrap_or_else(|e| {
-                let why = match &cgroup {
-                    Some(cg) if cg.oom_killed() => format!(
-                        "killed for memory under the {} MiB limit",
-                        common.memory_limit.unwrap_or(0) >> 20
-                    ),
-                    _ => format!("{e:#}"),
-                };
-                RunReport::failed(&name, config, round, why)
-            });
+            let load = ChildSpec {
+                load_only: true,
+                cgroup: None,
+                ..spec.clone()
+            };
+            let loaded = run_child(&exe, &load);
+            let load_seconds = loaded.as_ref().map_or(0.0, |l| l.load_seconds);
+            let measured = ChildSpec {
+                fresh: false,
+                ..spec.clone()
+            };
+            let mut r = loaded
+                .and_then(|_| run_child(&exe, &measured))
+                .unwrap_or_else(|e| {
+                    let why = match &cgroup {
+                        Some(cg) if cg.oom_killed() => format!(
+                            "killed for memory under the {} MiB limit",
+                            common.memory_limit.unwrap_or(0) >> 20
+                        ),
+                        _ => format!("{e:#}"),
+                    };
+                    RunReport::failed(&name, config, round, why)
+                });
             if let Some(cg) = &cgroup {
                 r.cgroup_peak_bytes = cg.peak_bytes();
             }
+            r.load_seconds = load_seconds;
             if common.json {
                 println!("{}", serde_json::to_string(&r)?);
             }
@@ -266,6 +284,23 @@ pub fn child(spec_json: &str) -> Result<()> {
 }
 
 fn measure(spec: &ChildSpec) -> Result<RunReport> {
+    let (engine, data_dir, load_seconds) = load(spec)?;
+    if spec.load_only {
+        return Ok(RunReport {
+            load_seconds,
+            ..RunReport::failed(
+                &spec.workload.name(),
+                &spec.config,
+                spec.round,
+                String::new(),
+            )
+        });
+    }
+    run_measured(spec, &engine, &data_dir)
+}
+
+/// Loads the data set unless a load with the same parameters is there.
+fn load(spec: &ChildSpec) -> Result<(Engine, PathBuf, f64)> {
     let engine = Engine::parse(&spec.config)?;
     let tag = spec
         .workload
@@ -313,9 +348,14 @@ fn measure(spec: &ChildSpec) -> Result<RunReport> {
             std::fs::write(&marker, tag)?;
         }
     }
+    Ok((engine, data_dir, load_seconds))
+}
+
+fn run_measured(spec: &ChildSpec, engine: &Engine, data_dir: &Path) -> Result<RunReport> {
+    let load_seconds = 0.0;
     // Every run starts with the data out of the OS page cache.
-    sys::evict_page_cache(&data_dir);
-    let s = store::open(&engine, &data_dir, spec.cache_bytes, &spec.tuning, false)?;
+    sys::evict_page_cache(data_dir);
+    let s = store::open(engine, data_dir, spec.cache_bytes, &spec.tuning, false)?;
     let shared = Shared::new(spec.workload.clone(), spec.shape.clone(), spec.nonce);
     let secs = spec.seconds.ceil() as usize;
     let per_second: Mutex<Vec<(u64, Histogram<u64>)>> = Mutex::new(
@@ -388,7 +428,7 @@ fn measure(spec: &ChildSpec) -> Result<RunReport> {
     }
     let rss_peak = sys::proc_status_kib("VmHWM:") * 1024;
     let rss_end = sys::proc_status_kib("VmRSS:") * 1024;
-    let (db_bytes, db_cached) = sys::dir_size_and_cached(&data_dir);
+    let (db_bytes, db_cached) = sys::dir_size_and_cached(data_dir);
     let engine_stats = s.stats();
     let consistency = match (&spec.workload, spec.check) {
         (Workload::Tpcb { .. }, true) => Some(workload::tpcb_consistency(s.as_ref())?),

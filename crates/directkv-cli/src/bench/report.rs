@@ -402,15 +402,10 @@ pub fn plot(dir: &Path, runs: &[RunReport], summary: &Summary) -> Result<()> {
         .x_label_area_size(36)
         .y_label_area_size(70)
         .build_cartesian_2d(0f64..n as f64, 0f64..top)?;
-    let names: Vec<String> = summary.configs.iter().map(|c| c.config.clone()).collect();
     chart
         .configure_mesh()
         .disable_x_mesh()
-        .x_labels(n)
-        .x_label_formatter(&|x| {
-            let i = x.floor() as usize;
-            names.get(i).cloned().unwrap_or_default()
-        })
+        .x_labels(0)
         .y_desc(format!("{unit}/s"))
         .draw()?;
     for (i, c) in summary.configs.iter().enumerate() {
@@ -420,7 +415,7 @@ pub fn plot(dir: &Path, runs: &[RunReport], summary: &Summary) -> Result<()> {
             color.filled(),
         )))?;
         chart.draw_series(std::iter::once(Text::new(
-            format!("{:.0} ({:.2}x)", c.ops_per_sec, c.ratio),
+            format!("{}: {:.0} ({:.2}x)", c.config, c.ops_per_sec, c.ratio),
             (i as f64 + 0.2, c.ops_per_sec + top * 0.02),
             ("sans-serif", 14),
         )))?;
