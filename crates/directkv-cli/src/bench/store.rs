@@ -52,6 +52,8 @@ pub enum Engine {
         direct: bool,
         /// WAL sync method; `None` is the engine's own choice.
         sync: Option<SyncVariant>,
+        /// The engine's readahead for sequential scans.
+        readahead: bool,
     },
     /// RocksDB with sync writes.
     Rocksdb {
@@ -75,19 +77,28 @@ impl Engine {
             ),
             None => (name, None),
         };
+        let (base, readahead) = match base.strip_suffix("-no-readahead") {
+            Some(b) => (b, false),
+            None => (base, true),
+        };
         Ok(match base {
-            "direct" => Engine::Directkv { direct: true, sync },
+            "direct" => Engine::Directkv {
+                direct: true,
+                sync,
+                readahead,
+            },
             "buffered" => Engine::Directkv {
                 direct: false,
                 sync,
+                readahead,
             },
-            "rocksdb" if sync.is_none() => Engine::Rocksdb { direct: false },
-            "rocksdb-direct" if sync.is_none() => Engine::Rocksdb { direct: true },
-            "lmdb" if sync.is_none() => Engine::Lmdb,
-            "sqlite" if sync.is_none() => Engine::Sqlite,
+            "rocksdb" if sync.is_none() && readahead => Engine::Rocksdb { direct: false },
+            "rocksdb-direct" if sync.is_none() && readahead => Engine::Rocksdb { direct: true },
+            "lmdb" if sync.is_none() && readahead => Engine::Lmdb,
+            "sqlite" if sync.is_none() && readahead => Engine::Sqlite,
             _ => bail!(
                 "unknown configuration {name:?}: use direct, buffered, direct/<sync method>, \
-                 rocksdb, rocksdb-direct, lmdb or sqlite"
+                 direct-no-readahead, rocksdb, rocksdb-direct, lmdb or sqlite"
             ),
         })
     }
@@ -136,7 +147,11 @@ pub fn open(
     load: bool,
 ) -> Result<Box<dyn Store>> {
     match engine {
-        Engine::Directkv { direct, sync } => {
+        Engine::Directkv {
+            direct,
+            sync,
+            readahead,
+        } => {
             let defaults = Options::default();
             let opts = Options {
                 page_bytes: tuning.page_bytes.unwrap_or(defaults.page_bytes),
@@ -144,6 +159,11 @@ pub fn open(
                     .checkpoint_wal_bytes
                     .unwrap_or(defaults.checkpoint_wal_bytes),
                 cache_bytes: cache_bytes as usize,
+                readahead_pages: if *readahead {
+                    defaults.readahead_pages
+                } else {
+                    0
+                },
                 direct_io: if *direct { DirectIo::On } else { DirectIo::Off },
                 wal_sync: *sync,
                 durability: if load {

@@ -324,13 +324,35 @@ pub fn scan_forward<P: Pages>(
         Bound::Included(k) | Bound::Excluded(k) => k,
         Bound::Unbounded => &[],
     };
-    let d = descend(pages, root, seek, Access::Scan)?;
+    // Branch pages are hot for every scan and the leaf's place in the cache
+    // is set when it is loaded: the descent reads normally, and only the
+    // leaf's collection counts as a scan touch (which never promotes).
+    let d = descend(pages, root, seek, Access::Normal)?;
     let (out, beyond) = collect_leaf(pages, d.leaf, from, to, false)?;
     let next = match (beyond, d.upper) {
         (true, _) | (false, None) => None,
         (false, Some(up)) => in_upper(&up, to).then_some(Bound::Included(up)),
     };
     Ok((out, next))
+}
+
+/// The pages of up to `n` leaves after the leaf holding `key`, in key order,
+/// as far as its parent branch knows them (readahead for a forward scan; a
+/// scan that crosses into the next parent asks again from there).
+///
+/// # Errors
+/// Page read and verification errors.
+pub fn following_leaves<P: Pages>(pages: &P, root: u64, key: &[u8], n: usize) -> Result<Vec<u64>> {
+    let d = descend(pages, root, key, Access::Normal)?;
+    let Some(parent) = d.path.last() else {
+        return Ok(Vec::new());
+    };
+    let first = parent.slot.map_or(0, |i| i + 1);
+    pages.read(parent.page, Access::Normal, |p| {
+        (first..node::count(p).min(first + n))
+            .map(|j| node::child(p, j))
+            .collect()
+    })
 }
 
 /// The next batch of a reverse scan of `(from, to)`, entries in descending order.
@@ -345,8 +367,8 @@ pub fn scan_reverse<P: Pages>(
 ) -> Result<Batch> {
     // Descend to the leaf holding the upper end; with no upper end, the last leaf.
     let d = match to {
-        Bound::Included(k) => descend(pages, root, k, Access::Scan)?,
-        Bound::Excluded(k) => descend_to(pages, root, k, true, Access::Scan)?,
+        Bound::Included(k) => descend(pages, root, k, Access::Normal)?,
+        Bound::Excluded(k) => descend_to(pages, root, k, true, Access::Normal)?,
         Bound::Unbounded => descend_last(pages, root)?,
     };
     let (out, beyond) = collect_leaf(pages, d.leaf, from, to, true)?;
@@ -365,7 +387,7 @@ fn descend_last<P: Pages>(pages: &P, root: u64) -> Result<Descent> {
         if path.len() >= DEPTH_MAX {
             return Err(corrupt(page, "tree deeper than the maximum (a cycle?)"));
         }
-        let step = pages.read(page, Access::Scan, |p| match node::page_type(p) {
+        let step = pages.read(page, Access::Normal, |p| match node::page_type(p) {
             Some(PageType::Leaf) => Ok(None),
             Some(PageType::Branch) => {
                 let n = node::count(p);

@@ -318,6 +318,11 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
         }
     }
 
+    /// Whether `page` is in the pool (or being read into it).
+    pub fn contains(&self, page: u64) -> bool {
+        lock(&self.table).contains_key(&page)
+    }
+
     /// Pins and share-latches `page` if it is in the pool; never reads.
     pub fn try_read(&self, page: u64, access: Access) -> Option<PageRef<'_, S, L>> {
         match self.try_hit(page, access, &Latch::Shared)? {

@@ -92,6 +92,9 @@ pub struct Options {
     /// checkpoints happen only when asked for, segments are prepared when first
     /// needed. The deterministic simulator turns this off.
     pub background_threads: bool,
+    /// Leaves a sequential scan reads ahead, asynchronously (0: off). Direct
+    /// I/O has no kernel readahead; this is the engine's own.
+    pub readahead_pages: usize,
 }
 
 impl Default for Options {
@@ -107,6 +110,7 @@ impl Default for Options {
             checkpoint_wal_bytes: 256 << 20,
             create_if_missing: true,
             background_threads: true,
+            readahead_pages: 32,
         }
     }
 }
@@ -160,6 +164,8 @@ pub struct Stats {
     pub cleaner_writes: u64,
     /// Dirty pages a foreground eviction had to write itself.
     pub eviction_writes: u64,
+    /// Pages read ahead of a sequential scan.
+    pub readahead_reads: u64,
     /// Foreground stalls by cause.
     pub stalls: Stalls,
     /// How the data file's bytes travel.
@@ -200,6 +206,7 @@ struct Counters {
     writer_lock_wait: AtomicU64,
     tree_lock_wait: AtomicU64,
     cleaner_writes: AtomicU64,
+    readahead_reads: AtomicU64,
     next_txn: AtomicU64,
 }
 
@@ -222,6 +229,8 @@ pub(crate) struct Inner<S: Storage> {
     /// The redo LSN of the last checkpoint.
     last_redo: AtomicU64,
     counters: Counters,
+    /// Queue of the readahead readers (none without background threads).
+    readahead: Mutex<Option<std::sync::mpsc::SyncSender<u64>>>,
     _lock: S::Lock,
 }
 
@@ -242,6 +251,7 @@ pub struct Database<S: Storage = OsStorage> {
     checkpointer: Option<std::thread::JoinHandle<()>>,
     cleaner: Option<std::thread::JoinHandle<()>>,
     cleaner_stop: Arc<(Mutex<bool>, std::sync::Condvar)>,
+    readers: Vec<std::thread::JoinHandle<()>>,
 }
 
 const CONTROL_NAME: &str = "CONTROL";
@@ -374,25 +384,28 @@ impl<S: Storage> Database<S> {
             fpi_horizon: AtomicU64::new(c.redo_lsn.0),
             last_redo: AtomicU64::new(c.redo_lsn.0),
             counters: Counters::default(),
+            readahead: Mutex::new(None),
             _lock: lock,
         };
         inner.counters.next_txn.store(next_txn, Ordering::Relaxed);
         let signal = Arc::clone(&inner.checkpointer);
         let inner = Arc::new(inner);
         let cleaner_stop = Arc::new((Mutex::new(false), std::sync::Condvar::new()));
-        let (checkpointer, cleaner) = if inner.opts.background_threads {
+        let (checkpointer, cleaner, readers) = if inner.opts.background_threads {
             (
                 spawn_checkpointer(Arc::downgrade(&inner), signal),
                 spawn_cleaner(Arc::downgrade(&inner), Arc::clone(&cleaner_stop)),
+                spawn_readers(&inner),
             )
         } else {
-            (None, None)
+            (None, None, Vec::new())
         };
         Ok(Database {
             inner,
             checkpointer,
             cleaner,
             cleaner_stop,
+            readers,
         })
     }
 
@@ -497,7 +510,61 @@ impl<S: Storage> Drop for Database<S> {
         if let Some(h) = self.cleaner.take() {
             let _ = h.join();
         }
+        // Closing the queue ends the readers once they finish their read.
+        drop(lock_ignoring_poison(&self.inner.readahead).take());
+        for h in self.readers.drain(..) {
+            let _ = h.join();
+        }
     }
+}
+
+fn lock_ignoring_poison<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Readahead readers: threads that read queued pages into the pool, at the
+/// head of the probation queue so they stay until the scan gets there (the
+/// scan's own touches never promote them into the hot set). More than one,
+/// so several reads are in flight at once.
+const READAHEAD_READERS: usize = 4;
+/// Pages queued for readahead at most; more requests are dropped.
+const READAHEAD_QUEUE: usize = 256;
+
+fn spawn_readers<S: Storage>(inner: &Arc<Inner<S>>) -> Vec<std::thread::JoinHandle<()>> {
+    if inner.opts.readahead_pages == 0 {
+        return Vec::new();
+    }
+    let (tx, rx) = std::sync::mpsc::sync_channel::<u64>(READAHEAD_QUEUE);
+    let rx = Arc::new(Mutex::new(rx));
+    let handles: Vec<_> = (0..READAHEAD_READERS)
+        .filter_map(|i| {
+            let (weak, rx) = (Arc::downgrade(inner), Arc::clone(&rx));
+            std::thread::Builder::new()
+                .name(format!("directkv-readahead-{i}"))
+                .spawn(move || loop {
+                    let page = match lock_ignoring_poison(&rx).recv() {
+                        Ok(p) => p,
+                        Err(_) => return,
+                    };
+                    let Some(inner) = weak.upgrade() else { return };
+                    if inner.pool.contains(page) {
+                        continue;
+                    }
+                    // A failed read is the scan's to meet and report.
+                    if inner.pool.read(page, crate::buffer::Access::Normal).is_ok() {
+                        inner
+                            .counters
+                            .readahead_reads
+                            .fetch_add(1, Ordering::Relaxed);
+                    }
+                })
+                .ok()
+        })
+        .collect();
+    if !handles.is_empty() {
+        *lock_ignoring_poison(&inner.readahead) = Some(tx);
+    }
+    handles
 }
 
 /// How often the page cleaner looks at the cold end of the cache when it
@@ -853,6 +920,18 @@ impl<S: Storage> Inner<S> {
         self.wal().end_lsn().0 - self.last_redo.load(Ordering::Acquire)
     }
 
+    /// Queues reads of those of `pages` not in the pool; returns how many it
+    /// queued (a full queue drops the rest).
+    pub(crate) fn read_ahead(&self, pages: &[u64]) -> usize {
+        let q = lock_ignoring_poison(&self.readahead);
+        let Some(tx) = q.as_ref() else { return 0 };
+        pages
+            .iter()
+            .filter(|&&p| !self.pool.contains(p))
+            .take_while(|&&p| tx.try_send(p).is_ok())
+            .count()
+    }
+
     /// Wakes the background checkpointer (after a commit).
     pub(crate) fn after_commit(&self) {
         if self.wal_since_checkpoint() >= self.opts.checkpoint_wal_bytes {
@@ -880,6 +959,7 @@ impl<S: Storage> Inner<S> {
             full_page_image_bytes: c.full_image_bytes.load(Ordering::Relaxed),
             page_record_bytes: c.page_record_bytes.load(Ordering::Relaxed),
             cleaner_writes: c.cleaner_writes.load(Ordering::Relaxed),
+            readahead_reads: c.readahead_reads.load(Ordering::Relaxed),
             eviction_writes: cache.eviction_writes,
             stalls: Stalls {
                 wal_sync_wait: c.wal_sync_wait.load(Ordering::Relaxed),

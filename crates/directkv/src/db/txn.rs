@@ -362,6 +362,10 @@ pub struct RangeIter<'db, S: Storage = crate::io::OsStorage> {
     last_front: Option<Vec<u8>>,
     last_back: Option<Vec<u8>>,
     failed: bool,
+    /// Leaves read from the front.
+    leaves: usize,
+    /// Readahead is asked for again when `leaves` reaches this.
+    ahead_until: usize,
 }
 
 impl<'db, S: Storage> RangeIter<'db, S> {
@@ -384,6 +388,8 @@ impl<'db, S: Storage> RangeIter<'db, S> {
             last_front: None,
             last_back: None,
             failed: false,
+            leaves: 0,
+            ahead_until: 0,
         }
     }
 
@@ -392,14 +398,71 @@ impl<'db, S: Storage> RangeIter<'db, S> {
             let Some(from) = self.front_from.take() else {
                 return Ok(());
             };
-            let meta = self.inner.tree.read().unwrap_or_else(|p| p.into_inner());
-            let (batch, next) =
-                tree::scan_forward(&PoolPages { inner: self.inner }, meta.root, &from, &self.hi)?;
-            drop(meta);
+            let (batch, next) = match self.scan_forward_unlocked(&from) {
+                Ok(b) => b,
+                Err(e) => {
+                    self.front_from = Some(from);
+                    return Err(e);
+                }
+            };
             self.front.extend(batch);
+            self.leaves += 1;
+            if next.is_some() {
+                let at: &[u8] = match &from {
+                    Bound::Included(k) | Bound::Excluded(k) => k,
+                    Bound::Unbounded => &[],
+                };
+                self.read_ahead(at);
+            }
             self.front_from = next;
         }
         Ok(())
+    }
+
+    /// One leaf of a forward scan, its missing pages read outside the tree
+    /// lock (as [`get_committed`]).
+    fn scan_forward_unlocked(&self, from: &Bound<Vec<u8>>) -> Result<tree::Batch> {
+        let inner = self.inner;
+        for _ in 0..UNLOCKED_READS_MAX {
+            let meta = inner.tree.read().unwrap_or_else(|p| p.into_inner());
+            let pages = CachedPages {
+                inner,
+                missed: std::cell::Cell::new(None),
+            };
+            let r = tree::scan_forward(&pages, meta.root, from, &self.hi);
+            drop(meta);
+            match pages.missed.get() {
+                Some(page) => drop(inner.pool.read(page, Access::Scan)?),
+                None => return r,
+            }
+        }
+        let meta = inner.tree.read().unwrap_or_else(|p| p.into_inner());
+        tree::scan_forward(&PoolPages { inner }, meta.root, from, &self.hi)
+    }
+
+    /// Readahead: once a scan has read two leaves in a row it is sequential,
+    /// and the leaves after the one holding `at` (just read, so its path is
+    /// cached) are queued for asynchronous reads, a window at a time, half a
+    /// window before the scan gets there. Direct I/O has no kernel readahead;
+    /// a point read never comes here.
+    fn read_ahead(&mut self, at: &[u8]) {
+        let window = self.inner.opts.readahead_pages;
+        if window == 0 || self.leaves < 2 || self.leaves < self.ahead_until {
+            return;
+        }
+        let inner = self.inner;
+        let leaves = {
+            let meta = inner.tree.read().unwrap_or_else(|p| p.into_inner());
+            let pages = CachedPages {
+                inner,
+                missed: std::cell::Cell::new(None),
+            };
+            tree::following_leaves(&pages, meta.root, at, window)
+        };
+        // Best effort: a branch not in the cache means no readahead this time.
+        let Ok(leaves) = leaves else { return };
+        let queued = inner.read_ahead(&leaves);
+        self.ahead_until = self.leaves + (queued.max(2) / 2);
     }
 
     fn fill_back(&mut self) -> Result<()> {
