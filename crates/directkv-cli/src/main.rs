@@ -7,6 +7,7 @@ mod bench;
 mod crash_child;
 mod sim;
 mod size;
+mod stats;
 mod test_fsync;
 mod wal;
 
@@ -31,6 +32,9 @@ enum Command {
     CrashWorkload(crash_child::Args),
     /// Run the random crash campaign on the simulated disk.
     Sim(sim::Args),
+    /// The counters an open database publishes: cache, I/O, WAL, stalls by
+    /// cause with histograms.
+    Stats(stats::Args),
     /// Inspect a write-ahead log.
     #[command(subcommand)]
     Wal(wal::Command),
@@ -45,6 +49,7 @@ fn main() -> Result<()> {
         Command::TestFsync(args) => test_fsync::run(args),
         Command::Wal(cmd) => wal::run(cmd),
         Command::Sim(args) => sim::run(args),
+        Command::Stats(args) => stats::run(args),
         Command::Bench(args) => bench::run(*args),
         Command::CrashWorkload(args) => crash_child::run(args),
     }

@@ -2,11 +2,12 @@
 //! owns its I/O.
 //!
 //! Data files are read and written with direct I/O into the engine's own buffer
-//! pool, the write-ahead log is written with a sync method the user picks or the
-//! engine measures, and every disk request passes through the engine's I/O
-//! scheduler. This crate currently provides the I/O layer ([`io`]) and the
-//! measurement behind `directkv test-fsync` ([`fsync_test`]); see `DESIGN.md` for
-//! the layers above.
+//! pool ([`buffer`]), the write-ahead log ([`wal`]) is written with a sync method
+//! the user picks or the engine measures ([`fsync_test`]), and [`Database`] puts
+//! a B+tree ([`btree`]) of transactions on top, with recovery, checkpoints, a
+//! page cleaner and readahead. [`io`] is the layer every file goes through;
+//! [`sim`] is the simulated disk for fault injection; [`stall`] counts
+//! foreground waits by cause.
 
 #![deny(missing_docs)]
 
@@ -20,11 +21,12 @@ pub mod fsync_test;
 pub mod io;
 mod lsn;
 pub mod sim;
+pub mod stall;
 pub mod wal;
 
 pub use db::{
-    CheckReport, Database, Durability, Options, RangeIter, ReadTxn, Stalls, Stats, WriteTxn,
-    WAL_BUFFERS_INCLUDED_FROM,
+    CheckReport, Database, Durability, Options, RangeIter, ReadTxn, StallHistograms, Stalls, Stats,
+    WriteTxn, STATS_FILE, WAL_BUFFERS_INCLUDED_FROM,
 };
 pub use error::{Error, IoOp, Result};
 pub use lsn::Lsn;

@@ -222,9 +222,9 @@ fn ms(us: u64) -> String {
 /// Prints the runs and the comparison as tables.
 pub fn print_table(runs: &[RunReport], summary: &Summary) {
     println!(
-        "{:<22} {:>3} {:>10} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>6} {:>8} {:>8} {:>11} {:>6} tpcb check",
+        "{:<22} {:>3} {:>10} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>6} {:>8} {:>8} {:>11} {:>6} {:>7} tpcb check",
         "config", "rnd", "ops/s", "p50", "p99", "p99.9", "max", "RSS pk", "OS $", "mem/$",
-        "hit%", "read", "written", "cpu usr/sys", "zero-s"
+        "hit%", "read", "written", "cpu usr/sys", "zero-s", "stalls"
     );
     for r in runs {
         if let Some(e) = &r.error {
@@ -245,8 +245,18 @@ pub fn print_table(runs: &[RunReport], summary: &Summary) {
             None => "-".to_string(),
         };
         let zero = r.per_second_ops.iter().filter(|&&n| n == 0).count();
+        // This engine's foreground waits over 1 ms, all causes.
+        let stalls =
+            r.engine_stats["stalls"]["histograms"]
+                .as_object()
+                .map_or("-".to_string(), |h| {
+                    h.values()
+                        .filter_map(|c| c["count"].as_u64())
+                        .sum::<u64>()
+                        .to_string()
+                });
         println!(
-            "{:<22} {:>3} {:>10.0} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8.2} {:>6} {:>8} {:>8} {:>5.1}/{:<5.1} {:>6} {}",
+            "{:<22} {:>3} {:>10.0} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8.2} {:>6} {:>8} {:>8} {:>5.1}/{:<5.1} {:>6} {:>7} {}",
             r.config,
             r.round,
             r.ops_per_sec,
@@ -263,6 +273,7 @@ pub fn print_table(runs: &[RunReport], summary: &Summary) {
             r.cpu.user_s,
             r.cpu.sys_s,
             zero,
+            stalls,
             check
         );
     }

@@ -87,6 +87,8 @@ struct Counters {
     evictions: AtomicU64,
     flush_list_visits: AtomicU64,
     eviction_writes: AtomicU64,
+    read_miss_stalls: crate::stall::StallCounter,
+    free_frame_stalls: crate::stall::StallCounter,
     wal_rule_flushes: AtomicU64,
 }
 
@@ -318,6 +320,16 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
         }
     }
 
+    /// Foreground page reads over a millisecond.
+    pub fn read_miss_stalls(&self) -> crate::stall::StallHistogram {
+        self.counters.read_miss_stalls.snapshot()
+    }
+
+    /// Foreground waits over a millisecond for a free frame.
+    pub fn free_frame_stalls(&self) -> crate::stall::StallHistogram {
+        self.counters.free_frame_stalls.snapshot()
+    }
+
     /// Whether `page` is in the pool (or being read into it).
     pub fn contains(&self, page: u64) -> bool {
         lock(&self.table).contains_key(&page)
@@ -385,7 +397,10 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
             if let Some(hit) = self.try_hit(page, access, &latch) {
                 return Ok(hit);
             }
-            let Some(f) = self.claim_victim()? else {
+            let claim = std::time::Instant::now();
+            let victim = self.claim_victim();
+            self.counters.free_frame_stalls.record(claim.elapsed());
+            let Some(f) = victim? else {
                 std::thread::yield_now();
                 continue;
             };
@@ -414,7 +429,10 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
             drop(table);
             self.counters.misses.fetch_add(1, Ordering::Relaxed);
             if !fresh {
-                if let Err(e) = self.load(page, &mut guard) {
+                let read = std::time::Instant::now();
+                let loaded = self.load(page, &mut guard);
+                self.counters.read_miss_stalls.record(read.elapsed());
+                if let Err(e) = loaded {
                     lock(&self.table).remove(&page);
                     frame.page.store(NO_PAGE, Ordering::Release);
                     drop(guard);

@@ -35,6 +35,7 @@ use crate::io::{
     DirectIo, FileOptions, IoPath, OsStorage, Storage, StorageFile, SyncMethod, SyncVariant,
 };
 use crate::lsn::Lsn;
+use crate::stall::{StallCounter, StallHistogram};
 use crate::wal::{DbId, Wal, WalOptions, WalStats};
 
 /// Whether `commit()` waits for the log to be durable.
@@ -116,8 +117,8 @@ impl Default for Options {
 }
 
 /// Waits over a millisecond in the foreground, counted by cause (DESIGN.md
-/// invariant 9).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+/// invariant 9). The counts are the histograms' totals.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Stalls {
     /// Commits that waited over 1 ms for the WAL sync.
     pub wal_sync_wait: u64,
@@ -125,6 +126,27 @@ pub struct Stalls {
     pub writer_lock_wait: u64,
     /// Commits that waited over 1 ms for the tree lock (readers or a checkpoint start).
     pub tree_lock_wait: u64,
+    /// Foreground page reads (cache misses) that took over 1 ms.
+    pub read_miss: u64,
+    /// Waits over 1 ms for a free frame (finding a victim, writing it if dirty).
+    pub free_frame_wait: u64,
+    /// The histogram of each cause.
+    pub histograms: StallHistograms,
+}
+
+/// One histogram per stall cause.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct StallHistograms {
+    /// WAL sync waits of committers.
+    pub wal_sync_wait: StallHistogram,
+    /// Writer-lock waits.
+    pub writer_lock_wait: StallHistogram,
+    /// Tree-lock waits of commits.
+    pub tree_lock_wait: StallHistogram,
+    /// Foreground cache-miss reads.
+    pub read_miss: StallHistogram,
+    /// Free-frame waits.
+    pub free_frame_wait: StallHistogram,
 }
 
 /// What `Database::stats` reports.
@@ -202,9 +224,9 @@ struct Counters {
     full_image_bytes: AtomicU64,
     page_record_bytes: AtomicU64,
     deltas: AtomicU64,
-    wal_sync_wait: AtomicU64,
-    writer_lock_wait: AtomicU64,
-    tree_lock_wait: AtomicU64,
+    wal_sync_wait: StallCounter,
+    writer_lock_wait: StallCounter,
+    tree_lock_wait: StallCounter,
     cleaner_writes: AtomicU64,
     readahead_reads: AtomicU64,
     next_txn: AtomicU64,
@@ -426,12 +448,7 @@ impl<S: Storage> Database<S> {
     pub fn begin_write(&self) -> Result<WriteTxn<'_, S>> {
         let t = Instant::now();
         let ticket = self.inner.writer.acquire();
-        if t.elapsed() > Duration::from_millis(1) {
-            self.inner
-                .counters
-                .writer_lock_wait
-                .fetch_add(1, Ordering::Relaxed);
-        }
+        self.inner.counters.writer_lock_wait.record(t.elapsed());
         Ok(WriteTxn::new(&self.inner, ticket))
     }
 
@@ -510,6 +527,8 @@ impl<S: Storage> Drop for Database<S> {
         if let Some(h) = self.cleaner.take() {
             let _ = h.join();
         }
+        // Published stats describe an open database only.
+        let _ = std::fs::remove_file(self.inner.dir.join(STATS_FILE));
         // Closing the queue ends the readers once they finish their read.
         drop(lock_ignoring_poison(&self.inner.readahead).take());
         for h in self.readers.drain(..) {
@@ -542,6 +561,7 @@ fn spawn_readers<S: Storage>(inner: &Arc<Inner<S>>) -> Vec<std::thread::JoinHand
             std::thread::Builder::new()
                 .name(format!("directkv-readahead-{i}"))
                 .spawn(move || loop {
+                    crate::stall::mark_background_thread();
                     let page = match lock_ignoring_poison(&rx).recv() {
                         Ok(p) => p,
                         Err(_) => return,
@@ -567,6 +587,13 @@ fn spawn_readers<S: Storage>(inner: &Arc<Inner<S>>) -> Vec<std::thread::JoinHand
     handles
 }
 
+/// How often the engine publishes its stats to [`STATS_FILE`].
+const STATS_EVERY: Duration = Duration::from_secs(1);
+
+/// The file in the database directory where an open database publishes its
+/// `stats()` every second, for `directkv stats` in another process.
+pub const STATS_FILE: &str = "stats.json";
+
 /// How often the page cleaner looks at the cold end of the cache when it
 /// found nothing to write.
 const CLEANER_IDLE: Duration = Duration::from_millis(10);
@@ -583,7 +610,9 @@ fn spawn_cleaner<S: Storage>(
     std::thread::Builder::new()
         .name("directkv-cleaner".into())
         .spawn(move || {
+            crate::stall::mark_background_thread();
             let mut idle = false;
+            let mut published = Instant::now();
             loop {
                 if idle {
                     let (stop, wake) = &*signal;
@@ -598,6 +627,10 @@ fn spawn_cleaner<S: Storage>(
                     return;
                 }
                 let Some(inner) = weak.upgrade() else { return };
+                if published.elapsed() >= STATS_EVERY {
+                    inner.publish_stats();
+                    published = Instant::now();
+                }
                 let window = (inner.pool.frames() / 16).max(8);
                 // A failed write leaves the page dirty; a foreground eviction
                 // then meets the error itself.
@@ -623,6 +656,7 @@ fn spawn_checkpointer<S: Storage>(
     std::thread::Builder::new()
         .name("directkv-checkpoint".into())
         .spawn(move || loop {
+            crate::stall::mark_background_thread();
             {
                 let (stop, wake) = &*signal;
                 let stop = stop.lock().unwrap_or_else(|p| p.into_inner());
@@ -920,6 +954,22 @@ impl<S: Storage> Inner<S> {
         self.wal().end_lsn().0 - self.last_redo.load(Ordering::Acquire)
     }
 
+    /// Writes `stats()` to [`STATS_FILE`] (write then rename, so a reader
+    /// never sees half a file). Diagnostic only: failures are ignored.
+    fn publish_stats(&self) {
+        let doc = serde_json::json!({
+            "pid": std::process::id(),
+            "unix_ms": std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+            "stats": self.stats(),
+        });
+        let tmp = self.dir.join(format!("{STATS_FILE}.tmp"));
+        if std::fs::write(&tmp, doc.to_string()).is_ok() {
+            let _ = std::fs::rename(&tmp, self.dir.join(STATS_FILE));
+        }
+    }
+
     /// Queues reads of those of `pages` not in the pool; returns how many it
     /// queued (a full queue drops the rest).
     pub(crate) fn read_ahead(&self, pages: &[u64]) -> usize {
@@ -961,10 +1011,22 @@ impl<S: Storage> Inner<S> {
             cleaner_writes: c.cleaner_writes.load(Ordering::Relaxed),
             readahead_reads: c.readahead_reads.load(Ordering::Relaxed),
             eviction_writes: cache.eviction_writes,
-            stalls: Stalls {
-                wal_sync_wait: c.wal_sync_wait.load(Ordering::Relaxed),
-                writer_lock_wait: c.writer_lock_wait.load(Ordering::Relaxed),
-                tree_lock_wait: c.tree_lock_wait.load(Ordering::Relaxed),
+            stalls: {
+                let h = StallHistograms {
+                    wal_sync_wait: c.wal_sync_wait.snapshot(),
+                    writer_lock_wait: c.writer_lock_wait.snapshot(),
+                    tree_lock_wait: c.tree_lock_wait.snapshot(),
+                    read_miss: self.pool.read_miss_stalls(),
+                    free_frame_wait: self.pool.free_frame_stalls(),
+                };
+                Stalls {
+                    wal_sync_wait: h.wal_sync_wait.count,
+                    writer_lock_wait: h.writer_lock_wait.count,
+                    tree_lock_wait: h.tree_lock_wait.count,
+                    read_miss: h.read_miss.count,
+                    free_frame_wait: h.free_frame_wait.count,
+                    histograms: h,
+                }
             },
             data_io: self.pool.file().io_path(),
             wal_sync: self.wal_sync,

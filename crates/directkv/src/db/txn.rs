@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::ops::{Bound, RangeBounds};
 use std::sync::atomic::Ordering;
 use std::sync::{Condvar, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::commit::{CachedPages, CommitCtx, PoolPages};
 use super::{Durability, Inner};
@@ -281,12 +281,7 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
         if self.inner.opts.durability == Durability::Sync {
             let t = Instant::now();
             self.inner.log.flush_to_wal(lsn)?;
-            if t.elapsed() > Duration::from_millis(1) {
-                self.inner
-                    .counters
-                    .wal_sync_wait
-                    .fetch_add(1, Ordering::Relaxed);
-            }
+            self.inner.counters.wal_sync_wait.record(t.elapsed());
         }
         self.inner.counters.commits.fetch_add(1, Ordering::Relaxed);
         self.inner.after_commit();
@@ -297,12 +292,7 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
         let inner = self.inner;
         let t = Instant::now();
         let mut meta = inner.tree.write().unwrap_or_else(|p| p.into_inner());
-        if t.elapsed() > Duration::from_millis(1) {
-            inner
-                .counters
-                .tree_lock_wait
-                .fetch_add(1, Ordering::Relaxed);
-        }
+        inner.counters.tree_lock_wait.record(t.elapsed());
         let horizon = Lsn(inner.fpi_horizon.load(Ordering::Acquire));
         let mut ctx = CommitCtx::new(inner, *meta, inner.next_txn(), horizon);
         for (k, v) in &writes {

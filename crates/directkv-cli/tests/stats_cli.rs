@@ -1,0 +1,84 @@
+//! `directkv stats`: another process reads the counters an open database
+//! publishes, stall histograms included; a closed database says so.
+
+use std::process::Command;
+
+use directkv::{Database, Options};
+
+fn stats(dir: &std::path::Path, json: bool) -> std::process::Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_directkv"));
+    c.arg("stats").arg(dir);
+    if json {
+        c.arg("--json");
+    }
+    c.output().expect("run directkv stats")
+}
+
+#[test]
+fn an_open_database_publishes_its_stats() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    let db = Database::open(
+        dir.path(),
+        Options {
+            cache_bytes: 4 << 20,
+            ..Options::default()
+        },
+    )
+    .expect("open");
+    for i in 0..50u32 {
+        let mut w = db.begin_write().expect("begin");
+        w.put(&i.to_le_bytes(), b"value").expect("put");
+        w.commit().expect("commit");
+    }
+    // The cleaner publishes about once a second; wait for a copy that has
+    // seen the commits (bounded, so a broken publisher fails the test).
+    let mut doc = serde_json::Value::Null;
+    for _ in 0..300 {
+        let out = stats(dir.path(), true);
+        if out.status.success() {
+            doc = serde_json::from_slice(&out.stdout).expect("json");
+            if doc["stats"]["commits"].as_u64() >= Some(50) {
+                break;
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(doc["pid"].as_u64(), Some(u64::from(std::process::id())));
+    assert_eq!(doc["stats"]["commits"].as_u64(), Some(50));
+    let h = &doc["stats"]["stalls"]["histograms"];
+    for cause in [
+        "wal_sync_wait",
+        "writer_lock_wait",
+        "tree_lock_wait",
+        "read_miss",
+        "free_frame_wait",
+    ] {
+        assert_eq!(
+            h[cause]["buckets"].as_array().map(Vec::len),
+            Some(directkv::stall::BUCKETS),
+            "{cause}"
+        );
+        assert_eq!(
+            doc["stats"]["stalls"][cause], h[cause]["count"],
+            "the count is the histogram's total"
+        );
+    }
+    let human = stats(dir.path(), false);
+    assert!(human.status.success());
+    let text = String::from_utf8_lossy(&human.stdout);
+    assert!(text.contains("stalls over 1 ms, by cause"), "{text}");
+    assert!(text.contains("read_miss"), "{text}");
+    // An orderly close withdraws them.
+    drop(db);
+    let out = stats(dir.path(), false);
+    assert!(!out.status.success());
+}
+
+#[test]
+fn a_closed_database_says_it_is_not_open() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    let out = stats(dir.path(), false);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not open in any process"), "{err}");
+}

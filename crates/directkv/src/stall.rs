@@ -1,0 +1,126 @@
+//! Foreground stalls (DESIGN.md invariant 9): every wait of a foreground
+//! thread longer than a millisecond is counted under its cause, in a
+//! histogram of powers of two. Threads of the engine's own (checkpointer,
+//! cleaner, readahead) mark themselves, and their waits are not stalls.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use serde::Serialize;
+
+/// Waits up to this long are not stalls.
+pub const STALL_THRESHOLD: Duration = Duration::from_millis(1);
+
+/// Histogram buckets: up to 2, 4, 8, … 2048 ms, then longer.
+pub const BUCKETS: usize = 12;
+
+thread_local! {
+    static BACKGROUND: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Marks the calling thread as one of the engine's background threads.
+pub(crate) fn mark_background_thread() {
+    BACKGROUND.with(|b| b.set(true));
+}
+
+fn on_background_thread() -> bool {
+    BACKGROUND.with(Cell::get)
+}
+
+/// Counts the stalls of one cause.
+#[derive(Debug, Default)]
+pub(crate) struct StallCounter {
+    buckets: [AtomicU64; BUCKETS],
+    total_us: AtomicU64,
+    max_us: AtomicU64,
+}
+
+impl StallCounter {
+    /// Counts `waited` if it is a foreground wait over the threshold.
+    pub fn record(&self, waited: Duration) {
+        if waited <= STALL_THRESHOLD || on_background_thread() {
+            return;
+        }
+        let us = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
+        // Bucket i holds waits up to 2^(i+1) ms.
+        let ms = us.div_ceil(1000).max(1);
+        let i = (64 - (ms - 1).leading_zeros()).saturating_sub(1) as usize;
+        self.buckets[i.min(BUCKETS - 1)].fetch_add(1, Ordering::Relaxed);
+        self.total_us.fetch_add(us, Ordering::Relaxed);
+        self.max_us.fetch_max(us, Ordering::Relaxed);
+    }
+
+    /// The counts so far.
+    pub fn snapshot(&self) -> StallHistogram {
+        let buckets: Vec<u64> = self
+            .buckets
+            .iter()
+            .map(|b| b.load(Ordering::Relaxed))
+            .collect();
+        StallHistogram {
+            count: buckets.iter().sum(),
+            total_us: self.total_us.load(Ordering::Relaxed),
+            max_us: self.max_us.load(Ordering::Relaxed),
+            buckets,
+        }
+    }
+}
+
+/// The stalls of one cause.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct StallHistogram {
+    /// Stalls counted.
+    pub count: u64,
+    /// Their total length in microseconds.
+    pub total_us: u64,
+    /// The longest, in microseconds.
+    pub max_us: u64,
+    /// Counts by length: up to 2 ms, 4 ms, 8 ms, … 2048 ms, then longer.
+    pub buckets: Vec<u64>,
+}
+
+/// The upper bound in milliseconds of histogram bucket `i` (`None` for the
+/// last, open one).
+pub fn bucket_upper_ms(i: usize) -> Option<u64> {
+    (i + 1 < BUCKETS).then(|| 2u64 << i)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn waits_land_in_their_power_of_two_bucket() {
+        let c = StallCounter::default();
+        c.record(Duration::from_micros(900)); // not a stall
+        c.record(Duration::from_micros(1500)); // <= 2 ms
+        c.record(Duration::from_millis(2)); // <= 2 ms
+        c.record(Duration::from_millis(3)); // <= 4 ms
+        c.record(Duration::from_millis(100)); // <= 128 ms
+        c.record(Duration::from_secs(60)); // open bucket
+        let s = c.snapshot();
+        assert_eq!(s.count, 5);
+        assert_eq!(s.buckets[0], 2);
+        assert_eq!(s.buckets[1], 1);
+        assert_eq!(s.buckets[6], 1);
+        assert_eq!(s.buckets[BUCKETS - 1], 1);
+        assert_eq!(s.max_us, 60_000_000);
+        assert_eq!(bucket_upper_ms(0), Some(2));
+        assert_eq!(bucket_upper_ms(6), Some(128));
+        assert_eq!(bucket_upper_ms(BUCKETS - 1), None);
+    }
+
+    #[test]
+    fn background_threads_do_not_stall() {
+        let c = std::sync::Arc::new(StallCounter::default());
+        let c2 = std::sync::Arc::clone(&c);
+        std::thread::spawn(move || {
+            mark_background_thread();
+            c2.record(Duration::from_millis(50));
+        })
+        .join()
+        .expect("thread");
+        assert_eq!(c.snapshot().count, 0);
+    }
+}
