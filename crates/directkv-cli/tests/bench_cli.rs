@@ -304,3 +304,48 @@ fn bad_configurations_are_refused_clearly() {
     assert!(!ok);
     assert!(err.contains("must be below --memory-limit"), "{err}");
 }
+
+#[test]
+fn concurrent_writers_are_measured_for_each_thread_count() {
+    let dir = scratch();
+    let out = Command::new(env!("CARGO_BIN_EXE_directkv"))
+        .args(["bench", "writers", "--threads", "1,2", "--seconds", "0.3"])
+        .args(["--file-size", "16M", "--json", "--dir"])
+        .arg(dir.path())
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json"))
+        .collect();
+    let shape: Vec<(String, u64)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["io"].as_str().expect("io").to_string(),
+                r["threads"].as_u64().expect("n"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        shape,
+        [
+            ("direct", 1),
+            ("direct", 2),
+            ("buffered", 1),
+            ("buffered", 2)
+        ]
+        .map(|(io, n)| (io.to_string(), n))
+    );
+    for r in &rows {
+        assert!(r["writes_per_sec"].as_f64() > Some(0.0));
+    }
+    assert_eq!(rows[0]["scaling"].as_f64(), Some(1.0));
+    // The scratch file is removed.
+    assert_eq!(std::fs::read_dir(dir.path()).expect("dir").count(), 0);
+}

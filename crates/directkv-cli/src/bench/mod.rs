@@ -14,6 +14,7 @@ mod sys;
 pub mod updates;
 pub mod wal;
 mod workload;
+pub mod writers;
 
 use std::path::PathBuf;
 
@@ -69,6 +70,9 @@ pub enum Command {
     /// Random single-key durable updates with checkpoints: commits/s, latency,
     /// WAL bytes per commit and the full-page-image share.
     Updates(updates::Args),
+    /// Concurrent positional writes to one file: 1, 2, 4 threads, direct
+    /// and buffered, writes/s each and the scale-up over one thread.
+    Writers(writers::Args),
     /// One measured run (started by the parent with its specification).
     #[command(hide = true)]
     Child {
@@ -255,6 +259,7 @@ pub fn run(args: Args) -> Result<()> {
         Command::Wal(a) => wal::run(a),
         Command::Memory(a) => memory::run(a),
         Command::Updates(a) => updates::run(a),
+        Command::Writers(a) => writers::run(a),
         Command::Child { spec } => driver::child(&spec),
     }
 }
