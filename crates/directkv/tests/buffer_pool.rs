@@ -125,6 +125,50 @@ fn flushing_visits_only_dirty_pages() {
 }
 
 #[test]
+fn a_checkpoint_writes_only_pages_dirtied_before_it_and_the_cleaner_only_cold_ones() {
+    let dir = scratch();
+    let log = Arc::new(FakeLog::default());
+    let p = pool(dir.path(), 1100, Arc::clone(&log));
+    for no in 0..1000u64 {
+        put_pattern(&p, no, no, 1 + no);
+    }
+    p.flush_all().expect("flush");
+    // Ten pages first changed at LSNs 5000..5900, in page order.
+    for no in (0..1000u64).step_by(100) {
+        let mut pg = p.write(no).expect("write");
+        pg.data_mut()[PAGE_HEADER_BYTES] ^= 1;
+        pg.mark_dirty(Lsn(5000 + no));
+    }
+    // A checkpoint starting at 5400 owes the five changed by then (the one
+    // whose change ends exactly there included).
+    assert_eq!(p.dirty_through(Lsn(5400)), 5);
+    let before = p.stats();
+    assert_eq!(p.flush_through(Lsn(5400), 3).expect("flush"), 3);
+    assert_eq!(p.flush_through(Lsn(5400), 100).expect("flush"), 2);
+    assert_eq!(p.flush_through(Lsn(5400), 100).expect("flush"), 0);
+    let after = p.stats();
+    assert_eq!(after.pages_written - before.pages_written, 5);
+    assert_eq!(after.flush_list_visits - before.flush_list_visits, 5);
+    assert_eq!(after.dirty_pages, 5);
+    assert_eq!(p.oldest_dirty_lsn(), Some(Lsn(5500)));
+
+    // The cleaner writes dirty pages only among the coldest frames: the hot
+    // pages touched again and again stay dirty until they cool.
+    for _ in 0..3 {
+        for no in (500..1000u64).step_by(100) {
+            get_value(&p, no, Access::Normal);
+        }
+    }
+    assert_eq!(
+        p.clean_cold(100).expect("clean"),
+        0,
+        "no dirty page is cold"
+    );
+    assert_eq!(p.clean_cold(p.frames()).expect("clean"), 5);
+    assert_eq!(p.stats().dirty_pages, 0);
+}
+
+#[test]
 fn scan_does_not_flush_the_hot_set() {
     let dir = scratch();
     let p = pool(dir.path(), 64, Arc::new(FakeLog::default()));

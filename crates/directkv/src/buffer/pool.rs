@@ -657,6 +657,53 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
         Ok(written)
     }
 
+    /// Dirty pages whose first change since they were last written was
+    /// logged by `lsn` (a change's LSN is its commit record's end): what a
+    /// checkpoint whose redo starts at `lsn` must write.
+    pub fn dirty_through(&self, lsn: Lsn) -> usize {
+        lock(&self.flush_list).range(..=(lsn.0, u32::MAX)).count()
+    }
+
+    /// Writes back up to `max_pages` of the dirty pages first changed by
+    /// `lsn`, oldest first; returns how many it wrote (pages held by a commit
+    /// under way are skipped). Touches only the flush list.
+    ///
+    /// # Errors
+    /// As [`flush_oldest`](Self::flush_oldest).
+    pub fn flush_through(&self, lsn: Lsn, max_pages: usize) -> Result<usize> {
+        let batch: Vec<u32> = {
+            let list = lock(&self.flush_list);
+            list.range(..=(lsn.0, u32::MAX))
+                .take(max_pages)
+                .map(|&(_, f)| f)
+                .collect()
+        };
+        self.counters
+            .flush_list_visits
+            .fetch_add(batch.len() as u64, Ordering::Relaxed);
+        let mut written = 0;
+        for f in batch {
+            let frame = &self.frames[f as usize];
+            frame.pins.fetch_add(1, Ordering::AcqRel);
+            let was_dirty = frame.dirty.load(Ordering::Acquire);
+            let result = self.write_back(f);
+            self.unpin(f);
+            result?;
+            if was_dirty && !frame.dirty.load(Ordering::Acquire) {
+                written += 1;
+            }
+        }
+        Ok(written)
+    }
+
+    /// Makes the data file's writes durable.
+    ///
+    /// # Errors
+    /// The sync's error.
+    pub fn sync(&self) -> Result<()> {
+        self.file.sync_all()
+    }
+
     /// Writes back every dirty page not held by a commit under way (one walk of
     /// the flush list), then syncs the data file.
     ///

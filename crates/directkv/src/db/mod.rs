@@ -587,6 +587,14 @@ fn spawn_readers<S: Storage>(inner: &Arc<Inner<S>>) -> Vec<std::thread::JoinHand
     handles
 }
 
+/// A background checkpoint aims to finish while the log grows by this
+/// fraction of the checkpoint distance.
+const CHECKPOINT_COMPLETION_TARGET: f64 = 0.5;
+/// … or within this long, whichever allows more speed.
+const CHECKPOINT_TIME_TARGET: Duration = Duration::from_secs(30);
+/// Pages a checkpoint writes between looks at its pace.
+const CHECKPOINT_STEP_PAGES: usize = 32;
+
 /// How often the engine publishes its stats to [`STATS_FILE`].
 const STATS_EVERY: Duration = Duration::from_secs(1);
 
@@ -890,10 +898,14 @@ impl<S: Storage> Inner<S> {
 
     fn checkpoint(&self) -> Result<()> {
         let one = self.checkpointing.lock().unwrap_or_else(|p| p.into_inner());
-        self.checkpoint_locked(&one)
+        self.checkpoint_locked(&one, false)
     }
 
-    fn checkpoint_locked(&self, _one: &std::sync::MutexGuard<'_, ()>) -> Result<()> {
+    fn checkpoint_locked(
+        &self,
+        _one: &std::sync::MutexGuard<'_, ()>,
+        mut paced: bool,
+    ) -> Result<()> {
         // The start: between commits, so every commit before it is in the
         // pages we are about to write and every one after it is in the log
         // from here on, with full images for pages it finds unchanged since.
@@ -903,16 +915,47 @@ impl<S: Storage> Inner<S> {
             self.fpi_horizon.store(start.0, Ordering::Release);
             (start, *tree)
         };
-        for _ in 0..10_000 {
-            self.pool.flush_all()?;
-            if self.pool.oldest_dirty_lsn().is_none_or(|l| l >= start) {
-                break;
+        // Only pages first changed by the start need writing (a change's LSN
+        // is its commit record's end, so one ending exactly at the start is
+        // before it); later changes are in the log after it. A paced checkpoint spreads the
+        // writes so it is done when the log has grown by half the checkpoint
+        // distance (or after CHECKPOINT_TIME_TARGET), keeping the device free
+        // for commits and reads meanwhile.
+        let total = self.pool.dirty_through(start).max(1);
+        let began = Instant::now();
+        let distance = self.opts.checkpoint_wal_bytes.max(1) as f64 * CHECKPOINT_COMPLETION_TARGET;
+        let mut written = 0usize;
+        let mut idle_rounds = 0;
+        while self.pool.oldest_dirty_lsn().is_some_and(|l| l <= start) {
+            let n = self.pool.flush_through(start, CHECKPOINT_STEP_PAGES)?;
+            written += n;
+            if n == 0 {
+                // A commit holds a page dirty from before the start; it
+                // releases it within its (short) apply phase.
+                idle_rounds += 1;
+                if idle_rounds > 10_000 {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+                continue;
             }
-            // A commit holds a page dirty from before the start; it releases it
-            // within its (short) apply phase.
-            std::thread::sleep(Duration::from_millis(1));
+            while paced {
+                // A closing database finishes its checkpoint at full speed.
+                if *lock_ignoring_poison(&self.checkpointer.0) {
+                    paced = false;
+                    break;
+                }
+                let done = written as f64 / total as f64;
+                let by_wal = (self.wal().end_lsn().0.saturating_sub(start.0)) as f64 / distance;
+                let by_time = began.elapsed().as_secs_f64() / CHECKPOINT_TIME_TARGET.as_secs_f64();
+                if done <= by_wal.max(by_time) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
         }
-        if self.pool.oldest_dirty_lsn().is_some_and(|l| l < start) {
+        self.pool.sync()?;
+        if self.pool.oldest_dirty_lsn().is_some_and(|l| l <= start) {
             return Err(Error::InvalidArgument(
                 "checkpoint could not write a page held by a commit".into(),
             ));
@@ -947,7 +990,7 @@ impl<S: Storage> Inner<S> {
         let Ok(one) = self.checkpointing.try_lock() else {
             return Ok(false);
         };
-        self.checkpoint_locked(&one).map(|()| true)
+        self.checkpoint_locked(&one, true).map(|()| true)
     }
 
     pub(crate) fn wal_since_checkpoint(&self) -> u64 {
