@@ -20,6 +20,7 @@ pub mod format;
 pub mod fsync_test;
 pub mod io;
 mod lsn;
+pub mod sched;
 pub mod sim;
 pub mod stall;
 pub mod wal;

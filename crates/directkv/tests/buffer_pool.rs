@@ -14,6 +14,7 @@ use directkv::buffer::{Access, BufferPool, LogFlusher};
 use directkv::format::control::{Control, ControlFile};
 use directkv::format::page::{self, PageType, PAGE_HEADER_BYTES};
 use directkv::io::{DirectFile, DirectIo, FileOptions, OsStorage, SyncMethod};
+use directkv::sched::{IoClass, Scheduler};
 use directkv::{Error, Lsn};
 
 const DB: [u8; 16] = *b"buffer-pool-test";
@@ -142,10 +143,15 @@ fn a_checkpoint_writes_only_pages_dirtied_before_it_and_the_cleaner_only_cold_on
     // A checkpoint starting at 5400 owes the five changed by then (the one
     // whose change ends exactly there included).
     assert_eq!(p.dirty_through(Lsn(5400)), 5);
+    // Every request goes through the scheduler under its class.
+    let sched = Arc::new(Scheduler::default());
+    p.set_scheduler(Arc::clone(&sched));
     let before = p.stats();
-    assert_eq!(p.flush_through(Lsn(5400), 3).expect("flush"), 3);
-    assert_eq!(p.flush_through(Lsn(5400), 100).expect("flush"), 2);
-    assert_eq!(p.flush_through(Lsn(5400), 100).expect("flush"), 0);
+    let bg = IoClass::Background;
+    assert_eq!(p.flush_through(Lsn(5400), 3, bg).expect("flush"), 3);
+    assert_eq!(p.flush_through(Lsn(5400), 100, bg).expect("flush"), 2);
+    assert_eq!(p.flush_through(Lsn(5400), 100, bg).expect("flush"), 0);
+    assert_eq!(sched.stats().admitted[bg as usize], 5);
     let after = p.stats();
     assert_eq!(after.pages_written - before.pages_written, 5);
     assert_eq!(after.flush_list_visits - before.flush_list_visits, 5);
@@ -166,6 +172,20 @@ fn a_checkpoint_writes_only_pages_dirtied_before_it_and_the_cleaner_only_cold_on
     );
     assert_eq!(p.clean_cold(p.frames()).expect("clean"), 5);
     assert_eq!(p.stats().dirty_pages, 0);
+    let st = sched.stats();
+    assert_eq!(
+        st.admitted[bg as usize], 10,
+        "cleaner writes are Background"
+    );
+    assert_eq!(st.admitted[IoClass::Urgent as usize], 0);
+    // An explicit flush is Urgent, a miss is a Read.
+    put_pattern(&p, 7, 7, 9000);
+    p.flush_all().expect("flush");
+    assert_eq!(
+        sched.stats().admitted[IoClass::Urgent as usize],
+        2,
+        "a write and a sync"
+    );
 }
 
 #[test]

@@ -54,6 +54,8 @@ pub enum Engine {
         sync: Option<SyncVariant>,
         /// The engine's readahead for sequential scans.
         readahead: bool,
+        /// The I/O scheduler's classes and pacing, or plain FIFO.
+        scheduled: bool,
     },
     /// RocksDB with sync writes.
     Rocksdb {
@@ -77,28 +79,35 @@ impl Engine {
             ),
             None => (name, None),
         };
+        let (base, scheduled) = match base.strip_suffix("-fifo") {
+            Some(b) => (b, false),
+            None => (base, true),
+        };
         let (base, readahead) = match base.strip_suffix("-no-readahead") {
             Some(b) => (b, false),
             None => (base, true),
         };
+        let plain = readahead && scheduled;
         Ok(match base {
             "direct" => Engine::Directkv {
                 direct: true,
                 sync,
                 readahead,
+                scheduled,
             },
             "buffered" => Engine::Directkv {
                 direct: false,
                 sync,
                 readahead,
+                scheduled,
             },
-            "rocksdb" if sync.is_none() && readahead => Engine::Rocksdb { direct: false },
-            "rocksdb-direct" if sync.is_none() && readahead => Engine::Rocksdb { direct: true },
-            "lmdb" if sync.is_none() && readahead => Engine::Lmdb,
-            "sqlite" if sync.is_none() && readahead => Engine::Sqlite,
+            "rocksdb" if sync.is_none() && plain => Engine::Rocksdb { direct: false },
+            "rocksdb-direct" if sync.is_none() && plain => Engine::Rocksdb { direct: true },
+            "lmdb" if sync.is_none() && plain => Engine::Lmdb,
+            "sqlite" if sync.is_none() && plain => Engine::Sqlite,
             _ => bail!(
                 "unknown configuration {name:?}: use direct, buffered, direct/<sync method>, \
-                 direct-no-readahead, rocksdb, rocksdb-direct, lmdb or sqlite"
+                 direct-no-readahead, direct-fifo, rocksdb, rocksdb-direct, lmdb or sqlite"
             ),
         })
     }
@@ -151,6 +160,7 @@ pub fn open(
             direct,
             sync,
             readahead,
+            scheduled,
         } => {
             let defaults = Options::default();
             let opts = Options {
@@ -165,6 +175,14 @@ pub fn open(
                     0
                 },
                 direct_io: if *direct { DirectIo::On } else { DirectIo::Off },
+                io_scheduler: directkv::sched::SchedOptions {
+                    mode: if *scheduled {
+                        directkv::sched::SchedMode::Classes
+                    } else {
+                        directkv::sched::SchedMode::Fifo
+                    },
+                    ..defaults.io_scheduler
+                },
                 wal_sync: *sync,
                 durability: if load {
                     Durability::NoSyncNotDurable

@@ -25,6 +25,7 @@ use crate::error::{Error, Result};
 use crate::format::page::{self, PageError, PAGE_HEADER_BYTES, PAGE_SIZES};
 use crate::io::{AlignedArena, AlignedBuf, Storage, StorageFile};
 use crate::lsn::Lsn;
+use crate::sched::{IoClass, SchedMode, SchedOptions, Scheduler};
 use crate::wal::DbId;
 
 /// The fewest frames a pool may have: a B+tree operation pins a root-to-leaf
@@ -118,8 +119,18 @@ pub struct BufferPool<S: Storage, L: LogFlusher> {
     flush_list: Mutex<BTreeSet<(u64, u32)>>,
     free: Mutex<Vec<u32>>,
     counters: Counters,
+    /// The I/O scheduler every read and write asks; unset, a FIFO one.
+    sched: std::sync::OnceLock<std::sync::Arc<Scheduler>>,
     _arena: AlignedArena,
 }
+
+/// The scheduler of pools not given one: admits everything at once.
+static UNSCHEDULED: std::sync::LazyLock<Scheduler> = std::sync::LazyLock::new(|| {
+    Scheduler::new(SchedOptions {
+        mode: SchedMode::Fifo,
+        ..SchedOptions::default()
+    })
+});
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -285,6 +296,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
             flush_list: Mutex::new(BTreeSet::new()),
             free: Mutex::new((0..n as u32).rev().collect()),
             counters: Counters::default(),
+            sched: std::sync::OnceLock::new(),
             _arena: arena,
         })
     }
@@ -328,6 +340,16 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     /// Foreground waits over a millisecond for a free frame.
     pub fn free_frame_stalls(&self) -> crate::stall::StallHistogram {
         self.counters.free_frame_stalls.snapshot()
+    }
+
+    /// Routes this pool's reads and writes through `sched` (once; later calls
+    /// are ignored).
+    pub fn set_scheduler(&self, sched: std::sync::Arc<Scheduler>) {
+        let _ = self.sched.set(sched);
+    }
+
+    fn sched(&self) -> &Scheduler {
+        self.sched.get().map_or(&UNSCHEDULED, |s| s)
     }
 
     /// Whether `page` is in the pool (or being read into it).
@@ -510,7 +532,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
             return Ok(None);
         }
         let was_dirty = frame.dirty.load(Ordering::Acquire);
-        if let Err(e) = self.write_back(f) {
+        if let Err(e) = self.write_back(f, IoClass::Urgent) {
             self.unpin(f);
             return Err(e);
         }
@@ -524,6 +546,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
 
     fn load(&self, page: u64, buf: &mut AlignedBuf) -> Result<()> {
         let offset = page * self.page_bytes as u64;
+        let _permit = self.sched().admit(IoClass::Read, self.page_bytes as u64);
         self.file.read_exact_at(buf.io_all_mut(), offset)?;
         self.counters.pages_read.fetch_add(1, Ordering::Relaxed);
         page::verify(buf.as_slice(), page, &self.db_id).map_err(|e| self.corruption(page, &e))?;
@@ -539,7 +562,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     }
 
     /// Writes frame `f` back if it is dirty: WAL first, then the sealed page.
-    fn write_back(&self, f: u32) -> Result<()> {
+    fn write_back(&self, f: u32, class: IoClass) -> Result<()> {
         let frame = &self.frames[f as usize];
         let mut guard = frame.data.write().unwrap_or_else(|p| p.into_inner());
         if !frame.dirty.load(Ordering::Acquire) || frame.held.load(Ordering::Acquire) {
@@ -558,8 +581,10 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
             "WAL rule: log durable past the page LSN"
         );
         page::seal_in_place(guard.as_mut_slice(), page_no, &self.db_id);
+        let permit = self.sched().admit(class, self.page_bytes as u64);
         self.file
             .write_all_at(guard.io_all(), page_no * self.page_bytes as u64)?;
+        drop(permit);
         self.counters.pages_written.fetch_add(1, Ordering::Relaxed);
         let rec = frame.rec_lsn.load(Ordering::Acquire);
         lock(&self.flush_list).remove(&(rec, f));
@@ -599,15 +624,21 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
             let list = lock(&self.flush_list);
             list.iter().take(max_pages).map(|&(_, f)| f).collect()
         };
+        self.write_frames(&batch, IoClass::Urgent)
+    }
+
+    /// Writes back the frames of `batch` (flush-list entries) as `class`;
+    /// returns how many were dirty and are clean now.
+    fn write_frames(&self, batch: &[u32], class: IoClass) -> Result<usize> {
         self.counters
             .flush_list_visits
             .fetch_add(batch.len() as u64, Ordering::Relaxed);
         let mut written = 0;
-        for f in batch {
+        for &f in batch {
             let frame = &self.frames[f as usize];
             frame.pins.fetch_add(1, Ordering::AcqRel);
             let was_dirty = frame.dirty.load(Ordering::Acquire);
-            let result = self.write_back(f);
+            let result = self.write_back(f, class);
             self.unpin(f);
             result?;
             if was_dirty && !frame.dirty.load(Ordering::Acquire) {
@@ -647,7 +678,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
                 continue;
             }
             let was_dirty = frame.dirty.load(Ordering::Acquire);
-            let result = self.write_back(f);
+            let result = self.write_back(f, IoClass::Background);
             self.unpin(f);
             result?;
             if was_dirty && !frame.dirty.load(Ordering::Acquire) {
@@ -670,7 +701,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     ///
     /// # Errors
     /// As [`flush_oldest`](Self::flush_oldest).
-    pub fn flush_through(&self, lsn: Lsn, max_pages: usize) -> Result<usize> {
+    pub fn flush_through(&self, lsn: Lsn, max_pages: usize, class: IoClass) -> Result<usize> {
         let batch: Vec<u32> = {
             let list = lock(&self.flush_list);
             list.range(..=(lsn.0, u32::MAX))
@@ -678,22 +709,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
                 .map(|&(_, f)| f)
                 .collect()
         };
-        self.counters
-            .flush_list_visits
-            .fetch_add(batch.len() as u64, Ordering::Relaxed);
-        let mut written = 0;
-        for f in batch {
-            let frame = &self.frames[f as usize];
-            frame.pins.fetch_add(1, Ordering::AcqRel);
-            let was_dirty = frame.dirty.load(Ordering::Acquire);
-            let result = self.write_back(f);
-            self.unpin(f);
-            result?;
-            if was_dirty && !frame.dirty.load(Ordering::Acquire) {
-                written += 1;
-            }
-        }
-        Ok(written)
+        self.write_frames(&batch, class)
     }
 
     /// Makes the data file's writes durable.
@@ -701,6 +717,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     /// # Errors
     /// The sync's error.
     pub fn sync(&self) -> Result<()> {
+        let _permit = self.sched().admit(IoClass::Urgent, 0);
         self.file.sync_all()
     }
 
@@ -711,7 +728,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     /// As [`flush_oldest`](Self::flush_oldest), and the sync's error.
     pub fn flush_all(&self) -> Result<usize> {
         let n = self.flush_oldest(usize::MAX)?;
-        self.file.sync_all()?;
+        self.sync()?;
         Ok(n)
     }
 

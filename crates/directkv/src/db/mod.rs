@@ -35,6 +35,7 @@ use crate::io::{
     DirectIo, FileOptions, IoPath, OsStorage, Storage, StorageFile, SyncMethod, SyncVariant,
 };
 use crate::lsn::Lsn;
+use crate::sched::{IoClass, SchedOptions, SchedStats, Scheduler};
 use crate::stall::{StallCounter, StallHistogram};
 use crate::wal::{DbId, Wal, WalOptions, WalStats};
 
@@ -96,6 +97,9 @@ pub struct Options {
     /// Leaves a sequential scan reads ahead, asynchronously (0: off). Direct
     /// I/O has no kernel readahead; this is the engine's own.
     pub readahead_pages: usize,
+    /// The I/O scheduler's policy and knobs (`SchedMode::Fifo` turns it into
+    /// plain first-come-first-served, for comparison).
+    pub io_scheduler: SchedOptions,
 }
 
 impl Default for Options {
@@ -112,6 +116,7 @@ impl Default for Options {
             create_if_missing: true,
             background_threads: true,
             readahead_pages: 32,
+            io_scheduler: SchedOptions::default(),
         }
     }
 }
@@ -190,6 +195,8 @@ pub struct Stats {
     pub readahead_reads: u64,
     /// Foreground stalls by cause.
     pub stalls: Stalls,
+    /// Requests through the I/O scheduler, by class.
+    pub io_scheduler: SchedStats,
     /// How the data file's bytes travel.
     pub data_io: IoPath,
     /// The WAL's sync method.
@@ -251,6 +258,8 @@ pub(crate) struct Inner<S: Storage> {
     /// The redo LSN of the last checkpoint.
     last_redo: AtomicU64,
     counters: Counters,
+    /// Every disk request's gate.
+    sched: Arc<Scheduler>,
     /// Queue of the readahead readers (none without background threads).
     readahead: Mutex<Option<std::sync::mpsc::SyncSender<u64>>>,
     _lock: S::Lock,
@@ -373,6 +382,8 @@ impl<S: Storage> Database<S> {
             c.db_id,
             Arc::clone(&log),
         )?;
+        let sched = Arc::new(Scheduler::new(opts.io_scheduler));
+        pool.set_scheduler(Arc::clone(&sched));
         let wal_dir = opts.wal_dir.clone().unwrap_or_else(|| path.join("wal"));
         storage.create_dir_all(&wal_dir)?;
         let wal_sync = choose_sync(&opts, &wal_dir);
@@ -380,6 +391,7 @@ impl<S: Storage> Database<S> {
         wal_opts.sync = wal_sync;
         wal_opts.segment_bytes = opts.wal_segment_bytes;
         wal_opts.background_prepare = opts.background_threads;
+        wal_opts.sched = Some(Arc::clone(&sched));
         let mut meta = Meta {
             root: c.root_page,
             page_count: c.page_count,
@@ -407,6 +419,7 @@ impl<S: Storage> Database<S> {
             last_redo: AtomicU64::new(c.redo_lsn.0),
             counters: Counters::default(),
             readahead: Mutex::new(None),
+            sched,
             _lock: lock,
         };
         inner.counters.next_txn.store(next_txn, Ordering::Relaxed);
@@ -643,6 +656,7 @@ fn spawn_cleaner<S: Storage>(
                 // A failed write leaves the page dirty; a foreground eviction
                 // then meets the error itself.
                 let written = inner.pool.clean_cold(window).unwrap_or(0);
+                inner.report_pressure(written as f64 / window as f64);
                 inner
                     .counters
                     .cleaner_writes
@@ -927,7 +941,14 @@ impl<S: Storage> Inner<S> {
         let mut written = 0usize;
         let mut idle_rounds = 0;
         while self.pool.oldest_dirty_lsn().is_some_and(|l| l <= start) {
-            let n = self.pool.flush_through(start, CHECKPOINT_STEP_PAGES)?;
+            let class = if paced {
+                IoClass::Background
+            } else {
+                IoClass::Urgent
+            };
+            let n = self
+                .pool
+                .flush_through(start, CHECKPOINT_STEP_PAGES, class)?;
             written += n;
             if n == 0 {
                 // A commit holds a page dirty from before the start; it
@@ -997,6 +1018,17 @@ impl<S: Storage> Inner<S> {
         self.wal().end_lsn().0 - self.last_redo.load(Ordering::Acquire)
     }
 
+    /// Tells the scheduler how urgent background writing is: the larger of
+    /// the dirty share of the cache's cold end (half dirty is full
+    /// pressure) and how far the log has grown past the checkpoint distance
+    /// (twice the distance is full pressure).
+    fn report_pressure(&self, cold_dirty_share: f64) {
+        let frames = (cold_dirty_share * 2.0).min(1.0);
+        let log =
+            self.wal_since_checkpoint() as f64 / self.opts.checkpoint_wal_bytes.max(1) as f64 - 1.0;
+        self.sched.set_pressure(frames.max(log).clamp(0.0, 1.0));
+    }
+
     /// Writes `stats()` to [`STATS_FILE`] (write then rename, so a reader
     /// never sees half a file). Diagnostic only: failures are ignored.
     fn publish_stats(&self) {
@@ -1053,6 +1085,7 @@ impl<S: Storage> Inner<S> {
             page_record_bytes: c.page_record_bytes.load(Ordering::Relaxed),
             cleaner_writes: c.cleaner_writes.load(Ordering::Relaxed),
             readahead_reads: c.readahead_reads.load(Ordering::Relaxed),
+            io_scheduler: self.sched.stats(),
             eviction_writes: cache.eviction_writes,
             stalls: {
                 let h = StallHistograms {

@@ -75,6 +75,11 @@ pub struct WalOptions {
     pub background_prepare: bool,
     /// The database's identity, stamped on every segment.
     pub db_id: DbId,
+    /// The I/O scheduler every flush asks (as [`IoClass::Wal`]); none: the
+    /// log's writes are not scheduled.
+    ///
+    /// [`IoClass::Wal`]: crate::sched::IoClass::Wal
+    pub sched: Option<Arc<crate::sched::Scheduler>>,
 }
 
 impl WalOptions {
@@ -90,6 +95,7 @@ impl WalOptions {
             recycle_segments_max: RECYCLE_SEGMENTS_MAX_DEFAULT,
             background_prepare: true,
             db_id,
+            sched: None,
         }
     }
 
@@ -214,6 +220,7 @@ struct Shared<S: Storage> {
     flushes: AtomicU64,
     bytes_written: AtomicU64,
     flushes_joined: AtomicU64,
+    sched: Option<Arc<crate::sched::Scheduler>>,
 }
 
 /// A write-ahead log: append records, wait for them to be durable.
@@ -322,6 +329,7 @@ impl<S: Storage> Wal<S> {
             flushes: AtomicU64::new(0),
             bytes_written: AtomicU64::new(0),
             flushes_joined: AtomicU64::new(0),
+            sched: opts.sched.clone(),
         });
         if !existing.is_empty() {
             // The interrupted flush began at the last flush header read and
@@ -626,6 +634,10 @@ impl<S: Storage> Shared<S> {
         len: usize,
         files: &[Arc<S::File>],
     ) -> Result<()> {
+        let _permit = self
+            .sched
+            .as_ref()
+            .map(|s| s.admit(crate::sched::IoClass::Wal, len as u64));
         let first = self.layout.segment_of(start);
         let mut done = 0usize;
         while done < len {
