@@ -97,22 +97,28 @@ fn pages_survive_eviction_and_reopen_and_obey_the_wal_rule() {
     }
 }
 
-#[test]
-fn flushing_visits_only_dirty_pages() {
-    let dir = scratch();
-    let log = Arc::new(FakeLog::default());
-    let p = pool(dir.path(), 1100, Arc::clone(&log));
+/// A pool of 1100 frames holding pages 0..1000, written back, and then ten
+/// pages (0, 100, … 900) changed at LSNs 5000 + page number.
+fn pool_with_ten_dirty(dir: &Path) -> Pool {
+    let p = pool(dir, 1100, Arc::new(FakeLog::default()));
     for no in 0..1000u64 {
         put_pattern(&p, no, no, 1 + no);
     }
     p.flush_all().expect("flush");
-    let before = p.stats();
-    assert_eq!(before.dirty_pages, 0);
+    assert_eq!(p.stats().dirty_pages, 0);
     for no in (0..1000u64).step_by(100) {
         let mut pg = p.write(no).expect("write");
         pg.data_mut()[PAGE_HEADER_BYTES] ^= 1;
         pg.mark_dirty(Lsn(5000 + no));
     }
+    p
+}
+
+#[test]
+fn flushing_visits_only_dirty_pages() {
+    let dir = scratch();
+    let p = pool_with_ten_dirty(dir.path());
+    let before = p.stats();
     assert_eq!(p.stats().dirty_pages, 10);
     assert_eq!(p.oldest_dirty_lsn(), Some(Lsn(5000)));
     assert_eq!(p.flush_all().expect("flush"), 10);
@@ -128,18 +134,7 @@ fn flushing_visits_only_dirty_pages() {
 #[test]
 fn a_checkpoint_writes_only_pages_dirtied_before_it_and_the_cleaner_only_cold_ones() {
     let dir = scratch();
-    let log = Arc::new(FakeLog::default());
-    let p = pool(dir.path(), 1100, Arc::clone(&log));
-    for no in 0..1000u64 {
-        put_pattern(&p, no, no, 1 + no);
-    }
-    p.flush_all().expect("flush");
-    // Ten pages first changed at LSNs 5000..5900, in page order.
-    for no in (0..1000u64).step_by(100) {
-        let mut pg = p.write(no).expect("write");
-        pg.data_mut()[PAGE_HEADER_BYTES] ^= 1;
-        pg.mark_dirty(Lsn(5000 + no));
-    }
+    let p = pool_with_ten_dirty(dir.path());
     // A checkpoint starting at 5400 owes the five changed by then (the one
     // whose change ends exactly there included).
     assert_eq!(p.dirty_through(Lsn(5400)), 5);

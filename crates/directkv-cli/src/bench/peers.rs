@@ -11,7 +11,7 @@ use std::sync::Mutex;
 
 use anyhow::{Context, Result};
 
-use super::store::{Engine, Store, TxnOps};
+use super::store::{visit_entries, Engine, Store, TxnOps};
 
 /// Opens the peer `engine` in `dir`.
 pub fn open(engine: &Engine, dir: &Path, cache_bytes: u64, load: bool) -> Result<Box<dyn Store>> {
@@ -83,16 +83,11 @@ impl Store for Rocks {
         visit: &mut dyn FnMut(&[u8], &[u8]),
     ) -> Result<usize> {
         let mode = rocksdb::IteratorMode::From(from, rocksdb::Direction::Forward);
-        let mut n = 0;
-        for kv in self.db.iterator(mode) {
-            let (k, v) = kv?;
-            if n >= limit || &*k >= to {
-                break;
-            }
-            visit(&k, &v);
-            n += 1;
-        }
-        Ok(n)
+        let entries = self
+            .db
+            .iterator(mode)
+            .take_while(|kv| kv.as_ref().map_or(true, |(k, _)| &**k < to));
+        visit_entries(entries, limit, visit)
     }
 
     fn transact(&self, body: &mut dyn FnMut(&mut dyn TxnOps) -> Result<()>) -> Result<()> {
@@ -185,12 +180,7 @@ impl Store for Lmdb {
     ) -> Result<usize> {
         let r = self.env.read_txn()?;
         let range = (Bound::Included(from), Bound::Excluded(to));
-        let mut n = 0;
-        for kv in self.db.range(&r, &range)?.take(limit) {
-            let (k, v) = kv?;
-            visit(k, v);
-            n += 1;
-        }
+        let n = visit_entries(self.db.range(&r, &range)?, limit, visit)?;
         Ok(n)
     }
 

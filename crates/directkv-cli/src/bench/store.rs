@@ -43,6 +43,27 @@ pub trait Store: Send + Sync {
     fn stats(&self) -> serde_json::Value;
 }
 
+/// Visits up to `limit` entries of `entries`; returns how many. Shared by the
+/// engines' `scan`.
+pub fn visit_entries<K, V, E>(
+    entries: impl Iterator<Item = std::result::Result<(K, V), E>>,
+    limit: usize,
+    visit: &mut dyn FnMut(&[u8], &[u8]),
+) -> Result<usize>
+where
+    K: AsRef<[u8]>,
+    V: AsRef<[u8]>,
+    anyhow::Error: From<E>,
+{
+    let mut n = 0;
+    for kv in entries.take(limit) {
+        let (k, v) = kv?;
+        visit(k.as_ref(), v.as_ref());
+        n += 1;
+    }
+    Ok(n)
+}
+
 /// What to open: the engine and its settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Engine {
@@ -236,13 +257,7 @@ impl Store for DirectkvStore {
         visit: &mut dyn FnMut(&[u8], &[u8]),
     ) -> Result<usize> {
         let r = self.db.begin_read()?;
-        let mut n = 0;
-        for kv in r.range(from..to).take(limit) {
-            let (k, v) = kv?;
-            visit(&k, &v);
-            n += 1;
-        }
-        Ok(n)
+        visit_entries(r.range(from..to), limit, visit)
     }
 
     fn transact(&self, body: &mut dyn FnMut(&mut dyn TxnOps) -> Result<()>) -> Result<()> {
