@@ -76,6 +76,13 @@ fn check_run_schema(r: &Value) {
         per_second.len(),
         r["per_second_p99_us"].as_array().expect("p99 series").len()
     );
+    assert_eq!(
+        per_second.len(),
+        r["per_second_checkpointing"]
+            .as_array()
+            .expect("checkpoint series")
+            .len()
+    );
     let sum: u64 = per_second.iter().map(|v| v.as_u64().expect("count")).sum();
     assert!(sum <= r["ops"].as_u64().expect("ops"));
     assert!(r["ops"].as_u64() > Some(0), "no operation completed: {r}");

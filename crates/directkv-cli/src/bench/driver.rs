@@ -369,6 +369,7 @@ fn run_measured(spec: &ChildSpec, engine: &Engine, data_dir: &Path) -> Result<Ru
     let start = Instant::now();
     let deadline = start + Duration::from_secs_f64(spec.seconds);
     let bar = bar(secs as u64, &format!("{} run", spec.config));
+    let mut checkpointing = vec![false; secs];
     let results: Vec<Result<(u64, Histogram<u64>)>> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..spec.clients)
             .map(|id| {
@@ -401,6 +402,12 @@ fn run_measured(spec: &ChildSpec, engine: &Engine, data_dir: &Path) -> Result<Ru
         while Instant::now() < deadline && !handles.iter().all(|h| h.is_finished()) {
             std::thread::sleep(Duration::from_millis(200));
             let now = start.elapsed().as_secs() as usize;
+            // Seconds in which this engine was checkpointing, for the charts.
+            if s.stats()["checkpoint_running"] == serde_json::Value::Bool(true) {
+                if let Some(flag) = checkpointing.get_mut(now) {
+                    *flag = true;
+                }
+            }
             bar.set_position(now as u64);
             let ps = per_second.lock().unwrap_or_else(|p| p.into_inner());
             if let Some((n, _)) = now.checked_sub(1).and_then(|i| ps.get(i)) {
@@ -460,6 +467,7 @@ fn run_measured(spec: &ChildSpec, engine: &Engine, data_dir: &Path) -> Result<Ru
         },
         per_second_ops: ps.iter().map(|(n, _)| *n).collect(),
         per_second_p99_us: ps.iter().map(|(_, h)| h.value_at_quantile(0.99)).collect(),
+        per_second_checkpointing: checkpointing,
         rss_peak_bytes: rss_peak,
         rss_end_bytes: rss_end,
         cgroup_peak_bytes: None,

@@ -62,6 +62,9 @@ pub struct RunReport {
     pub per_second_ops: Vec<u64>,
     /// 99th-percentile latency in each second of the run, microseconds.
     pub per_second_p99_us: Vec<u64>,
+    /// Whether the engine was checkpointing during each second (this
+    /// engine only; false for others).
+    pub per_second_checkpointing: Vec<bool>,
     /// Peak resident set size during the run.
     pub rss_peak_bytes: u64,
     /// Resident set size at the end of the run.
@@ -108,6 +111,7 @@ impl RunReport {
             latency: Latency::default(),
             per_second_ops: Vec::new(),
             per_second_p99_us: Vec::new(),
+            per_second_checkpointing: Vec::new(),
             rss_peak_bytes: 0,
             rss_end_bytes: 0,
             cgroup_peak_bytes: None,
@@ -353,6 +357,25 @@ pub fn plot(dir: &Path, runs: &[RunReport], summary: &Summary) -> Result<()> {
             .x_desc("second of the run")
             .y_desc(y_label)
             .draw()?;
+        // Checkpoint phases: a band along the bottom for each second a run
+        // was checkpointing, in the run's colour, one row per run.
+        for (row, r) in ok.iter().enumerate() {
+            let color = color_of(&r.config);
+            let band = top / 40.0;
+            let (lo, hi) = (band * row as f64, band * (row as f64 + 0.8));
+            chart.draw_series(
+                r.per_second_checkpointing
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, &on)| on)
+                    .map(|(i, _)| {
+                        Rectangle::new(
+                            [(i as f64, lo), (i as f64 + 1.0, hi)],
+                            color.mix(0.5).filled(),
+                        )
+                    }),
+            )?;
+        }
         for r in &ok {
             let color = color_of(&r.config);
             let points: Vec<(f64, f64)> = pick(r)
@@ -378,13 +401,19 @@ pub fn plot(dir: &Path, runs: &[RunReport], summary: &Summary) -> Result<()> {
     let unit = ok.first().map_or("operations", |r| r.unit.as_str());
     series(
         "throughput.svg",
-        &format!("{}: {unit} per second", summary.workload),
+        &format!(
+            "{}: {unit} per second (bands: checkpointing)",
+            summary.workload
+        ),
         &format!("{unit}/s"),
         &|r| r.per_second_ops.iter().map(|&n| n as f64).collect(),
     )?;
     series(
         "latency.svg",
-        &format!("{}: p99 latency per second", summary.workload),
+        &format!(
+            "{}: p99 latency per second (bands: checkpointing)",
+            summary.workload
+        ),
         "p99 latency (ms)",
         &|r| {
             r.per_second_p99_us

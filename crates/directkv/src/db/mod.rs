@@ -179,6 +179,8 @@ pub struct Stats {
     pub commits: u64,
     /// Completed checkpoints.
     pub checkpoints: u64,
+    /// Whether a checkpoint is running now.
+    pub checkpoint_running: bool,
     /// Full-page images logged (torn-page protection).
     pub full_page_images: u64,
     /// Bytes of full-page image records: the cost of torn-page protection.
@@ -1079,6 +1081,7 @@ impl<S: Storage> Inner<S> {
             wal_bytes: wal.bytes_written,
             commits: c.commits.load(Ordering::Relaxed),
             checkpoints: c.checkpoints.load(Ordering::Relaxed),
+            checkpoint_running: self.checkpointing.try_lock().is_err(),
             full_page_images: c.full_images.load(Ordering::Relaxed),
             page_deltas: c.deltas.load(Ordering::Relaxed),
             full_page_image_bytes: c.full_image_bytes.load(Ordering::Relaxed),
