@@ -135,6 +135,10 @@ pub struct Stalls {
     pub read_miss: u64,
     /// Waits over 1 ms for a free frame (finding a victim, writing it if dirty).
     pub free_frame_wait: u64,
+    /// Transactions that waited over 1 ms at the WAL's hard limit for a
+    /// checkpoint to free log space (the only place a committer waits on
+    /// page writes).
+    pub log_space_wait: u64,
     /// The histogram of each cause.
     pub histograms: StallHistograms,
 }
@@ -152,6 +156,8 @@ pub struct StallHistograms {
     pub read_miss: StallHistogram,
     /// Free-frame waits.
     pub free_frame_wait: StallHistogram,
+    /// Log-space waits.
+    pub log_space_wait: StallHistogram,
 }
 
 /// What `Database::stats` reports.
@@ -181,6 +187,9 @@ pub struct Stats {
     pub checkpoints: u64,
     /// Whether a checkpoint is running now.
     pub checkpoint_running: bool,
+    /// WAL bytes since the last checkpoint's redo point: what recovery would
+    /// replay, and what the hard limit bounds.
+    pub wal_since_redo_bytes: u64,
     /// Full-page images logged (torn-page protection).
     pub full_page_images: u64,
     /// Bytes of full-page image records: the cost of torn-page protection.
@@ -236,6 +245,7 @@ struct Counters {
     wal_sync_wait: StallCounter,
     writer_lock_wait: StallCounter,
     tree_lock_wait: StallCounter,
+    log_space_wait: StallCounter,
     cleaner_writes: AtomicU64,
     readahead_reads: AtomicU64,
     next_txn: AtomicU64,
@@ -461,6 +471,7 @@ impl<S: Storage> Database<S> {
     /// # Errors
     /// [`Error::Poisoned`] after a WAL failure.
     pub fn begin_write(&self) -> Result<WriteTxn<'_, S>> {
+        self.inner.wait_for_log_space();
         let t = Instant::now();
         let ticket = self.inner.writer.acquire();
         self.inner.counters.writer_lock_wait.record(t.elapsed());
@@ -601,6 +612,10 @@ fn spawn_readers<S: Storage>(inner: &Arc<Inner<S>>) -> Vec<std::thread::JoinHand
     }
     handles
 }
+
+/// Log since the redo point, in checkpoint distances, at which new
+/// transactions wait for the checkpoint.
+pub const WAL_HARD_LIMIT_FACTOR: u64 = 3;
 
 /// A background checkpoint aims to finish while the log grows by this
 /// fraction of the checkpoint distance.
@@ -968,6 +983,12 @@ impl<S: Storage> Inner<S> {
                     paced = false;
                     break;
                 }
+                // Past twice the distance the log itself is short of space
+                // (committers may be waiting at the hard limit, producing no
+                // log to pace by): no pacing then.
+                if self.wal_since_checkpoint() >= self.opts.checkpoint_wal_bytes.saturating_mul(2) {
+                    break;
+                }
                 let done = written as f64 / total as f64;
                 let by_wal = (self.wal().end_lsn().0.saturating_sub(start.0)) as f64 / distance;
                 let by_time = began.elapsed().as_secs_f64() / CHECKPOINT_TIME_TARGET.as_secs_f64();
@@ -1018,6 +1039,27 @@ impl<S: Storage> Inner<S> {
 
     pub(crate) fn wal_since_checkpoint(&self) -> u64 {
         self.wal().end_lsn().0 - self.last_redo.load(Ordering::Acquire)
+    }
+
+    /// The hard limit: with background checkpoints and the log grown to
+    /// [`WAL_HARD_LIMIT_FACTOR`] times the checkpoint distance since the
+    /// redo point, a new transaction waits for the checkpoint (which runs
+    /// uncapped by then) to free log space. Counted as a `log_space_wait`
+    /// stall; it gives up waiting after a minute rather than hang.
+    fn wait_for_log_space(&self) {
+        let limit = self
+            .opts
+            .checkpoint_wal_bytes
+            .saturating_mul(WAL_HARD_LIMIT_FACTOR);
+        if !self.opts.background_threads || self.wal_since_checkpoint() < limit {
+            return;
+        }
+        let t = Instant::now();
+        while self.wal_since_checkpoint() >= limit && t.elapsed() < Duration::from_secs(60) {
+            self.checkpointer.1.notify_one();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        self.counters.log_space_wait.record(t.elapsed());
     }
 
     /// Tells the scheduler how urgent background writing is: the larger of
@@ -1082,6 +1124,7 @@ impl<S: Storage> Inner<S> {
             commits: c.commits.load(Ordering::Relaxed),
             checkpoints: c.checkpoints.load(Ordering::Relaxed),
             checkpoint_running: self.checkpointing.try_lock().is_err(),
+            wal_since_redo_bytes: self.wal_since_checkpoint(),
             full_page_images: c.full_images.load(Ordering::Relaxed),
             page_deltas: c.deltas.load(Ordering::Relaxed),
             full_page_image_bytes: c.full_image_bytes.load(Ordering::Relaxed),
@@ -1097,6 +1140,7 @@ impl<S: Storage> Inner<S> {
                     tree_lock_wait: c.tree_lock_wait.snapshot(),
                     read_miss: self.pool.read_miss_stalls(),
                     free_frame_wait: self.pool.free_frame_stalls(),
+                    log_space_wait: c.log_space_wait.snapshot(),
                 };
                 Stalls {
                     wal_sync_wait: h.wal_sync_wait.count,
@@ -1104,6 +1148,7 @@ impl<S: Storage> Inner<S> {
                     tree_lock_wait: h.tree_lock_wait.count,
                     read_miss: h.read_miss.count,
                     free_frame_wait: h.free_frame_wait.count,
+                    log_space_wait: h.log_space_wait.count,
                     histograms: h,
                 }
             },
