@@ -44,14 +44,30 @@ impl<S: Storage> Pages for PoolPages<'_, S> {
 
 /// Page access that never reads: a page not in the pool is recorded in
 /// `missed` and the operation fails, so the caller can read it after letting
-/// go of its locks and try again.
+/// go of its locks and try again. With `read_through`, missing pages are read
+/// like [`PoolPages`] does (the last try, so retries end).
 pub(crate) struct CachedPages<'a, S: Storage> {
     pub inner: &'a Inner<S>,
     pub missed: std::cell::Cell<Option<u64>>,
+    pub read_through: bool,
+}
+
+impl<'a, S: Storage> CachedPages<'a, S> {
+    /// Access that records misses instead of reading.
+    pub fn new(inner: &'a Inner<S>) -> Self {
+        CachedPages {
+            inner,
+            missed: std::cell::Cell::new(None),
+            read_through: false,
+        }
+    }
 }
 
 impl<S: Storage> Pages for CachedPages<'_, S> {
     fn read<R>(&self, no: u64, access: Access, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
+        if self.read_through {
+            return PoolPages { inner: self.inner }.read(no, access, f);
+        }
         match self.inner.pool.try_read(no, access) {
             Some(p) => Ok(f(p.data())),
             None => {

@@ -108,32 +108,42 @@ fn prefix_bounds(prefix: &[u8]) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
     (Bound::Included(prefix.to_vec()), Bound::Unbounded)
 }
 
-/// Descents that read a missing page outside the tree lock before falling
-/// back to reading under it.
+/// Misses a descent reads outside the tree lock before it reads under it.
 const UNLOCKED_READS_MAX: usize = 32;
 
-/// Reads `key`. Page reads happen outside the tree lock: a descent that finds
-/// a page missing lets go of the lock, reads the page into the pool and starts
-/// again, so a cache miss never holds up a commit (which needs the lock
-/// exclusively) for the length of a disk read.
-pub(crate) fn get_committed<S: Storage>(inner: &Inner<S>, key: &[u8]) -> Result<Option<Vec<u8>>> {
-    for _ in 0..UNLOCKED_READS_MAX {
+/// Runs `op` (a descent from the root it is given) under the tree's shared
+/// lock, with page reads outside it: when `op` finds a page missing, the lock
+/// is let go, the page read into the pool (as `access`) and `op` run again, so
+/// a cache miss never holds up a commit (which needs the lock exclusively) for
+/// the length of a disk read. After [`UNLOCKED_READS_MAX`] misses the last
+/// try reads under the lock.
+fn with_unlocked_reads<S: Storage, R>(
+    inner: &Inner<S>,
+    access: Access,
+    op: impl Fn(&CachedPages<'_, S>, u64) -> Result<R>,
+) -> Result<R> {
+    let mut misses = 0;
+    loop {
         let meta = inner.tree.read().unwrap_or_else(|p| p.into_inner());
-        let pages = CachedPages {
-            inner,
-            missed: std::cell::Cell::new(None),
-        };
-        let r = tree::get(&pages, meta.root, key);
+        let mut pages = CachedPages::new(inner);
+        pages.read_through = misses == UNLOCKED_READS_MAX;
+        let r = op(&pages, meta.root);
         drop(meta);
         match pages.missed.get() {
             // The page was reachable a moment ago, so it is in the pool or
             // on disk (a page leaves the pool only after being written).
-            Some(page) => drop(inner.pool.read(page, Access::Normal)?),
+            Some(page) => drop(inner.pool.read(page, access)?),
             None => return r,
         }
+        misses += 1;
     }
-    let meta = inner.tree.read().unwrap_or_else(|p| p.into_inner());
-    tree::get(&PoolPages { inner }, meta.root, key)
+}
+
+/// Reads `key`, its missing pages read outside the tree lock.
+pub(crate) fn get_committed<S: Storage>(inner: &Inner<S>, key: &[u8]) -> Result<Option<Vec<u8>>> {
+    with_unlocked_reads(inner, Access::Normal, |pages, root| {
+        tree::get(pages, root, key)
+    })
 }
 
 /// A read transaction: `get`, `range`, `prefix` over committed data.
@@ -412,22 +422,9 @@ impl<'db, S: Storage> RangeIter<'db, S> {
     /// One leaf of a forward scan, its missing pages read outside the tree
     /// lock (as [`get_committed`]).
     fn scan_forward_unlocked(&self, from: &Bound<Vec<u8>>) -> Result<tree::Batch> {
-        let inner = self.inner;
-        for _ in 0..UNLOCKED_READS_MAX {
-            let meta = inner.tree.read().unwrap_or_else(|p| p.into_inner());
-            let pages = CachedPages {
-                inner,
-                missed: std::cell::Cell::new(None),
-            };
-            let r = tree::scan_forward(&pages, meta.root, from, &self.hi);
-            drop(meta);
-            match pages.missed.get() {
-                Some(page) => drop(inner.pool.read(page, Access::Scan)?),
-                None => return r,
-            }
-        }
-        let meta = inner.tree.read().unwrap_or_else(|p| p.into_inner());
-        tree::scan_forward(&PoolPages { inner }, meta.root, from, &self.hi)
+        with_unlocked_reads(self.inner, Access::Scan, |pages, root| {
+            tree::scan_forward(pages, root, from, &self.hi)
+        })
     }
 
     /// Readahead: once a scan has read two leaves in a row it is sequential,
@@ -443,11 +440,7 @@ impl<'db, S: Storage> RangeIter<'db, S> {
         let inner = self.inner;
         let leaves = {
             let meta = inner.tree.read().unwrap_or_else(|p| p.into_inner());
-            let pages = CachedPages {
-                inner,
-                missed: std::cell::Cell::new(None),
-            };
-            tree::following_leaves(&pages, meta.root, at, window)
+            tree::following_leaves(&CachedPages::new(inner), meta.root, at, window)
         };
         // Best effort: a branch not in the cache means no readahead this time.
         let Ok(leaves) = leaves else { return };
