@@ -100,11 +100,14 @@ fn records_round_trip_under_every_sync_method() {
                     .max(end)
             );
             assert!(wal.durable_lsn() >= written.last().expect("records").1);
+            // The records fill two segments; a third file, the spare, is
+            // prepared in the background and may not exist yet.
+            assert!(written.last().expect("records").1 .0 > SEGMENT);
             assert!(
                 std::fs::read_dir(dir.path().join("wal"))
                     .expect("dir")
                     .count()
-                    > 2,
+                    >= 2,
                 "the log spans several segments"
             );
         }
