@@ -29,10 +29,11 @@ use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use serde::{Deserialize, Serialize};
 
+use super::aio::{Aio, BatchOp, Request, Target};
 use super::align::{self, Alignment, AlignmentSource, AtomicWriteUnit};
 use super::buf::{AlignedBuf, IoMut, IoRef};
 use super::fs::{fs_info, memory_backed_fs};
@@ -118,6 +119,18 @@ pub struct DirectFile {
     alignment: Alignment,
     atomic_write: Option<AtomicWriteUnit>,
     failure: OnceLock<String>,
+    /// The asynchronous engine batches go through, and this file's fixed-file
+    /// slot in it.
+    aio: OnceLock<(Arc<Aio>, Option<u32>)>,
+}
+
+impl Drop for DirectFile {
+    fn drop(&mut self) {
+        // The slot must be free before the descriptor closes.
+        if let Some((aio, Some(slot))) = self.aio.get() {
+            aio.unregister_file(*slot);
+        }
+    }
 }
 
 /// The memory page size: the unit the page cache writes back.
@@ -230,6 +243,7 @@ impl DirectFile {
                         alignment,
                         atomic_write,
                         failure: OnceLock::new(),
+                        aio: OnceLock::new(),
                     })
                 }
                 // statx says this file cannot do direct I/O.
@@ -281,6 +295,7 @@ impl DirectFile {
             },
             atomic_write: None,
             failure: OnceLock::new(),
+            aio: OnceLock::new(),
         }
     }
 
@@ -432,6 +447,93 @@ impl DirectFile {
             self.advise_dontneed(offset, bytes.len() as u64);
         }
         Ok(())
+    }
+
+    /// Sends later [`run_batch`](Self::run_batch) calls through `aio`,
+    /// registering the descriptor as a fixed file where the backend has them.
+    /// A second call keeps the first engine.
+    ///
+    /// # Errors
+    /// None today; kept fallible for backends that can refuse a file.
+    pub fn attach_aio(&self, aio: &Arc<Aio>) -> Result<()> {
+        if self.aio.get().is_some() {
+            return Ok(());
+        }
+        let slot = aio.register_file(self.file.as_raw_fd());
+        if let Err((aio, Some(slot))) = self.aio.set((Arc::clone(aio), slot)) {
+            aio.unregister_file(slot);
+        }
+        Ok(())
+    }
+
+    /// Runs a batch of reads and writes, all in flight at once when an
+    /// [`Aio`] is attached (one after another otherwise), and returns each
+    /// request's outcome in order. Each request is checked for alignment
+    /// first; reads must fill their buffers; a failed write poisons the file.
+    pub fn run_batch(&self, mut ops: Vec<BatchOp<'_>>) -> Vec<Result<()>> {
+        let Some((aio, slot)) = self.aio.get() else {
+            return super::storage::run_one_by_one(self, ops);
+        };
+        let mut results: Vec<Option<Result<()>>> = (0..ops.len()).map(|_| None).collect();
+        let mut reqs = Vec::with_capacity(ops.len());
+        let mut which = Vec::with_capacity(ops.len());
+        let rw_flags = if self.sync == SyncMethod::PwriteDsync {
+            libc::RWF_DSYNC
+        } else {
+            0
+        };
+        for (i, op) in ops.iter_mut().enumerate() {
+            let checked = if op.is_write() {
+                self.check_healthy()
+            } else {
+                Ok(())
+            }
+            .and_then(|()| {
+                self.check_aligned(op.offset(), op.len(), op.unit_bytes(), !op.is_write())
+            });
+            match checked {
+                Err(e) => results[i] = Some(Err(e)),
+                Ok(()) => {
+                    reqs.push(Request::new(op, rw_flags));
+                    which.push(i);
+                }
+            }
+        }
+        let target = Target {
+            fd: self.file.as_raw_fd(),
+            slot: *slot,
+        };
+        aio.run(target, &mut reqs);
+        for (req, i) in reqs.into_iter().zip(which) {
+            let op = &ops[i];
+            let at = op.offset() + req.done as u64;
+            results[i] = Some(match req.result {
+                Some(Ok(())) => {
+                    if op.is_write() && matches!(self.io_path, IoPath::BufferedFallback { .. }) {
+                        self.advise_dontneed(op.offset(), op.len() as u64);
+                    }
+                    Ok(())
+                }
+                Some(Err(e)) if !op.is_write() && e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                    Err(Error::UnexpectedEof {
+                        path: self.path.clone(),
+                        offset: op.offset(),
+                        wanted: op.len(),
+                        got: req.done,
+                    })
+                }
+                Some(Err(e)) if op.is_write() => {
+                    Err(self.fail(Error::from_io(IoOp::Write, &self.path, Some(at), e)))
+                }
+                Some(Err(e)) => Err(Error::from_io(IoOp::Read, &self.path, Some(at), e)),
+                None => Err(Error::InvalidArgument("request did not complete".into())),
+            });
+        }
+        drop(ops);
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(Error::InvalidArgument("request not run".into()))))
+            .collect()
     }
 
     /// Makes every completed write durable as the sync method says: `fsync`,

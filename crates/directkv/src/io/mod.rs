@@ -1,6 +1,7 @@
 //! The I/O layer: files, alignment, sync methods and aligned memory. Nothing
 //! above this layer calls `open(2)`, `pwrite(2)` or `fsync(2)` itself.
 
+mod aio;
 mod align;
 mod buf;
 mod file;
@@ -10,6 +11,7 @@ mod statx;
 mod storage;
 mod sync;
 
+pub use aio::{Aio, AioBackend, AioOptions, AioStats, BatchOp, IO_BACKEND_ENV};
 pub use align::{probe as probe_alignment, statx_direct_io, Alignment, AlignmentSource};
 pub use align::{AtomicWriteUnit, StatxDirectIo};
 pub use buf::{AlignedArena, AlignedBuf, IoMut, IoRef};

@@ -13,6 +13,7 @@
 
 use std::path::Path;
 
+use super::aio::{Aio, BatchOp};
 use super::buf::{IoMut, IoRef};
 use super::file::{DirectFile, FileOptions, Fill, IoPath};
 use super::Alignment;
@@ -64,6 +65,26 @@ pub trait StorageFile: Send + Sync + 'static {
     /// As [`DirectFile::allocate`].
     fn allocate(&self, len: u64, fill: Fill) -> Result<()>;
 
+    /// Lets [`run_batch`](Self::run_batch) put many requests in flight at
+    /// once through `aio`. Files that cannot (simulated ones) ignore it.
+    ///
+    /// # Errors
+    /// None by default; a file that can fail to attach says why.
+    fn attach_aio(&self, aio: &std::sync::Arc<Aio>) -> Result<()> {
+        let _ = aio;
+        Ok(())
+    }
+
+    /// Runs a batch of reads and writes and returns each request's outcome,
+    /// in order. Reads must fill their buffers ([`Error::UnexpectedEof`]
+    /// otherwise); a failed write poisons the file as
+    /// [`write_all_at`](Self::write_all_at) does. With an attached
+    /// [`Aio`], the requests are in flight together; without, they run one
+    /// after another.
+    fn run_batch(&self, ops: Vec<BatchOp<'_>>) -> Vec<Result<()>> {
+        run_one_by_one(self, ops)
+    }
+
     /// Reads exactly `buf.len()` bytes.
     ///
     /// # Errors
@@ -82,6 +103,34 @@ pub trait StorageFile: Send + Sync + 'static {
         }
         Ok(())
     }
+}
+
+/// Runs `ops` one after another through `file`'s positional calls.
+pub(crate) fn run_one_by_one<F: StorageFile + ?Sized>(
+    file: &F,
+    ops: Vec<BatchOp<'_>>,
+) -> Vec<Result<()>> {
+    ops.into_iter()
+        .map(|op| match op {
+            BatchOp::Read { bufs, offset } => {
+                let mut at = offset;
+                for b in bufs {
+                    let n = b.len() as u64;
+                    file.read_exact_at(b, at)?;
+                    at += n;
+                }
+                Ok(())
+            }
+            BatchOp::Write { bufs, offset } => {
+                let mut at = offset;
+                for b in bufs {
+                    file.write_all_at(b, at)?;
+                    at += b.len() as u64;
+                }
+                Ok(())
+            }
+        })
+        .collect()
 }
 
 /// Files and directories.
@@ -160,6 +209,12 @@ impl StorageFile for DirectFile {
     }
     fn allocate(&self, len: u64, fill: Fill) -> Result<()> {
         DirectFile::allocate(self, len, fill)
+    }
+    fn attach_aio(&self, aio: &std::sync::Arc<Aio>) -> Result<()> {
+        DirectFile::attach_aio(self, aio)
+    }
+    fn run_batch(&self, ops: Vec<BatchOp<'_>>) -> Vec<Result<()>> {
+        DirectFile::run_batch(self, ops)
     }
 }
 
@@ -398,6 +453,45 @@ impl<F: StorageFile> StorageFile for FaultyFile<F> {
             return Err(self.injected_error(IoOp::Allocate, Some(len), true));
         }
         self.inner.allocate(len, fill)
+    }
+    fn attach_aio(&self, aio: &std::sync::Arc<Aio>) -> Result<()> {
+        self.inner.attach_aio(aio)
+    }
+    fn run_batch(&self, ops: Vec<BatchOp<'_>>) -> Vec<Result<()>> {
+        // Each request counts as one call of its kind and may be the one that
+        // fails; the others go to the inner file's batch together.
+        let mut results: Vec<Option<Result<()>>> = (0..ops.len()).map(|_| None).collect();
+        let mut passed = Vec::with_capacity(ops.len());
+        let mut which = Vec::with_capacity(ops.len());
+        for (i, op) in ops.into_iter().enumerate() {
+            let failed = if op.is_write() {
+                match self.check_healthy() {
+                    Err(e) => Some(e),
+                    Ok(()) if self.inject(FaultOp::Write) => {
+                        Some(self.injected_error(IoOp::Write, Some(op.offset()), true))
+                    }
+                    Ok(()) => None,
+                }
+            } else if self.inject(FaultOp::Read) {
+                Some(self.injected_error(IoOp::Read, Some(op.offset()), false))
+            } else {
+                None
+            };
+            match failed {
+                Some(e) => results[i] = Some(Err(e)),
+                None => {
+                    passed.push(op);
+                    which.push(i);
+                }
+            }
+        }
+        for (i, r) in which.into_iter().zip(self.inner.run_batch(passed)) {
+            results[i] = Some(r);
+        }
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(Error::InvalidArgument("request not run".into()))))
+            .collect()
     }
 }
 
