@@ -78,6 +78,22 @@ fn print_human(doc: &Value) {
         n("eviction_writes"),
         n("readahead_reads")
     );
+    let aio = &s["async_io"];
+    let an = |k: &str| aio[k].as_u64().unwrap_or(0);
+    println!(
+        "async I/O  {}: {} batches, {} requests, up to {} in flight, {} with fixed buffers; \
+         {:.2} pages per data write{}",
+        aio["backend"].as_str().unwrap_or("?"),
+        an("batches"),
+        an("requests"),
+        an("max_in_flight"),
+        an("fixed_buffer_requests"),
+        n("pages_written") as f64 / n("write_requests").max(1) as f64,
+        aio["note"]
+            .as_str()
+            .map(|note| format!(" ({note})"))
+            .unwrap_or_default()
+    );
     println!(
         "WAL        {} bytes, {} commits, {} checkpoints, {} full-page images ({} bytes)",
         n("wal_bytes"),

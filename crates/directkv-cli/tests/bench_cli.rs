@@ -181,12 +181,31 @@ fn fill_read_and_scan_run() {
         &["read", "--keys", "5000"][..],
         &["read", "--keys", "5000", "--distribution", "zipfian"][..],
         &["scan", "--keys", "5000", "--length", "50"][..],
+        &[
+            "scan",
+            "--keys",
+            "5000",
+            "--length",
+            "50",
+            "--compare",
+            "direct-threads,direct-no-aio",
+        ][..],
     ] {
         let mut all = args.to_vec();
         all.extend(["--clients", "2", "--seconds", "0.3", "--cache", "4M"]);
         let (ok, lines, err) = bench(dir.path(), &all);
         assert!(ok, "{args:?}: {err}");
         check_run_schema(&lines[0]);
+        if args.contains(&"direct-threads,direct-no-aio") {
+            // The backend a configuration names is the one its engine used.
+            let backends: Vec<_> = lines
+                .iter()
+                .filter_map(|l| l["engine_stats"]["async_io"]["backend"].as_str())
+                .collect();
+            if std::env::var(directkv::io::IO_BACKEND_ENV).is_err() {
+                assert_eq!(backends, ["threads", "off"], "{lines:?}");
+            }
+        }
         if args[0] == "fill" {
             // A fill stops when every key is stored (or at the deadline).
             assert!(lines[0]["ops"].as_u64() <= Some(5000));

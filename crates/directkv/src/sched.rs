@@ -157,6 +157,17 @@ impl Scheduler {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The bytes a batch of `class` should carry at once: Background's
+    /// in-flight cap at the present pressure; four times the base cap for
+    /// the other classes.
+    pub fn batch_bytes(&self, class: IoClass) -> u64 {
+        let base = self.opts.background_inflight_bytes;
+        match class {
+            IoClass::Background => (base as f64 * (1.0 + 3.0 * self.pressure())) as u64,
+            _ => base.saturating_mul(4),
+        }
+    }
+
     /// Waits until a request of `class` moving `bytes` may run, and returns
     /// the permit it holds while it runs.
     pub fn admit(&self, class: IoClass, bytes: u64) -> Permit<'_> {
@@ -218,7 +229,8 @@ impl Scheduler {
             let dt = now.duration_since(st.refilled).as_secs_f64();
             st.refilled = now;
             // At most a tenth of a second of tokens accumulates.
-            st.tokens = (st.tokens + dt * rate).min(rate / 10.0);
+            // (Or one request's worth, so a request larger than that passes.)
+            st.tokens = (st.tokens + dt * rate).min((rate / 10.0).max(bytes as f64));
             if st.tokens < bytes as f64 {
                 let need = (bytes as f64 - st.tokens) / rate;
                 return (false, Duration::from_secs_f64(need.clamp(0.0005, 0.05)));

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use anyhow::{bail, Result};
-use directkv::io::{DirectIo, SyncVariant};
+use directkv::io::{AioBackend, DirectIo, SyncVariant};
 use directkv::{Database, Durability, Options};
 
 /// One transaction's reads and writes.
@@ -77,6 +77,8 @@ pub enum Engine {
         readahead: bool,
         /// The I/O scheduler's classes and pacing, or plain FIFO.
         scheduled: bool,
+        /// The asynchronous I/O backend; `None` is the engine's default.
+        aio: Option<AioBackend>,
     },
     /// RocksDB with sync writes.
     Rocksdb {
@@ -91,7 +93,9 @@ pub enum Engine {
 
 impl Engine {
     /// Parses a configuration name: `direct`, `buffered`, `direct/<sync>`,
-    /// `buffered/<sync>`, `rocksdb`, `rocksdb-direct`, `lmdb`, `sqlite`.
+    /// `buffered/<sync>`, `rocksdb`, `rocksdb-direct`, `lmdb`, `sqlite`; this
+    /// engine's names take the suffixes `-fifo`, `-no-readahead`, and one of
+    /// `-uring`, `-threads`, `-no-aio` (in that order when several).
     pub fn parse(name: &str) -> Result<Engine> {
         let (base, sync) = match name.split_once('/') {
             Some((b, s)) => (
@@ -99,6 +103,15 @@ impl Engine {
                 Some(s.parse::<SyncVariant>().map_err(anyhow::Error::msg)?),
             ),
             None => (name, None),
+        };
+        let (base, aio) = if let Some(b) = base.strip_suffix("-no-aio") {
+            (b, Some(AioBackend::Off))
+        } else if let Some(b) = base.strip_suffix("-threads") {
+            (b, Some(AioBackend::Threads))
+        } else if let Some(b) = base.strip_suffix("-uring") {
+            (b, Some(AioBackend::Uring))
+        } else {
+            (base, None)
         };
         let (base, scheduled) = match base.strip_suffix("-fifo") {
             Some(b) => (b, false),
@@ -108,19 +121,21 @@ impl Engine {
             Some(b) => (b, false),
             None => (base, true),
         };
-        let plain = readahead && scheduled;
+        let plain = readahead && scheduled && aio.is_none();
         Ok(match base {
             "direct" => Engine::Directkv {
                 direct: true,
                 sync,
                 readahead,
                 scheduled,
+                aio,
             },
             "buffered" => Engine::Directkv {
                 direct: false,
                 sync,
                 readahead,
                 scheduled,
+                aio,
             },
             "rocksdb" if sync.is_none() && plain => Engine::Rocksdb { direct: false },
             "rocksdb-direct" if sync.is_none() && plain => Engine::Rocksdb { direct: true },
@@ -128,7 +143,9 @@ impl Engine {
             "sqlite" if sync.is_none() && plain => Engine::Sqlite,
             _ => bail!(
                 "unknown configuration {name:?}: use direct, buffered, direct/<sync method>, \
-                 direct-no-readahead, direct-fifo, rocksdb, rocksdb-direct, lmdb or sqlite"
+                 direct-no-readahead, direct-fifo, direct-uring, direct-threads, direct-no-aio, \
+                 rocksdb, \
+                 rocksdb-direct, lmdb or sqlite"
             ),
         })
     }
@@ -182,6 +199,7 @@ pub fn open(
             sync,
             readahead,
             scheduled,
+            aio,
         } => {
             let defaults = Options::default();
             let opts = Options {
@@ -203,6 +221,10 @@ pub fn open(
                         directkv::sched::SchedMode::Fifo
                     },
                     ..defaults.io_scheduler
+                },
+                async_io: directkv::io::AioOptions {
+                    backend: aio.unwrap_or(defaults.async_io.backend),
+                    ..defaults.async_io
                 },
                 wal_sync: *sync,
                 durability: if load {

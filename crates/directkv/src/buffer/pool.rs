@@ -18,12 +18,12 @@
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
 
 use super::replacer::{Access, Replacer};
 use crate::error::{Error, Result};
 use crate::format::page::{self, PageError, PAGE_HEADER_BYTES, PAGE_SIZES};
-use crate::io::{AlignedArena, AlignedBuf, Storage, StorageFile};
+use crate::io::{Aio, AlignedArena, AlignedBuf, BatchOp, Storage, StorageFile};
 use crate::lsn::Lsn;
 use crate::sched::{IoClass, SchedMode, SchedOptions, Scheduler};
 use crate::wal::DbId;
@@ -65,6 +65,10 @@ pub struct PoolStats {
     pub pages_read: u64,
     /// Pages written to the data file.
     pub pages_written: u64,
+    /// Write requests that carried them: adjacent dirty pages written
+    /// together are one request, so `pages_written / write_requests` is the
+    /// coalescing factor.
+    pub write_requests: u64,
     /// Frames reused for another page.
     pub evictions: u64,
     /// Dirty pages now.
@@ -85,6 +89,7 @@ struct Counters {
     misses: AtomicU64,
     pages_read: AtomicU64,
     pages_written: AtomicU64,
+    write_requests: AtomicU64,
     evictions: AtomicU64,
     flush_list_visits: AtomicU64,
     eviction_writes: AtomicU64,
@@ -348,6 +353,17 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
         let _ = self.sched.set(sched);
     }
 
+    /// Sends the pool's batched reads and writes through `aio`: the data
+    /// file is attached and the frame arena registered (fixed buffers under
+    /// io_uring). Returns whether the arena was registered.
+    ///
+    /// # Errors
+    /// The file's refusal to attach.
+    pub fn attach_aio(&self, aio: &std::sync::Arc<Aio>) -> Result<bool> {
+        self.file.attach_aio(aio)?;
+        Ok(aio.register_arena(&self._arena))
+    }
+
     fn sched(&self) -> &Scheduler {
         self.sched.get().map_or(&UNSCHEDULED, |s| s)
     }
@@ -426,40 +442,16 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
                 std::thread::yield_now();
                 continue;
             };
-            // Frame `f` is pinned by us and clean. Re-check under the table lock:
-            // nobody else may hold it, and nobody may have loaded `page` meanwhile.
-            let frame = &self.frames[f as usize];
-            let mut table = lock(&self.table);
-            if frame.pins.load(Ordering::Acquire) != 1
-                || frame.dirty.load(Ordering::Acquire)
-                || table.contains_key(&page)
-            {
-                drop(table);
-                self.unpin(f);
+            let Some(mut guard) = self.install(f, page) else {
                 continue;
-            }
-            let old = frame.page.load(Ordering::Acquire);
-            if old != NO_PAGE && table.get(&old) == Some(&f) {
-                table.remove(&old);
-                self.counters.evictions.fetch_add(1, Ordering::Relaxed);
-            }
-            lock(&self.replacer).removed(f);
-            let mut guard = frame.data.write().unwrap_or_else(|p| p.into_inner());
-            frame.page.store(page, Ordering::Release);
-            frame.valid.store(false, Ordering::Release);
-            table.insert(page, f);
-            drop(table);
-            self.counters.misses.fetch_add(1, Ordering::Relaxed);
+            };
+            let frame = &self.frames[f as usize];
             if !fresh {
                 let read = std::time::Instant::now();
                 let loaded = self.load(page, &mut guard);
                 self.counters.read_miss_stalls.record(read.elapsed());
                 if let Err(e) = loaded {
-                    lock(&self.table).remove(&page);
-                    frame.page.store(NO_PAGE, Ordering::Release);
-                    drop(guard);
-                    lock(&self.free).push(f);
-                    self.unpin(f);
+                    self.abandon(f, page, guard);
                     return Err(e);
                 }
             }
@@ -477,6 +469,111 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
         Err(Error::CacheExhausted {
             frames: self.frames.len(),
         })
+    }
+
+    /// Makes claimed frame `f` (pinned by us, clean) the home of `page`, not
+    /// yet valid and exclusively latched, so readers of `page` wait for its
+    /// load. `None` (and `f` unpinned) when someone else holds the frame or
+    /// `page` got a frame meanwhile.
+    fn install(&self, f: u32, page: u64) -> Option<RwLockWriteGuard<'_, AlignedBuf>> {
+        let frame = &self.frames[f as usize];
+        let mut table = lock(&self.table);
+        if frame.pins.load(Ordering::Acquire) != 1
+            || frame.dirty.load(Ordering::Acquire)
+            || table.contains_key(&page)
+        {
+            drop(table);
+            self.unpin(f);
+            return None;
+        }
+        let old = frame.page.load(Ordering::Acquire);
+        if old != NO_PAGE && table.get(&old) == Some(&f) {
+            table.remove(&old);
+            self.counters.evictions.fetch_add(1, Ordering::Relaxed);
+        }
+        lock(&self.replacer).removed(f);
+        let guard = frame.data.write().unwrap_or_else(|p| p.into_inner());
+        frame.page.store(page, Ordering::Release);
+        frame.valid.store(false, Ordering::Release);
+        table.insert(page, f);
+        drop(table);
+        self.counters.misses.fetch_add(1, Ordering::Relaxed);
+        Some(guard)
+    }
+
+    /// Undoes [`install`](Self::install) after a failed load: the page leaves
+    /// the table and the frame goes back to the free list.
+    fn abandon(&self, f: u32, page: u64, guard: RwLockWriteGuard<'_, AlignedBuf>) {
+        lock(&self.table).remove(&page);
+        self.frames[f as usize]
+            .page
+            .store(NO_PAGE, Ordering::Release);
+        drop(guard);
+        lock(&self.free).push(f);
+        self.unpin(f);
+    }
+
+    /// Reads those of `pages` not in the pool into it, all in flight at once
+    /// (adjacent pages as one request), placed as `access` says; returns how
+    /// many it loaded. For readahead: best effort, so a page that cannot get a
+    /// frame now, fails to read or fails verification is left out (a reader
+    /// that needs it meets the error itself).
+    pub fn read_batch(&self, pages: &[u64], access: Access) -> usize {
+        let mut pages: Vec<u64> = pages.iter().copied().filter(|&p| p != NO_PAGE).collect();
+        pages.sort_unstable();
+        pages.dedup();
+        let mut loading = Vec::with_capacity(pages.len());
+        for page in pages {
+            if self.contains(page) {
+                continue;
+            }
+            let Ok(Some(f)) = self.claim_victim() else {
+                break;
+            };
+            if let Some(guard) = self.install(f, page) {
+                loading.push((f, page, guard));
+            }
+        }
+        if loading.is_empty() {
+            return 0;
+        }
+        let pb = self.page_bytes as u64;
+        let runs = runs_of(&loading, |(_, page, _)| *page);
+        let bytes = loading.len() as u64 * pb;
+        let results = {
+            let mut ops = Vec::with_capacity(runs.len());
+            let mut rest = loading.as_mut_slice();
+            for run in &runs {
+                let (head, tail) = rest.split_at_mut(run.len());
+                rest = tail;
+                ops.push(BatchOp::Read {
+                    offset: head[0].1 * pb,
+                    bufs: head.iter_mut().map(|(_, _, g)| g.io_all_mut()).collect(),
+                });
+            }
+            let _permit = self.sched().admit(IoClass::Read, bytes);
+            self.file.run_batch(ops)
+        };
+        let mut loaded = 0;
+        let mut outcome = runs.iter().zip(results).flat_map(|(run, r)| {
+            let ok = r.is_ok();
+            run.clone().map(move |_| ok)
+        });
+        for (f, page, guard) in loading {
+            let read = outcome.next().unwrap_or(false);
+            if !read || page::verify(guard.as_slice(), page, &self.db_id).is_err() {
+                self.abandon(f, page, guard);
+                continue;
+            }
+            self.counters.pages_read.fetch_add(1, Ordering::Relaxed);
+            let frame = &self.frames[f as usize];
+            frame.valid.store(true, Ordering::Release);
+            lock(&self.replacer).loaded(f, access);
+            drop(guard);
+            self.unpin(f);
+            loaded += 1;
+        }
+        loaded
     }
 
     /// Pins and latches `page` if it is in the pool.
@@ -586,6 +683,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
             .write_all_at(guard.io_all(), page_no * self.page_bytes as u64)?;
         drop(permit);
         self.counters.pages_written.fetch_add(1, Ordering::Relaxed);
+        self.counters.write_requests.fetch_add(1, Ordering::Relaxed);
         let rec = frame.rec_lsn.load(Ordering::Acquire);
         lock(&self.flush_list).remove(&(rec, f));
         frame.dirty.store(false, Ordering::Release);
@@ -628,29 +726,172 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     }
 
     /// Writes back the frames of `batch` (flush-list entries) as `class`;
-    /// returns how many were dirty and are clean now.
+    /// returns how many were dirty and are clean now. A frame whose latch is
+    /// busy waits for a later group, taken when this writer holds no latch.
     fn write_frames(&self, batch: &[u32], class: IoClass) -> Result<usize> {
         self.counters
             .flush_list_visits
             .fetch_add(batch.len() as u64, Ordering::Relaxed);
         let mut written = 0;
-        for &f in batch {
-            let frame = &self.frames[f as usize];
-            frame.pins.fetch_add(1, Ordering::AcqRel);
-            let was_dirty = frame.dirty.load(Ordering::Acquire);
-            let result = self.write_back(f, class);
-            self.unpin(f);
-            result?;
-            if was_dirty && !frame.dirty.load(Ordering::Acquire) {
-                written += 1;
-            }
+        let mut busy = Vec::new();
+        for group in self.groups(batch, class) {
+            written += self.write_group(&group, class, Take::Any, Some(&mut busy))?;
+        }
+        for f in busy {
+            written += self.write_group(&[f], class, Take::Any, None)?;
         }
         Ok(written)
     }
 
+    /// `batch` in page order, cut into groups of what `class` may have in
+    /// flight at once.
+    fn groups(&self, batch: &[u32], class: IoClass) -> Vec<Vec<u32>> {
+        let mut order: Vec<(u64, u32)> = batch
+            .iter()
+            .map(|&f| (self.frames[f as usize].page.load(Ordering::Acquire), f))
+            .collect();
+        order.sort_unstable();
+        let per = (self.sched().batch_bytes(class) / self.page_bytes as u64).max(1) as usize;
+        order
+            .chunks(per)
+            .map(|c| c.iter().map(|&(_, f)| f).collect())
+            .collect()
+    }
+
+    /// Writes back the dirty frames of `group` (in page order) together:
+    /// one scheduler admission, one WAL flush up to the newest page LSN, and
+    /// one batch in which adjacent pages are one request. The first frame's
+    /// latch is waited for; the others' are only tried (holding a latch while
+    /// waiting for another could deadlock with a tree operation), and a busy
+    /// one goes to `busy` (or is skipped without it). Returns how many pages
+    /// it wrote.
+    fn write_group(
+        &self,
+        group: &[u32],
+        class: IoClass,
+        take: Take,
+        mut busy: Option<&mut Vec<u32>>,
+    ) -> Result<usize> {
+        let permit = self
+            .sched()
+            .admit(class, (group.len() * self.page_bytes) as u64);
+        let mut held: Vec<(u32, u64, RwLockWriteGuard<'_, AlignedBuf>)> = Vec::new();
+        for &f in group {
+            let frame = &self.frames[f as usize];
+            match take {
+                Take::Any => {
+                    frame.pins.fetch_add(1, Ordering::AcqRel);
+                }
+                Take::Unpinned => {
+                    if frame
+                        .pins
+                        .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+                        .is_err()
+                    {
+                        continue;
+                    }
+                }
+            }
+            let guard = if held.is_empty() {
+                frame.data.write().unwrap_or_else(|p| p.into_inner())
+            } else {
+                match frame.data.try_write() {
+                    Ok(g) => g,
+                    Err(TryLockError::Poisoned(p)) => p.into_inner(),
+                    Err(TryLockError::WouldBlock) => {
+                        self.unpin(f);
+                        if let Some(b) = busy.as_deref_mut() {
+                            b.push(f);
+                        }
+                        continue;
+                    }
+                }
+            };
+            if !frame.dirty.load(Ordering::Acquire) || frame.held.load(Ordering::Acquire) {
+                drop(guard);
+                self.unpin(f);
+                continue;
+            }
+            // Pinned, so the frame keeps its page.
+            held.push((f, frame.page.load(Ordering::Acquire), guard));
+        }
+        let result = self.write_held(&mut held);
+        drop(permit);
+        for (f, _, guard) in held {
+            drop(guard);
+            self.unpin(f);
+        }
+        result
+    }
+
+    /// The I/O of [`write_group`](Self::write_group): WAL rule, seal, write,
+    /// and the bookkeeping of the pages that made it.
+    fn write_held(
+        &self,
+        held: &mut [(u32, u64, RwLockWriteGuard<'_, AlignedBuf>)],
+    ) -> Result<usize> {
+        if held.is_empty() {
+            return Ok(0);
+        }
+        held.sort_unstable_by_key(|h| h.1);
+        let newest = held
+            .iter()
+            .map(|(_, _, g)| page::page_lsn(g.as_slice()))
+            .max()
+            .unwrap_or(Lsn(0));
+        if self.log.durable_lsn() < newest {
+            self.counters
+                .wal_rule_flushes
+                .fetch_add(1, Ordering::Relaxed);
+            self.log.flush_to(newest)?;
+        }
+        assert!(
+            self.log.durable_lsn() >= newest,
+            "WAL rule: log durable past every page LSN"
+        );
+        for (_, page_no, guard) in held.iter_mut() {
+            page::seal_in_place(guard.as_mut_slice(), *page_no, &self.db_id);
+        }
+        let runs = runs_of(held, |h| h.1);
+        let pb = self.page_bytes as u64;
+        let ops = runs
+            .iter()
+            .map(|run| BatchOp::Write {
+                offset: held[run.start].1 * pb,
+                bufs: held[run.clone()]
+                    .iter()
+                    .map(|(_, _, g)| g.io_all())
+                    .collect(),
+            })
+            .collect();
+        let results = self.file.run_batch(ops);
+        let mut written = 0;
+        let mut failed = None;
+        for (run, r) in runs.into_iter().zip(results) {
+            if let Err(e) = r {
+                failed.get_or_insert(e);
+                continue;
+            }
+            self.counters.write_requests.fetch_add(1, Ordering::Relaxed);
+            for (f, _, _) in &held[run] {
+                let frame = &self.frames[*f as usize];
+                let rec = frame.rec_lsn.load(Ordering::Acquire);
+                lock(&self.flush_list).remove(&(rec, *f));
+                frame.dirty.store(false, Ordering::Release);
+                self.counters.pages_written.fetch_add(1, Ordering::Relaxed);
+                written += 1;
+            }
+        }
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(written),
+        }
+    }
+
     /// The page cleaner's step: writes back the dirty pages, not held by a
     /// commit or pinned, among the `window` coldest frames of the replacement
-    /// order (the next victims). Returns how many it wrote.
+    /// order (the next victims), adjacent ones together. Returns how many it
+    /// wrote.
     ///
     /// # Errors
     /// As [`flush_oldest`](Self::flush_oldest).
@@ -668,22 +909,8 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
                 .collect()
         };
         let mut written = 0;
-        for f in batch {
-            let frame = &self.frames[f as usize];
-            if frame
-                .pins
-                .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
-                .is_err()
-            {
-                continue;
-            }
-            let was_dirty = frame.dirty.load(Ordering::Acquire);
-            let result = self.write_back(f, IoClass::Background);
-            self.unpin(f);
-            result?;
-            if was_dirty && !frame.dirty.load(Ordering::Acquire) {
-                written += 1;
-            }
+        for group in self.groups(&batch, IoClass::Background) {
+            written += self.write_group(&group, IoClass::Background, Take::Unpinned, None)?;
         }
         Ok(written)
     }
@@ -746,6 +973,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
             misses: c.misses.load(Ordering::Relaxed),
             pages_read: c.pages_read.load(Ordering::Relaxed),
             pages_written: c.pages_written.load(Ordering::Relaxed),
+            write_requests: c.write_requests.load(Ordering::Relaxed),
             evictions: c.evictions.load(Ordering::Relaxed),
             dirty_pages: lock(&self.flush_list).len() as u64,
             flush_list_visits: c.flush_list_visits.load(Ordering::Relaxed),
@@ -759,6 +987,35 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     pub fn body_bytes(&self) -> usize {
         self.page_bytes - PAGE_HEADER_BYTES
     }
+}
+
+/// How a batch writer takes a frame.
+#[derive(Debug, Clone, Copy)]
+enum Take {
+    /// Pinned or not (a flush-list walk: the page must be written).
+    Any,
+    /// Only if nobody has it pinned (the cleaner: such a page is no victim).
+    Unpinned,
+}
+
+/// Pages one request carries at most when adjacent pages are coalesced.
+pub const COALESCE_PAGES_MAX: usize = 64;
+
+/// Splits `items`, sorted by page number, into runs of consecutive pages of
+/// at most [`COALESCE_PAGES_MAX`]: index ranges, in order, covering all.
+fn runs_of<T>(items: &[T], page: impl Fn(&T) -> u64) -> Vec<std::ops::Range<usize>> {
+    let mut runs = Vec::new();
+    let mut start = 0;
+    for i in 1..=items.len() {
+        let ends = i == items.len()
+            || page(&items[i]) != page(&items[i - 1]) + 1
+            || i - start >= COALESCE_PAGES_MAX;
+        if ends {
+            runs.push(start..i);
+            start = i;
+        }
+    }
+    runs
 }
 
 enum Fixed<'a> {

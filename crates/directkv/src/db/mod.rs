@@ -32,7 +32,8 @@ use crate::error::{Error, Result};
 use crate::format::control::{Control, ControlFile};
 use crate::format::page;
 use crate::io::{
-    DirectIo, FileOptions, IoPath, OsStorage, Storage, StorageFile, SyncMethod, SyncVariant,
+    Aio, AioBackend, AioOptions, AioStats, DirectIo, FileOptions, IoPath, OsStorage, Storage,
+    StorageFile, SyncMethod, SyncVariant,
 };
 use crate::lsn::Lsn;
 use crate::sched::{IoClass, SchedOptions, SchedStats, Scheduler};
@@ -100,6 +101,11 @@ pub struct Options {
     /// The I/O scheduler's policy and knobs (`SchedMode::Fifo` turns it into
     /// plain first-come-first-served, for comparison).
     pub io_scheduler: SchedOptions,
+    /// The asynchronous I/O backend (io_uring or a thread pool) that carries
+    /// batched page reads and writes: the cleaner's and checkpoint's writes,
+    /// with adjacent pages coalesced, and readahead. The environment variable
+    /// [`IO_BACKEND_ENV`](crate::io::IO_BACKEND_ENV) overrides the backend.
+    pub async_io: AioOptions,
 }
 
 impl Default for Options {
@@ -117,6 +123,7 @@ impl Default for Options {
             background_threads: true,
             readahead_pages: 32,
             io_scheduler: SchedOptions::default(),
+            async_io: AioOptions::default(),
         }
     }
 }
@@ -208,6 +215,12 @@ pub struct Stats {
     pub stalls: Stalls,
     /// Requests through the I/O scheduler, by class.
     pub io_scheduler: SchedStats,
+    /// The asynchronous I/O engine: backend (`off` when turned off or for
+    /// storage without one), batches, requests in flight.
+    pub async_io: AioStats,
+    /// Data-file write requests; `pages_written / write_requests` is how
+    /// many adjacent pages a write carries on average.
+    pub write_requests: u64,
     /// How the data file's bytes travel.
     pub data_io: IoPath,
     /// The WAL's sync method.
@@ -272,6 +285,11 @@ pub(crate) struct Inner<S: Storage> {
     counters: Counters,
     /// Every disk request's gate.
     sched: Arc<Scheduler>,
+    /// Callers of [`Database::checkpoint`] waiting for the running one.
+    hurry: AtomicU64,
+    /// The asynchronous I/O engine of the data file (none for storage that
+    /// runs batches one request at a time, such as the simulated disk).
+    aio: Option<Arc<Aio>>,
     /// Queue of the readahead readers (none without background threads).
     readahead: Mutex<Option<std::sync::mpsc::SyncSender<u64>>>,
     _lock: S::Lock,
@@ -396,6 +414,14 @@ impl<S: Storage> Database<S> {
         )?;
         let sched = Arc::new(Scheduler::new(opts.io_scheduler));
         pool.set_scheduler(Arc::clone(&sched));
+        let aio_opts = opts.async_io.with_env_override()?;
+        let aio = if storage.supports_aio() && aio_opts.backend != AioBackend::Off {
+            let aio = Aio::new(&aio_opts)?;
+            pool.attach_aio(&aio)?;
+            Some(aio)
+        } else {
+            None
+        };
         let wal_dir = opts.wal_dir.clone().unwrap_or_else(|| path.join("wal"));
         storage.create_dir_all(&wal_dir)?;
         let wal_sync = choose_sync(&opts, &wal_dir);
@@ -432,6 +458,8 @@ impl<S: Storage> Database<S> {
             counters: Counters::default(),
             readahead: Mutex::new(None),
             sched,
+            hurry: AtomicU64::new(0),
+            aio,
             _lock: lock,
         };
         inner.counters.next_txn.store(next_txn, Ordering::Relaxed);
@@ -569,9 +597,11 @@ fn lock_ignoring_poison<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// Readahead readers: threads that read queued pages into the pool, at the
 /// head of the probation queue so they stay until the scan gets there (the
-/// scan's own touches never promote them into the hot set). More than one,
-/// so several reads are in flight at once.
-const READAHEAD_READERS: usize = 4;
+/// scan's own touches never promote them into the hot set). Each takes what
+/// is queued, up to a window, and reads it as one asynchronous batch
+/// (adjacent pages as one request); two, so one window can be queued while
+/// the other is in flight.
+const READAHEAD_READERS: usize = 2;
 /// Pages queued for readahead at most; more requests are dropped.
 const READAHEAD_QUEUE: usize = 256;
 
@@ -579,6 +609,7 @@ fn spawn_readers<S: Storage>(inner: &Arc<Inner<S>>) -> Vec<std::thread::JoinHand
     if inner.opts.readahead_pages == 0 {
         return Vec::new();
     }
+    let window = inner.opts.readahead_pages;
     let (tx, rx) = std::sync::mpsc::sync_channel::<u64>(READAHEAD_QUEUE);
     let rx = Arc::new(Mutex::new(rx));
     let handles: Vec<_> = (0..READAHEAD_READERS)
@@ -588,21 +619,20 @@ fn spawn_readers<S: Storage>(inner: &Arc<Inner<S>>) -> Vec<std::thread::JoinHand
                 .name(format!("directkv-readahead-{i}"))
                 .spawn(move || loop {
                     crate::stall::mark_background_thread();
-                    let page = match lock_ignoring_poison(&rx).recv() {
-                        Ok(p) => p,
-                        Err(_) => return,
+                    let pages = {
+                        let rx = lock_ignoring_poison(&rx);
+                        let Ok(first) = rx.recv() else { return };
+                        let mut pages = vec![first];
+                        pages.extend(rx.try_iter().take(window.saturating_sub(1)));
+                        pages
                     };
                     let Some(inner) = weak.upgrade() else { return };
-                    if inner.pool.contains(page) {
-                        continue;
-                    }
                     // A failed read is the scan's to meet and report.
-                    if inner.pool.read(page, crate::buffer::Access::Normal).is_ok() {
-                        inner
-                            .counters
-                            .readahead_reads
-                            .fetch_add(1, Ordering::Relaxed);
-                    }
+                    let read = inner.pool.read_batch(&pages, crate::buffer::Access::Normal);
+                    inner
+                        .counters
+                        .readahead_reads
+                        .fetch_add(read as u64, Ordering::Relaxed);
                 })
                 .ok()
         })
@@ -928,8 +958,13 @@ impl<S: Storage> Inner<S> {
     }
 
     fn checkpoint(&self) -> Result<()> {
+        // A paced background checkpoint under way finishes at full speed
+        // instead of making this caller wait out its pace.
+        self.hurry.fetch_add(1, Ordering::AcqRel);
         let one = self.checkpointing.lock().unwrap_or_else(|p| p.into_inner());
-        self.checkpoint_locked(&one, false)
+        let done = self.checkpoint_locked(&one, false);
+        self.hurry.fetch_sub(1, Ordering::AcqRel);
+        done
     }
 
     fn checkpoint_locked(
@@ -978,8 +1013,11 @@ impl<S: Storage> Inner<S> {
                 continue;
             }
             while paced {
-                // A closing database finishes its checkpoint at full speed.
-                if *lock_ignoring_poison(&self.checkpointer.0) {
+                // A closing database, or a caller waiting to checkpoint,
+                // has the checkpoint finish at full speed.
+                if *lock_ignoring_poison(&self.checkpointer.0)
+                    || self.hurry.load(Ordering::Acquire) > 0
+                {
                     paced = false;
                     break;
                 }
@@ -1132,6 +1170,15 @@ impl<S: Storage> Inner<S> {
             cleaner_writes: c.cleaner_writes.load(Ordering::Relaxed),
             readahead_reads: c.readahead_reads.load(Ordering::Relaxed),
             io_scheduler: self.sched.stats(),
+            async_io: self
+                .aio
+                .as_ref()
+                .map(|a| a.stats())
+                .unwrap_or_else(|| AioStats {
+                    backend: AioBackend::Off.to_string(),
+                    ..AioStats::default()
+                }),
+            write_requests: cache.write_requests,
             eviction_writes: cache.eviction_writes,
             stalls: {
                 let h = StallHistograms {

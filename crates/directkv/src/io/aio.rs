@@ -41,7 +41,7 @@ use crate::constants::SHORT_IO_RETRIES_MAX;
 use crate::error::{Error, Result};
 
 /// The environment variable that overrides the configured backend:
-/// `uring`, `threads` or `auto`. For running one test suite on both.
+/// `uring`, `threads`, `off` or `auto`. For running one test suite on each.
 pub const IO_BACKEND_ENV: &str = "DIRECTKV_IO_BACKEND";
 
 /// Rings of the io_uring backend: batches of different threads (the cleaner,
@@ -67,6 +67,9 @@ pub enum AioBackend {
     Uring,
     /// A pool of threads making blocking positional calls.
     Threads,
+    /// None: a batch runs one request after another on the caller's thread
+    /// (for comparison and diagnosis).
+    Off,
 }
 
 impl std::fmt::Display for AioBackend {
@@ -75,6 +78,7 @@ impl std::fmt::Display for AioBackend {
             AioBackend::Auto => "auto",
             AioBackend::Uring => "uring",
             AioBackend::Threads => "threads",
+            AioBackend::Off => "off",
         })
     }
 }
@@ -86,8 +90,9 @@ impl FromStr for AioBackend {
             "auto" => Ok(AioBackend::Auto),
             "uring" | "io_uring" | "io-uring" => Ok(AioBackend::Uring),
             "threads" | "thread" | "pool" => Ok(AioBackend::Threads),
+            "off" | "none" | "sync" => Ok(AioBackend::Off),
             other => Err(Error::InvalidArgument(format!(
-                "unknown I/O backend {other:?}: expected auto, uring or threads"
+                "unknown I/O backend {other:?}: expected auto, uring, threads or off"
             ))),
         }
     }
@@ -154,7 +159,7 @@ pub struct AioStats {
 }
 
 #[derive(Debug, Default)]
-struct Counters {
+pub(crate) struct Counters {
     batches: AtomicU64,
     requests: AtomicU64,
     bytes: AtomicU64,
@@ -304,7 +309,7 @@ impl Request {
     }
 
     /// Takes one completion; true when the request must go again.
-    fn complete(&mut self, res: std::io::Result<usize>, counters: &Counters) -> bool {
+    fn complete(&mut self, res: std::io::Result<usize>, counters: Option<&Counters>) -> bool {
         match res {
             Ok(0) => {
                 let kind = if self.write {
@@ -322,7 +327,9 @@ impl Request {
                     self.result = Some(Ok(()));
                     false
                 } else {
-                    counters.continued.fetch_add(1, Ordering::Relaxed);
+                    if let Some(c) = counters {
+                        c.continued.fetch_add(1, Ordering::Relaxed);
+                    }
                     true
                 }
             }
@@ -337,7 +344,9 @@ impl Request {
                     self.result = Some(Err(e));
                     false
                 } else {
-                    counters.continued.fetch_add(1, Ordering::Relaxed);
+                    if let Some(c) = counters {
+                        c.continued.fetch_add(1, Ordering::Relaxed);
+                    }
                     true
                 }
             }
@@ -349,7 +358,7 @@ impl Request {
     }
 
     /// Runs the request to completion with blocking calls on this thread.
-    fn run_blocking(&mut self, fd: RawFd, counters: &Counters) {
+    pub(crate) fn run_blocking(&mut self, fd: RawFd, counters: Option<&Counters>) {
         loop {
             self.prepare();
             let n = self.cur.len().min(libc::UIO_MAXIOV as usize) as libc::c_int;
@@ -409,8 +418,9 @@ impl Aio {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a queue depth or thread count out of
-    /// range; [`Error::Unsupported`] when [`AioBackend::Uring`] is asked for and
-    /// the kernel refuses it; a failure to start worker threads.
+    /// range, or for [`AioBackend::Off`] (which builds no engine);
+    /// [`Error::Unsupported`] when [`AioBackend::Uring`] is asked for and the
+    /// kernel refuses it; a failure to start worker threads.
     pub fn new(opts: &AioOptions) -> Result<Arc<Aio>> {
         if !(1..=4096).contains(&opts.queue_depth) {
             return Err(Error::InvalidArgument(format!(
@@ -425,6 +435,11 @@ impl Aio {
             )));
         }
         let (imp, note) = match opts.backend {
+            AioBackend::Off => {
+                return Err(Error::InvalidArgument(
+                    "the backend `off` builds no asynchronous engine".into(),
+                ))
+            }
             AioBackend::Threads => (Imp::Threads(Threads::new(opts.threads)?), None),
             AioBackend::Uring => match Uring::new(opts.queue_depth) {
                 Ok(u) => (Imp::Uring(u), None),
@@ -778,7 +793,7 @@ impl Uring {
                 } else {
                     Ok(res as usize)
                 };
-                if reqs[i].complete(res, c) {
+                if reqs[i].complete(res, Some(c)) {
                     todo.push_back(i);
                 }
             }
@@ -849,7 +864,7 @@ impl Threads {
     fn run(&self, fd: RawFd, reqs: &mut [Request], c: &Counters) -> usize {
         if let [one] = reqs {
             // One request: no hand-off.
-            one.run_blocking(fd, c);
+            one.run_blocking(fd, Some(c));
             return 1;
         }
         let batch = Arc::new(BatchLatch {
@@ -897,7 +912,7 @@ fn worker(shared: &Shared) {
         // counts the latch down below.
         let req = unsafe { &mut *job.req };
         let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            req.run_blocking(job.fd, &shared.counters);
+            req.run_blocking(job.fd, Some(&shared.counters));
         }));
         if ran.is_err() && req.result.is_none() {
             req.result = Some(Err(std::io::Error::other("I/O worker panicked")));

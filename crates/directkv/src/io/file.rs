@@ -467,13 +467,11 @@ impl DirectFile {
     }
 
     /// Runs a batch of reads and writes, all in flight at once when an
-    /// [`Aio`] is attached (one after another otherwise), and returns each
+    /// [`Aio`] is attached (one after another on this thread otherwise; a
+    /// request of several buffers is one vectored call either way), and returns each
     /// request's outcome in order. Each request is checked for alignment
     /// first; reads must fill their buffers; a failed write poisons the file.
     pub fn run_batch(&self, mut ops: Vec<BatchOp<'_>>) -> Vec<Result<()>> {
-        let Some((aio, slot)) = self.aio.get() else {
-            return super::storage::run_one_by_one(self, ops);
-        };
         let mut results: Vec<Option<Result<()>>> = (0..ops.len()).map(|_| None).collect();
         let mut reqs = Vec::with_capacity(ops.len());
         let mut which = Vec::with_capacity(ops.len());
@@ -499,11 +497,13 @@ impl DirectFile {
                 }
             }
         }
-        let target = Target {
-            fd: self.file.as_raw_fd(),
-            slot: *slot,
-        };
-        aio.run(target, &mut reqs);
+        let fd = self.file.as_raw_fd();
+        match self.aio.get() {
+            Some((aio, slot)) => aio.run(Target { fd, slot: *slot }, &mut reqs),
+            // No engine: one request after another, each still one
+            // (vectored) system call.
+            None => reqs.iter_mut().for_each(|r| r.run_blocking(fd, None)),
+        }
         for (req, i) in reqs.into_iter().zip(which) {
             let op = &ops[i];
             let at = op.offset() + req.done as u64;

@@ -176,6 +176,11 @@ pub trait Storage: Clone + Send + Sync + 'static {
     fn sync_dir(&self, path: &Path) -> Result<()>;
     /// Whether a path exists.
     fn exists(&self, path: &Path) -> bool;
+    /// Whether its files put batches in flight through an attached [`Aio`]
+    /// (see [`StorageFile::attach_aio`]); engines skip building one if not.
+    fn supports_aio(&self) -> bool {
+        false
+    }
 }
 
 /// The operating system's files, through [`DirectFile`].
@@ -256,6 +261,10 @@ impl Storage for OsStorage {
 
     fn sync_dir(&self, path: &Path) -> Result<()> {
         super::fs::sync_dir(path)
+    }
+
+    fn supports_aio(&self) -> bool {
+        true
     }
 
     fn exists(&self, path: &Path) -> bool {
@@ -527,5 +536,8 @@ impl<S: Storage> Storage for FaultyStorage<S> {
     }
     fn exists(&self, path: &Path) -> bool {
         self.inner.exists(path)
+    }
+    fn supports_aio(&self) -> bool {
+        self.inner.supports_aio()
     }
 }

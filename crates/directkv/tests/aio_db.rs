@@ -1,0 +1,120 @@
+//! The engine on each asynchronous backend: a load through a small cache
+//! (cleaner, checkpoints, coalesced writes), random updates, a cold scan with
+//! readahead, a reopen that finds every value, and the environment override.
+//! One test function, because the override is process-wide.
+
+use directkv::io::{AioBackend, AioOptions, IO_BACKEND_ENV};
+use directkv::{Database, Options};
+
+fn key(i: u64) -> Vec<u8> {
+    format!("key{i:08}").into_bytes()
+}
+
+fn value(i: u64, round: u64) -> Vec<u8> {
+    let mut v = format!("value {i} round {round} ").into_bytes();
+    v.resize(200, b'.');
+    v
+}
+
+fn options(backend: AioBackend) -> Options {
+    Options {
+        cache_bytes: 4 << 20,
+        checkpoint_wal_bytes: 8 << 20,
+        async_io: AioOptions {
+            backend,
+            queue_depth: 16,
+            threads: 4,
+        },
+        ..Options::default()
+    }
+}
+
+/// What the engine should be using: the environment wins over `backend`.
+fn expected(backend: AioBackend) -> AioBackend {
+    match std::env::var(IO_BACKEND_ENV) {
+        Ok(v) if !v.trim().is_empty() => v.parse().expect("a valid override"),
+        _ => backend,
+    }
+}
+
+fn exercise(backend: AioBackend) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let n = 40_000u64;
+    {
+        let db = Database::open(dir.path(), options(backend)).expect("open");
+        let stats = db.stats();
+        assert_eq!(stats.async_io.backend, expected(backend).to_string());
+        for chunk in (0..n).collect::<Vec<_>>().chunks(2_000) {
+            let mut w = db.begin_write().expect("begin");
+            for &i in chunk {
+                w.put(&key(i), &value(i, 0)).expect("put");
+            }
+            w.commit().expect("commit");
+        }
+        for chunk in (0..n).step_by(7).collect::<Vec<_>>().chunks(500) {
+            let mut w = db.begin_write().expect("begin");
+            for &i in chunk {
+                w.put(&key(i), &value(i, 1)).expect("put");
+            }
+            w.commit().expect("commit");
+        }
+        db.checkpoint().expect("checkpoint");
+        let s = db.stats();
+        assert!(s.pages_written > 0);
+        assert!(
+            s.write_requests < s.pages_written,
+            "adjacent pages of a sequential load are written together: {} requests for {} pages",
+            s.write_requests,
+            s.pages_written
+        );
+        if expected(backend) != AioBackend::Off {
+            assert!(s.async_io.batches > 0, "{:?}", s.async_io);
+        }
+        db.close().expect("close");
+    }
+    let db = Database::open(dir.path(), options(backend)).expect("reopen");
+    // A cold full scan: readahead batches bring the leaves in.
+    let r = db.begin_read().expect("read");
+    let mut seen = 0u64;
+    for entry in r.range::<std::ops::RangeFull>(..) {
+        let (k, v) = entry.expect("entry");
+        assert_eq!(k, key(seen));
+        let round = u64::from(seen % 7 == 0);
+        assert_eq!(v, value(seen, round), "key {seen}");
+        seen += 1;
+    }
+    assert_eq!(seen, n);
+    let s = db.stats();
+    assert!(s.readahead_reads > 0, "{s:?}");
+    db.check().expect("check");
+    db.close().expect("close");
+}
+
+#[test]
+fn the_engine_runs_on_each_backend_and_the_environment_overrides() {
+    if std::env::var(IO_BACKEND_ENV).is_ok() {
+        // Under an outside override every run uses that backend.
+        exercise(AioBackend::Auto);
+        return;
+    }
+    let uring = directkv::io::Aio::new(&AioOptions {
+        backend: AioBackend::Uring,
+        ..AioOptions::default()
+    });
+    if uring.is_ok() {
+        exercise(AioBackend::Uring);
+    } else {
+        println!("skipping io_uring: unavailable here");
+    }
+    exercise(AioBackend::Threads);
+    exercise(AioBackend::Off);
+    std::env::set_var(IO_BACKEND_ENV, "threads");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = Database::open(dir.path(), options(AioBackend::Uring)).expect("open");
+    assert_eq!(db.stats().async_io.backend, "threads");
+    drop(db);
+    std::env::set_var(IO_BACKEND_ENV, "nonsense");
+    let refused = Database::open(dir.path(), options(AioBackend::Auto));
+    assert!(matches!(refused, Err(directkv::Error::InvalidArgument(_))));
+    std::env::remove_var(IO_BACKEND_ENV);
+}
