@@ -681,6 +681,7 @@ fn spawn_cleaner<S: Storage>(
             crate::stall::mark_background_thread();
             let mut idle = false;
             let mut published = Instant::now();
+            let mut last_evicted = 0u64;
             loop {
                 if idle {
                     let (stop, wake) = &*signal;
@@ -703,7 +704,15 @@ fn spawn_cleaner<S: Storage>(
                 // A failed write leaves the page dirty; a foreground eviction
                 // then meets the error itself.
                 let written = inner.pool.clean_cold(window).unwrap_or(0);
-                inner.report_pressure(written as f64 / window as f64);
+                // Dirty victims the foreground had to write itself since the
+                // last pass: the cleaner is behind.
+                let evicted = inner.pool.stats().eviction_writes;
+                let behind = evicted.saturating_sub(last_evicted);
+                last_evicted = evicted;
+                inner.report_pressure(
+                    written as f64 / window as f64,
+                    behind as f64 / (behind + written as u64).max(1) as f64,
+                );
                 inner
                     .counters
                     .cleaner_writes
@@ -1100,12 +1109,13 @@ impl<S: Storage> Inner<S> {
         self.counters.log_space_wait.record(t.elapsed());
     }
 
-    /// Tells the scheduler how urgent background writing is: the larger of
-    /// the dirty share of the cache's cold end (half dirty is full
-    /// pressure) and how far the log has grown past the checkpoint distance
-    /// (twice the distance is full pressure).
-    fn report_pressure(&self, cold_dirty_share: f64) {
-        let frames = (cold_dirty_share * 2.0).min(1.0);
+    /// Tells the scheduler how urgent background writing is: the shortage
+    /// of clean frames, the larger of the dirty share of the cache's cold end
+    /// and the share of dirty victims the foreground wrote itself since the
+    /// last pass (half is full pressure), or how far the log has grown past
+    /// the checkpoint distance (twice the distance is full pressure).
+    fn report_pressure(&self, cold_dirty_share: f64, evicted_dirty_share: f64) {
+        let frames = (cold_dirty_share.max(evicted_dirty_share) * 2.0).min(1.0);
         let log =
             self.wal_since_checkpoint() as f64 / self.opts.checkpoint_wal_bytes.max(1) as f64 - 1.0;
         self.sched.set_pressure(frames.max(log).clamp(0.0, 1.0));
