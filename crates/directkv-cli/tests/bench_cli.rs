@@ -78,6 +78,13 @@ fn check_run_schema(r: &Value) {
     );
     assert_eq!(
         per_second.len(),
+        r["per_second_max_us"].as_array().expect("max series").len()
+    );
+    // One sample per whole second the run lasted, where the device is known.
+    let device = r["per_second_device_us"].as_array().expect("device series");
+    assert!(device.len() <= per_second.len());
+    assert_eq!(
+        per_second.len(),
         r["per_second_checkpointing"]
             .as_array()
             .expect("checkpoint series")

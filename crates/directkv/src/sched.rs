@@ -14,7 +14,8 @@
 //! clean frames); at full pressure background writing runs uncapped.
 //!
 //! In [`SchedMode::Fifo`] every request is admitted at once, in arrival
-//! order: the behaviour without a scheduler, for comparison.
+//! order, and background checkpoints are not paced: the behaviour without a
+//! scheduler, for comparison.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
@@ -44,7 +45,8 @@ pub enum SchedMode {
     /// Classes, priorities, caps and pacing (the default).
     #[default]
     Classes,
-    /// Admit every request at once, in arrival order (no classes, no pacing).
+    /// Admit every request at once, in arrival order, and write background
+    /// checkpoints at full speed (no classes, no pacing).
     Fifo,
 }
 

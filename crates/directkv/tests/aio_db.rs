@@ -67,6 +67,12 @@ fn exercise(backend: AioBackend) {
             s.write_requests,
             s.pages_written
         );
+        // The file grew ahead of use, in zero-filled extents.
+        assert!(s.data_extensions > 0, "{s:?}");
+        let file_bytes = std::fs::metadata(dir.path().join("data"))
+            .expect("data file")
+            .len();
+        assert_eq!(file_bytes, s.data_allocated_bytes);
         if expected(backend) != AioBackend::Off {
             assert!(s.async_io.batches > 0, "{:?}", s.async_io);
         }

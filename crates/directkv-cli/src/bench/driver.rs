@@ -370,6 +370,10 @@ fn run_measured(spec: &ChildSpec, engine: &Engine, data_dir: &Path) -> Result<Ru
     let deadline = start + Duration::from_secs_f64(spec.seconds);
     let bar = bar(secs as u64, &format!("{} run", spec.config));
     let mut checkpointing = vec![false; secs];
+    let disk = sys::DiskSampler::for_path(data_dir);
+    let mut disk_at = disk.as_ref().and_then(|d| d.now());
+    let mut disk_second = 0usize;
+    let mut device_us: Vec<u64> = Vec::with_capacity(secs);
     let results: Vec<Result<(u64, Histogram<u64>)>> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..spec.clients)
             .map(|id| {
@@ -407,6 +411,18 @@ fn run_measured(spec: &ChildSpec, engine: &Engine, data_dir: &Path) -> Result<Ru
                 if let Some(flag) = checkpointing.get_mut(now) {
                     *flag = true;
                 }
+            }
+            // The device's time per request over the second just ended.
+            if now > disk_second && device_us.len() < secs {
+                if let (Some(d), Some(before)) = (&disk, disk_at) {
+                    if let Some(after) = d.now() {
+                        let n = after.requests.saturating_sub(before.requests);
+                        let ms = after.ms.saturating_sub(before.ms);
+                        device_us.push(if n == 0 { 0 } else { ms * 1000 / n });
+                        disk_at = Some(after);
+                    }
+                }
+                disk_second = now;
             }
             bar.set_position(now as u64);
             let ps = per_second.lock().unwrap_or_else(|p| p.into_inner());
@@ -468,6 +484,8 @@ fn run_measured(spec: &ChildSpec, engine: &Engine, data_dir: &Path) -> Result<Ru
         per_second_ops: ps.iter().map(|(n, _)| *n).collect(),
         per_second_p99_us: ps.iter().map(|(_, h)| h.value_at_quantile(0.99)).collect(),
         per_second_checkpointing: checkpointing,
+        per_second_max_us: ps.iter().map(|(_, h)| h.max()).collect(),
+        per_second_device_us: device_us,
         rss_peak_bytes: rss_peak,
         rss_end_bytes: rss_end,
         cgroup_peak_bytes: None,

@@ -65,6 +65,15 @@ pub struct RunReport {
     /// Whether the engine was checkpointing during each second (this
     /// engine only; false for others).
     pub per_second_checkpointing: Vec<bool>,
+    /// The slowest operation that ended in each second, microseconds.
+    #[serde(default)]
+    pub per_second_max_us: Vec<u64>,
+    /// The device's mean time per completed request (reads, writes, cache
+    /// flushes; every process's) in each second, microseconds; empty where
+    /// `/proc/diskstats` has no entry for the data directory's device. A
+    /// spike here with one in `per_second_max_us` is the device stalling.
+    #[serde(default)]
+    pub per_second_device_us: Vec<u64>,
     /// Peak resident set size during the run.
     pub rss_peak_bytes: u64,
     /// Resident set size at the end of the run.
@@ -112,6 +121,8 @@ impl RunReport {
             per_second_ops: Vec::new(),
             per_second_p99_us: Vec::new(),
             per_second_checkpointing: Vec::new(),
+            per_second_max_us: Vec::new(),
+            per_second_device_us: Vec::new(),
             rss_peak_bytes: 0,
             rss_end_bytes: 0,
             cgroup_peak_bytes: None,

@@ -153,6 +153,56 @@ impl IoCounters {
     }
 }
 
+/// The block device under a path, as `/proc/diskstats` counts it:
+/// requests completed and milliseconds spent on them (reads, writes and
+/// cache flushes). The whole machine's traffic to that device, so a device
+/// stall shows whoever caused it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DiskCounters {
+    /// Requests completed.
+    pub requests: u64,
+    /// Milliseconds spent by them, summed.
+    pub ms: u64,
+}
+
+/// Reads the `/proc/diskstats` counters of one device.
+#[derive(Debug, Clone)]
+pub struct DiskSampler {
+    name: String,
+}
+
+impl DiskSampler {
+    /// The sampler for the device holding `path`; `None` where it cannot be
+    /// found (no `/sys`, a filesystem without a block device).
+    pub fn for_path(path: &Path) -> Option<DiskSampler> {
+        use std::os::unix::fs::MetadataExt;
+        let dev = fs::metadata(path).ok()?.dev();
+        let (major, minor) = (libc::major(dev), libc::minor(dev));
+        let link = fs::canonicalize(format!("/sys/dev/block/{major}:{minor}")).ok()?;
+        let name = link.file_name()?.to_string_lossy().into_owned();
+        let sampler = DiskSampler { name };
+        sampler.now().map(|_| sampler)
+    }
+
+    /// The counters now.
+    pub fn now(&self) -> Option<DiskCounters> {
+        let text = fs::read_to_string("/proc/diskstats").ok()?;
+        let fields: Vec<u64> = text.lines().find_map(|l| {
+            let mut it = l.split_whitespace();
+            let _major = it.next()?;
+            let _minor = it.next()?;
+            (it.next()? == self.name).then(|| it.filter_map(|f| f.parse().ok()).collect())
+        })?;
+        // reads, merged, sectors, ms; writes, merged, sectors, ms; in flight,
+        // io ms, weighted ms; discards (4); flushes, flush ms (Linux 5.5+).
+        let at = |i: usize| fields.get(i).copied().unwrap_or(0);
+        Some(DiskCounters {
+            requests: at(0) + at(4) + at(15),
+            ms: at(3) + at(7) + at(16),
+        })
+    }
+}
+
 /// CPU seconds of this process.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
 pub struct Cpu {

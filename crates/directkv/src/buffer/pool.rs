@@ -14,6 +14,12 @@
 //!   (invariant 7); `flush_list_visits` counts every entry a walk looks at.
 //! - Every page read is verified (checksum, own page number, database identity)
 //!   before anyone sees it; every page written is sealed first.
+//! - The data file grows ahead of use, in zero-filled extents
+//!   ([`extend_ahead`](BufferPool::extend_ahead)), so page writes are
+//!   overwrites that need no filesystem metadata and a checkpoint's sync
+//!   commits no journal. Pages at or past the zero-filled end have never been
+//!   written: a write there first extends (under the extension lock), and an
+//!   extension fills only from that end, so it never zeroes a written page.
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
@@ -31,6 +37,10 @@ use crate::wal::DbId;
 /// The fewest frames a pool may have: a B+tree operation pins a root-to-leaf
 /// path plus a sibling and a new page at once.
 pub const FRAMES_MIN: usize = 16;
+/// The smallest extension of the data file, in pages (1 MiB of 8 KiB pages).
+const EXTEND_MIN_PAGES: u64 = 128;
+/// Bytes of zeros per write (and scheduler admission) of an extension.
+const EXTEND_STEP_BYTES: usize = 256 << 10;
 /// How many times a miss retries when every frame is pinned before giving up.
 const VICTIM_RETRIES_MAX: u32 = 1000;
 
@@ -81,6 +91,10 @@ pub struct PoolStats {
     pub wal_rule_flushes: u64,
     /// Frames in the pool.
     pub frames: u64,
+    /// Pages of the data file allocated on disk ahead of use.
+    pub allocated_pages: u64,
+    /// Extensions of the data file (zero fill and sync).
+    pub extensions: u64,
 }
 
 #[derive(Debug, Default)]
@@ -96,6 +110,7 @@ struct Counters {
     read_miss_stalls: crate::stall::StallCounter,
     free_frame_stalls: crate::stall::StallCounter,
     wal_rule_flushes: AtomicU64,
+    extensions: AtomicU64,
 }
 
 const NO_PAGE: u64 = u64::MAX;
@@ -126,6 +141,13 @@ pub struct BufferPool<S: Storage, L: LogFlusher> {
     counters: Counters,
     /// The I/O scheduler every read and write asks; unset, a FIFO one.
     sched: std::sync::OnceLock<std::sync::Arc<Scheduler>>,
+    /// Pages below this are allocated on disk (zero-filled or written);
+    /// changed only under `extend`.
+    extended: AtomicU64,
+    /// Serialises extensions against writes past `extended`.
+    extend: Mutex<()>,
+    /// The largest extension in pages; 0: the file grows by page writes.
+    extend_pages: AtomicU64,
     _arena: AlignedArena,
 }
 
@@ -275,6 +297,8 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
             });
         }
         let arena = AlignedArena::new(page_bytes as usize, n, unit)?;
+        // Whole pages on disk now; nothing past them has been written.
+        let allocated = file.len()? / u64::from(page_bytes);
         let frames = (0..n)
             .map(|_| {
                 let buf = arena.acquire().expect("the arena has a slot per frame");
@@ -302,6 +326,9 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
             free: Mutex::new((0..n as u32).rev().collect()),
             counters: Counters::default(),
             sched: std::sync::OnceLock::new(),
+            extended: AtomicU64::new(allocated),
+            extend: Mutex::new(()),
+            extend_pages: AtomicU64::new(0),
             _arena: arena,
         })
     }
@@ -362,6 +389,112 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     pub fn attach_aio(&self, aio: &std::sync::Arc<Aio>) -> Result<bool> {
         self.file.attach_aio(aio)?;
         Ok(aio.register_arena(&self._arena))
+    }
+
+    /// Turns growth ahead of use on (`chunk_pages` > 0: the largest
+    /// extension) or off (0: the file grows by its page writes).
+    pub fn set_extension(&self, chunk_pages: u64) {
+        self.extend_pages.store(chunk_pages, Ordering::Release);
+    }
+
+    /// Extends the data file ahead of use when fewer than half a chunk of
+    /// allocated pages is left past `page_count` (the pages in use):
+    /// zero-fills the next chunk (a quarter of the file, from 1 MiB up to the
+    /// configured largest) as `class` and syncs it, so later page writes
+    /// there are overwrites and later syncs commit no allocation. Returns the
+    /// pages added (0 when off or not needed).
+    ///
+    /// # Errors
+    /// The fill's or the sync's error (the file is poisoned then, as any
+    /// failed write poisons it).
+    pub fn extend_ahead(&self, page_count: u64, class: IoClass) -> Result<u64> {
+        let most = self.extend_pages.load(Ordering::Acquire);
+        if most == 0 {
+            return Ok(0);
+        }
+        let chunk_of = |end: u64| (end / 4).clamp(EXTEND_MIN_PAGES, most.max(EXTEND_MIN_PAGES));
+        let ahead = |end: u64| end >= page_count.saturating_add(chunk_of(end) / 2);
+        if ahead(self.extended.load(Ordering::Acquire)) {
+            return Ok(0);
+        }
+        let target = {
+            let _one = lock(&self.extend);
+            let end = self.extended.load(Ordering::Acquire);
+            if ahead(end) {
+                return Ok(0);
+            }
+            page_count.max(end) + chunk_of(end)
+        };
+        // Step by step: the permit is taken holding no lock, and the lock
+        // only around one write, so a writer holding a Background permit
+        // and waiting in `cover` never waits on this one waiting for a
+        // permit.
+        let pb = self.page_bytes as u64;
+        let step = (EXTEND_STEP_BYTES as u64 / pb).max(1);
+        let zeros = self.zeros(step)?;
+        let start = self.extended.load(Ordering::Acquire);
+        loop {
+            let _permit = self.sched().admit(class, step * pb);
+            let _one = lock(&self.extend);
+            let at = self.extended.load(Ordering::Acquire);
+            if at >= target {
+                break;
+            }
+            let n = (target - at).min(step);
+            self.fill_locked(&zeros, at, n)?;
+        }
+        {
+            let _permit = self.sched().admit(class, 0);
+            self.file.sync_all()?;
+        }
+        self.counters.extensions.fetch_add(1, Ordering::Relaxed);
+        Ok(target.saturating_sub(start))
+    }
+
+    /// A buffer of `pages` zero pages.
+    fn zeros(&self, pages: u64) -> Result<AlignedBuf> {
+        let unit = self.file.alignment().io_unit_bytes().max(4096);
+        AlignedBuf::new(pages as usize * self.page_bytes, unit)
+    }
+
+    /// Zero-fills `n` pages from `at`, the allocated end (none of them
+    /// written yet), and moves the end past them. Under the extension lock.
+    fn fill_locked(&self, zeros: &AlignedBuf, at: u64, n: u64) -> Result<()> {
+        let pb = self.page_bytes as u64;
+        debug_assert_eq!(at, self.extended.load(Ordering::Acquire));
+        self.file
+            .write_all_at(zeros.io(0..(n * pb) as usize)?, at * pb)?;
+        self.extended.store(at + n, Ordering::Release);
+        Ok(())
+    }
+
+    /// With growth ahead of use on, makes sure page `page` is inside the
+    /// allocated end before it is written: a write past it (the extender
+    /// fell behind) first fills up to it and 1 MiB beyond, so no extension
+    /// ever zeroes a written page. Holding the extension lock it waits for
+    /// no scheduler permit (`Urgent`, unsynced: the next data-file sync
+    /// covers it), so a writer holding a Background permit can wait on it.
+    fn cover(&self, page: u64) -> Result<()> {
+        if page < self.extended.load(Ordering::Acquire)
+            || self.extend_pages.load(Ordering::Acquire) == 0
+        {
+            return Ok(());
+        }
+        let zeros = self.zeros(EXTEND_MIN_PAGES)?;
+        let _one = lock(&self.extend);
+        let target = page + 1 + EXTEND_MIN_PAGES;
+        loop {
+            let at = self.extended.load(Ordering::Acquire);
+            if at > page {
+                break;
+            }
+            let _permit = self
+                .sched()
+                .admit(IoClass::Urgent, EXTEND_MIN_PAGES * self.page_bytes as u64);
+            self.fill_locked(&zeros, at, (target - at).min(EXTEND_MIN_PAGES))?;
+        }
+        self.counters.extensions.fetch_add(1, Ordering::Relaxed);
+        Ok(())
     }
 
     fn sched(&self) -> &Scheduler {
@@ -677,6 +810,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
             self.log.durable_lsn() >= lsn,
             "WAL rule: log durable past the page LSN"
         );
+        self.cover(page_no)?;
         page::seal_in_place(guard.as_mut_slice(), page_no, &self.db_id);
         let permit = self.sched().admit(class, self.page_bytes as u64);
         self.file
@@ -834,6 +968,9 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
             return Ok(0);
         }
         held.sort_unstable_by_key(|h| h.1);
+        if let Some(last) = held.last() {
+            self.cover(last.1)?;
+        }
         let newest = held
             .iter()
             .map(|(_, _, g)| page::page_lsn(g.as_slice()))
@@ -980,6 +1117,8 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
             eviction_writes: c.eviction_writes.load(Ordering::Relaxed),
             wal_rule_flushes: c.wal_rule_flushes.load(Ordering::Relaxed),
             frames: self.frames.len() as u64,
+            allocated_pages: self.extended.load(Ordering::Acquire),
+            extensions: c.extensions.load(Ordering::Relaxed),
         }
     }
 

@@ -106,6 +106,12 @@ pub struct Options {
     /// with adjacent pages coalesced, and readahead. The environment variable
     /// [`IO_BACKEND_ENV`](crate::io::IO_BACKEND_ENV) overrides the backend.
     pub async_io: AioOptions,
+    /// The data file grows ahead of use in zero-filled extents of up to this
+    /// many bytes (a quarter of the file, from 1 MiB), prepared by the
+    /// background cleaner, so page writes are overwrites and a checkpoint's
+    /// sync commits no filesystem metadata. 0: the file grows by its page
+    /// writes.
+    pub data_extend_bytes: u64,
 }
 
 impl Default for Options {
@@ -124,6 +130,7 @@ impl Default for Options {
             readahead_pages: 32,
             io_scheduler: SchedOptions::default(),
             async_io: AioOptions::default(),
+            data_extend_bytes: 64 << 20,
         }
     }
 }
@@ -221,6 +228,10 @@ pub struct Stats {
     /// Data-file write requests; `pages_written / write_requests` is how
     /// many adjacent pages a write carries on average.
     pub write_requests: u64,
+    /// Zero-filled extensions of the data file (growth ahead of use).
+    pub data_extensions: u64,
+    /// Bytes of the data file allocated on disk (in use or ready for use).
+    pub data_allocated_bytes: u64,
     /// How the data file's bytes travel.
     pub data_io: IoPath,
     /// The WAL's sync method.
@@ -414,6 +425,7 @@ impl<S: Storage> Database<S> {
         )?;
         let sched = Arc::new(Scheduler::new(opts.io_scheduler));
         pool.set_scheduler(Arc::clone(&sched));
+        pool.set_extension(opts.data_extend_bytes / u64::from(c.page_bytes));
         let aio_opts = opts.async_io.with_env_override()?;
         let aio = if storage.supports_aio() && aio_opts.backend != AioBackend::Off {
             let aio = Aio::new(&aio_opts)?;
@@ -700,6 +712,14 @@ fn spawn_cleaner<S: Storage>(
                     inner.publish_stats();
                     published = Instant::now();
                 }
+                // Growth ahead of use; a failure poisons the data file and
+                // the next page write reports it.
+                let pages = inner
+                    .tree
+                    .read()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .page_count;
+                let _ = inner.pool.extend_ahead(pages, IoClass::Background);
                 let window = (inner.pool.frames() / 16).max(8);
                 // A failed write leaves the page dirty; a foreground eviction
                 // then meets the error itself.
@@ -711,7 +731,7 @@ fn spawn_cleaner<S: Storage>(
                 last_evicted = evicted;
                 inner.report_pressure(
                     written as f64 / window as f64,
-                    behind as f64 / (behind + written as u64).max(1) as f64,
+                    if behind > 0 { 1.0 } else { 0.0 },
                 );
                 inner
                     .counters
@@ -1081,7 +1101,9 @@ impl<S: Storage> Inner<S> {
         let Ok(one) = self.checkpointing.try_lock() else {
             return Ok(false);
         };
-        self.checkpoint_locked(&one, true).map(|()| true)
+        // Plain FIFO scheduling is the baseline without pacing too.
+        let paced = self.opts.io_scheduler.mode == crate::sched::SchedMode::Classes;
+        self.checkpoint_locked(&one, paced).map(|()| true)
     }
 
     pub(crate) fn wal_since_checkpoint(&self) -> u64 {
@@ -1110,12 +1132,13 @@ impl<S: Storage> Inner<S> {
     }
 
     /// Tells the scheduler how urgent background writing is: the shortage
-    /// of clean frames, the larger of the dirty share of the cache's cold end
-    /// and the share of dirty victims the foreground wrote itself since the
-    /// last pass (half is full pressure), or how far the log has grown past
-    /// the checkpoint distance (twice the distance is full pressure).
-    fn report_pressure(&self, cold_dirty_share: f64, evicted_dirty_share: f64) {
-        let frames = (cold_dirty_share.max(evicted_dirty_share) * 2.0).min(1.0);
+    /// of clean frames (the dirty share of the cache's cold end, half dirty
+    /// being full pressure; full pressure outright when the foreground had
+    /// to write a dirty victim itself since the last pass), or how far the
+    /// log has grown past the checkpoint distance (twice the distance is
+    /// full pressure).
+    fn report_pressure(&self, cold_dirty_share: f64, foreground_wrote: f64) {
+        let frames = (cold_dirty_share * 2.0).max(foreground_wrote).min(1.0);
         let log =
             self.wal_since_checkpoint() as f64 / self.opts.checkpoint_wal_bytes.max(1) as f64 - 1.0;
         self.sched.set_pressure(frames.max(log).clamp(0.0, 1.0));
@@ -1189,6 +1212,8 @@ impl<S: Storage> Inner<S> {
                     ..AioStats::default()
                 }),
             write_requests: cache.write_requests,
+            data_extensions: cache.extensions,
+            data_allocated_bytes: cache.allocated_pages * self.pool.page_bytes() as u64,
             eviction_writes: cache.eviction_writes,
             stalls: {
                 let h = StallHistograms {

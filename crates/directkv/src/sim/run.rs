@@ -73,6 +73,7 @@ fn knobs(rng: &mut Rng) -> (Options, String) {
         wal_segment_bytes: segment,
         checkpoint_wal_bytes: checkpoint,
         background_threads: false,
+        data_extend_bytes: 0,
         ..Options::default()
     };
     let text = format!(
