@@ -418,7 +418,7 @@ fn run_measured(spec: &ChildSpec, engine: &Engine, data_dir: &Path) -> Result<Ru
                     if let Some(after) = d.now() {
                         let n = after.requests.saturating_sub(before.requests);
                         let ms = after.ms.saturating_sub(before.ms);
-                        device_us.push(if n == 0 { 0 } else { ms * 1000 / n });
+                        device_us.push((ms * 1000).checked_div(n).unwrap_or(0));
                         disk_at = Some(after);
                     }
                 }
