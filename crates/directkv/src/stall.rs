@@ -24,7 +24,8 @@ pub(crate) fn mark_background_thread() {
     BACKGROUND.with(|b| b.set(true));
 }
 
-fn on_background_thread() -> bool {
+/// Whether the calling thread is one of the engine's background threads.
+pub(crate) fn on_background_thread() -> bool {
     BACKGROUND.with(Cell::get)
 }
 

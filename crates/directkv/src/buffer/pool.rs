@@ -17,9 +17,10 @@
 //! - The data file grows ahead of use, in zero-filled extents
 //!   ([`extend_ahead`](BufferPool::extend_ahead)), so page writes are
 //!   overwrites that need no filesystem metadata and a checkpoint's sync
-//!   commits no journal. Pages at or past the zero-filled end have never been
-//!   written: a write there first extends (under the extension lock), and an
-//!   extension fills only from that end, so it never zeroes a written page.
+//!   commits no journal. Pages at or past the allocated end have never been
+//!   written: a write there first moves the end past its page (under the
+//!   extension lock), and an extension fills only from that end, so it never
+//!   zeroes a written page.
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
@@ -29,7 +30,7 @@ use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard, Tr
 use super::replacer::{Access, Replacer};
 use crate::error::{Error, Result};
 use crate::format::page::{self, PageError, PAGE_HEADER_BYTES, PAGE_SIZES};
-use crate::io::{Aio, AlignedArena, AlignedBuf, BatchOp, Storage, StorageFile};
+use crate::io::{Aio, AlignedArena, AlignedBuf, BatchOp, Fill, Storage, StorageFile};
 use crate::lsn::Lsn;
 use crate::sched::{IoClass, SchedMode, SchedOptions, Scheduler};
 use crate::wal::DbId;
@@ -430,6 +431,13 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
         // and waiting in `cover` never waits on this one waiting for a
         // permit.
         let pb = self.page_bytes as u64;
+        // Reserve the blocks first: a full filesystem fails here, where
+        // nothing is poisoned, rather than in a zero write, which would
+        // poison the file for a speculative extension.
+        {
+            let _permit = self.sched().admit(class, 0);
+            self.file.allocate(target * pb, Fill::Reserve)?;
+        }
         let step = (EXTEND_STEP_BYTES as u64 / pb).max(1);
         let zeros = self.zeros(step)?;
         let start = self.extended.load(Ordering::Acquire);
@@ -468,33 +476,19 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
         Ok(())
     }
 
-    /// With growth ahead of use on, makes sure page `page` is inside the
-    /// allocated end before it is written: a write past it (the extender
-    /// fell behind) first fills up to it and 1 MiB beyond, so no extension
-    /// ever zeroes a written page. Holding the extension lock it waits for
-    /// no scheduler permit (`Urgent`, unsynced: the next data-file sync
-    /// covers it), so a writer holding a Background permit can wait on it.
-    fn cover(&self, page: u64) -> Result<()> {
+    /// With growth ahead of use on, moves the allocated end past page
+    /// `page` before it is written, so no extension ever zeroes it: the page
+    /// then extends the file itself, as without growth ahead. No I/O, so it
+    /// never fails and never waits on the scheduler (a writer holding a
+    /// Background permit can wait on the extension lock).
+    fn cover(&self, page: u64) {
         if page < self.extended.load(Ordering::Acquire)
             || self.extend_pages.load(Ordering::Acquire) == 0
         {
-            return Ok(());
+            return;
         }
-        let zeros = self.zeros(EXTEND_MIN_PAGES)?;
         let _one = lock(&self.extend);
-        let target = page + 1 + EXTEND_MIN_PAGES;
-        loop {
-            let at = self.extended.load(Ordering::Acquire);
-            if at > page {
-                break;
-            }
-            let _permit = self
-                .sched()
-                .admit(IoClass::Urgent, EXTEND_MIN_PAGES * self.page_bytes as u64);
-            self.fill_locked(&zeros, at, (target - at).min(EXTEND_MIN_PAGES))?;
-        }
-        self.counters.extensions.fetch_add(1, Ordering::Relaxed);
-        Ok(())
+        self.extended.fetch_max(page + 1, Ordering::AcqRel);
     }
 
     fn sched(&self) -> &Scheduler {
@@ -810,7 +804,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
             self.log.durable_lsn() >= lsn,
             "WAL rule: log durable past the page LSN"
         );
-        self.cover(page_no)?;
+        self.cover(page_no);
         page::seal_in_place(guard.as_mut_slice(), page_no, &self.db_id);
         let permit = self.sched().admit(class, self.page_bytes as u64);
         self.file
@@ -969,7 +963,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
         }
         held.sort_unstable_by_key(|h| h.1);
         if let Some(last) = held.last() {
-            self.cover(last.1)?;
+            self.cover(last.1);
         }
         let newest = held
             .iter()

@@ -1077,6 +1077,7 @@ impl<S: Storage> Inner<S> {
         {
             let mut control = self.control.lock().unwrap_or_else(|p| p.into_inner());
             let c = control.current();
+            let _permit = self.sched.admit(IoClass::Urgent, 0);
             control.write(Control {
                 checkpoint_lsn: end,
                 redo_lsn: start,

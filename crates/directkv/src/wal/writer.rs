@@ -688,6 +688,7 @@ fn spawn_preparer<S: Storage>(shared: Arc<Shared<S>>) -> JoinHandle<()> {
     std::thread::Builder::new()
         .name("directkv-wal-prep".into())
         .spawn(move || loop {
+            crate::stall::mark_background_thread();
             if shared.shutdown.load(Ordering::Acquire) {
                 return;
             }
