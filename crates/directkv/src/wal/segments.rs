@@ -55,6 +55,9 @@ pub(crate) struct Segments<S: Storage> {
     inner: Mutex<Inner<S>>,
     changed: Condvar,
     pub counters: SegmentCounters,
+    /// The I/O scheduler; a segment's zero fill is log I/O (`Wal`: admitted
+    /// at once, counted), since a writer may be waiting for the segment.
+    sched: Option<std::sync::Arc<crate::sched::Scheduler>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -71,6 +74,7 @@ impl<S: Storage> Segments<S> {
             },
             db_id: opts.db_id,
             sync: opts.sync,
+            sched: opts.sched.clone(),
             spare: opts.spare_segments,
             recycle_max: opts.recycle_segments_max.max(opts.spare_segments),
             inner: Mutex::new(Inner {
@@ -168,7 +172,12 @@ impl<S: Storage> Segments<S> {
         };
         let made = (|| {
             let file = self.storage.open(&tmp, &opts)?;
+            let permit = self
+                .sched
+                .as_ref()
+                .map(|s| s.admit(crate::sched::IoClass::Wal, self.layout.segment_bytes));
             file.allocate(self.layout.segment_bytes, Fill::Zero)?;
+            drop(permit);
             self.write_header(&file, n)?;
             self.storage.rename(&tmp, &self.path(n))?;
             self.storage.sync_dir(&self.dir)
