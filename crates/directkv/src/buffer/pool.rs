@@ -788,34 +788,13 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     /// Writes frame `f` back if it is dirty: WAL first, then the sealed page.
     fn write_back(&self, f: u32, class: IoClass) -> Result<()> {
         let frame = &self.frames[f as usize];
-        let mut guard = frame.data.write().unwrap_or_else(|p| p.into_inner());
+        let guard = frame.data.write().unwrap_or_else(|p| p.into_inner());
         if !frame.dirty.load(Ordering::Acquire) || frame.held.load(Ordering::Acquire) {
             return Ok(());
         }
         let page_no = frame.page.load(Ordering::Acquire);
-        let lsn = page::page_lsn(guard.as_slice());
-        if self.log.durable_lsn() < lsn {
-            self.counters
-                .wal_rule_flushes
-                .fetch_add(1, Ordering::Relaxed);
-            self.log.flush_to(lsn)?;
-        }
-        assert!(
-            self.log.durable_lsn() >= lsn,
-            "WAL rule: log durable past the page LSN"
-        );
-        self.cover(page_no);
-        page::seal_in_place(guard.as_mut_slice(), page_no, &self.db_id);
-        let permit = self.sched().admit(class, self.page_bytes as u64);
-        self.file
-            .write_all_at(guard.io_all(), page_no * self.page_bytes as u64)?;
-        drop(permit);
-        self.counters.pages_written.fetch_add(1, Ordering::Relaxed);
-        self.counters.write_requests.fetch_add(1, Ordering::Relaxed);
-        let rec = frame.rec_lsn.load(Ordering::Acquire);
-        lock(&self.flush_list).remove(&(rec, f));
-        frame.dirty.store(false, Ordering::Release);
-        Ok(())
+        let _permit = self.sched().admit(class, self.page_bytes as u64);
+        self.write_held(&mut [(f, page_no, guard)]).map(drop)
     }
 
     /// Ends a hold: marks the page dirty at `lsn` (its change is now logged,
