@@ -243,15 +243,16 @@ fn cell_len(p: &[u8], c: usize) -> usize {
 /// Rewrites the cells contiguously at the end of the page, dropping garbage.
 pub fn compact(p: &mut [u8]) {
     let n = count(p);
-    let mut cells: Vec<Vec<u8>> = Vec::with_capacity(n);
-    for i in 0..n {
-        let c = slot(p, i);
-        cells.push(p[c..c + cell_len(p, c)].to_vec());
-    }
+    // One copy of the page to move the cells from: a page-sized copy costs
+    // less than an allocation per cell, and compaction runs whenever a full
+    // leaf has a value replaced by one of a different size.
+    let old = p.to_vec();
     let mut end = p.len();
-    for (i, cell) in cells.iter().enumerate() {
-        end -= cell.len();
-        p[end..end + cell.len()].copy_from_slice(cell);
+    for i in 0..n {
+        let c = slot(&old, i);
+        let len = cell_len(&old, c);
+        end -= len;
+        p[end..end + len].copy_from_slice(&old[c..c + len]);
         set_u16(p, SLOTS + 2 * i, end);
     }
     let slots_end = SLOTS + 2 * n;
@@ -285,15 +286,42 @@ pub fn leaf_insert(p: &mut [u8], i: usize, key: &[u8], v: &Value<'_>) -> bool {
         return false;
     };
     p[c..c + 2].copy_from_slice(&(key.len() as u16).to_le_bytes());
-    let (flags, vlen, bytes): (u8, u32, Vec<u8>) = match v {
-        Value::Inline(b) => (0, b.len() as u32, b.to_vec()),
-        Value::Overflow { len, page } => (OVERFLOW_FLAG, *len, page.to_le_bytes().to_vec()),
+    let k = c + LEAF_CELL_HEADER;
+    p[k..k + key.len()].copy_from_slice(key);
+    write_value(p, c, key.len(), v);
+    true
+}
+
+/// Writes the flags, length and bytes of `v` into the leaf cell at `c` whose
+/// key is `klen` bytes long.
+fn write_value(p: &mut [u8], c: usize, klen: usize, v: &Value<'_>) {
+    let at = c + LEAF_CELL_HEADER + klen;
+    let (flags, vlen) = match v {
+        Value::Inline(b) => {
+            p[at..at + b.len()].copy_from_slice(b);
+            (0, b.len() as u32)
+        }
+        Value::Overflow { len, page } => {
+            p[at..at + 8].copy_from_slice(&page.to_le_bytes());
+            (OVERFLOW_FLAG, *len)
+        }
     };
     p[c + 2] = flags;
     p[c + 3..c + 7].copy_from_slice(&vlen.to_le_bytes());
-    let k = c + LEAF_CELL_HEADER;
-    p[k..k + key.len()].copy_from_slice(key);
-    p[k + key.len()..k + key.len() + bytes.len()].copy_from_slice(&bytes);
+}
+
+/// Replaces the value of leaf cell `i` where it stands when the new value
+/// takes exactly the bytes of the old one (an update of a fixed-size row);
+/// false, changing nothing, otherwise. The cell does not move, so the change
+/// is the value's bytes alone: no compaction, and a page record of a few
+/// bytes instead of a moved cell and a shifted slot array.
+pub fn leaf_overwrite(p: &mut [u8], i: usize, v: &Value<'_>) -> bool {
+    let c = slot(p, i);
+    let klen = u16_at(p, c);
+    if cell_len(p, c) != LEAF_CELL_HEADER + klen + v.cell_bytes() {
+        return false;
+    }
+    write_value(p, c, klen, v);
     true
 }
 
@@ -452,6 +480,44 @@ mod tests {
         compact(&mut p);
         validate(&p).expect("valid after compaction");
         assert_eq!(search(&p, b"c"), Ok(1));
+    }
+
+    #[test]
+    fn same_size_values_are_replaced_in_place() {
+        let mut p = leaf(4096);
+        for (i, k) in [b"a", b"b", b"c"].iter().enumerate() {
+            assert!(leaf_insert(&mut p, i, *k, &Value::Inline(&[i as u8; 10])));
+        }
+        let before = p.clone();
+        let at = slot(&p, 1);
+        assert!(leaf_overwrite(&mut p, 1, &Value::Inline(&[9u8; 10])));
+        assert_eq!(slot(&p, 1), at, "the cell did not move");
+        assert_eq!(value(&p, 1), Value::Inline(&[9u8; 10]));
+        validate(&p).expect("valid");
+        let changed: Vec<usize> = (0..p.len()).filter(|&i| p[i] != before[i]).collect();
+        assert!(
+            changed.iter().all(|&i| (at..at + 18).contains(&i)),
+            "{changed:?}"
+        );
+        // A value of another size, or an overflow pointer in place of 10
+        // inline bytes, is refused and changes nothing.
+        let kept = p.clone();
+        assert!(!leaf_overwrite(&mut p, 1, &Value::Inline(&[9u8; 11])));
+        assert!(!leaf_overwrite(
+            &mut p,
+            1,
+            &Value::Overflow { len: 5000, page: 3 }
+        ));
+        assert_eq!(p, kept);
+        // An 8-byte inline value and an overflow pointer take the same bytes.
+        assert!(leaf_insert(&mut p, 3, b"d", &Value::Inline(&[1u8; 8])));
+        assert!(leaf_overwrite(
+            &mut p,
+            3,
+            &Value::Overflow { len: 5000, page: 3 }
+        ));
+        assert_eq!(value(&p, 3), Value::Overflow { len: 5000, page: 3 });
+        validate(&p).expect("valid");
     }
 
     #[test]

@@ -496,6 +496,9 @@ pub fn put<P: PagesMut>(pages: &mut P, key: &[u8], value: &[u8]) -> Result<()> {
     // Replace (or insert) in one change of the leaf: one log record.
     let inserted = pages.modify(d.leaf, |p| {
         if let Ok(i) = node::search(p, key) {
+            if node::leaf_overwrite(p, i, &stored) {
+                return true;
+            }
             node::remove(p, i);
         }
         let at = node::search(p, key).expect_err("removed above");
