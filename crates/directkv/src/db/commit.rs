@@ -17,6 +17,7 @@
 //! and an abort record is written, so the tree is as it was before the commit.
 
 use std::collections::HashMap;
+use std::sync::Mutex;
 
 use super::records::{self, Meta};
 use super::{EngineLog, Inner};
@@ -81,6 +82,39 @@ impl<S: Storage> Pages for CachedPages<'_, S> {
     }
 }
 
+/// Buffers kept for reuse at most; a transaction larger than this allocates
+/// the rest.
+const SPARE_BUFFERS_MAX: usize = 64;
+
+/// Page-sized buffers that commits borrow (before-images, the diff scratch,
+/// encoded records) and give back. A commit runs while every other writer
+/// waits, and allocating and freeing two or three page-sized blocks for every
+/// page it changes was a fifth of that time.
+#[derive(Default)]
+pub(crate) struct SpareBuffers {
+    bufs: Mutex<Vec<Vec<u8>>>,
+}
+
+impl SpareBuffers {
+    /// An empty buffer, with a page's capacity when one is spare.
+    fn take(&self) -> Vec<u8> {
+        self.bufs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop()
+            .unwrap_or_default()
+    }
+
+    /// Keeps `buf` for a later commit.
+    fn give(&self, mut buf: Vec<u8>) {
+        buf.clear();
+        let mut bufs = self.bufs.lock().unwrap_or_else(|p| p.into_inner());
+        if bufs.len() < SPARE_BUFFERS_MAX {
+            bufs.push(buf);
+        }
+    }
+}
+
 struct HeldPage {
     held: Held,
     before: Vec<u8>,
@@ -96,6 +130,7 @@ pub(crate) struct CommitCtx<'a, S: Storage> {
     held: HashMap<u64, HeldPage>,
     order: Vec<u64>,
     scratch: Vec<u8>,
+    rec: Vec<u8>,
     pub full_images: u64,
     pub full_image_bytes: u64,
     pub deltas: u64,
@@ -111,7 +146,8 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
             horizon,
             held: HashMap::new(),
             order: Vec::new(),
-            scratch: vec![0u8; inner.pool.page_bytes()],
+            scratch: inner.spare_buffers.take(),
+            rec: inner.spare_buffers.take(),
             full_images: 0,
             full_image_bytes: 0,
             deltas: 0,
@@ -145,7 +181,8 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
         })?;
         let first = !self.held.contains_key(&no);
         if first {
-            let before = p.data().to_vec();
+            let mut before = self.inner.spare_buffers.take();
+            before.extend_from_slice(p.data());
             let held = p.hold();
             // A fresh page has no image on disk to repair from, and a page not
             // changed since before the latest checkpoint began needs its full
@@ -163,28 +200,44 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
             if imaged {
                 self.held.get_mut(&no).expect("just inserted").imaged = true;
                 let r = f(p.data_mut());
-                let full = [(0usize, p.data().len())];
-                let rec = records::encode_page(self.txn, no, true, &full, p.data());
+                let mut rec = std::mem::take(&mut self.rec);
+                let compress = self.inner.opts.compress_page_images;
+                records::encode_full_image_into(&mut rec, self.txn, no, p.data(), compress);
                 drop(p);
-                self.log_page(&rec, true)?;
+                let logged = self.log_page(&rec, true);
+                self.rec = rec;
+                logged?;
                 return Ok(r);
             }
         }
-        self.scratch.copy_from_slice(p.data());
-        let r = f(p.data_mut());
-        let ranges = records::diff(&self.scratch, p.data());
+        // At a page's first change its before-image is the page as it was;
+        // later changes in the same transaction diff against a copy.
+        let (r, ranges) = if first {
+            let r = f(p.data_mut());
+            let before = &self.held.get(&no).expect("held above").before;
+            (r, records::diff(before, p.data()))
+        } else {
+            self.scratch.clear();
+            self.scratch.extend_from_slice(p.data());
+            let r = f(p.data_mut());
+            (r, records::diff(&self.scratch, p.data()))
+        };
         if ranges.is_empty() {
             return Ok(r);
         }
         let changed: usize = ranges.iter().map(|r| r.1).sum();
         let full = changed * 2 > p.data().len();
-        let rec = if full {
-            records::encode_page(self.txn, no, true, &[(0, p.data().len())], p.data())
+        let mut rec = std::mem::take(&mut self.rec);
+        if full {
+            let compress = self.inner.opts.compress_page_images;
+            records::encode_full_image_into(&mut rec, self.txn, no, p.data(), compress);
         } else {
-            records::encode_page(self.txn, no, false, &ranges, p.data())
-        };
+            records::encode_page_into(&mut rec, self.txn, no, false, &ranges, p.data());
+        }
         drop(p);
-        self.log_page(&rec, full)?;
+        let logged = self.log_page(&rec, full);
+        self.rec = rec;
+        logged?;
         Ok(r)
     }
 
@@ -213,6 +266,7 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
         for no in std::mem::take(&mut self.order) {
             let h = self.held.remove(&no).expect("held page");
             self.inner.pool.release_held(h.held, Some(lsn));
+            self.inner.spare_buffers.give(h.before);
         }
         Ok(lsn)
     }
@@ -225,9 +279,18 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
                 p.data_mut().copy_from_slice(&h.before);
             }
             self.inner.pool.release_held(h.held, None);
+            self.inner.spare_buffers.give(h.before);
         }
         // Best effort: recovery ignores page records without a commit anyway.
         let _ = self.wal().append(records::ABORT, &self.txn.to_le_bytes());
+    }
+}
+
+impl<S: Storage> Drop for CommitCtx<'_, S> {
+    fn drop(&mut self) {
+        let spare = &self.inner.spare_buffers;
+        spare.give(std::mem::take(&mut self.scratch));
+        spare.give(std::mem::take(&mut self.rec));
     }
 }
 

@@ -112,6 +112,11 @@ pub struct Options {
     /// sync commits no filesystem metadata. 0: the file grows by its page
     /// writes.
     pub data_extend_bytes: u64,
+    /// Full page images in the WAL (a page's first change after a checkpoint
+    /// begins, the torn-page protection) are compressed with LZ4 where that
+    /// makes them smaller. They are most of the log under random updates,
+    /// and every committer waits for the log to be written.
+    pub compress_page_images: bool,
 }
 
 impl Default for Options {
@@ -131,6 +136,7 @@ impl Default for Options {
             io_scheduler: SchedOptions::default(),
             async_io: AioOptions::default(),
             data_extend_bytes: 64 << 20,
+            compress_page_images: true,
         }
     }
 }
@@ -285,6 +291,8 @@ pub(crate) struct Inner<S: Storage> {
     /// exclusively while it changes pages.
     pub(crate) tree: RwLock<Meta>,
     writer: txn::TicketLock,
+    /// Page-sized buffers commits reuse.
+    spare_buffers: commit::SpareBuffers,
     control: Mutex<ControlFile<S>>,
     checkpointing: Mutex<()>,
     /// Stop flag and wake-up of the background checkpointer.
@@ -462,6 +470,7 @@ impl<S: Storage> Database<S> {
             pool,
             tree: RwLock::new(meta),
             writer: txn::TicketLock::default(),
+            spare_buffers: commit::SpareBuffers::default(),
             control: Mutex::new(control),
             checkpointing: Mutex::new(()),
             checkpointer: Arc::new((Mutex::new(false), std::sync::Condvar::new())),

@@ -50,7 +50,17 @@ fn u16_at(b: &[u8], o: usize) -> Option<usize> {
     Some(u16::from_le_bytes(b.get(o..o + 2)?.try_into().ok()?) as usize)
 }
 
+/// Page record flag: changed byte ranges.
+const DELTA: u8 = 0;
+/// Page record flag: the whole page as one range.
+const FULL: u8 = 1;
+/// Page record flag: the whole page, LZ4-compressed (a block, no frame).
+const FULL_LZ4: u8 = 2;
+/// Bytes before a page record's body: txn, page, flag.
+const PAGE_HEADER: usize = 17;
+
 /// Encodes a page record from the changed ranges of `after`.
+#[cfg(test)]
 pub fn encode_page(
     txn: u64,
     page: u64,
@@ -58,11 +68,30 @@ pub fn encode_page(
     ranges: &[(usize, usize)],
     after: &[u8],
 ) -> Vec<u8> {
-    let bytes: usize = ranges.iter().map(|r| 4 + r.1).sum();
-    let mut out = Vec::with_capacity(19 + bytes);
+    let mut out = Vec::new();
+    encode_page_into(&mut out, txn, page, full, ranges, after);
+    out
+}
+
+fn put_header(out: &mut Vec<u8>, txn: u64, page: u64, flag: u8) {
     out.extend_from_slice(&txn.to_le_bytes());
     out.extend_from_slice(&page.to_le_bytes());
-    out.push(u8::from(full));
+    out.push(flag);
+}
+
+/// [`encode_page`] into `out` (cleared first), reusing its allocation.
+pub fn encode_page_into(
+    out: &mut Vec<u8>,
+    txn: u64,
+    page: u64,
+    full: bool,
+    ranges: &[(usize, usize)],
+    after: &[u8],
+) {
+    let bytes: usize = ranges.iter().map(|r| 4 + r.1).sum();
+    out.clear();
+    out.reserve(PAGE_HEADER + 2 + bytes);
+    put_header(out, txn, page, if full { FULL } else { DELTA });
     out.extend_from_slice(&(ranges.len() as u16).to_le_bytes());
     for &(off, len) in ranges {
         // A 16 KiB page's full range has length 16384, which fits in u16.
@@ -70,7 +99,45 @@ pub fn encode_page(
         out.extend_from_slice(&(len as u16).to_le_bytes());
         out.extend_from_slice(&after[off..off + len]);
     }
-    out
+}
+
+/// Encodes the full image of `image` into `out` (cleared first): LZ4-
+/// compressed when `compress` is set and that saves at least an eighth,
+/// else as one range. Returns whether it compressed.
+pub fn encode_full_image_into(
+    out: &mut Vec<u8>,
+    txn: u64,
+    page: u64,
+    image: &[u8],
+    compress: bool,
+) -> bool {
+    if compress {
+        out.clear();
+        put_header(out, txn, page, FULL_LZ4);
+        out.extend_from_slice(&(image.len() as u16).to_le_bytes());
+        let at = out.len();
+        out.resize(
+            at + lz4_flex::block::get_maximum_output_size(image.len()),
+            0,
+        );
+        if let Ok(n) = lz4_flex::block::compress_into(image, &mut out[at..]) {
+            if n <= image.len() - image.len() / 8 {
+                out.truncate(at + n);
+                return true;
+            }
+        }
+    }
+    encode_page_into(out, txn, page, true, &[(0, image.len())], image);
+    false
+}
+
+/// The body of a page record.
+#[derive(Debug)]
+enum Body<'a> {
+    /// `n` ranges of `off u16 | len u16 | bytes`.
+    Ranges { bytes: &'a [u8], n: usize },
+    /// An LZ4 block that decompresses to `len` bytes: the whole page.
+    Lz4 { len: usize, bytes: &'a [u8] },
 }
 
 /// A decoded page record.
@@ -82,30 +149,42 @@ pub struct PageRecord<'a> {
     pub page: u64,
     /// Whether it is a full image.
     pub full: bool,
-    ranges: &'a [u8],
-    n: usize,
+    body: Body<'a>,
 }
 
 impl PageRecord<'_> {
     /// Writes the record's bytes into `page`.
     ///
     /// # Errors
-    /// [`Error::Corruption`] when a range falls outside the page.
+    /// [`Error::Corruption`] when a range falls outside the page, or a
+    /// compressed image does not decompress to exactly the page.
     pub fn apply(&self, page: &mut [u8]) -> Result<()> {
-        let mut at = 0usize;
-        for _ in 0..self.n {
-            let off = u16_at(self.ranges, at).ok_or_else(|| bad("page"))?;
-            let len = u16_at(self.ranges, at + 2).ok_or_else(|| bad("page"))?;
-            let bytes = self
-                .ranges
-                .get(at + 4..at + 4 + len)
-                .ok_or_else(|| bad("page"))?;
-            page.get_mut(off..off + len)
-                .ok_or_else(|| bad("page (range beyond the page)"))?
-                .copy_from_slice(bytes);
-            at += 4 + len;
+        match self.body {
+            Body::Ranges { bytes: ranges, n } => {
+                let mut at = 0usize;
+                for _ in 0..n {
+                    let off = u16_at(ranges, at).ok_or_else(|| bad("page"))?;
+                    let len = u16_at(ranges, at + 2).ok_or_else(|| bad("page"))?;
+                    let bytes = ranges
+                        .get(at + 4..at + 4 + len)
+                        .ok_or_else(|| bad("page"))?;
+                    page.get_mut(off..off + len)
+                        .ok_or_else(|| bad("page (range beyond the page)"))?
+                        .copy_from_slice(bytes);
+                    at += 4 + len;
+                }
+                Ok(())
+            }
+            Body::Lz4 { len, bytes } => {
+                if len != page.len() {
+                    return Err(bad("page (compressed image of another page size)"));
+                }
+                match lz4_flex::block::decompress_into(bytes, page) {
+                    Ok(n) if n == len => Ok(()),
+                    _ => Err(bad("page (compressed image does not decompress)")),
+                }
+            }
         }
-        Ok(())
     }
 }
 
@@ -116,14 +195,20 @@ impl PageRecord<'_> {
 pub fn decode_page(b: &[u8]) -> Result<PageRecord<'_>> {
     let txn = u64_at(b, 0).ok_or_else(|| bad("page"))?;
     let page = u64_at(b, 8).ok_or_else(|| bad("page"))?;
-    let full = *b.get(16).ok_or_else(|| bad("page"))? == 1;
-    let n = u16_at(b, 17).ok_or_else(|| bad("page"))?;
+    let flag = *b.get(16).ok_or_else(|| bad("page"))?;
+    let n = u16_at(b, PAGE_HEADER).ok_or_else(|| bad("page"))?;
+    let bytes = &b[PAGE_HEADER + 2..];
+    let (full, body) = match flag {
+        DELTA => (false, Body::Ranges { bytes, n }),
+        FULL => (true, Body::Ranges { bytes, n }),
+        FULL_LZ4 => (true, Body::Lz4 { len: n, bytes }),
+        _ => return Err(bad("page (unknown record flag)")),
+    };
     Ok(PageRecord {
         txn,
         page,
         full,
-        ranges: &b[19..],
-        n,
+        body,
     })
 }
 
@@ -152,38 +237,49 @@ pub fn decode_meta(b: &[u8]) -> Result<(u64, Meta)> {
     ))
 }
 
-/// The byte ranges where `before` and `after` differ, with gaps of under 16
-/// bytes merged, so each range costs its 4-byte header at most once per 16.
+/// The byte ranges `(offset, length)` in which `after` differs from `before`
+/// (equal lengths). Differences fewer than 16 equal bytes apart share a
+/// range, since a range's 4-byte header costs about as much as the equal
+/// bytes it would skip.
 pub fn diff(before: &[u8], after: &[u8]) -> Vec<(usize, usize)> {
     const GAP: usize = 16;
+    let n = before.len().min(after.len());
     let mut out: Vec<(usize, usize)> = Vec::new();
     let mut i = 0;
-    let n = before.len();
-    while i < n {
-        // Skip equal 8-byte words quickly.
-        if i + 8 <= n && before[i..i + 8] == after[i..i + 8] {
-            i += 8;
-            continue;
+    while let Some(start) = first_difference(before, after, i, n) {
+        // The range ends at its last differing byte that is followed by
+        // GAP equal bytes (or the end of the page).
+        let mut last = start;
+        let mut j = start + 1;
+        while j < n && j - last <= GAP {
+            if before[j] != after[j] {
+                last = j;
+            }
+            j += 1;
         }
-        if before[i] == after[i] {
-            i += 1;
-            continue;
-        }
-        let start = i;
-        let mut end = i + 1;
-        while end < n
-            && (before[end] != after[end]
-                || (end + GAP < n && before[end..end + GAP] != after[end..end + GAP]))
-        {
-            end += 1;
-        }
+        let end = last + 1;
         match out.last_mut() {
-            Some(last) if start - (last.0 + last.1) < GAP => last.1 = end - last.0,
+            Some(prev) if start - (prev.0 + prev.1) < GAP => prev.1 = end - prev.0,
             _ => out.push((start, end - start)),
         }
         i = end;
     }
     out
+}
+
+/// The first index in `from..n` where `a` and `b` differ, comparing eight
+/// bytes at a time.
+fn first_difference(a: &[u8], b: &[u8], from: usize, n: usize) -> Option<usize> {
+    let mut i = from;
+    while i + 8 <= n {
+        let x = u64::from_le_bytes(a[i..i + 8].try_into().expect("eight bytes"));
+        let y = u64::from_le_bytes(b[i..i + 8].try_into().expect("eight bytes"));
+        if x != y {
+            break;
+        }
+        i += 8;
+    }
+    (i..n).find(|&k| a[k] != b[k])
 }
 
 #[cfg(test)]
@@ -208,6 +304,99 @@ mod tests {
         assert!(diff(&after, &after).is_empty());
     }
 
+    proptest::proptest! {
+        /// Arbitrary payloads (a page record as read back from a damaged
+        /// log), flagged as any kind of page record: decoding and applying
+        /// return an error or change the page, never panic.
+        #[test]
+        fn arbitrary_page_records_never_panic(
+            flag in 0u8..4,
+            n in proptest::num::u16::ANY,
+            body in proptest::collection::vec(proptest::num::u8::ANY, 0..300),
+        ) {
+            let mut rec = Vec::new();
+            put_header(&mut rec, 1, 2, flag);
+            rec.extend_from_slice(&n.to_le_bytes());
+            rec.extend_from_slice(&body);
+            if let Ok(d) = decode_page(&rec) {
+                let mut page = vec![0u8; 8192];
+                let _ = d.apply(&mut page);
+            }
+        }
+
+        /// Applying the ranges of `diff` to the old page gives the new one,
+        /// and the ranges are ordered, disjoint and start and end at
+        /// differing bytes.
+        #[test]
+        fn diff_covers_every_change(
+            changes in proptest::collection::vec((0usize..512, proptest::num::u8::ANY), 0..40),
+        ) {
+            let before: Vec<u8> = (0..512).map(|i| (i * 7) as u8).collect();
+            let mut after = before.clone();
+            for (at, v) in changes {
+                after[at] = v;
+            }
+            let ranges = diff(&before, &after);
+            let mut page = before.clone();
+            let mut prev_end = 0;
+            for &(off, len) in &ranges {
+                proptest::prop_assert!(len > 0 && off >= prev_end);
+                proptest::prop_assert!(before[off] != after[off]);
+                proptest::prop_assert!(before[off + len - 1] != after[off + len - 1]);
+                page[off..off + len].copy_from_slice(&after[off..off + len]);
+                prev_end = off + len;
+            }
+            proptest::prop_assert_eq!(page, after);
+        }
+    }
+
+    #[test]
+    fn full_images_compress_when_that_pays_and_restore_exactly() {
+        // A leaf-like page: padded rows compress.
+        let mut image = vec![b' '; 8192];
+        for (i, chunk) in image.chunks_mut(100).enumerate() {
+            chunk[..8].copy_from_slice(&(i as u64).to_le_bytes());
+        }
+        let mut rec = Vec::new();
+        assert!(encode_full_image_into(&mut rec, 9, 4, &image, true));
+        assert!(rec.len() < image.len() / 4, "{} bytes", rec.len());
+        let d = decode_page(&rec).expect("decode");
+        assert_eq!((d.txn, d.page, d.full), (9, 4, true));
+        let mut page = vec![0u8; 8192];
+        d.apply(&mut page).expect("apply");
+        assert_eq!(page, image);
+        // The wrong page size, or a damaged block, is corruption, not a panic.
+        assert!(d.apply(&mut [0u8; 4096]).is_err());
+        let mut damaged = rec.clone();
+        damaged.truncate(rec.len() - 5);
+        let mut page = vec![0u8; 8192];
+        assert!(decode_page(&damaged)
+            .expect("decode")
+            .apply(&mut page)
+            .is_err());
+
+        // Random bytes do not compress: stored whole, flagged full.
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let noise: Vec<u8> = (0..8192)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        assert!(!encode_full_image_into(&mut rec, 9, 5, &noise, true));
+        let mut page = vec![0u8; 8192];
+        decode_page(&rec)
+            .expect("decode")
+            .apply(&mut page)
+            .expect("apply");
+        assert_eq!(page, noise);
+        // Compression off: stored whole.
+        assert!(!encode_full_image_into(&mut rec, 9, 4, &image, false));
+        assert_eq!(rec.len(), 19 + 4 + 8192);
+    }
+
     #[test]
     fn meta_round_trip() {
         let m = Meta {
@@ -218,5 +407,8 @@ mod tests {
         assert_eq!(decode_meta(&encode_meta(42, &m)).expect("decode"), (42, m));
         assert!(decode_meta(&[1, 2, 3]).is_err());
         assert!(decode_page(&[0; 5]).is_err());
+        let mut unknown = encode_page(1, 2, false, &[], &[]);
+        unknown[16] = 7;
+        assert!(decode_page(&unknown).is_err());
     }
 }
