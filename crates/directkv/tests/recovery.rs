@@ -84,17 +84,47 @@ fn redo_after_a_checkpoint_replays_only_what_follows_it() {
 }
 
 /// Torn data pages (F4) and bit rot (F7) on pages changed since the last
-/// checkpoint are rebuilt from the full-page images the WAL holds for them.
+/// checkpoint are rebuilt from the full-page images the WAL holds for them,
+/// LZ4-compressed (the default; these rows compress) or whole.
 #[test]
 fn torn_pages_are_rebuilt_from_full_page_images() {
+    torn_pages_rebuilt(true);
+}
+
+#[test]
+fn torn_pages_are_rebuilt_from_uncompressed_full_page_images() {
+    torn_pages_rebuilt(false);
+}
+
+fn torn_pages_rebuilt(compress: bool) {
     use std::os::unix::fs::FileExt;
     let dir = scratch();
+    let options = || Options {
+        compress_page_images: compress,
+        ..options()
+    };
     let db = Database::open(dir.path(), options()).expect("open");
     fill(&db, 800, 1);
     db.checkpoint().expect("checkpoint");
     // Change every leaf again, then write the pages out without a checkpoint.
+    let before = db.stats();
     fill(&db, 800, 2);
     let expect = all(&db);
+    let stats = db.stats();
+    let images = stats.full_page_images - before.full_page_images;
+    let image_bytes = stats.full_page_image_bytes - before.full_page_image_bytes;
+    assert!(images > 0, "{stats:?}");
+    if compress {
+        assert!(
+            image_bytes < images * 4096 / 4,
+            "{image_bytes} bytes for {images} images"
+        );
+    } else {
+        assert!(
+            image_bytes > images * 4096,
+            "{image_bytes} bytes for {images} images"
+        );
+    }
     drop(db);
     let data = dir.path().join("data");
     let f = std::fs::OpenOptions::new()
@@ -110,6 +140,17 @@ fn torn_pages_are_rebuilt_from_full_page_images() {
     }
     f.sync_all().expect("sync");
     let db = Database::open(dir.path(), options()).expect("recovery repairs the torn pages");
+    assert_eq!(all(&db), expect);
+    // Recovery reads images of either kind, whatever the option is now.
+    drop(db);
+    let db = Database::open(
+        dir.path(),
+        Options {
+            compress_page_images: !compress,
+            ..options()
+        },
+    )
+    .expect("reopen with the other setting");
     assert_eq!(all(&db), expect);
 }
 

@@ -61,6 +61,7 @@ fn knobs(rng: &mut Rng) -> (Options, String) {
     let method = SyncMethod::DURABLE[rng.range(0, 5) as usize];
     let segment = (64u64 << 10) << rng.range(0, 4);
     let checkpoint = (32u64 << 10) << rng.range(0, 6);
+    let compress = rng.range(0, 4) != 0;
     let opts = Options {
         cache_bytes: frames * page as usize,
         page_bytes: page,
@@ -74,11 +75,13 @@ fn knobs(rng: &mut Rng) -> (Options, String) {
         checkpoint_wal_bytes: checkpoint,
         background_threads: false,
         data_extend_bytes: 0,
+        compress_page_images: compress,
         ..Options::default()
     };
     let text = format!(
         "page {page}, cache {frames} pages, sync {method}, segment {segment}, checkpoint every \
-         {checkpoint} bytes of WAL"
+         {checkpoint} bytes of WAL, page images {}",
+        if compress { "compressed" } else { "whole" }
     );
     (opts, text)
 }
