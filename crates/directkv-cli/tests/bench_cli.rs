@@ -127,12 +127,15 @@ fn tpcb_runs_side_by_side_and_passes_its_consistency_check() {
             "--cache",
             "8M",
             "--compare",
-            "direct,buffered",
+            "direct,buffered,direct-whole-images",
         ],
     );
     assert!(ok, "{err}");
-    assert_eq!(lines.len(), 3, "two runs and a summary");
-    for (r, config) in lines[..2].iter().zip(["direct", "buffered"]) {
+    assert_eq!(lines.len(), 4, "three runs and a summary");
+    for (r, config) in lines[..3]
+        .iter()
+        .zip(["direct", "buffered", "direct-whole-images"])
+    {
         check_run_schema(r);
         assert_eq!(r["workload"], "tpcb");
         assert_eq!(r["config"], config);
@@ -145,7 +148,17 @@ fn tpcb_runs_side_by_side_and_passes_its_consistency_check() {
     assert_eq!(lines[1]["load_seconds"].as_f64(), Some(0.0));
     // Direct I/O leaves the data out of the page cache.
     assert_eq!(lines[0]["engine_stats"]["data_io"]["kind"], "direct");
-    check_summary(&lines[2], &["direct", "buffered"]);
+    check_summary(&lines[3], &["direct", "buffered", "direct-whole-images"]);
+    // TPC-B rows are padded, so their full-page images compress; the
+    // `-whole-images` configuration logs them whole.
+    let per_image = |r: &Value| {
+        let s = &r["engine_stats"];
+        let n = s["full_page_images"].as_u64().expect("images");
+        assert!(n > 0, "{s}");
+        s["full_page_image_bytes"].as_u64().expect("bytes") / n
+    };
+    assert!(per_image(&lines[0]) < 4096, "{}", per_image(&lines[0]));
+    assert!(per_image(&lines[2]) >= 8192, "{}", per_image(&lines[2]));
 }
 
 #[test]

@@ -79,6 +79,8 @@ pub enum Engine {
         scheduled: bool,
         /// The asynchronous I/O backend; `None` is the engine's default.
         aio: Option<AioBackend>,
+        /// Full-page images in the WAL LZ4-compressed (the default) or whole.
+        compress: bool,
     },
     /// RocksDB with sync writes.
     Rocksdb {
@@ -94,8 +96,9 @@ pub enum Engine {
 impl Engine {
     /// Parses a configuration name: `direct`, `buffered`, `direct/<sync>`,
     /// `buffered/<sync>`, `rocksdb`, `rocksdb-direct`, `lmdb`, `sqlite`; this
-    /// engine's names take the suffixes `-fifo`, `-no-readahead`, and one of
-    /// `-uring`, `-threads`, `-no-aio` (in that order when several).
+    /// engine's names take the suffixes `-fifo`, `-no-readahead`, one of
+    /// `-uring`, `-threads`, `-no-aio`, and `-whole-images` (in that order
+    /// when several).
     pub fn parse(name: &str) -> Result<Engine> {
         let (base, sync) = match name.split_once('/') {
             Some((b, s)) => (
@@ -103,6 +106,10 @@ impl Engine {
                 Some(s.parse::<SyncVariant>().map_err(anyhow::Error::msg)?),
             ),
             None => (name, None),
+        };
+        let (base, compress) = match base.strip_suffix("-whole-images") {
+            Some(b) => (b, false),
+            None => (base, true),
         };
         let (base, aio) = if let Some(b) = base.strip_suffix("-no-aio") {
             (b, Some(AioBackend::Off))
@@ -121,7 +128,7 @@ impl Engine {
             Some(b) => (b, false),
             None => (base, true),
         };
-        let plain = readahead && scheduled && aio.is_none();
+        let plain = readahead && scheduled && aio.is_none() && compress;
         Ok(match base {
             "direct" => Engine::Directkv {
                 direct: true,
@@ -129,6 +136,7 @@ impl Engine {
                 readahead,
                 scheduled,
                 aio,
+                compress,
             },
             "buffered" => Engine::Directkv {
                 direct: false,
@@ -136,6 +144,7 @@ impl Engine {
                 readahead,
                 scheduled,
                 aio,
+                compress,
             },
             "rocksdb" if sync.is_none() && plain => Engine::Rocksdb { direct: false },
             "rocksdb-direct" if sync.is_none() && plain => Engine::Rocksdb { direct: true },
@@ -144,6 +153,7 @@ impl Engine {
             _ => bail!(
                 "unknown configuration {name:?}: use direct, buffered, direct/<sync method>, \
                  direct-no-readahead, direct-fifo, direct-uring, direct-threads, direct-no-aio, \
+                 direct-whole-images, \
                  rocksdb, \
                  rocksdb-direct, lmdb or sqlite"
             ),
@@ -200,9 +210,11 @@ pub fn open(
             readahead,
             scheduled,
             aio,
+            compress,
         } => {
             let defaults = Options::default();
             let opts = Options {
+                compress_page_images: *compress,
                 page_bytes: tuning.page_bytes.unwrap_or(defaults.page_bytes),
                 checkpoint_wal_bytes: tuning
                     .checkpoint_wal_bytes
