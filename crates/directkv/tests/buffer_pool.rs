@@ -446,7 +446,9 @@ fn growth_ahead_of_use_races_writes_past_the_end_and_loses_nothing() {
     let len = std::fs::metadata(dir.path().join("data"))
         .expect("len")
         .len();
-    assert_eq!(len, st.allocated_pages * u64::from(PAGE));
+    // An extension still under way (paced) has reserved past the
+    // zero-filled end.
+    assert!(len >= st.allocated_pages * u64::from(PAGE), "{len} {st:?}");
     drop(p);
     let p = pool(dir.path(), 64, Arc::new(FakeLog::default()));
     for no in 0..pages {

@@ -34,6 +34,7 @@ use crate::io::{Aio, AlignedArena, AlignedBuf, BatchOp, Fill, Storage, StorageFi
 use crate::lsn::Lsn;
 use crate::sched::{IoClass, SchedMode, SchedOptions, Scheduler};
 use crate::wal::DbId;
+use std::time::{Duration, Instant};
 
 /// The fewest frames a pool may have: a B+tree operation pins a root-to-leaf
 /// path plus a sibling and a new page at once.
@@ -42,6 +43,11 @@ pub const FRAMES_MIN: usize = 16;
 const EXTEND_MIN_PAGES: u64 = 128;
 /// Bytes of zeros per write (and scheduler admission) of an extension.
 const EXTEND_STEP_BYTES: usize = 256 << 10;
+/// The rate of an extension's zero writes while the file is still well
+/// ahead of use. Unpaced, a 64 MiB fill went out in about 70 ms, and on a
+/// disk with a volatile cache the log syncs meanwhile had to flush it: reads
+/// and commits stalled together for 30–140 ms.
+const EXTEND_PACE_BYTES_PER_SEC: u64 = 32 << 20;
 /// How many times a miss retries when every frame is pinned before giving up.
 const VICTIM_RETRIES_MAX: u32 = 1000;
 
@@ -149,6 +155,11 @@ pub struct BufferPool<S: Storage, L: LogFlusher> {
     extend: Mutex<()>,
     /// The largest extension in pages; 0: the file grows by page writes.
     extend_pages: AtomicU64,
+    /// The end of the extension under way (reserved, being zero-filled up
+    /// to it); at most `extended` when none is.
+    extend_target: AtomicU64,
+    /// When the next paced zero write of an extension may go.
+    extend_paced_until: Mutex<Instant>,
     _arena: AlignedArena,
 }
 
@@ -330,6 +341,8 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
             extended: AtomicU64::new(allocated),
             extend: Mutex::new(()),
             extend_pages: AtomicU64::new(0),
+            extend_target: AtomicU64::new(0),
+            extend_paced_until: Mutex::new(Instant::now()),
             _arena: arena,
         })
     }
@@ -399,11 +412,15 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     }
 
     /// Extends the data file ahead of use when fewer than half a chunk of
-    /// allocated pages is left past `page_count` (the pages in use):
-    /// zero-fills the next chunk (a quarter of the file, from 1 MiB up to the
-    /// configured largest) as `class` and syncs it, so later page writes
-    /// there are overwrites and later syncs commit no allocation. Returns the
-    /// pages added (0 when off or not needed).
+    /// allocated pages is left past `page_count` (the pages in use): reserves
+    /// the next chunk (a quarter of the file, from 1 MiB up to the configured
+    /// largest), zero-fills it as `class` and syncs it, so later page writes
+    /// there are overwrites and later syncs commit no allocation. While the
+    /// file is more than a quarter chunk ahead of use the zero writes are
+    /// paced ([`EXTEND_PACE_BYTES_PER_SEC`]) and a call makes only those due,
+    /// leaving the rest to later calls (the page cleaner calls this on every
+    /// pass); closer than that, a call fills the rest at once. Returns the
+    /// pages zero-filled by this call.
     ///
     /// # Errors
     /// The fill's or the sync's error (the file is poisoned then, as any
@@ -415,33 +432,45 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
         }
         let chunk_of = |end: u64| (end / 4).clamp(EXTEND_MIN_PAGES, most.max(EXTEND_MIN_PAGES));
         let ahead = |end: u64| end >= page_count.saturating_add(chunk_of(end) / 2);
-        if ahead(self.extended.load(Ordering::Acquire)) {
-            return Ok(0);
-        }
-        let target = {
-            let _one = lock(&self.extend);
-            let end = self.extended.load(Ordering::Acquire);
-            if ahead(end) {
+        let start = self.extended.load(Ordering::Acquire);
+        let mut target = self.extend_target.load(Ordering::Acquire);
+        let pb = self.page_bytes as u64;
+        if target <= start {
+            if ahead(start) {
                 return Ok(0);
             }
-            page_count.max(end) + chunk_of(end)
-        };
+            target = {
+                let _one = lock(&self.extend);
+                let end = self.extended.load(Ordering::Acquire);
+                if ahead(end) {
+                    return Ok(0);
+                }
+                page_count.max(end) + chunk_of(end)
+            };
+            // Reserve the blocks first: a full filesystem fails here, where
+            // nothing is poisoned, rather than in a zero write, which would
+            // poison the file for a speculative extension.
+            {
+                let _permit = self.sched().admit(class, 0);
+                self.file.allocate(target * pb, Fill::Reserve)?;
+            }
+            self.extend_target.fetch_max(target, Ordering::AcqRel);
+        }
         // Step by step: the permit is taken holding no lock, and the lock
         // only around one write, so a writer holding a Background permit
         // and waiting in `cover` never waits on this one waiting for a
         // permit.
-        let pb = self.page_bytes as u64;
-        // Reserve the blocks first: a full filesystem fails here, where
-        // nothing is poisoned, rather than in a zero write, which would
-        // poison the file for a speculative extension.
-        {
-            let _permit = self.sched().admit(class, 0);
-            self.file.allocate(target * pb, Fill::Reserve)?;
-        }
         let step = (EXTEND_STEP_BYTES as u64 / pb).max(1);
         let zeros = self.zeros(step)?;
-        let start = self.extended.load(Ordering::Acquire);
         loop {
+            let at = self.extended.load(Ordering::Acquire);
+            if at >= target {
+                break;
+            }
+            let urgent = at < page_count.saturating_add(chunk_of(at) / 4);
+            if !urgent && !self.extend_paced(step * pb) {
+                return Ok(at.saturating_sub(start));
+            }
             let _permit = self.sched().admit(class, step * pb);
             let _one = lock(&self.extend);
             let at = self.extended.load(Ordering::Acquire);
@@ -451,12 +480,30 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
             let n = (target - at).min(step);
             self.fill_locked(&zeros, at, n)?;
         }
+        // One caller finishes the extension: syncs and counts it.
+        if self
+            .extend_target
+            .compare_exchange(target, 0, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
         {
             let _permit = self.sched().admit(class, 0);
             self.file.sync_all()?;
+            self.counters.extensions.fetch_add(1, Ordering::Relaxed);
         }
-        self.counters.extensions.fetch_add(1, Ordering::Relaxed);
-        Ok(target.saturating_sub(start))
+        Ok(self.extended.load(Ordering::Acquire).saturating_sub(start))
+    }
+
+    /// Whether a paced zero write of `bytes` may go now (and if so, books
+    /// the time it takes at the pace).
+    fn extend_paced(&self, bytes: u64) -> bool {
+        let mut next = lock(&self.extend_paced_until);
+        let now = Instant::now();
+        if now < *next {
+            return false;
+        }
+        let secs = bytes as f64 / EXTEND_PACE_BYTES_PER_SEC as f64;
+        *next = now + Duration::from_secs_f64(secs);
+        true
     }
 
     /// A buffer of `pages` zero pages.
