@@ -26,6 +26,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
+use std::time::{Duration, Instant};
 
 use super::replacer::{Access, Replacer};
 use crate::error::{Error, Result};
@@ -34,7 +35,6 @@ use crate::io::{Aio, AlignedArena, AlignedBuf, BatchOp, Fill, Storage, StorageFi
 use crate::lsn::Lsn;
 use crate::sched::{IoClass, SchedMode, SchedOptions, Scheduler};
 use crate::wal::DbId;
-use std::time::{Duration, Instant};
 
 /// The fewest frames a pool may have: a B+tree operation pins a root-to-leaf
 /// path plus a sibling and a new page at once.

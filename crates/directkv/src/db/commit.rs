@@ -200,13 +200,10 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
             if imaged {
                 self.held.get_mut(&no).expect("just inserted").imaged = true;
                 let r = f(p.data_mut());
-                let mut rec = std::mem::take(&mut self.rec);
                 let compress = self.inner.opts.compress_page_images;
-                records::encode_full_image_into(&mut rec, self.txn, no, p.data(), compress);
+                records::encode_full_image_into(&mut self.rec, self.txn, no, p.data(), compress);
                 drop(p);
-                let logged = self.log_page(&rec, true);
-                self.rec = rec;
-                logged?;
+                self.log_page(true)?;
                 return Ok(r);
             }
         }
@@ -227,29 +224,28 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
         }
         let changed: usize = ranges.iter().map(|r| r.1).sum();
         let full = changed * 2 > p.data().len();
-        let mut rec = std::mem::take(&mut self.rec);
         if full {
             let compress = self.inner.opts.compress_page_images;
-            records::encode_full_image_into(&mut rec, self.txn, no, p.data(), compress);
+            records::encode_full_image_into(&mut self.rec, self.txn, no, p.data(), compress);
         } else {
-            records::encode_page_into(&mut rec, self.txn, no, false, &ranges, p.data());
+            records::encode_page_into(&mut self.rec, self.txn, no, false, &ranges, p.data());
         }
         drop(p);
-        let logged = self.log_page(&rec, full);
-        self.rec = rec;
-        logged?;
+        self.log_page(full)?;
         Ok(r)
     }
 
-    fn log_page(&mut self, rec: &[u8], full: bool) -> Result<()> {
-        self.wal().append(records::PAGE, rec)?;
+    /// Appends the page record encoded in `rec` and counts it.
+    fn log_page(&mut self, full: bool) -> Result<()> {
+        self.wal().append(records::PAGE, &self.rec)?;
+        let len = self.rec.len() as u64;
         if full {
             self.full_images += 1;
-            self.full_image_bytes += rec.len() as u64;
+            self.full_image_bytes += len;
         } else {
             self.deltas += 1;
         }
-        self.logged_bytes += rec.len() as u64;
+        self.logged_bytes += len;
         Ok(())
     }
 
