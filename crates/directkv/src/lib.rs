@@ -26,8 +26,8 @@ pub mod stall;
 pub mod wal;
 
 pub use db::{
-    CheckReport, Database, Durability, Options, RangeIter, ReadTxn, StallHistograms, Stalls, Stats,
-    WriteTxn, STATS_FILE, WAL_BUFFERS_INCLUDED_FROM, WAL_HARD_LIMIT_FACTOR,
+    CheckReport, Database, Durability, Options, RangeIter, ReadTxn, RecoveryStats, StallHistograms,
+    Stalls, Stats, WriteTxn, STATS_FILE, WAL_BUFFERS_INCLUDED_FROM, WAL_HARD_LIMIT_FACTOR,
 };
 pub use error::{Error, IoOp, Result};
 pub use lsn::Lsn;

@@ -1053,6 +1053,15 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     /// # Errors
     /// As [`flush_oldest`](Self::flush_oldest).
     pub fn clean_cold(&self, window: usize) -> Result<usize> {
+        self.clean_cold_as(window, IoClass::Background)
+    }
+
+    /// [`clean_cold`](Self::clean_cold) as `class`: recovery, with no
+    /// foreground to yield to, cleans as `Urgent` (unpaced, larger batches).
+    ///
+    /// # Errors
+    /// As [`flush_oldest`](Self::flush_oldest).
+    pub fn clean_cold_as(&self, window: usize, class: IoClass) -> Result<usize> {
         let batch: Vec<u32> = {
             let r = lock(&self.replacer);
             r.coldest()
@@ -1066,8 +1075,8 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
                 .collect()
         };
         let mut written = 0;
-        for group in self.groups(&batch, IoClass::Background) {
-            written += self.write_group(&group, IoClass::Background, Take::Unpinned, None)?;
+        for group in self.groups(&batch, class) {
+            written += self.write_group(&group, class, Take::Unpinned, None)?;
         }
         Ok(written)
     }
@@ -1120,6 +1129,11 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     /// there (or from the log's end when nothing is dirty).
     pub fn oldest_dirty_lsn(&self) -> Option<Lsn> {
         lock(&self.flush_list).iter().next().map(|&(l, _)| Lsn(l))
+    }
+
+    /// Dirty pages now.
+    pub fn dirty_pages(&self) -> usize {
+        lock(&self.flush_list).len()
     }
 
     /// The pool's counters.

@@ -14,7 +14,7 @@ mod commit;
 mod records;
 mod txn;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
@@ -244,6 +244,32 @@ pub struct Stats {
     pub wal_sync: SyncVariant,
     /// The torn-page protection in effect.
     pub torn_page_protection: &'static str,
+    /// What recovery did when this database was opened.
+    pub recovery: RecoveryStats,
+}
+
+/// What the replay at open did: how much log it read and how it got each
+/// page it changed. A page whose first record since the redo point is a full
+/// image is installed from that image without reading the data file (the
+/// image and the records after it determine the page); only a page whose
+/// first record is a delta is read.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct RecoveryStats {
+    /// WAL bytes from the redo point to the end of the log.
+    pub wal_bytes: u64,
+    /// Committed transactions replayed.
+    pub transactions: u64,
+    /// Page records applied.
+    pub page_records: u64,
+    /// Distinct pages changed by the replay.
+    pub pages: u64,
+    /// Of those, pages installed from a full image without a read.
+    pub pages_from_images: u64,
+    /// Pages read from the data file: pages whose first record is a delta,
+    /// and pages the replay evicted and met again.
+    pub pages_read: u64,
+    /// Wall time of the replay, in microseconds.
+    pub micros: u64,
 }
 
 /// The log as the buffer pool sees it: during recovery everything read is
@@ -304,6 +330,8 @@ pub(crate) struct Inner<S: Storage> {
     counters: Counters,
     /// Every disk request's gate.
     sched: Arc<Scheduler>,
+    /// What the replay at open did.
+    recovery: RecoveryStats,
     /// Callers of [`Database::checkpoint`] waiting for the running one.
     hurry: AtomicU64,
     /// The asynchronous I/O engine of the data file (none for storage that
@@ -455,11 +483,19 @@ impl<S: Storage> Database<S> {
             page_count: c.page_count,
             freelist: c.freelist_head,
         };
+        let started = Instant::now();
         let mut replay = Replay::new(&pool);
-        let (wal, _end) = Wal::open(storage.clone(), wal_opts, c.redo_lsn, |rec| {
+        let (wal, end) = Wal::open(storage.clone(), wal_opts, c.redo_lsn, |rec| {
             replay.record(&rec, &mut meta)
         })?;
         let next_txn = replay.max_txn + 1;
+        let recovery = RecoveryStats {
+            wal_bytes: end.0.saturating_sub(c.redo_lsn.0),
+            pages: replay.seen.len() as u64,
+            pages_read: pool.stats().pages_read,
+            micros: started.elapsed().as_micros() as u64,
+            ..replay.stats
+        };
         drop(replay);
         let _ = log.wal.set(wal);
         let inner = Inner {
@@ -481,6 +517,7 @@ impl<S: Storage> Database<S> {
             sched,
             hurry: AtomicU64::new(0),
             aio,
+            recovery,
             _lock: lock,
         };
         inner.counters.next_txn.store(next_txn, Ordering::Relaxed);
@@ -900,11 +937,26 @@ fn create<S: Storage>(storage: &S, path: &Path, opts: &Options) -> Result<()> {
 
 /// Redo: buffers each transaction's page records until its commit, then
 /// applies them to pages whose LSN is below the commit's.
+///
+/// A page met for the first time in a full-image record is installed from the
+/// image, not read: every change since the redo point is in the log, so the
+/// image and the records after it give the page's final state whatever the
+/// data file holds (older, newer or torn). The FPI rule makes a page's first
+/// record since the redo point an image, so replay reads (one synchronous
+/// random read each) only pages the rule does not cover.
 struct Replay<'a, S: Storage> {
     pool: &'a BufferPool<S, EngineLog<S>>,
     pending: HashMap<u64, Vec<Vec<u8>>>,
     max_txn: u64,
+    /// Pages the replay has applied records to (or found up to date).
+    seen: HashSet<u64>,
+    stats: RecoveryStats,
+    /// Commits replayed since the pool's dirty share was last looked at.
+    since_clean: u32,
 }
+
+/// Replay looks at the pool's dirty share once per this many commits.
+const REPLAY_CLEAN_EVERY: u32 = 16;
 
 impl<'a, S: Storage> Replay<'a, S> {
     fn new(pool: &'a BufferPool<S, EngineLog<S>>) -> Self {
@@ -912,6 +964,9 @@ impl<'a, S: Storage> Replay<'a, S> {
             pool,
             pending: Default::default(),
             max_txn: 0,
+            seen: HashSet::new(),
+            stats: RecoveryStats::default(),
+            since_clean: 0,
         }
     }
 
@@ -937,7 +992,9 @@ impl<'a, S: Storage> Replay<'a, S> {
                 for payload in self.pending.remove(&txn).unwrap_or_default() {
                     self.apply(&payload, lsn, &mut needs)?;
                 }
+                self.stats.transactions += 1;
                 *meta = m;
+                self.make_room()?;
             }
             records::ABORT => {
                 if let Ok(b) = <[u8; 8]>::try_from(rec.payload.as_slice()) {
@@ -949,18 +1006,41 @@ impl<'a, S: Storage> Replay<'a, S> {
         Ok(())
     }
 
-    fn apply(&self, payload: &[u8], lsn: Lsn, needs: &mut HashMap<u64, bool>) -> Result<()> {
+    /// Keeps half the pool clean while replay dirties it: the coldest dirty
+    /// pages go out in batches of concurrent writes, so replay does not stop
+    /// for one synchronous eviction write per page it brings in.
+    fn make_room(&mut self) -> Result<()> {
+        self.since_clean += 1;
+        if self.since_clean < REPLAY_CLEAN_EVERY {
+            return Ok(());
+        }
+        self.since_clean = 0;
+        let frames = self.pool.frames();
+        if self.pool.dirty_pages() * 2 >= frames {
+            self.pool
+                .clean_cold_as((frames / 8).max(8), IoClass::Urgent)?;
+        }
+        Ok(())
+    }
+
+    fn apply(&mut self, payload: &[u8], lsn: Lsn, needs: &mut HashMap<u64, bool>) -> Result<()> {
         let r = records::decode_page(payload)?;
         if needs.get(&r.page) == Some(&false) {
             return Ok(());
         }
-        let mut p = match self.pool.write(r.page) {
-            Ok(p) => p,
-            // A torn, never-written or missing page is rebuilt from its image.
-            Err(Error::Corruption { .. } | Error::UnexpectedEof { .. }) if r.full => {
-                self.pool.create(r.page)?
+        let first = self.seen.insert(r.page);
+        let mut p = if first && r.full {
+            self.stats.pages_from_images += 1;
+            self.pool.create(r.page)?
+        } else {
+            match self.pool.write(r.page) {
+                Ok(p) => p,
+                // A torn, never-written or missing page is rebuilt from its image.
+                Err(Error::Corruption { .. } | Error::UnexpectedEof { .. }) if r.full => {
+                    self.pool.create(r.page)?
+                }
+                Err(e) => return Err(e),
             }
-            Err(e) => return Err(e),
         };
         let need = *needs
             .entry(r.page)
@@ -970,6 +1050,7 @@ impl<'a, S: Storage> Replay<'a, S> {
         }
         r.apply(p.data_mut())?;
         p.mark_dirty(lsn);
+        self.stats.page_records += 1;
         Ok(())
     }
 }
@@ -1247,6 +1328,7 @@ impl<S: Storage> Inner<S> {
             data_io: self.pool.file().io_path(),
             wal_sync: self.wal_sync,
             torn_page_protection: "full_page_images_after_checkpoint",
+            recovery: self.recovery,
         }
     }
 }
