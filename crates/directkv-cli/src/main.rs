@@ -4,6 +4,7 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod check;
 mod crash_child;
 mod sim;
 mod size;
@@ -35,6 +36,9 @@ enum Command {
     /// The counters an open database publishes: cache, I/O, WAL, stalls by
     /// cause with histograms.
     Stats(stats::Args),
+    /// Open a database (recovering it if it was not closed), report what
+    /// recovery did, and prove the tree's structure.
+    Check(check::Args),
     /// Inspect a write-ahead log.
     #[command(subcommand)]
     Wal(wal::Command),
@@ -50,6 +54,7 @@ fn main() -> Result<()> {
         Command::Wal(cmd) => wal::run(cmd),
         Command::Sim(args) => sim::run(args),
         Command::Stats(args) => stats::run(args),
+        Command::Check(args) => check::run(args),
         Command::Bench(args) => bench::run(*args),
         Command::CrashWorkload(args) => crash_child::run(args),
     }

@@ -55,7 +55,13 @@ fn check_run_schema(r: &Value) {
     ] {
         assert!(r[k].is_u64(), "{k} in {r}");
     }
-    for k in ["load_seconds", "seconds", "ops_per_sec", "memory_per_cache"] {
+    for k in [
+        "load_seconds",
+        "open_seconds",
+        "seconds",
+        "ops_per_sec",
+        "memory_per_cache",
+    ] {
         assert!(r[k].is_f64() || r[k].is_u64(), "{k} in {r}");
     }
     for k in ["p50_us", "p99_us", "p999_us", "max_us"] {

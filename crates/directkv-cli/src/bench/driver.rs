@@ -355,7 +355,9 @@ fn run_measured(spec: &ChildSpec, engine: &Engine, data_dir: &Path) -> Result<Ru
     let load_seconds = 0.0;
     // Every run starts with the data out of the OS page cache.
     sys::evict_page_cache(data_dir);
+    let opened = Instant::now();
     let s = store::open(engine, data_dir, spec.cache_bytes, &spec.tuning, false)?;
+    let open_seconds = opened.elapsed().as_secs_f64();
     let shared = Shared::new(spec.workload.clone(), spec.shape.clone(), spec.nonce);
     let secs = spec.seconds.ceil() as usize;
     let per_second: Mutex<Vec<(u64, Histogram<u64>)>> = Mutex::new(
@@ -471,6 +473,7 @@ fn run_measured(spec: &ChildSpec, engine: &Engine, data_dir: &Path) -> Result<Ru
         cache_bytes: spec.cache_bytes,
         memory_limit_bytes: spec.memory_limit,
         load_seconds,
+        open_seconds,
         seconds: elapsed,
         ops,
         ops_per_sec: ops as f64 / elapsed,

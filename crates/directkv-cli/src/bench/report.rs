@@ -50,6 +50,9 @@ pub struct RunReport {
     pub memory_limit_bytes: Option<u64>,
     /// Seconds spent loading (0 when an earlier load was reused).
     pub load_seconds: f64,
+    /// Seconds the engine took to open before the run (recovery included:
+    /// runs end without a checkpoint, as a crash would).
+    pub open_seconds: f64,
     /// Measured seconds.
     pub seconds: f64,
     /// Operations completed.
@@ -114,6 +117,7 @@ impl RunReport {
             cache_bytes: 0,
             memory_limit_bytes: None,
             load_seconds: 0.0,
+            open_seconds: 0.0,
             seconds: 0.0,
             ops: 0,
             ops_per_sec: 0.0,
