@@ -27,7 +27,7 @@ pub use records::Meta;
 pub use txn::{RangeIter, ReadTxn, WriteTxn};
 
 use crate::btree::node;
-use crate::buffer::{BufferPool, LogFlusher, PoolStats};
+use crate::buffer::{Access, BufferPool, LogFlusher, PoolStats};
 use crate::error::{Error, Result};
 use crate::format::control::{Control, ControlFile};
 use crate::format::page;
@@ -488,6 +488,7 @@ impl<S: Storage> Database<S> {
         let (wal, end) = Wal::open(storage.clone(), wal_opts, c.redo_lsn, |rec| {
             replay.record(&rec, &mut meta)
         })?;
+        replay.finish(&mut meta)?;
         let next_txn = replay.max_txn + 1;
         let recovery = RecoveryStats {
             wal_bytes: end.0.saturating_sub(c.redo_lsn.0),
@@ -953,7 +954,24 @@ struct Replay<'a, S: Storage> {
     stats: RecoveryStats,
     /// Commits replayed since the pool's dirty share was last looked at.
     since_clean: u32,
+    /// Committed transactions read but not applied yet (the lookahead).
+    queue: std::collections::VecDeque<Committed>,
+    /// Pages to read ahead for the queued commits.
+    wanted: Vec<u64>,
 }
+
+/// A committed transaction waiting in replay's lookahead.
+struct Committed {
+    payloads: Vec<Vec<u8>>,
+    /// The commit record's end: the LSN its pages are stamped with.
+    lsn: Lsn,
+    meta: Meta,
+}
+
+/// Commits replay reads ahead of the one it applies.
+const REPLAY_LOOKAHEAD: usize = 256;
+/// Pages replay reads ahead in one batch of concurrent reads.
+const REPLAY_READ_BATCH: usize = 32;
 
 /// Replay looks at the pool's dirty share once per this many commits.
 const REPLAY_CLEAN_EVERY: u32 = 16;
@@ -967,6 +985,8 @@ impl<'a, S: Storage> Replay<'a, S> {
             seen: HashSet::new(),
             stats: RecoveryStats::default(),
             since_clean: 0,
+            queue: Default::default(),
+            wanted: Vec::new(),
         }
     }
 
@@ -983,18 +1003,28 @@ impl<'a, S: Storage> Replay<'a, S> {
             records::COMMIT => {
                 let (txn, m) = records::decode_meta(&rec.payload)?;
                 self.max_txn = self.max_txn.max(txn);
-                let lsn = rec.end();
-                // Whether a page needs this commit is decided at its first
-                // record, before any is applied: applying marks the page at the
-                // commit's LSN, which must not hide the transaction's later
-                // records for the same page.
-                let mut needs: HashMap<u64, bool> = HashMap::new();
-                for payload in self.pending.remove(&txn).unwrap_or_default() {
-                    self.apply(&payload, lsn, &mut needs)?;
+                let payloads = self.pending.remove(&txn).unwrap_or_default();
+                // Pages replay changed before and may have evicted since are
+                // read ahead, together, while the commits before this one
+                // are applied.
+                for payload in &payloads {
+                    let page = records::decode_page(payload)?.page;
+                    if self.seen.contains(&page) && !self.pool.contains(page) {
+                        self.wanted.push(page);
+                    }
                 }
-                self.stats.transactions += 1;
-                *meta = m;
-                self.make_room()?;
+                if self.wanted.len() >= REPLAY_READ_BATCH {
+                    self.pool.read_batch(&self.wanted, Access::Normal);
+                    self.wanted.clear();
+                }
+                self.queue.push_back(Committed {
+                    payloads,
+                    lsn: rec.end(),
+                    meta: m,
+                });
+                while self.queue.len() > REPLAY_LOOKAHEAD {
+                    self.apply_next(meta)?;
+                }
             }
             records::ABORT => {
                 if let Ok(b) = <[u8; 8]>::try_from(rec.payload.as_slice()) {
@@ -1004,6 +1034,33 @@ impl<'a, S: Storage> Replay<'a, S> {
             _ => {}
         }
         Ok(())
+    }
+
+    /// Applies the committed transactions still queued; replay is complete
+    /// after it.
+    fn finish(&mut self, meta: &mut Meta) -> Result<()> {
+        while !self.queue.is_empty() {
+            self.apply_next(meta)?;
+        }
+        Ok(())
+    }
+
+    /// Applies the oldest queued commit.
+    fn apply_next(&mut self, meta: &mut Meta) -> Result<()> {
+        let Some(c) = self.queue.pop_front() else {
+            return Ok(());
+        };
+        // Whether a page needs this commit is decided at its first record,
+        // before any is applied: applying marks the page at the commit's
+        // LSN, which must not hide the transaction's later records for the
+        // same page.
+        let mut needs: HashMap<u64, bool> = HashMap::new();
+        for payload in &c.payloads {
+            self.apply(payload, c.lsn, &mut needs)?;
+        }
+        self.stats.transactions += 1;
+        *meta = c.meta;
+        self.make_room()
     }
 
     /// Keeps half the pool clean while replay dirties it: the coldest dirty
