@@ -5,7 +5,7 @@
 
 use std::process::Command;
 
-use directkv::{Database, Options};
+mod common;
 
 fn check(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_directkv"))
@@ -28,20 +28,7 @@ fn json(out: &std::process::Output) -> serde_json::Value {
 #[test]
 fn check_reports_the_replay_and_proves_the_tree() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
-    let db = Database::open(
-        dir.path(),
-        Options {
-            cache_bytes: 4 << 20,
-            ..Options::default()
-        },
-    )
-    .expect("open");
-    for i in 0..300u32 {
-        let mut w = db.begin_write().expect("begin");
-        w.put(format!("key{i:06}").as_bytes(), &[7u8; 100])
-            .expect("put");
-        w.commit().expect("commit");
-    }
+    let db = common::database_with_commits(dir.path(), 300);
     // Dropped, not closed: the next open replays the log.
     drop(db);
 

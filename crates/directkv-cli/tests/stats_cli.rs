@@ -3,7 +3,7 @@
 
 use std::process::Command;
 
-use directkv::{Database, Options};
+mod common;
 
 fn stats(dir: &std::path::Path, json: bool) -> std::process::Output {
     let mut c = Command::new(env!("CARGO_BIN_EXE_directkv"));
@@ -17,19 +17,7 @@ fn stats(dir: &std::path::Path, json: bool) -> std::process::Output {
 #[test]
 fn an_open_database_publishes_its_stats() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
-    let db = Database::open(
-        dir.path(),
-        Options {
-            cache_bytes: 4 << 20,
-            ..Options::default()
-        },
-    )
-    .expect("open");
-    for i in 0..50u32 {
-        let mut w = db.begin_write().expect("begin");
-        w.put(&i.to_le_bytes(), b"value").expect("put");
-        w.commit().expect("commit");
-    }
+    let db = common::database_with_commits(dir.path(), 50);
     // The cleaner publishes about once a second; wait for a copy that has
     // seen the commits (bounded, so a broken publisher fails the test).
     let mut doc = serde_json::Value::Null;

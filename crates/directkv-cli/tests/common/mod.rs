@@ -1,5 +1,8 @@
 //! Helpers shared by the CLI's integration tests.
 
+// Each test file compiles this module and uses only some of it.
+#![allow(dead_code)]
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -65,4 +68,24 @@ pub fn loop_fs(dir: &Path, mkfs: &str, size_mib: u64, sector: u32) -> Option<Loo
         .expect("mount");
     assert!(mounted.success(), "mount {}", fs.device);
     Some(fs)
+}
+
+/// A database in `dir` (4 MiB cache) holding `n` keys `key000000`…, each put
+/// by a durable transaction of its own.
+pub fn database_with_commits(dir: &Path, n: u32) -> directkv::Database {
+    let db = directkv::Database::open(
+        dir,
+        directkv::Options {
+            cache_bytes: 4 << 20,
+            ..directkv::Options::default()
+        },
+    )
+    .expect("open");
+    for i in 0..n {
+        let mut w = db.begin_write().expect("begin");
+        w.put(format!("key{i:06}").as_bytes(), &[7u8; 100])
+            .expect("put");
+        w.commit().expect("commit");
+    }
+    db
 }
