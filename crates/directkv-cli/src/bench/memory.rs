@@ -137,9 +137,7 @@ fn dir_cached_bytes(dir: &Path) -> u64 {
 }
 
 fn measure(args: &Args, mode: &str) -> Result<Outcome> {
-    let scratch = tempfile::Builder::new()
-        .prefix("directkv-bench-memory-")
-        .tempdir_in(&args.dir)?;
+    let scratch = super::sys::scratch_dir(&args.dir, "directkv-bench-memory-")?;
     let direct_io = match mode {
         "direct" => DirectIo::On,
         "buffered" => DirectIo::Off,

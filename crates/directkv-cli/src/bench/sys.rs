@@ -8,6 +8,16 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
+/// A scratch directory `prefix…` inside `dir`, which is created if missing;
+/// removed when dropped.
+pub fn scratch_dir(dir: &Path, prefix: &str) -> Result<tempfile::TempDir> {
+    fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+    tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in(dir)
+        .with_context(|| format!("scratch directory in {}", dir.display()))
+}
+
 /// A field of `/proc/self/status` in KiB (`VmRSS:`, `VmHWM:`), 0 if absent.
 pub fn proc_status_kib(field: &str) -> u64 {
     fs::read_to_string("/proc/self/status")

@@ -62,9 +62,7 @@ fn table_key(i: u64) -> [u8; 8] {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let scratch = tempfile::Builder::new()
-        .prefix("directkv-bench-updates-")
-        .tempdir_in(&args.dir)?;
+    let scratch = super::sys::scratch_dir(&args.dir, "directkv-bench-updates-")?;
     let opts = Options {
         cache_bytes: args.cache as usize,
         ..Options::default()

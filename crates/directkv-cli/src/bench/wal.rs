@@ -83,10 +83,7 @@ fn methods(names: &[String]) -> Result<Vec<SyncVariant>> {
 
 pub fn run(args: Args) -> Result<()> {
     let variants = methods(&args.methods)?;
-    let scratch = tempfile::Builder::new()
-        .prefix("directkv-bench-wal-")
-        .tempdir_in(&args.dir)
-        .with_context(|| format!("scratch directory in {}", args.dir.display()))?;
+    let scratch = super::sys::scratch_dir(&args.dir, "directkv-bench-wal-")?;
     if !args.json {
         println!(
             "{:<22} {:>6} {:>4} {:>10} {:>8} {:>8} {:>8} {:>8} {:>6} {:>9} {:>7} {:>7}",
