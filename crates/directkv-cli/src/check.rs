@@ -72,12 +72,11 @@ pub fn run(args: Args) -> Result<()> {
     } else {
         println!(
             "open: {open_seconds:.2} s; replayed {:.1} MiB of WAL in {:.2} s: {} transactions, \
-             {} page records on {} pages ({} installed from full images, {} read)",
+             {} page records; pages: {} installed from full images, {} read",
             r.wal_bytes as f64 / (1 << 20) as f64,
             r.micros as f64 / 1e6,
             r.transactions,
             r.page_records,
-            r.pages,
             r.pages_from_images,
             r.pages_read,
         );

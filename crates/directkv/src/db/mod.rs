@@ -248,11 +248,10 @@ pub struct Stats {
     pub recovery: RecoveryStats,
 }
 
-/// What the replay at open did: how much log it read and how it got each
-/// page it changed. A page whose first record since the redo point is a full
-/// image is installed from that image without reading the data file (the
-/// image and the records after it determine the page); only a page whose
-/// first record is a delta is read.
+/// What the replay at open did: how much log it read and how it got the
+/// pages it changed. An image record for a page not in the cache is installed
+/// without reading the data file (the image and the records after it
+/// determine the page); only a delta for a page not in the cache is read.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct RecoveryStats {
     /// WAL bytes from the redo point to the end of the log.
@@ -261,12 +260,11 @@ pub struct RecoveryStats {
     pub transactions: u64,
     /// Page records applied.
     pub page_records: u64,
-    /// Distinct pages changed by the replay.
-    pub pages: u64,
-    /// Of those, pages installed from a full image without a read.
+    /// Pages installed from a full image without a read (a page replay
+    /// evicted and met again in another image counts again).
     pub pages_from_images: u64,
-    /// Pages read from the data file: pages whose first record is a delta,
-    /// and pages the replay evicted and met again.
+    /// Pages read from the data file: pages replay evicted and met again in
+    /// a delta, and any whose first record since the redo point is a delta.
     pub pages_read: u64,
     /// Wall time of the replay, in microseconds.
     pub micros: u64,
@@ -492,7 +490,6 @@ impl<S: Storage> Database<S> {
         let next_txn = replay.max_txn + 1;
         let recovery = RecoveryStats {
             wal_bytes: end.0.saturating_sub(c.redo_lsn.0),
-            pages: replay.seen.len() as u64,
             pages_read: pool.stats().pages_read,
             micros: started.elapsed().as_micros() as u64,
             ..replay.stats
@@ -939,18 +936,21 @@ fn create<S: Storage>(storage: &S, path: &Path, opts: &Options) -> Result<()> {
 /// Redo: buffers each transaction's page records until its commit, then
 /// applies them to pages whose LSN is below the commit's.
 ///
-/// A page met for the first time in a full-image record is installed from the
-/// image, not read: every change since the redo point is in the log, so the
-/// image and the records after it give the page's final state whatever the
-/// data file holds (older, newer or torn). The FPI rule makes a page's first
-/// record since the redo point an image, so replay reads (one synchronous
-/// random read each) only pages the rule does not cover.
+/// An image record for a page not in the cache is installed, not read: every
+/// change since the redo point is in the log, so the image and the records
+/// after it give the page's final state whatever the data file holds (older,
+/// newer or torn). The FPI rule makes a page's first record since the redo
+/// point an image, so replay reads only pages it evicted and meets again in a
+/// delta, and those it reads ahead, in batches, from a lookahead of commits.
 struct Replay<'a, S: Storage> {
     pool: &'a BufferPool<S, EngineLog<S>>,
     pending: HashMap<u64, Vec<Vec<u8>>>,
     max_txn: u64,
-    /// Pages the replay has applied records to (or found up to date).
-    seen: HashSet<u64>,
+    /// The pages of the commit being queued, each once.
+    commit_pages: HashSet<u64>,
+    /// Pages a queued commit first changes with an image: how many such
+    /// commits are queued.
+    queued_images: HashMap<u64, u32>,
     stats: RecoveryStats,
     /// Commits replayed since the pool's dirty share was last looked at.
     since_clean: u32,
@@ -963,6 +963,8 @@ struct Replay<'a, S: Storage> {
 /// A committed transaction waiting in replay's lookahead.
 struct Committed {
     payloads: Vec<Vec<u8>>,
+    /// The pages it first changes with an image (counted in `queued_images`).
+    images: Vec<u64>,
     /// The commit record's end: the LSN its pages are stamped with.
     lsn: Lsn,
     meta: Meta,
@@ -982,7 +984,8 @@ impl<'a, S: Storage> Replay<'a, S> {
             pool,
             pending: Default::default(),
             max_txn: 0,
-            seen: HashSet::new(),
+            commit_pages: HashSet::new(),
+            queued_images: HashMap::new(),
             stats: RecoveryStats::default(),
             since_clean: 0,
             queue: Default::default(),
@@ -1004,13 +1007,24 @@ impl<'a, S: Storage> Replay<'a, S> {
                 let (txn, m) = records::decode_meta(&rec.payload)?;
                 self.max_txn = self.max_txn.max(txn);
                 let payloads = self.pending.remove(&txn).unwrap_or_default();
-                // Pages replay changed before and may have evicted since are
-                // read ahead, together, while the commits before this one
-                // are applied.
+                // A page this commit changes first with a delta and the
+                // cache does not hold is read ahead, with others, while the
+                // commits before this one are applied.
+                // (Not when a queued commit installs an image of it first.)
+                self.commit_pages.clear();
+                let mut images = Vec::new();
                 for payload in &payloads {
-                    let page = records::decode_page(payload)?.page;
-                    if self.seen.contains(&page) && !self.pool.contains(page) {
-                        self.wanted.push(page);
+                    let r = records::decode_page(payload)?;
+                    if !self.commit_pages.insert(r.page) {
+                        continue;
+                    }
+                    if r.full {
+                        *self.queued_images.entry(r.page).or_default() += 1;
+                        images.push(r.page);
+                    } else if !self.queued_images.contains_key(&r.page)
+                        && !self.pool.contains(r.page)
+                    {
+                        self.wanted.push(r.page);
                     }
                 }
                 if self.wanted.len() >= REPLAY_READ_BATCH {
@@ -1019,6 +1033,7 @@ impl<'a, S: Storage> Replay<'a, S> {
                 }
                 self.queue.push_back(Committed {
                     payloads,
+                    images,
                     lsn: rec.end(),
                     meta: m,
                 });
@@ -1058,6 +1073,14 @@ impl<'a, S: Storage> Replay<'a, S> {
         for payload in &c.payloads {
             self.apply(payload, c.lsn, &mut needs)?;
         }
+        for page in &c.images {
+            if let Some(n) = self.queued_images.get_mut(page) {
+                *n -= 1;
+                if *n == 0 {
+                    self.queued_images.remove(page);
+                }
+            }
+        }
         self.stats.transactions += 1;
         *meta = c.meta;
         self.make_room()
@@ -1085,8 +1108,8 @@ impl<'a, S: Storage> Replay<'a, S> {
         if needs.get(&r.page) == Some(&false) {
             return Ok(());
         }
-        let first = self.seen.insert(r.page);
-        let mut p = if first && r.full {
+        let install = r.full && !needs.contains_key(&r.page) && !self.pool.contains(r.page);
+        let mut p = if install {
             self.stats.pages_from_images += 1;
             self.pool.create(r.page)?
         } else {
