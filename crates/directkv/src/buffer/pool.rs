@@ -417,7 +417,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     /// largest), zero-fills it as `class` and syncs it, so later page writes
     /// there are overwrites and later syncs commit no allocation. While the
     /// file is more than a quarter chunk ahead of use the zero writes are
-    /// paced ([`EXTEND_PACE_BYTES_PER_SEC`]) and a call makes only those due,
+    /// paced (32 MiB/s) and a call makes only those due,
     /// leaving the rest to later calls (the page cleaner calls this on every
     /// pass); closer than that, a call fills the rest at once. Returns the
     /// pages zero-filled by this call.

@@ -383,6 +383,11 @@ impl Database<OsStorage> {
     /// Opens the database in directory `path`, creating it if the directory is
     /// missing or empty (and `create_if_missing`), recovering it after a crash.
     ///
+    /// Recovery replays the WAL from the last checkpoint's redo point. Pages
+    /// changed since then come from their full-page images in the log, not
+    /// from the data file, so its cost follows the log, not the pages it
+    /// touches; [`Stats::recovery`] says what it did.
+    ///
     /// # Errors
     /// [`Error::DatabaseLocked`] if it is open elsewhere; [`Error::NotADatabase`]
     /// for a non-empty directory that is not one; [`Error::FormatVersion`] for
