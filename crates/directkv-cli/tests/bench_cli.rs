@@ -148,6 +148,19 @@ fn tpcb_runs_side_by_side_and_passes_its_consistency_check() {
         let c = &r["consistency"];
         assert_eq!(c["ok"], true, "{c}");
         assert!(c["history_records"].as_u64() > Some(0));
+        // Where a transaction's time went: every durable commit waited for
+        // the WAL sync, and the waits lie inside the transactions.
+        let waits = r["wait_per_op_us"].as_object().expect("wait_per_op_us");
+        for cause in ["read_miss", "writer_lock_wait", "wal_sync_wait"] {
+            assert!(waits[cause].as_f64() >= Some(0.0), "{cause} in {r}");
+        }
+        assert!(waits["wal_sync_wait"].as_f64() > Some(0.0), "{r}");
+        let waited: f64 = waits.values().filter_map(Value::as_f64).sum();
+        let mean = r["latency"]["mean_us"].as_f64().expect("mean latency");
+        assert!(
+            waited <= mean * 1.01 + 1.0,
+            "waits {waited} > latency {mean}"
+        );
     }
     // The first run loaded the data set, the second reused it.
     assert!(lines[0]["load_seconds"].as_f64() > Some(0.0));

@@ -1,7 +1,10 @@
 //! Foreground stalls (DESIGN.md invariant 9): every wait of a foreground
 //! thread longer than a millisecond is counted under its cause, in a
-//! histogram of powers of two. Threads of the engine's own (checkpointer,
-//! cleaner, readahead) mark themselves, and their waits are not stalls.
+//! histogram of powers of two. Every foreground wait, short or long, is also
+//! summed under its cause, so the time an operation spends waiting can be
+//! split by cause (a cache-miss read, the writer lock, the WAL sync) and set
+//! against its whole latency. Threads of the engine's own (checkpointer,
+//! cleaner, readahead) mark themselves, and their waits are neither.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -35,12 +38,21 @@ pub(crate) struct StallCounter {
     buckets: [AtomicU64; BUCKETS],
     total_us: AtomicU64,
     max_us: AtomicU64,
+    waits: AtomicU64,
+    waited_ns: AtomicU64,
 }
 
 impl StallCounter {
-    /// Counts `waited` if it is a foreground wait over the threshold.
+    /// Sums `waited` if it is a foreground wait, and counts it as a stall if
+    /// it is over the threshold.
     pub fn record(&self, waited: Duration) {
-        if waited <= STALL_THRESHOLD || on_background_thread() {
+        if on_background_thread() {
+            return;
+        }
+        let ns = u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX);
+        self.waits.fetch_add(1, Ordering::Relaxed);
+        self.waited_ns.fetch_add(ns, Ordering::Relaxed);
+        if waited <= STALL_THRESHOLD {
             return;
         }
         let us = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
@@ -64,6 +76,8 @@ impl StallCounter {
             total_us: self.total_us.load(Ordering::Relaxed),
             max_us: self.max_us.load(Ordering::Relaxed),
             buckets,
+            waits: self.waits.load(Ordering::Relaxed),
+            waited_us: self.waited_ns.load(Ordering::Relaxed) / 1000,
         }
     }
 }
@@ -79,6 +93,11 @@ pub struct StallHistogram {
     pub max_us: u64,
     /// Counts by length: up to 2 ms, 4 ms, 8 ms, … 2048 ms, then longer.
     pub buckets: Vec<u64>,
+    /// Every foreground wait of this cause, stalls or not.
+    pub waits: u64,
+    /// Their total length in microseconds: divided by the operations done,
+    /// how long an operation waited for this cause on average.
+    pub waited_us: u64,
 }
 
 /// The upper bound in milliseconds of histogram bucket `i` (`None` for the
@@ -102,6 +121,8 @@ mod tests {
         c.record(Duration::from_secs(60)); // open bucket
         let s = c.snapshot();
         assert_eq!(s.count, 5);
+        assert_eq!(s.waits, 6);
+        assert_eq!(s.waited_us, 900 + 1500 + 2000 + 3000 + 100_000 + 60_000_000);
         assert_eq!(s.buckets[0], 2);
         assert_eq!(s.buckets[1], 1);
         assert_eq!(s.buckets[6], 1);
@@ -123,5 +144,6 @@ mod tests {
         .join()
         .expect("thread");
         assert_eq!(c.snapshot().count, 0);
+        assert_eq!(c.snapshot().waits, 0);
     }
 }

@@ -366,6 +366,7 @@ fn run_measured(spec: &ChildSpec, engine: &Engine, data_dir: &Path) -> Result<Ru
             .collect::<Result<_, hdrhistogram::CreationError>>()?,
     );
     sys::reset_peak_rss();
+    let stats0 = s.stats();
     let io0 = IoCounters::now();
     let cpu0 = Cpu::now();
     let start = Instant::now();
@@ -498,6 +499,7 @@ fn run_measured(spec: &ChildSpec, engine: &Engine, data_dir: &Path) -> Result<Ru
         memory_per_cache: memory as f64 / spec.cache_bytes.max(1) as f64,
         io,
         cpu,
+        wait_per_op_us: report::wait_per_op(&stats0, &engine_stats, ops),
         engine_stats,
         consistency,
         error: None,

@@ -1,6 +1,7 @@
 //! What a benchmark run reports, and how: a table on the terminal, JSON lines,
 //! and SVG charts.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{Context, Result};
@@ -97,6 +98,14 @@ pub struct RunReport {
     pub cpu: Cpu,
     /// The engine's own counters at the end.
     pub engine_stats: serde_json::Value,
+    /// This engine only (empty for others): what an operation waited for in
+    /// the foreground on average during the run, microseconds, by cause
+    /// (`read_miss`: data-file reads of cache misses; `writer_lock_wait`;
+    /// `tree_lock_wait`; `wal_sync_wait`: the commit's WAL sync;
+    /// `free_frame_wait`; `log_space_wait`). Set against `latency.mean_us`,
+    /// it says where the time of a transaction went.
+    #[serde(default)]
+    pub wait_per_op_us: BTreeMap<String, f64>,
     /// The TPC-B consistency check (tpcb only).
     pub consistency: Option<Consistency>,
     /// Why the run failed, if it did (then the figures are zeros).
@@ -137,10 +146,37 @@ impl RunReport {
             io: IoCounters::default(),
             cpu: Cpu::default(),
             engine_stats: serde_json::Value::Null,
+            wait_per_op_us: BTreeMap::new(),
             consistency: None,
             error: Some(error),
         }
     }
+}
+
+/// What an operation waited for, by cause, between two snapshots of this
+/// engine's stats (`Stats::stalls` sums every foreground wait); empty for
+/// an engine without them.
+pub fn wait_per_op(
+    before: &serde_json::Value,
+    after: &serde_json::Value,
+    ops: u64,
+) -> BTreeMap<String, f64> {
+    let Some(causes) = after["stalls"]["histograms"].as_object() else {
+        return BTreeMap::new();
+    };
+    causes
+        .iter()
+        .filter_map(|(cause, h)| {
+            let end = h["waited_us"].as_u64()?;
+            let start = before["stalls"]["histograms"][cause]["waited_us"]
+                .as_u64()
+                .unwrap_or(0);
+            Some((
+                cause.clone(),
+                end.saturating_sub(start) as f64 / ops.max(1) as f64,
+            ))
+        })
+        .collect()
 }
 
 /// The comparison over all runs: one JSON line of `--json`, after the runs.
@@ -296,6 +332,7 @@ pub fn print_table(runs: &[RunReport], summary: &Summary) {
             check
         );
     }
+    print_waits(runs);
     if summary.configs.len() > 1 {
         println!();
         println!(
@@ -320,6 +357,35 @@ pub fn print_table(runs: &[RunReport], summary: &Summary) {
                 }
             );
         }
+    }
+}
+
+/// Where an operation's time went, for the runs of this engine: its mean
+/// latency split into the foreground waits by cause and the rest (CPU,
+/// waiting to be scheduled, everything not counted as a wait).
+fn print_waits(runs: &[RunReport]) {
+    let ours: Vec<&RunReport> = runs
+        .iter()
+        .filter(|r| r.error.is_none() && !r.wait_per_op_us.is_empty())
+        .collect();
+    if ours.is_empty() {
+        return;
+    }
+    println!();
+    println!("where an operation's time went (mean, microseconds per operation):");
+    println!(
+        "{:<22} {:>3} {:>8} {:>10} {:>10} {:>10} {:>10} {:>8}",
+        "config", "rnd", "latency", "data read", "writer lk", "WAL sync", "other wait", "rest"
+    );
+    for r in ours {
+        let w = |cause: &str| r.wait_per_op_us.get(cause).copied().unwrap_or(0.0);
+        let (read, writer, sync) = (w("read_miss"), w("writer_lock_wait"), w("wal_sync_wait"));
+        let other: f64 = r.wait_per_op_us.values().sum::<f64>() - read - writer - sync;
+        let rest = r.latency.mean_us - read - writer - sync - other;
+        println!(
+            "{:<22} {:>3} {:>8.0} {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>8.0}",
+            r.config, r.round, r.latency.mean_us, read, writer, sync, other, rest
+        );
     }
 }
 

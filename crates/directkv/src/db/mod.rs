@@ -142,7 +142,11 @@ impl Default for Options {
 }
 
 /// Waits over a millisecond in the foreground, counted by cause (DESIGN.md
-/// invariant 9). The counts are the histograms' totals.
+/// invariant 9). The counts are the histograms' totals; each histogram also
+/// sums every foreground wait of its cause, short ones included
+/// ([`StallHistogram::waits`], [`StallHistogram::waited_us`]), so the
+/// difference of two snapshots divided by the operations between them is
+/// what an operation waited for each cause on average.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Stalls {
     /// Commits that waited over 1 ms for the WAL sync.
