@@ -48,9 +48,11 @@ pub struct Common {
     /// Seed of the clients' random choices.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
-    /// Configurations, run side by side, the first is the baseline: direct,
-    /// buffered, direct/<sync method>, buffered/<sync method>; with the peers
-    /// feature also rocksdb, rocksdb-direct, lmdb, sqlite.
+    /// Configurations, run side by side, the first is the baseline: direct or
+    /// buffered, then optionally the suffixes -no-readahead, -fifo, one of
+    /// -uring/-threads/-no-aio, and -whole-images (in that order), then
+    /// optionally /METHOD, a WAL sync method (e.g. direct/fdatasync); with
+    /// the peers feature also rocksdb, rocksdb-direct, lmdb, sqlite.
     #[arg(long, value_delimiter = ',', default_value = "direct")]
     pub compare: Vec<String>,
     /// WAL sync methods to compare with direct I/O (each adds a configuration

@@ -96,7 +96,7 @@ pub enum Engine {
 impl Engine {
     /// Parses a configuration name: `direct`, `buffered`, `direct/<sync>`,
     /// `buffered/<sync>`, `rocksdb`, `rocksdb-direct`, `lmdb`, `sqlite`; this
-    /// engine's names take the suffixes `-fifo`, `-no-readahead`, one of
+    /// engine's names take the suffixes `-no-readahead`, `-fifo`, one of
     /// `-uring`, `-threads`, `-no-aio`, and `-whole-images` (in that order
     /// when several).
     pub fn parse(name: &str) -> Result<Engine> {
@@ -151,7 +151,7 @@ impl Engine {
             "lmdb" if sync.is_none() && plain => Engine::Lmdb,
             "sqlite" if sync.is_none() && plain => Engine::Sqlite,
             _ => bail!(
-                "unknown configuration {name:?}: use direct, buffered, direct/<sync method>, \
+                "unknown configuration {name:?}: use direct, buffered, direct/METHOD (a WAL sync method), \
                  direct-no-readahead, direct-fifo, direct-uring, direct-threads, direct-no-aio, \
                  direct-whole-images, \
                  rocksdb, \
@@ -320,5 +320,38 @@ impl Store for DirectkvStore {
             o.insert("cache_hit_ratio".into(), (hits / total).into());
         }
         v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn configuration_names_take_their_suffixes_in_the_documented_order() {
+        let e = Engine::parse("direct-no-readahead-fifo-threads-whole-images/fdatasync")
+            .expect("every suffix, then a sync method");
+        let Engine::Directkv {
+            direct,
+            sync,
+            readahead,
+            scheduled,
+            aio,
+            compress,
+        } = e
+        else {
+            panic!("this engine");
+        };
+        assert!(direct && !readahead && !scheduled && !compress);
+        assert_eq!(aio, Some(AioBackend::Threads));
+        assert!(sync.is_some());
+        assert!(matches!(
+            Engine::parse("buffered"),
+            Ok(Engine::Directkv { direct: false, .. })
+        ));
+        // Out of order, a suffix is not recognised.
+        assert!(Engine::parse("direct-fifo-no-readahead").is_err());
+        assert!(Engine::parse("rocksdb-fifo").is_err());
+        assert!(Engine::parse("direct/no-such-method").is_err());
     }
 }
