@@ -331,20 +331,20 @@ mod tests {
     fn configuration_names_take_their_suffixes_in_the_documented_order() {
         let e = Engine::parse("direct-no-readahead-fifo-threads-whole-images/fdatasync")
             .expect("every suffix, then a sync method");
-        let Engine::Directkv {
-            direct,
-            sync,
-            readahead,
-            scheduled,
-            aio,
-            compress,
-        } = e
-        else {
-            panic!("this engine");
-        };
-        assert!(direct && !readahead && !scheduled && !compress);
-        assert_eq!(aio, Some(AioBackend::Threads));
-        assert!(sync.is_some());
+        assert!(
+            matches!(
+                e,
+                Engine::Directkv {
+                    direct: true,
+                    sync: Some(_),
+                    readahead: false,
+                    scheduled: false,
+                    aio: Some(AioBackend::Threads),
+                    compress: false,
+                }
+            ),
+            "{e:?}"
+        );
         assert!(matches!(
             Engine::parse("buffered"),
             Ok(Engine::Directkv { direct: false, .. })
