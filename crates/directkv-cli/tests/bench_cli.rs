@@ -89,6 +89,13 @@ fn check_run_schema(r: &Value) {
     // One sample per whole second the run lasted, where the device is known.
     let device = r["per_second_device_us"].as_array().expect("device series");
     assert!(device.len() <= per_second.len());
+    // The device probe: a maximum for every second, or nothing where the
+    // data set's files refuse direct I/O.
+    let probe = r["per_second_probe_max_us"]
+        .as_array()
+        .expect("probe series");
+    assert!(probe.is_empty() || probe.len() == per_second.len(), "{r}");
+    assert!(probe.iter().all(Value::is_u64));
     assert_eq!(
         per_second.len(),
         r["per_second_checkpointing"]
@@ -167,6 +174,11 @@ fn tpcb_runs_side_by_side_and_passes_its_consistency_check() {
     assert_eq!(lines[1]["load_seconds"].as_f64(), Some(0.0));
     // Direct I/O leaves the data out of the page cache.
     assert_eq!(lines[0]["engine_stats"]["data_io"]["kind"], "direct");
+    // So the device probe could read the data set with direct I/O too.
+    let probe = lines[0]["per_second_probe_max_us"]
+        .as_array()
+        .expect("probe");
+    assert!(!probe.is_empty(), "{}", lines[0]);
     check_summary(&lines[3], &["direct", "buffered", "direct-whole-images"]);
     // TPC-B rows are padded, so their full-page images compress; the
     // `-whole-images` configuration logs them whole.

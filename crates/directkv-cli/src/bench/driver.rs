@@ -379,6 +379,7 @@ fn run_measured(spec: &ChildSpec, engine: &Engine, data_dir: &Path) -> Result<Ru
     let mut disk_at = disk.as_ref().and_then(|d| d.now());
     let mut disk_second = 0usize;
     let mut device_us: Vec<u64> = Vec::with_capacity(secs);
+    let probe = sys::DeviceProbe::start(data_dir, start, secs);
     let results: Vec<Result<(u64, Histogram<u64>)>> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..spec.clients)
             .map(|id| {
@@ -445,7 +446,10 @@ fn run_measured(spec: &ChildSpec, engine: &Engine, data_dir: &Path) -> Result<Ru
     });
     let elapsed = start.elapsed().as_secs_f64();
     bar.finish_and_clear();
-    let io = IoCounters::now().since(io0);
+    let probe = probe.map(sys::DeviceProbe::finish).unwrap_or_default();
+    let mut io = IoCounters::now().since(io0);
+    io.read_bytes = io.read_bytes.saturating_sub(probe.bytes);
+    io.rchar = io.rchar.saturating_sub(probe.bytes);
     let cpu = Cpu::now().since(cpu0);
     let mut hist = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3)?;
     let mut ops = 0;
@@ -492,6 +496,7 @@ fn run_measured(spec: &ChildSpec, engine: &Engine, data_dir: &Path) -> Result<Ru
         per_second_checkpointing: checkpointing,
         per_second_max_us: ps.iter().map(|(_, h)| h.max()).collect(),
         per_second_device_us: device_us,
+        per_second_probe_max_us: probe.per_second_max_us,
         rss_peak_bytes: rss_peak,
         rss_end_bytes: rss_end,
         cgroup_peak_bytes: None,

@@ -78,6 +78,13 @@ pub struct RunReport {
     /// spike here with one in `per_second_max_us` is the device stalling.
     #[serde(default)]
     pub per_second_device_us: Vec<u64>,
+    /// The slowest read of the device probe (one 4 KiB direct read of the
+    /// data set's largest file every 10 ms, beside the engine) that ended in
+    /// each second, microseconds; empty where the files cannot be read with
+    /// direct I/O. A slow probe read in the second of a slow operation says
+    /// the device stalled for everyone.
+    #[serde(default)]
+    pub per_second_probe_max_us: Vec<u64>,
     /// Peak resident set size during the run.
     pub rss_peak_bytes: u64,
     /// Resident set size at the end of the run.
@@ -136,6 +143,7 @@ impl RunReport {
             per_second_checkpointing: Vec::new(),
             per_second_max_us: Vec::new(),
             per_second_device_us: Vec::new(),
+            per_second_probe_max_us: Vec::new(),
             rss_peak_bytes: 0,
             rss_end_bytes: 0,
             cgroup_peak_bytes: None,
@@ -277,8 +285,8 @@ fn ms(us: u64) -> String {
 /// Prints the runs and the comparison as tables.
 pub fn print_table(runs: &[RunReport], summary: &Summary) {
     println!(
-        "{:<22} {:>3} {:>10} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>6} {:>8} {:>8} {:>11} {:>6} {:>7} tpcb check",
-        "config", "rnd", "ops/s", "p50", "p99", "p99.9", "max", "RSS pk", "OS $", "mem/$",
+        "{:<22} {:>3} {:>10} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>6} {:>8} {:>8} {:>11} {:>6} {:>7} tpcb check",
+        "config", "rnd", "ops/s", "p50", "p99", "p99.9", "max", "dev max", "RSS pk", "OS $", "mem/$",
         "hit%", "read", "written", "cpu usr/sys", "zero-s", "stalls"
     );
     for r in runs {
@@ -311,7 +319,7 @@ pub fn print_table(runs: &[RunReport], summary: &Summary) {
                         .to_string()
                 });
         println!(
-            "{:<22} {:>3} {:>10.0} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8.2} {:>6} {:>8} {:>8} {:>5.1}/{:<5.1} {:>6} {:>7} {}",
+            "{:<22} {:>3} {:>10.0} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8.2} {:>6} {:>8} {:>8} {:>5.1}/{:<5.1} {:>6} {:>7} {}",
             r.config,
             r.round,
             r.ops_per_sec,
@@ -319,6 +327,10 @@ pub fn print_table(runs: &[RunReport], summary: &Summary) {
             ms(r.latency.p99_us),
             ms(r.latency.p999_us),
             ms(r.latency.max_us),
+            r.per_second_probe_max_us
+                .iter()
+                .max()
+                .map_or("-".to_string(), |&us| ms(us)),
             mib(r.rss_peak_bytes),
             mib(r.db_cached_bytes),
             r.memory_per_cache,

@@ -375,3 +375,91 @@ impl Drop for MemCgroup {
         }
     }
 }
+
+/// Interval between two reads of the device probe.
+const PROBE_INTERVAL: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// Reads of the device probe, by second of the run.
+#[derive(Debug, Clone, Default)]
+pub struct ProbeResult {
+    /// The slowest probe read that ended in each second, microseconds (0
+    /// where none ended).
+    pub per_second_max_us: Vec<u64>,
+    /// Bytes the probe read (to take out of the run's own I/O).
+    pub bytes: u64,
+}
+
+/// An independent observer of the device: a thread that reads one 4 KiB
+/// block at a random offset of the data set's largest file every 10 ms,
+/// with direct I/O (so the page cache neither serves nor keeps it). When an
+/// engine's slowest operation coincides with a slow probe read, the device
+/// stalled for everyone, not the engine. It adds about 100 reads a second.
+pub struct DeviceProbe {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<ProbeResult>,
+}
+
+impl DeviceProbe {
+    /// Starts probing the largest file under `dir` (seconds counted from
+    /// `start`); `None` where no file there can be read with direct I/O
+    /// (tmpfs, or no file of at least a block).
+    pub fn start(dir: &Path, start: std::time::Instant, secs: usize) -> Option<DeviceProbe> {
+        use directkv::io::{AlignedBuf, DirectFile, DirectIo, FileOptions};
+        let path = files_under(dir)
+            .into_iter()
+            .filter_map(|p| Some((fs::metadata(&p).ok()?.len(), p)))
+            .max_by_key(|(len, _)| *len)?
+            .1;
+        let opts = FileOptions {
+            read_only: true,
+            direct_io: DirectIo::On,
+            ..FileOptions::default()
+        };
+        let file = DirectFile::open(&path, &opts).ok()?;
+        let unit = file.alignment().io_unit_bytes().max(4096);
+        let blocks = file.len().ok()? / u64::from(unit);
+        if blocks == 0 {
+            return None;
+        }
+        let mut buf = AlignedBuf::new(unit as usize, unit).ok()?;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = std::sync::Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("bench-device-probe".into())
+            .spawn(move || {
+                let mut out = ProbeResult {
+                    per_second_max_us: vec![0; secs],
+                    bytes: 0,
+                };
+                // A fixed-seed generator: the probe's offsets need no more.
+                let mut x = 0x9E37_79B9_7F4A_7C15u64;
+                while !stopped.load(std::sync::atomic::Ordering::Acquire) {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let at = (x % blocks) * u64::from(unit);
+                    let t = std::time::Instant::now();
+                    if file.read_exact_at(buf.io_all_mut(), at).is_err() {
+                        break;
+                    }
+                    let done = std::time::Instant::now();
+                    out.bytes += u64::from(unit);
+                    let us = (done - t).as_micros() as u64;
+                    let sec = (done - start).as_secs() as usize;
+                    if let Some(m) = out.per_second_max_us.get_mut(sec) {
+                        *m = (*m).max(us);
+                    }
+                    std::thread::sleep(PROBE_INTERVAL);
+                }
+                out
+            })
+            .ok()?;
+        Some(DeviceProbe { stop, thread })
+    }
+
+    /// Stops the probe and returns what it saw.
+    pub fn finish(self) -> ProbeResult {
+        self.stop.store(true, std::sync::atomic::Ordering::Release);
+        self.thread.join().unwrap_or_default()
+    }
+}
