@@ -357,7 +357,12 @@ fn charts_are_written() {
         ],
     );
     assert!(ok, "{err}");
-    for f in ["throughput.svg", "latency.svg", "compare.svg"] {
+    for f in [
+        "throughput.svg",
+        "latency.svg",
+        "slowest.svg",
+        "compare.svg",
+    ] {
         let text = std::fs::read_to_string(plots.join(f)).expect(f);
         assert!(text.starts_with("<svg") && text.contains("direct"), "{f}");
     }

@@ -65,7 +65,8 @@ pub struct Common {
     /// Print JSON lines (one per run, then a summary) instead of tables.
     #[arg(long)]
     pub json: bool,
-    /// Write SVG charts (throughput and latency over time, the comparison) here.
+    /// Write SVG charts (throughput, p99, and the slowest operation beside the
+    /// device probe, over time; the comparison) here.
     #[arg(long)]
     pub plot: Option<PathBuf>,
     /// Reload the data set even if one with the same parameters exists.

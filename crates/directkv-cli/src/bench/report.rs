@@ -410,8 +410,10 @@ const COLORS: [plotters::style::RGBColor; 6] = [
     plotters::style::RGBColor(23, 190, 207),
 ];
 
-/// Writes `throughput.svg`, `latency.svg` (per-second series, one line per
-/// run) and `compare.svg` (median ops/s per configuration) into `dir`.
+/// Writes `throughput.svg`, `latency.svg`, `slowest.svg` (per-second series,
+/// one line per run; the last with the device probe's slowest read beside
+/// each run's slowest operation) and `compare.svg` (median ops/s per
+/// configuration) into `dir`.
 pub fn plot(dir: &Path, runs: &[RunReport], summary: &Summary) -> Result<()> {
     use plotters::prelude::*;
     std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
@@ -424,10 +426,13 @@ pub fn plot(dir: &Path, runs: &[RunReport], summary: &Summary) -> Result<()> {
             .unwrap_or(0);
         COLORS[i % COLORS.len()]
     };
+    type Pick<'a> = &'a dyn Fn(&RunReport) -> Vec<f64>;
+    // One line per run from `pick`, and a thin one from `beside` if given.
     let series = |name: &str,
                   title: &str,
                   y_label: &str,
-                  pick: &dyn Fn(&RunReport) -> Vec<f64>|
+                  pick: Pick,
+                  beside: Option<(&str, Pick)>|
      -> Result<()> {
         let path = dir.join(name);
         let root = SVGBackend::new(&path, (960, 480)).into_drawing_area();
@@ -438,7 +443,17 @@ pub fn plot(dir: &Path, runs: &[RunReport], summary: &Summary) -> Result<()> {
             .max()
             .unwrap_or(1)
             .max(1);
-        let top = ok.iter().flat_map(|r| pick(r)).fold(1.0f64, f64::max) * 1.1;
+        let top = ok
+            .iter()
+            .flat_map(|r| {
+                let mut v = pick(r);
+                if let Some((_, b)) = beside {
+                    v.extend(b(r));
+                }
+                v
+            })
+            .fold(1.0f64, f64::max)
+            * 1.1;
         let mut chart = ChartBuilder::on(&root)
             .caption(title, ("sans-serif", 20))
             .margin(12)
@@ -482,6 +497,22 @@ pub fn plot(dir: &Path, runs: &[RunReport], summary: &Summary) -> Result<()> {
                 .legend(move |(x, y)| {
                     PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
                 });
+            if let Some((what, b)) = beside {
+                let thin = color.mix(0.6);
+                let points: Vec<(f64, f64)> = b(r)
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, y)| (i as f64 + 0.5, y))
+                    .collect();
+                if !points.is_empty() {
+                    chart
+                        .draw_series(LineSeries::new(points, thin.stroke_width(1)))?
+                        .label(format!("{what}, {} (round {})", r.config, r.round))
+                        .legend(move |(x, y)| {
+                            PathElement::new(vec![(x, y), (x + 18, y)], thin.stroke_width(1))
+                        });
+                }
+            }
         }
         chart
             .configure_series_labels()
@@ -500,6 +531,7 @@ pub fn plot(dir: &Path, runs: &[RunReport], summary: &Summary) -> Result<()> {
         ),
         &format!("{unit}/s"),
         &|r| r.per_second_ops.iter().map(|&n| n as f64).collect(),
+        None,
     )?;
     series(
         "latency.svg",
@@ -514,6 +546,18 @@ pub fn plot(dir: &Path, runs: &[RunReport], summary: &Summary) -> Result<()> {
                 .map(|&u| u as f64 / 1000.0)
                 .collect()
         },
+        None,
+    )?;
+    let in_ms = |v: &[u64]| v.iter().map(|&u| u as f64 / 1000.0).collect();
+    series(
+        "slowest.svg",
+        &format!(
+            "{}: slowest operation per second, thin: the device probe's slowest read",
+            summary.workload
+        ),
+        "latency (ms)",
+        &|r| in_ms(&r.per_second_max_us),
+        Some(("device probe", &|r| in_ms(&r.per_second_probe_max_us))),
     )?;
 
     let path = dir.join("compare.svg");
