@@ -102,7 +102,7 @@ fn print_human(doc: &Value) {
         n("full_page_images"),
         n("full_page_image_bytes")
     );
-    println!("stalls over 1 ms, by cause:");
+    println!("foreground waits by cause (all of them: count, mean), then the stalls over 1 ms:");
     let labels: Vec<String> = (0..directkv::stall::BUCKETS)
         .map(|i| match directkv::stall::bucket_upper_ms(i) {
             Some(ms) => format!("<={ms}ms"),
@@ -112,8 +112,10 @@ fn print_human(doc: &Value) {
     if let Some(hists) = s["stalls"]["histograms"].as_object() {
         for (cause, h) in hists {
             let count = h["count"].as_u64().unwrap_or(0);
+            let waits = h["waits"].as_u64().unwrap_or(0);
+            let mean_us = h["waited_us"].as_u64().unwrap_or(0) as f64 / waits.max(1) as f64;
             let mut line = format!(
-                "  {cause:<17} {count:>8}  max {:>8.1} ms",
+                "  {cause:<17} {waits:>10} {mean_us:>9.1} us  stalls {count:>8}  max {:>8.1} ms",
                 h["max_us"].as_u64().unwrap_or(0) as f64 / 1000.0
             );
             if let Some(b) = h["buckets"].as_array() {

@@ -50,11 +50,14 @@ fn an_open_database_publishes_its_stats() {
             doc["stats"]["stalls"][cause], h[cause]["count"],
             "the count is the histogram's total"
         );
+        assert!(h[cause]["waits"].as_u64() >= h[cause]["count"].as_u64());
     }
+    // Every durable commit waited for the WAL once.
+    assert_eq!(h["wal_sync_wait"]["waits"].as_u64(), Some(50));
     let human = stats(dir.path(), false);
     assert!(human.status.success());
     let text = String::from_utf8_lossy(&human.stdout);
-    assert!(text.contains("stalls over 1 ms, by cause"), "{text}");
+    assert!(text.contains("then the stalls over 1 ms"), "{text}");
     assert!(text.contains("read_miss"), "{text}");
     // An orderly close withdraws them.
     drop(db);
