@@ -392,8 +392,9 @@ fn print_waits(runs: &[RunReport]) {
     for r in ours {
         let w = |cause: &str| r.wait_per_op_us.get(cause).copied().unwrap_or(0.0);
         let (read, writer, sync) = (w("read_miss"), w("writer_lock_wait"), w("wal_sync_wait"));
-        let other: f64 = r.wait_per_op_us.values().sum::<f64>() - read - writer - sync;
-        let rest = r.latency.mean_us - read - writer - sync - other;
+        let waited: f64 = r.wait_per_op_us.values().sum();
+        let other = waited - read - writer - sync;
+        let rest = r.latency.mean_us - waited;
         println!(
             "{:<22} {:>3} {:>8.0} {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>8.0}",
             r.config, r.round, r.latency.mean_us, read, writer, sync, other, rest
@@ -427,6 +428,13 @@ pub fn plot(dir: &Path, runs: &[RunReport], summary: &Summary) -> Result<()> {
         COLORS[i % COLORS.len()]
     };
     type Pick<'a> = &'a dyn Fn(&RunReport) -> Vec<f64>;
+    // A value per second, drawn at the middle of its second.
+    let per_second = |ys: Vec<f64>| -> Vec<(f64, f64)> {
+        ys.into_iter()
+            .enumerate()
+            .map(|(i, y)| (i as f64 + 0.5, y))
+            .collect()
+    };
     // One line per run from `pick`, and a thin one from `beside` if given.
     let series = |name: &str,
                   title: &str,
@@ -486,24 +494,15 @@ pub fn plot(dir: &Path, runs: &[RunReport], summary: &Summary) -> Result<()> {
         }
         for r in &ok {
             let color = color_of(&r.config);
-            let points: Vec<(f64, f64)> = pick(r)
-                .into_iter()
-                .enumerate()
-                .map(|(i, y)| (i as f64 + 0.5, y))
-                .collect();
             chart
-                .draw_series(LineSeries::new(points, color.stroke_width(2)))?
+                .draw_series(LineSeries::new(per_second(pick(r)), color.stroke_width(2)))?
                 .label(format!("{} (round {})", r.config, r.round))
                 .legend(move |(x, y)| {
                     PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
                 });
             if let Some((what, b)) = beside {
                 let thin = color.mix(0.6);
-                let points: Vec<(f64, f64)> = b(r)
-                    .into_iter()
-                    .enumerate()
-                    .map(|(i, y)| (i as f64 + 0.5, y))
-                    .collect();
+                let points = per_second(b(r));
                 if !points.is_empty() {
                     chart
                         .draw_series(LineSeries::new(points, thin.stroke_width(1)))?

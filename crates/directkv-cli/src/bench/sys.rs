@@ -431,13 +431,9 @@ impl DeviceProbe {
                     per_second_max_us: vec![0; secs],
                     bytes: 0,
                 };
-                // A fixed-seed generator: the probe's offsets need no more.
-                let mut x = 0x9E37_79B9_7F4A_7C15u64;
+                let mut rng = super::workload::Rng::seeded(0x5EED);
                 while !stopped.load(std::sync::atomic::Ordering::Acquire) {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    let at = (x % blocks) * u64::from(unit);
+                    let at = rng.below(blocks) * u64::from(unit);
                     let t = std::time::Instant::now();
                     if file.read_exact_at(buf.io_all_mut(), at).is_err() {
                         break;

@@ -461,6 +461,10 @@ fn gcd(mut a: u64, mut b: u64) -> u64 {
 pub struct Rng(u64);
 
 impl Rng {
+    /// A generator seeded with `seed`.
+    pub fn seeded(seed: u64) -> Rng {
+        Rng(seed)
+    }
     fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
@@ -468,7 +472,8 @@ impl Rng {
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^ (z >> 31)
     }
-    fn below(&mut self, n: u64) -> u64 {
+    /// A number in `0..n`.
+    pub fn below(&mut self, n: u64) -> u64 {
         ((u128::from(self.next()) * u128::from(n.max(1))) >> 64) as u64
     }
     fn unit(&mut self) -> f64 {
