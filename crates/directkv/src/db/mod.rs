@@ -1266,9 +1266,12 @@ impl<S: Storage> Inner<S> {
                 ..c
             })?;
         }
+        // The checkpoint is complete once CONTROL names it: count it before
+        // the log space it frees can be seen, so a writer that waited for
+        // that space never finds the checkpoint uncounted.
+        self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
         self.last_redo.store(start.0, Ordering::Release);
         self.wal().recycle_before(start)?;
-        self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
