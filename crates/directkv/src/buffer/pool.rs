@@ -691,13 +691,19 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     /// (adjacent pages as one request), placed as `access` says; returns how
     /// many it loaded. For readahead: best effort, so a page that cannot get a
     /// frame now, fails to read or fails verification is left out (a reader
-    /// that needs it meets the error itself).
+    /// that needs it meets the error itself). A batch holds at most a
+    /// quarter of the frames while it reads, so concurrent batches never
+    /// leave a foreground reader without a frame to claim.
     pub fn read_batch(&self, pages: &[u64], access: Access) -> usize {
         let mut pages: Vec<u64> = pages.iter().copied().filter(|&p| p != NO_PAGE).collect();
         pages.sort_unstable();
         pages.dedup();
-        let mut loading = Vec::with_capacity(pages.len());
+        let most = (self.frames() / 4).max(1);
+        let mut loading = Vec::with_capacity(pages.len().min(most));
         for page in pages {
+            if loading.len() >= most {
+                break;
+            }
             if self.contains(page) {
                 continue;
             }
