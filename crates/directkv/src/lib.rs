@@ -16,6 +16,7 @@ pub mod buffer;
 pub mod constants;
 mod db;
 mod error;
+mod health;
 pub mod format;
 pub mod fsync_test;
 pub mod io;

@@ -13,7 +13,7 @@ use std::collections::HashSet;
 use serde::Serialize;
 
 use super::commit::PoolPages;
-use super::Inner;
+use super::engine::Inner;
 use crate::btree::node::{self, Value};
 use crate::btree::tree::{free_next, Pages, DEPTH_MAX};
 use crate::buffer::Access;
@@ -55,7 +55,7 @@ struct Frame {
 
 impl<S: Storage> Inner<S> {
     pub(crate) fn check(&self) -> Result<CheckReport> {
-        let meta = self.tree.read().unwrap_or_else(|p| p.into_inner());
+        let meta = crate::health::read(&self.tree)?;
         let pages = PoolPages { inner: self };
         let end_lsn = self.log.durable_or_end();
         let mut seen: HashSet<u64> = HashSet::new();

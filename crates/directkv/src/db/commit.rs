@@ -19,8 +19,8 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use super::engine::Inner;
 use super::records::{self, Meta};
-use super::{EngineLog, Inner};
 use crate::btree::tree::{Pages, PagesMut};
 use crate::buffer::{Access, Held};
 use crate::error::{Error, Result};
@@ -98,9 +98,8 @@ pub(crate) struct SpareBuffers {
 impl SpareBuffers {
     /// An empty buffer, with a page's capacity when one is spare.
     fn take(&self) -> Vec<u8> {
-        self.bufs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        // A push or a pop cannot leave the list half changed.
+        crate::health::lock_even_poisoned(&self.bufs)
             .pop()
             .unwrap_or_default()
     }
@@ -108,7 +107,8 @@ impl SpareBuffers {
     /// Keeps `buf` for a later commit.
     fn give(&self, mut buf: Vec<u8>) {
         buf.clear();
-        let mut bufs = self.bufs.lock().unwrap_or_else(|p| p.into_inner());
+        let mut bufs = crate::health::lock_even_poisoned(&self.bufs);
+        assert!(bufs.len() <= SPARE_BUFFERS_MAX, "the spare list is bounded");
         if bufs.len() < SPARE_BUFFERS_MAX {
             bufs.push(buf);
         }
@@ -339,13 +339,5 @@ impl<S: Storage> PagesMut for CommitCtx<'_, S> {
 
     fn set_root(&mut self, no: u64) {
         self.meta.root = no;
-    }
-}
-
-impl<S: Storage> EngineLog<S> {
-    fn wal(&self) -> &crate::wal::Wal<S> {
-        self.wal
-            .get()
-            .expect("the log is open once recovery is over")
     }
 }

@@ -15,15 +15,17 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::ops::{Bound, RangeBounds};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::Instant;
 
 use super::commit::{CachedPages, CommitCtx, PoolPages};
-use super::{Durability, Inner};
+use super::engine::Inner;
+use super::Durability;
 use crate::btree::tree;
 use crate::buffer::Access;
 use crate::error::{Error, Result};
+use crate::health;
 use crate::io::Storage;
 use crate::lsn::Lsn;
 
@@ -35,9 +37,16 @@ const TICKET_SLOTS: usize = 64;
 /// turn it is (and any waiter 64 tickets behind it), not every waiter: with
 /// many writers queued, waking them all to find the one whose turn it is
 /// cost more than the transactions themselves on two cores.
+///
+/// It also remembers which thread holds it, so a thread that asks for it
+/// again while holding it gets an error instead of waiting for itself
+/// forever.
 pub(crate) struct TicketLock {
+    /// (next ticket to hand out, ticket being served).
     state: Mutex<(u64, u64)>,
     turn: Box<[Condvar]>,
+    /// The holder's [`thread_token`], 0 while free.
+    owner: AtomicU64,
 }
 
 impl Default for TicketLock {
@@ -45,8 +54,18 @@ impl Default for TicketLock {
         TicketLock {
             state: Mutex::new((0, 0)),
             turn: (0..TICKET_SLOTS).map(|_| Condvar::new()).collect(),
+            owner: AtomicU64::new(0),
         }
     }
+}
+
+/// A number unique to the calling thread for the life of the process (never 0).
+fn thread_token() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    thread_local! {
+        static TOKEN: u64 = NEXT.fetch_add(1, Ordering::Relaxed);
+    }
+    TOKEN.with(|t| *t)
 }
 
 impl TicketLock {
@@ -54,19 +73,39 @@ impl TicketLock {
         &self.turn[(ticket % TICKET_SLOTS as u64) as usize]
     }
 
+    /// Whether the calling thread holds the lock.
+    pub fn held_by_this_thread(&self) -> bool {
+        self.owner.load(Ordering::Acquire) == thread_token()
+    }
+
+    /// Waits for the lock, first come first served; returns the ticket that
+    /// [`release`](Self::release) takes back.
     pub fn acquire(&self) -> u64 {
-        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        assert!(
+            !self.held_by_this_thread(),
+            "a thread waits for its own lock"
+        );
+        // The ticket state's critical sections are counter arithmetic: a
+        // panic cannot leave it half changed.
+        let mut s = health::lock_even_poisoned(&self.state);
         let mine = s.0;
         s.0 += 1;
         while s.1 != mine {
             s = self.slot(mine).wait(s).unwrap_or_else(|p| p.into_inner());
         }
+        assert_eq!(s.1, mine, "served in ticket order");
+        let before = self.owner.swap(thread_token(), Ordering::AcqRel);
+        assert_eq!(before, 0, "one holder at a time");
         mine
     }
 
     pub fn release(&self, ticket: u64) {
-        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        // The ticket state's critical sections are counter arithmetic: a
+        // panic cannot leave it half changed.
+        let mut s = health::lock_even_poisoned(&self.state);
         assert_eq!(s.1, ticket, "released by its holder");
+        let before = self.owner.swap(0, Ordering::AcqRel);
+        assert_ne!(before, 0, "released while held");
         s.1 += 1;
         let next = s.1;
         if s.0 > next {
@@ -144,9 +183,14 @@ fn with_unlocked_reads<S: Storage, R>(
     access: Access,
     op: impl Fn(&CachedPages<'_, S>, u64) -> Result<R>,
 ) -> Result<R> {
+    inner.health.check()?;
     let mut misses = 0;
     loop {
-        let meta = inner.tree.read().unwrap_or_else(|p| p.into_inner());
+        assert!(
+            misses <= UNLOCKED_READS_MAX,
+            "the last try reads under the lock"
+        );
+        let meta = inner.health.observe(health::read(&inner.tree))?;
         let mut pages = CachedPages::new(inner);
         pages.read_through = misses == UNLOCKED_READS_MAX;
         let r = op(&pages, meta.root);
@@ -236,6 +280,7 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
     /// with 4 KiB pages) or a value over [`tree::VALUE_MAX`]. The transaction is
     /// unchanged then.
     pub fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.inner.health.check()?;
         self.check_key(key)?;
         if value.len() > tree::VALUE_MAX {
             return Err(Error::InvalidArgument(format!(
@@ -253,6 +298,7 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
     /// # Errors
     /// [`Error::InvalidArgument`] for a key over the limit.
     pub fn delete(&mut self, key: &[u8]) -> Result<()> {
+        self.inner.health.check()?;
         self.check_key(key)?;
         self.writes.insert(key.to_vec(), None);
         Ok(())
@@ -302,6 +348,7 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
     /// decides); [`Error::Poisoned`] after an earlier log failure; I/O and
     /// corruption errors before the commit record, with nothing changed.
     pub fn commit(mut self) -> Result<()> {
+        self.inner.health.check()?;
         let writes = std::mem::take(&mut self.writes);
         if writes.is_empty() {
             self.release();
@@ -309,10 +356,12 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
         }
         let lsn = self.apply(writes);
         self.release();
-        let lsn = lsn?;
+        let lsn = self.inner.health.observe(lsn)?;
         if self.inner.opts.durability == Durability::Sync {
             let t = Instant::now();
-            self.inner.log.flush_to_wal(lsn)?;
+            self.inner
+                .health
+                .observe(self.inner.log.flush_to_wal(lsn))?;
             self.inner.counters.wal_sync_wait.record(t.elapsed());
         }
         self.inner.counters.commits.fetch_add(1, Ordering::Relaxed);
@@ -323,7 +372,7 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
     fn apply(&self, writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>) -> Result<Lsn> {
         let inner = self.inner;
         let t = Instant::now();
-        let mut meta = inner.tree.write().unwrap_or_else(|p| p.into_inner());
+        let mut meta = health::write(&inner.tree)?;
         inner.counters.tree_lock_wait.record(t.elapsed());
         let horizon = Lsn(inner.fpi_horizon.load(Ordering::Acquire));
         let mut ctx = CommitCtx::new(inner, *meta, inner.next_txn(), horizon);
@@ -461,7 +510,9 @@ impl<'db, S: Storage> RangeIter<'db, S> {
         }
         let inner = self.inner;
         let leaves = {
-            let meta = inner.tree.read().unwrap_or_else(|p| p.into_inner());
+            let Ok(meta) = health::read(&inner.tree) else {
+                return;
+            };
             tree::following_leaves(&CachedPages::new(inner), meta.root, at, window)
         };
         // Best effort: a branch not in the cache means no readahead this time.
@@ -475,7 +526,7 @@ impl<'db, S: Storage> RangeIter<'db, S> {
             let Some(to) = self.back_to.take() else {
                 return Ok(());
             };
-            let meta = self.inner.tree.read().unwrap_or_else(|p| p.into_inner());
+            let meta = self.inner.health.observe(health::read(&self.inner.tree))?;
             let (batch, next) =
                 tree::scan_reverse(&PoolPages { inner: self.inner }, meta.root, &self.lo, &to)?;
             drop(meta);

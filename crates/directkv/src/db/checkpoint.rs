@@ -1,0 +1,236 @@
+//! Checkpoints and log-space pacing.
+//!
+//! A checkpoint is fuzzy: it starts between commits (under the tree lock),
+//! takes the log's end as its redo point, and writes every page first
+//! changed at or before it while commits go on; then it syncs the data file,
+//! logs a checkpoint record, names it in `CONTROL` and recycles the WAL
+//! segments recovery no longer needs. A background checkpoint is paced so
+//! it finishes while the log grows by half the checkpoint distance (or
+//! within [`CHECKPOINT_TIME_TARGET`]); a caller of `checkpoint()` or a
+//! closing database has it finish at full speed.
+//!
+//! Invariants:
+//! - One checkpoint runs at a time (`Inner::checkpointing`).
+//! - `CONTROL` names a checkpoint only after every page dirty at its start
+//!   is written and synced and its record is durable.
+//! - The redo point only moves forward.
+//! - A committer waits on page writes only at the hard limit
+//!   ([`WAL_HARD_LIMIT_FACTOR`] checkpoint distances of log since the redo
+//!   point), and that wait is counted.
+
+use std::sync::atomic::Ordering;
+use std::sync::MutexGuard;
+use std::time::{Duration, Instant};
+
+use super::engine::Inner;
+use super::records;
+use crate::error::{Error, Result};
+use crate::format::control::Control;
+use crate::health;
+use crate::io::Storage;
+use crate::sched::IoClass;
+
+/// Log since the redo point, in checkpoint distances, at which new
+/// transactions wait for the checkpoint.
+pub const WAL_HARD_LIMIT_FACTOR: u64 = 3;
+
+/// A background checkpoint aims to finish while the log grows by this
+/// fraction of the checkpoint distance.
+const CHECKPOINT_COMPLETION_TARGET: f64 = 0.5;
+/// … or within this long, whichever allows more speed.
+const CHECKPOINT_TIME_TARGET: Duration = Duration::from_secs(30);
+/// Pages a checkpoint writes between looks at its pace.
+const CHECKPOINT_STEP_PAGES: usize = 32;
+/// Rounds of 1 ms a checkpoint waits for commits holding a page dirty from
+/// before its start before it gives up (and reports the page held).
+const CHECKPOINT_IDLE_ROUNDS_MAX: u32 = 10_000;
+
+impl<S: Storage> Inner<S> {
+    /// Runs a checkpoint now, at full speed (see the module docs).
+    pub(super) fn checkpoint(&self) -> Result<()> {
+        // A paced background checkpoint under way finishes at full speed
+        // instead of making this caller wait out its pace.
+        self.hurry.fetch_add(1, Ordering::AcqRel);
+        let done =
+            health::lock(&self.checkpointing).and_then(|one| self.checkpoint_locked(&one, false));
+        let before = self.hurry.fetch_sub(1, Ordering::AcqRel);
+        assert!(before > 0, "every hurry is counted before it is taken back");
+        self.health.observe(done)
+    }
+
+    /// The checkpoint itself, with `checkpointing` held.
+    fn checkpoint_locked(&self, _one: &MutexGuard<'_, ()>, paced: bool) -> Result<()> {
+        // The start: between commits, so every commit before it is in the
+        // pages we are about to write and every one after it is in the log
+        // from here on, with full images for pages it finds unchanged since.
+        let (start, meta) = {
+            let tree = health::write(&self.tree)?;
+            let start = self.wal().end_lsn();
+            let horizon = self.fpi_horizon.swap(start.0, Ordering::AcqRel);
+            assert!(horizon <= start.0, "the image horizon only moves forward");
+            (start, *tree)
+        };
+        let redo_before = self.last_redo.load(Ordering::Acquire);
+        assert!(redo_before <= start.0, "the redo point only moves forward");
+        self.write_dirty_through(start, paced)?;
+        self.pool.sync()?;
+        if self.pool.oldest_dirty_lsn().is_some_and(|l| l <= start) {
+            return Err(Error::InvalidArgument(
+                "checkpoint could not write a page held by a commit".into(),
+            ));
+        }
+        let rec = records::encode_meta(start.0, &meta);
+        let end = self.wal().append(records::CHECKPOINT, &rec)?;
+        self.wal().flush(end)?;
+        assert!(end > start, "the checkpoint record follows its redo point");
+        {
+            let mut control = health::lock(&self.control)?;
+            let c = control.current();
+            assert!(
+                c.redo_lsn.0 <= start.0,
+                "CONTROL's redo point only moves forward"
+            );
+            let _permit = self.sched.admit(IoClass::Urgent, 0);
+            control.write(Control {
+                checkpoint_lsn: end,
+                redo_lsn: start,
+                root_page: meta.root,
+                page_count: meta.page_count,
+                freelist_head: meta.freelist,
+                ..c
+            })?;
+        }
+        // The checkpoint is complete once CONTROL names it: count it before
+        // the log space it frees can be seen, so a writer that waited for
+        // that space never finds the checkpoint uncounted.
+        self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
+        self.last_redo.store(start.0, Ordering::Release);
+        self.wal().recycle_before(start)?;
+        Ok(())
+    }
+
+    /// Writes every page first changed at or before `start` (a change's LSN
+    /// is its commit record's end, so one ending exactly at the start is
+    /// before it; later changes are in the log after it). Paced, the writes
+    /// are spread so they are done when the log has grown by half the
+    /// checkpoint distance (or after [`CHECKPOINT_TIME_TARGET`]), keeping
+    /// the device free for commits and reads meanwhile.
+    fn write_dirty_through(&self, start: crate::lsn::Lsn, mut paced: bool) -> Result<()> {
+        let total = self.pool.dirty_through(start).max(1);
+        let began = Instant::now();
+        let mut written = 0usize;
+        let mut idle_rounds = 0;
+        while self.pool.oldest_dirty_lsn().is_some_and(|l| l <= start) {
+            let class = if paced {
+                IoClass::Background
+            } else {
+                IoClass::Urgent
+            };
+            let n = self
+                .pool
+                .flush_through(start, CHECKPOINT_STEP_PAGES, class)?;
+            assert!(
+                n <= CHECKPOINT_STEP_PAGES,
+                "a step writes at most its pages"
+            );
+            written += n;
+            if n == 0 {
+                // A commit holds a page dirty from before the start; it
+                // releases it within its (short) apply phase.
+                idle_rounds += 1;
+                if idle_rounds > CHECKPOINT_IDLE_ROUNDS_MAX {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+                continue;
+            }
+            if paced {
+                paced = self.pace(start, began, written as f64 / total as f64);
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits while a paced checkpoint is ahead of its schedule (`done`, the
+    /// share of its pages written, against the log's growth and the time
+    /// since it began). Returns whether it stays paced: a closing database,
+    /// or a caller waiting to checkpoint, has it finish at full speed.
+    fn pace(&self, start: crate::lsn::Lsn, began: Instant, done: f64) -> bool {
+        let distance = self.opts.checkpoint_wal_bytes.max(1) as f64 * CHECKPOINT_COMPLETION_TARGET;
+        loop {
+            let closing = health::lock(&self.checkpointer.0).map_or(true, |stop| *stop);
+            if closing || self.hurry.load(Ordering::Acquire) > 0 {
+                return false;
+            }
+            // Past twice the distance the log itself is short of space
+            // (committers may be waiting at the hard limit, producing no
+            // log to pace by): no pacing then.
+            if self.wal_since_checkpoint() >= self.opts.checkpoint_wal_bytes.saturating_mul(2) {
+                return true;
+            }
+            let by_wal = (self.wal().end_lsn().0 - start.0) as f64 / distance;
+            let by_time = began.elapsed().as_secs_f64() / CHECKPOINT_TIME_TARGET.as_secs_f64();
+            if done <= by_wal.max(by_time) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Runs a checkpoint if the WAL grew past the threshold since the last one
+    /// and no checkpoint is running.
+    pub(super) fn maybe_checkpoint(&self) -> Result<bool> {
+        if self.wal_since_checkpoint() < self.opts.checkpoint_wal_bytes {
+            return Ok(false);
+        }
+        let Ok(one) = self.checkpointing.try_lock() else {
+            return Ok(false);
+        };
+        // Plain FIFO scheduling is the baseline without pacing too.
+        let paced = self.opts.io_scheduler.mode == crate::sched::SchedMode::Classes;
+        let done = self.checkpoint_locked(&one, paced).map(|()| true);
+        self.health.observe(done)
+    }
+
+    /// Log written since the last checkpoint's redo point.
+    pub(crate) fn wal_since_checkpoint(&self) -> u64 {
+        let redo = self.last_redo.load(Ordering::Acquire);
+        let end = self.wal().end_lsn().0;
+        assert!(redo <= end, "the redo point is inside the log");
+        end - redo
+    }
+
+    /// The hard limit: with background checkpoints and the log grown to
+    /// [`WAL_HARD_LIMIT_FACTOR`] times the checkpoint distance since the
+    /// redo point, a new transaction waits for the checkpoint (which runs
+    /// uncapped by then) to free log space. Counted as a `log_space_wait`
+    /// stall; it gives up waiting after a minute rather than hang.
+    pub(super) fn wait_for_log_space(&self) {
+        let limit = self
+            .opts
+            .checkpoint_wal_bytes
+            .saturating_mul(WAL_HARD_LIMIT_FACTOR);
+        if !self.opts.background_threads || self.wal_since_checkpoint() < limit {
+            return;
+        }
+        let t = Instant::now();
+        while self.wal_since_checkpoint() >= limit && t.elapsed() < Duration::from_secs(60) {
+            self.checkpointer.1.notify_one();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        self.counters.log_space_wait.record(t.elapsed());
+    }
+
+    /// Tells the scheduler how urgent background writing is: the shortage
+    /// of clean frames (the dirty share of the cache's cold end, half dirty
+    /// being full pressure; full pressure outright when the foreground had
+    /// to write a dirty victim itself since the last pass), or how far the
+    /// log has grown past the checkpoint distance (twice the distance is
+    /// full pressure).
+    pub(super) fn report_pressure(&self, cold_dirty_share: f64, foreground_wrote: f64) {
+        let frames = (cold_dirty_share * 2.0).max(foreground_wrote).min(1.0);
+        let log =
+            self.wal_since_checkpoint() as f64 / self.opts.checkpoint_wal_bytes.max(1) as f64 - 1.0;
+        self.sched.set_pressure(frames.max(log).clamp(0.0, 1.0));
+    }
+}

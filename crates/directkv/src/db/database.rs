@@ -1,0 +1,205 @@
+//! The handle of an open database: [`Database`], its operations, and its
+//! orderly drop.
+//!
+//! Invariants:
+//! - Every operation checks the engine's health first, and any failure that
+//!   stops the engine (a poisoned lock or file, a log failure) latches it
+//!   (see [`crate::health`]), so after the first one every call returns
+//!   [`Error::Poisoned`](crate::Error::Poisoned).
+//! - Dropping the handle stops and joins every background thread before
+//!   the engine's state goes away.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use super::background::{self, StopSignal};
+use super::engine::Inner;
+use super::stats::STATS_FILE;
+use super::txn::{self, ReadTxn, WriteTxn};
+use super::{CheckReport, Options, Stats};
+use crate::error::{Error, Result};
+use crate::health;
+use crate::io::{OsStorage, Storage};
+
+/// An open database. `Send + Sync`: share one handle between threads.
+///
+/// # Examples
+/// ```no_run
+/// use directkv::{Database, Options};
+/// let db = Database::open("my.db", Options::default())?;
+/// let mut w = db.begin_write()?;
+/// w.put(b"hello", b"world")?;
+/// w.commit()?;
+/// assert_eq!(db.begin_read()?.get(b"hello")?, Some(b"world".to_vec()));
+/// # Ok::<(), directkv::Error>(())
+/// ```
+pub struct Database<S: Storage = OsStorage> {
+    pub(super) inner: Arc<Inner<S>>,
+    pub(super) checkpointer: Option<JoinHandle<()>>,
+    pub(super) cleaner: Option<JoinHandle<()>>,
+    pub(super) cleaner_stop: StopSignal,
+    pub(super) readers: Vec<JoinHandle<()>>,
+}
+
+impl Database<OsStorage> {
+    /// Opens the database in directory `path`, creating it if the directory is
+    /// missing or empty (and `create_if_missing`), recovering it after a crash.
+    ///
+    /// Recovery replays the WAL from the last checkpoint's redo point. Pages
+    /// changed since then come from their full-page images in the log, not
+    /// from the data file, so its cost follows the log, not the pages it
+    /// touches; [`Stats::recovery`] says what it did.
+    ///
+    /// # Errors
+    /// - [`Error::DatabaseLocked`](crate::Error::DatabaseLocked) if it is
+    ///   open elsewhere;
+    /// - [`Error::NotADatabase`](crate::Error::NotADatabase) for a non-empty
+    ///   directory that is not one;
+    /// - [`Error::FormatVersion`](crate::Error::FormatVersion) for another
+    ///   format;
+    /// - [`Error::Corruption`](crate::Error::Corruption) when recovery finds
+    ///   damage it must not paper over;
+    /// - [`Error::DirectIoUnsupported`](crate::Error::DirectIoUnsupported)
+    ///   for `DirectIo::On` where the filesystem refuses;
+    /// - I/O errors.
+    pub fn open(path: impl AsRef<Path>, opts: Options) -> Result<Self> {
+        Self::open_with(OsStorage, path.as_ref(), opts)
+    }
+}
+
+impl<S: Storage> Database<S> {
+    /// Opens with an explicit storage backend (for the simulated disk).
+    ///
+    /// # Errors
+    /// As [`Database::open`].
+    pub fn open_with(storage: S, path: &Path, opts: Options) -> Result<Self> {
+        super::open::open(storage, path, opts)
+    }
+
+    /// Begins a read transaction: every read sees only whole committed
+    /// transactions (read committed; see [`ReadTxn`]).
+    ///
+    /// # Errors
+    /// [`Error::Poisoned`](crate::Error::Poisoned) once the database has
+    /// failed.
+    pub fn begin_read(&self) -> Result<ReadTxn<'_, S>> {
+        self.inner.health.check()?;
+        Ok(ReadTxn::new(&self.inner))
+    }
+
+    /// Begins the write transaction, waiting (first come, first served) while
+    /// another is open.
+    ///
+    /// # Errors
+    /// [`Error::Poisoned`](crate::Error::Poisoned) once the database has
+    /// failed (after a WAL failure, for example);
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) when the
+    /// calling thread holds the write transaction already (waiting for it
+    /// would wait forever). A write transaction belongs to the thread that
+    /// began it until it ends, even if it is moved to another thread.
+    pub fn begin_write(&self) -> Result<WriteTxn<'_, S>> {
+        self.inner.health.check()?;
+        if self.inner.writer.held_by_this_thread() {
+            return Err(Error::InvalidArgument(
+                "this thread already holds the database's write transaction; commit or drop \
+                 it before beginning another (one write transaction runs at a time)"
+                    .into(),
+            ));
+        }
+        self.inner.wait_for_log_space();
+        let t = Instant::now();
+        let ticket = self.inner.writer.acquire();
+        self.inner.counters.writer_lock_wait.record(t.elapsed());
+        Ok(WriteTxn::new(&self.inner, ticket))
+    }
+
+    /// Brings the pages that hold `keys` into the cache, holding no lock a
+    /// writer waits for while it reads. Writers run one at a time, so a cache
+    /// miss inside a write transaction delays every writer queued behind it;
+    /// prefetching the keys a transaction will read, before
+    /// [`begin_write`](Self::begin_write), moves those misses out of the
+    /// writers' critical section. Purely a hint: it changes nothing.
+    ///
+    /// # Errors
+    /// As [`ReadTxn::get`].
+    pub fn prefetch(&self, keys: &[&[u8]]) -> Result<()> {
+        self.inner.health.check()?;
+        for key in keys {
+            txn::get_committed(&self.inner, key)?;
+        }
+        Ok(())
+    }
+
+    /// Runs a checkpoint now: writes every page dirty when it starts (commits
+    /// go on meanwhile), logs a checkpoint record, updates `CONTROL`, and
+    /// recycles WAL segments recovery no longer needs.
+    ///
+    /// # Errors
+    /// I/O errors; the previous checkpoint stays valid then.
+    pub fn checkpoint(&self) -> Result<()> {
+        self.inner.health.check()?;
+        self.inner.checkpoint()
+    }
+
+    /// Walks the whole database and proves its structure: pages verify, keys
+    /// are ordered within their fences, overflow chains and the free list are
+    /// well formed, and every page is in the tree or free exactly once.
+    ///
+    /// # Errors
+    /// [`Error::Corruption`](crate::Error::Corruption) describing the first
+    /// problem found.
+    pub fn check(&self) -> Result<CheckReport> {
+        self.inner.health.check()?;
+        let report = self.inner.check();
+        self.inner.health.observe(report)
+    }
+
+    /// The engine's counters.
+    pub fn stats(&self) -> Stats {
+        self.inner.stats()
+    }
+
+    /// The database directory.
+    pub fn path(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// Checkpoints and closes. Dropping without closing is safe too: the next
+    /// open recovers from the WAL.
+    ///
+    /// # Errors
+    /// As [`checkpoint`](Self::checkpoint).
+    pub fn close(self) -> Result<()> {
+        self.inner.health.check()?;
+        self.inner.checkpoint()
+    }
+}
+
+impl<S: Storage> Drop for Database<S> {
+    fn drop(&mut self) {
+        // An orderly drop writes what was committed to the log (best effort: a
+        // failure here is what recovery is for); it does not checkpoint.
+        if let Some(wal) = self.inner.log.wal_if_open() {
+            let _ = wal.flush(wal.end_lsn());
+        }
+        background::stop(&self.inner.checkpointer);
+        if let Some(h) = self.checkpointer.take() {
+            let _ = h.join();
+        }
+        background::stop(&self.cleaner_stop);
+        if let Some(h) = self.cleaner.take() {
+            let _ = h.join();
+        }
+        // Published stats describe an open database only.
+        let _ = std::fs::remove_file(self.inner.dir.join(STATS_FILE));
+        // Closing the queue ends the readers once they finish their read.
+        drop(health::lock_even_poisoned(&self.inner.readahead).take());
+        for h in self.readers.drain(..) {
+            let _ = h.join();
+        }
+        assert!(self.checkpointer.is_none() && self.cleaner.is_none());
+        assert!(self.readers.is_empty(), "every background thread is joined");
+    }
+}

@@ -1,0 +1,201 @@
+//! The state one open database shares between its handle, its transactions
+//! and its background threads ([`Inner`]), and the log as the buffer pool
+//! sees it ([`EngineLog`]).
+//!
+//! The log has two phases, in this order:
+//! - `Replaying` (open's redo): the WAL object does not exist yet, and every
+//!   record replay has read is durable, so the WAL rule holds for any page
+//!   stamped with an LSN up to what was read ([`EngineLog::replayed_to`]).
+//! - `Open`: the WAL accepts appends; durability is the WAL's.
+//!
+//! [`EngineLog::open`] is the one transition, asserted to happen once and
+//! to start the WAL at or past everything replay read.
+//!
+//! Invariants:
+//! - The replayed LSN only grows, and no page write during replay asks for
+//!   durability past it.
+//! - Every operation of a [`Database`](super::Database) checks
+//!   [`Inner::health`] first; once failed, it stays failed.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+
+use super::commit::SpareBuffers;
+use super::records::Meta;
+use super::stats::{Counters, RecoveryStats};
+use super::txn::TicketLock;
+use super::Options;
+use crate::buffer::{BufferPool, LogFlusher};
+use crate::error::Result;
+use crate::format::control::ControlFile;
+use crate::health::{self, Health};
+use crate::io::{Aio, Storage, SyncVariant};
+use crate::lsn::Lsn;
+use crate::sched::Scheduler;
+use crate::wal::Wal;
+
+/// The buffer pool of a database, over its data file and its log.
+pub(crate) type Pool<S> = BufferPool<S, EngineLog<S>>;
+
+/// The log as the buffer pool sees it (see the module docs for its phases).
+pub(crate) struct EngineLog<S: Storage> {
+    /// `Replaying`: the end of the records replay has read.
+    replayed: AtomicU64,
+    /// `Open` once set.
+    wal: OnceLock<Wal<S>>,
+}
+
+impl<S: Storage> EngineLog<S> {
+    /// A log in its replay phase, starting at the redo point.
+    pub(crate) fn replaying(redo: Lsn) -> Self {
+        EngineLog {
+            replayed: AtomicU64::new(redo.0),
+            wal: OnceLock::new(),
+        }
+    }
+
+    /// Replay has read (and so found durable) the log up to `end`.
+    pub(crate) fn replayed_to(&self, end: Lsn) {
+        assert!(
+            self.wal.get().is_none(),
+            "replay reads before the WAL opens"
+        );
+        let before = self.replayed.fetch_max(end.0, Ordering::AcqRel);
+        assert!(before <= end.0, "replay reads the log in order");
+    }
+
+    /// The transition to `Open`: the WAL, opened at the end of what replay
+    /// read, takes over.
+    pub(crate) fn open(&self, wal: Wal<S>) {
+        let replayed = self.replayed.load(Ordering::Acquire);
+        assert!(
+            wal.end_lsn().0 >= replayed,
+            "the WAL opens at or past the replayed log"
+        );
+        let set = self.wal.set(wal);
+        assert!(set.is_ok(), "the log opens once");
+    }
+
+    /// The open WAL. Panics in the replay phase: only a bug asks for it there.
+    pub(crate) fn wal(&self) -> &Wal<S> {
+        match self.wal.get() {
+            Some(w) => w,
+            None => panic!("the WAL is used before open finished replay"),
+        }
+    }
+
+    /// The open WAL, or `None` during replay.
+    pub(crate) fn wal_if_open(&self) -> Option<&Wal<S>> {
+        self.wal.get()
+    }
+
+    /// The end of the log: what replay read, or the WAL's end once open.
+    pub(crate) fn durable_or_end(&self) -> Lsn {
+        match self.wal.get() {
+            Some(w) => w.end_lsn(),
+            None => Lsn(self.replayed.load(Ordering::Acquire)),
+        }
+    }
+
+    /// Waits until the WAL is durable up to `lsn`.
+    pub(crate) fn flush_to_wal(&self, lsn: Lsn) -> Result<()> {
+        self.wal().flush(lsn)
+    }
+}
+
+impl<S: Storage> LogFlusher for EngineLog<S> {
+    fn durable_lsn(&self) -> Lsn {
+        match self.wal.get() {
+            Some(w) => w.durable_lsn(),
+            None => Lsn(self.replayed.load(Ordering::Acquire)),
+        }
+    }
+
+    fn flush_to(&self, lsn: Lsn) -> Result<()> {
+        match self.wal.get() {
+            Some(w) => w.flush(lsn),
+            None => {
+                // Everything replay read is durable; nothing past it exists.
+                let replayed = self.replayed.load(Ordering::Acquire);
+                assert!(lsn.0 <= replayed, "a page is newer than the replayed log");
+                Ok(())
+            }
+        }
+    }
+}
+
+/// The shared state of one open database.
+pub(crate) struct Inner<S: Storage> {
+    pub(super) dir: PathBuf,
+    pub(super) opts: Options,
+    pub(super) wal_sync: SyncVariant,
+    pub(crate) log: Arc<EngineLog<S>>,
+    pub(crate) pool: Pool<S>,
+    /// The tree's root state; readers hold it shared per operation, a commit
+    /// exclusively while it changes pages.
+    pub(crate) tree: RwLock<Meta>,
+    pub(super) writer: TicketLock,
+    /// Page-sized buffers commits reuse.
+    pub(super) spare_buffers: SpareBuffers,
+    pub(super) control: Mutex<ControlFile<S>>,
+    /// Held by the checkpoint running, so one runs at a time.
+    pub(super) checkpointing: Mutex<()>,
+    /// Stop flag and wake-up of the background checkpointer.
+    pub(super) checkpointer: Arc<(Mutex<bool>, std::sync::Condvar)>,
+    /// Pages last changed at or before this LSN get a full image logged.
+    pub(super) fpi_horizon: AtomicU64,
+    /// The redo LSN of the last checkpoint.
+    pub(super) last_redo: AtomicU64,
+    pub(super) counters: Counters,
+    /// Every disk request's gate.
+    pub(super) sched: Arc<Scheduler>,
+    /// What the replay at open did.
+    pub(super) recovery: RecoveryStats,
+    /// Callers of [`Database::checkpoint`](super::Database::checkpoint)
+    /// waiting for the running one.
+    pub(super) hurry: AtomicU64,
+    /// The asynchronous I/O engine of the data file (none for storage that
+    /// runs batches one request at a time, such as the simulated disk).
+    pub(super) aio: Option<Arc<Aio>>,
+    /// Queue of the readahead readers (none without background threads).
+    pub(super) readahead: Mutex<Option<std::sync::mpsc::SyncSender<u64>>>,
+    /// Running or failed (see [`crate::health`]).
+    pub(crate) health: Health,
+    pub(super) _lock: S::Lock,
+}
+
+impl<S: Storage> Inner<S> {
+    /// The open WAL.
+    pub(super) fn wal(&self) -> &Wal<S> {
+        self.log.wal()
+    }
+
+    /// A new transaction id.
+    pub(crate) fn next_txn(&self) -> u64 {
+        self.counters.next_txn.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Queues reads of those of `pages` not in the pool; returns how many it
+    /// queued (a full queue drops the rest).
+    pub(crate) fn read_ahead(&self, pages: &[u64]) -> usize {
+        // Readahead is a hint: with its queue's lock poisoned, none is queued
+        // (the reader that panicked has failed the database already).
+        let Ok(q) = health::lock(&self.readahead) else {
+            return 0;
+        };
+        let Some(tx) = q.as_ref() else { return 0 };
+        pages
+            .iter()
+            .filter(|&&p| !self.pool.contains(p))
+            .take_while(|&&p| tx.try_send(p).is_ok())
+            .count()
+    }
+
+    /// Wakes the background checkpointer (after a commit).
+    pub(crate) fn after_commit(&self) {
+        if self.wal_since_checkpoint() >= self.opts.checkpoint_wal_bytes {
+            self.checkpointer.1.notify_one();
+        }
+    }
+}

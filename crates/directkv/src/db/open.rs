@@ -1,0 +1,334 @@
+//! Open: create a database or recover one, and start its threads.
+//!
+//! Files in the database directory (DESIGN.md, "On disk"): `LOCK`,
+//! `CONTROL`, `data`, and `wal/` (or `Options::wal_dir`).
+//!
+//! The steps, in order: check the options; take `LOCK`; read `CONTROL` (or
+//! create the database if the directory is empty); open `data` with the
+//! direct-I/O policy and the buffer pool over it; open the WAL from
+//! `CONTROL`'s redo point, replaying every committed transaction
+//! ([`super::recovery`]); then accept transactions and start the
+//! background threads ([`super::background`]).
+//!
+//! Invariants:
+//! - A creation writes `CONTROL` last (through `CONTROL.tmp` and a rename,
+//!   then a directory sync), so a directory without `CONTROL` holds at most
+//!   an interrupted creation.
+//! - The page size is the database's, from `CONTROL`, not the caller's.
+//! - No transaction runs before replay has finished.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use super::background::{self, stop_signal};
+use super::commit::SpareBuffers;
+use super::engine::{EngineLog, Inner, Pool};
+use super::options::pool_bytes;
+use super::recovery::{self, Recovered};
+use super::stats::Counters;
+use super::txn::TicketLock;
+use super::{Database, Options};
+use crate::btree::node;
+use crate::buffer::BufferPool;
+use crate::error::{Error, Result};
+use crate::format::control::{Control, ControlFile};
+use crate::format::page;
+use crate::health::Health;
+use crate::io::{
+    Aio, AioBackend, DirectIo, FileOptions, Storage, StorageFile, SyncMethod, SyncVariant,
+};
+use crate::lsn::Lsn;
+use crate::sched::Scheduler;
+use crate::wal::{DbId, WalOptions};
+
+const CONTROL_NAME: &str = "CONTROL";
+const DATA_NAME: &str = "data";
+const LOCK_NAME: &str = "LOCK";
+
+/// Opens (creating or recovering) the database in `path` on `storage`.
+pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result<Database<S>> {
+    if !page::PAGE_SIZES.contains(&opts.page_bytes) {
+        return Err(Error::InvalidArgument(format!(
+            "page size {} is not one of 4096, 8192, 16384",
+            opts.page_bytes
+        )));
+    }
+    storage.create_dir_all(path)?;
+    let lock = storage.lock_exclusive(&path.join(LOCK_NAME))?;
+    let control_path = path.join(CONTROL_NAME);
+    if !storage.exists(&control_path) {
+        create_if_allowed(&storage, path, &opts)?;
+    }
+    let control = ControlFile::open(&storage, &control_path)?;
+    let c = control.current();
+    assert!(
+        page::PAGE_SIZES.contains(&c.page_bytes),
+        "CONTROL's page size is checked"
+    );
+    let sched = Arc::new(Scheduler::new(opts.io_scheduler));
+    let log = Arc::new(EngineLog::replaying(c.redo_lsn));
+    let (pool, aio) = open_pool(&storage, path, &opts, &c, &log, &sched)?;
+    let wal_dir = opts.wal_dir.clone().unwrap_or_else(|| path.join("wal"));
+    storage.create_dir_all(&wal_dir)?;
+    let wal_sync = choose_sync(&opts, &wal_dir);
+    let mut wal_opts = WalOptions::new(&wal_dir, c.db_id);
+    wal_opts.sync = wal_sync;
+    wal_opts.segment_bytes = opts.wal_segment_bytes;
+    wal_opts.background_prepare = opts.background_threads;
+    wal_opts.sched = Some(Arc::clone(&sched));
+    let recovered = recovery::recover(&storage, &pool, &log, wal_opts, &c)?;
+    let Recovered {
+        wal,
+        meta,
+        next_txn,
+        stats,
+    } = recovered;
+    log.open(wal);
+    let inner = Inner {
+        dir: path.to_path_buf(),
+        wal_sync,
+        opts,
+        log,
+        pool,
+        tree: RwLock::new(meta),
+        writer: TicketLock::default(),
+        spare_buffers: SpareBuffers::default(),
+        control: Mutex::new(control),
+        checkpointing: Mutex::new(()),
+        checkpointer: stop_signal(),
+        fpi_horizon: AtomicU64::new(c.redo_lsn.0),
+        last_redo: AtomicU64::new(c.redo_lsn.0),
+        counters: Counters::default(),
+        readahead: Mutex::new(None),
+        sched,
+        hurry: AtomicU64::new(0),
+        aio,
+        recovery: stats,
+        health: Health::new(path),
+        _lock: lock,
+    };
+    inner.counters.next_txn.store(next_txn, Ordering::Relaxed);
+    Ok(start_threads(Arc::new(inner)))
+}
+
+/// Creates the database in `path`, which holds no `CONTROL`, if that is
+/// allowed: what an interrupted creation leaves (it writes `CONTROL` last)
+/// is ours to start over; anything else is someone else's.
+fn create_if_allowed<S: Storage>(storage: &S, path: &Path, opts: &Options) -> Result<()> {
+    let foreign: Vec<String> = storage
+        .list_dir(path)?
+        .into_iter()
+        .filter(|n| ![LOCK_NAME, DATA_NAME, "CONTROL.tmp"].contains(&n.as_str()))
+        .collect();
+    if !foreign.is_empty() {
+        return Err(Error::NotADatabase {
+            path: path.to_path_buf(),
+            detail: format!(
+                "the directory has no CONTROL file but holds {} other entries (e.g. {:?}); \
+                 refusing to create a database over them",
+                foreign.len(),
+                foreign[0]
+            ),
+        });
+    }
+    if !opts.create_if_missing {
+        return Err(Error::NotADatabase {
+            path: path.to_path_buf(),
+            detail: "empty directory and create_if_missing is off".into(),
+        });
+    }
+    create(storage, path, opts)
+}
+
+/// Opens the data file, the buffer pool over it and, where the storage has
+/// one, the asynchronous I/O engine that carries the pool's batches.
+fn open_pool<S: Storage>(
+    storage: &S,
+    path: &Path,
+    opts: &Options,
+    c: &Control,
+    log: &Arc<EngineLog<S>>,
+    sched: &Arc<Scheduler>,
+) -> Result<(Pool<S>, Option<Arc<Aio>>)> {
+    let data = storage.open(
+        &path.join(DATA_NAME),
+        &FileOptions {
+            direct_io: opts.direct_io,
+            sync: SyncMethod::Fsync,
+            ..FileOptions::default()
+        },
+    )?;
+    let pool = BufferPool::new(
+        data,
+        c.page_bytes,
+        pool_bytes(opts.cache_bytes),
+        c.db_id,
+        Arc::clone(log),
+    )?;
+    pool.set_scheduler(Arc::clone(sched));
+    pool.set_extension(opts.data_extend_bytes / u64::from(c.page_bytes));
+    let aio_opts = opts.async_io.with_env_override()?;
+    let aio = if storage.supports_aio() && aio_opts.backend != AioBackend::Off {
+        let aio = Aio::new(&aio_opts)?;
+        pool.attach_aio(&aio)?;
+        Some(aio)
+    } else {
+        None
+    };
+    assert_eq!(
+        pool.page_bytes(),
+        c.page_bytes as usize,
+        "the pool takes CONTROL's page size"
+    );
+    Ok((pool, aio))
+}
+
+/// Starts the background threads (unless the options turn them off) and
+/// returns the handle that owns them.
+fn start_threads<S: Storage>(inner: Arc<Inner<S>>) -> Database<S> {
+    let cleaner_stop = stop_signal();
+    let (checkpointer, cleaner, readers) = if inner.opts.background_threads {
+        (
+            background::spawn_checkpointer(Arc::downgrade(&inner), Arc::clone(&inner.checkpointer)),
+            background::spawn_cleaner(Arc::downgrade(&inner), Arc::clone(&cleaner_stop)),
+            background::spawn_readers(&inner),
+        )
+    } else {
+        (None, None, Vec::new())
+    };
+    Database {
+        inner,
+        checkpointer,
+        cleaner,
+        cleaner_stop,
+        readers,
+    }
+}
+
+fn random_id() -> DbId {
+    let mut id = [0u8; 16];
+    // SAFETY: `id` is a writable buffer of 16 bytes for the call.
+    let n = unsafe { libc::getrandom(id.as_mut_ptr().cast(), id.len(), 0) };
+    if n != 16 {
+        // Fall back to time and pid: unique enough to tell databases apart.
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        id.copy_from_slice(&(t ^ (u128::from(std::process::id()) << 64)).to_le_bytes());
+    }
+    id
+}
+
+/// The WAL's sync method when none is given: the fastest durable one the
+/// device profile of `wal_dir` recorded (measured now and saved if there is
+/// none), among the direct variants when the database uses direct I/O and
+/// among the buffered ones otherwise. A buffered log under a direct-I/O
+/// database would fill the page cache with log the engine never reads again
+/// and evict what others need (one cache, invariant 6).
+fn choose_sync(opts: &Options, wal_dir: &Path) -> SyncVariant {
+    if let Some(v) = opts.wal_sync {
+        return v;
+    }
+    let direct_ok = direct_io_works(wal_dir);
+    let want_direct = opts.direct_io != DirectIo::Off && direct_ok;
+    let fastest = |measured: &[(SyncVariant, f64)]| {
+        measured
+            .iter()
+            .filter(|(v, _)| v.direct == want_direct)
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+            .map(|&(v, _)| v)
+    };
+    if let Some(p) = crate::fsync_test::DeviceProfile::load_for_dir(wal_dir) {
+        if let Some(v) = fastest(&p.measured) {
+            return v;
+        }
+    }
+    let candidates: Vec<SyncVariant> = [
+        (SyncMethod::Fdatasync, false),
+        (SyncMethod::Fdatasync, true),
+        (SyncMethod::OpenDatasync, true),
+        (SyncMethod::PwriteDsync, true),
+    ]
+    .into_iter()
+    .filter(|&(_, direct)| !direct || direct_ok)
+    .map(|(method, direct)| SyncVariant { method, direct })
+    .collect();
+    let fallback = SyncVariant {
+        method: SyncMethod::Fdatasync,
+        direct: want_direct,
+    };
+    crate::fsync_test::measure_and_save(wal_dir, &candidates)
+        .and_then(|_| crate::fsync_test::DeviceProfile::load_for_dir(wal_dir))
+        .and_then(|p| fastest(&p.measured))
+        .unwrap_or(fallback)
+}
+
+/// Whether a file in `dir` can be opened for direct I/O (and is not on a
+/// memory-backed filesystem).
+fn direct_io_works(dir: &Path) -> bool {
+    let probe = dir.join(format!(".directkv-direct-probe-{}", std::process::id()));
+    let ok = crate::io::DirectFile::open(
+        &probe,
+        &FileOptions {
+            create: true,
+            direct_io: DirectIo::On,
+            sync: SyncMethod::None,
+            ..FileOptions::default()
+        },
+    )
+    .is_ok();
+    let _ = std::fs::remove_file(&probe);
+    ok
+}
+
+fn create<S: Storage>(storage: &S, path: &Path, opts: &Options) -> Result<()> {
+    let db_id = random_id();
+    let data = storage.open(
+        &path.join(DATA_NAME),
+        &FileOptions {
+            create: true,
+            truncate: true,
+            direct_io: opts.direct_io,
+            sync: SyncMethod::Fsync,
+            ..FileOptions::default()
+        },
+    )?;
+    // Page 0 is reserved; page 1 is the empty root leaf.
+    let unit = data.alignment().io_unit_bytes();
+    let mut buf = crate::io::AlignedBuf::new(2 * opts.page_bytes as usize, unit)?;
+    let pb = opts.page_bytes as usize;
+    for no in 0..2u64 {
+        let p = &mut buf.as_mut_slice()[no as usize * pb..(no as usize + 1) * pb];
+        if no == 0 {
+            crate::btree::tree::init_free(p, 0);
+        } else {
+            node::init_leaf(p);
+        }
+        page::seal_in_place(p, no, &db_id);
+    }
+    data.write_all_at(buf.io_all(), 0)?;
+    data.sync_all()?;
+    let tmp = path.join("CONTROL.tmp");
+    if storage.exists(&tmp) {
+        storage.remove_file(&tmp)?;
+    }
+    ControlFile::create(
+        storage,
+        &tmp,
+        Control {
+            page_bytes: opts.page_bytes,
+            generation: 0,
+            db_id,
+            checkpoint_lsn: Lsn::ZERO,
+            redo_lsn: Lsn::ZERO,
+            root_page: 1,
+            page_count: 2,
+            freelist_head: 0,
+            flags: 0,
+        },
+    )?;
+    storage.rename(&tmp, &path.join(CONTROL_NAME))?;
+    storage.sync_dir(path)
+}

@@ -1,0 +1,109 @@
+//! How a database is opened: [`Options`] and [`Durability`].
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use crate::io::{AioOptions, DirectIo, SyncVariant};
+use crate::sched::SchedOptions;
+
+/// Whether `commit()` waits for the log to be durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub enum Durability {
+    /// `commit()` returns after the commit record is durable (the default).
+    #[default]
+    Sync,
+    /// `commit()` returns at once; a crash may lose the latest commits (never
+    /// part of one). **Not durable**: for tests and bulk loads.
+    NoSyncNotDurable,
+}
+
+/// Caches this large and larger hold the WAL buffers inside `cache_bytes`.
+pub const WAL_BUFFERS_INCLUDED_FROM: usize = 32 << 20;
+
+/// The buffer pool's share of `cache_bytes`.
+pub(super) fn pool_bytes(cache_bytes: usize) -> usize {
+    if cache_bytes >= WAL_BUFFERS_INCLUDED_FROM {
+        cache_bytes - 2 * crate::wal::BUFFER_BYTES_DEFAULT
+    } else {
+        cache_bytes
+    }
+}
+
+/// How to open a database.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The engine's memory for data: the buffer pool and, for caches of
+    /// [`WAL_BUFFERS_INCLUDED_FROM`] bytes and more, the two 4 MiB WAL buffers
+    /// (smaller caches get them on top). Beyond it: per-transaction state.
+    pub cache_bytes: usize,
+    /// Page size, fixed at creation: 4096, 8192 or 16384.
+    pub page_bytes: u32,
+    /// Direct-I/O policy for the data file and the WAL.
+    pub direct_io: DirectIo,
+    /// The WAL sync method. `None`: the fastest durable method recorded in a
+    /// device profile of the WAL directory (`directkv test-fsync --save-profile`),
+    /// else `fdatasync` (with direct I/O where available).
+    pub wal_sync: Option<SyncVariant>,
+    /// Where the WAL lives (default: `wal/` in the database directory). May be
+    /// another filesystem.
+    pub wal_dir: Option<PathBuf>,
+    /// Whether commits wait for durability.
+    pub durability: Durability,
+    /// WAL segment size.
+    pub wal_segment_bytes: u64,
+    /// A checkpoint starts by itself once this much WAL was written since the
+    /// last one.
+    pub checkpoint_wal_bytes: u64,
+    /// Create the database if the directory is missing or empty.
+    pub create_if_missing: bool,
+    /// Run automatic checkpoints and WAL segment preparation on background
+    /// threads (the default). Off, nothing runs except on the caller's threads:
+    /// checkpoints happen only when asked for, segments are prepared when first
+    /// needed. The deterministic simulator turns this off.
+    pub background_threads: bool,
+    /// Leaves a sequential scan reads ahead, asynchronously (0: off). Direct
+    /// I/O has no kernel readahead; this is the engine's own.
+    pub readahead_pages: usize,
+    /// The I/O scheduler's policy and knobs (`SchedMode::Fifo` turns it into
+    /// plain first-come-first-served, for comparison).
+    pub io_scheduler: SchedOptions,
+    /// The asynchronous I/O backend (io_uring or a thread pool) that carries
+    /// batched page reads and writes: the cleaner's and checkpoint's writes,
+    /// with adjacent pages coalesced, and readahead. The environment variable
+    /// [`IO_BACKEND_ENV`](crate::io::IO_BACKEND_ENV) overrides the backend.
+    pub async_io: AioOptions,
+    /// The data file grows ahead of use in zero-filled extents of up to this
+    /// many bytes (a quarter of the file, from 1 MiB), prepared by the
+    /// background cleaner, so page writes are overwrites and a checkpoint's
+    /// sync commits no filesystem metadata. 0: the file grows by its page
+    /// writes.
+    pub data_extend_bytes: u64,
+    /// Full page images in the WAL (a page's first change after a checkpoint
+    /// begins, the torn-page protection) are compressed with LZ4 where that
+    /// makes them smaller. They are most of the log under random updates,
+    /// and every committer waits for the log to be written.
+    pub compress_page_images: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            cache_bytes: 128 << 20,
+            page_bytes: 8192,
+            direct_io: DirectIo::Auto,
+            wal_sync: None,
+            wal_dir: None,
+            durability: Durability::Sync,
+            wal_segment_bytes: crate::wal::SEGMENT_BYTES_DEFAULT,
+            checkpoint_wal_bytes: 256 << 20,
+            create_if_missing: true,
+            background_threads: true,
+            readahead_pages: 32,
+            io_scheduler: SchedOptions::default(),
+            async_io: AioOptions::default(),
+            data_extend_bytes: 64 << 20,
+            compress_page_images: true,
+        }
+    }
+}

@@ -1,0 +1,293 @@
+//! Recovery: the replay of the WAL at open.
+//!
+//! Redo only: the log holds committed transactions' page records (images and
+//! deltas) and their commit records; replay buffers each transaction's page
+//! records until its commit and applies them, in commit order, to pages
+//! whose LSN is below the commit's. A transaction without a commit record in
+//! the log is dropped (no undo is needed: pages never hold uncommitted
+//! changes on disk, since a commit applies its pages at commit).
+//!
+//! Invariants:
+//! - Commits are applied in log order, each whole; a page takes a commit's
+//!   records only if its LSN is below the commit's (idempotent: a crash
+//!   during recovery and a second replay give the same state).
+//! - Every record replay read is durable: the log is told how far
+//!   ([`EngineLog::replayed_to`]), and no page write during replay waits for
+//!   the log past it.
+//! - Replay holds at most [`REPLAY_LOOKAHEAD`] commits ahead of the one it
+//!   applies.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::time::Instant;
+
+use super::engine::{EngineLog, Pool};
+use super::records::{self, Meta};
+use super::stats::RecoveryStats;
+use crate::buffer::Access;
+use crate::error::{Error, Result};
+use crate::format::control::Control;
+use crate::format::page;
+use crate::io::Storage;
+use crate::lsn::Lsn;
+use crate::sched::IoClass;
+use crate::wal::{Record, Wal, WalOptions};
+
+/// What replay leaves for open: the WAL, open at the end of the log, the
+/// tree's root state, the next transaction id and what replay did.
+pub(super) struct Recovered<S: Storage> {
+    pub(super) wal: Wal<S>,
+    pub(super) meta: Meta,
+    pub(super) next_txn: u64,
+    pub(super) stats: RecoveryStats,
+}
+
+/// Opens the WAL of `control`'s checkpoint and replays it into `pool`.
+///
+/// # Errors
+/// The WAL's errors ([`Error::Corruption`] for damage that is not a torn
+/// tail), and the pool's.
+pub(super) fn recover<S: Storage>(
+    storage: &S,
+    pool: &Pool<S>,
+    log: &EngineLog<S>,
+    wal_opts: WalOptions,
+    control: &Control,
+) -> Result<Recovered<S>> {
+    let mut meta = Meta {
+        root: control.root_page,
+        page_count: control.page_count,
+        freelist: control.freelist_head,
+    };
+    let started = Instant::now();
+    let pages_read_before = pool.stats().pages_read;
+    let mut replay = Replay::new(pool, log);
+    let (wal, end) = Wal::open(storage.clone(), wal_opts, control.redo_lsn, |rec| {
+        replay.record(&rec, &mut meta)
+    })?;
+    replay.finish(&mut meta)?;
+    assert!(
+        replay.queue.is_empty(),
+        "replay applies every commit it read"
+    );
+    assert!(
+        end >= control.redo_lsn,
+        "the log ends at or past the redo point"
+    );
+    let stats = RecoveryStats {
+        wal_bytes: end.0 - control.redo_lsn.0,
+        pages_read: pool.stats().pages_read - pages_read_before,
+        micros: started.elapsed().as_micros() as u64,
+        ..replay.stats
+    };
+    Ok(Recovered {
+        wal,
+        meta,
+        next_txn: replay.max_txn + 1,
+        stats,
+    })
+}
+
+/// Redo: buffers each transaction's page records until its commit, then
+/// applies them to pages whose LSN is below the commit's.
+///
+/// An image record for a page not in the cache is installed, not read: every
+/// change since the redo point is in the log, so the image and the records
+/// after it give the page's final state whatever the data file holds (older,
+/// newer or torn). The FPI rule makes a page's first record since the redo
+/// point an image, so replay reads only pages it evicted and meets again in a
+/// delta, and those it reads ahead, in batches, from a lookahead of commits.
+struct Replay<'a, S: Storage> {
+    pool: &'a Pool<S>,
+    log: &'a EngineLog<S>,
+    pending: HashMap<u64, Vec<Vec<u8>>>,
+    max_txn: u64,
+    /// The pages of the commit being queued, each once.
+    commit_pages: HashSet<u64>,
+    /// Pages a queued commit first changes with an image: how many such
+    /// commits are queued.
+    queued_images: HashMap<u64, u32>,
+    stats: RecoveryStats,
+    /// Commits replayed since the pool's dirty share was last looked at.
+    since_clean: u32,
+    /// Committed transactions read but not applied yet (the lookahead).
+    queue: VecDeque<Committed>,
+    /// Pages to read ahead for the queued commits.
+    wanted: Vec<u64>,
+}
+
+/// A committed transaction waiting in replay's lookahead.
+struct Committed {
+    payloads: Vec<Vec<u8>>,
+    /// The pages it first changes with an image (counted in `queued_images`).
+    images: Vec<u64>,
+    /// The commit record's end: the LSN its pages are stamped with.
+    lsn: Lsn,
+    meta: Meta,
+}
+
+/// Commits replay reads ahead of the one it applies.
+const REPLAY_LOOKAHEAD: usize = 256;
+/// Pages replay reads ahead in one batch of concurrent reads.
+const REPLAY_READ_BATCH: usize = 32;
+
+/// Replay looks at the pool's dirty share once per this many commits.
+const REPLAY_CLEAN_EVERY: u32 = 16;
+
+impl<'a, S: Storage> Replay<'a, S> {
+    fn new(pool: &'a Pool<S>, log: &'a EngineLog<S>) -> Self {
+        Replay {
+            pool,
+            log,
+            pending: Default::default(),
+            max_txn: 0,
+            commit_pages: HashSet::new(),
+            queued_images: HashMap::new(),
+            stats: RecoveryStats::default(),
+            since_clean: 0,
+            queue: Default::default(),
+            wanted: Vec::new(),
+        }
+    }
+
+    fn record(&mut self, rec: &Record, meta: &mut Meta) -> Result<()> {
+        self.log.replayed_to(rec.end());
+        match rec.kind {
+            records::PAGE => {
+                let txn = records::decode_page(&rec.payload)?.txn;
+                self.max_txn = self.max_txn.max(txn);
+                self.pending
+                    .entry(txn)
+                    .or_default()
+                    .push(rec.payload.clone());
+            }
+            records::COMMIT => {
+                let (txn, m) = records::decode_meta(&rec.payload)?;
+                self.max_txn = self.max_txn.max(txn);
+                let payloads = self.pending.remove(&txn).unwrap_or_default();
+                // A page this commit changes first with a delta and the
+                // cache does not hold is read ahead, with others, while the
+                // commits before this one are applied.
+                // (Not when a queued commit installs an image of it first.)
+                self.commit_pages.clear();
+                let mut images = Vec::new();
+                for payload in &payloads {
+                    let r = records::decode_page(payload)?;
+                    if !self.commit_pages.insert(r.page) {
+                        continue;
+                    }
+                    if r.full {
+                        *self.queued_images.entry(r.page).or_default() += 1;
+                        images.push(r.page);
+                    } else if !self.queued_images.contains_key(&r.page)
+                        && !self.pool.contains(r.page)
+                    {
+                        self.wanted.push(r.page);
+                    }
+                }
+                if self.wanted.len() >= REPLAY_READ_BATCH {
+                    self.pool.read_batch(&self.wanted, Access::Normal);
+                    self.wanted.clear();
+                }
+                self.queue.push_back(Committed {
+                    payloads,
+                    images,
+                    lsn: rec.end(),
+                    meta: m,
+                });
+                while self.queue.len() > REPLAY_LOOKAHEAD {
+                    self.apply_next(meta)?;
+                }
+            }
+            records::ABORT => {
+                if let Ok(b) = <[u8; 8]>::try_from(rec.payload.as_slice()) {
+                    self.pending.remove(&u64::from_le_bytes(b));
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Applies the committed transactions still queued; replay is complete
+    /// after it.
+    fn finish(&mut self, meta: &mut Meta) -> Result<()> {
+        while !self.queue.is_empty() {
+            self.apply_next(meta)?;
+        }
+        Ok(())
+    }
+
+    /// Applies the oldest queued commit.
+    fn apply_next(&mut self, meta: &mut Meta) -> Result<()> {
+        let Some(c) = self.queue.pop_front() else {
+            return Ok(());
+        };
+        // Whether a page needs this commit is decided at its first record,
+        // before any is applied: applying marks the page at the commit's
+        // LSN, which must not hide the transaction's later records for the
+        // same page.
+        let mut needs: HashMap<u64, bool> = HashMap::new();
+        for payload in &c.payloads {
+            self.apply(payload, c.lsn, &mut needs)?;
+        }
+        for page in &c.images {
+            if let Some(n) = self.queued_images.get_mut(page) {
+                *n -= 1;
+                if *n == 0 {
+                    self.queued_images.remove(page);
+                }
+            }
+        }
+        self.stats.transactions += 1;
+        *meta = c.meta;
+        self.make_room()
+    }
+
+    /// Keeps half the pool clean while replay dirties it: the coldest dirty
+    /// pages go out in batches of concurrent writes, so replay does not stop
+    /// for one synchronous eviction write per page it brings in.
+    fn make_room(&mut self) -> Result<()> {
+        self.since_clean += 1;
+        if self.since_clean < REPLAY_CLEAN_EVERY {
+            return Ok(());
+        }
+        self.since_clean = 0;
+        let frames = self.pool.frames();
+        if self.pool.dirty_pages() * 2 >= frames {
+            self.pool
+                .clean_cold_as((frames / 8).max(8), IoClass::Urgent)?;
+        }
+        Ok(())
+    }
+
+    fn apply(&mut self, payload: &[u8], lsn: Lsn, needs: &mut HashMap<u64, bool>) -> Result<()> {
+        let r = records::decode_page(payload)?;
+        if needs.get(&r.page) == Some(&false) {
+            return Ok(());
+        }
+        let install = r.full && !needs.contains_key(&r.page) && !self.pool.contains(r.page);
+        let mut p = if install {
+            self.stats.pages_from_images += 1;
+            self.pool.create(r.page)?
+        } else {
+            match self.pool.write(r.page) {
+                Ok(p) => p,
+                // A torn, never-written or missing page is rebuilt from its image.
+                Err(Error::Corruption { .. } | Error::UnexpectedEof { .. }) if r.full => {
+                    self.pool.create(r.page)?
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        let need = *needs
+            .entry(r.page)
+            .or_insert_with(|| page::page_lsn(p.data()) < lsn);
+        if !need {
+            return Ok(());
+        }
+        r.apply(p.data_mut())?;
+        p.mark_dirty(lsn);
+        self.stats.page_records += 1;
+        Ok(())
+    }
+}

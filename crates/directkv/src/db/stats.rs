@@ -1,0 +1,260 @@
+//! What a database reports about itself: [`Stats`] and its parts, the
+//! counters behind them, and the publication of `stats()` for
+//! `directkv stats` in another process.
+//!
+//! Invariants:
+//! - Counters only grow (except gauges such as dirty pages), so the
+//!   difference of two snapshots is what happened between them.
+//! - Background threads add nothing to the foreground wait causes
+//!   ([`crate::stall`]).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::engine::Inner;
+use crate::buffer::PoolStats;
+use crate::io::{AioBackend, AioStats, IoPath, Storage, StorageFile, SyncVariant};
+use crate::sched::SchedStats;
+use crate::stall::{StallCounter, StallHistogram};
+use crate::wal::WalStats;
+
+/// How often the engine publishes its stats to [`STATS_FILE`].
+pub(super) const STATS_EVERY: Duration = Duration::from_secs(1);
+
+/// The file in the database directory where an open database publishes its
+/// `stats()` every second, for `directkv stats` in another process.
+pub const STATS_FILE: &str = "stats.json";
+
+/// The engine's own counters (the pool, the WAL and the scheduler keep
+/// theirs).
+#[derive(Default)]
+pub(super) struct Counters {
+    pub(super) commits: AtomicU64,
+    pub(super) checkpoints: AtomicU64,
+    pub(super) full_images: AtomicU64,
+    pub(super) full_image_bytes: AtomicU64,
+    pub(super) page_record_bytes: AtomicU64,
+    pub(super) deltas: AtomicU64,
+    pub(super) wal_sync_wait: StallCounter,
+    pub(super) writer_lock_wait: StallCounter,
+    pub(super) tree_lock_wait: StallCounter,
+    pub(super) log_space_wait: StallCounter,
+    pub(super) cleaner_writes: AtomicU64,
+    pub(super) readahead_reads: AtomicU64,
+    pub(super) next_txn: AtomicU64,
+}
+
+/// Waits over a millisecond in the foreground, counted by cause (DESIGN.md
+/// invariant 9). The counts are the histograms' totals; each histogram also
+/// sums every foreground wait of its cause, short ones included
+/// ([`StallHistogram::waits`], [`StallHistogram::waited_us`]), so the
+/// difference of two snapshots divided by the operations between them is
+/// what an operation waited for each cause on average.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Stalls {
+    /// Commits that waited over 1 ms for the WAL sync.
+    pub wal_sync_wait: u64,
+    /// Transactions that waited over 1 ms for the writer lock.
+    pub writer_lock_wait: u64,
+    /// Commits that waited over 1 ms for the tree lock (readers or a checkpoint start).
+    pub tree_lock_wait: u64,
+    /// Foreground page reads (cache misses) that took over 1 ms.
+    pub read_miss: u64,
+    /// Waits over 1 ms for a free frame (finding a victim, writing it if dirty).
+    pub free_frame_wait: u64,
+    /// Transactions that waited over 1 ms at the WAL's hard limit for a
+    /// checkpoint to free log space (the only place a committer waits on
+    /// page writes).
+    pub log_space_wait: u64,
+    /// The histogram of each cause.
+    pub histograms: StallHistograms,
+}
+
+/// One histogram per stall cause.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct StallHistograms {
+    /// WAL sync waits of committers.
+    pub wal_sync_wait: StallHistogram,
+    /// Writer-lock waits.
+    pub writer_lock_wait: StallHistogram,
+    /// Tree-lock waits of commits.
+    pub tree_lock_wait: StallHistogram,
+    /// Foreground cache-miss reads.
+    pub read_miss: StallHistogram,
+    /// Free-frame waits.
+    pub free_frame_wait: StallHistogram,
+    /// Log-space waits.
+    pub log_space_wait: StallHistogram,
+}
+
+/// What `Database::stats` reports.
+#[derive(Debug, Clone, Serialize)]
+pub struct Stats {
+    /// Buffer pool counters.
+    #[serde(skip)]
+    pub cache: PoolStats,
+    /// Cache hits.
+    pub cache_hits: u64,
+    /// Cache misses.
+    pub cache_misses: u64,
+    /// Dirty pages now.
+    pub dirty_pages: u64,
+    /// Pages read from the data file.
+    pub pages_read: u64,
+    /// Pages written to the data file.
+    pub pages_written: u64,
+    /// WAL counters.
+    #[serde(skip)]
+    pub wal: WalStats,
+    /// Bytes written to the WAL.
+    pub wal_bytes: u64,
+    /// Commits.
+    pub commits: u64,
+    /// Completed checkpoints.
+    pub checkpoints: u64,
+    /// Whether a checkpoint is running now.
+    pub checkpoint_running: bool,
+    /// WAL bytes since the last checkpoint's redo point: what recovery would
+    /// replay, and what the hard limit bounds.
+    pub wal_since_redo_bytes: u64,
+    /// Full-page images logged (torn-page protection).
+    pub full_page_images: u64,
+    /// Bytes of full-page image records: the cost of torn-page protection.
+    pub full_page_image_bytes: u64,
+    /// Page deltas logged.
+    pub page_deltas: u64,
+    /// Bytes of all page records (images and deltas).
+    pub page_record_bytes: u64,
+    /// Pages the page cleaner wrote (off the foreground path).
+    pub cleaner_writes: u64,
+    /// Dirty pages a foreground eviction had to write itself.
+    pub eviction_writes: u64,
+    /// Pages read ahead of a sequential scan.
+    pub readahead_reads: u64,
+    /// Foreground stalls by cause.
+    pub stalls: Stalls,
+    /// Requests through the I/O scheduler, by class.
+    pub io_scheduler: SchedStats,
+    /// The asynchronous I/O engine: backend (`off` when turned off or for
+    /// storage without one), batches, requests in flight.
+    pub async_io: AioStats,
+    /// Data-file write requests; `pages_written / write_requests` is how
+    /// many adjacent pages a write carries on average.
+    pub write_requests: u64,
+    /// Zero-filled extensions of the data file (growth ahead of use).
+    pub data_extensions: u64,
+    /// Bytes of the data file allocated on disk (in use or ready for use).
+    pub data_allocated_bytes: u64,
+    /// How the data file's bytes travel.
+    pub data_io: IoPath,
+    /// The WAL's sync method.
+    pub wal_sync: SyncVariant,
+    /// The torn-page protection in effect.
+    pub torn_page_protection: &'static str,
+    /// What recovery did when this database was opened.
+    pub recovery: RecoveryStats,
+}
+
+/// What the replay at open did: how much log it read and how it got the
+/// pages it changed. An image record for a page not in the cache is installed
+/// without reading the data file (the image and the records after it
+/// determine the page); only a delta for a page not in the cache is read.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct RecoveryStats {
+    /// WAL bytes from the redo point to the end of the log.
+    pub wal_bytes: u64,
+    /// Committed transactions replayed.
+    pub transactions: u64,
+    /// Page records applied.
+    pub page_records: u64,
+    /// Pages installed from a full image without a read (a page replay
+    /// evicted and met again in another image counts again).
+    pub pages_from_images: u64,
+    /// Pages read from the data file: pages replay evicted and met again in
+    /// a delta, and any whose first record since the redo point is a delta.
+    pub pages_read: u64,
+    /// Wall time of the replay, in microseconds.
+    pub micros: u64,
+}
+
+impl<S: Storage> Inner<S> {
+    /// Writes `stats()` to [`STATS_FILE`] (write then rename, so a reader
+    /// never sees half a file). Diagnostic only: failures are ignored.
+    pub(super) fn publish_stats(&self) {
+        let doc = serde_json::json!({
+            "pid": std::process::id(),
+            "unix_ms": std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+            "stats": self.stats(),
+        });
+        let tmp = self.dir.join(format!("{STATS_FILE}.tmp"));
+        if std::fs::write(&tmp, doc.to_string()).is_ok() {
+            let _ = std::fs::rename(&tmp, self.dir.join(STATS_FILE));
+        }
+    }
+
+    pub(super) fn stats(&self) -> Stats {
+        let cache = self.pool.stats();
+        let wal = self.wal().stats();
+        let c = &self.counters;
+        Stats {
+            cache,
+            cache_hits: cache.hits,
+            cache_misses: cache.misses,
+            dirty_pages: cache.dirty_pages,
+            pages_read: cache.pages_read,
+            pages_written: cache.pages_written,
+            wal,
+            wal_bytes: wal.bytes_written,
+            commits: c.commits.load(Ordering::Relaxed),
+            checkpoints: c.checkpoints.load(Ordering::Relaxed),
+            checkpoint_running: self.checkpointing.try_lock().is_err(),
+            wal_since_redo_bytes: self.wal_since_checkpoint(),
+            full_page_images: c.full_images.load(Ordering::Relaxed),
+            page_deltas: c.deltas.load(Ordering::Relaxed),
+            full_page_image_bytes: c.full_image_bytes.load(Ordering::Relaxed),
+            page_record_bytes: c.page_record_bytes.load(Ordering::Relaxed),
+            cleaner_writes: c.cleaner_writes.load(Ordering::Relaxed),
+            readahead_reads: c.readahead_reads.load(Ordering::Relaxed),
+            io_scheduler: self.sched.stats(),
+            async_io: self
+                .aio
+                .as_ref()
+                .map(|a| a.stats())
+                .unwrap_or_else(|| AioStats {
+                    backend: AioBackend::Off.to_string(),
+                    ..AioStats::default()
+                }),
+            write_requests: cache.write_requests,
+            data_extensions: cache.extensions,
+            data_allocated_bytes: cache.allocated_pages * self.pool.page_bytes() as u64,
+            eviction_writes: cache.eviction_writes,
+            stalls: {
+                let h = StallHistograms {
+                    wal_sync_wait: c.wal_sync_wait.snapshot(),
+                    writer_lock_wait: c.writer_lock_wait.snapshot(),
+                    tree_lock_wait: c.tree_lock_wait.snapshot(),
+                    read_miss: self.pool.read_miss_stalls(),
+                    free_frame_wait: self.pool.free_frame_stalls(),
+                    log_space_wait: c.log_space_wait.snapshot(),
+                };
+                Stalls {
+                    wal_sync_wait: h.wal_sync_wait.count,
+                    writer_lock_wait: h.writer_lock_wait.count,
+                    tree_lock_wait: h.tree_lock_wait.count,
+                    read_miss: h.read_miss.count,
+                    free_frame_wait: h.free_frame_wait.count,
+                    log_space_wait: h.log_space_wait.count,
+                    histograms: h,
+                }
+            },
+            data_io: self.pool.file().io_path(),
+            wal_sync: self.wal_sync,
+            torn_page_protection: "full_page_images_after_checkpoint",
+            recovery: self.recovery,
+        }
+    }
+}

@@ -1,0 +1,195 @@
+//! The engine's health latch and the one way its locks are taken.
+//!
+//! A database is `Running` or `Failed`; the only transition is
+//! `Running → Failed`, made by [`Health::fail`], and it is never undone on
+//! the same handle (close and reopen, which runs recovery, is the way out).
+//! It fails when:
+//! - a background thread (checkpointer, cleaner, readahead reader) panics;
+//! - a lock is found poisoned: a thread panicked while holding it, so the
+//!   state it guards may be half changed;
+//! - the log fails (a write or sync error makes the outcome of the commits it
+//!   carried unknown, [`Error::CommitOutcomeUnknown`], and poisons the WAL).
+//!
+//! Invariants:
+//! - The first cause is kept; later failures never replace it.
+//! - Once `Failed`, [`Health::check`] never returns `Ok` again, so every
+//!   later operation returns [`Error::Poisoned`] naming the first cause
+//!   (LevelDB's `bg_error_`, SQLite's pager error state, redb's
+//!   `PreviousIo`).
+//! - A poisoned lock is never silently recovered on a path that changes
+//!   state: [`lock`], [`read`] and [`write`] turn it into an error. Only
+//!   teardown and diagnostics take such a guard anyway ([`lock_even_poisoned`]).
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use crate::error::{Error, Result};
+
+/// The cause a poisoned lock reports.
+const LOCK_POISONED: &str = "a thread panicked while holding a lock of the engine";
+
+/// The path a poisoned lock names before a database claims the error.
+const ENGINE_STATE: &str = "(engine state)";
+
+/// The health latch of one open database.
+pub(crate) struct Health {
+    /// The database directory, named by every error.
+    path: PathBuf,
+    /// Set once, by [`Health::fail`]; read on every operation.
+    failed: AtomicBool,
+    /// The first cause; `Some` exactly when `failed` is set.
+    cause: Mutex<Option<String>>,
+}
+
+impl Health {
+    /// A running database at `path`.
+    pub(crate) fn new(path: &Path) -> Self {
+        Health {
+            path: path.to_path_buf(),
+            failed: AtomicBool::new(false),
+            cause: Mutex::new(None),
+        }
+    }
+
+    /// `Ok` while running; the latched error after a failure.
+    pub(crate) fn check(&self) -> Result<()> {
+        if self.failed.load(Ordering::Acquire) {
+            return Err(self.error());
+        }
+        Ok(())
+    }
+
+    /// Whether the database failed.
+    pub(crate) fn is_failed(&self) -> bool {
+        self.failed.load(Ordering::Acquire)
+    }
+
+    /// Latches the failure (the first cause wins) and returns the error every
+    /// later operation gets.
+    pub(crate) fn fail(&self, cause: &str) -> Error {
+        {
+            let mut first = lock_even_poisoned(&self.cause);
+            if first.is_none() {
+                *first = Some(cause.to_string());
+            }
+            assert!(first.is_some(), "a failed database keeps its cause");
+            self.failed.store(true, Ordering::Release);
+        }
+        let err = self.error();
+        assert!(self.is_failed(), "the latch is one-way");
+        err
+    }
+
+    /// Passes `result` through, latching the failure first when it is one
+    /// that stops the database: a poisoned lock or file, or a log failure
+    /// whose outcome is unknown. The caller gets its own error back (a
+    /// committer learns its outcome is unknown); later calls get `Poisoned`.
+    pub(crate) fn observe<T>(&self, result: Result<T>) -> Result<T> {
+        match result {
+            Err(Error::Poisoned { path, cause }) => {
+                let cause = if path.as_os_str() == ENGINE_STATE {
+                    cause
+                } else {
+                    format!("{}: {cause}", path.display())
+                };
+                Err(self.fail(&cause))
+            }
+            Err(e @ Error::CommitOutcomeUnknown { .. }) => {
+                self.fail(&e.to_string());
+                Err(e)
+            }
+            other => other,
+        }
+    }
+
+    /// The error of a failed database.
+    fn error(&self) -> Error {
+        let cause = lock_even_poisoned(&self.cause)
+            .clone()
+            .unwrap_or_else(|| "unknown failure".to_string());
+        Error::Poisoned {
+            path: self.path.clone(),
+            cause,
+        }
+    }
+}
+
+/// The error of a poisoned lock, before a database claims it.
+fn lock_poisoned() -> Error {
+    Error::Poisoned {
+        path: PathBuf::from(ENGINE_STATE),
+        cause: LOCK_POISONED.to_string(),
+    }
+}
+
+/// Locks `m`; a poisoned lock is an error (see the module docs).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> Result<MutexGuard<'_, T>> {
+    m.lock().map_err(|_| lock_poisoned())
+}
+
+/// Takes `rw` shared; a poisoned lock is an error.
+pub(crate) fn read<T>(rw: &RwLock<T>) -> Result<RwLockReadGuard<'_, T>> {
+    rw.read().map_err(|_| lock_poisoned())
+}
+
+/// Takes `rw` exclusively; a poisoned lock is an error.
+pub(crate) fn write<T>(rw: &RwLock<T>) -> Result<RwLockWriteGuard<'_, T>> {
+    rw.write().map_err(|_| lock_poisoned())
+}
+
+/// Locks `m` even when poisoned. Only for teardown (a `Drop` that must stop
+/// threads whatever happened), for reading diagnostics, and for critical
+/// sections a panic cannot leave half done (a push, a pop, a counter's
+/// arithmetic); never for state a panic could leave inconsistent.
+pub(crate) fn lock_even_poisoned<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_cause_wins_and_the_latch_never_reopens() {
+        let h = Health::new(Path::new("/db"));
+        assert!(h.check().is_ok());
+        h.fail("first");
+        h.fail("second");
+        match h.check() {
+            Err(Error::Poisoned { path, cause }) => {
+                assert_eq!(path, Path::new("/db"));
+                assert_eq!(cause, "first");
+            }
+            other => panic!("expected Poisoned, got {other:?}"),
+        }
+        assert!(h.observe(Ok(1)).is_ok(), "a success passes through");
+        assert!(h.check().is_err());
+    }
+
+    #[test]
+    fn a_poisoned_lock_is_an_error_that_latches() {
+        let m = std::sync::Arc::new(Mutex::new(0));
+        let m2 = std::sync::Arc::clone(&m);
+        let _ = std::thread::spawn(move || {
+            let _g = m2.lock();
+            panic!("poison the lock");
+        })
+        .join();
+        let h = Health::new(Path::new("/db"));
+        let err = h
+            .observe(lock(&m).map(|_| ()))
+            .expect_err("a poisoned lock is an error");
+        assert!(matches!(&err, Error::Poisoned { path, .. } if path == Path::new("/db")));
+        assert!(h.is_failed());
+        assert_eq!(*lock_even_poisoned(&m), 0);
+    }
+
+    #[test]
+    fn ordinary_errors_do_not_latch() {
+        let h = Health::new(Path::new("/db"));
+        let r: Result<()> = Err(Error::InvalidArgument("bad key".into()));
+        assert!(h.observe(r).is_err());
+        assert!(!h.is_failed());
+    }
+}

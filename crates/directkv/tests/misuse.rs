@@ -1,0 +1,60 @@
+//! Misuse of the public API is an error, never a hang: a thread that holds
+//! the write transaction and asks for another gets `InvalidArgument` at
+//! once (it would otherwise wait for itself forever), and the transaction it
+//! holds still commits. Pins issue 17, case 7.
+
+use directkv::{Database, Error, Options, SyncMethod, SyncVariant};
+
+fn opts() -> Options {
+    Options {
+        cache_bytes: 4 << 20,
+        wal_sync: Some(SyncVariant {
+            method: SyncMethod::None,
+            direct: false,
+        }),
+        ..Options::default()
+    }
+}
+
+#[test]
+fn issue17_second_begin_write_on_one_thread_is_an_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = Database::open(dir.path(), opts()).expect("open");
+    let mut first = db.begin_write().expect("first");
+    first.put(b"k", b"1").expect("put");
+    match db.begin_write() {
+        Err(Error::InvalidArgument(msg)) => assert!(msg.contains("already holds"), "{msg}"),
+        Err(e) => panic!("expected InvalidArgument, got {e}"),
+        Ok(_) => panic!("a second write transaction on the same thread"),
+    }
+    first.commit().expect("the first still commits");
+    // Once it ended, the thread may begin another.
+    let mut second = db.begin_write().expect("second");
+    second.put(b"k", b"2").expect("put");
+    second.commit().expect("commit");
+    assert_eq!(
+        db.begin_read().expect("read").get(b"k").expect("get"),
+        Some(b"2".to_vec())
+    );
+}
+
+#[test]
+fn another_thread_waits_for_the_write_transaction_instead_of_failing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = Database::open(dir.path(), opts()).expect("open");
+    let mut w = db.begin_write().expect("begin");
+    w.put(b"k", b"main").expect("put");
+    std::thread::scope(|s| {
+        let other = s.spawn(|| {
+            let mut w = db.begin_write().expect("waits, then begins");
+            w.put(b"k", b"other").expect("put");
+            w.commit().expect("commit");
+        });
+        w.commit().expect("commit");
+        other.join().expect("the other thread");
+    });
+    assert_eq!(
+        db.begin_read().expect("read").get(b"k").expect("get"),
+        Some(b"other".to_vec())
+    );
+}
