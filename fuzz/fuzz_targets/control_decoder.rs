@@ -2,9 +2,9 @@
 #![no_main]
 use std::path::Path;
 
-use directkv::format::control::ControlFile;
-use directkv::io::{AlignedBuf, FileOptions, Storage, StorageFile, SyncMethod};
-use directkv::sim::SimStorage;
+use directkv::internals::format::control::ControlFile;
+use directkv::internals::io::{AlignedBuf, FileOptions, Storage, StorageFile, SyncMethod};
+use directkv::internals::sim::SimStorage;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

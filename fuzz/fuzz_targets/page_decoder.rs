@@ -1,8 +1,8 @@
 //! Arbitrary page images: verification and structural validation never panic,
 //! and a random image is never accepted as a page.
 #![no_main]
-use directkv::btree::node;
-use directkv::format::page;
+use directkv::internals::btree::node;
+use directkv::internals::format::page;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -8,7 +8,7 @@ fuzz_target!(|data: &[u8]| {
     let mut seed = [0u8; 8];
     let n = data.len().min(8);
     seed[..n].copy_from_slice(&data[..n]);
-    if let Err(f) = directkv::sim::run_seed(u64::from_le_bytes(seed)) {
+    if let Err(f) = directkv::internals::sim::run_seed(u64::from_le_bytes(seed)) {
         panic!("{f}");
     }
 });

@@ -3,10 +3,10 @@
 #![no_main]
 use std::path::Path;
 
-use directkv::io::{AlignedBuf, FileOptions, Storage, StorageFile, SyncMethod};
-use directkv::sim::SimStorage;
-use directkv::wal::format::SegmentHeader;
-use directkv::wal::WalReader;
+use directkv::internals::io::{AlignedBuf, FileOptions, Storage, StorageFile, SyncMethod};
+use directkv::internals::sim::SimStorage;
+use directkv::internals::wal::format::SegmentHeader;
+use directkv::internals::wal::WalReader;
 use directkv::Lsn;
 use libfuzzer_sys::fuzz_target;
 

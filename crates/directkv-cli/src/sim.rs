@@ -39,7 +39,7 @@ pub fn run(args: Args) -> Result<()> {
     let start = Instant::now();
     let (mut acked, mut crashes) = (0u64, 0u64);
     for seed in args.from..args.from + args.seeds {
-        match directkv::sim::run_seed(seed) {
+        match directkv::internals::sim::run_seed(seed) {
             Ok(r) => {
                 acked += r.acked;
                 crashes += r.crashes;

@@ -103,8 +103,8 @@ fn print_human(doc: &Value) {
         n("full_page_image_bytes")
     );
     println!("foreground waits by cause (all of them: count, mean), then the stalls over 1 ms:");
-    let labels: Vec<String> = (0..directkv::stall::BUCKETS)
-        .map(|i| match directkv::stall::bucket_upper_ms(i) {
+    let labels: Vec<String> = (0..directkv::internals::stall::BUCKETS)
+        .map(|i| match directkv::internals::stall::bucket_upper_ms(i) {
             Some(ms) => format!("<={ms}ms"),
             None => "longer".into(),
         })

@@ -1,10 +1,10 @@
-//! `directkv test-fsync`: output of the measurement in `directkv::fsync_test`.
+//! `directkv test-fsync`: output of the measurement in `directkv::internals::fsync_test`.
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use directkv::fsync_test::{
+use directkv::internals::fsync_test::{
     self, DeviceProfile, Observer, Outcome, Report, TestResult, Verdict, GROUPS, PROFILE_FILE_NAME,
 };
 use indicatif::{ProgressBar, ProgressStyle};

@@ -4,8 +4,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use directkv::io::OsStorage;
-use directkv::wal::{kind, WalReader};
+use directkv::internals::io::OsStorage;
+use directkv::internals::wal::{kind, WalReader};
 use directkv::Lsn;
 
 /// `directkv wal …`

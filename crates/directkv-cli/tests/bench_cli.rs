@@ -253,7 +253,7 @@ fn fill_read_and_scan_run() {
                 .iter()
                 .filter_map(|l| l["engine_stats"]["async_io"]["backend"].as_str())
                 .collect();
-            if std::env::var(directkv::io::IO_BACKEND_ENV).is_err() {
+            if std::env::var(directkv::internals::io::IO_BACKEND_ENV).is_err() {
                 assert_eq!(backends, ["threads", "off"], "{lines:?}");
             }
         }

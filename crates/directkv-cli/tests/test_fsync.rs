@@ -11,7 +11,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use directkv::fsync_test::{DeviceProfile, PROFILE_FILE_NAME};
+use directkv::internals::fsync_test::{DeviceProfile, PROFILE_FILE_NAME};
 use serde_json::Value;
 
 mod common;
@@ -113,7 +113,7 @@ fn json_report_on_the_build_filesystem() {
 #[test]
 fn tmpfs_reports_direct_io_unavailable_and_measures_the_rest() {
     let shm = Path::new("/dev/shm");
-    if directkv::io::fs_info(shm)
+    if directkv::internals::io::fs_info(shm)
         .map(|i| i.fs_type)
         .ok()
         .as_deref()

@@ -5,8 +5,8 @@
 
 use std::process::Command;
 
-use directkv::io::OsStorage;
-use directkv::wal::{Wal, WalOptions};
+use directkv::internals::io::OsStorage;
+use directkv::internals::wal::{Wal, WalOptions};
 use directkv::Lsn;
 
 fn write_log(dir: &std::path::Path, flushes: usize) -> Vec<Lsn> {

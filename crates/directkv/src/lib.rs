@@ -2,33 +2,171 @@
 //! owns its I/O.
 //!
 //! Data files are read and written with direct I/O into the engine's own buffer
-//! pool ([`buffer`]), the write-ahead log ([`wal`]) is written with a sync method
-//! the user picks or the engine measures ([`fsync_test`]), and [`Database`] puts
-//! a B+tree ([`btree`]) of transactions on top, with recovery, checkpoints, a
-//! page cleaner and readahead. [`io`] is the layer every file goes through;
-//! [`sim`] is the simulated disk for fault injection; [`stall`] counts
-//! foreground waits by cause.
+//! pool (the operating system caches none of the data), the write-ahead log is
+//! written with the sync method measured fastest and honest on its disk, and an
+//! I/O scheduler inside the engine puts commits and reads before page cleaning
+//! and checkpoints.
+//!
+//! # The whole API
+//!
+//! | concept | items |
+//! | --- | --- |
+//! | open and close | [`Database::open`], [`Options`], [`Database::close`] |
+//! | read | [`Database::begin_read`], [`ReadTxn::get`], [`ReadTxn::range`], [`ReadTxn::prefix`], [`RangeIter`] |
+//! | write | [`Database::begin_write`], [`WriteTxn::put`], [`WriteTxn::delete`], [`WriteTxn::commit`], [`Durability`] |
+//! | I/O policy | [`DirectIo`], [`SyncMethod`], [`SyncVariant`], [`AioOptions`], [`SchedOptions`] |
+//! | maintenance | [`Database::checkpoint`], [`Database::check`], [`CheckReport`] |
+//! | observe | [`Database::stats`], [`Stats`] and its parts, [`STATS_FILE`] |
+//! | errors | [`Error`], [`Result`] |
+//!
+//! # Open, write, read
+//!
+//! ```no_run
+//! use directkv::{Database, Options};
+//!
+//! let db = Database::open("my.db", Options::default())?; // creates or recovers
+//! let mut w = db.begin_write()?;
+//! w.put(b"apple", b"red")?;
+//! w.put(b"banana", b"yellow")?;
+//! w.commit()?; // durable when it returns
+//!
+//! let r = db.begin_read()?;
+//! assert_eq!(r.get(b"apple")?, Some(b"red".to_vec()));
+//! for entry in r.range(&b"a"[..]..&b"c"[..]) {
+//!     let (key, value) = entry?; // in key order; `.rev()` for descending
+//!     println!("{key:?} = {value:?}");
+//! }
+//! db.close()?;
+//! # Ok::<(), directkv::Error>(())
+//! ```
+//!
+//! # A transaction is all or nothing
+//!
+//! ```no_run
+//! use directkv::{Database, Options};
+//!
+//! let db = Database::open("bank.db", Options::default())?;
+//! let mut w = db.begin_write()?;
+//! w.put(b"alice", b"90")?;
+//! w.put(b"bob", b"110")?;
+//! w.commit()?; // both or neither, after a crash too
+//! let w = db.begin_write()?;
+//! w.abort(); // or drop it: nothing of it is applied
+//! # Ok::<(), directkv::Error>(())
+//! ```
+//!
+//! # Choose the I/O
+//!
+//! ```no_run
+//! use directkv::{Database, DirectIo, Options, SyncMethod, SyncVariant};
+//!
+//! let opts = Options {
+//!     cache_bytes: 256 << 20,
+//!     direct_io: DirectIo::Auto, // falls back to buffered I/O where refused
+//!     wal_sync: Some(SyncVariant { method: SyncMethod::Fdatasync, direct: true }),
+//!     ..Options::default()
+//! };
+//! let db = Database::open("tuned.db", opts)?;
+//! # Ok::<(), directkv::Error>(())
+//! ```
+//!
+//! # Observe
+//!
+//! ```no_run
+//! # let db = directkv::Database::open("my.db", directkv::Options::default())?;
+//! let s = db.stats();
+//! println!("hits {} misses {} commits {}", s.cache_hits, s.cache_misses, s.commits);
+//! println!("WAL sync waits: {}", s.stalls.histograms.wal_sync_wait.waits);
+//! # Ok::<(), directkv::Error>(())
+//! ```
+//!
+//! # Errors and failure
+//!
+//! Bad input and the environment (a full disk, a foreign directory, a
+//! filesystem without direct I/O) are typed [`Error`]s, and the database is as
+//! it was before the call. A write or sync failure of the log, a poisoned lock
+//! or a panicking background thread stops the database: every later call
+//! returns [`Error::Poisoned`] until it is closed and reopened, which runs
+//! recovery.
 
 #![deny(missing_docs)]
 
-pub mod btree;
-pub mod buffer;
-pub mod constants;
+mod btree;
+mod buffer;
+mod constants;
 mod db;
 mod error;
+mod format;
+mod fsync_test;
 mod health;
-pub mod format;
-pub mod fsync_test;
-pub mod io;
+mod io;
 mod lsn;
-pub mod sched;
-pub mod sim;
-pub mod stall;
-pub mod wal;
+mod sched;
+#[cfg(feature = "sim")]
+mod sim;
+mod stall;
+mod wal;
 
+pub use buffer::PoolStats;
 pub use db::{
     CheckReport, Database, Durability, Options, RangeIter, ReadTxn, RecoveryStats, StallHistograms,
     Stalls, Stats, WriteTxn, STATS_FILE, WAL_BUFFERS_INCLUDED_FROM, WAL_HARD_LIMIT_FACTOR,
 };
 pub use error::{Error, IoOp, Result};
+pub use io::{AioBackend, AioOptions, AioStats, DirectIo, IoPath, SyncMethod, SyncVariant};
 pub use lsn::Lsn;
+pub use sched::{SchedMode, SchedOptions, SchedStats};
+pub use stall::StallHistogram;
+pub use wal::WalStats;
+
+/// The engine's internals, for its own command-line tool, tests and fuzz
+/// targets: the I/O layer, the WAL, page formats, the buffer pool, the
+/// scheduler and (with the `sim` feature) the simulated disk.
+///
+/// **Not a stable API.** Nothing here is needed to use the database, and it
+/// changes with the engine's insides; a user who calls `btree` or `wal`
+/// directly bypasses the log, the locks and the checks.
+#[doc(hidden)]
+pub mod internals {
+    /// Files, alignment, sync methods, storage backends.
+    pub mod io {
+        pub use crate::io::*;
+    }
+    /// The write-ahead log: writer, reader, record format.
+    pub mod wal {
+        pub use crate::wal::*;
+    }
+    /// On-disk encodings of pages and `CONTROL`.
+    pub mod format {
+        pub use crate::format::*;
+    }
+    /// B+tree nodes and operations on a page store.
+    pub mod btree {
+        pub use crate::btree::*;
+    }
+    /// The buffer pool.
+    pub mod buffer {
+        pub use crate::buffer::*;
+    }
+    /// The I/O scheduler.
+    pub mod sched {
+        pub use crate::sched::*;
+    }
+    /// Foreground waits by cause.
+    pub mod stall {
+        pub use crate::stall::*;
+    }
+    /// Sizes and bounds.
+    pub mod constants {
+        pub use crate::constants::*;
+    }
+    /// The measurement behind `directkv test-fsync` and the device profile.
+    pub mod fsync_test {
+        pub use crate::fsync_test::*;
+    }
+    /// The simulated disk and the crash campaigns.
+    #[cfg(feature = "sim")]
+    pub mod sim {
+        pub use crate::sim::*;
+    }
+}

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use directkv::io::{
+use directkv::internals::io::{
     Aio, AioBackend, AioOptions, AlignedArena, BatchOp, DirectFile, DirectIo, FileOptions,
 };
 use directkv::Error;
@@ -185,7 +185,7 @@ fn concurrent_batches_write_disjoint_regions_of_one_file() {
                 });
             }
         });
-        let mut buf = directkv::io::AlignedBuf::new(PAGE, 4096).expect("buf");
+        let mut buf = directkv::internals::io::AlignedBuf::new(PAGE, 4096).expect("buf");
         let mut want = vec![0u8; PAGE];
         for p in 0..4 * per {
             file.read_exact_at(buf.io_all_mut(), p * PAGE as u64)
@@ -205,7 +205,7 @@ fn reading_past_the_end_fails_that_request_alone() {
         let dir = tempfile::tempdir().expect("tempdir");
         let file = open(dir.path(), "data", DirectIo::Auto);
         file.attach_aio(&aio).expect("attach");
-        let mut page = directkv::io::AlignedBuf::new(PAGE, 4096).expect("buf");
+        let mut page = directkv::internals::io::AlignedBuf::new(PAGE, 4096).expect("buf");
         fill(page.as_mut_slice(), 0);
         for p in 0..2 {
             file.write_all_at(page.io_all(), p * PAGE as u64)
@@ -341,7 +341,7 @@ fn batches_work_on_the_buffered_fallback() {
             offset: 0,
         }];
         all_ok(file.run_batch(ops));
-        let mut back = directkv::io::AlignedBuf::new(8 * PAGE, 4096).expect("buf");
+        let mut back = directkv::internals::io::AlignedBuf::new(8 * PAGE, 4096).expect("buf");
         file.read_exact_at(back.io_all_mut(), 0).expect("read");
         for (i, b) in bufs.iter().enumerate() {
             assert_eq!(&back.as_slice()[i * PAGE..(i + 1) * PAGE], b.as_slice());

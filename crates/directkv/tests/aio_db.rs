@@ -3,7 +3,7 @@
 //! readahead, a reopen that finds every value, and the environment override.
 //! One test function, because the override is process-wide.
 
-use directkv::io::{AioBackend, AioOptions, IO_BACKEND_ENV};
+use directkv::internals::io::{AioBackend, AioOptions, IO_BACKEND_ENV};
 use directkv::{Database, Options};
 
 fn key(i: u64) -> Vec<u8> {
@@ -103,7 +103,7 @@ fn the_engine_runs_on_each_backend_and_the_environment_overrides() {
         exercise(AioBackend::Auto);
         return;
     }
-    let uring = directkv::io::Aio::new(&AioOptions {
+    let uring = directkv::internals::io::Aio::new(&AioOptions {
         backend: AioBackend::Uring,
         ..AioOptions::default()
     });

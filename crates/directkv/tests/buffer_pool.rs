@@ -10,11 +10,11 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use directkv::buffer::{Access, BufferPool, LogFlusher};
-use directkv::format::control::{Control, ControlFile};
-use directkv::format::page::{self, PageType, PAGE_HEADER_BYTES};
-use directkv::io::{DirectFile, DirectIo, FileOptions, OsStorage, SyncMethod};
-use directkv::sched::{IoClass, Scheduler};
+use directkv::internals::buffer::{Access, BufferPool, LogFlusher};
+use directkv::internals::format::control::{Control, ControlFile};
+use directkv::internals::format::page::{self, PageType, PAGE_HEADER_BYTES};
+use directkv::internals::io::{DirectFile, DirectIo, FileOptions, OsStorage, SyncMethod};
+use directkv::internals::sched::{IoClass, Scheduler};
 use directkv::{Error, Lsn};
 
 const DB: [u8; 16] = *b"buffer-pool-test";
@@ -413,10 +413,10 @@ fn growth_ahead_of_use_races_writes_past_the_end_and_loses_nothing() {
     let dir = scratch();
     let p = Arc::new(pool(dir.path(), 64, Arc::new(FakeLog::default())));
     // A tight scheduler: one Background request in flight, a low rate.
-    let sched = Arc::new(Scheduler::new(directkv::sched::SchedOptions {
+    let sched = Arc::new(Scheduler::new(directkv::internals::sched::SchedOptions {
         background_inflight_bytes: 64 << 10,
         background_rate_bytes: 8 << 20,
-        ..directkv::sched::SchedOptions::default()
+        ..directkv::internals::sched::SchedOptions::default()
     }));
     p.set_scheduler(Arc::clone(&sched));
     p.set_extension(256);

@@ -5,13 +5,13 @@
 
 use std::path::Path;
 
-use directkv::btree::node;
-use directkv::format::control::ControlFile;
-use directkv::format::page;
-use directkv::io::{AlignedBuf, FileOptions, Storage, StorageFile, SyncMethod};
-use directkv::sim::SimStorage;
-use directkv::wal::format::{RecordHeader, SegmentHeader};
-use directkv::wal::WalReader;
+use directkv::internals::btree::node;
+use directkv::internals::format::control::ControlFile;
+use directkv::internals::format::page;
+use directkv::internals::io::{AlignedBuf, FileOptions, Storage, StorageFile, SyncMethod};
+use directkv::internals::sim::SimStorage;
+use directkv::internals::wal::format::{RecordHeader, SegmentHeader};
+use directkv::internals::wal::WalReader;
 use directkv::Lsn;
 use proptest::prelude::*;
 

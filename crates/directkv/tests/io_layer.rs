@@ -11,7 +11,7 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use directkv::io::{
+use directkv::internals::io::{
     device_info, fs_info, statx_direct_io, AlignedBuf, AlignmentSource, DirectFile, DirectIo,
     FileOptions, Fill, IoPath, SyncMethod,
 };

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use directkv::io::{SyncMethod, SyncVariant};
+use directkv::internals::io::{SyncMethod, SyncVariant};
 use directkv::{Database, Durability, Options};
 use proptest::prelude::*;
 

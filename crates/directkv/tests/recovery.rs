@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use directkv::io::{SyncMethod, SyncVariant};
+use directkv::internals::io::{SyncMethod, SyncVariant};
 use directkv::{Database, Durability, Options};
 
 fn options() -> Options {
@@ -396,7 +396,7 @@ fn wal_on_another_filesystem_with_a_measured_default() {
     assert!(shm
         .path()
         .join("wal")
-        .join(directkv::fsync_test::PROFILE_FILE_NAME)
+        .join(directkv::internals::fsync_test::PROFILE_FILE_NAME)
         .exists());
     fill(&db, 300, 4);
     drop(db);

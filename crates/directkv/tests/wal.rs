@@ -10,8 +10,10 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use directkv::io::{FaultOp, FaultyStorage, OsStorage, Storage, SyncMethod, SyncVariant};
-use directkv::wal::{Record, Wal, WalOptions, WalReader};
+use directkv::internals::io::{
+    FaultOp, FaultyStorage, OsStorage, Storage, SyncMethod, SyncVariant,
+};
+use directkv::internals::wal::{Record, Wal, WalOptions, WalReader};
 use directkv::{Error, Lsn};
 
 const SEGMENT: u64 = 256 * 1024;
@@ -431,7 +433,7 @@ fn a_segment_of_another_database_is_refused() {
 fn records_over_the_limit_and_reserved_kinds_are_refused() {
     let dir = scratch();
     let (wal, _, _) = open(OsStorage, options(dir.path()));
-    let huge = vec![0u8; directkv::wal::RECORD_PAYLOAD_MAX + 1];
+    let huge = vec![0u8; directkv::internals::wal::RECORD_PAYLOAD_MAX + 1];
     assert!(matches!(
         wal.append(16, &huge),
         Err(Error::InvalidArgument(_))
@@ -440,14 +442,14 @@ fn records_over_the_limit_and_reserved_kinds_are_refused() {
         wal.append(1, b"x"),
         Err(Error::InvalidArgument(_))
     ));
-    let max = vec![1u8; directkv::wal::RECORD_PAYLOAD_MAX];
+    let max = vec![1u8; directkv::internals::wal::RECORD_PAYLOAD_MAX];
     let lsn = wal.append(16, &max).expect("the largest record");
     wal.flush(lsn).expect("flush");
 }
 
 #[test]
 fn a_buffered_reader_sees_the_direct_writers_bytes() {
-    use directkv::io::{AlignedBuf, DirectFile, DirectIo, FileOptions};
+    use directkv::internals::io::{AlignedBuf, DirectFile, DirectIo, FileOptions};
     let dir = scratch();
     let sync = SyncVariant {
         method: SyncMethod::Fdatasync,

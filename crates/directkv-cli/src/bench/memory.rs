@@ -13,7 +13,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use directkv::io::DirectIo;
+use directkv::internals::io::DirectIo;
 use directkv::{Database, Durability, Options};
 use serde::{Deserialize, Serialize};
 

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use anyhow::{bail, Result};
-use directkv::io::{AioBackend, DirectIo, SyncVariant};
+use directkv::internals::io::{AioBackend, DirectIo, SyncVariant};
 use directkv::{Database, Durability, Options};
 
 /// One transaction's reads and writes.
@@ -226,15 +226,15 @@ pub fn open(
                     0
                 },
                 direct_io: if *direct { DirectIo::On } else { DirectIo::Off },
-                io_scheduler: directkv::sched::SchedOptions {
+                io_scheduler: directkv::internals::sched::SchedOptions {
                     mode: if *scheduled {
-                        directkv::sched::SchedMode::Classes
+                        directkv::internals::sched::SchedMode::Classes
                     } else {
-                        directkv::sched::SchedMode::Fifo
+                        directkv::internals::sched::SchedMode::Fifo
                     },
                     ..defaults.io_scheduler
                 },
-                async_io: directkv::io::AioOptions {
+                async_io: directkv::internals::io::AioOptions {
                     backend: aio.unwrap_or(defaults.async_io.backend),
                     ..defaults.async_io
                 },

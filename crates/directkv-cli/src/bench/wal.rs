@@ -13,9 +13,9 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use directkv::fsync_test::{self, Outcome};
-use directkv::io::{OsStorage, SyncVariant};
-use directkv::wal::{Wal, WalOptions};
+use directkv::internals::fsync_test::{self, Outcome};
+use directkv::internals::io::{OsStorage, SyncVariant};
+use directkv::internals::wal::{Wal, WalOptions};
 use directkv::Lsn;
 use hdrhistogram::Histogram;
 use serde::Serialize;

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use directkv::io::{AlignedBuf, DirectFile, DirectIo, FileOptions, Fill, SyncMethod};
+use directkv::internals::io::{AlignedBuf, DirectFile, DirectIo, FileOptions, Fill, SyncMethod};
 use serde::Serialize;
 
 /// Options of `directkv bench writers`.
