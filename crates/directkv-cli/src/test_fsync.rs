@@ -1,13 +1,14 @@
-//! `directkv test-fsync`: output of the measurement in `directkv::internals::fsync_test`.
+//! `directkv test-fsync`: the measurement ([`measure`]) and its output.
+
+pub mod measure;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use directkv::internals::fsync_test::{
-    self, DeviceProfile, Observer, Outcome, Report, TestResult, Verdict, GROUPS, PROFILE_FILE_NAME,
-};
+use directkv::internals::io::profile::{Outcome, Verdict, PROFILE_FILE_NAME};
 use indicatif::{ProgressBar, ProgressStyle};
+use measure::{Observer, Report, TestResult, GROUPS};
 
 /// Options of `directkv test-fsync`.
 #[derive(clap::Args)]
@@ -49,7 +50,7 @@ pub fn run(args: Args) -> Result<()> {
     let path = args.file.clone().unwrap_or_else(|| {
         PathBuf::from(format!("directkv-test-fsync.{}.tmp", std::process::id()))
     });
-    let opts = fsync_test::Options {
+    let opts = measure::Options {
         path: path.clone(),
         seconds_per_test: args.seconds,
         block_bytes: usize::try_from(args.block_size).context("block size")?,
@@ -66,7 +67,7 @@ pub fn run(args: Args) -> Result<()> {
         bar.enable_steady_tick(std::time::Duration::from_millis(200));
         bar
     };
-    let report = fsync_test::run(&opts, &Progress(bar.clone()))
+    let report = measure::run(&opts, &Progress(bar.clone()))
         .with_context(|| format!("test-fsync on {}", path.display()))?;
     bar.finish_and_clear();
     if args.json {
@@ -93,7 +94,7 @@ fn save_profile(
         };
         dir.join(PROFILE_FILE_NAME)
     });
-    let profile = DeviceProfile::from_report(report)
+    let profile = measure::profile_from_report(report)
         .context("no durable method was measured, so there is no profile to save")?;
     profile.save(&target)?;
     if !quiet {

@@ -11,7 +11,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use directkv::internals::fsync_test::{DeviceProfile, PROFILE_FILE_NAME};
+use directkv::internals::io::profile::{DeviceProfile, PROFILE_FILE_NAME};
 use serde_json::Value;
 
 mod common;

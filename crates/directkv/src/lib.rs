@@ -97,7 +97,6 @@ mod constants;
 mod db;
 mod error;
 mod format;
-mod fsync_test;
 mod health;
 mod io;
 mod lsn;
@@ -159,10 +158,6 @@ pub mod internals {
     /// Sizes and bounds.
     pub mod constants {
         pub use crate::constants::*;
-    }
-    /// The measurement behind `directkv test-fsync` and the device profile.
-    pub mod fsync_test {
-        pub use crate::fsync_test::*;
     }
     /// The simulated disk and the crash campaigns.
     #[cfg(feature = "sim")]

@@ -13,7 +13,7 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use directkv::internals::fsync_test::{self, Outcome};
+use directkv::internals::io::profile::{self, Outcome};
 use directkv::internals::io::{OsStorage, SyncVariant};
 use directkv::internals::wal::{Wal, WalOptions};
 use directkv::Lsn;
@@ -106,7 +106,7 @@ pub fn run(args: Args) -> Result<()> {
             // The unit the WAL writes per commit at one thread: header, record,
             // padding to the I/O unit; test-fsync measures a write of that size.
             let block = (24 + 16 + size).next_multiple_of(4096);
-            let raw = match fsync_test::measure_one(
+            let raw = match profile::measure_one(
                 &scratch.path().join("raw.tmp"),
                 *variant,
                 block,

@@ -208,7 +208,7 @@ struct CleanerPass {
 
 impl CleanerPass {
     fn run<S: Storage>(&mut self, inner: &Inner<S>) {
-        if self.published.elapsed() >= STATS_EVERY {
+        if inner.opts.publish_stats && self.published.elapsed() >= STATS_EVERY {
             inner.publish_stats();
             self.published = Instant::now();
         }

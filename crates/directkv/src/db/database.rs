@@ -193,7 +193,9 @@ impl<S: Storage> Drop for Database<S> {
             let _ = h.join();
         }
         // Published stats describe an open database only.
-        let _ = std::fs::remove_file(self.inner.dir.join(STATS_FILE));
+        if self.inner.opts.publish_stats {
+            let _ = std::fs::remove_file(self.inner.dir.join(STATS_FILE));
+        }
         // Closing the queue ends the readers once they finish their read.
         drop(health::lock_even_poisoned(&self.inner.readahead).take());
         for h in self.readers.drain(..) {

@@ -240,7 +240,7 @@ fn choose_sync(opts: &Options, wal_dir: &Path) -> SyncVariant {
             .max_by(|a, b| a.1.total_cmp(&b.1))
             .map(|&(v, _)| v)
     };
-    if let Some(p) = crate::fsync_test::DeviceProfile::load_for_dir(wal_dir) {
+    if let Some(p) = crate::io::profile::DeviceProfile::load_for_dir(wal_dir) {
         if let Some(v) = fastest(&p.measured) {
             return v;
         }
@@ -259,8 +259,8 @@ fn choose_sync(opts: &Options, wal_dir: &Path) -> SyncVariant {
         method: SyncMethod::Fdatasync,
         direct: want_direct,
     };
-    crate::fsync_test::measure_and_save(wal_dir, &candidates)
-        .and_then(|_| crate::fsync_test::DeviceProfile::load_for_dir(wal_dir))
+    crate::io::profile::measure_and_save(wal_dir, &candidates)
+        .and_then(|_| crate::io::profile::DeviceProfile::load_for_dir(wal_dir))
         .and_then(|p| fastest(&p.measured))
         .unwrap_or(fallback)
 }

@@ -7,6 +7,7 @@ mod buf;
 mod file;
 mod fs;
 mod lock;
+pub mod profile;
 mod statx;
 mod storage;
 mod sync;

@@ -1,0 +1,353 @@
+//! The engine's own sync probe and the device profile it keeps.
+//!
+//! When `Options::wal_sync` is not set, open picks the WAL's sync method from
+//! the device profile saved in the WAL directory, and measures once (each
+//! durable candidate for [`QUICK_SECONDS`], one 4 KiB write and its sync,
+//! repeated, on a scratch file it removes) and saves the profile when there
+//! is none. `directkv test-fsync --save-profile` writes the same profile from
+//! a full measurement.
+//!
+//! Invariants:
+//! - A profile is trusted only for the filesystem it was measured on (same
+//!   device number and type) and the schema this build writes; anything else
+//!   is ignored and measured again, never used.
+//! - A failed write or sync during a measurement is an error, never a figure.
+//! - Every measured op overwrites blocks that were written and synced when
+//!   the scratch file was prepared, as a recycled WAL segment is, so no sync
+//!   pays for extent conversion.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::io::{
+    fs_info, AlignedBuf, Alignment, DirectFile, DirectIo, FileOptions, Fill, FsInfo, SyncMethod,
+    SyncVariant,
+};
+
+/// Bytes of the prepared test file (PostgreSQL's WAL segment size).
+pub const TEST_FILE_BYTES: u64 = 16 * 1024 * 1024;
+
+/// Schema version of [`DeviceProfile`] JSON (and of `directkv test-fsync`'s report).
+pub const PROFILE_SCHEMA_VERSION: u32 = 1;
+
+/// The file name of a saved [`DeviceProfile`] inside the directory it describes.
+pub const PROFILE_FILE_NAME: &str = ".directkv-device-profile.json";
+
+/// The outcome of one test.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "status")]
+pub enum Outcome {
+    /// The test ran.
+    Measured {
+        /// Completed ops.
+        ops: u64,
+        /// Wall time of the ops, in seconds.
+        seconds: f64,
+        /// Ops per second.
+        ops_per_sec: f64,
+        /// Microseconds per op.
+        usecs_per_op: f64,
+    },
+    /// The test could not run here.
+    NotAvailable {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// How believable the durable figures are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// Nothing suggests syncs are acknowledged before data is stable.
+    Plausible,
+    /// Some figure is faster than a device that flushes could be.
+    Suspicious,
+    /// Too little was measured or known to judge.
+    Unknown,
+}
+
+/// The deadline of a measurement and the figures at its end.
+pub struct Clock {
+    deadline: Instant,
+    start: Instant,
+}
+
+impl Clock {
+    /// A measurement of `seconds` starting now.
+    pub fn new(seconds: f64) -> Clock {
+        let start = Instant::now();
+        Clock {
+            start,
+            deadline: start + Duration::from_secs_f64(seconds),
+        }
+    }
+
+    /// Whether the measurement is over.
+    pub fn expired(&self) -> bool {
+        Instant::now() >= self.deadline
+    }
+
+    /// The figures of `ops` completed ops since the start.
+    pub fn outcome(&self, ops: u64) -> Outcome {
+        let seconds = self.start.elapsed().as_secs_f64();
+        Outcome::Measured {
+            ops,
+            seconds,
+            ops_per_sec: ops as f64 / seconds,
+            usecs_per_op: seconds * 1e6 / ops.max(1) as f64,
+        }
+    }
+}
+
+/// Fills `bytes` with a non-repeating pattern.
+pub fn fill_pattern(bytes: &mut [u8]) {
+    // A non-repeating pattern, so a compressing or deduplicating device cannot
+    // shortcut the writes.
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    for b in bytes {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+}
+
+/// Opens `path` for `variant`: its sync method, with or without direct I/O.
+///
+/// # Errors
+/// As [`DirectFile::open`].
+pub fn open_for(path: &Path, variant: SyncVariant) -> Result<DirectFile> {
+    DirectFile::open(
+        path,
+        &FileOptions {
+            direct_io: if variant.direct {
+                DirectIo::On
+            } else {
+                DirectIo::Off
+            },
+            sync: variant.method,
+            ..FileOptions::default()
+        },
+    )
+}
+
+/// Measures `writes` writes of `write_bytes` each (at consecutive offsets
+/// from 0) plus the variant's sync, repeated for `seconds`, on the scratch
+/// file at `path` made by [`prepare`].
+///
+/// # Errors
+/// I/O errors of a write or sync (a failed sync is an error, never a figure).
+pub fn measure_sync(
+    path: &Path,
+    variant: SyncVariant,
+    writes: usize,
+    write_bytes: usize,
+    seconds: f64,
+) -> Result<Outcome> {
+    assert!(writes >= 1 && write_bytes > 0, "an op writes something");
+    assert!(seconds > 0.0, "a measurement takes time");
+    let file = match open_for(path, variant) {
+        Ok(f) => f,
+        Err(Error::DirectIoUnsupported { fs_type, .. }) => {
+            return Ok(Outcome::NotAvailable {
+                reason: format!("{fs_type} refuses O_DIRECT"),
+            })
+        }
+        Err(e) => return Err(e),
+    };
+    let unit = file.alignment().io_unit_bytes() as usize;
+    if variant.direct && write_bytes % unit != 0 {
+        return Ok(Outcome::NotAvailable {
+            reason: format!("{write_bytes}-byte writes are below the {unit}-byte direct-I/O unit"),
+        });
+    }
+    let mut buf = AlignedBuf::new(write_bytes.max(unit), unit as u32)?;
+    fill_pattern(buf.as_mut_slice());
+    let data = buf.io(0..write_bytes)?;
+    let clock = Clock::new(seconds);
+    let mut ops = 0u64;
+    loop {
+        for i in 0..writes {
+            file.write_all_at(data, (i * write_bytes) as u64)?;
+        }
+        file.sync()?;
+        ops += 1;
+        if Instant::now() >= clock.deadline {
+            return Ok(clock.outcome(ops));
+        }
+    }
+}
+
+/// Creates the scratch file at `path` and writes it through once (zeros,
+/// synced), as a recycled WAL segment is; returns its direct-I/O alignment,
+/// or why direct I/O is unavailable there.
+///
+/// # Errors
+/// I/O errors of the creation, the fill or the sync.
+pub fn prepare(path: &Path) -> Result<(Option<Alignment>, Option<String>)> {
+    let created = DirectFile::open(
+        path,
+        &FileOptions {
+            create: true,
+            direct_io: DirectIo::Auto,
+            sync: SyncMethod::Fsync,
+            ..FileOptions::default()
+        },
+    )?;
+    created.allocate(TEST_FILE_BYTES, Fill::Zero)?;
+    match created.io_path() {
+        crate::io::IoPath::Direct => Ok((Some(created.alignment()), None)),
+        crate::io::IoPath::BufferedFallback { fs_type } => {
+            Ok((None, Some(format!("{fs_type} refuses O_DIRECT"))))
+        }
+        crate::io::IoPath::Buffered => unreachable!("opened with DirectIo::Auto"),
+    }
+}
+
+/// Measures one write of `block_bytes` plus the variant's sync, repeated for
+/// `seconds`, on a scratch file at `path` (created, prepared and removed): the
+/// `one_write` figure of `directkv test-fsync` for a single variant, for benchmarks that put
+/// it beside their own.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] when `path` exists; I/O errors.
+pub fn measure_one(
+    path: &Path,
+    variant: SyncVariant,
+    block_bytes: usize,
+    seconds: f64,
+) -> Result<Outcome> {
+    if path.exists() {
+        return Err(Error::InvalidArgument(format!("{} exists", path.display())));
+    }
+    let result = prepare(path).and_then(|_| measure_sync(path, variant, 1, block_bytes, seconds));
+    let _ = std::fs::remove_file(path);
+    result
+}
+
+/// Seconds each candidate is measured by [`measure_and_save`].
+pub const QUICK_SECONDS: f64 = 0.15;
+
+/// Measures each candidate briefly (one 4 KiB write and its sync, repeated) in
+/// `dir`, saves the result as `dir`'s device profile, and returns the fastest.
+/// `None` when nothing could be measured (the caller falls back to a default).
+pub fn measure_and_save(dir: &Path, candidates: &[SyncVariant]) -> Option<SyncVariant> {
+    let scratch = dir.join(format!(".directkv-sync-probe-{}", std::process::id()));
+    let mut measured = Vec::new();
+    for &v in candidates {
+        if let Ok(Outcome::Measured { ops_per_sec, .. }) =
+            measure_one(&scratch, v, 4096, QUICK_SECONDS)
+        {
+            measured.push((v, ops_per_sec));
+        }
+    }
+    let &(best, ops) = measured.iter().max_by(|a, b| a.1.total_cmp(&b.1))?;
+    if let Ok(filesystem) = fs_info(dir) {
+        let profile = DeviceProfile {
+            schema_version: PROFILE_SCHEMA_VERSION,
+            filesystem,
+            alignment: None,
+            fastest_durable: best,
+            sync_latency_us: 1e6 / ops,
+            measured,
+            verdict: Verdict::Unknown,
+            measured_at_unix: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0),
+        };
+        // Not saving only means measuring again next time.
+        let _ = profile.save(&dir.join(PROFILE_FILE_NAME));
+    }
+    Some(best)
+}
+
+/// What the engine remembers about a filesystem so it need not measure again:
+/// written by `directkv test-fsync --save-profile`, read at open.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeviceProfile {
+    /// [`PROFILE_SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// The filesystem measured.
+    pub filesystem: FsInfo,
+    /// Its direct-I/O alignment, or `None` where direct I/O is unavailable.
+    pub alignment: Option<Alignment>,
+    /// The fastest durable method.
+    pub fastest_durable: SyncVariant,
+    /// Its sync latency in microseconds.
+    pub sync_latency_us: f64,
+    /// Ops/s of every durable one-write variant measured.
+    pub measured: Vec<(SyncVariant, f64)>,
+    /// The honesty verdict.
+    pub verdict: Verdict,
+    /// Seconds since the Unix epoch when measured.
+    pub measured_at_unix: u64,
+}
+
+impl DeviceProfile {
+    /// Writes the profile as JSON to `path` (atomically: temp file, fsync, rename,
+    /// directory fsync).
+    ///
+    /// # Errors
+    /// I/O errors of the write, sync or rename.
+    pub fn save(&self, path: &Path) -> Result<()> {
+        use crate::error::IoOp;
+        let json = serde_json::to_vec_pretty(self)
+            .map_err(|e| Error::InvalidArgument(format!("profile encoding: {e}")))?;
+        let tmp = path.with_extension("tmp");
+        let write = || -> std::io::Result<()> {
+            use std::io::Write;
+            let mut f = std::fs::File::create(&tmp)?;
+            f.write_all(&json)?;
+            f.sync_all()
+        };
+        write().map_err(|e| Error::from_io(IoOp::Write, &tmp, None, e))?;
+        std::fs::rename(&tmp, path).map_err(|e| Error::from_io(IoOp::Rename, path, None, e))?;
+        let dir = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        crate::io::sync_dir(dir)
+    }
+
+    /// Reads a profile from `path`.
+    ///
+    /// # Errors
+    /// I/O errors; [`Error::Corruption`] when the file is not a profile of this
+    /// schema version.
+    pub fn load(path: &Path) -> Result<DeviceProfile> {
+        let bytes = std::fs::read(path)
+            .map_err(|e| Error::from_io(crate::error::IoOp::Read, path, None, e))?;
+        let profile: DeviceProfile =
+            serde_json::from_slice(&bytes).map_err(|e| Error::Corruption {
+                path: path.to_path_buf(),
+                offset: 0,
+                detail: format!("not a directkv device profile: {e}"),
+            })?;
+        if profile.schema_version != PROFILE_SCHEMA_VERSION {
+            return Err(Error::Corruption {
+                path: path.to_path_buf(),
+                offset: 0,
+                detail: format!(
+                    "profile schema {} is not the supported {PROFILE_SCHEMA_VERSION}",
+                    profile.schema_version
+                ),
+            });
+        }
+        Ok(profile)
+    }
+
+    /// The profile saved in `dir`, if there is one and it describes the
+    /// filesystem `dir` is on now (same device number and type). A stale or
+    /// unreadable profile is ignored, never trusted.
+    pub fn load_for_dir(dir: &Path) -> Option<DeviceProfile> {
+        let profile = Self::load(&dir.join(PROFILE_FILE_NAME)).ok()?;
+        let fs = fs_info(dir).ok()?;
+        (fs.dev == profile.filesystem.dev && fs.magic == profile.filesystem.magic)
+            .then_some(profile)
+    }
+}
