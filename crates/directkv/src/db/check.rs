@@ -19,7 +19,7 @@ use crate::btree::tree::{free_next, Pages, DEPTH_MAX};
 use crate::buffer::Access;
 use crate::error::{Error, Result};
 use crate::format::page::{self, PageType, PAGE_HEADER_BYTES};
-use crate::io::Storage;
+use crate::io::{Storage, StorageFile};
 
 /// What the check found.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -38,14 +38,22 @@ pub struct CheckReport {
     pub depth: u64,
 }
 
-fn bad(page: u64, what: impl Into<String>) -> Error {
-    Error::Corruption {
-        path: "data".into(),
-        offset: page,
-        detail: format!("integrity check, page {page}: {}", what.into()),
-    }
+/// The walk's state: what it has claimed and what it found.
+struct Checker<'a, S: Storage> {
+    inner: &'a Inner<S>,
+    pages: PoolPages<'a, S>,
+    /// Pages in the file, per the root state.
+    page_count: u64,
+    /// The log's end: no page may be newer.
+    end_lsn: crate::lsn::Lsn,
+    /// Every page reached so far, each exactly once.
+    seen: HashSet<u64>,
+    /// Overflow chains to walk: (first page, value length).
+    overflow: Vec<(u64, u64)>,
+    report: CheckReport,
 }
 
+/// A tree page to visit, with the fence keys its parent gives it.
 struct Frame {
     page: u64,
     lo: Option<Vec<u8>>,
@@ -54,45 +62,103 @@ struct Frame {
 }
 
 impl<S: Storage> Inner<S> {
+    /// Walks the whole database and proves its structure (see the module
+    /// docs).
     pub(crate) fn check(&self) -> Result<CheckReport> {
         let meta = crate::health::read(&self.tree)?;
-        let pages = PoolPages { inner: self };
-        let end_lsn = self.log.durable_or_end();
-        let mut seen: HashSet<u64> = HashSet::new();
-        let mut report = CheckReport {
-            pages: meta.page_count,
-            ..CheckReport::default()
+        let mut c = Checker {
+            inner: self,
+            pages: PoolPages { inner: self },
+            page_count: meta.page_count,
+            end_lsn: self.log.durable_or_end(),
+            seen: HashSet::new(),
+            overflow: Vec::new(),
+            report: CheckReport {
+                pages: meta.page_count,
+                ..CheckReport::default()
+            },
         };
-        let claim = |no: u64, seen: &mut HashSet<u64>| -> Result<()> {
-            if no == 0 || no >= meta.page_count {
-                return Err(bad(
-                    no,
-                    format!("outside the file's {} pages", meta.page_count),
-                ));
-            }
-            if !seen.insert(no) {
-                return Err(bad(no, "reached twice (shared page or cycle)"));
-            }
-            Ok(())
-        };
+        c.walk_tree(meta.root)?;
+        for (first, len) in std::mem::take(&mut c.overflow) {
+            c.walk_overflow(first, len)?;
+        }
+        c.walk_free_list(meta.freelist)?;
+        c.account()?;
+        assert_eq!(
+            c.seen.len() as u64 + 1,
+            c.report.pages,
+            "every page accounted for"
+        );
+        assert_eq!(
+            c.report.tree_pages + c.report.overflow_pages + c.report.free_pages + 1,
+            c.report.pages,
+            "the kinds of page add up to the file"
+        );
+        Ok(c.report)
+    }
+}
+
+impl<S: Storage> Checker<'_, S> {
+    /// A corruption error about `page`, naming the data file and the page's
+    /// byte offset in it.
+    fn bad(&self, page: u64, what: impl Into<String>) -> Error {
+        let page_bytes = self.inner.pool.page_bytes() as u64;
+        Error::Corruption {
+            path: self.inner.pool.file().path().to_path_buf(),
+            offset: page.saturating_mul(page_bytes),
+            detail: format!("integrity check, page {page}: {}", what.into()),
+        }
+    }
+
+    /// Marks `no` reached; a page outside the file or reached twice is damage.
+    fn claim(&mut self, no: u64) -> Result<()> {
+        if no == 0 || no >= self.page_count {
+            let what = format!("outside the file's {} pages", self.page_count);
+            return Err(self.bad(no, what));
+        }
+        if !self.seen.insert(no) {
+            return Err(self.bad(no, "reached twice (shared page or cycle)"));
+        }
+        assert!(
+            self.seen.len() as u64 <= self.page_count,
+            "each page is claimed once"
+        );
+        Ok(())
+    }
+
+    /// Walks the tree from `root` with an explicit stack, depth first.
+    fn walk_tree(&mut self, root: u64) -> Result<()> {
         let mut stack = vec![Frame {
-            page: meta.root,
+            page: root,
             lo: None,
             hi: None,
             depth: 1,
         }];
-        let mut overflow: Vec<(u64, u64)> = Vec::new();
         while let Some(f) = stack.pop() {
-            claim(f.page, &mut seen)?;
+            self.claim(f.page)?;
             if f.depth as usize > DEPTH_MAX {
-                return Err(bad(f.page, "deeper than the maximum"));
+                return Err(self.bad(f.page, "deeper than the maximum"));
             }
-            report.depth = report.depth.max(f.depth);
-            report.tree_pages += 1;
-            let children = pages.read(f.page, Access::Scan, |p| -> Result<Vec<Frame>> {
-                node::validate(p).map_err(|e| bad(f.page, e))?;
-                if page::page_lsn(p) > end_lsn {
-                    return Err(bad(f.page, "page LSN past the end of the log"));
+            self.report.depth = self.report.depth.max(f.depth);
+            self.report.tree_pages += 1;
+            let children = self.visit(&f)?;
+            assert!(
+                stack.len() + children.len() <= STACK_FRAMES_MAX,
+                "the walk is bounded"
+            );
+            stack.extend(children);
+        }
+        Ok(())
+    }
+
+    /// Checks one tree page against its fences; returns its children.
+    fn visit(&mut self, f: &Frame) -> Result<Vec<Frame>> {
+        let checked = self
+            .pages
+            .read(f.page, Access::Scan, |p| -> Result<Visited> {
+                node::validate(p).map_err(|e| self.bad(f.page, e))?;
+                if page::page_lsn(p) > self.end_lsn {
+                    return Err(self.bad(f.page, "page LSN past the end of the log"));
                 }
                 let n = node::count(p);
                 for i in 0..n {
@@ -100,107 +166,143 @@ impl<S: Storage> Inner<S> {
                     if f.lo.as_deref().is_some_and(|lo| k < lo)
                         || f.hi.as_deref().is_some_and(|hi| k >= hi)
                     {
-                        return Err(bad(f.page, format!("key {i} outside its parent's fences")));
+                        return Err(
+                            self.bad(f.page, format!("key {i} outside its parent's fences"))
+                        );
                     }
                 }
                 match node::page_type(p) {
-                    Some(PageType::Leaf) => {
-                        report.keys += n as u64;
-                        for i in 0..n {
-                            if let Value::Overflow { len, page } = node::value(p, i) {
-                                overflow.push((page, u64::from(len)));
-                            }
-                        }
-                        Ok(Vec::new())
-                    }
-                    Some(PageType::Branch) => {
-                        let mut out = Vec::with_capacity(n + 1);
-                        let first_hi = (n > 0).then(|| node::key(p, 0).to_vec()).or(f.hi.clone());
-                        out.push(Frame {
-                            page: node::leftmost(p),
-                            lo: f.lo.clone(),
-                            hi: first_hi,
-                            depth: f.depth + 1,
-                        });
-                        for i in 0..n {
-                            let hi = if i + 1 < n {
-                                Some(node::key(p, i + 1).to_vec())
-                            } else {
-                                f.hi.clone()
-                            };
-                            out.push(Frame {
-                                page: node::child(p, i),
-                                lo: Some(node::key(p, i).to_vec()),
-                                hi,
-                                depth: f.depth + 1,
-                            });
-                        }
-                        Ok(out)
-                    }
-                    _ => Err(bad(f.page, "not a tree page where the tree points")),
+                    Some(PageType::Leaf) => Ok(Visited::Leaf {
+                        keys: n as u64,
+                        overflow: (0..n)
+                            .filter_map(|i| match node::value(p, i) {
+                                Value::Overflow { len, page } => Some((page, u64::from(len))),
+                                Value::Inline(_) => None,
+                            })
+                            .collect(),
+                    }),
+                    Some(PageType::Branch) => Ok(Visited::Branch(children(p, f))),
+                    _ => Err(self.bad(f.page, "not a tree page where the tree points")),
                 }
             })??;
-            stack.extend(children);
-        }
-        let chunk = (self.pool.page_bytes() - PAGE_HEADER_BYTES - 16) as u64;
-        for (first, len) in overflow {
-            let mut page = first;
-            let mut left = len;
-            for _ in 0..len.div_ceil(chunk).max(1) {
-                claim(page, &mut seen)?;
-                report.overflow_pages += 1;
-                let (n, next) = pages
-                    .read(page, Access::Scan, |p| {
-                        let u =
-                            |o: usize| u64::from_le_bytes(p[o..o + 8].try_into().unwrap_or([0; 8]));
-                        (
-                            node::page_type(p),
-                            u(PAGE_HEADER_BYTES + 8),
-                            u(PAGE_HEADER_BYTES),
-                        )
-                    })
-                    .map(|(t, n, next)| (t.map(|t| (t, n)), next))?;
-                let Some((PageType::Overflow, n)) = n else {
-                    return Err(bad(page, "expected an overflow page"));
-                };
-                if n > left || n > chunk {
-                    return Err(bad(page, "overflow length out of range"));
-                }
-                left -= n;
-                if left == 0 {
-                    break;
-                }
-                page = next;
+        match checked {
+            Visited::Leaf { keys, overflow } => {
+                self.report.keys += keys;
+                self.overflow.extend(overflow);
+                Ok(Vec::new())
             }
-            if left != 0 {
-                return Err(bad(first, "overflow chain shorter than its value"));
+            Visited::Branch(children) => {
+                assert!(!children.is_empty(), "a branch has a leftmost child");
+                Ok(children)
             }
         }
-        let mut page = meta.freelist;
-        while page != 0 {
-            claim(page, &mut seen)?;
-            report.free_pages += 1;
-            page = pages
-                .read(page, Access::Scan, |p| {
-                    (node::page_type(p) == Some(PageType::Free)).then(|| free_next(p))
-                })?
-                .ok_or_else(|| bad(page, "on the free list but not a free page"))?;
-        }
-        let accounted = seen.len() as u64 + 1;
-        if accounted != meta.page_count {
-            let leaked: Vec<u64> = (1..meta.page_count)
-                .filter(|p| !seen.contains(p))
-                .take(5)
-                .collect();
-            return Err(bad(
-                leaked.first().copied().unwrap_or(0),
-                format!(
-                    "{} of {} pages are neither in the tree nor free (leaked: {leaked:?}...)",
-                    meta.page_count - accounted,
-                    meta.page_count
-                ),
-            ));
-        }
-        Ok(report)
     }
+
+    /// Walks the overflow chain of a value of `len` bytes from `first`.
+    fn walk_overflow(&mut self, first: u64, len: u64) -> Result<()> {
+        let chunk = (self.inner.pool.page_bytes() - PAGE_HEADER_BYTES - 16) as u64;
+        let mut page = first;
+        let mut left = len;
+        for _ in 0..len.div_ceil(chunk).max(1) {
+            self.claim(page)?;
+            self.report.overflow_pages += 1;
+            let (kind, n, next) = self.pages.read(page, Access::Scan, |p| {
+                let u = |o: usize| u64::from_le_bytes(p[o..o + 8].try_into().unwrap_or([0; 8]));
+                (
+                    node::page_type(p),
+                    u(PAGE_HEADER_BYTES + 8),
+                    u(PAGE_HEADER_BYTES),
+                )
+            })?;
+            if kind != Some(PageType::Overflow) {
+                return Err(self.bad(page, "expected an overflow page"));
+            }
+            if n > left || n > chunk {
+                return Err(self.bad(page, "overflow length out of range"));
+            }
+            left -= n;
+            if left == 0 {
+                return Ok(());
+            }
+            page = next;
+        }
+        Err(self.bad(first, "overflow chain shorter than its value"))
+    }
+
+    /// Walks the free list from `head`.
+    fn walk_free_list(&mut self, head: u64) -> Result<()> {
+        let mut page = head;
+        while page != 0 {
+            self.claim(page)?;
+            self.report.free_pages += 1;
+            let next = self.pages.read(page, Access::Scan, |p| {
+                (node::page_type(p) == Some(PageType::Free)).then(|| free_next(p))
+            })?;
+            page = next.ok_or_else(|| self.bad(page, "on the free list but not a free page"))?;
+        }
+        Ok(())
+    }
+
+    /// Every page but the reserved page 0 is in the tree, an overflow chain
+    /// or the free list.
+    fn account(&self) -> Result<()> {
+        let accounted = self.seen.len() as u64 + 1;
+        if accounted == self.page_count {
+            return Ok(());
+        }
+        let leaked: Vec<u64> = (1..self.page_count)
+            .filter(|p| !self.seen.contains(p))
+            .take(5)
+            .collect();
+        Err(self.bad(
+            leaked.first().copied().unwrap_or(0),
+            format!(
+                "{} of {} pages are neither in the tree nor free (leaked: {leaked:?}...)",
+                self.page_count - accounted,
+                self.page_count
+            ),
+        ))
+    }
+}
+
+/// What one tree page holds for the walk.
+enum Visited {
+    Leaf {
+        keys: u64,
+        overflow: Vec<(u64, u64)>,
+    },
+    Branch(Vec<Frame>),
+}
+
+/// Pages the walk's stack holds at most: a path of [`DEPTH_MAX`] branches,
+/// each with all its children pending (a branch holds fewer children than a
+/// page has bytes).
+const STACK_FRAMES_MAX: usize = DEPTH_MAX * 16384;
+
+/// The children of branch `p` (visited as `f`), each with its fences.
+fn children(p: &[u8], f: &Frame) -> Vec<Frame> {
+    let n = node::count(p);
+    let mut out = Vec::with_capacity(n + 1);
+    let first_hi = (n > 0).then(|| node::key(p, 0).to_vec()).or(f.hi.clone());
+    out.push(Frame {
+        page: node::leftmost(p),
+        lo: f.lo.clone(),
+        hi: first_hi,
+        depth: f.depth + 1,
+    });
+    for i in 0..n {
+        let hi = if i + 1 < n {
+            Some(node::key(p, i + 1).to_vec())
+        } else {
+            f.hi.clone()
+        };
+        out.push(Frame {
+            page: node::child(p, i),
+            lo: Some(node::key(p, i).to_vec()),
+            hi,
+            depth: f.depth + 1,
+        });
+    }
+    assert_eq!(out.len(), n + 1, "a branch of n keys has n + 1 children");
+    out
 }

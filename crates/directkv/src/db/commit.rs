@@ -166,6 +166,11 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
 
     /// Changes page `no` (fresh: not read from disk) and logs the change.
     fn change<R>(&mut self, no: u64, fresh: bool, f: impl FnOnce(&mut [u8]) -> R) -> Result<R> {
+        assert_eq!(
+            self.order.len(),
+            self.held.len(),
+            "each held page is ordered once"
+        );
         let pool = &self.inner.pool;
         let got = if fresh {
             pool.create(no)
@@ -197,6 +202,11 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
                 },
             );
             self.order.push(no);
+            assert_eq!(
+                self.order.len(),
+                self.held.len(),
+                "each held page is ordered once"
+            );
             if imaged {
                 self.held.get_mut(&no).expect("just inserted").imaged = true;
                 let r = f(p.data_mut());
@@ -237,6 +247,7 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
 
     /// Appends the page record encoded in `rec` and counts it.
     fn log_page(&mut self, full: bool) -> Result<()> {
+        assert!(self.rec.len() > 17, "a page record has a header and a body");
         self.wal().append(records::PAGE, &self.rec)?;
         let len = self.rec.len() as u64;
         if full {
@@ -259,11 +270,15 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
                 return Err(e);
             }
         };
+        // Every page is stamped with the commit's end, which is past the
+        // image horizon this transaction started under.
+        assert!(lsn > self.horizon, "a commit ends past its image horizon");
         for no in std::mem::take(&mut self.order) {
             let h = self.held.remove(&no).expect("held page");
             self.inner.pool.release_held(h.held, Some(lsn));
             self.inner.spare_buffers.give(h.before);
         }
+        assert!(self.held.is_empty(), "a commit releases every page it held");
         Ok(lsn)
     }
 
@@ -277,6 +292,10 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
             self.inner.pool.release_held(h.held, None);
             self.inner.spare_buffers.give(h.before);
         }
+        assert!(
+            self.held.is_empty(),
+            "a rollback releases every page it held"
+        );
         // Best effort: recovery ignores page records without a commit anyway.
         let _ = self.wal().append(records::ABORT, &self.txn.to_le_bytes());
     }

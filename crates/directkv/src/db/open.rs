@@ -308,6 +308,10 @@ fn create<S: Storage>(storage: &S, path: &Path, opts: &Options) -> Result<()> {
         }
         page::seal_in_place(p, no, &db_id);
     }
+    assert!(
+        page::PAGE_SIZES.contains(&opts.page_bytes),
+        "open checked the page size"
+    );
     data.write_all_at(buf.io_all(), 0)?;
     data.sync_all()?;
     let tmp = path.join("CONTROL.tmp");
@@ -330,5 +334,10 @@ fn create<S: Storage>(storage: &S, path: &Path, opts: &Options) -> Result<()> {
         },
     )?;
     storage.rename(&tmp, &path.join(CONTROL_NAME))?;
-    storage.sync_dir(path)
+    storage.sync_dir(path)?;
+    assert!(
+        storage.exists(&path.join(CONTROL_NAME)),
+        "a creation ends with CONTROL"
+    );
+    Ok(())
 }

@@ -88,6 +88,20 @@ pub fn encode_page_into(
     ranges: &[(usize, usize)],
     after: &[u8],
 ) {
+    assert!(
+        ranges.len() <= usize::from(u16::MAX),
+        "a page has fewer ranges than u16 counts"
+    );
+    assert!(
+        ranges
+            .last()
+            .is_none_or(|&(off, len)| off + len <= after.len()),
+        "ranges lie inside the page"
+    );
+    debug_assert!(
+        ranges.windows(2).all(|w| w[0].0 + w[0].1 <= w[1].0),
+        "ranges are sorted and disjoint"
+    );
     let bytes: usize = ranges.iter().map(|r| 4 + r.1).sum();
     out.clear();
     out.reserve(PAGE_HEADER + 2 + bytes);
@@ -99,6 +113,11 @@ pub fn encode_page_into(
         out.extend_from_slice(&(len as u16).to_le_bytes());
         out.extend_from_slice(&after[off..off + len]);
     }
+    assert_eq!(
+        out.len(),
+        PAGE_HEADER + 2 + bytes,
+        "the record is as long as computed"
+    );
 }
 
 /// Encodes the full image of `image` into `out` (cleared first): LZ4-
@@ -111,6 +130,10 @@ pub fn encode_full_image_into(
     image: &[u8],
     compress: bool,
 ) -> bool {
+    assert!(
+        image.len() <= usize::from(u16::MAX) + 1,
+        "a page image fits a u16 length"
+    );
     if compress {
         out.clear();
         put_header(out, txn, page, FULL_LZ4);
@@ -218,6 +241,12 @@ pub fn encode_meta(first: u64, meta: &Meta) -> Vec<u8> {
     for v in [first, meta.root, meta.page_count, meta.freelist] {
         out.extend_from_slice(&v.to_le_bytes());
     }
+    assert_eq!(out.len(), 32, "four u64s");
+    debug_assert_eq!(
+        decode_meta(&out).ok(),
+        Some((first, *meta)),
+        "encode and decode pair"
+    );
     out
 }
 
@@ -243,6 +272,11 @@ pub fn decode_meta(b: &[u8]) -> Result<(u64, Meta)> {
 /// bytes it would skip.
 pub fn diff(before: &[u8], after: &[u8]) -> Vec<(usize, usize)> {
     const GAP: usize = 16;
+    assert_eq!(
+        before.len(),
+        after.len(),
+        "a diff compares two images of one page"
+    );
     let n = before.len().min(after.len());
     let mut out: Vec<(usize, usize)> = Vec::new();
     let mut i = 0;
@@ -264,6 +298,10 @@ pub fn diff(before: &[u8], after: &[u8]) -> Vec<(usize, usize)> {
         }
         i = end;
     }
+    assert!(
+        out.last().is_none_or(|&(off, len)| off + len <= n),
+        "ranges lie inside the page"
+    );
     out
 }
 

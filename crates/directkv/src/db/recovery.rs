@@ -197,6 +197,10 @@ impl<'a, S: Storage> Replay<'a, S> {
                 while self.queue.len() > REPLAY_LOOKAHEAD {
                     self.apply_next(meta)?;
                 }
+                assert!(
+                    self.queue.len() <= REPLAY_LOOKAHEAD,
+                    "the lookahead is bounded"
+                );
             }
             records::ABORT => {
                 if let Ok(b) = <[u8; 8]>::try_from(rec.payload.as_slice()) {
@@ -232,6 +236,7 @@ impl<'a, S: Storage> Replay<'a, S> {
         }
         for page in &c.images {
             if let Some(n) = self.queued_images.get_mut(page) {
+                assert!(*n > 0, "a queued image is counted until its commit applies");
                 *n -= 1;
                 if *n == 0 {
                     self.queued_images.remove(page);
@@ -285,6 +290,12 @@ impl<'a, S: Storage> Replay<'a, S> {
         if !need {
             return Ok(());
         }
+        // A page takes a commit only if it is older (or is being given this
+        // commit's records already).
+        assert!(
+            page::page_lsn(p.data()) <= lsn,
+            "replay never moves a page back"
+        );
         r.apply(p.data_mut())?;
         p.mark_dirty(lsn);
         self.stats.page_records += 1;

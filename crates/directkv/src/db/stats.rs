@@ -198,6 +198,10 @@ impl<S: Storage> Inner<S> {
 
     pub(super) fn stats(&self) -> Stats {
         let cache = self.pool.stats();
+        assert!(
+            cache.dirty_pages <= self.pool.frames() as u64,
+            "dirty pages are cached pages"
+        );
         let wal = self.wal().stats();
         let c = &self.counters;
         Stats {

@@ -255,6 +255,10 @@ pub struct WriteTxn<'db, S: Storage = crate::io::OsStorage> {
 
 impl<'db, S: Storage> WriteTxn<'db, S> {
     pub(crate) fn new(inner: &'db Inner<S>, ticket: u64) -> Self {
+        assert!(
+            inner.writer.held_by_this_thread(),
+            "a write transaction holds the writer lock"
+        );
         WriteTxn {
             inner,
             ticket: Some(ticket),
@@ -356,6 +360,10 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
         }
         let lsn = self.apply(writes);
         self.release();
+        assert!(
+            self.ticket.is_none(),
+            "the writer lock is released before the sync"
+        );
         let lsn = self.inner.health.observe(lsn)?;
         if self.inner.opts.durability == Durability::Sync {
             let t = Instant::now();

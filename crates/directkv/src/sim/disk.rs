@@ -81,8 +81,10 @@ pub struct SimStorage {
     state: Arc<Mutex<State>>,
 }
 
+/// The disk's state. A panic while it is held is already a failed test;
+/// the state is still whole enough to report it.
 fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+    crate::health::lock_even_poisoned(m)
 }
 
 fn eio(op: IoOp, path: &Path) -> Error {
@@ -104,7 +106,9 @@ impl State {
         if self.powered_off {
             return false;
         }
+        let before = self.ops;
         self.ops += 1;
+        assert!(self.ops > before, "the operation count only grows");
         if self.fail_at.is_some_and(|n| self.ops >= n) {
             self.powered_off = true;
             return false;
@@ -144,6 +148,11 @@ impl State {
         if let Some(f) = self.files.get_mut(&id) {
             f.durable.clone_from(&f.live);
             f.pending.clear();
+            assert_eq!(
+                f.durable.len(),
+                f.live.len(),
+                "a synced file is durable whole"
+            );
         }
     }
 }
@@ -224,6 +233,7 @@ impl SimStorage {
                 }
             }
             f.live.clone_from(&f.durable);
+            assert!(f.pending.is_empty(), "a crash settles every pending write");
         }
         let durable = s.durable.clone();
         s.live = durable;
@@ -233,6 +243,14 @@ impl SimStorage {
         s.fail_at = None;
         s.powered_off = false;
         s.crashes += 1;
+        assert!(
+            s.live == s.durable,
+            "after a crash only durable entries exist"
+        );
+        assert!(
+            s.files.keys().all(|id| referenced.contains(id)),
+            "no orphan file survives"
+        );
     }
 
     /// Flips one bit of a file's durable and live images (bit rot).
@@ -288,6 +306,10 @@ fn apply(
     mut keep: impl FnMut(usize) -> bool,
     rng: &mut Rng,
 ) {
+    assert!(
+        off <= f.live.len(),
+        "a pending write lies inside the file it was written to"
+    );
     let end = (off + len).min(f.live.len());
     if f.durable.len() < end {
         f.durable.resize(end, 0);
@@ -303,6 +325,7 @@ fn apply(
                 *b = rng.next_u64() as u8;
             }
         }
+        assert!(stop > at, "every step settles at least one byte");
         at = stop;
     }
 }
@@ -334,6 +357,21 @@ impl SimFile {
     }
 }
 
+/// The engine sends a direct-I/O disk only aligned requests; the simulated
+/// disk, which claims direct I/O, holds it to that (a real one answers
+/// `EINVAL`).
+fn assert_aligned(offset: usize, len: usize, what: &str) {
+    let unit = SIM_ALIGNMENT.offset_bytes as usize;
+    assert!(
+        offset % unit == 0,
+        "a {what} at offset {offset} is not {unit}-byte aligned"
+    );
+    assert!(
+        len % unit == 0,
+        "a {what} of {len} bytes is not a multiple of {unit}"
+    );
+}
+
 const SIM_ALIGNMENT: Alignment = Alignment {
     memory_bytes: 512,
     offset_bytes: 512,
@@ -362,6 +400,7 @@ impl StorageFile for SimFile {
             .ok_or_else(|| eio(IoOp::Read, &self.path))?;
         let off = offset as usize;
         let bytes = buf.bytes_mut();
+        assert_aligned(off, bytes.len(), "read");
         if off >= f.live.len() {
             return Ok(0);
         }
@@ -381,6 +420,7 @@ impl StorageFile for SimFile {
         let each = self.each_write_durable;
         let off = offset as usize;
         let bytes = data.bytes();
+        assert_aligned(off, bytes.len(), "write");
         if s.over_capacity(self.id, off + bytes.len()) {
             let e = std::io::Error::from_raw_os_error(libc::ENOSPC);
             return Err(self.fail(Error::from_io(IoOp::Write, &self.path, Some(offset), e)));
@@ -393,6 +433,10 @@ impl StorageFile for SimFile {
             f.live.resize(off + bytes.len(), 0);
         }
         f.live[off..off + bytes.len()].copy_from_slice(bytes);
+        assert!(
+            f.live.len() >= off + bytes.len(),
+            "a write lands inside the file"
+        );
         if each {
             if f.durable.len() < f.live.len() {
                 f.durable.resize(f.live.len(), 0);
@@ -504,7 +548,8 @@ impl Storage for SimStorage {
                 }
                 let id = s.next_id;
                 s.next_id += 1;
-                s.files.insert(id, FileData::default());
+                let fresh = s.files.insert(id, FileData::default()).is_none();
+                assert!(fresh, "file ids are never reused");
                 s.live.insert(path.to_path_buf(), id);
                 id
             }
@@ -554,6 +599,7 @@ impl Storage for SimStorage {
             .live
             .remove(from)
             .ok_or_else(|| enoent(IoOp::Rename, from))?;
+        assert!(s.files.contains_key(&id), "a named file has data");
         s.live.insert(to.to_path_buf(), id);
         Ok(())
     }
@@ -583,6 +629,13 @@ impl Storage for SimStorage {
             .map(|(p, id)| (p.clone(), *id))
             .collect();
         s.durable.extend(entries);
+        assert!(
+            s.durable
+                .iter()
+                .filter(|(p, _)| in_dir(p))
+                .all(|(p, id)| s.live.get(p) == Some(id)),
+            "a synced directory's durable entries are its live ones"
+        );
         Ok(())
     }
 

@@ -76,8 +76,17 @@ fn knobs(rng: &mut Rng) -> (Options, String) {
         background_threads: false,
         data_extend_bytes: 0,
         compress_page_images: compress,
+        publish_stats: false,
         ..Options::default()
     };
+    assert!(
+        opts.wal_sync.is_some_and(|v| v.method.is_durable()),
+        "the simulator checks durability"
+    );
+    assert!(
+        !opts.background_threads,
+        "a seed replays only without background threads"
+    );
     let text = format!(
         "page {page}, cache {frames} pages, sync {method}, segment {segment}, checkpoint every \
          {checkpoint} bytes of WAL, page images {}",
@@ -103,10 +112,18 @@ fn random_txn(rng: &mut Rng, n: u64) -> Txn {
         }
     }
     ops.push((b"next".to_vec(), Some((n + 1).to_le_bytes().to_vec())));
+    assert!(
+        ops.len() >= 2 && ops.len() <= 8,
+        "a transaction changes 1 to 7 keys and the counter"
+    );
     ops
 }
 
 fn model(log: &[Txn], upto: u64) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    assert!(
+        upto as usize <= log.len(),
+        "the model replays only transactions it has"
+    );
     let mut m = BTreeMap::new();
     for txn in &log[..upto as usize] {
         for (k, v) in txn {
@@ -212,6 +229,10 @@ fn run_workload<S: Storage>(disk: &S, path: &Path, opts: &Options, txns: &[Txn])
             break;
         }
     }
+    assert!(
+        acked as usize <= txns.len(),
+        "only tried transactions are acknowledged"
+    );
     acked
 }
 
@@ -445,6 +466,10 @@ pub fn run_seed(seed: u64) -> Result<SeedReport, SeedFailure> {
         let db = Database::open_with(disk.clone(), path, opts.clone())
             .map_err(|e| fail(format!("recovery failed: {e}")))?;
         let have = verify(&db, &log, acked).map_err(|w| fail(format!("round {round}: {w}")))?;
+        assert!(
+            have >= acked && have as usize <= log.len(),
+            "verify holds I1 and the log's bound"
+        );
         log.truncate(have as usize);
         acked = have;
         if round == rounds {
@@ -480,6 +505,11 @@ pub fn run_seed(seed: u64) -> Result<SeedReport, SeedFailure> {
                 }
                 Err(_) => break,
             }
+            assert_eq!(
+                log.len() as u64,
+                n + 1,
+                "each tried transaction is logged once"
+            );
             if rng.chance(1, 12) && db.checkpoint().is_err() {
                 break;
             }
