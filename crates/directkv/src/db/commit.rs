@@ -118,7 +118,6 @@ impl SpareBuffers {
 struct HeldPage {
     held: Held,
     before: Vec<u8>,
-    imaged: bool,
 }
 
 /// A transaction being applied.
@@ -185,37 +184,20 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
             e => e,
         })?;
         let first = !self.held.contains_key(&no);
-        if first {
+        let imaged = first && {
             let mut before = self.inner.spare_buffers.take();
             before.extend_from_slice(p.data());
             let held = p.hold();
-            // A fresh page has no image on disk to repair from, and a page not
-            // changed since before the latest checkpoint began needs its full
-            // image logged once (a torn write of it must be repairable).
-            let imaged = fresh || page::page_lsn(&before) <= self.horizon;
-            self.held.insert(
-                no,
-                HeldPage {
-                    held,
-                    before,
-                    imaged: false,
-                },
-            );
-            self.order.push(no);
-            assert_eq!(
-                self.order.len(),
-                self.held.len(),
-                "each held page is ordered once"
-            );
-            if imaged {
-                self.held.get_mut(&no).expect("just inserted").imaged = true;
-                let r = f(p.data_mut());
-                let compress = self.inner.opts.compress_page_images;
-                records::encode_full_image_into(&mut self.rec, self.txn, no, p.data(), compress);
-                drop(p);
-                self.log_page(true)?;
-                return Ok(r);
-            }
+            self.hold(no, fresh, before, held)
+        };
+        if imaged {
+            // The page's full image is logged after the change.
+            let r = f(p.data_mut());
+            let compress = self.inner.opts.compress_page_images;
+            records::encode_full_image_into(&mut self.rec, self.txn, no, p.data(), compress);
+            drop(p);
+            self.log_page(true)?;
+            return Ok(r);
         }
         // At a page's first change its before-image is the page as it was;
         // later changes in the same transaction diff against a copy.
@@ -243,6 +225,25 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
         drop(p);
         self.log_page(full)?;
         Ok(r)
+    }
+
+    /// Holds page `no` at its first change in this transaction, keeping its
+    /// before-image; returns whether its change
+    /// must be logged as a full image: a fresh page has no image on disk to
+    /// repair from, and a page not changed since before the latest
+    /// checkpoint began needs its full image logged once (a torn write of it
+    /// must be repairable).
+    fn hold(&mut self, no: u64, fresh: bool, before: Vec<u8>, held: Held) -> bool {
+        let imaged = fresh || page::page_lsn(&before) <= self.horizon;
+        let new = self.held.insert(no, HeldPage { held, before }).is_none();
+        assert!(new, "a page is held once per transaction");
+        self.order.push(no);
+        assert_eq!(
+            self.order.len(),
+            self.held.len(),
+            "each held page is ordered once"
+        );
+        imaged
     }
 
     /// Appends the page record encoded in `rec` and counts it.

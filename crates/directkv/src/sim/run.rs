@@ -373,32 +373,8 @@ pub fn sweep_corruption(seed: u64, flips: u64) -> Result<u64, SeedFailure> {
         // Rebuild the same database (deterministic), then damage it.
         let disk = SimStorage::new();
         run_workload(&disk, path, &opts, &log);
-        let data = path.join("data");
-        let wal_seg = path
-            .join("wal")
-            .join(crate::wal::format::segment_file_name(0));
-        let what = match rng.range(0, 4) {
-            0 | 1 => {
-                let len = disk.file_len(&data).unwrap_or(0);
-                let at = rng.range(0, len.max(1) as u64) as usize;
-                disk.flip_bit(&data, at, rng.range(0, 8) as u8);
-                format!("bit flip in data at {at}")
-            }
-            2 => {
-                let len = disk.file_len(&wal_seg).unwrap_or(0);
-                let at = rng.range(0, len.max(1) as u64) as usize;
-                disk.flip_bit(&wal_seg, at, rng.range(0, 8) as u8);
-                format!("bit flip in WAL segment 0 at {at}")
-            }
-            _ => {
-                let pages = disk.file_len(&data).unwrap_or(0) / page;
-                if pages < 3 {
-                    continue;
-                }
-                let (a, b) = (rng.range(1, pages as u64), rng.range(1, pages as u64));
-                disk.copy_within(&data, a as usize * page, b as usize * page, page);
-                format!("page {a} copied over page {b}")
-            }
+        let Some(what) = damage(&disk, path, page, &mut rng) else {
+            continue;
         };
         let fail = |w: String| SeedFailure {
             seed,
@@ -485,35 +461,11 @@ pub fn run_seed(seed: u64) -> Result<SeedReport, SeedFailure> {
             let used = disk.used_bytes();
             disk.set_capacity(Some(used + rng.range(0, 2 << 20)));
         }
-        for _ in 0..rng.range(1, 80) {
-            let n = log.len() as u64;
-            let txn = random_txn(&mut rng, n);
-            log.push(txn.clone());
-            let result = db.begin_write().and_then(|mut w| {
-                for (k, v) in &txn {
-                    match v {
-                        Some(v) => w.put(k, v)?,
-                        None => w.delete(k)?,
-                    }
-                }
-                w.commit()
-            });
-            match result {
-                Ok(()) => {
-                    acked = n + 1;
-                    total_acked += 1;
-                }
-                Err(_) => break,
-            }
-            assert_eq!(
-                log.len() as u64,
-                n + 1,
-                "each tried transaction is logged once"
-            );
-            if rng.chance(1, 12) && db.checkpoint().is_err() {
-                break;
-            }
+        let (now_acked, committed) = commit_round(&db, &mut rng, &mut log);
+        if let Some(n) = now_acked {
+            acked = n;
         }
+        total_acked += committed;
         drop(db);
         disk.set_random_faults(0, 0, 0);
         disk.set_capacity(None);
@@ -525,4 +477,78 @@ pub fn run_seed(seed: u64) -> Result<SeedReport, SeedFailure> {
         crashes: disk.stats().crashes,
         knobs: text,
     })
+}
+
+/// One round of `run_seed`: up to 80 random transactions, checkpoints now and
+/// then, until the first error. Returns the log length after the last
+/// acknowledged commit (if any was) and how many were acknowledged.
+fn commit_round<S: Storage>(
+    db: &Database<S>,
+    rng: &mut Rng,
+    log: &mut Vec<Txn>,
+) -> (Option<u64>, u64) {
+    let mut acked = None;
+    let mut committed = 0;
+    for _ in 0..rng.range(1, 80) {
+        let n = log.len() as u64;
+        let txn = random_txn(rng, n);
+        log.push(txn.clone());
+        let result = db.begin_write().and_then(|mut w| {
+            for (k, v) in &txn {
+                match v {
+                    Some(v) => w.put(k, v)?,
+                    None => w.delete(k)?,
+                }
+            }
+            w.commit()
+        });
+        assert_eq!(
+            log.len() as u64,
+            n + 1,
+            "each tried transaction is logged once"
+        );
+        if result.is_err() {
+            break;
+        }
+        acked = Some(n + 1);
+        committed += 1;
+        if rng.chance(1, 12) && db.checkpoint().is_err() {
+            break;
+        }
+    }
+    (acked, committed)
+}
+
+/// Damages the database at `path` on `disk` one way `rng` picks: a bit flip
+/// in the data file or the first WAL segment, or a page copied over another
+/// (a misdirected write). Returns what it did; `None` when the file is too
+/// small for the chosen damage.
+fn damage(disk: &SimStorage, path: &Path, page: usize, rng: &mut Rng) -> Option<String> {
+    let data = path.join("data");
+    let wal_seg = path
+        .join("wal")
+        .join(crate::wal::format::segment_file_name(0));
+    match rng.range(0, 4) {
+        0 | 1 => {
+            let len = disk.file_len(&data).unwrap_or(0);
+            let at = rng.range(0, len.max(1) as u64) as usize;
+            disk.flip_bit(&data, at, rng.range(0, 8) as u8);
+            Some(format!("bit flip in data at {at}"))
+        }
+        2 => {
+            let len = disk.file_len(&wal_seg).unwrap_or(0);
+            let at = rng.range(0, len.max(1) as u64) as usize;
+            disk.flip_bit(&wal_seg, at, rng.range(0, 8) as u8);
+            Some(format!("bit flip in WAL segment 0 at {at}"))
+        }
+        _ => {
+            let pages = disk.file_len(&data).unwrap_or(0) / page;
+            if pages < 3 {
+                return None;
+            }
+            let (a, b) = (rng.range(1, pages as u64), rng.range(1, pages as u64));
+            disk.copy_within(&data, a as usize * page, b as usize * page, page);
+            Some(format!("page {a} copied over page {b}"))
+        }
+    }
 }
