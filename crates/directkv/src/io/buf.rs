@@ -52,7 +52,7 @@ impl Drop for ArenaMemory {
 ///
 /// # Examples
 /// ```
-/// use directkv::io::AlignedArena;
+/// use directkv::internals::io::AlignedArena;
 /// let arena = AlignedArena::new(8192, 4, 512)?;
 /// let mut buf = arena.acquire().expect("a free slot");
 /// buf.as_mut_slice()[..5].copy_from_slice(b"hello");

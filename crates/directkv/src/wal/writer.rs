@@ -227,8 +227,8 @@ struct Shared<S: Storage> {
 ///
 /// # Examples
 /// ```no_run
-/// use directkv::io::OsStorage;
-/// use directkv::wal::{Wal, WalOptions};
+/// use directkv::internals::io::OsStorage;
+/// use directkv::internals::wal::{Wal, WalOptions};
 /// let opts = WalOptions::new("db/wal", [7; 16]);
 /// let (wal, _end) = Wal::open(OsStorage, opts, directkv::Lsn::ZERO, |_record| Ok(()))?;
 /// let lsn = wal.append(16, b"hello")?;
