@@ -36,6 +36,8 @@ pub fn run(args: Args) -> Result<()> {
         cache_bytes: usize::try_from(args.cache).context("--cache does not fit in memory")?,
         create_if_missing: false,
         background_threads: false,
+        async_io: crate::io_backend_from_env()?,
+        publish_stats: false,
         ..Options::default()
     };
     let t = Instant::now();

@@ -34,6 +34,7 @@ pub fn run(args: Args) -> Result<()> {
         page_bytes: 4096,
         checkpoint_wal_bytes: 2 << 20,
         wal_segment_bytes: 1 << 20,
+        async_io: crate::io_backend_from_env()?,
         ..Options::default()
     };
     let db = Database::open(&args.dir, opts)?;

@@ -12,6 +12,14 @@ mod stats;
 mod test_fsync;
 mod wal;
 
+/// The asynchronous I/O options every database this command opens uses: the
+/// defaults, with the backend named by `DIRECTKV_IO_BACKEND` (`uring`,
+/// `threads`, `off`, `auto`) where it is set. The library reads no
+/// environment; this command is where the variable is honoured.
+fn io_backend_from_env() -> Result<directkv::AioOptions> {
+    Ok(directkv::AioOptions::default().with_env_override()?)
+}
+
 /// directkv: a transactional key-value engine that owns its I/O, and its tools.
 #[derive(Parser)]
 #[command(name = "directkv", version, about)]

@@ -15,6 +15,12 @@ fn options(readahead_pages: usize) -> Options {
         page_bytes: 4096,
         durability: Durability::NoSyncNotDurable,
         readahead_pages,
+        // CI reruns this suite on the thread-pool backend through the
+        // variable the directkv command honours; the library reads no
+        // environment itself.
+        async_io: directkv::internals::io::AioOptions::default()
+            .with_env_override()
+            .expect("a valid DIRECTKV_IO_BACKEND"),
         ..Options::default()
     }
 }

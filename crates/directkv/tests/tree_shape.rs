@@ -12,6 +12,12 @@ fn options() -> Options {
         cache_bytes: 4 << 20,
         page_bytes: 4096,
         durability: Durability::NoSyncNotDurable,
+        // CI reruns this suite on the thread-pool backend through the
+        // variable the directkv command honours; the library reads no
+        // environment itself.
+        async_io: directkv::internals::io::AioOptions::default()
+            .with_env_override()
+            .expect("a valid DIRECTKV_IO_BACKEND"),
         ..Options::default()
     }
 }

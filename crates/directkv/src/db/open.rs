@@ -168,7 +168,7 @@ fn open_pool<S: Storage>(
     )?;
     pool.set_scheduler(Arc::clone(sched));
     pool.set_extension(opts.data_extend_bytes / u64::from(c.page_bytes));
-    let aio_opts = opts.async_io.with_env_override()?;
+    let aio_opts = opts.async_io;
     let aio = if storage.supports_aio() && aio_opts.backend != AioBackend::Off {
         let aio = Aio::new(&aio_opts)?;
         pool.attach_aio(&aio)?;

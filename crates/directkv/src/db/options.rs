@@ -76,8 +76,10 @@ pub struct Options {
     pub io_scheduler: SchedOptions,
     /// The asynchronous I/O backend (io_uring or a thread pool) that carries
     /// batched page reads and writes: the cleaner's and checkpoint's writes,
-    /// with adjacent pages coalesced, and readahead. The environment variable
-    /// [`IO_BACKEND_ENV`](crate::io::IO_BACKEND_ENV) overrides the backend.
+    /// with adjacent pages coalesced, and readahead. The library reads no
+    /// environment; the `directkv` command lets `DIRECTKV_IO_BACKEND`
+    /// (`uring`, `threads`, `off`, `auto`) override the backend of every
+    /// database it opens.
     pub async_io: AioOptions,
     /// The data file grows ahead of use in zero-filled extents of up to this
     /// many bytes (a quarter of the file, from 1 MiB), prepared by the
