@@ -41,6 +41,12 @@ const CHECKPOINT_COMPLETION_TARGET: f64 = 0.5;
 const CHECKPOINT_TIME_TARGET: Duration = Duration::from_secs(30);
 /// Pages a checkpoint writes between looks at its pace.
 const CHECKPOINT_STEP_PAGES: usize = 32;
+/// A committer waits at the hard limit at most this long, rather than hang
+/// behind a checkpoint that cannot finish (its error surfaces elsewhere).
+const LOG_SPACE_WAIT_MAX: Duration = Duration::from_secs(60);
+/// How often a committer waiting at the hard limit looks again without a
+/// wake-up.
+const LOG_SPACE_RECHECK: Duration = Duration::from_millis(50);
 /// Rounds of 1 ms a checkpoint waits for commits holding a page dirty from
 /// before its start before it gives up (and reports the page held).
 const CHECKPOINT_IDLE_ROUNDS_MAX: u32 = 10_000;
@@ -105,6 +111,11 @@ impl<S: Storage> Inner<S> {
         // that space never finds the checkpoint uncounted.
         self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
         self.last_redo.store(start.0, Ordering::Release);
+        {
+            // Committers waiting at the hard limit look again.
+            let _held = health::lock_even_poisoned(&self.log_space.0);
+            self.log_space.1.notify_all();
+        }
         self.wal().recycle_before(start)?;
         Ok(())
     }
@@ -136,7 +147,9 @@ impl<S: Storage> Inner<S> {
             written += n;
             if n == 0 {
                 // A commit holds a page dirty from before the start; it
-                // releases it within its (short) apply phase.
+                // releases it within its (short) apply phase. A short sleep,
+                // not a wake-up: signalling every commit's release would cost
+                // every commit for a wait that is rare.
                 idle_rounds += 1;
                 if idle_rounds > CHECKPOINT_IDLE_ROUNDS_MAX {
                     break;
@@ -214,10 +227,19 @@ impl<S: Storage> Inner<S> {
             return;
         }
         let t = Instant::now();
-        while self.wal_since_checkpoint() >= limit && t.elapsed() < Duration::from_secs(60) {
+        let (lock, freed) = &self.log_space;
+        let mut guard = health::lock_even_poisoned(lock);
+        while self.wal_since_checkpoint() >= limit && t.elapsed() < LOG_SPACE_WAIT_MAX {
+            // The checkpointer runs uncapped by now; wake it in case it sleeps,
+            // then wait for a checkpoint to move the redo point. The timeout
+            // only bounds a wake-up missed between the look and the wait.
             self.checkpointer.1.notify_one();
-            std::thread::sleep(Duration::from_millis(1));
+            guard = match freed.wait_timeout(guard, LOG_SPACE_RECHECK) {
+                Ok((g, _)) => g,
+                Err(p) => p.into_inner().0,
+            };
         }
+        drop(guard);
         self.counters.log_space_wait.record(t.elapsed());
     }
 

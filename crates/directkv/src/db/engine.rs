@@ -141,6 +141,9 @@ pub(crate) struct Inner<S: Storage> {
     pub(super) control: Mutex<ControlFile<S>>,
     /// Held by the checkpoint running, so one runs at a time.
     pub(super) checkpointing: Mutex<()>,
+    /// Signalled when a checkpoint moves the redo point: committers waiting
+    /// at the log's hard limit wait on it.
+    pub(super) log_space: (Mutex<()>, std::sync::Condvar),
     /// Stop flag and wake-up of the background checkpointer.
     pub(super) checkpointer: Arc<(Mutex<bool>, std::sync::Condvar)>,
     /// Pages last changed at or before this LSN get a full image logged.

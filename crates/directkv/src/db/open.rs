@@ -96,6 +96,7 @@ pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result
         spare_buffers: SpareBuffers::default(),
         control: Mutex::new(control),
         checkpointing: Mutex::new(()),
+        log_space: (Mutex::new(()), std::sync::Condvar::new()),
         checkpointer: stop_signal(),
         fpi_horizon: AtomicU64::new(c.redo_lsn.0),
         last_redo: AtomicU64::new(c.redo_lsn.0),
