@@ -45,6 +45,7 @@ use crate::wal::{DbId, WalOptions};
 const CONTROL_NAME: &str = "CONTROL";
 const DATA_NAME: &str = "data";
 const LOCK_NAME: &str = "LOCK";
+const CONTROL_TMP_NAME: &str = "CONTROL.tmp";
 
 /// Opens (creating or recovering) the database in `path` on `storage`.
 pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result<Database<S>> {
@@ -54,12 +55,20 @@ pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result
             opts.page_bytes
         )));
     }
-    storage.create_dir_all(path)?;
+    // Look before writing anything: a refused open leaves no trace.
+    if look(&storage, path, &opts)? == Found::Creatable {
+        storage.create_dir_all(path)?;
+    }
     let lock = storage.lock_exclusive(&path.join(LOCK_NAME))?;
     let control_path = path.join(CONTROL_NAME);
-    if !storage.exists(&control_path) {
-        create_if_allowed(&storage, path, &opts)?;
+    // Again under the lock: another opener may have created it meanwhile.
+    if look(&storage, path, &opts)? == Found::Creatable {
+        create(&storage, path, &opts)?;
     }
+    assert!(
+        storage.exists(&control_path),
+        "an open database has CONTROL"
+    );
     let control = ControlFile::open(&storage, &control_path)?;
     let c = control.current();
     assert!(
@@ -113,34 +122,82 @@ pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result
     Ok(start_threads(Arc::new(inner)))
 }
 
-/// Creates the database in `path`, which holds no `CONTROL`, if that is
-/// allowed: what an interrupted creation leaves (it writes `CONTROL` last)
-/// is ours to start over; anything else is someone else's.
-fn create_if_allowed<S: Storage>(storage: &S, path: &Path, opts: &Options) -> Result<()> {
-    let foreign: Vec<String> = storage
-        .list_dir(path)?
-        .into_iter()
-        .filter(|n| ![LOCK_NAME, DATA_NAME, "CONTROL.tmp"].contains(&n.as_str()))
-        .collect();
-    if !foreign.is_empty() {
-        return Err(Error::NotADatabase {
-            path: path.to_path_buf(),
-            detail: format!(
-                "the directory has no CONTROL file but holds {} other entries (e.g. {:?}); \
-                 refusing to create a database over them",
-                foreign.len(),
-                foreign[0]
-            ),
-        });
+/// What open finds at the database path before it writes anything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Found {
+    /// A database: `CONTROL` is there.
+    Database,
+    /// Nothing yet, or what an interrupted creation leaves, and creation is
+    /// allowed.
+    Creatable,
+}
+
+/// Looks at `path` without changing anything. A directory without
+/// `CONTROL` may hold only what an interrupted creation leaves (it writes
+/// `CONTROL` last), each recognised by its content, not its name: `LOCK`
+/// naming its holder, `data` starting with a page of this engine,
+/// `CONTROL.tmp` with the control magic, or any of them empty. Anything else
+/// is someone else's, and open refuses, naming it.
+fn look<S: Storage>(storage: &S, path: &Path, opts: &Options) -> Result<Found> {
+    let refuse = |detail: String| Error::NotADatabase {
+        path: path.to_path_buf(),
+        detail,
+    };
+    if !storage.exists(path) {
+        if !opts.create_if_missing {
+            return Err(refuse(
+                "no such directory, and create_if_missing is off".into(),
+            ));
+        }
+        return Ok(Found::Creatable);
+    }
+    if storage.exists(&path.join(CONTROL_NAME)) {
+        return Ok(Found::Database);
+    }
+    for name in storage.list_dir(path)? {
+        if !left_by_creation(storage, path, &name)? {
+            return Err(refuse(format!(
+                "the directory has no CONTROL file and holds {name:?}, which this engine did \
+                 not write; refusing to create a database over it"
+            )));
+        }
     }
     if !opts.create_if_missing {
-        return Err(Error::NotADatabase {
-            path: path.to_path_buf(),
-            detail: "empty directory and create_if_missing is off".into(),
-        });
+        return Err(refuse(
+            "no database here (no CONTROL file) and create_if_missing is off".into(),
+        ));
     }
-    create(storage, path, opts)
+    Ok(Found::Creatable)
 }
+
+/// Whether `name` in `path` is a file an interrupted creation of this
+/// engine leaves (see [`look`]).
+fn left_by_creation<S: Storage>(storage: &S, path: &Path, name: &str) -> Result<bool> {
+    let (at, magic): (usize, &[u8]) = match name {
+        LOCK_NAME => (0, crate::io::LOCK_HOLDER_PREFIX.as_bytes()),
+        DATA_NAME => (4, &page::PAGE_MAGIC),
+        CONTROL_TMP_NAME => (0, &crate::format::control::CONTROL_MAGIC),
+        _ => return Ok(false),
+    };
+    let file = storage.open(
+        &path.join(name),
+        &FileOptions {
+            read_only: true,
+            direct_io: DirectIo::Off,
+            ..FileOptions::default()
+        },
+    )?;
+    if file.len()? == 0 {
+        return Ok(true);
+    }
+    let mut head = crate::io::AlignedBuf::new(HEAD_BYTES, HEAD_BYTES as u32)?;
+    let n = file.read_at(head.io_all_mut(), 0)?;
+    assert!(n <= HEAD_BYTES, "a read fills at most its buffer");
+    Ok(head.as_slice().get(at..at + magic.len()) == Some(magic) && n >= at + magic.len())
+}
+
+/// Bytes of a file's head that [`left_by_creation`] reads.
+const HEAD_BYTES: usize = 512;
 
 /// Opens the data file, the buffer pool over it and, where the storage has
 /// one, the asynchronous I/O engine that carries the pool's batches.
@@ -315,7 +372,7 @@ fn create<S: Storage>(storage: &S, path: &Path, opts: &Options) -> Result<()> {
     );
     data.write_all_at(buf.io_all(), 0)?;
     data.sync_all()?;
-    let tmp = path.join("CONTROL.tmp");
+    let tmp = path.join(CONTROL_TMP_NAME);
     if storage.exists(&tmp) {
         storage.remove_file(&tmp)?;
     }

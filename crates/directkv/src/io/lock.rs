@@ -13,6 +13,10 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, IoOp, Result};
 
+/// How the holder's line in a lock file starts: the lock file names its
+/// holder, and open recognises a lock file of this engine by it.
+pub const LOCK_HOLDER_PREFIX: &str = "held by pid ";
+
 /// A held `LOCK` file; the lock is released when this is dropped.
 #[derive(Debug)]
 pub struct DirLock {
@@ -60,7 +64,7 @@ impl DirLock {
             return Err(io(IoOp::Lock, err));
         }
         let me = format!(
-            "held by pid {} ({}), since unix time {}",
+            "{LOCK_HOLDER_PREFIX}{} ({}), since unix time {}",
             std::process::id(),
             std::env::current_exe()
                 .map(|p| p.display().to_string())

@@ -18,6 +18,6 @@ pub use align::{AtomicWriteUnit, StatxDirectIo};
 pub use buf::{AlignedArena, AlignedBuf, IoMut, IoRef};
 pub use file::{DirectFile, DirectIo, FileOptions, Fill, IoPath};
 pub use fs::{device_info, fs_info, sync_dir, DeviceInfo, FsInfo, MEMORY_BACKED_MAGICS};
-pub use lock::DirLock;
+pub use lock::{DirLock, LOCK_HOLDER_PREFIX};
 pub use storage::{FaultOp, FaultyFile, FaultyStorage, OsStorage, Storage, StorageFile};
 pub use sync::{SyncMethod, SyncVariant};

@@ -1,0 +1,110 @@
+//! Open looks before it writes, and never takes what is not its own (issue 17,
+//! cases 5 and 6). A refused open leaves the path exactly as it was: no
+//! directory made, no `LOCK` left. A directory without `CONTROL` is taken for
+//! an interrupted creation only when every file in it carries this engine's
+//! mark (a `LOCK` naming its holder, a `data` file starting with an engine
+//! page, a `CONTROL.tmp` with the control magic, or an empty one of those);
+//! a user's file named `data` is refused by name and left untouched.
+
+use std::path::Path;
+
+use directkv::{Database, Error, Options, SyncMethod, SyncVariant};
+
+fn opts(create_if_missing: bool) -> Options {
+    Options {
+        cache_bytes: 4 << 20,
+        wal_sync: Some(SyncVariant {
+            method: SyncMethod::None,
+            direct: false,
+        }),
+        create_if_missing,
+        ..Options::default()
+    }
+}
+
+fn entries(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .expect("read_dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+fn refused(r: directkv::Result<Database>) -> String {
+    match r {
+        Err(Error::NotADatabase { detail, .. }) => detail,
+        Err(e) => panic!("expected NotADatabase, got {e}"),
+        Ok(_) => panic!("expected NotADatabase, the open succeeded"),
+    }
+}
+
+#[test]
+fn issue17_a_user_file_named_data_is_refused_and_kept() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("data"), b"my thesis, chapter one").expect("write");
+    let detail = refused(Database::open(dir.path(), opts(true)));
+    assert!(
+        detail.contains("\"data\""),
+        "the refusal names the file: {detail}"
+    );
+    assert_eq!(
+        std::fs::read(dir.path().join("data")).expect("read"),
+        b"my thesis, chapter one"
+    );
+    assert_eq!(entries(dir.path()), ["data"], "nothing was added");
+}
+
+#[test]
+fn issue17_refused_opens_create_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let missing = dir.path().join("no").join("such");
+    refused(Database::open(&missing, opts(false)));
+    assert!(!dir.path().join("no").exists(), "no directory was made");
+
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).expect("mkdir");
+    refused(Database::open(&empty, opts(false)));
+    assert!(entries(&empty).is_empty(), "no LOCK was left");
+
+    let foreign = dir.path().join("foreign");
+    std::fs::create_dir(&foreign).expect("mkdir");
+    std::fs::write(foreign.join("notes.txt"), b"x").expect("write");
+    let detail = refused(Database::open(&foreign, opts(true)));
+    assert!(detail.contains("notes.txt"), "{detail}");
+    assert_eq!(entries(&foreign), ["notes.txt"], "no LOCK was left");
+}
+
+#[test]
+fn an_interrupted_creation_is_started_over() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // What a creation killed before CONTROL leaves: a lock file naming a
+    // holder that is gone, a data file that was created but not written,
+    // and a half-made CONTROL.tmp.
+    std::fs::write(
+        dir.path().join("LOCK"),
+        b"held by pid 999999 (gone), since unix time 1",
+    )
+    .expect("write");
+    std::fs::write(dir.path().join("data"), b"").expect("write");
+    std::fs::write(dir.path().join("CONTROL.tmp"), b"DKVCTRL1 and then nothing").expect("write");
+    let db = Database::open(dir.path(), opts(true)).expect("a fresh database");
+    let mut w = db.begin_write().expect("begin");
+    w.put(b"k", b"v").expect("put");
+    w.commit().expect("commit");
+    drop(db);
+    let db = Database::open(dir.path(), opts(false)).expect("reopen");
+    assert_eq!(
+        db.begin_read().expect("read").get(b"k").expect("get"),
+        Some(b"v".to_vec())
+    );
+}
+
+#[test]
+fn a_missing_directory_is_created_when_allowed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("a").join("b");
+    let db = Database::open(&path, opts(true)).expect("open");
+    drop(db);
+    assert!(path.join("CONTROL").exists());
+}
