@@ -78,14 +78,8 @@ pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result
     let sched = Arc::new(Scheduler::new(opts.io_scheduler));
     let log = Arc::new(EngineLog::replaying(c.redo_lsn));
     let (pool, aio) = open_pool(&storage, path, &opts, &c, &log, &sched)?;
-    let wal_dir = opts.wal_dir.clone().unwrap_or_else(|| path.join("wal"));
-    storage.create_dir_all(&wal_dir)?;
-    let wal_sync = choose_sync(&opts, &wal_dir);
-    let mut wal_opts = WalOptions::new(&wal_dir, c.db_id);
-    wal_opts.sync = wal_sync;
-    wal_opts.segment_bytes = opts.wal_segment_bytes;
-    wal_opts.background_prepare = opts.background_threads;
-    wal_opts.sched = Some(Arc::clone(&sched));
+    let wal_opts = wal_options(&storage, path, &opts, c.db_id, &sched)?;
+    let wal_sync = wal_opts.sync;
     let recovered = recovery::recover(&storage, &pool, &log, wal_opts, &c)?;
     let Recovered {
         wal,
@@ -198,6 +192,25 @@ fn left_by_creation<S: Storage>(storage: &S, path: &Path, name: &str) -> Result<
 
 /// Bytes of a file's head that [`left_by_creation`] reads.
 const HEAD_BYTES: usize = 512;
+
+/// The WAL's options: its directory (made if missing), sync method, segment
+/// size and scheduler.
+fn wal_options<S: Storage>(
+    storage: &S,
+    path: &Path,
+    opts: &Options,
+    db_id: DbId,
+    sched: &Arc<Scheduler>,
+) -> Result<WalOptions> {
+    let wal_dir = opts.wal_dir.clone().unwrap_or_else(|| path.join("wal"));
+    storage.create_dir_all(&wal_dir)?;
+    let mut wal_opts = WalOptions::new(&wal_dir, db_id);
+    wal_opts.sync = choose_sync(opts, &wal_dir);
+    wal_opts.segment_bytes = opts.wal_segment_bytes;
+    wal_opts.background_prepare = opts.background_threads;
+    wal_opts.sched = Some(Arc::clone(sched));
+    Ok(wal_opts)
+}
 
 /// Opens the data file, the buffer pool over it and, where the storage has
 /// one, the asynchronous I/O engine that carries the pool's batches.
