@@ -28,11 +28,10 @@ pub fn run(args: Args) -> Result<()> {
         let text = match std::fs::read_to_string(&path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!(
-                "{} has no {}: the database is not open in any process (an open \
-                 database publishes its stats every second, unless opened without \
-                 background threads)",
+                "{} has no {}: {}",
                 args.dir.display(),
-                directkv::STATS_FILE
+                directkv::STATS_FILE,
+                who_holds(&args.dir)
             ),
             Err(e) => return Err(e).with_context(|| format!("read {}", path.display())),
         };
@@ -49,8 +48,38 @@ pub fn run(args: Args) -> Result<()> {
     }
 }
 
+/// Why no stats are published, as far as the database's `LOCK` tells: open
+/// in a process that does not publish, or not open at all. Looks without
+/// creating or changing anything.
+fn who_holds(dir: &std::path::Path) -> String {
+    use std::os::fd::AsRawFd;
+    let not_open = "the database is not open in any process";
+    let Ok(file) = std::fs::File::open(dir.join("LOCK")) else {
+        return format!("{not_open} (it has no LOCK file)");
+    };
+    // SAFETY: flock on a descriptor this function owns; a shared, non-blocking
+    // try that is released when `file` closes.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) };
+    if rc == 0 {
+        return not_open.to_string();
+    }
+    let holder = std::fs::read_to_string(dir.join("LOCK")).unwrap_or_default();
+    format!(
+        "the database is open ({}) but does not publish its stats (opened without \
+         background threads, or with publish_stats off)",
+        holder.trim()
+    )
+}
+
 fn print_human(doc: &Value) {
     let s = &doc["stats"];
+    print_header(doc, s);
+    print_io(s);
+    print_waits(s);
+}
+
+/// The process, the cache, the data file's and the log's I/O paths.
+fn print_header(doc: &Value, s: &Value) {
     let n = |k: &str| s[k].as_u64().unwrap_or(0);
     let age_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -78,6 +107,28 @@ fn print_human(doc: &Value) {
         n("eviction_writes"),
         n("readahead_reads")
     );
+    let io = &s["data_io"];
+    let path = match io["kind"].as_str().unwrap_or("?") {
+        "buffered_fallback" => format!(
+            "buffered (fallback: {} refuses O_DIRECT)",
+            io["fs_type"].as_str().unwrap_or("the filesystem")
+        ),
+        kind => kind.to_string(),
+    };
+    println!(
+        "I/O path   data file {path}; WAL sync {}{}",
+        s["wal_sync"]["method"].as_str().unwrap_or("?"),
+        if s["wal_sync"]["direct"].as_bool() == Some(true) {
+            "+direct"
+        } else {
+            ""
+        }
+    );
+}
+
+/// Asynchronous I/O and the log.
+fn print_io(s: &Value) {
+    let n = |k: &str| s[k].as_u64().unwrap_or(0);
     let aio = &s["async_io"];
     let an = |k: &str| aio[k].as_u64().unwrap_or(0);
     println!(
@@ -102,6 +153,10 @@ fn print_human(doc: &Value) {
         n("full_page_images"),
         n("full_page_image_bytes")
     );
+}
+
+/// Foreground waits by cause, with their stall histograms.
+fn print_waits(s: &Value) {
     println!("foreground waits by cause (all of them: count, mean), then the stalls over 1 ms:");
     let labels: Vec<String> = (0..directkv::internals::stall::BUCKETS)
         .map(|i| match directkv::internals::stall::bucket_upper_ms(i) {

@@ -65,4 +65,17 @@ fn check_refuses_a_directory_that_is_not_a_database() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("create_if_missing is off"), "{err}");
     assert!(!dir.path().join("CONTROL").exists());
+    // Nothing at all is left behind, not even a LOCK (issue 17, case 6).
+    assert_eq!(std::fs::read_dir(dir.path()).expect("read_dir").count(), 0);
+}
+
+#[test]
+fn issue17_check_of_a_missing_path_creates_nothing() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    let missing = dir.path().join("mistyped").join("db");
+    let out = check(&missing, &[]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no such directory"), "{err}");
+    assert!(!dir.path().join("mistyped").exists(), "check made the path");
 }

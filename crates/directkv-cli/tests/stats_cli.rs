@@ -59,6 +59,17 @@ fn an_open_database_publishes_its_stats() {
     let text = String::from_utf8_lossy(&human.stdout);
     assert!(text.contains("then the stalls over 1 ms"), "{text}");
     assert!(text.contains("read_miss"), "{text}");
+    // The text names the I/O path of the data file and the WAL's sync method
+    // (issue 17, case 9).
+    let io_path = doc["stats"]["data_io"]["kind"].as_str().expect("data_io");
+    assert!(
+        text.contains(&format!(
+            "I/O path   data file {}",
+            io_path.split('_').next().unwrap_or("")
+        )),
+        "{text}"
+    );
+    assert!(text.contains("WAL sync"), "{text}");
     // An orderly close withdraws them.
     drop(db);
     let out = stats(dir.path(), false);
@@ -72,4 +83,31 @@ fn a_closed_database_says_it_is_not_open() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("not open in any process"), "{err}");
+}
+
+#[test]
+fn issue17_an_open_database_that_does_not_publish_is_not_called_closed() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    let opts = directkv::Options {
+        publish_stats: false,
+        ..directkv::Options::default()
+    };
+    let db = directkv::Database::open(dir.path(), opts).expect("open");
+    let out = stats(dir.path(), false);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("is open (held by pid"), "{err}");
+    assert!(err.contains("does not publish"), "{err}");
+    drop(db);
+    let err = String::from_utf8_lossy(&stats(dir.path(), false).stderr).into_owned();
+    assert!(err.contains("not open in any process"), "{err}");
+}
+
+#[test]
+fn issue17_stats_of_a_missing_path_creates_nothing() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    let missing = dir.path().join("no-such-db");
+    let out = stats(&missing, false);
+    assert!(!out.status.success());
+    assert!(!missing.exists(), "stats made the path");
 }
