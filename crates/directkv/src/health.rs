@@ -7,8 +7,12 @@
 //! - a background thread (checkpointer, cleaner, readahead reader) panics;
 //! - a lock is found poisoned: a thread panicked while holding it, so the
 //!   state it guards may be half changed;
-//! - the log fails (a write or sync error makes the outcome of the commits it
-//!   carried unknown, [`Error::CommitOutcomeUnknown`], and poisons the WAL).
+//! - a write, sync or allocation of the data file or the log fails (after a
+//!   failed sync the kernel may have dropped the dirty data, so nothing
+//!   written since can be trusted; a failed log write makes the outcome of
+//!   the commits it carried unknown, [`Error::CommitOutcomeUnknown`]). A
+//!   full disk ([`Error::DiskFull`]) is such a failure too. Read errors are
+//!   not: a read may be retried.
 //!
 //! Invariants:
 //! - The first cause is kept; later failures never replace it.
@@ -24,7 +28,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, IoOp, Result};
 
 /// The cause a poisoned lock reports.
 const LOCK_POISONED: &str = "a thread panicked while holding a lock of the engine";
@@ -95,7 +99,7 @@ impl Health {
                 };
                 Err(self.fail(&cause))
             }
-            Err(e @ Error::CommitOutcomeUnknown { .. }) => {
+            Err(e) if stops_the_engine(&e) => {
                 self.fail(&e.to_string());
                 Err(e)
             }
@@ -112,6 +116,18 @@ impl Health {
             path: self.path.clone(),
             cause,
         }
+    }
+}
+
+/// Whether `e` reports a failed write, sync or allocation (see the module
+/// docs), after which the engine must stop.
+fn stops_the_engine(e: &Error) -> bool {
+    match e {
+        Error::CommitOutcomeUnknown { .. }
+        | Error::DiskFull { .. }
+        | Error::ReadOnlyFilesystem { .. } => true,
+        Error::Io { op, .. } => matches!(op, IoOp::Write | IoOp::Sync | IoOp::Allocate),
+        _ => false,
     }
 }
 
@@ -185,11 +201,39 @@ mod tests {
         assert_eq!(*lock_even_poisoned(&m), 0);
     }
 
+    fn io(op: IoOp) -> Error {
+        Error::from_io(
+            op,
+            Path::new("/db/data"),
+            Some(0),
+            std::io::Error::from_raw_os_error(5),
+        )
+    }
+
     #[test]
-    fn ordinary_errors_do_not_latch() {
+    fn ordinary_errors_and_read_errors_do_not_latch() {
         let h = Health::new(Path::new("/db"));
         let r: Result<()> = Err(Error::InvalidArgument("bad key".into()));
         assert!(h.observe(r).is_err());
+        assert!(h.observe::<()>(Err(io(IoOp::Read))).is_err());
         assert!(!h.is_failed());
+    }
+
+    #[test]
+    fn a_failed_write_or_sync_latches_and_its_caller_gets_the_error_itself() {
+        for op in [IoOp::Write, IoOp::Sync, IoOp::Allocate] {
+            let h = Health::new(Path::new("/db"));
+            let err = h.observe::<()>(Err(io(op))).expect_err("passed through");
+            assert!(
+                matches!(err, Error::Io { .. }),
+                "the caller sees the failure itself"
+            );
+            match h.check() {
+                Err(Error::Poisoned { cause, .. }) => {
+                    assert!(cause.contains("/db/data"), "{cause}")
+                }
+                other => panic!("expected Poisoned, got {other:?}"),
+            }
+        }
     }
 }

@@ -217,12 +217,17 @@ impl CleanerPass {
         if let Ok(meta) = health::read(&inner.tree) {
             let pages = meta.page_count;
             drop(meta);
-            let _ = inner.pool.extend_ahead(pages, IoClass::Background);
+            let _ = inner
+                .health
+                .observe(inner.pool.extend_ahead(pages, IoClass::Background));
         }
         let window = (inner.pool.frames() / 16).max(8);
-        // A failed write leaves the page dirty; a foreground eviction then
-        // meets the error itself.
-        let written = inner.pool.clean_cold(window).unwrap_or(0);
+        // A failed write leaves the page dirty and stops the database: every
+        // later operation reports it.
+        let written = inner
+            .health
+            .observe(inner.pool.clean_cold(window))
+            .unwrap_or(0);
         assert!(written <= window, "a pass writes at most its window");
         // Dirty victims the foreground had to write itself since the last
         // pass: the cleaner is behind.

@@ -198,8 +198,10 @@ fn with_unlocked_reads<S: Storage, R>(
         match pages.missed.get() {
             // The page was reachable a moment ago, so it is in the pool or
             // on disk (a page leaves the pool only after being written).
-            Some(page) => drop(inner.pool.read(page, access)?),
-            None => return r,
+            // Reading it may write a dirty victim out: a failure of that
+            // write stops the database.
+            Some(page) => drop(inner.health.observe(inner.pool.read(page, access))?),
+            None => return inner.health.observe(r),
         }
         misses += 1;
     }
@@ -535,8 +537,9 @@ impl<'db, S: Storage> RangeIter<'db, S> {
                 return Ok(());
             };
             let meta = self.inner.health.observe(health::read(&self.inner.tree))?;
-            let (batch, next) =
-                tree::scan_reverse(&PoolPages { inner: self.inner }, meta.root, &self.lo, &to)?;
+            let scanned =
+                tree::scan_reverse(&PoolPages { inner: self.inner }, meta.root, &self.lo, &to);
+            let (batch, next) = self.inner.health.observe(scanned)?;
             drop(meta);
             self.back.extend(batch);
             self.back_to = next;
