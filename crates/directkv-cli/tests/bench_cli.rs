@@ -36,7 +36,7 @@ fn scratch() -> tempfile::TempDir {
 
 /// The fields of a run line and their JSON types.
 fn check_run_schema(r: &Value) {
-    assert_eq!(r["schema"], "directkv-bench/1", "{r}");
+    assert_eq!(r["schema"], "directkv-bench/2", "{r}");
     assert_eq!(r["kind"], "run");
     assert!(r["error"].is_null(), "run failed: {}", r["error"]);
     for k in ["workload", "config", "unit"] {
@@ -64,13 +64,7 @@ fn check_run_schema(r: &Value) {
     ] {
         assert!(r[k].is_f64() || r[k].is_u64(), "{k} in {r}");
     }
-    for k in ["p50_us", "p99_us", "p999_us", "max_us"] {
-        assert!(r["latency"][k].is_u64(), "latency.{k} in {r}");
-    }
-    let l = &r["latency"];
-    assert!(l["p50_us"].as_u64() <= l["p99_us"].as_u64());
-    assert!(l["p99_us"].as_u64() <= l["p999_us"].as_u64());
-    assert!(l["p999_us"].as_u64() <= l["max_us"].as_u64());
+    check_latency(r);
     for k in ["read_bytes", "write_bytes", "rchar", "wchar"] {
         assert!(r["io"][k].is_u64(), "io.{k} in {r}");
     }
@@ -110,8 +104,25 @@ fn check_run_schema(r: &Value) {
     assert!(r["db_bytes"].as_u64() > Some(0));
 }
 
+/// The latency fields every bench reports, the same names everywhere.
+fn check_latency(r: &Value) {
+    assert!(r["latency_us_mean"].is_f64(), "latency_us_mean in {r}");
+    for k in [
+        "latency_us_p50",
+        "latency_us_p99",
+        "latency_us_p999",
+        "latency_us_max",
+    ] {
+        assert!(r[k].is_u64(), "{k} in {r}");
+    }
+    assert!(r["latency_us_p50"].as_u64() <= r["latency_us_p99"].as_u64());
+    assert!(r["latency_us_p99"].as_u64() <= r["latency_us_p999"].as_u64());
+    assert!(r["latency_us_p999"].as_u64() <= r["latency_us_max"].as_u64());
+    assert!(r.get("latency").is_none(), "no nested latency object: {r}");
+}
+
 fn check_summary(s: &Value, configs: &[&str]) {
-    assert_eq!(s["schema"], "directkv-bench/1");
+    assert_eq!(s["schema"], "directkv-bench/2");
     assert_eq!(s["kind"], "summary");
     assert_eq!(s["baseline"], configs[0]);
     let got: Vec<&str> = s["configs"]
@@ -122,6 +133,9 @@ fn check_summary(s: &Value, configs: &[&str]) {
         .collect();
     assert_eq!(got, configs);
     assert_eq!(s["configs"][0]["ratio"].as_f64(), Some(1.0));
+    for c in s["configs"].as_array().expect("configs") {
+        assert!(c["latency_us_p999"].is_u64() && c["latency_us_max"].is_u64(), "{c}");
+    }
 }
 
 #[test]
@@ -163,7 +177,7 @@ fn tpcb_runs_side_by_side_and_passes_its_consistency_check() {
         }
         assert!(waits["wal_sync_wait"].as_f64() > Some(0.0), "{r}");
         let waited: f64 = waits.values().filter_map(Value::as_f64).sum();
-        let mean = r["latency"]["mean_us"].as_f64().expect("mean latency");
+        let mean = r["latency_us_mean"].as_f64().expect("mean latency");
         assert!(
             waited <= mean * 1.01 + 1.0,
             "waits {waited} > latency {mean}"
@@ -409,7 +423,7 @@ fn concurrent_writers_are_measured_for_each_thread_count() {
         .iter()
         .map(|r| {
             (
-                r["io"].as_str().expect("io").to_string(),
+                r["config"].as_str().expect("config").to_string(),
                 r["threads"].as_u64().expect("n"),
             )
         })
