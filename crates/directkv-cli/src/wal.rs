@@ -20,7 +20,8 @@ pub enum Command {
 pub struct DumpArgs {
     /// The database directory (its `wal/` is read) or a WAL directory.
     dir: PathBuf,
-    /// Start at this LSN (`0/1A2B3C`, `0x1A2B3C` or decimal). Default: the oldest
+    /// Start at this LSN (`0/1A2B3C`, `0x1A2B3C` or decimal): a record's start
+    /// or end as the dump prints them, or the log's end. Default: the oldest
     /// segment's first record.
     #[arg(long, value_parser = parse_lsn)]
     from: Option<Lsn>,
@@ -69,6 +70,43 @@ fn wal_dir(dir: &Path) -> PathBuf {
     }
 }
 
+/// Fails unless `from` is where a record of the log read by `reader` (from
+/// its oldest record) starts or ends, or the log's end: the reader reads
+/// from any position as if a record started there, so anywhere else it
+/// would call the log corrupt or stop at once. Where the log is corrupt
+/// before `from`, the dump itself reports it.
+fn check_from(mut reader: WalReader<OsStorage>, from: Lsn) -> Result<()> {
+    let first = reader.position();
+    if from < first {
+        bail!("LSN {from} is before the log's oldest record at {first}");
+    }
+    let mut last_end = first;
+    loop {
+        let rec = match reader.next_record() {
+            Ok(Some(rec)) => rec,
+            Ok(None) => break,
+            Err(_) => return Ok(()),
+        };
+        if rec.lsn == from || rec.end() == from {
+            return Ok(());
+        }
+        if from < rec.end() {
+            let at = if from > rec.lsn { rec.lsn } else { last_end };
+            bail!(
+                "LSN {from} is not a record boundary: records start at {at} and {}; \
+                 give a record's LSN as `wal dump` prints it",
+                if from > rec.lsn { rec.end() } else { rec.lsn }
+            );
+        }
+        last_end = rec.end();
+    }
+    let end = reader.tail().map_or(last_end, |t| t.end);
+    if from > end {
+        bail!("LSN {from} is past the end of the log at {end}");
+    }
+    Ok(())
+}
+
 pub fn run(cmd: Command) -> Result<()> {
     match cmd {
         Command::Dump(args) => dump(args),
@@ -84,8 +122,9 @@ fn dump(args: DumpArgs) -> Result<()> {
     };
     let mut reader = match args.from {
         Some(from) => {
-            let seg = oldest.segment_bytes();
-            WalReader::new(OsStorage, &dir, seg, oldest.db_id(), from)
+            let (seg, db_id) = (oldest.segment_bytes(), oldest.db_id());
+            check_from(oldest, from)?;
+            WalReader::new(OsStorage, &dir, seg, db_id, from)
         }
         None => oldest,
     };
