@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use directkv::io::OsStorage;
-use directkv::wal::{kind, WalReader};
+use directkv::wal::{kind, Record, WalReader};
 use directkv::Lsn;
 
 /// `directkv wal …`
@@ -107,6 +107,40 @@ fn check_from(mut reader: WalReader<OsStorage>, from: Lsn) -> Result<()> {
     Ok(())
 }
 
+/// Prints one record as a JSON line or a text line.
+fn print_record(rec: &Record, name: &str, args: &DumpArgs) {
+    let head: String = rec
+        .payload
+        .iter()
+        .take(32)
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    if args.json {
+        let mut line = serde_json::json!({
+            "lsn": rec.lsn.0, "lsn_text": rec.lsn.to_string(), "end": rec.end().0,
+            "kind": name, "kind_code": rec.kind, "length": rec.payload.len(), "crc": "ok",
+        });
+        if args.payload {
+            line["payload_head"] = serde_json::Value::String(head);
+        }
+        println!("{line}");
+    } else if args.payload {
+        println!(
+            "{:>18}  {:<14} len {:>8}  crc ok  {head}",
+            rec.lsn.to_string(),
+            name,
+            rec.payload.len()
+        );
+    } else {
+        println!(
+            "{:>18}  {:<14} len {:>8}  crc ok",
+            rec.lsn.to_string(),
+            name,
+            rec.payload.len()
+        );
+    }
+}
+
 pub fn run(cmd: Command) -> Result<()> {
     match cmd {
         Command::Dump(args) => dump(args),
@@ -146,36 +180,7 @@ fn dump(args: DumpArgs) -> Result<()> {
         if args.summary {
             continue;
         }
-        let head: String = rec
-            .payload
-            .iter()
-            .take(32)
-            .map(|b| format!("{b:02x}"))
-            .collect();
-        if args.json {
-            let mut line = serde_json::json!({
-                "lsn": rec.lsn.0, "lsn_text": rec.lsn.to_string(), "end": rec.end().0,
-                "kind": name, "kind_code": rec.kind, "length": rec.payload.len(), "crc": "ok",
-            });
-            if args.payload {
-                line["payload_head"] = serde_json::Value::String(head);
-            }
-            println!("{line}");
-        } else if args.payload {
-            println!(
-                "{:>18}  {:<14} len {:>8}  crc ok  {head}",
-                rec.lsn.to_string(),
-                name,
-                rec.payload.len()
-            );
-        } else {
-            println!(
-                "{:>18}  {:<14} len {:>8}  crc ok",
-                rec.lsn.to_string(),
-                name,
-                rec.payload.len()
-            );
-        }
+        print_record(&rec, &name, &args);
     };
     let (end_text, status) = match (&outcome, reader.tail()) {
         (Err(e), _) => (format!("{last_end}"), format!("CORRUPT: {e}")),

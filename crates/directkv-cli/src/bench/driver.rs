@@ -43,8 +43,10 @@ pub trait Spec: Serialize + DeserializeOwned {
     const KIND: &'static str;
     /// What a child reports for one configuration (one or more rows).
     type Row: Serialize + DeserializeOwned + Default + TableRow;
-    /// The bench's name in reports (`workload`).
-    fn name(&self) -> String;
+    /// The bench's name in reports (`workload`); by default its kind.
+    fn name(&self) -> String {
+        Self::KIND.into()
+    }
     /// The configurations, in order; the first is the baseline.
     fn configs(&self) -> &[String];
     /// Whether a configuration needs a load (in a child of its own, before

@@ -352,12 +352,7 @@ impl KvSpec {
         let opened = Instant::now();
         let s = store::open(engine, data_dir, self.cache_bytes, &self.tuning, false)?;
         let open_seconds = opened.elapsed().as_secs_f64();
-        let secs = self.seconds.ceil() as usize;
-        let per_second: PerSecond = Mutex::new(
-            (0..secs)
-                .map(|_| Ok((0, LatencyHistogram::coarse()?)))
-                .collect::<Result<_>>()?,
-        );
+        let per_second = self.per_second()?;
         sys::reset_peak_rss();
         let before = Before {
             stats: s.stats(),
@@ -474,6 +469,15 @@ impl KvSpec {
             probe,
             elapsed,
         })
+    }
+
+    /// Empty per-second series for the run's seconds.
+    fn per_second(&self) -> Result<PerSecond> {
+        let secs = self.seconds.ceil() as usize;
+        let series = (0..secs)
+            .map(|_| Ok((0, LatencyHistogram::coarse()?)))
+            .collect::<Result<_>>()?;
+        Ok(Mutex::new(series))
     }
 
     /// The clients' seed in `run`: rounds differ, configurations of a round

@@ -122,10 +122,6 @@ impl Spec for MemorySpec {
     const KIND: &'static str = "memory";
     type Row = Outcome;
 
-    fn name(&self) -> String {
-        "memory".into()
-    }
-
     fn configs(&self) -> &[String] {
         &self.modes
     }

@@ -123,10 +123,6 @@ impl Spec for UpdatesSpec {
     const KIND: &'static str = "updates";
     type Row = Report;
 
-    fn name(&self) -> String {
-        "updates".into()
-    }
-
     fn configs(&self) -> &[String] {
         &self.configs
     }

@@ -146,10 +146,6 @@ impl Spec for WalSpec {
     const KIND: &'static str = "wal";
     type Row = Row;
 
-    fn name(&self) -> String {
-        "wal".into()
-    }
-
     fn configs(&self) -> &[String] {
         &self.methods
     }
@@ -188,6 +184,25 @@ impl Spec for WalSpec {
     }
 }
 
+/// One committer: append a record and wait for it to be durable, until
+/// `stop`; its latencies.
+fn commit_until(
+    wal: &Wal<OsStorage>,
+    stop: &AtomicBool,
+    start: &Barrier,
+    payload: &[u8],
+) -> Result<LatencyHistogram> {
+    let mut h = LatencyHistogram::new()?;
+    start.wait();
+    while !stop.load(Ordering::Relaxed) {
+        let t = Instant::now();
+        let lsn = wal.append(16, payload)?;
+        wal.flush(lsn)?;
+        h.record(t.elapsed());
+    }
+    Ok(h)
+}
+
 fn measure(
     scratch: &Path,
     variant: SyncVariant,
@@ -214,17 +229,7 @@ fn measure(
                 Arc::clone(&start),
                 Arc::clone(&payload),
             );
-            std::thread::spawn(move || -> Result<LatencyHistogram> {
-                let mut h = LatencyHistogram::new()?;
-                start.wait();
-                while !stop.load(Ordering::Relaxed) {
-                    let t = Instant::now();
-                    let lsn = wal.append(16, &payload)?;
-                    wal.flush(lsn)?;
-                    h.record(t.elapsed());
-                }
-                Ok(h)
-            })
+            std::thread::spawn(move || commit_until(&wal, &stop, &start, &payload))
         })
         .collect();
     let flushes_before = wal.stats().flushes;

@@ -111,10 +111,6 @@ impl Spec for WritersSpec {
     const KIND: &'static str = "writers";
     type Row = Row;
 
-    fn name(&self) -> String {
-        "writers".into()
-    }
-
     fn configs(&self) -> &[String] {
         &self.modes
     }
