@@ -19,9 +19,32 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("{text:?} is too large"))
 }
 
+/// The page sizes the engine supports.
+pub const PAGE_SIZES: [u32; 3] = [4096, 8192, 16384];
+
+/// Parses a page size: 4k, 8k or 16k (4096, 8192 or 16384 in any form
+/// [`parse_bytes`] reads).
+pub fn parse_page_size(text: &str) -> Result<u32, String> {
+    let bytes = parse_bytes(text)?;
+    PAGE_SIZES
+        .into_iter()
+        .find(|&p| u64::from(p) == bytes)
+        .ok_or_else(|| {
+            format!("{text:?} is not a page size: use 4k, 8k or 16k (4096, 8192, 16384)")
+        })
+}
+
 #[cfg(test)]
 mod tests {
-    use super::parse_bytes;
+    use super::{parse_bytes, parse_page_size};
+
+    #[test]
+    fn page_sizes() {
+        assert_eq!(parse_page_size("4k"), Ok(4096));
+        assert_eq!(parse_page_size("16384"), Ok(16384));
+        assert!(parse_page_size("3k").is_err());
+        assert!(parse_page_size("0").is_err());
+    }
 
     #[test]
     fn sizes() {

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use directkv::internals::io::OsStorage;
-use directkv::internals::wal::{kind, WalReader};
+use directkv::internals::wal::{kind, Record, WalReader};
 use directkv::Lsn;
 
 /// `directkv wal …`
@@ -20,7 +20,8 @@ pub enum Command {
 pub struct DumpArgs {
     /// The database directory (its `wal/` is read) or a WAL directory.
     dir: PathBuf,
-    /// Start at this LSN (`0/1A2B3C`, `0x1A2B3C` or decimal). Default: the oldest
+    /// Start at this LSN (`0/1A2B3C`, `0x1A2B3C` or decimal): a record's start
+    /// or end as the dump prints them, or the log's end. Default: the oldest
     /// segment's first record.
     #[arg(long, value_parser = parse_lsn)]
     from: Option<Lsn>,
@@ -69,6 +70,77 @@ fn wal_dir(dir: &Path) -> PathBuf {
     }
 }
 
+/// Fails unless `from` is where a record of the log read by `reader` (from
+/// its oldest record) starts or ends, or the log's end: the reader reads
+/// from any position as if a record started there, so anywhere else it
+/// would call the log corrupt or stop at once. Where the log is corrupt
+/// before `from`, the dump itself reports it.
+fn check_from(mut reader: WalReader<OsStorage>, from: Lsn) -> Result<()> {
+    let first = reader.position();
+    if from < first {
+        bail!("LSN {from} is before the log's oldest record at {first}");
+    }
+    let mut last_end = first;
+    loop {
+        let rec = match reader.next_record() {
+            Ok(Some(rec)) => rec,
+            Ok(None) => break,
+            Err(_) => return Ok(()),
+        };
+        if rec.lsn == from || rec.end() == from {
+            return Ok(());
+        }
+        if from < rec.end() {
+            let at = if from > rec.lsn { rec.lsn } else { last_end };
+            bail!(
+                "LSN {from} is not a record boundary: records start at {at} and {}; \
+                 give a record's LSN as `wal dump` prints it",
+                if from > rec.lsn { rec.end() } else { rec.lsn }
+            );
+        }
+        last_end = rec.end();
+    }
+    let end = reader.tail().map_or(last_end, |t| t.end);
+    if from > end {
+        bail!("LSN {from} is past the end of the log at {end}");
+    }
+    Ok(())
+}
+
+/// Prints one record as a JSON line or a text line.
+fn print_record(rec: &Record, name: &str, args: &DumpArgs) {
+    let head: String = rec
+        .payload
+        .iter()
+        .take(32)
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    if args.json {
+        let mut line = serde_json::json!({
+            "lsn": rec.lsn.0, "lsn_text": rec.lsn.to_string(), "end": rec.end().0,
+            "kind": name, "kind_code": rec.kind, "length": rec.payload.len(), "crc": "ok",
+        });
+        if args.payload {
+            line["payload_head"] = serde_json::Value::String(head);
+        }
+        println!("{line}");
+    } else if args.payload {
+        println!(
+            "{:>18}  {:<14} len {:>8}  crc ok  {head}",
+            rec.lsn.to_string(),
+            name,
+            rec.payload.len()
+        );
+    } else {
+        println!(
+            "{:>18}  {:<14} len {:>8}  crc ok",
+            rec.lsn.to_string(),
+            name,
+            rec.payload.len()
+        );
+    }
+}
+
 pub fn run(cmd: Command) -> Result<()> {
     match cmd {
         Command::Dump(args) => dump(args),
@@ -84,8 +156,9 @@ fn dump(args: DumpArgs) -> Result<()> {
     };
     let mut reader = match args.from {
         Some(from) => {
-            let seg = oldest.segment_bytes();
-            WalReader::new(OsStorage, &dir, seg, oldest.db_id(), from)
+            let (seg, db_id) = (oldest.segment_bytes(), oldest.db_id());
+            check_from(oldest, from)?;
+            WalReader::new(OsStorage, &dir, seg, db_id, from)
         }
         None => oldest,
     };
@@ -107,36 +180,7 @@ fn dump(args: DumpArgs) -> Result<()> {
         if args.summary {
             continue;
         }
-        let head: String = rec
-            .payload
-            .iter()
-            .take(32)
-            .map(|b| format!("{b:02x}"))
-            .collect();
-        if args.json {
-            let mut line = serde_json::json!({
-                "lsn": rec.lsn.0, "lsn_text": rec.lsn.to_string(), "end": rec.end().0,
-                "kind": name, "kind_code": rec.kind, "length": rec.payload.len(), "crc": "ok",
-            });
-            if args.payload {
-                line["payload_head"] = serde_json::Value::String(head);
-            }
-            println!("{line}");
-        } else if args.payload {
-            println!(
-                "{:>18}  {:<14} len {:>8}  crc ok  {head}",
-                rec.lsn.to_string(),
-                name,
-                rec.payload.len()
-            );
-        } else {
-            println!(
-                "{:>18}  {:<14} len {:>8}  crc ok",
-                rec.lsn.to_string(),
-                name,
-                rec.payload.len()
-            );
-        }
+        print_record(&rec, &name, &args);
     };
     let (end_text, status) = match (&outcome, reader.tail()) {
         (Err(e), _) => (format!("{last_end}"), format!("CORRUPT: {e}")),

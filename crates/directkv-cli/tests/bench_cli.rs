@@ -1,8 +1,12 @@
 //! `directkv bench` end to end: every workload runs briefly against a
 //! temporary directory, the JSON lines keep their schema, configurations run
 //! side by side, the memory cgroup path works where the machine allows it
-//! (and says why not where it does not), and charts are written. Nothing here
-//! asserts a speed.
+//! (and says why not where it does not), and charts are written; `wal`,
+//! `memory` and `updates` report the same latency fields through the same
+//! driver. Regression tests named after a case pin that a failed run makes
+//! the command exit non-zero and that nonsense options (zero threads,
+//! seconds, scale, clients or rounds; a 3k page) are refused with an error
+//! naming the option. Nothing here asserts a speed.
 
 use std::path::Path;
 use std::process::Command;
@@ -36,7 +40,7 @@ fn scratch() -> tempfile::TempDir {
 
 /// The fields of a run line and their JSON types.
 fn check_run_schema(r: &Value) {
-    assert_eq!(r["schema"], "directkv-bench/1", "{r}");
+    assert_eq!(r["schema"], "directkv-bench/2", "{r}");
     assert_eq!(r["kind"], "run");
     assert!(r["error"].is_null(), "run failed: {}", r["error"]);
     for k in ["workload", "config", "unit"] {
@@ -64,13 +68,7 @@ fn check_run_schema(r: &Value) {
     ] {
         assert!(r[k].is_f64() || r[k].is_u64(), "{k} in {r}");
     }
-    for k in ["p50_us", "p99_us", "p999_us", "max_us"] {
-        assert!(r["latency"][k].is_u64(), "latency.{k} in {r}");
-    }
-    let l = &r["latency"];
-    assert!(l["p50_us"].as_u64() <= l["p99_us"].as_u64());
-    assert!(l["p99_us"].as_u64() <= l["p999_us"].as_u64());
-    assert!(l["p999_us"].as_u64() <= l["max_us"].as_u64());
+    check_latency(r);
     for k in ["read_bytes", "write_bytes", "rchar", "wchar"] {
         assert!(r["io"][k].is_u64(), "io.{k} in {r}");
     }
@@ -110,8 +108,25 @@ fn check_run_schema(r: &Value) {
     assert!(r["db_bytes"].as_u64() > Some(0));
 }
 
+/// The latency fields every bench reports, the same names everywhere.
+fn check_latency(r: &Value) {
+    assert!(r["latency_us_mean"].is_f64(), "latency_us_mean in {r}");
+    for k in [
+        "latency_us_p50",
+        "latency_us_p99",
+        "latency_us_p999",
+        "latency_us_max",
+    ] {
+        assert!(r[k].is_u64(), "{k} in {r}");
+    }
+    assert!(r["latency_us_p50"].as_u64() <= r["latency_us_p99"].as_u64());
+    assert!(r["latency_us_p99"].as_u64() <= r["latency_us_p999"].as_u64());
+    assert!(r["latency_us_p999"].as_u64() <= r["latency_us_max"].as_u64());
+    assert!(r.get("latency").is_none(), "no nested latency object: {r}");
+}
+
 fn check_summary(s: &Value, configs: &[&str]) {
-    assert_eq!(s["schema"], "directkv-bench/1");
+    assert_eq!(s["schema"], "directkv-bench/2");
     assert_eq!(s["kind"], "summary");
     assert_eq!(s["baseline"], configs[0]);
     let got: Vec<&str> = s["configs"]
@@ -122,6 +137,12 @@ fn check_summary(s: &Value, configs: &[&str]) {
         .collect();
     assert_eq!(got, configs);
     assert_eq!(s["configs"][0]["ratio"].as_f64(), Some(1.0));
+    for c in s["configs"].as_array().expect("configs") {
+        assert!(
+            c["latency_us_p999"].is_u64() && c["latency_us_max"].is_u64(),
+            "{c}"
+        );
+    }
 }
 
 #[test]
@@ -163,7 +184,7 @@ fn tpcb_runs_side_by_side_and_passes_its_consistency_check() {
         }
         assert!(waits["wal_sync_wait"].as_f64() > Some(0.0), "{r}");
         let waited: f64 = waits.values().filter_map(Value::as_f64).sum();
-        let mean = r["latency"]["mean_us"].as_f64().expect("mean latency");
+        let mean = r["latency_us_mean"].as_f64().expect("mean latency");
         assert!(
             waited <= mean * 1.01 + 1.0,
             "waits {waited} > latency {mean}"
@@ -409,7 +430,7 @@ fn concurrent_writers_are_measured_for_each_thread_count() {
         .iter()
         .map(|r| {
             (
-                r["io"].as_str().expect("io").to_string(),
+                r["config"].as_str().expect("config").to_string(),
                 r["threads"].as_u64().expect("n"),
             )
         })
@@ -429,5 +450,182 @@ fn concurrent_writers_are_measured_for_each_thread_count() {
     }
     assert_eq!(rows[0]["scaling"].as_f64(), Some(1.0));
     // The scratch file is removed.
+    assert_eq!(std::fs::read_dir(dir.path()).expect("dir").count(), 0);
+}
+
+/// Runs `directkv ARGS` (no `--dir`, no `--json` added).
+fn directkv(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_directkv"))
+        .args(args)
+        .output()
+        .expect("run directkv")
+}
+
+/// Asserts `args` are refused before anything runs, with an error that
+/// names every one of `words`.
+fn refused(args: &[&str], words: &[&str]) {
+    let out = directkv(args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{args:?} was accepted");
+    for w in words {
+        assert!(err.contains(w), "{args:?}: {w:?} not in {err}");
+    }
+}
+
+#[test]
+fn tpcb_cache_1_run_fails_and_the_command_exits_non_zero() {
+    let dir = scratch();
+    let (ok, lines, _) = bench(
+        dir.path(),
+        &[
+            "tpcb",
+            "--scale",
+            "1",
+            "--cache",
+            "1",
+            "--seconds",
+            "0.3",
+            "--clients",
+            "1",
+        ],
+    );
+    assert!(!ok, "a failed configuration must fail the command");
+    // What could be printed still is: the failed run, then the summary.
+    assert!(lines[0]["error"].is_string(), "{}", lines[0]);
+    assert_eq!(lines[0]["config"], "direct");
+    assert_eq!(lines[1]["kind"], "summary");
+    assert_eq!(lines[1]["configs"][0]["failed_rounds"], 1);
+}
+
+#[test]
+fn memory_limit_1k_exits_non_zero() {
+    let dir = scratch();
+    let (ok, _, err) = bench(
+        dir.path(),
+        &[
+            "read",
+            "--keys",
+            "1000",
+            "--seconds",
+            "0.3",
+            "--memory-limit",
+            "1K",
+        ],
+    );
+    assert!(!ok, "{err}");
+}
+
+#[test]
+fn wal_threads_0_is_refused() {
+    refused(
+        &["bench", "wal", "--threads", "0"],
+        &["--threads", "at least 1"],
+    );
+    refused(&["bench", "wal", "--threads", "1,0,4"], &["--threads"]);
+    refused(&["bench", "wal", "--threads", ""], &["--threads"]);
+    refused(
+        &["bench", "wal", "--record-sizes", "0"],
+        &["--record-sizes"],
+    );
+    refused(&["bench", "writers", "--threads", "0"], &["--threads"]);
+    refused(&["bench", "wal", "--methods", "nosuch"], &["nosuch"]);
+}
+
+#[test]
+fn page_size_3k_is_refused() {
+    refused(
+        &["bench", "read", "--page-size", "3k"],
+        &["--page-size", "4k, 8k or 16k"],
+    );
+}
+
+#[test]
+fn nonsense_bench_options_are_refused() {
+    refused(
+        &["bench", "read", "--seconds", "0"],
+        &["--seconds", "above 0"],
+    );
+    refused(
+        &["bench", "read", "--seconds=-1"],
+        &["--seconds", "above 0"],
+    );
+    refused(&["bench", "--seconds", "0"], &["--seconds"]);
+    refused(
+        &["bench", "tpcb", "--scale", "0"],
+        &["--scale must be between 1"],
+    );
+    refused(&["bench", "read", "--clients", "0"], &["--clients"]);
+    refused(&["bench", "read", "--rounds", "0"], &["--rounds"]);
+    refused(&["bench", "read", "--keys", "0"], &["--keys"]);
+    refused(&["bench", "read", "--cache", "0"], &["--cache", "above 0"]);
+    refused(&["bench", "scan", "--length", "0"], &["--length"]);
+    refused(&["bench", "fill", "--batch", "0"], &["--batch"]);
+    refused(&["bench", "wal", "--seconds", "0"], &["--seconds"]);
+    refused(&["bench", "memory", "--ratio", "0"], &["--ratio"]);
+    refused(&["bench", "updates", "--keys", "0"], &["--keys"]);
+    refused(
+        &["bench", "writers", "--block-size", "1000"],
+        &["multiple of 512"],
+    );
+}
+
+/// Runs `directkv bench SUB ARGS --json --dir DIR`; every line.
+fn sub_bench(sub: &str, dir: &Path, args: &[&str]) -> Vec<Value> {
+    let mut all = vec![sub];
+    all.extend(args);
+    let (ok, lines, err) = bench(dir, &all);
+    assert!(ok, "bench {sub}: {err}");
+    assert!(!lines.is_empty(), "bench {sub} printed nothing");
+    for l in &lines {
+        assert_eq!(l["schema"], "directkv-bench/2", "{l}");
+        assert_eq!(l["kind"], "run", "{l}");
+        assert_eq!(l["workload"], sub, "{l}");
+        assert!(l["error"].is_null(), "{l}");
+        assert_eq!(l["round"], 1, "{l}");
+    }
+    lines
+}
+
+#[test]
+fn wal_memory_and_updates_report_the_same_latency_fields() {
+    let dir = scratch();
+    let wal = sub_bench(
+        "wal",
+        dir.path(),
+        &[
+            "--threads",
+            "1,2",
+            "--methods",
+            "fdatasync",
+            "--record-sizes",
+            "100",
+            "--seconds",
+            "0.2",
+        ],
+    );
+    assert_eq!(wal.len(), 2, "one row per thread count");
+    for (r, threads) in wal.iter().zip([1, 2]) {
+        assert_eq!(r["config"], "fdatasync");
+        assert_eq!(r["threads"], threads);
+        assert!(r["commits"].as_u64() > Some(0), "{r}");
+        check_latency(r);
+    }
+    assert!(wal[0]["ratio_to_one_thread"].is_null());
+    let updates = sub_bench(
+        "updates",
+        dir.path(),
+        &["--keys", "2000", "--seconds", "0.2", "--cache", "4M"],
+    );
+    check_latency(&updates[0]);
+    assert!(updates[0]["commits"].as_u64() > Some(0));
+    let memory = sub_bench(
+        "memory",
+        dir.path(),
+        &["--cache", "4M", "--ratio", "1", "--seconds", "0.2"],
+    );
+    let modes: Vec<&str> = memory.iter().filter_map(|r| r["config"].as_str()).collect();
+    assert_eq!(modes, ["direct", "buffered"]);
+    assert!(memory[0]["reads_per_sec"].as_f64() > Some(0.0));
+    // Every scratch directory is removed.
     assert_eq!(std::fs::read_dir(dir.path()).expect("dir").count(), 0);
 }

@@ -1,7 +1,8 @@
 //! `directkv wal dump` end to end: it lists every record of a log written
 //! through the library with its LSN, kind and length, summarises by kind, and
 //! exits non-zero naming the segment and offset when the log is corrupt before
-//! its end.
+//! its end. A `--from` past the log's end or inside a record is refused with
+//! an error saying so (never "corrupt", never a dump from elsewhere).
 
 use std::process::Command;
 
@@ -93,4 +94,78 @@ fn dump_reports_mid_log_corruption() {
     assert!(text.contains("CORRUPT"), "{text}");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("0000000000000000.seg"), "{err}");
+}
+
+/// The LSN where the log written by `write_log` ends, as the dump says.
+fn log_end(dir: &std::path::Path) -> u64 {
+    let out = dump(dir, &["--json", "--summary"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let summary: serde_json::Value =
+        serde_json::from_str(text.lines().last().expect("summary")).expect("json");
+    let end = summary["end"].as_str().expect("end");
+    directkv_lsn(end)
+}
+
+/// Parses an LSN as the dump prints it (`HI/LO` in hex).
+fn directkv_lsn(text: &str) -> u64 {
+    let (hi, lo) = text.split_once('/').expect("HI/LO");
+    u64::from_str_radix(hi, 16).expect("hi") << 32 | u64::from_str_radix(lo, 16).expect("lo")
+}
+
+#[test]
+fn wal_dump_from_past_the_end_is_an_error() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    write_log(dir.path(), 3);
+    let end = log_end(dir.path());
+    for from in [end + 1, u64::MAX] {
+        let out = dump(dir.path(), &["--from", &from.to_string()]);
+        assert!(!out.status.success(), "--from {from} was accepted");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("is past the end of the log at"), "{err}");
+        assert!(!String::from_utf8_lossy(&out.stdout).contains("clean end"));
+    }
+    // The end itself is a place to start: nothing follows it.
+    let out = dump(dir.path(), &["--from", &end.to_string()]);
+    assert!(out.status.success());
+}
+
+#[test]
+fn wal_dump_from_inside_a_record_is_an_error_not_corruption() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    write_log(dir.path(), 3);
+    let out = dump(dir.path(), &["--from", "3"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("is not a record boundary"), "{err}");
+    assert!(!err.contains("corrupt"), "{err}");
+}
+
+#[test]
+fn wal_dump_from_a_record_start_dumps_from_there() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    write_log(dir.path(), 4);
+    let all = dump(dir.path(), &["--json"]);
+    let records: Vec<serde_json::Value> = String::from_utf8_lossy(&all.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json"))
+        .filter(|l: &serde_json::Value| l["lsn"].is_u64())
+        .collect();
+    let third = &records[2];
+    let lsn = third["lsn"].as_u64().expect("lsn");
+    let out = dump(dir.path(), &["--json", "--from", &lsn.to_string()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let first: serde_json::Value =
+        serde_json::from_str(text.lines().next().expect("a record")).expect("json");
+    assert_eq!(first["lsn"], lsn);
+    assert_eq!(
+        text.lines().count(),
+        records.len() - 2 + 1,
+        "the rest and a summary"
+    );
 }

@@ -9,13 +9,16 @@
 //! twice.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Instant;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use directkv::internals::io::DirectIo;
 use directkv::{Database, Durability, Options};
 use serde::{Deserialize, Serialize};
+
+use super::args::{parse_positive_bytes, parse_ratio, parse_seconds};
+use super::driver::{self, Run, Runs, Spec};
+use super::output::{col, mib, Column, Line, TableRow, Writer};
 
 /// Options of `directkv bench memory`.
 #[derive(clap::Args, Clone)]
@@ -24,29 +27,24 @@ pub struct Args {
     #[arg(long, default_value = ".")]
     dir: PathBuf,
     /// Cache size, e.g. 64M.
-    #[arg(long, default_value = "64M", value_parser = crate::size::parse_bytes)]
+    #[arg(long, default_value = "64M", value_parser = parse_positive_bytes)]
     cache: u64,
-    /// Data set size as a multiple of the cache.
-    #[arg(long, default_value_t = 4.0)]
+    /// Data set size as a multiple of the cache (more than 0).
+    #[arg(long, default_value_t = 4.0, value_parser = parse_ratio)]
     ratio: f64,
     /// Bytes per value.
     #[arg(long, default_value_t = 400)]
     value_size: usize,
-    /// Seconds of random reads.
-    #[arg(long, default_value_t = 10.0)]
+    /// Seconds of random reads (more than 0).
+    #[arg(long, default_value_t = 10.0, value_parser = parse_seconds)]
     seconds: f64,
-    /// Print JSON lines.
-    #[arg(long)]
-    json: bool,
-    /// Run one mode in this process (used by the parent; `direct` or `buffered`).
-    #[arg(long, hide = true)]
-    child: Option<String>,
+    #[command(flatten)]
+    runs: Runs,
 }
 
-/// What one mode measured.
-#[derive(Debug, Serialize, Deserialize)]
+/// What one mode (`config`: direct or buffered) measured.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Outcome {
-    mode: String,
     cache_bytes: u64,
     data_file_bytes: u64,
     keys: u64,
@@ -59,68 +57,87 @@ pub struct Outcome {
     cache_hit_ratio: f64,
 }
 
+impl TableRow for Outcome {
+    const COLUMNS: &'static [Column] = &[
+        col("cache", 9),
+        col("data file", 10),
+        col("reads/s", 10),
+        col("file in OS $", 14),
+        col("% file", 8),
+        col("RSS", 9),
+        col("peak RSS", 9),
+        col("hit %", 7),
+    ];
+
+    fn cells(&self) -> Vec<String> {
+        vec![
+            mib(self.cache_bytes),
+            mib(self.data_file_bytes),
+            format!("{:.0}", self.reads_per_sec),
+            mib(self.data_file_cached_bytes),
+            format!("{:.2}%", self.data_file_cached_pct),
+            mib(self.rss_bytes),
+            mib(self.rss_peak_bytes),
+            format!("{:.1}%", 100.0 * self.cache_hit_ratio),
+        ]
+    }
+}
+
+/// `bench memory` as the driver runs it: direct, then buffered.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MemorySpec {
+    dir: PathBuf,
+    cache: u64,
+    ratio: f64,
+    value_size: usize,
+    seconds: f64,
+    modes: Vec<String>,
+}
+
+/// Runs `directkv bench memory`.
 pub fn run(args: Args) -> Result<()> {
-    if let Some(mode) = &args.child {
-        let out = measure(&args, mode)?;
-        println!("{}", serde_json::to_string(&out)?);
-        return Ok(());
+    let spec = MemorySpec {
+        dir: args.dir,
+        cache: args.cache,
+        ratio: args.ratio,
+        value_size: args.value_size,
+        seconds: args.seconds,
+        modes: vec!["direct".into(), "buffered".into()],
+    };
+    if spec.keys() == 0 {
+        bail!("--cache times --ratio holds not one value of --value-size bytes: raise one of them");
     }
-    let exe = std::env::current_exe().context("own executable")?;
-    let mut rows = Vec::new();
-    for mode in ["direct", "buffered"] {
-        let out = Command::new(&exe)
-            .args(["bench", "memory", "--child", mode])
-            .arg("--dir")
-            .arg(&args.dir)
-            .args(["--cache", &args.cache.to_string()])
-            .args(["--ratio", &args.ratio.to_string()])
-            .args(["--value-size", &args.value_size.to_string()])
-            .args(["--seconds", &args.seconds.to_string()])
-            .output()
-            .context("run the measuring child")?;
-        if !out.status.success() {
-            bail!(
-                "{mode} run failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        let row: Outcome = serde_json::from_slice(&out.stdout).context("child output")?;
-        rows.push(row);
+    driver::run(&spec, &args.runs)
+}
+
+impl MemorySpec {
+    /// Keys of the data set: `ratio` times the cache.
+    fn keys(&self) -> u64 {
+        let per_key = (self.value_size + 16) as f64 * 1.45; // fill and slot overhead
+        (self.cache as f64 * self.ratio / per_key) as u64
     }
-    for r in &rows {
-        if args.json {
-            println!("{}", serde_json::to_string(r)?);
-        }
+}
+
+impl Spec for MemorySpec {
+    const KIND: &'static str = "memory";
+    type Row = Outcome;
+
+    fn configs(&self) -> &[String] {
+        &self.modes
     }
-    if !args.json {
-        println!(
-            "{:<9} {:>9} {:>10} {:>10} {:>14} {:>8} {:>9} {:>9} {:>7}",
-            "mode",
-            "cache",
-            "data file",
-            "reads/s",
-            "file in OS $",
-            "% file",
-            "RSS",
-            "peak RSS",
-            "hit %"
-        );
-        let mib = |b: u64| format!("{:.0}M", b as f64 / (1 << 20) as f64);
-        for r in &rows {
-            println!(
-                "{:<9} {:>9} {:>10} {:>10.0} {:>14} {:>7.2}% {:>9} {:>9} {:>6.1}%",
-                r.mode,
-                mib(r.cache_bytes),
-                mib(r.data_file_bytes),
-                r.reads_per_sec,
-                mib(r.data_file_cached_bytes),
-                r.data_file_cached_pct,
-                mib(r.rss_bytes),
-                mib(r.rss_peak_bytes),
-                100.0 * r.cache_hit_ratio
-            );
-        }
-        if let [d, b] = rows.as_slice() {
+
+    fn measure(&self, run: &Run) -> Result<Vec<Outcome>> {
+        Ok(vec![measure(self, &run.config)?])
+    }
+
+    fn finish(&self, lines: &[Line<Outcome>], out: Writer) -> Result<()> {
+        let ok = |mode: &str| {
+            lines
+                .iter()
+                .find(|l| l.config == mode && l.error.is_none())
+                .map(|l| &l.row)
+        };
+        if let (false, Some(d), Some(b)) = (out.json(), ok("direct"), ok("buffered")) {
             println!(
                 "buffered/direct: memory (RSS + file in OS cache) {:.2}x, reads/s {:.2}x",
                 (b.rss_bytes + b.data_file_cached_bytes) as f64
@@ -128,15 +145,15 @@ pub fn run(args: Args) -> Result<()> {
                 b.reads_per_sec / d.reads_per_sec
             );
         }
+        Ok(())
     }
-    Ok(())
 }
 
 fn dir_cached_bytes(dir: &Path) -> u64 {
     super::sys::dir_size_and_cached(dir).1
 }
 
-fn measure(args: &Args, mode: &str) -> Result<Outcome> {
+fn measure(args: &MemorySpec, mode: &str) -> Result<Outcome> {
     let scratch = super::sys::scratch_dir(&args.dir, "directkv-bench-memory-")?;
     let direct_io = match mode {
         "direct" => DirectIo::On,
@@ -150,8 +167,8 @@ fn measure(args: &Args, mode: &str) -> Result<Outcome> {
         ..Options::default()
     };
     let db = Database::open(scratch.path(), opts)?;
-    let per_key = (args.value_size + 16) as f64 * 1.45; // fill and slot overhead
-    let keys = (args.cache as f64 * args.ratio / per_key) as u64;
+    let keys = args.keys();
+    assert!(keys > 0, "run() refuses an empty data set");
     let value = vec![0x5Au8; args.value_size];
     let batch = 2000;
     let mut k = 0u64;
@@ -190,7 +207,6 @@ fn measure(args: &Args, mode: &str) -> Result<Outcome> {
     let hits = after.cache_hits - before.cache_hits;
     let misses = after.cache_misses - before.cache_misses;
     Ok(Outcome {
-        mode: mode.to_string(),
         cache_bytes: args.cache,
         data_file_bytes: data_len,
         keys,

@@ -1,12 +1,23 @@
 //! `directkv bench`: workloads and measurements run side by side in one run.
 //!
-//! With no subcommand, the default benchmark: a short pgbench-like TPC-B run
-//! comparing direct and buffered I/O under a memory budget with a data set
-//! several times larger (see the README).
+//! Every bench is a spec the one driver runs (`driver`): one child process
+//! per configuration and round, the memory budget applied in one place, one
+//! latency histogram (`latency`) and one writer of tables and JSON lines
+//! (`output`). With no subcommand, the default benchmark: a short pgbench-like
+//! TPC-B run comparing direct and buffered I/O under a memory budget with a
+//! data set several times larger (see the README).
 
+mod args;
 mod driver;
+mod kv;
+mod latency;
 pub mod memory;
-#[cfg(feature = "peers")]
+mod output;
+#[cfg(any(
+    feature = "peer-rocksdb",
+    feature = "peer-lmdb",
+    feature = "peer-sqlite"
+))]
 mod peers;
 mod report;
 mod store;
@@ -18,9 +29,9 @@ pub mod writers;
 
 use std::path::PathBuf;
 
-use anyhow::Result;
+use anyhow::{bail, Result};
 
-pub use driver::Common;
+pub use kv::Common;
 use workload::{Shape, Workload};
 
 /// `directkv bench [WORKLOAD]`
@@ -30,13 +41,13 @@ pub struct Args {
     #[command(subcommand)]
     command: Option<Command>,
     /// (Default benchmark) Directory for the databases.
-    #[arg(long, default_value = "directkv-bench")]
+    #[arg(long, default_value = kv::DIR_DEFAULT)]
     dir: PathBuf,
-    /// (Default benchmark) Seconds per configuration.
-    #[arg(long, default_value_t = 20.0)]
+    /// (Default benchmark) Seconds per configuration (more than 0).
+    #[arg(long, default_value_t = kv::SECONDS_DEFAULT, value_parser = args::parse_seconds)]
     seconds: f64,
     /// (Default benchmark) The memory budget of each configuration.
-    #[arg(long, default_value = "256M", value_parser = crate::size::parse_bytes)]
+    #[arg(long, default_value = "256M", value_parser = args::parse_positive_bytes)]
     memory_limit: u64,
     /// (Default benchmark) Print JSON lines.
     #[arg(long)]
@@ -73,10 +84,12 @@ pub enum Command {
     /// Concurrent positional writes to one file: 1, 2, 4 threads, direct
     /// and buffered, writes/s each and the scale-up over one thread.
     Writers(writers::Args),
-    /// One measured run (started by the parent with its specification).
+    /// One child of a bench (started by the parent with its specification).
     #[command(hide = true)]
     Child {
-        /// The run's specification, JSON.
+        /// Which bench (`kv`, `wal`, `memory`, `updates`, `writers`).
+        kind: String,
+        /// The bench's specification and the run's, JSON.
         spec: String,
     },
 }
@@ -111,8 +124,8 @@ pub struct YcsbArgs {
     /// Key choice.
     #[arg(long, value_enum, default_value_t = Distribution::Zipfian)]
     distribution: Distribution,
-    /// Longest scan of workload e.
-    #[arg(long, default_value_t = 100)]
+    /// Longest scan of workload e (at least 1).
+    #[arg(long, default_value_t = 100, value_parser = args::parse_count)]
     scan_length: usize,
     #[command(flatten)]
     common: Common,
@@ -133,8 +146,8 @@ pub struct FillArgs {
     /// Key order.
     #[arg(long, value_enum, default_value_t = Order::Random)]
     order: Order,
-    /// Keys per durable commit.
-    #[arg(long, default_value_t = 100)]
+    /// Keys per durable commit (at least 1).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
     batch: u64,
     #[command(flatten)]
     common: Common,
@@ -153,8 +166,8 @@ pub struct ReadArgs {
 /// `directkv bench scan`
 #[derive(clap::Args)]
 pub struct ScanArgs {
-    /// Keys per scan.
-    #[arg(long, default_value_t = 100)]
+    /// Keys per scan (at least 1).
+    #[arg(long, default_value_t = 100, value_parser = args::parse_count)]
     length: usize,
     #[command(flatten)]
     common: Common,
@@ -170,108 +183,135 @@ fn shape(c: &Common, scan_length: usize) -> Shape {
 
 fn tpcb(args: TpcbArgs) -> Result<()> {
     let scale = args.scale.unwrap_or_else(|| {
-        args.common.memory_limit.map_or(10, |l| {
-            driver::tpcb_scale_for(l, args.common.value_size, 4.5)
-        })
+        args.common
+            .runs
+            .memory_limit
+            .map_or(10, |l| kv::tpcb_scale_for(l, args.common.value_size, 4.5))
     });
     if scale == 0 || scale > u64::from(u32::MAX) / 100_000 {
-        anyhow::bail!("--scale must be between 1 and {}", u32::MAX / 100_000);
+        bail!(
+            "--scale must be between 1 and {} (got {scale})",
+            u32::MAX / 100_000
+        );
     }
     let shape = shape(&args.common, 1);
-    driver::run(Workload::Tpcb { scale }, shape, &args.common)
+    kv::run(Workload::Tpcb { scale }, shape, &args.common)
+}
+
+/// The default benchmark: TPC-B, direct against buffered I/O, under the
+/// memory budget where a memory cgroup can be made. Its options are built
+/// here as values; the equivalent command line is printed so the run can be
+/// repeated and varied.
+fn default_bench(args: Args) -> Result<()> {
+    let mut common = Common {
+        dir: args.dir,
+        seconds: args.seconds,
+        compare: vec!["direct".into(), "buffered".into()],
+        plot: args.plot,
+        ..Common::default()
+    };
+    common.runs.json = args.json;
+    // The budget needs a memory cgroup; without one, say why and run the
+    // same data set unbudgeted rather than not at all.
+    let scale = match driver::memory_budget_available(args.memory_limit) {
+        Ok(()) => {
+            common.runs.memory_limit = Some(args.memory_limit);
+            None
+        }
+        Err(e) => {
+            eprintln!("no memory budget: {e:#}; running without one (data fits in memory)");
+            Some(kv::tpcb_scale_for(
+                args.memory_limit,
+                common.value_size,
+                4.5,
+            ))
+        }
+    };
+    if !common.runs.json {
+        println!("running: {}", default_command_line(scale, &common));
+    }
+    tpcb(TpcbArgs { scale, common })
+}
+
+/// The command line that runs what the default benchmark runs.
+fn default_command_line(scale: Option<u64>, common: &Common) -> String {
+    let mut line = format!("directkv bench tpcb --compare {}", common.compare.join(","));
+    if let Some(limit) = common.runs.memory_limit {
+        line += &format!(" --memory-limit {limit}");
+    }
+    if let Some(scale) = scale {
+        line += &format!(" --scale {scale}");
+    }
+    line += &format!(
+        " --seconds {} --dir {}",
+        common.seconds,
+        common.dir.display()
+    );
+    if common.runs.json {
+        line += " --json";
+    }
+    if let Some(p) = &common.plot {
+        line += &format!(" --plot {}", p.display());
+    }
+    line
 }
 
 /// Runs `directkv bench …`.
 pub fn run(args: Args) -> Result<()> {
+    #[cfg(any(
+        feature = "peer-rocksdb",
+        feature = "peer-lmdb",
+        feature = "peer-sqlite"
+    ))]
+    peers::register();
     let Some(cmd) = args.command else {
-        // The default benchmark, spelled out so it can be rerun and varied.
-        let mut argv: Vec<String> = ["directkv", "bench", "tpcb", "--compare", "direct,buffered"]
-            .map(String::from)
-            .to_vec();
-        // The budget needs a memory cgroup; without one, say why and run
-        // the same data set unbudgeted rather than not at all.
-        match sys::MemCgroup::create(
-            &format!("directkv-bench-probe-{}", std::process::id()),
-            args.memory_limit,
-        ) {
-            Ok(_probe) => argv.extend([
-                "--memory-limit".into(),
-                format!("{}M", args.memory_limit >> 20),
-            ]),
-            Err(e) => {
-                eprintln!("no memory budget: {e:#}; running without one (data fits in memory)");
-                let scale = driver::tpcb_scale_for(args.memory_limit, 100, 4.5);
-                argv.extend(["--scale".into(), scale.to_string()]);
-            }
-        }
-        argv.extend([
-            "--seconds".into(),
-            args.seconds.to_string(),
-            "--dir".into(),
-            args.dir.display().to_string(),
-        ]);
-        if args.json {
-            argv.push("--json".into());
-        }
-        if let Some(p) = &args.plot {
-            argv.extend(["--plot".into(), p.display().to_string()]);
-        }
-        if !args.json {
-            println!("running: {}", argv.join(" "));
-        }
-        let parsed = <DefaultCli as clap::Parser>::try_parse_from(argv)?;
-        return tpcb(parsed.tpcb);
+        return default_bench(args);
     };
     match cmd {
         Command::Tpcb(a) => tpcb(a),
         Command::Ycsb(a) => {
             let kind = a.workload.chars().next().unwrap_or('a');
             let zipfian = a.distribution == Distribution::Zipfian;
-            driver::run(
+            kv::run(
                 Workload::Ycsb { kind, zipfian },
                 shape(&a.common, a.scan_length),
                 &a.common,
             )
         }
         Command::Fill(a) => {
-            if a.batch == 0 {
-                anyhow::bail!("--batch must be positive");
-            }
             let w = Workload::Fill {
                 random: a.order == Order::Random,
                 batch: a.batch,
             };
-            driver::run(w, shape(&a.common, 1), &a.common)
+            kv::run(w, shape(&a.common, 1), &a.common)
         }
         Command::Read(a) => {
             let w = Workload::Read {
                 zipfian: a.distribution == Distribution::Zipfian,
             };
-            driver::run(w, shape(&a.common, 1), &a.common)
+            kv::run(w, shape(&a.common, 1), &a.common)
         }
         Command::Scan(a) => {
-            if a.length == 0 {
-                anyhow::bail!("--length must be positive");
-            }
             let w = Workload::Scan { length: a.length };
-            driver::run(w, shape(&a.common, a.length), &a.common)
+            kv::run(w, shape(&a.common, a.length), &a.common)
         }
         Command::Wal(a) => wal::run(a),
         Command::Memory(a) => memory::run(a),
         Command::Updates(a) => updates::run(a),
         Command::Writers(a) => writers::run(a),
-        Command::Child { spec } => driver::child(&spec),
+        Command::Child { kind, spec } => child(&kind, &spec),
     }
 }
 
-/// Parses the default benchmark's command line.
-#[derive(clap::Parser)]
-#[command(name = "directkv")]
-struct DefaultCli {
-    #[arg(value_parser = ["bench"])]
-    _bench: String,
-    #[arg(value_parser = ["tpcb"])]
-    _tpcb: String,
-    #[command(flatten)]
-    tpcb: TpcbArgs,
+/// The child side of every bench, by the kind the parent named.
+fn child(kind: &str, spec: &str) -> Result<()> {
+    use driver::Spec;
+    match kind {
+        kv::KvSpec::KIND => driver::child::<kv::KvSpec>(spec),
+        wal::WalSpec::KIND => driver::child::<wal::WalSpec>(spec),
+        memory::MemorySpec::KIND => driver::child::<memory::MemorySpec>(spec),
+        updates::UpdatesSpec::KIND => driver::child::<updates::UpdatesSpec>(spec),
+        writers::WritersSpec::KIND => driver::child::<writers::WritersSpec>(spec),
+        _ => bail!("unknown bench child kind {kind:?}"),
+    }
 }

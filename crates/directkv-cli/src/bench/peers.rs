@@ -4,30 +4,70 @@
 //! Each gets the run's cache size for its own cache: RocksDB's block cache,
 //! SQLite's page cache (split over the connections); LMDB has none but the
 //! OS page cache.
+//!
+//! Each engine is built by its own feature (`peer-rocksdb`, `peer-lmdb`,
+//! `peer-sqlite`; `peers` is all three) and registers itself with the store
+//! module ([`register`]), which opens it by configuration name.
 
+#[cfg(feature = "peer-lmdb")]
 use std::ops::Bound;
 use std::path::Path;
+#[cfg(feature = "peer-sqlite")]
 use std::sync::Mutex;
 
 use anyhow::{Context, Result};
 
-use super::store::{visit_entries, Engine, Store, TxnOps};
+use super::store::{register_peer, visit_entries, Peer, Store, TxnOps};
 
-/// Opens the peer `engine` in `dir`.
-pub fn open(engine: &Engine, dir: &Path, cache_bytes: u64, load: bool) -> Result<Box<dyn Store>> {
-    match engine {
-        Engine::Rocksdb { direct } => Ok(Box::new(Rocks::open(dir, cache_bytes, *direct, load)?)),
-        Engine::Lmdb => Ok(Box::new(Lmdb::open(dir, load)?)),
-        Engine::Sqlite => Ok(Box::new(Sqlite::open(dir, cache_bytes, load)?)),
-        Engine::Directkv { .. } => unreachable!("directkv is not a peer"),
-    }
+/// Registers every peer engine this build includes.
+pub fn register() {
+    #[cfg(feature = "peer-rocksdb")]
+    register_peer(Peer {
+        configs: &["rocksdb", "rocksdb-direct"],
+        open: open_rocksdb,
+    });
+    #[cfg(feature = "peer-lmdb")]
+    register_peer(Peer {
+        configs: &["lmdb"],
+        open: open_lmdb,
+    });
+    #[cfg(feature = "peer-sqlite")]
+    register_peer(Peer {
+        configs: &["sqlite"],
+        open: open_sqlite,
+    });
 }
 
+/// Opens `rocksdb` or `rocksdb-direct` (its direct-I/O options) in `dir`.
+#[cfg(feature = "peer-rocksdb")]
+fn open_rocksdb(config: &str, dir: &Path, cache_bytes: u64, load: bool) -> Result<Box<dyn Store>> {
+    let direct = match config {
+        "rocksdb" => false,
+        "rocksdb-direct" => true,
+        other => anyhow::bail!("{other} is not a RocksDB configuration"),
+    };
+    Ok(Box::new(Rocks::open(dir, cache_bytes, direct, load)?))
+}
+
+/// Opens LMDB in `dir`; it caches through the OS, so takes no cache size.
+#[cfg(feature = "peer-lmdb")]
+fn open_lmdb(_config: &str, dir: &Path, _cache_bytes: u64, load: bool) -> Result<Box<dyn Store>> {
+    Ok(Box::new(Lmdb::open(dir, load)?))
+}
+
+/// Opens SQLite in `dir`.
+#[cfg(feature = "peer-sqlite")]
+fn open_sqlite(_config: &str, dir: &Path, cache_bytes: u64, load: bool) -> Result<Box<dyn Store>> {
+    Ok(Box::new(Sqlite::open(dir, cache_bytes, load)?))
+}
+
+#[cfg(feature = "peer-rocksdb")]
 struct Rocks {
     db: rocksdb::TransactionDB<rocksdb::MultiThreaded>,
     write: rocksdb::WriteOptions,
 }
 
+#[cfg(feature = "peer-rocksdb")]
 impl Rocks {
     fn open(dir: &Path, cache_bytes: u64, direct: bool, load: bool) -> Result<Rocks> {
         let mut opts = rocksdb::Options::default();
@@ -48,10 +88,12 @@ impl Rocks {
     }
 }
 
+#[cfg(feature = "peer-rocksdb")]
 struct RocksTxn<'a> {
     t: rocksdb::Transaction<'a, rocksdb::TransactionDB<rocksdb::MultiThreaded>>,
 }
 
+#[cfg(feature = "peer-rocksdb")]
 impl TxnOps for RocksTxn<'_> {
     fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         Ok(self.t.get_for_update(key, true)?)
@@ -61,6 +103,7 @@ impl TxnOps for RocksTxn<'_> {
     }
 }
 
+#[cfg(feature = "peer-rocksdb")]
 fn retryable(e: &anyhow::Error) -> bool {
     e.downcast_ref::<rocksdb::Error>().is_some_and(|e| {
         matches!(
@@ -70,6 +113,7 @@ fn retryable(e: &anyhow::Error) -> bool {
     })
 }
 
+#[cfg(feature = "peer-rocksdb")]
 impl Store for Rocks {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         Ok(self.db.get(key)?)
@@ -124,13 +168,16 @@ impl Store for Rocks {
     }
 }
 
+#[cfg(feature = "peer-lmdb")]
 type Bytes = heed::types::Bytes;
 
+#[cfg(feature = "peer-lmdb")]
 struct Lmdb {
     env: heed::Env,
     db: heed::Database<Bytes, Bytes>,
 }
 
+#[cfg(feature = "peer-lmdb")]
 impl Lmdb {
     fn open(dir: &Path, load: bool) -> Result<Lmdb> {
         let mut o = heed::EnvOpenOptions::new();
@@ -151,11 +198,13 @@ impl Lmdb {
     }
 }
 
+#[cfg(feature = "peer-lmdb")]
 struct LmdbTxn<'a> {
     w: heed::RwTxn<'a>,
     db: heed::Database<Bytes, Bytes>,
 }
 
+#[cfg(feature = "peer-lmdb")]
 impl TxnOps for LmdbTxn<'_> {
     fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         Ok(self.db.get(&self.w, key)?.map(<[u8]>::to_vec))
@@ -165,6 +214,7 @@ impl TxnOps for LmdbTxn<'_> {
     }
 }
 
+#[cfg(feature = "peer-lmdb")]
 impl Store for Lmdb {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         let r = self.env.read_txn()?;
@@ -203,6 +253,7 @@ impl Store for Lmdb {
     }
 }
 
+#[cfg(feature = "peer-sqlite")]
 struct Sqlite {
     conns: Mutex<Vec<rusqlite::Connection>>,
     path: std::path::PathBuf,
@@ -211,8 +262,10 @@ struct Sqlite {
 }
 
 /// SQLite connections share nothing, so the cache is split over this many.
+#[cfg(feature = "peer-sqlite")]
 const SQLITE_CONNECTIONS: u64 = 8;
 
+#[cfg(feature = "peer-sqlite")]
 impl Sqlite {
     fn open(dir: &Path, cache_bytes: u64, load: bool) -> Result<Sqlite> {
         let s = Sqlite {
@@ -253,16 +306,19 @@ impl Sqlite {
     }
 }
 
+#[cfg(feature = "peer-sqlite")]
 struct SqliteTxn<'a> {
     c: &'a rusqlite::Connection,
 }
 
+#[cfg(feature = "peer-sqlite")]
 fn sqlite_get(c: &rusqlite::Connection, key: &[u8]) -> Result<Option<Vec<u8>>> {
     use rusqlite::OptionalExtension;
     let mut st = c.prepare_cached("SELECT v FROM kv WHERE k = ?1")?;
     Ok(st.query_row([key], |r| r.get(0)).optional()?)
 }
 
+#[cfg(feature = "peer-sqlite")]
 impl TxnOps for SqliteTxn<'_> {
     fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         sqlite_get(self.c, key)
@@ -276,6 +332,7 @@ impl TxnOps for SqliteTxn<'_> {
     }
 }
 
+#[cfg(feature = "peer-sqlite")]
 impl Store for Sqlite {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         let c = self.take()?;

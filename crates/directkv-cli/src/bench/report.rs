@@ -7,48 +7,21 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
+use super::latency::Latency;
+use super::output::{col, mib, ms, Column, Line, TableRow, SCHEMA};
 use super::sys::{Cpu, IoCounters};
 use super::workload::Consistency;
 
-/// The version of the JSON below; bumped when a field changes meaning or goes.
-pub const SCHEMA: &str = "directkv-bench/1";
-
-/// Latency percentiles in microseconds.
+/// One configuration's run of a key-value workload: the figures of one JSON
+/// line of `--json`, after the fields every bench's lines have.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Latency {
-    /// Mean.
-    pub mean_us: f64,
-    /// Median.
-    pub p50_us: u64,
-    /// 99th percentile.
-    pub p99_us: u64,
-    /// 99.9th percentile.
-    pub p999_us: u64,
-    /// Maximum.
-    pub max_us: u64,
-}
-
-/// One configuration's run: one JSON line of `--json`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunReport {
-    /// Always [`SCHEMA`].
-    pub schema: String,
-    /// `"run"`.
-    pub kind: String,
-    /// Workload name (`tpcb`, `ycsb-a-zipfian`, …).
-    pub workload: String,
-    /// Configuration name (`direct`, `buffered`, `direct/fdatasync`, `rocksdb`, …).
-    pub config: String,
-    /// Round number (configurations alternate within a round).
-    pub round: u32,
     /// Client threads.
     pub clients: u64,
     /// What an operation is (`transactions`, `operations`, `keys`, `scans`).
     pub unit: String,
     /// Engine cache size in bytes.
     pub cache_bytes: u64,
-    /// The memory cgroup limit the run had, if any.
-    pub memory_limit_bytes: Option<u64>,
     /// Seconds spent loading (0 when an earlier load was reused).
     pub load_seconds: f64,
     /// Seconds the engine took to open before the run (recovery included:
@@ -61,6 +34,7 @@ pub struct RunReport {
     /// Operations per second.
     pub ops_per_sec: f64,
     /// Latency of one operation (one transaction, read or scan).
+    #[serde(flatten)]
     pub latency: Latency,
     /// Operations completed in each second of the run.
     pub per_second_ops: Vec<u64>,
@@ -89,8 +63,6 @@ pub struct RunReport {
     pub rss_peak_bytes: u64,
     /// Resident set size at the end of the run.
     pub rss_end_bytes: u64,
-    /// Peak of the memory cgroup (process and page cache), if in one.
-    pub cgroup_peak_bytes: Option<u64>,
     /// Size of the database files at the end.
     pub db_bytes: u64,
     /// Bytes of the database files in the OS page cache at the end (mincore).
@@ -109,56 +81,12 @@ pub struct RunReport {
     /// the foreground on average during the run, microseconds, by cause
     /// (`read_miss`: data-file reads of cache misses; `writer_lock_wait`;
     /// `tree_lock_wait`; `wal_sync_wait`: the commit's WAL sync;
-    /// `free_frame_wait`; `log_space_wait`). Set against `latency.mean_us`,
+    /// `free_frame_wait`; `log_space_wait`). Set against `latency_us_mean`,
     /// it says where the time of a transaction went.
     #[serde(default)]
     pub wait_per_op_us: BTreeMap<String, f64>,
     /// The TPC-B consistency check (tpcb only).
     pub consistency: Option<Consistency>,
-    /// Why the run failed, if it did (then the figures are zeros).
-    pub error: Option<String>,
-}
-
-impl RunReport {
-    /// A report for a run that failed before measuring anything.
-    pub fn failed(workload: &str, config: &str, round: u32, error: String) -> RunReport {
-        RunReport {
-            schema: SCHEMA.into(),
-            kind: "run".into(),
-            workload: workload.into(),
-            config: config.into(),
-            round,
-            clients: 0,
-            unit: String::new(),
-            cache_bytes: 0,
-            memory_limit_bytes: None,
-            load_seconds: 0.0,
-            open_seconds: 0.0,
-            seconds: 0.0,
-            ops: 0,
-            ops_per_sec: 0.0,
-            latency: Latency::default(),
-            per_second_ops: Vec::new(),
-            per_second_p99_us: Vec::new(),
-            per_second_checkpointing: Vec::new(),
-            per_second_max_us: Vec::new(),
-            per_second_device_us: Vec::new(),
-            per_second_probe_max_us: Vec::new(),
-            rss_peak_bytes: 0,
-            rss_end_bytes: 0,
-            cgroup_peak_bytes: None,
-            db_bytes: 0,
-            db_cached_bytes: 0,
-            memory_bytes: 0,
-            memory_per_cache: 0.0,
-            io: IoCounters::default(),
-            cpu: Cpu::default(),
-            engine_stats: serde_json::Value::Null,
-            wait_per_op_us: BTreeMap::new(),
-            consistency: None,
-            error: Some(error),
-        }
-    }
 }
 
 /// What an operation waited for, by cause, between two snapshots of this
@@ -212,47 +140,59 @@ pub struct ConfigSummary {
     /// `ops_per_sec` over the baseline's.
     pub ratio: f64,
     /// Worst p99.9 latency over the rounds, microseconds.
-    pub p999_us: u64,
+    pub latency_us_p999: u64,
     /// Worst maximum latency over the rounds, microseconds.
-    pub max_us: u64,
+    pub latency_us_max: u64,
     /// Largest `memory_per_cache` over the rounds.
     pub memory_per_cache: f64,
     /// Rounds that failed.
     pub failed_rounds: u32,
 }
 
-/// Builds the summary of `runs` for the configurations in `order`.
-pub fn summarize(workload: &str, order: &[String], runs: &[RunReport]) -> Summary {
-    let mut configs: Vec<ConfigSummary> = order
+/// The median of `values` (0 when there are none).
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    match n {
+        0 => 0.0,
+        _ if n % 2 == 1 => values[n / 2],
+        _ => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
+}
+
+/// One configuration over the rounds of `lines`.
+fn summarize_config(config: &str, lines: &[Line<RunReport>]) -> ConfigSummary {
+    let ok: Vec<&RunReport> = lines
         .iter()
-        .map(|c| {
-            let ok: Vec<&RunReport> = runs
-                .iter()
-                .filter(|r| &r.config == c && r.error.is_none())
-                .collect();
-            let mut tps: Vec<f64> = ok.iter().map(|r| r.ops_per_sec).collect();
-            tps.sort_by(f64::total_cmp);
-            let median = if tps.is_empty() {
-                0.0
-            } else if tps.len() % 2 == 1 {
-                tps[tps.len() / 2]
-            } else {
-                (tps[tps.len() / 2 - 1] + tps[tps.len() / 2]) / 2.0
-            };
-            ConfigSummary {
-                config: c.clone(),
-                ops_per_sec: median,
-                ratio: 0.0,
-                p999_us: ok.iter().map(|r| r.latency.p999_us).max().unwrap_or(0),
-                max_us: ok.iter().map(|r| r.latency.max_us).max().unwrap_or(0),
-                memory_per_cache: ok.iter().map(|r| r.memory_per_cache).fold(0.0, f64::max),
-                failed_rounds: runs
-                    .iter()
-                    .filter(|r| &r.config == c && r.error.is_some())
-                    .count() as u32,
-            }
-        })
+        .filter(|l| l.config == config && l.error.is_none())
+        .map(|l| &l.row)
         .collect();
+    ConfigSummary {
+        config: config.to_string(),
+        ops_per_sec: median(ok.iter().map(|r| r.ops_per_sec).collect()),
+        ratio: 0.0,
+        latency_us_p999: ok
+            .iter()
+            .map(|r| r.latency.latency_us_p999)
+            .max()
+            .unwrap_or(0),
+        latency_us_max: ok
+            .iter()
+            .map(|r| r.latency.latency_us_max)
+            .max()
+            .unwrap_or(0),
+        memory_per_cache: ok.iter().map(|r| r.memory_per_cache).fold(0.0, f64::max),
+        failed_rounds: lines
+            .iter()
+            .filter(|l| l.config == config && l.error.is_some())
+            .count() as u32,
+    }
+}
+
+/// Builds the summary of `lines` for the configurations in `order`.
+pub fn summarize(workload: &str, order: &[String], lines: &[Line<RunReport>]) -> Summary {
+    let mut configs: Vec<ConfigSummary> =
+        order.iter().map(|c| summarize_config(c, lines)).collect();
     let base = configs.first().map_or(0.0, |c| c.ops_per_sec);
     for c in &mut configs {
         c.ratio = if base > 0.0 {
@@ -270,36 +210,33 @@ pub fn summarize(workload: &str, order: &[String], runs: &[RunReport]) -> Summar
     }
 }
 
-fn mib(b: u64) -> String {
-    format!("{:.0}M", b as f64 / f64::from(1 << 20))
-}
+impl TableRow for RunReport {
+    const COLUMNS: &'static [Column] = &[
+        col("ops/s", 10),
+        col("p50", 8),
+        col("p99", 8),
+        col("p99.9", 8),
+        col("max", 8),
+        col("dev max", 8),
+        col("RSS pk", 8),
+        col("OS $", 8),
+        col("mem/$", 8),
+        col("hit%", 6),
+        col("read", 8),
+        col("written", 8),
+        col("cpu usr/sys", 11),
+        col("zero-s", 6),
+        col("stalls", 7),
+        col("tpcb check", 10),
+    ];
 
-fn ms(us: u64) -> String {
-    if us >= 10_000 {
-        format!("{:.0}ms", us as f64 / 1000.0)
-    } else {
-        format!("{:.2}ms", us as f64 / 1000.0)
-    }
-}
-
-/// Prints the runs and the comparison as tables.
-pub fn print_table(runs: &[RunReport], summary: &Summary) {
-    println!(
-        "{:<22} {:>3} {:>10} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>6} {:>8} {:>8} {:>11} {:>6} {:>7} tpcb check",
-        "config", "rnd", "ops/s", "p50", "p99", "p99.9", "max", "dev max", "RSS pk", "OS $", "mem/$",
-        "hit%", "read", "written", "cpu usr/sys", "zero-s", "stalls"
-    );
-    for r in runs {
-        if let Some(e) = &r.error {
-            println!("{:<22} {:>3} FAILED: {e}", r.config, r.round);
-            continue;
-        }
-        let hit = r
+    fn cells(&self) -> Vec<String> {
+        let hit = self
             .engine_stats
             .get("cache_hit_ratio")
             .and_then(serde_json::Value::as_f64)
             .map_or("-".to_string(), |h| format!("{:.1}", 100.0 * h));
-        let check = match &r.consistency {
+        let check = match &self.consistency {
             Some(c) if c.ok => "ok".to_string(),
             Some(c) => format!(
                 "FAILED (accounts {} tellers {} branches {} history {})",
@@ -307,78 +244,79 @@ pub fn print_table(runs: &[RunReport], summary: &Summary) {
             ),
             None => "-".to_string(),
         };
-        let zero = r.per_second_ops.iter().filter(|&&n| n == 0).count();
+        let zero = self.per_second_ops.iter().filter(|&&n| n == 0).count();
         // This engine's foreground waits over 1 ms, all causes.
-        let stalls =
-            r.engine_stats["stalls"]["histograms"]
-                .as_object()
-                .map_or("-".to_string(), |h| {
-                    h.values()
-                        .filter_map(|c| c["count"].as_u64())
-                        .sum::<u64>()
-                        .to_string()
-                });
-        println!(
-            "{:<22} {:>3} {:>10.0} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8.2} {:>6} {:>8} {:>8} {:>5.1}/{:<5.1} {:>6} {:>7} {}",
-            r.config,
-            r.round,
-            r.ops_per_sec,
-            ms(r.latency.p50_us),
-            ms(r.latency.p99_us),
-            ms(r.latency.p999_us),
-            ms(r.latency.max_us),
-            r.per_second_probe_max_us
-                .iter()
-                .max()
-                .map_or("-".to_string(), |&us| ms(us)),
-            mib(r.rss_peak_bytes),
-            mib(r.db_cached_bytes),
-            r.memory_per_cache,
+        let stalls = self.engine_stats["stalls"]["histograms"]
+            .as_object()
+            .map_or("-".to_string(), |h| {
+                h.values()
+                    .filter_map(|c| c["count"].as_u64())
+                    .sum::<u64>()
+                    .to_string()
+            });
+        let l = &self.latency;
+        let dev_max = self.per_second_probe_max_us.iter().max();
+        vec![
+            format!("{:.0}", self.ops_per_sec),
+            ms(l.latency_us_p50),
+            ms(l.latency_us_p99),
+            ms(l.latency_us_p999),
+            ms(l.latency_us_max),
+            dev_max.map_or("-".to_string(), |&us| ms(us)),
+            mib(self.rss_peak_bytes),
+            mib(self.db_cached_bytes),
+            format!("{:.2}", self.memory_per_cache),
             hit,
-            mib(r.io.read_bytes),
-            mib(r.io.write_bytes),
-            r.cpu.user_s,
-            r.cpu.sys_s,
-            zero,
+            mib(self.io.read_bytes),
+            mib(self.io.write_bytes),
+            format!("{:.1}/{:<5.1}", self.cpu.user_s, self.cpu.sys_s),
+            zero.to_string(),
             stalls,
-            check
-        );
+            check,
+        ]
     }
-    print_waits(runs);
-    if summary.configs.len() > 1 {
-        println!();
+}
+
+/// Prints the comparison of the configurations, when there are several.
+pub fn print_summary(lines: &[Line<RunReport>], summary: &Summary) {
+    if summary.configs.len() < 2 {
+        return;
+    }
+    println!();
+    println!(
+        "{} ({} per second), relative to {}:",
+        summary.workload,
+        lines
+            .iter()
+            .find(|l| l.error.is_none())
+            .map_or("operations", |l| l.row.unit.as_str()),
+        summary.baseline
+    );
+    for c in &summary.configs {
         println!(
-            "{} ({} per second), relative to {}:",
-            summary.workload,
-            runs.first().map_or("operations", |r| r.unit.as_str()),
-            summary.baseline
+            "  {:<22} {:>10.0}/s  {:>6.2}x   p99.9 {:>8}  max {:>8}  memory/cache {:.2}{}",
+            c.config,
+            c.ops_per_sec,
+            c.ratio,
+            ms(c.latency_us_p999),
+            ms(c.latency_us_max),
+            c.memory_per_cache,
+            if c.failed_rounds > 0 {
+                format!("  ({} rounds failed)", c.failed_rounds)
+            } else {
+                String::new()
+            }
         );
-        for c in &summary.configs {
-            println!(
-                "  {:<22} {:>10.0}/s  {:>6.2}x   p99.9 {:>8}  max {:>8}  memory/cache {:.2}{}",
-                c.config,
-                c.ops_per_sec,
-                c.ratio,
-                ms(c.p999_us),
-                ms(c.max_us),
-                c.memory_per_cache,
-                if c.failed_rounds > 0 {
-                    format!("  ({} rounds failed)", c.failed_rounds)
-                } else {
-                    String::new()
-                }
-            );
-        }
     }
 }
 
 /// Where an operation's time went, for the runs of this engine: its mean
 /// latency split into the foreground waits by cause and the rest (CPU,
 /// waiting to be scheduled, everything not counted as a wait).
-fn print_waits(runs: &[RunReport]) {
-    let ours: Vec<&RunReport> = runs
+pub fn print_waits(lines: &[Line<RunReport>]) {
+    let ours: Vec<&Line<RunReport>> = lines
         .iter()
-        .filter(|r| r.error.is_none() && !r.wait_per_op_us.is_empty())
+        .filter(|l| l.error.is_none() && !l.row.wait_per_op_us.is_empty())
         .collect();
     if ours.is_empty() {
         return;
@@ -389,15 +327,17 @@ fn print_waits(runs: &[RunReport]) {
         "{:<22} {:>3} {:>8} {:>10} {:>10} {:>10} {:>10} {:>8}",
         "config", "rnd", "latency", "data read", "writer lk", "WAL sync", "other wait", "rest"
     );
-    for r in ours {
+    for l in ours {
+        let r = &l.row;
         let w = |cause: &str| r.wait_per_op_us.get(cause).copied().unwrap_or(0.0);
         let (read, writer, sync) = (w("read_miss"), w("writer_lock_wait"), w("wal_sync_wait"));
         let waited: f64 = r.wait_per_op_us.values().sum();
         let other = waited - read - writer - sync;
-        let rest = r.latency.mean_us - waited;
+        let mean = r.latency.latency_us_mean;
+        let rest = mean - waited;
         println!(
             "{:<22} {:>3} {:>8.0} {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>8.0}",
-            r.config, r.round, r.latency.mean_us, read, writer, sync, other, rest
+            l.config, l.round, mean, read, writer, sync, other, rest
         );
     }
 }
@@ -415,10 +355,10 @@ const COLORS: [plotters::style::RGBColor; 6] = [
 /// one line per run; the last with the device probe's slowest read beside
 /// each run's slowest operation) and `compare.svg` (median ops/s per
 /// configuration) into `dir`.
-pub fn plot(dir: &Path, runs: &[RunReport], summary: &Summary) -> Result<()> {
+pub fn plot(dir: &Path, lines: &[Line<RunReport>], summary: &Summary) -> Result<()> {
     use plotters::prelude::*;
     std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
-    let ok: Vec<&RunReport> = runs.iter().filter(|r| r.error.is_none()).collect();
+    let ok: Vec<&Line<RunReport>> = lines.iter().filter(|l| l.error.is_none()).collect();
     let color_of = |config: &str| {
         let i = summary
             .configs
@@ -447,16 +387,16 @@ pub fn plot(dir: &Path, runs: &[RunReport], summary: &Summary) -> Result<()> {
         root.fill(&WHITE)?;
         let secs = ok
             .iter()
-            .map(|r| r.per_second_ops.len())
+            .map(|r| r.row.per_second_ops.len())
             .max()
             .unwrap_or(1)
             .max(1);
         let top = ok
             .iter()
             .flat_map(|r| {
-                let mut v = pick(r);
+                let mut v = pick(&r.row);
                 if let Some((_, b)) = beside {
-                    v.extend(b(r));
+                    v.extend(b(&r.row));
                 }
                 v
             })
@@ -480,7 +420,8 @@ pub fn plot(dir: &Path, runs: &[RunReport], summary: &Summary) -> Result<()> {
             let band = top / 40.0;
             let (lo, hi) = (band * row as f64, band * (row as f64 + 0.8));
             chart.draw_series(
-                r.per_second_checkpointing
+                r.row
+                    .per_second_checkpointing
                     .iter()
                     .enumerate()
                     .filter(|(_, &on)| on)
@@ -495,14 +436,17 @@ pub fn plot(dir: &Path, runs: &[RunReport], summary: &Summary) -> Result<()> {
         for r in &ok {
             let color = color_of(&r.config);
             chart
-                .draw_series(LineSeries::new(per_second(pick(r)), color.stroke_width(2)))?
+                .draw_series(LineSeries::new(
+                    per_second(pick(&r.row)),
+                    color.stroke_width(2),
+                ))?
                 .label(format!("{} (round {})", r.config, r.round))
                 .legend(move |(x, y)| {
                     PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
                 });
             if let Some((what, b)) = beside {
                 let thin = color.mix(0.6);
-                let points = per_second(b(r));
+                let points = per_second(b(&r.row));
                 if !points.is_empty() {
                     chart
                         .draw_series(LineSeries::new(points, thin.stroke_width(1)))?
@@ -521,7 +465,7 @@ pub fn plot(dir: &Path, runs: &[RunReport], summary: &Summary) -> Result<()> {
         root.present()?;
         Ok(())
     };
-    let unit = ok.first().map_or("operations", |r| r.unit.as_str());
+    let unit = ok.first().map_or("operations", |r| r.row.unit.as_str());
     series(
         "throughput.svg",
         &format!(

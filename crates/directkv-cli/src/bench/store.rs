@@ -1,8 +1,13 @@
 //! The engines a workload runs on, behind one small interface: this engine
-//! in each of its configurations and, with the `peers` feature, RocksDB, LMDB
-//! and SQLite.
+//! in each of its configurations and, with the `peers` feature (or one of
+//! `peer-rocksdb`, `peer-lmdb`, `peer-sqlite`), RocksDB, LMDB and SQLite.
+//!
+//! - Peer engines register themselves ([`register_peer`]) before any is
+//!   opened; this module knows only their configuration names, so that a
+//!   build without them can say which feature would add them.
 
 use std::path::Path;
+use std::sync::Mutex;
 
 use anyhow::{bail, Result};
 use directkv::internals::io::{AioBackend, DirectIo, SyncVariant};
@@ -82,15 +87,67 @@ pub enum Engine {
         /// Full-page images in the WAL LZ4-compressed (the default) or whole.
         compress: bool,
     },
-    /// RocksDB with sync writes.
-    Rocksdb {
-        /// `use_direct_reads` and `use_direct_io_for_flush_and_compaction`.
-        direct: bool,
+    /// A peer engine, by its configuration name (see [`PEER_CONFIGS`]).
+    Peer {
+        /// The configuration name: `rocksdb`, `rocksdb-direct`, `lmdb`, `sqlite`.
+        config: &'static str,
+        /// The engine: `rocksdb`, `lmdb`, `sqlite`.
+        family: &'static str,
     },
-    /// LMDB with durable commits.
-    Lmdb,
-    /// SQLite in WAL mode with synchronous=FULL.
-    Sqlite,
+}
+
+/// The peer engines' configuration names: (configuration, engine, the
+/// feature that builds it).
+pub const PEER_CONFIGS: [(&str, &str, &str); 4] = [
+    ("rocksdb", "rocksdb", "peer-rocksdb"),
+    ("rocksdb-direct", "rocksdb", "peer-rocksdb"),
+    ("lmdb", "lmdb", "peer-lmdb"),
+    ("sqlite", "sqlite", "peer-sqlite"),
+];
+
+/// Opens a peer's configuration `config` in `dir` with `cache_bytes` of
+/// cache; `load` opens for bulk loading (see [`open`]).
+pub type PeerOpen =
+    fn(config: &str, dir: &Path, cache_bytes: u64, load: bool) -> Result<Box<dyn Store>>;
+
+/// A peer engine this build includes, as its module registers it.
+#[derive(Clone, Copy)]
+pub struct Peer {
+    /// The configuration names it opens.
+    pub configs: &'static [&'static str],
+    /// How to open one.
+    pub open: PeerOpen,
+}
+
+/// Every registered peer.
+static PEERS: Mutex<Vec<Peer>> = Mutex::new(Vec::new());
+
+/// Makes `peer`'s configurations available to `open`.
+#[cfg_attr(
+    not(any(
+        feature = "peer-rocksdb",
+        feature = "peer-lmdb",
+        feature = "peer-sqlite"
+    )),
+    allow(dead_code)
+)]
+pub fn register_peer(peer: Peer) {
+    assert!(
+        peer.configs
+            .iter()
+            .all(|c| PEER_CONFIGS.iter().any(|(name, _, _)| name == c)),
+        "a peer registers only the configuration names listed in PEER_CONFIGS"
+    );
+    let mut peers = PEERS.lock().unwrap_or_else(|p| p.into_inner());
+    if !peers.iter().any(|p| p.configs == peer.configs) {
+        peers.push(peer);
+    }
+}
+
+/// The registered peer that opens `config`.
+fn registered_peer(config: &str) -> Option<Peer> {
+    let peers = PEERS.lock().unwrap_or_else(|p| p.into_inner());
+    peers.iter().copied().find(|p| p.configs.contains(&config))
 }
 
 impl Engine {
@@ -146,17 +203,11 @@ impl Engine {
                 aio,
                 compress,
             },
-            "rocksdb" if sync.is_none() && plain => Engine::Rocksdb { direct: false },
-            "rocksdb-direct" if sync.is_none() && plain => Engine::Rocksdb { direct: true },
-            "lmdb" if sync.is_none() && plain => Engine::Lmdb,
-            "sqlite" if sync.is_none() && plain => Engine::Sqlite,
-            _ => bail!(
-                "unknown configuration {name:?}: use direct, buffered, direct/METHOD (a WAL sync method), \
-                 direct-no-readahead, direct-fifo, direct-uring, direct-threads, direct-no-aio, \
-                 direct-whole-images, \
-                 rocksdb, \
-                 rocksdb-direct, lmdb or sqlite"
-            ),
+            peer if sync.is_none() && plain => match PEER_CONFIGS.iter().find(|p| p.0 == peer) {
+                Some(&(config, family, _)) => Engine::Peer { config, family },
+                None => bail!("unknown configuration {name:?}: {}", CONFIG_NAMES),
+            },
+            _ => bail!("unknown configuration {name:?}: {}", CONFIG_NAMES),
         })
     }
 
@@ -165,9 +216,7 @@ impl Engine {
     pub fn family(&self) -> &'static str {
         match self {
             Engine::Directkv { .. } => "directkv",
-            Engine::Rocksdb { .. } => "rocksdb",
-            Engine::Lmdb => "lmdb",
-            Engine::Sqlite => "sqlite",
+            Engine::Peer { family, .. } => family,
         }
     }
 
@@ -175,15 +224,26 @@ impl Engine {
     pub fn available(&self) -> Result<()> {
         match self {
             Engine::Directkv { .. } => Ok(()),
-            _ if cfg!(feature = "peers") => Ok(()),
-            _ => bail!(
-                "{} is a peer engine: build with `cargo build --release --features peers` \
-                 (RocksDB's bundled build takes ~30 minutes and needs libclang)",
-                self.family()
-            ),
+            Engine::Peer { config, .. } if registered_peer(config).is_some() => Ok(()),
+            Engine::Peer { config, family } => {
+                let feature = PEER_CONFIGS
+                    .iter()
+                    .find(|p| p.0 == *config)
+                    .map_or("peers", |p| p.2);
+                bail!(
+                    "{family} is a peer engine this build lacks: build with \
+                     `cargo build --release --features peers` (all peers; RocksDB's bundled \
+                     build takes ~30 minutes and needs libclang) or `--features {feature}`"
+                )
+            }
         }
     }
 }
+
+/// What `--compare` accepts, for the error that names a wrong one.
+const CONFIG_NAMES: &str = "use direct, buffered, direct/METHOD (a WAL sync method), \
+     direct-no-readahead, direct-fifo, direct-uring, direct-threads, direct-no-aio, \
+     direct-whole-images, rocksdb, rocksdb-direct, lmdb or sqlite";
 
 /// Settings of this engine a run may override.
 #[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
@@ -234,10 +294,12 @@ pub fn open(
                     },
                     ..defaults.io_scheduler
                 },
+                // DIRECTKV_IO_BACKEND, where set, wins over the configuration.
                 async_io: directkv::internals::io::AioOptions {
                     backend: aio.unwrap_or(defaults.async_io.backend),
                     ..defaults.async_io
-                },
+                }
+                .with_env_override()?,
                 wal_sync: *sync,
                 durability: if load {
                     Durability::NoSyncNotDurable
@@ -250,13 +312,12 @@ pub fn open(
                 db: Database::open(dir, opts)?,
             }))
         }
-        #[cfg(feature = "peers")]
-        other => super::peers::open(other, dir, cache_bytes, load),
-        #[cfg(not(feature = "peers"))]
-        other => {
-            other.available()?;
-            unreachable!("peer engines are available only with the peers feature")
-        }
+        Engine::Peer { config, .. } => match registered_peer(config) {
+            Some(peer) => (peer.open)(config, dir, cache_bytes, load),
+            None => engine
+                .available()
+                .and_then(|()| bail!("{config}: not registered")),
+        },
     }
 }
 
@@ -352,6 +413,12 @@ mod tests {
         // Out of order, a suffix is not recognised.
         assert!(Engine::parse("direct-fifo-no-readahead").is_err());
         assert!(Engine::parse("rocksdb-fifo").is_err());
+        assert_eq!(
+            Engine::parse("rocksdb-direct")
+                .expect("a peer's name")
+                .family(),
+            "rocksdb"
+        );
         assert!(Engine::parse("direct/no-such-method").is_err());
     }
 }

@@ -7,7 +7,7 @@
 //! histogram, flushes (syncs) and the average group size, and the ratios the
 //! design cares about: 1-thread commits/s to the raw sync rate, N threads to 1.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
@@ -17,8 +17,12 @@ use directkv::internals::io::profile::{self, Outcome};
 use directkv::internals::io::{OsStorage, SyncVariant};
 use directkv::internals::wal::{Wal, WalOptions};
 use directkv::Lsn;
-use hdrhistogram::Histogram;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+
+use super::args::{non_empty, parse_count, parse_seconds};
+use super::driver::{self, Run, Runs, Spec};
+use super::latency::{Latency, LatencyHistogram};
+use super::output::{col, Column, TableRow};
 
 /// Options of `directkv bench wal`.
 #[derive(clap::Args)]
@@ -26,8 +30,8 @@ pub struct Args {
     /// Directory on the filesystem to measure (a scratch directory is made in it).
     #[arg(long, default_value = ".")]
     dir: PathBuf,
-    /// Committing thread counts.
-    #[arg(long, value_delimiter = ',', default_value = "1,4,16,64")]
+    /// Committing thread counts (each at least 1).
+    #[arg(long, value_delimiter = ',', default_value = "1,4,16,64", value_parser = parse_count)]
     threads: Vec<usize>,
     /// Sync methods (`fdatasync`, `open_datasync+direct`, …; `all` for every durable one).
     #[arg(
@@ -36,29 +40,26 @@ pub struct Args {
         default_value = "fdatasync,fdatasync+direct,open_datasync+direct,pwrite_dsync+direct"
     )]
     methods: Vec<String>,
-    /// Record payload sizes in bytes.
-    #[arg(long, value_delimiter = ',', default_value = "100,4096")]
+    /// Record payload sizes in bytes (each at least 1).
+    #[arg(long, value_delimiter = ',', default_value = "100,4096", value_parser = parse_count)]
     record_sizes: Vec<usize>,
-    /// Seconds per measurement.
-    #[arg(long, default_value_t = 3.0)]
+    /// Seconds per measurement (more than 0).
+    #[arg(long, default_value_t = 3.0, value_parser = parse_seconds)]
     seconds: f64,
-    /// Print JSON lines instead of a table.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    runs: Runs,
 }
 
-#[derive(Debug, Serialize)]
-struct Row {
-    method: String,
+/// One (sync method, record size, thread count): a row of `bench wal`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Row {
     record_bytes: usize,
     threads: usize,
     commits: u64,
     seconds: f64,
     commits_per_sec: f64,
-    latency_us_p50: u64,
-    latency_us_p99: u64,
-    latency_us_p999: u64,
-    latency_us_max: u64,
+    #[serde(flatten)]
+    latency: Latency,
     flushes: u64,
     commits_per_flush: f64,
     /// The same method's one-write rate (`test-fsync`), same run.
@@ -67,6 +68,50 @@ struct Row {
     ratio_to_raw_sync: f64,
     /// commits/s over the 1-thread commits/s of the same method and size.
     ratio_to_one_thread: Option<f64>,
+}
+
+impl TableRow for Row {
+    const COLUMNS: &'static [Column] = &[
+        col("record", 6),
+        col("thr", 4),
+        col("commits/s", 10),
+        col("p50 us", 8),
+        col("p99 us", 8),
+        col("p99.9us", 8),
+        col("max us", 8),
+        col("group", 6),
+        col("raw sync", 9),
+        col("/raw", 7),
+        col("/1thr", 7),
+    ];
+
+    fn cells(&self) -> Vec<String> {
+        let l = &self.latency;
+        vec![
+            self.record_bytes.to_string(),
+            self.threads.to_string(),
+            format!("{:.0}", self.commits_per_sec),
+            l.latency_us_p50.to_string(),
+            l.latency_us_p99.to_string(),
+            l.latency_us_p999.to_string(),
+            l.latency_us_max.to_string(),
+            format!("{:.1}", self.commits_per_flush),
+            format!("{:.0}", self.raw_sync_per_sec),
+            format!("{:.2}", self.ratio_to_raw_sync),
+            self.ratio_to_one_thread
+                .map_or_else(|| "-".into(), |v| format!("{v:.2}")),
+        ]
+    }
+}
+
+/// `bench wal` as the driver runs it: one configuration per sync method.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WalSpec {
+    dir: PathBuf,
+    methods: Vec<String>,
+    threads: Vec<usize>,
+    record_sizes: Vec<usize>,
+    seconds: f64,
 }
 
 fn methods(names: &[String]) -> Result<Vec<SyncVariant>> {
@@ -81,36 +126,43 @@ fn methods(names: &[String]) -> Result<Vec<SyncVariant>> {
         .collect()
 }
 
+/// Runs `directkv bench wal`.
 pub fn run(args: Args) -> Result<()> {
+    non_empty("--threads", &args.threads)?;
+    non_empty("--record-sizes", &args.record_sizes)?;
+    non_empty("--methods", &args.methods)?;
     let variants = methods(&args.methods)?;
-    let scratch = super::sys::scratch_dir(&args.dir, "directkv-bench-wal-")?;
-    if !args.json {
-        println!(
-            "{:<22} {:>6} {:>4} {:>10} {:>8} {:>8} {:>8} {:>8} {:>6} {:>9} {:>7} {:>7}",
-            "method",
-            "record",
-            "thr",
-            "commits/s",
-            "p50 us",
-            "p99 us",
-            "p99.9us",
-            "max us",
-            "group",
-            "raw sync",
-            "/raw",
-            "/1thr"
-        );
+    let spec = WalSpec {
+        dir: args.dir,
+        methods: variants.iter().map(ToString::to_string).collect(),
+        threads: args.threads,
+        record_sizes: args.record_sizes,
+        seconds: args.seconds,
+    };
+    driver::run(&spec, &args.runs)
+}
+
+impl Spec for WalSpec {
+    const KIND: &'static str = "wal";
+    type Row = Row;
+
+    fn configs(&self) -> &[String] {
+        &self.methods
     }
-    for variant in &variants {
-        for &size in &args.record_sizes {
+
+    fn measure(&self, run: &Run) -> Result<Vec<Row>> {
+        let variant: SyncVariant = run.config.parse().map_err(anyhow::Error::from)?;
+        let scratch = super::sys::scratch_dir(&self.dir, "directkv-bench-wal-")?;
+        let mut rows = Vec::new();
+        for &size in &self.record_sizes {
             // The unit the WAL writes per commit at one thread: header, record,
             // padding to the I/O unit; test-fsync measures a write of that size.
             let block = (24 + 16 + size).next_multiple_of(4096);
             let raw = match profile::measure_one(
                 &scratch.path().join("raw.tmp"),
-                *variant,
+                variant,
                 block,
-                args.seconds,
+                self.seconds,
             )? {
                 Outcome::Measured { ops_per_sec, .. } => ops_per_sec,
                 Outcome::NotAvailable { reason } => {
@@ -119,55 +171,47 @@ pub fn run(args: Args) -> Result<()> {
                 }
             };
             let mut one_thread = None;
-            for &threads in &args.threads {
-                let row = measure(scratch.path(), *variant, size, threads, args.seconds, raw)?;
+            for &threads in &self.threads {
+                let row = measure(scratch.path(), variant, size, threads, self.seconds, raw)?;
                 let one = *one_thread.get_or_insert(row.commits_per_sec);
-                let row = Row {
+                rows.push(Row {
                     ratio_to_one_thread: (threads > 1).then(|| row.commits_per_sec / one),
                     ..row
-                };
-                print_row(&row, args.json)?;
+                });
             }
         }
+        Ok(rows)
     }
-    Ok(())
 }
 
-fn print_row(r: &Row, json: bool) -> Result<()> {
-    if json {
-        println!("{}", serde_json::to_string(r)?);
-        return Ok(());
+/// One committer: append a record and wait for it to be durable, until
+/// `stop`; its latencies.
+fn commit_until(
+    wal: &Wal<OsStorage>,
+    stop: &AtomicBool,
+    start: &Barrier,
+    payload: &[u8],
+) -> Result<LatencyHistogram> {
+    let mut h = LatencyHistogram::new()?;
+    start.wait();
+    while !stop.load(Ordering::Relaxed) {
+        let t = Instant::now();
+        let lsn = wal.append(16, payload)?;
+        wal.flush(lsn)?;
+        h.record(t.elapsed());
     }
-    let one = r
-        .ratio_to_one_thread
-        .map(|v| format!("{v:.2}"))
-        .unwrap_or_else(|| "-".into());
-    println!(
-        "{:<22} {:>6} {:>4} {:>10.0} {:>8} {:>8} {:>8} {:>8} {:>6.1} {:>9.0} {:>7.2} {:>7}",
-        r.method,
-        r.record_bytes,
-        r.threads,
-        r.commits_per_sec,
-        r.latency_us_p50,
-        r.latency_us_p99,
-        r.latency_us_p999,
-        r.latency_us_max,
-        r.commits_per_flush,
-        r.raw_sync_per_sec,
-        r.ratio_to_raw_sync,
-        one
-    );
-    Ok(())
+    Ok(h)
 }
 
 fn measure(
-    scratch: &std::path::Path,
+    scratch: &Path,
     variant: SyncVariant,
     size: usize,
     threads: usize,
     seconds: f64,
     raw: f64,
 ) -> Result<Row> {
+    assert!(threads >= 1 && seconds > 0.0, "validated by the options");
     let dir = tempfile::tempdir_in(scratch)?;
     let mut opts = WalOptions::new(dir.path().join("wal"), *b"directkv-benchwl");
     opts.sync = variant;
@@ -185,18 +229,7 @@ fn measure(
                 Arc::clone(&start),
                 Arc::clone(&payload),
             );
-            std::thread::spawn(move || -> directkv::Result<Histogram<u64>> {
-                let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)
-                    .expect("valid histogram bounds");
-                start.wait();
-                while !stop.load(Ordering::Relaxed) {
-                    let t = Instant::now();
-                    let lsn = wal.append(16, &payload)?;
-                    wal.flush(lsn)?;
-                    h.saturating_record(t.elapsed().as_micros() as u64);
-                }
-                Ok(h)
-            })
+            std::thread::spawn(move || commit_until(&wal, &stop, &start, &payload))
         })
         .collect();
     let flushes_before = wal.stats().flushes;
@@ -204,7 +237,7 @@ fn measure(
     let t = Instant::now();
     std::thread::sleep(Duration::from_secs_f64(seconds));
     stop.store(true, Ordering::Relaxed);
-    let mut all = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
+    let mut all = LatencyHistogram::new()?;
     for h in handles {
         let h = h
             .join()
@@ -213,22 +246,18 @@ fn measure(
     }
     let elapsed = t.elapsed().as_secs_f64();
     let flushes = wal.stats().flushes - flushes_before;
-    let commits = all.len();
+    let commits = all.count();
     Arc::into_inner(wal)
         .context("bench threads hold no WAL")?
         .close()?;
     let commits_per_sec = commits as f64 / elapsed;
     Ok(Row {
-        method: variant.to_string(),
         record_bytes: size,
         threads,
         commits,
         seconds: elapsed,
         commits_per_sec,
-        latency_us_p50: all.value_at_quantile(0.5),
-        latency_us_p99: all.value_at_quantile(0.99),
-        latency_us_p999: all.value_at_quantile(0.999),
-        latency_us_max: all.max(),
+        latency: all.latency(),
         flushes,
         commits_per_flush: commits as f64 / flushes.max(1) as f64,
         raw_sync_per_sec: raw,

@@ -5,12 +5,16 @@
 //! as the device allows (DESIGN.md invariant 8); buffered writes to one file
 //! serialize on its inode lock.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use directkv::internals::io::{AlignedBuf, DirectFile, DirectIo, FileOptions, Fill, SyncMethod};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+
+use super::args::{non_empty, parse_count, parse_positive_bytes, parse_seconds};
+use super::driver::{self, Run, Runs, Spec};
+use super::output::{col, Column, TableRow};
 
 /// Options of `directkv bench writers`.
 #[derive(clap::Args)]
@@ -18,30 +22,28 @@ pub struct Args {
     /// Directory for the scratch file.
     #[arg(long, default_value = ".")]
     dir: PathBuf,
-    /// Thread counts to measure.
-    #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
+    /// Thread counts to measure (each at least 1).
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4", value_parser = parse_count)]
     threads: Vec<usize>,
-    /// Bytes per write.
-    #[arg(long, default_value = "8k", value_parser = crate::size::parse_bytes)]
+    /// Bytes per write (a multiple of 512).
+    #[arg(long, default_value = "8k", value_parser = parse_positive_bytes)]
     block_size: u64,
     /// Size of the file the writers share.
-    #[arg(long, default_value = "512M", value_parser = crate::size::parse_bytes)]
+    #[arg(long, default_value = "512M", value_parser = parse_positive_bytes)]
     file_size: u64,
-    /// Seconds per measurement.
-    #[arg(long, default_value_t = 5.0)]
+    /// Seconds per measurement (more than 0).
+    #[arg(long, default_value_t = 5.0, value_parser = parse_seconds)]
     seconds: f64,
     /// Also measure buffered writes (the page cache's per-file write lock).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     buffered: bool,
-    /// Print JSON lines.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    runs: Runs,
 }
 
-/// One measurement.
-#[derive(Debug, Serialize)]
-struct Row {
-    io: &'static str,
+/// One thread count on one I/O path (`config`: direct or buffered).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Row {
     threads: usize,
     writes_per_sec: f64,
     mb_per_sec: f64,
@@ -49,38 +51,87 @@ struct Row {
     scaling: f64,
 }
 
-pub fn run(args: Args) -> Result<()> {
-    anyhow::ensure!(
-        args.block_size >= 512 && args.block_size % 512 == 0,
-        "--block-size must be a multiple of 512"
-    );
-    let path = args
-        .dir
-        .join(format!(".directkv-bench-writers-{}", std::process::id()));
-    let result = measure_all(&args, &path);
-    let _ = std::fs::remove_file(&path);
-    let rows = result?;
-    for r in &rows {
-        if args.json {
-            println!("{}", serde_json::to_string(r)?);
-        } else {
-            println!(
-                "{:<9} {:>2} threads {:>10.0} writes/s {:>8.1} MB/s  {:.2}x one thread",
-                r.io, r.threads, r.writes_per_sec, r.mb_per_sec, r.scaling
-            );
-        }
+impl TableRow for Row {
+    const COLUMNS: &'static [Column] = &[
+        col("threads", 7),
+        col("writes/s", 10),
+        col("MB/s", 8),
+        col("x one thread", 12),
+    ];
+
+    fn cells(&self) -> Vec<String> {
+        vec![
+            self.threads.to_string(),
+            format!("{:.0}", self.writes_per_sec),
+            format!("{:.1}", self.mb_per_sec),
+            format!("{:.2}", self.scaling),
+        ]
     }
-    Ok(())
 }
 
-fn measure_all(args: &Args, path: &std::path::Path) -> Result<Vec<Row>> {
-    let mut rows = Vec::new();
-    let modes: &[(&'static str, DirectIo)] = if args.buffered {
-        &[("direct", DirectIo::On), ("buffered", DirectIo::Off)]
-    } else {
-        &[("direct", DirectIo::On)]
+/// `bench writers` as the driver runs it: one configuration per I/O path.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WritersSpec {
+    dir: PathBuf,
+    threads: Vec<usize>,
+    block_size: u64,
+    file_size: u64,
+    seconds: f64,
+    modes: Vec<String>,
+}
+
+/// Runs `directkv bench writers`.
+pub fn run(args: Args) -> Result<()> {
+    non_empty("--threads", &args.threads)?;
+    if args.block_size % 512 != 0 {
+        bail!(
+            "--block-size must be a multiple of 512 (got {})",
+            args.block_size
+        );
+    }
+    if args.file_size < args.block_size {
+        bail!("--file-size must hold at least one --block-size block");
+    }
+    let mut modes = vec!["direct".to_string()];
+    if args.buffered {
+        modes.push("buffered".into());
+    }
+    let spec = WritersSpec {
+        dir: args.dir,
+        threads: args.threads,
+        block_size: args.block_size,
+        file_size: args.file_size,
+        seconds: args.seconds,
+        modes,
     };
-    for &(io, direct_io) in modes {
+    driver::run(&spec, &args.runs)
+}
+
+impl Spec for WritersSpec {
+    const KIND: &'static str = "writers";
+    type Row = Row;
+
+    fn configs(&self) -> &[String] {
+        &self.modes
+    }
+
+    fn measure(&self, run: &Run) -> Result<Vec<Row>> {
+        let direct_io = match run.config.as_str() {
+            "direct" => DirectIo::On,
+            "buffered" => DirectIo::Off,
+            m => bail!("unknown I/O path {m:?}"),
+        };
+        let path = self
+            .dir
+            .join(format!(".directkv-bench-writers-{}", std::process::id()));
+        let result = self.measure_all(&path, direct_io);
+        let _ = std::fs::remove_file(&path);
+        result
+    }
+}
+
+impl WritersSpec {
+    fn measure_all(&self, path: &Path, direct_io: DirectIo) -> Result<Vec<Row>> {
         let file = DirectFile::open(
             path,
             &FileOptions {
@@ -91,26 +142,26 @@ fn measure_all(args: &Args, path: &std::path::Path) -> Result<Vec<Row>> {
             },
         )
         .with_context(|| format!("open {}", path.display()))?;
-        file.allocate(args.file_size, Fill::Zero)?;
+        file.allocate(self.file_size, Fill::Zero)?;
+        let mut rows = Vec::new();
         let mut one = 0.0;
-        for &threads in &args.threads {
-            let rate = measure(&file, args, threads.max(1))?;
+        for &threads in &self.threads {
+            let rate = measure(&file, self, threads)?;
             if threads == 1 || one == 0.0 {
                 one = rate;
             }
             rows.push(Row {
-                io,
                 threads,
                 writes_per_sec: rate,
-                mb_per_sec: rate * args.block_size as f64 / 1e6,
+                mb_per_sec: rate * self.block_size as f64 / 1e6,
                 scaling: rate / one,
             });
         }
+        Ok(rows)
     }
-    Ok(rows)
 }
 
-fn measure(file: &DirectFile, args: &Args, threads: usize) -> Result<f64> {
+fn measure(file: &DirectFile, args: &WritersSpec, threads: usize) -> Result<f64> {
     let unit = file.alignment().io_unit_bytes();
     let blocks = args.file_size / args.block_size;
     let per_thread = (blocks / threads as u64).max(1);
