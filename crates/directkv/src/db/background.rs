@@ -212,14 +212,13 @@ impl CleanerPass {
             inner.publish_stats();
             self.published = Instant::now();
         }
-        // Growth ahead of use; a failure poisons the data file and the next
-        // page write reports it.
+        // Growth ahead of use is speculative: a full filesystem refuses the
+        // reservation, which changes nothing, and the file then grows by its
+        // page writes (a failure there is a real one, and stops the engine).
         if let Ok(meta) = health::read(&inner.tree) {
             let pages = meta.page_count;
             drop(meta);
-            let _ = inner
-                .health
-                .observe(inner.pool.extend_ahead(pages, IoClass::Background));
+            let _ = inner.pool.extend_ahead(pages, IoClass::Background);
         }
         let window = (inner.pool.frames() / 16).max(8);
         // A failed write leaves the page dirty and stops the database: every
