@@ -2,7 +2,7 @@
 #![no_main]
 use std::path::Path;
 
-use directkv::internals::format::control::ControlFile;
+use directkv::internals::db::ControlFile;
 use directkv::internals::io::{AlignedBuf, FileOptions, Storage, StorageFile, SyncMethod};
 use directkv::internals::sim::SimStorage;
 use libfuzzer_sys::fuzz_target;

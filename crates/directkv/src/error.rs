@@ -6,7 +6,7 @@
 //!
 //! Invariants:
 //! - An error from a write or a sync is never mapped to success, and a
-//!   [`DirectFile`](crate::io::DirectFile) that saw one answers every later
+//!   direct-I/O file that saw one answers every later
 //!   write and sync with [`Error::Poisoned`] (DESIGN.md invariant 3).
 //! - `ENOSPC`/`EDQUOT` become [`Error::DiskFull`] and `EROFS` becomes
 //!   [`Error::ReadOnlyFilesystem`], so a caller can act on them without parsing

@@ -155,6 +155,10 @@ pub mod internals {
     pub mod stall {
         pub use crate::stall::*;
     }
+    /// The `CONTROL` file the checkpoint writes.
+    pub mod db {
+        pub use crate::db::ControlFile;
+    }
     /// Sizes and bounds.
     pub mod constants {
         pub use crate::constants::*;

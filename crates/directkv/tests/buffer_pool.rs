@@ -11,7 +11,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use directkv::internals::buffer::{Access, BufferPool, LogFlusher};
-use directkv::internals::format::control::{Control, ControlFile};
+use directkv::internals::db::ControlFile;
+use directkv::internals::format::control::Control;
 use directkv::internals::format::page::{self, PageType, PAGE_HEADER_BYTES};
 use directkv::internals::io::{DirectFile, DirectIo, FileOptions, OsStorage, SyncMethod};
 use directkv::internals::sched::{IoClass, Scheduler};

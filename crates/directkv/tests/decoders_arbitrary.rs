@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use directkv::internals::btree::node;
-use directkv::internals::format::control::ControlFile;
+use directkv::internals::db::ControlFile;
 use directkv::internals::format::page;
 use directkv::internals::io::{AlignedBuf, FileOptions, Storage, StorageFile, SyncMethod};
 use directkv::internals::sim::SimStorage;

@@ -35,24 +35,18 @@ pub const LEAF_CELL_HEADER: usize = 7;
 pub const BRANCH_CELL_HEADER: usize = 10;
 const OVERFLOW_FLAG: u8 = 1;
 
+/// A page offset or count stored as a `u16` at `o`, as an index.
 fn u16_at(p: &[u8], o: usize) -> usize {
-    u16::from_le_bytes([p[o], p[o + 1]]) as usize
+    usize::from(le::u16_at(p, o))
 }
 
+/// Stores the page offset or count `v` as a `u16` at `o`.
 fn set_u16(p: &mut [u8], o: usize, v: usize) {
     let v = u16::try_from(v).expect("page offsets fit in u16 (pages are at most 16 KiB)");
-    p[o..o + 2].copy_from_slice(&v.to_le_bytes());
+    le::put_u16(p, o, v);
 }
 
-fn u32_at(p: &[u8], o: usize) -> u32 {
-    u32::from_le_bytes([p[o], p[o + 1], p[o + 2], p[o + 3]])
-}
-
-fn u64_at(p: &[u8], o: usize) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&p[o..o + 8]);
-    u64::from_le_bytes(a)
-}
+use crate::format::le::{self, u32_at, u64_at};
 
 /// The page type stored in the common header.
 pub fn page_type(p: &[u8]) -> Option<PageType> {

@@ -31,10 +31,10 @@ use std::time::{Duration, Instant};
 use super::replacer::{Access, Replacer};
 use crate::error::{Error, Result};
 use crate::format::page::{self, PageError, PAGE_HEADER_BYTES, PAGE_SIZES};
+use crate::format::DbId;
 use crate::io::{Aio, AlignedArena, AlignedBuf, BatchOp, Fill, Storage, StorageFile};
 use crate::lsn::Lsn;
 use crate::sched::{IoClass, SchedMode, SchedOptions, Scheduler};
-use crate::wal::DbId;
 
 /// The fewest frames a pool may have: a B+tree operation pins a root-to-leaf
 /// path plus a sibling and a new page at once.
@@ -60,15 +60,6 @@ pub trait LogFlusher: Send + Sync + 'static {
     /// # Errors
     /// The log's errors.
     fn flush_to(&self, lsn: Lsn) -> Result<()>;
-}
-
-impl<S: Storage> LogFlusher for crate::wal::Wal<S> {
-    fn durable_lsn(&self) -> Lsn {
-        crate::wal::Wal::durable_lsn(self)
-    }
-    fn flush_to(&self, lsn: Lsn) -> Result<()> {
-        self.flush(lsn)
-    }
 }
 
 /// Counters of the pool.

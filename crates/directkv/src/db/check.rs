@@ -18,6 +18,7 @@ use crate::btree::node::{self, Value};
 use crate::btree::tree::{free_next, Pages, DEPTH_MAX};
 use crate::buffer::Access;
 use crate::error::{Error, Result};
+use crate::format::le;
 use crate::format::page::{self, PageType, PAGE_HEADER_BYTES};
 use crate::io::{Storage, StorageFile};
 
@@ -207,7 +208,7 @@ impl<S: Storage> Checker<'_, S> {
             self.claim(page)?;
             self.report.overflow_pages += 1;
             let (kind, n, next) = self.pages.read(page, Access::Scan, |p| {
-                let u = |o: usize| u64::from_le_bytes(p[o..o + 8].try_into().unwrap_or([0; 8]));
+                let u = |o: usize| le::get_u64(p, o).unwrap_or(0);
                 (
                     node::page_type(p),
                     u(PAGE_HEADER_BYTES + 8),

@@ -22,13 +22,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use super::commit::SpareBuffers;
+use super::control::ControlFile;
 use super::records::Meta;
 use super::stats::{Counters, RecoveryStats};
 use super::txn::TicketLock;
 use super::Options;
 use crate::buffer::{BufferPool, LogFlusher};
 use crate::error::Result;
-use crate::format::control::ControlFile;
 use crate::health::{self, Health};
 use crate::io::{Aio, Storage, SyncVariant};
 use crate::lsn::Lsn;

@@ -15,6 +15,7 @@ mod background;
 mod check;
 mod checkpoint;
 mod commit;
+mod control;
 mod database;
 mod engine;
 mod open;
@@ -26,6 +27,7 @@ mod txn;
 
 pub use check::CheckReport;
 pub use checkpoint::WAL_HARD_LIMIT_FACTOR;
+pub use control::ControlFile;
 pub use database::Database;
 pub use options::{Durability, Options, WAL_BUFFERS_INCLUDED_FROM};
 pub use stats::{RecoveryStats, StallHistograms, Stalls, Stats, STATS_FILE};

@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use super::background::{self, stop_signal};
 use super::commit::SpareBuffers;
+use super::control::ControlFile;
 use super::engine::{EngineLog, Inner, Pool};
 use super::options::pool_bytes;
 use super::recovery::{self, Recovered};
@@ -32,15 +33,16 @@ use super::{Database, Options};
 use crate::btree::node;
 use crate::buffer::BufferPool;
 use crate::error::{Error, Result};
-use crate::format::control::{Control, ControlFile};
+use crate::format::control::Control;
 use crate::format::page;
+use crate::format::DbId;
 use crate::health::Health;
 use crate::io::{
     Aio, AioBackend, DirectIo, FileOptions, Storage, StorageFile, SyncMethod, SyncVariant,
 };
 use crate::lsn::Lsn;
 use crate::sched::Scheduler;
-use crate::wal::{DbId, WalOptions};
+use crate::wal::WalOptions;
 
 const CONTROL_NAME: &str = "CONTROL";
 const DATA_NAME: &str = "data";

@@ -13,6 +13,7 @@
 //! the page's LSN is below that commit's LSN.
 
 use crate::error::{Error, Result};
+use crate::format::le;
 
 /// Kind of a page record.
 pub const PAGE: u8 = 20;
@@ -40,14 +41,6 @@ fn bad(what: &str) -> Error {
         offset: 0,
         detail: format!("malformed {what} record"),
     }
-}
-
-fn u64_at(b: &[u8], o: usize) -> Option<u64> {
-    Some(u64::from_le_bytes(b.get(o..o + 8)?.try_into().ok()?))
-}
-
-fn u16_at(b: &[u8], o: usize) -> Option<usize> {
-    Some(u16::from_le_bytes(b.get(o..o + 2)?.try_into().ok()?) as usize)
 }
 
 /// Page record flag: changed byte ranges.
@@ -186,8 +179,12 @@ impl PageRecord<'_> {
             Body::Ranges { bytes: ranges, n } => {
                 let mut at = 0usize;
                 for _ in 0..n {
-                    let off = u16_at(ranges, at).ok_or_else(|| bad("page"))?;
-                    let len = u16_at(ranges, at + 2).ok_or_else(|| bad("page"))?;
+                    let off = le::get_u16(ranges, at)
+                        .map(usize::from)
+                        .ok_or_else(|| bad("page"))?;
+                    let len = le::get_u16(ranges, at + 2)
+                        .map(usize::from)
+                        .ok_or_else(|| bad("page"))?;
                     let bytes = ranges
                         .get(at + 4..at + 4 + len)
                         .ok_or_else(|| bad("page"))?;
@@ -216,10 +213,12 @@ impl PageRecord<'_> {
 /// # Errors
 /// [`Error::Corruption`] when it is malformed.
 pub fn decode_page(b: &[u8]) -> Result<PageRecord<'_>> {
-    let txn = u64_at(b, 0).ok_or_else(|| bad("page"))?;
-    let page = u64_at(b, 8).ok_or_else(|| bad("page"))?;
+    let txn = le::get_u64(b, 0).ok_or_else(|| bad("page"))?;
+    let page = le::get_u64(b, 8).ok_or_else(|| bad("page"))?;
     let flag = *b.get(16).ok_or_else(|| bad("page"))?;
-    let n = u16_at(b, PAGE_HEADER).ok_or_else(|| bad("page"))?;
+    let n = le::get_u16(b, PAGE_HEADER)
+        .map(usize::from)
+        .ok_or_else(|| bad("page"))?;
     let bytes = &b[PAGE_HEADER + 2..];
     let (full, body) = match flag {
         DELTA => (false, Body::Ranges { bytes, n }),
@@ -255,7 +254,7 @@ pub fn encode_meta(first: u64, meta: &Meta) -> Vec<u8> {
 /// # Errors
 /// [`Error::Corruption`] when it is malformed.
 pub fn decode_meta(b: &[u8]) -> Result<(u64, Meta)> {
-    let get = |i: usize| u64_at(b, 8 * i).ok_or_else(|| bad("commit"));
+    let get = |i: usize| le::get_u64(b, 8 * i).ok_or_else(|| bad("commit"));
     Ok((
         get(0)?,
         Meta {

@@ -1,10 +1,6 @@
-//! The `CONTROL` file: the database's small, durable root of trust.
-//!
-//! Two slots, each in its own 4096-byte block (offsets 0 and 4096), so a torn
-//! write of one can never touch the other. Each write goes to the slot of the
-//! next generation's parity and is followed by `fsync`; reading takes the valid
-//! slot with the highest generation. A crash during a write therefore leaves the
-//! previous control intact (RELIABILITY.md F17).
+//! The encoding of a `CONTROL` slot: the database's small, durable root of
+//! trust. The file of two slots, and when it is written, is the
+//! checkpoint's (`db::control`).
 //!
 //! Slot layout (little-endian):
 //!
@@ -25,10 +21,9 @@
 
 use std::path::Path;
 
+use super::{le, DbId};
 use crate::error::{Error, Result};
-use crate::io::{AlignedBuf, DirectIo, FileOptions, Fill, Storage, StorageFile, SyncMethod};
 use crate::lsn::Lsn;
-use crate::wal::DbId;
 
 /// Control file magic.
 pub const CONTROL_MAGIC: [u8; 8] = *b"DKVCTRL1";
@@ -36,6 +31,10 @@ pub const CONTROL_MAGIC: [u8; 8] = *b"DKVCTRL1";
 pub const FORMAT_VERSION: u32 = 1;
 /// Bytes per slot block.
 pub const SLOT_BYTES: usize = 4096;
+/// Bytes of a slot that carry data: the fields and their CRC.
+pub const SLOT_USED_BYTES: usize = 92;
+
+const _: () = assert!(SLOT_USED_BYTES <= SLOT_BYTES);
 
 /// The contents of one control slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,12 +60,17 @@ pub struct Control {
 }
 
 impl Control {
-    fn encode(&self, out: &mut [u8]) {
+    /// Encodes the slot into the first [`SLOT_BYTES`] of `out`.
+    pub fn encode(&self, out: &mut [u8]) {
+        assert!(
+            out.len() >= SLOT_BYTES,
+            "a slot block is {SLOT_BYTES} bytes"
+        );
         out[..SLOT_BYTES].fill(0);
         out[0..8].copy_from_slice(&CONTROL_MAGIC);
-        out[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
-        out[12..16].copy_from_slice(&self.page_bytes.to_le_bytes());
-        out[16..24].copy_from_slice(&self.generation.to_le_bytes());
+        le::put_u32(out, 8, FORMAT_VERSION);
+        le::put_u32(out, 12, self.page_bytes);
+        le::put_u64(out, 16, self.generation);
         out[24..40].copy_from_slice(&self.db_id);
         for (i, v) in [
             self.checkpoint_lsn.0,
@@ -79,20 +83,27 @@ impl Control {
         .into_iter()
         .enumerate()
         {
-            out[40 + 8 * i..48 + 8 * i].copy_from_slice(&v.to_le_bytes());
+            le::put_u64(out, 40 + 8 * i, v);
         }
         let crc = crc32c::crc32c(&out[..88]);
-        out[88..92].copy_from_slice(&crc.to_le_bytes());
+        le::put_u32(out, 88, crc);
+        debug_assert!(
+            matches!(Control::decode(out, Path::new("")), Ok(Some(c)) if c == *self),
+            "encode and decode pair"
+        );
     }
 
-    /// Decodes one slot; `Ok(None)` for a slot that is empty or damaged.
-    fn decode(b: &[u8], path: &Path) -> Result<Option<Control>> {
-        let u64_at = |o: usize| {
-            let mut a = [0u8; 8];
-            a.copy_from_slice(&b[o..o + 8]);
-            u64::from_le_bytes(a)
-        };
-        let u32_at = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
+    /// Decodes one slot read from `path`; `Ok(None)` for a slot that is
+    /// short, empty or damaged.
+    ///
+    /// # Errors
+    /// [`Error::FormatVersion`] for a valid slot of another format version.
+    pub fn decode(b: &[u8], path: &Path) -> Result<Option<Control>> {
+        if b.len() < SLOT_USED_BYTES {
+            return Ok(None);
+        }
+        let u64_at = |o: usize| le::u64_at(b, o);
+        let u32_at = |o: usize| le::u32_at(b, o);
         if b[0..8] != CONTROL_MAGIC || u32_at(88) != crc32c::crc32c(&b[..88]) {
             return Ok(None);
         }
@@ -117,99 +128,5 @@ impl Control {
             freelist_head: u64_at(72),
             flags: u64_at(80),
         }))
-    }
-}
-
-/// The open control file.
-pub struct ControlFile<S: Storage> {
-    file: S::File,
-    buf: AlignedBuf,
-    current: Control,
-}
-
-fn options(create: bool) -> FileOptions {
-    FileOptions {
-        create,
-        direct_io: DirectIo::Auto,
-        sync: SyncMethod::Fsync,
-        ..FileOptions::default()
-    }
-}
-
-impl<S: Storage> ControlFile<S> {
-    /// Creates a control file holding `control` (generation 1, both slots).
-    ///
-    /// # Errors
-    /// I/O errors; [`Error::InvalidArgument`] if the file exists already.
-    pub fn create(storage: &S, path: &Path, control: Control) -> Result<ControlFile<S>> {
-        if storage.exists(path) {
-            return Err(Error::InvalidArgument(format!("{} exists", path.display())));
-        }
-        let file = storage.open(path, &options(true))?;
-        file.allocate(2 * SLOT_BYTES as u64, Fill::Zero)?;
-        let unit = file.alignment().io_unit_bytes();
-        let mut cf = ControlFile {
-            file,
-            buf: AlignedBuf::new(SLOT_BYTES, unit)?,
-            current: Control {
-                generation: 0,
-                ..control
-            },
-        };
-        // Both slots, so a damaged one later still leaves a valid one.
-        cf.write(control)?;
-        cf.write(control)?;
-        Ok(cf)
-    }
-
-    /// Opens a control file and returns it with the newest valid control.
-    ///
-    /// # Errors
-    /// [`Error::NotADatabase`] when neither slot is a control slot;
-    /// [`Error::FormatVersion`] for another format version; I/O errors.
-    pub fn open(storage: &S, path: &Path) -> Result<ControlFile<S>> {
-        let file = storage.open(path, &options(false))?;
-        let unit = file.alignment().io_unit_bytes();
-        let mut buf = AlignedBuf::new(SLOT_BYTES, unit)?;
-        let mut best: Option<Control> = None;
-        for slot in 0..2u64 {
-            let got = file.read_at(buf.io_all_mut(), slot * SLOT_BYTES as u64)?;
-            if got < 92 {
-                continue;
-            }
-            if let Some(c) = Control::decode(buf.as_slice(), path)? {
-                if best.is_none_or(|b| c.generation > b.generation) {
-                    best = Some(c);
-                }
-            }
-        }
-        let current = best.ok_or_else(|| Error::NotADatabase {
-            path: path.to_path_buf(),
-            detail: "no valid control slot".into(),
-        })?;
-        Ok(ControlFile { file, buf, current })
-    }
-
-    /// The newest control.
-    pub fn current(&self) -> Control {
-        self.current
-    }
-
-    /// Durably replaces the control (the generation is set here).
-    ///
-    /// # Errors
-    /// I/O errors of the write or `fsync`.
-    pub fn write(&mut self, control: Control) -> Result<()> {
-        let next = Control {
-            generation: self.current.generation + 1,
-            ..control
-        };
-        next.encode(self.buf.as_mut_slice());
-        let slot = next.generation % 2;
-        self.file
-            .write_all_at(self.buf.io_all(), slot * SLOT_BYTES as u64)?;
-        self.file.sync_all()?;
-        self.current = next;
-        Ok(())
     }
 }

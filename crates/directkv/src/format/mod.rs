@@ -1,5 +1,11 @@
-//! On-disk encodings of the data file and the control file. The WAL's own format
-//! lives with the WAL (`wal::format`).
+//! On-disk encodings: data pages, the `CONTROL` slots, the identities they
+//! carry, and the little-endian codec they share. The WAL's own record and
+//! segment format lives with the WAL (`wal::format`), on the same codec.
+//! Nothing here opens or writes a file.
 
 pub mod control;
+mod ids;
+pub mod le;
 pub mod page;
+
+pub use ids::DbId;

@@ -17,8 +17,8 @@
 //! a page image written to the wrong place (or taken from another database)
 //! fails verification even though its checksum is intact.
 
+use super::{le, DbId};
 use crate::lsn::Lsn;
-use crate::wal::DbId;
 
 /// Bytes of the common page header.
 pub const PAGE_HEADER_BYTES: usize = 48;
@@ -101,16 +101,6 @@ impl std::fmt::Display for PageError {
     }
 }
 
-fn le_u64(b: &[u8]) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[..8]);
-    u64::from_le_bytes(a)
-}
-
-fn le_u32(b: &[u8]) -> u32 {
-    u32::from_le_bytes([b[0], b[1], b[2], b[3]])
-}
-
 /// Writes `header` into the first bytes of `page` and the checksum over the
 /// whole page. Call right before the page goes to disk.
 pub fn seal(page: &mut [u8], header: &PageHeader) {
@@ -156,7 +146,7 @@ pub fn init(page: &mut [u8], page_type: PageType) {
 /// # Errors
 /// [`PageError`] saying what is wrong; such an image is never used as data.
 pub fn verify(page: &[u8], page_no: u64, db_id: &DbId) -> Result<PageHeader, PageError> {
-    if le_u32(page) != crc32c::crc32c(&page[4..]) {
+    if le::u32_at(page, 0) != crc32c::crc32c(&page[4..]) {
         if page.iter().all(|&b| b == 0) {
             return Err(PageError::NeverWritten);
         }
@@ -170,8 +160,8 @@ pub fn verify(page: &[u8], page_no: u64, db_id: &DbId) -> Result<PageHeader, Pag
     let header = PageHeader {
         page_type,
         flags: u16::from_le_bytes([page[10], page[11]]),
-        page_no: le_u64(&page[16..]),
-        lsn: Lsn(le_u64(&page[24..])),
+        page_no: le::u64_at(page, 16),
+        lsn: Lsn(le::u64_at(page, 24)),
         db_id: page[32..48].try_into().map_err(|_| PageError::NotAPage)?,
     };
     if header.page_no != page_no {
@@ -187,7 +177,7 @@ pub fn verify(page: &[u8], page_no: u64, db_id: &DbId) -> Result<PageHeader, Pag
 
 /// The page LSN recorded in a page image (not verified).
 pub fn page_lsn(page: &[u8]) -> Lsn {
-    Lsn(le_u64(&page[24..]))
+    Lsn(le::u64_at(page, 24))
 }
 
 #[cfg(test)]

@@ -20,6 +20,7 @@
 //! block 512..1024); one ending at 1016 leaves 8 bytes, so the next starts at 1024.
 
 use crate::constants::SECTOR_BYTES;
+use crate::format::le;
 use crate::lsn::Lsn;
 
 /// Bytes of a record header.
@@ -72,16 +73,6 @@ pub struct RecordHeader {
     pub kind: u8,
 }
 
-fn le_u32(b: &[u8]) -> u32 {
-    u32::from_le_bytes([b[0], b[1], b[2], b[3]])
-}
-
-fn le_u64(b: &[u8]) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[..8]);
-    u64::from_le_bytes(a)
-}
-
 fn header_crc(lsn: Lsn, rest: &[u8]) -> u32 {
     crc32c::crc32c_append(crc32c::crc32c(&lsn.0.to_le_bytes()), rest)
 }
@@ -102,12 +93,12 @@ impl RecordHeader {
     /// header written at that position (zeros, garbage, stale, torn).
     pub fn decode(bytes: &[u8], lsn: Lsn) -> Option<RecordHeader> {
         let bytes = bytes.get(..RECORD_HEADER_BYTES as usize)?;
-        if le_u32(bytes) != header_crc(lsn, &bytes[4..]) || bytes[13..16] != [0, 0, 0] {
+        if le::u32_at(bytes, 0) != header_crc(lsn, &bytes[4..]) || bytes[13..16] != [0, 0, 0] {
             return None;
         }
         let h = RecordHeader {
-            payload_len: le_u32(&bytes[4..]),
-            payload_crc: le_u32(&bytes[8..]),
+            payload_len: le::u32_at(bytes, 4),
+            payload_crc: le::u32_at(bytes, 8),
             kind: bytes[12],
         };
         let known = h.kind == kind::FLUSH_HEADER || h.kind == kind::PAD || h.kind >= kind::USER_MIN;
@@ -132,9 +123,7 @@ pub fn next_record_start(end: Lsn) -> Lsn {
     }
 }
 
-/// The identity of a database, carried by every segment so a segment of another
-/// database is never replayed.
-pub type DbId = [u8; 16];
+pub use crate::format::DbId;
 
 /// A decoded segment header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -183,24 +172,24 @@ impl SegmentHeader {
     /// this build reads.
     pub fn decode(bytes: &[u8]) -> Result<SegmentHeader, SegmentHeaderError> {
         let b = bytes.get(..64).ok_or(SegmentHeaderError::NotASegment)?;
-        if b[0..8] != SEGMENT_MAGIC || le_u32(&b[56..]) != crc32c::crc32c(&b[..56]) {
+        if b[0..8] != SEGMENT_MAGIC || le::u32_at(b, 56) != crc32c::crc32c(&b[..56]) {
             return Err(SegmentHeaderError::NotASegment);
         }
-        let version = le_u32(&b[8..]);
+        let version = le::u32_at(b, 8);
         if version != FORMAT_VERSION {
             return Err(SegmentHeaderError::Version(version));
         }
         let mut db_id = [0u8; 16];
         db_id.copy_from_slice(&b[40..56]);
         let h = SegmentHeader {
-            segment_no: le_u64(&b[16..]),
-            segment_bytes: le_u64(&b[24..]),
+            segment_no: le::u64_at(b, 16),
+            segment_bytes: le::u64_at(b, 24),
             db_id,
         };
-        let sane = le_u32(&b[12..]) as u64 == SEGMENT_HEADER_BYTES
+        let sane = le::u32_at(b, 12) as u64 == SEGMENT_HEADER_BYTES
             && (SEGMENT_BYTES_MIN..=SEGMENT_BYTES_MAX).contains(&h.segment_bytes)
             && h.segment_bytes % SEGMENT_HEADER_BYTES == 0
-            && le_u64(&b[32..]) == h.first_lsn().0;
+            && le::u64_at(b, 32) == h.first_lsn().0;
         if !sane {
             return Err(SegmentHeaderError::NotASegment);
         }
