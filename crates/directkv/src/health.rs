@@ -20,9 +20,14 @@
 //!   later operation returns [`Error::Poisoned`] naming the first cause
 //!   (LevelDB's `bg_error_`, SQLite's pager error state, redb's
 //!   `PreviousIo`).
-//! - A poisoned lock is never silently recovered on a path that changes
-//!   state: [`lock`], [`read`] and [`write`] turn it into an error. Only
-//!   teardown and diagnostics take such a guard anyway ([`lock_even_poisoned`]).
+//! - A panic inside any database call fails the database before it unwinds
+//!   to the caller ([`PanicGuard`]), and so does one in a background round;
+//!   so no operation after it reaches state the panic left half changed.
+//! - The database's own locks turn poisoning into an error ([`lock`],
+//!   [`read`], [`write`]). The layers below (pool, WAL, scheduler, I/O) take
+//!   theirs with [`lock_even_poisoned`], the one helper for that: a poisoned
+//!   lock of theirs means a panic in a call or round that has failed the
+//!   database already, so only teardown and diagnostics still come by.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -131,6 +136,20 @@ fn stops_the_engine(e: &Error) -> bool {
     }
 }
 
+/// Fails the database when dropped during a panic: held for the length of a
+/// database call, it turns a bug anywhere below into a stopped database
+/// (the panic still reaches the caller), never a half-changed one that runs
+/// on.
+pub(crate) struct PanicGuard<'a>(pub(crate) &'a Health);
+
+impl Drop for PanicGuard<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.fail("a thread panicked inside a database call");
+        }
+    }
+}
+
 /// The error of a poisoned lock, before a database claims it.
 fn lock_poisoned() -> Error {
     Error::Poisoned {
@@ -208,6 +227,22 @@ mod tests {
             Some(0),
             std::io::Error::from_raw_os_error(5),
         )
+    }
+
+    #[test]
+    fn a_panic_inside_a_guarded_call_fails_the_database() {
+        let h = std::sync::Arc::new(Health::new(Path::new("/db")));
+        let h2 = std::sync::Arc::clone(&h);
+        let joined = std::thread::spawn(move || {
+            let _guard = PanicGuard(&h2);
+            panic!("a bug below the database");
+        })
+        .join();
+        assert!(joined.is_err(), "the panic reaches the caller");
+        assert!(h.is_failed());
+        let calm = Health::new(Path::new("/db2"));
+        drop(PanicGuard(&calm));
+        assert!(!calm.is_failed(), "a call that returns leaves it running");
     }
 
     #[test]

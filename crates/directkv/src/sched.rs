@@ -156,7 +156,9 @@ impl Scheduler {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        // See crate::health: a poisoned lock here means the database has
+        // failed already.
+        crate::health::lock_even_poisoned(&self.state)
     }
 
     /// The bytes a batch of `class` should carry at once: Background's

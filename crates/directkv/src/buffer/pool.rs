@@ -162,8 +162,10 @@ static UNSCHEDULED: std::sync::LazyLock<Scheduler> = std::sync::LazyLock::new(||
     })
 });
 
+/// See [`crate::health`]: a poisoned lock here means the database has
+/// failed already.
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+    crate::health::lock_even_poisoned(m)
 }
 
 /// A pinned, shared-latched page.

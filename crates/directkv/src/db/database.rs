@@ -140,6 +140,7 @@ impl<S: Storage> Database<S> {
     /// I/O errors; the previous checkpoint stays valid then.
     pub fn checkpoint(&self) -> Result<()> {
         self.inner.health.check()?;
+        let _guard = health::PanicGuard(&self.inner.health);
         self.inner.checkpoint()
     }
 
@@ -152,6 +153,7 @@ impl<S: Storage> Database<S> {
     /// problem found.
     pub fn check(&self) -> Result<CheckReport> {
         self.inner.health.check()?;
+        let _guard = health::PanicGuard(&self.inner.health);
         let report = self.inner.check();
         self.inner.health.observe(report)
     }
@@ -173,6 +175,7 @@ impl<S: Storage> Database<S> {
     /// As [`checkpoint`](Self::checkpoint).
     pub fn close(self) -> Result<()> {
         self.inner.health.check()?;
+        let _guard = health::PanicGuard(&self.inner.health);
         self.inner.checkpoint()
     }
 }

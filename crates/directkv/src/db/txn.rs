@@ -25,7 +25,7 @@ use super::Durability;
 use crate::btree::tree;
 use crate::buffer::Access;
 use crate::error::{Error, Result};
-use crate::health;
+use crate::health::{self, PanicGuard};
 use crate::io::Storage;
 use crate::lsn::Lsn;
 
@@ -184,6 +184,7 @@ fn with_unlocked_reads<S: Storage, R>(
     op: impl Fn(&CachedPages<'_, S>, u64) -> Result<R>,
 ) -> Result<R> {
     inner.health.check()?;
+    let _guard = PanicGuard(&inner.health);
     let mut misses = 0;
     loop {
         assert!(
@@ -355,6 +356,7 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
     /// corruption errors before the commit record, with nothing changed.
     pub fn commit(mut self) -> Result<()> {
         self.inner.health.check()?;
+        let _guard = PanicGuard(&self.inner.health);
         let writes = std::mem::take(&mut self.writes);
         if writes.is_empty() {
             self.release();
@@ -620,6 +622,7 @@ impl<S: Storage> Iterator for RangeIter<'_, S> {
         if self.failed {
             return None;
         }
+        let _guard = PanicGuard(&self.inner.health);
         match self.next_front() {
             Ok(Some(e)) => {
                 self.last_front = Some(e.0.clone());
@@ -639,6 +642,7 @@ impl<S: Storage> DoubleEndedIterator for RangeIter<'_, S> {
         if self.failed {
             return None;
         }
+        let _guard = PanicGuard(&self.inner.health);
         match self.next_back_entry() {
             Ok(Some(e)) => {
                 self.last_back = Some(e.0.clone());

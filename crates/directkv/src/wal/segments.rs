@@ -60,8 +60,10 @@ pub(crate) struct Segments<S: Storage> {
     sched: Option<std::sync::Arc<crate::sched::Scheduler>>,
 }
 
+/// See [`crate::health`]: a poisoned lock here means the database has
+/// failed already.
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+    crate::health::lock_even_poisoned(m)
 }
 
 impl<S: Storage> Segments<S> {

@@ -163,7 +163,16 @@ impl Buffer {
 
     /// Writes a record at `at` (≥ the current end); returns its end.
     fn put(&mut self, at: Lsn, kind: u8, payload: &[u8]) -> Lsn {
+        assert!(at >= self.end(), "records are put in LSN order");
+        assert!(
+            payload.len() <= RECORD_PAYLOAD_MAX,
+            "the caller bounded the payload"
+        );
         let rel = (at.0 - self.start.0) as usize;
+        assert!(
+            rel + RECORD_HEADER_BYTES as usize + payload.len() <= self.buf.len(),
+            "the caller made room for the record"
+        );
         let bytes = self.buf.as_mut_slice();
         // Bytes skipped before a record (block tails) must read as zeros.
         bytes[self.used..rel].fill(0);
@@ -197,12 +206,60 @@ struct Failure {
     unknown_until: Lsn,
 }
 
+/// The writer's phase. `Open → Flushing` when a committer leads a flush
+/// ([`State::begin_flush`]); `Flushing → Open` when it succeeds, `Flushing →
+/// Failed` when it does not ([`State::end_flush`]). `Failed` is final: every
+/// later append and flush returns an error, and nothing is written again.
+enum Phase {
+    /// No flush under way; the spare buffer is at hand.
+    Open,
+    /// One committer writes and syncs the previous fill buffer, without the
+    /// lock; the spare buffer is the fill buffer meanwhile.
+    Flushing,
+    /// A flush failed (see [`Failure`]).
+    Failed(Failure),
+}
+
 struct State {
     fill: Buffer,
     spare: Option<AlignedBuf>,
     durable: Lsn,
-    flushing: bool,
-    failure: Option<Failure>,
+    phase: Phase,
+}
+
+impl State {
+    fn is_flushing(&self) -> bool {
+        matches!(self.phase, Phase::Flushing)
+    }
+
+    fn failure(&self) -> Option<&Failure> {
+        match &self.phase {
+            Phase::Failed(f) => Some(f),
+            Phase::Open | Phase::Flushing => None,
+        }
+    }
+
+    /// `Open → Flushing`: the leader takes the spare buffer.
+    fn begin_flush(&mut self) {
+        assert!(
+            matches!(self.phase, Phase::Open),
+            "a flush starts only when open"
+        );
+        assert!(self.spare.is_none(), "the leader took the spare buffer");
+        self.phase = Phase::Flushing;
+    }
+
+    /// `Flushing → Open`, or `→ Failed` with `failure`; the written buffer is
+    /// the spare again.
+    fn end_flush(&mut self, written: AlignedBuf, failure: Option<Failure>) {
+        assert!(self.is_flushing(), "only a flush under way ends");
+        assert!(self.spare.is_none(), "one spare buffer");
+        self.spare = Some(written);
+        self.phase = match failure {
+            Some(f) => Phase::Failed(f),
+            None => Phase::Open,
+        };
+    }
 }
 
 struct Shared<S: Storage> {
@@ -240,8 +297,10 @@ pub struct Wal<S: Storage> {
     preparer: Option<JoinHandle<()>>,
 }
 
+/// See [`crate::health`]: a poisoned lock here means the database has
+/// failed already.
 fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+    crate::health::lock_even_poisoned(m)
 }
 
 impl<S: Storage> Wal<S> {
@@ -318,8 +377,7 @@ impl<S: Storage> Wal<S> {
                 },
                 spare: Some(AlignedBuf::new(opts.buffer_bytes, unit as u32)?),
                 durable: tail.end,
-                flushing: false,
-                failure: None,
+                phase: Phase::Open,
             }),
             flushed: Condvar::new(),
             durable: AtomicU64::new(tail.end.0),
@@ -378,7 +436,7 @@ impl<S: Storage> Wal<S> {
                 return Ok(end);
             }
             // The buffer is full: flush it (or wait for the flush under way).
-            st = if st.flushing {
+            st = if st.is_flushing() {
                 sh.flushed.wait(st).unwrap_or_else(|p| p.into_inner())
             } else {
                 sh.lead_flush(st)
@@ -403,13 +461,17 @@ impl<S: Storage> Wal<S> {
         let mut led = false;
         loop {
             if st.durable >= lsn {
+                assert!(
+                    sh.durable.load(Ordering::Acquire) >= lsn.0,
+                    "published durability"
+                );
                 if !led {
                     sh.flushes_joined.fetch_add(1, Ordering::Relaxed);
                 }
                 return Ok(());
             }
             sh.check_failed(&st, Some(lsn))?;
-            if st.flushing {
+            if st.is_flushing() {
                 st = sh.flushed.wait(st).unwrap_or_else(|p| p.into_inner());
                 continue;
             }
@@ -417,7 +479,7 @@ impl<S: Storage> Wal<S> {
                 drop(st);
                 std::thread::sleep(sh.commit_delay);
                 st = lock(&sh.state);
-                if st.flushing || st.durable >= lsn {
+                if st.is_flushing() || st.durable >= lsn {
                     continue;
                 }
             }
@@ -526,7 +588,7 @@ impl<S: Storage> Drop for Wal<S> {
 
 impl<S: Storage> Shared<S> {
     fn check_failed(&self, st: &State, waiting_for: Option<Lsn>) -> Result<()> {
-        let Some(f) = &st.failure else { return Ok(()) };
+        let Some(f) = st.failure() else { return Ok(()) };
         match waiting_for {
             Some(lsn) if lsn <= f.unknown_until => Err(Error::CommitOutcomeUnknown {
                 lsn,
@@ -548,8 +610,15 @@ impl<S: Storage> Shared<S> {
     /// Leads one flush of everything in the fill buffer. Called with the lock
     /// held and no flush under way; returns with the lock held again.
     fn lead_flush<'a>(&'a self, mut st: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
-        assert!(!st.flushing, "one flush at a time");
+        assert!(
+            matches!(st.phase, Phase::Open),
+            "one flush at a time, never after a failure"
+        );
         let data_end = st.fill.end();
+        assert!(
+            data_end >= st.durable,
+            "the fill buffer starts past the durable log"
+        );
         let padded = Lsn(data_end.0.next_multiple_of(self.unit as u64));
         let pad_at = next_record_start(data_end);
         if pad_at.0 + RECORD_HEADER_BYTES <= padded.0 {
@@ -558,6 +627,10 @@ impl<S: Storage> Shared<S> {
             st.fill.put(pad_at, kind::PAD, &zeros[..pad_len]);
         }
         let len = (padded.0 - st.fill.start.0) as usize;
+        assert!(
+            len % self.unit == 0 && len <= st.fill.buf.len(),
+            "a flush is whole I/O units"
+        );
         let used = st.fill.used;
         st.fill.buf.as_mut_slice()[used..len].fill(0);
         let fresh = st
@@ -574,35 +647,34 @@ impl<S: Storage> Shared<S> {
         );
         st.fill
             .put(padded, kind::FLUSH_HEADER, &padded.0.to_le_bytes());
-        st.flushing = true;
+        st.begin_flush();
         drop(st);
 
         let result = self.write_out(&out.buf, out.start, len);
 
         let mut st = lock(&self.state);
-        match result {
+        let failure = match result {
             Ok(()) => {
-                st.durable = st.durable.max(data_end);
+                assert!(data_end >= st.durable, "durability only grows");
+                st.durable = data_end;
                 self.durable.store(st.durable.0, Ordering::Release);
                 self.flushes.fetch_add(1, Ordering::Relaxed);
                 self.bytes_written.fetch_add(len as u64, Ordering::Relaxed);
+                None
             }
             Err(e) => {
-                if st.failure.is_none() {
-                    let (e, unknown_until, nothing_written) = match e {
-                        FlushError::NothingWritten(e) => (e, st.durable, true),
-                        FlushError::MaybeWritten(e) => (e, data_end, false),
-                    };
-                    st.failure = Some(Failure {
-                        disk_full: nothing_written && matches!(e, Error::DiskFull { .. }),
-                        cause: e.to_string(),
-                        unknown_until,
-                    });
-                }
+                let (e, unknown_until, nothing_written) = match e {
+                    FlushError::NothingWritten(e) => (e, st.durable, true),
+                    FlushError::MaybeWritten(e) => (e, data_end, false),
+                };
+                Some(Failure {
+                    disk_full: nothing_written && matches!(e, Error::DiskFull { .. }),
+                    cause: e.to_string(),
+                    unknown_until,
+                })
             }
-        }
-        st.spare = Some(out.buf);
-        st.flushing = false;
+        };
+        st.end_flush(out.buf, failure);
         self.flushed.notify_all();
         st
     }
@@ -613,8 +685,10 @@ impl<S: Storage> Shared<S> {
         // Every segment the flush needs exists before its first byte is
         // written: running out of space preparing one fails the flush with
         // nothing written (a definite failure, no torn record).
+        assert!(len > 0, "a flush writes at least its header");
         let first = self.layout.segment_of(start);
         let last = self.layout.segment_of(Lsn(start.0 + len as u64 - 1));
+        assert!(last >= first, "a flush spans segments in order");
         let mut files: Vec<Arc<S::File>> = Vec::with_capacity(2);
         for segment in first..=last {
             files.push(
@@ -649,6 +723,7 @@ impl<S: Storage> Shared<S> {
             file.write_all_at(buf.io(done..done + n)?, self.layout.file_offset(at))?;
             done += n;
         }
+        assert_eq!(done, len, "every byte of the flush is written");
         for file in files {
             file.sync()?;
         }
@@ -658,6 +733,11 @@ impl<S: Storage> Shared<S> {
     /// Overwrites `[from, to)` with zeros in every segment that exists, then
     /// syncs. Used once at open, before the first append.
     fn zero_range(&self, from: Lsn, to: Lsn) -> Result<()> {
+        assert!(
+            from.0 % self.unit as u64 == 0,
+            "zeroing starts at an I/O unit"
+        );
+        assert!(from <= to, "a range runs forward");
         let zeros = AlignedBuf::new(1 << 20, self.unit as u32)?;
         let mut at = from;
         let mut files: Vec<Arc<S::File>> = Vec::new();
