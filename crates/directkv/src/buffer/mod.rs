@@ -1,8 +1,14 @@
 //! The buffer pool: page frames in one aligned arena, a page table, scan-resistant
 //! replacement, and a flush list ordered by first-change LSN.
 
+mod batch_read;
+mod fix;
+mod growth;
+mod page;
 mod pool;
 mod replacer;
+mod write_back;
 
-pub use pool::{BufferPool, Held, LogFlusher, PageMut, PageRef, PoolStats, FRAMES_MIN};
+pub use page::{Held, PageMut, PageRef};
+pub use pool::{BufferPool, LogFlusher, PoolStats, FRAMES_MIN};
 pub use replacer::Access;

@@ -1,0 +1,82 @@
+//! Reading many pages at once: readahead and recovery's lookahead claim
+//! frames for a batch (at most a quarter of the pool) and read them as one
+//! asynchronous batch, adjacent pages as one request.
+
+use std::sync::atomic::Ordering;
+
+use super::pool::*;
+use super::replacer::Access;
+use crate::format::page::{self};
+use crate::io::{BatchOp, Storage, StorageFile};
+use crate::sched::IoClass;
+
+impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
+    /// Reads those of `pages` not in the pool into it, all in flight at once
+    /// (adjacent pages as one request), placed as `access` says; returns how
+    /// many it loaded. For readahead: best effort, so a page that cannot get a
+    /// frame now, fails to read or fails verification is left out (a reader
+    /// that needs it meets the error itself). A batch holds at most a
+    /// quarter of the frames while it reads, so concurrent batches never
+    /// leave a foreground reader without a frame to claim.
+    pub fn read_batch(&self, pages: &[u64], access: Access) -> usize {
+        let mut pages: Vec<u64> = pages.iter().copied().filter(|&p| p != NO_PAGE).collect();
+        pages.sort_unstable();
+        pages.dedup();
+        let most = (self.frames() / 4).max(1);
+        let mut loading = Vec::with_capacity(pages.len().min(most));
+        for page in pages {
+            if loading.len() >= most {
+                break;
+            }
+            if self.contains(page) {
+                continue;
+            }
+            let Ok(Some(f)) = self.claim_victim() else {
+                break;
+            };
+            if let Some(guard) = self.install(f, page) {
+                loading.push((f, page, guard));
+            }
+        }
+        if loading.is_empty() {
+            return 0;
+        }
+        let pb = self.page_bytes as u64;
+        let runs = runs_of(&loading, |(_, page, _)| *page);
+        let bytes = loading.len() as u64 * pb;
+        let results = {
+            let mut ops = Vec::with_capacity(runs.len());
+            let mut rest = loading.as_mut_slice();
+            for run in &runs {
+                let (head, tail) = rest.split_at_mut(run.len());
+                rest = tail;
+                ops.push(BatchOp::Read {
+                    offset: head[0].1 * pb,
+                    bufs: head.iter_mut().map(|(_, _, g)| g.io_all_mut()).collect(),
+                });
+            }
+            let _permit = self.sched().admit(IoClass::Read, bytes);
+            self.file.run_batch(ops)
+        };
+        let mut loaded = 0;
+        let mut outcome = runs.iter().zip(results).flat_map(|(run, r)| {
+            let ok = r.is_ok();
+            run.clone().map(move |_| ok)
+        });
+        for (f, page, guard) in loading {
+            let read = outcome.next().unwrap_or(false);
+            if !read || page::verify(guard.as_slice(), page, &self.db_id).is_err() {
+                self.abandon(f, page, guard);
+                continue;
+            }
+            self.counters.pages_read.fetch_add(1, Ordering::Relaxed);
+            let frame = &self.frames[f as usize];
+            frame.valid.store(true, Ordering::Release);
+            lock(&self.replacer).loaded(f, access);
+            drop(guard);
+            self.unpin(f);
+            loaded += 1;
+        }
+        loaded
+    }
+}

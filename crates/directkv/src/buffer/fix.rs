@@ -1,0 +1,266 @@
+//! Finding a page and pinning it: the page table, frame latches, victims
+//! for a miss, and the verified load of a page from the data file.
+//!
+//! A frame is, for a page: *free* (on the free list, in no table entry);
+//! *loading* (in the table, exclusively latched, not valid: a second reader
+//! waits on the latch); *valid* (clean or dirty, pinned by every handle);
+//! *held* (changed by a commit not yet logged: never written or evicted).
+//! `fix` moves a page in (free or victim → loading → valid), `abandon` takes
+//! a failed load out again (loading → free), a victim leaves the table only
+//! once clean and unpinned.
+
+use std::sync::atomic::Ordering;
+use std::sync::RwLockWriteGuard;
+
+use super::page::*;
+use super::pool::*;
+use super::replacer::Access;
+use crate::error::{Error, Result};
+use crate::format::page::{self, PageError};
+use crate::io::{AlignedBuf, Storage, StorageFile};
+use crate::sched::IoClass;
+
+impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
+    /// Pins and share-latches `page`, reading it if needed.
+    ///
+    /// # Errors
+    /// [`Error::Corruption`] when the page fails verification; I/O errors.
+    pub fn read(&self, page: u64, access: Access) -> Result<PageRef<'_, S, L>> {
+        let (frame, latch) = self.fix(page, access, Latch::Shared, false)?;
+        match latch {
+            Fixed::Shared(guard) => Ok(PageRef {
+                pool: self,
+                frame,
+                guard,
+            }),
+            Fixed::Exclusive(_) => unreachable!("asked for a shared latch"),
+        }
+    }
+
+    /// Pins and share-latches `page` if it is in the pool; never reads.
+    pub fn try_read(&self, page: u64, access: Access) -> Option<PageRef<'_, S, L>> {
+        match self.try_hit(page, access, &Latch::Shared)? {
+            (frame, Fixed::Shared(guard)) => Some(PageRef {
+                pool: self,
+                frame,
+                guard,
+            }),
+            (_, Fixed::Exclusive(_)) => unreachable!("asked for a shared latch"),
+        }
+    }
+
+    /// Pins and exclusively latches `page`, reading it if needed.
+    ///
+    /// # Errors
+    /// As [`read`](Self::read).
+    pub fn write(&self, page: u64) -> Result<PageMut<'_, S, L>> {
+        self.fix_mut(page, false)
+    }
+
+    /// Pins and exclusively latches `page` as a new, zeroed page (not read). The
+    /// caller initialises it and marks it dirty.
+    ///
+    /// # Errors
+    /// I/O errors of evicting a dirty page to make room.
+    pub fn create(&self, page: u64) -> Result<PageMut<'_, S, L>> {
+        let mut p = self.fix_mut(page, true)?;
+        p.data_mut().fill(0);
+        Ok(p)
+    }
+
+    pub(super) fn fix_mut(&self, page: u64, fresh: bool) -> Result<PageMut<'_, S, L>> {
+        let (frame, latch) = self.fix(page, Access::Normal, Latch::Exclusive, fresh)?;
+        match latch {
+            Fixed::Exclusive(guard) => Ok(PageMut {
+                pool: self,
+                frame,
+                guard,
+            }),
+            Fixed::Shared(_) => unreachable!("asked for an exclusive latch"),
+        }
+    }
+
+    pub(super) fn unpin(&self, frame: u32) {
+        let before = self.frames[frame as usize]
+            .pins
+            .fetch_sub(1, Ordering::AcqRel);
+        assert!(before > 0, "unpin of an unpinned frame");
+    }
+
+    pub(super) fn fix(
+        &self,
+        page: u64,
+        access: Access,
+        latch: Latch,
+        fresh: bool,
+    ) -> Result<(u32, Fixed<'_>)> {
+        assert_ne!(page, NO_PAGE);
+        for _ in 0..VICTIM_RETRIES_MAX {
+            if let Some(hit) = self.try_hit(page, access, &latch) {
+                return Ok(hit);
+            }
+            let claim = std::time::Instant::now();
+            let victim = self.claim_victim();
+            self.counters.free_frame_stalls.record(claim.elapsed());
+            let Some(f) = victim? else {
+                std::thread::yield_now();
+                continue;
+            };
+            let Some(mut guard) = self.install(f, page) else {
+                continue;
+            };
+            let frame = &self.frames[f as usize];
+            if !fresh {
+                let read = std::time::Instant::now();
+                let loaded = self.load(page, &mut guard);
+                self.counters.read_miss_stalls.record(read.elapsed());
+                if let Err(e) = loaded {
+                    self.abandon(f, page, guard);
+                    return Err(e);
+                }
+            }
+            frame.valid.store(true, Ordering::Release);
+            lock(&self.replacer).loaded(f, access);
+            let fixed = match latch {
+                Latch::Exclusive => Fixed::Exclusive(guard),
+                Latch::Shared => {
+                    drop(guard);
+                    Fixed::Shared(frame.data.read().unwrap_or_else(|p| p.into_inner()))
+                }
+            };
+            return Ok((f, fixed));
+        }
+        Err(Error::CacheExhausted {
+            frames: self.frames.len(),
+        })
+    }
+
+    /// Makes claimed frame `f` (pinned by us, clean) the home of `page`, not
+    /// yet valid and exclusively latched, so readers of `page` wait for its
+    /// load. `None` (and `f` unpinned) when someone else holds the frame or
+    /// `page` got a frame meanwhile.
+    pub(super) fn install(&self, f: u32, page: u64) -> Option<RwLockWriteGuard<'_, AlignedBuf>> {
+        let frame = &self.frames[f as usize];
+        let mut table = lock(&self.table);
+        if frame.pins.load(Ordering::Acquire) != 1
+            || frame.dirty.load(Ordering::Acquire)
+            || table.contains_key(&page)
+        {
+            drop(table);
+            self.unpin(f);
+            return None;
+        }
+        let old = frame.page.load(Ordering::Acquire);
+        if old != NO_PAGE && table.get(&old) == Some(&f) {
+            table.remove(&old);
+            self.counters.evictions.fetch_add(1, Ordering::Relaxed);
+        }
+        lock(&self.replacer).removed(f);
+        let guard = frame.data.write().unwrap_or_else(|p| p.into_inner());
+        frame.page.store(page, Ordering::Release);
+        frame.valid.store(false, Ordering::Release);
+        table.insert(page, f);
+        drop(table);
+        self.counters.misses.fetch_add(1, Ordering::Relaxed);
+        Some(guard)
+    }
+
+    /// Undoes [`install`](Self::install) after a failed load: the page leaves
+    /// the table and the frame goes back to the free list.
+    pub(super) fn abandon(&self, f: u32, page: u64, guard: RwLockWriteGuard<'_, AlignedBuf>) {
+        lock(&self.table).remove(&page);
+        self.frames[f as usize]
+            .page
+            .store(NO_PAGE, Ordering::Release);
+        drop(guard);
+        lock(&self.free).push(f);
+        self.unpin(f);
+    }
+
+    /// Pins and latches `page` if it is in the pool.
+    pub(super) fn try_hit(
+        &self,
+        page: u64,
+        access: Access,
+        latch: &Latch,
+    ) -> Option<(u32, Fixed<'_>)> {
+        loop {
+            let table = lock(&self.table);
+            let f = *table.get(&page)?;
+            let frame = &self.frames[f as usize];
+            frame.pins.fetch_add(1, Ordering::AcqRel);
+            drop(table);
+            let fixed = self.latch(f, latch);
+            if frame.valid.load(Ordering::Acquire) && frame.page.load(Ordering::Acquire) == page {
+                self.counters.hits.fetch_add(1, Ordering::Relaxed);
+                lock(&self.replacer).touched(f, access);
+                return Some((f, fixed));
+            }
+            // The load we waited for failed: the entry is gone or replaced.
+            drop(fixed);
+            self.unpin(f);
+        }
+    }
+
+    pub(super) fn latch(&self, f: u32, latch: &Latch) -> Fixed<'_> {
+        let data = &self.frames[f as usize].data;
+        match latch {
+            Latch::Shared => Fixed::Shared(data.read().unwrap_or_else(|p| p.into_inner())),
+            Latch::Exclusive => Fixed::Exclusive(data.write().unwrap_or_else(|p| p.into_inner())),
+        }
+    }
+
+    /// Finds an unpinned frame (never-used ones first, then the coldest), pins
+    /// it and writes it back if dirty. `None` when every candidate is busy now.
+    pub(super) fn claim_victim(&self) -> Result<Option<u32>> {
+        if let Some(f) = lock(&self.free).pop() {
+            let pinned = self.frames[f as usize].pins.fetch_add(1, Ordering::AcqRel);
+            assert_eq!(pinned, 0, "a free frame is unpinned");
+            return Ok(Some(f));
+        }
+        let candidate = {
+            let r = lock(&self.replacer);
+            let found = r
+                .coldest()
+                .find(|&f| self.frames[f as usize].pins.load(Ordering::Acquire) == 0);
+            found
+        };
+        let Some(f) = candidate else { return Ok(None) };
+        let frame = &self.frames[f as usize];
+        if frame
+            .pins
+            .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return Ok(None);
+        }
+        let was_dirty = frame.dirty.load(Ordering::Acquire);
+        if let Err(e) = self.write_back(f, IoClass::Urgent) {
+            self.unpin(f);
+            return Err(e);
+        }
+        if was_dirty && !frame.dirty.load(Ordering::Acquire) {
+            self.counters
+                .eviction_writes
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(Some(f))
+    }
+
+    pub(super) fn load(&self, page: u64, buf: &mut AlignedBuf) -> Result<()> {
+        let offset = page * self.page_bytes as u64;
+        let _permit = self.sched().admit(IoClass::Read, self.page_bytes as u64);
+        self.file.read_exact_at(buf.io_all_mut(), offset)?;
+        self.counters.pages_read.fetch_add(1, Ordering::Relaxed);
+        page::verify(buf.as_slice(), page, &self.db_id).map_err(|e| self.corruption(page, &e))?;
+        Ok(())
+    }
+
+    pub(super) fn corruption(&self, page: u64, e: &PageError) -> Error {
+        Error::Corruption {
+            path: self.path.clone(),
+            offset: page * self.page_bytes as u64,
+            detail: format!("page {page}: {e}"),
+        }
+    }
+}

@@ -1,0 +1,330 @@
+//! Writing dirty pages back: the flush list by first-change LSN, the WAL
+//! rule before every write, groups of adjacent pages written as one
+//! request, the cleaner's pass over the cold end, and the checkpoint's
+//! writes through an LSN.
+
+use std::sync::atomic::Ordering;
+use std::sync::{RwLockWriteGuard, TryLockError};
+
+use super::page::*;
+use super::pool::*;
+use crate::error::Result;
+use crate::format::page::{self};
+use crate::io::{AlignedBuf, BatchOp, Storage, StorageFile};
+use crate::lsn::Lsn;
+use crate::sched::IoClass;
+
+impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
+    /// Writes frame `f` back if it is dirty: WAL first, then the sealed page.
+    pub(super) fn write_back(&self, f: u32, class: IoClass) -> Result<()> {
+        let frame = &self.frames[f as usize];
+        let guard = frame.data.write().unwrap_or_else(|p| p.into_inner());
+        if !frame.dirty.load(Ordering::Acquire) || frame.held.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let page_no = frame.page.load(Ordering::Acquire);
+        let _permit = self.sched().admit(class, self.page_bytes as u64);
+        self.write_held(&mut [(f, page_no, guard)]).map(drop)
+    }
+
+    /// Ends a hold: marks the page dirty at `lsn` (its change is now logged,
+    /// ending at `lsn`) and lets it be written and evicted again. With `None`,
+    /// the change was undone and the page keeps its previous state.
+    pub fn release_held(&self, held: Held, lsn: Option<Lsn>) {
+        let f = &self.frames[held.frame as usize];
+        {
+            let guard = f.data.write().unwrap_or_else(|p| p.into_inner());
+            let mut page = PageMut {
+                pool: self,
+                frame: held.frame,
+                guard,
+            };
+            // The guard's drop unpins once: pin for it first.
+            f.pins.fetch_add(1, Ordering::AcqRel);
+            if let Some(lsn) = lsn {
+                page.mark_dirty(lsn);
+            }
+            f.held.store(false, Ordering::Release);
+        }
+        self.unpin(held.frame);
+    }
+
+    /// Writes back up to `max_pages` dirty pages, oldest first change first;
+    /// returns how many were written. Touches only the flush list.
+    ///
+    /// # Errors
+    /// WAL or data-file write errors; the page stays dirty then.
+    pub fn flush_oldest(&self, max_pages: usize) -> Result<usize> {
+        let batch: Vec<u32> = {
+            let list = lock(&self.flush_list);
+            list.iter().take(max_pages).map(|&(_, f)| f).collect()
+        };
+        self.write_frames(&batch, IoClass::Urgent)
+    }
+
+    /// Writes back the frames of `batch` (flush-list entries) as `class`;
+    /// returns how many were dirty and are clean now. A frame whose latch is
+    /// busy waits for a later group, taken when this writer holds no latch.
+    pub(super) fn write_frames(&self, batch: &[u32], class: IoClass) -> Result<usize> {
+        self.counters
+            .flush_list_visits
+            .fetch_add(batch.len() as u64, Ordering::Relaxed);
+        let mut written = 0;
+        let mut busy = Vec::new();
+        for group in self.groups(batch, class) {
+            written += self.write_group(&group, class, Take::Any, Some(&mut busy))?;
+        }
+        for f in busy {
+            written += self.write_group(&[f], class, Take::Any, None)?;
+        }
+        Ok(written)
+    }
+
+    /// `batch` in page order, cut into groups of what `class` may have in
+    /// flight at once.
+    pub(super) fn groups(&self, batch: &[u32], class: IoClass) -> Vec<Vec<u32>> {
+        let mut order: Vec<(u64, u32)> = batch
+            .iter()
+            .map(|&f| (self.frames[f as usize].page.load(Ordering::Acquire), f))
+            .collect();
+        order.sort_unstable();
+        let per = (self.sched().batch_bytes(class) / self.page_bytes as u64).max(1) as usize;
+        order
+            .chunks(per)
+            .map(|c| c.iter().map(|&(_, f)| f).collect())
+            .collect()
+    }
+
+    /// Writes back the dirty frames of `group` (in page order) together:
+    /// one scheduler admission, one WAL flush up to the newest page LSN, and
+    /// one batch in which adjacent pages are one request. The first frame's
+    /// latch is waited for; the others' are only tried (holding a latch while
+    /// waiting for another could deadlock with a tree operation), and a busy
+    /// one goes to `busy` (or is skipped without it). Returns how many pages
+    /// it wrote.
+    pub(super) fn write_group(
+        &self,
+        group: &[u32],
+        class: IoClass,
+        take: Take,
+        mut busy: Option<&mut Vec<u32>>,
+    ) -> Result<usize> {
+        let permit = self
+            .sched()
+            .admit(class, (group.len() * self.page_bytes) as u64);
+        let mut held: Vec<(u32, u64, RwLockWriteGuard<'_, AlignedBuf>)> = Vec::new();
+        for &f in group {
+            let frame = &self.frames[f as usize];
+            match take {
+                Take::Any => {
+                    frame.pins.fetch_add(1, Ordering::AcqRel);
+                }
+                Take::Unpinned => {
+                    if frame
+                        .pins
+                        .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+                        .is_err()
+                    {
+                        continue;
+                    }
+                }
+            }
+            let guard = if held.is_empty() {
+                frame.data.write().unwrap_or_else(|p| p.into_inner())
+            } else {
+                match frame.data.try_write() {
+                    Ok(g) => g,
+                    Err(TryLockError::Poisoned(p)) => p.into_inner(),
+                    Err(TryLockError::WouldBlock) => {
+                        self.unpin(f);
+                        if let Some(b) = busy.as_deref_mut() {
+                            b.push(f);
+                        }
+                        continue;
+                    }
+                }
+            };
+            if !frame.dirty.load(Ordering::Acquire) || frame.held.load(Ordering::Acquire) {
+                drop(guard);
+                self.unpin(f);
+                continue;
+            }
+            // Pinned, so the frame keeps its page.
+            held.push((f, frame.page.load(Ordering::Acquire), guard));
+        }
+        let result = self.write_held(&mut held);
+        drop(permit);
+        for (f, _, guard) in held {
+            drop(guard);
+            self.unpin(f);
+        }
+        result
+    }
+
+    /// The I/O of [`write_group`](Self::write_group): WAL rule, seal, write,
+    /// and the bookkeeping of the pages that made it.
+    pub(super) fn write_held(
+        &self,
+        held: &mut [(u32, u64, RwLockWriteGuard<'_, AlignedBuf>)],
+    ) -> Result<usize> {
+        if held.is_empty() {
+            return Ok(0);
+        }
+        held.sort_unstable_by_key(|h| h.1);
+        if let Some(last) = held.last() {
+            self.cover(last.1);
+        }
+        let newest = held
+            .iter()
+            .map(|(_, _, g)| page::page_lsn(g.as_slice()))
+            .max()
+            .unwrap_or(Lsn(0));
+        if self.log.durable_lsn() < newest {
+            self.counters
+                .wal_rule_flushes
+                .fetch_add(1, Ordering::Relaxed);
+            self.log.flush_to(newest)?;
+        }
+        assert!(
+            self.log.durable_lsn() >= newest,
+            "WAL rule: log durable past every page LSN"
+        );
+        for (_, page_no, guard) in held.iter_mut() {
+            page::seal_in_place(guard.as_mut_slice(), *page_no, &self.db_id);
+        }
+        let runs = runs_of(held, |h| h.1);
+        let pb = self.page_bytes as u64;
+        let ops = runs
+            .iter()
+            .map(|run| BatchOp::Write {
+                offset: held[run.start].1 * pb,
+                bufs: held[run.clone()]
+                    .iter()
+                    .map(|(_, _, g)| g.io_all())
+                    .collect(),
+            })
+            .collect();
+        let results = self.file.run_batch(ops);
+        let mut written = 0;
+        let mut failed = None;
+        for (run, r) in runs.into_iter().zip(results) {
+            if let Err(e) = r {
+                failed.get_or_insert(e);
+                continue;
+            }
+            self.counters.write_requests.fetch_add(1, Ordering::Relaxed);
+            for (f, _, _) in &held[run] {
+                let frame = &self.frames[*f as usize];
+                let rec = frame.rec_lsn.load(Ordering::Acquire);
+                lock(&self.flush_list).remove(&(rec, *f));
+                frame.dirty.store(false, Ordering::Release);
+                self.counters.pages_written.fetch_add(1, Ordering::Relaxed);
+                written += 1;
+            }
+        }
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(written),
+        }
+    }
+
+    /// The page cleaner's step: writes back the dirty pages, not held by a
+    /// commit or pinned, among the `window` coldest frames of the replacement
+    /// order (the next victims), adjacent ones together. Returns how many it
+    /// wrote.
+    ///
+    /// # Errors
+    /// As [`flush_oldest`](Self::flush_oldest).
+    pub fn clean_cold(&self, window: usize) -> Result<usize> {
+        self.clean_cold_as(window, IoClass::Background)
+    }
+
+    /// [`clean_cold`](Self::clean_cold) as `class`: recovery, with no
+    /// foreground to yield to, cleans as `Urgent` (unpaced, larger batches).
+    ///
+    /// # Errors
+    /// As [`flush_oldest`](Self::flush_oldest).
+    pub fn clean_cold_as(&self, window: usize, class: IoClass) -> Result<usize> {
+        let batch: Vec<u32> = {
+            let r = lock(&self.replacer);
+            r.coldest()
+                .take(window)
+                .filter(|&f| {
+                    let frame = &self.frames[f as usize];
+                    frame.dirty.load(Ordering::Acquire)
+                        && !frame.held.load(Ordering::Acquire)
+                        && frame.pins.load(Ordering::Acquire) == 0
+                })
+                .collect()
+        };
+        let mut written = 0;
+        for group in self.groups(&batch, class) {
+            written += self.write_group(&group, class, Take::Unpinned, None)?;
+        }
+        Ok(written)
+    }
+
+    /// Dirty pages whose first change since they were last written was
+    /// logged by `lsn` (a change's LSN is its commit record's end): what a
+    /// checkpoint whose redo starts at `lsn` must write.
+    pub fn dirty_through(&self, lsn: Lsn) -> usize {
+        lock(&self.flush_list).range(..=(lsn.0, u32::MAX)).count()
+    }
+
+    /// Writes back up to `max_pages` of the dirty pages first changed by
+    /// `lsn`, oldest first; returns how many it wrote (pages held by a commit
+    /// under way are skipped). Touches only the flush list.
+    ///
+    /// # Errors
+    /// As [`flush_oldest`](Self::flush_oldest).
+    pub fn flush_through(&self, lsn: Lsn, max_pages: usize, class: IoClass) -> Result<usize> {
+        let batch: Vec<u32> = {
+            let list = lock(&self.flush_list);
+            list.range(..=(lsn.0, u32::MAX))
+                .take(max_pages)
+                .map(|&(_, f)| f)
+                .collect()
+        };
+        self.write_frames(&batch, class)
+    }
+
+    /// Makes the data file's writes durable.
+    ///
+    /// # Errors
+    /// The sync's error.
+    pub fn sync(&self) -> Result<()> {
+        let _permit = self.sched().admit(IoClass::Urgent, 0);
+        self.file.sync_all()
+    }
+
+    /// Writes back every dirty page not held by a commit under way (one walk of
+    /// the flush list), then syncs the data file.
+    ///
+    /// # Errors
+    /// As [`flush_oldest`](Self::flush_oldest), and the sync's error.
+    pub fn flush_all(&self) -> Result<usize> {
+        let n = self.flush_oldest(usize::MAX)?;
+        self.sync()?;
+        Ok(n)
+    }
+
+    /// The oldest first-change LSN of any dirty page: recovery must replay from
+    /// there (or from the log's end when nothing is dirty).
+    pub fn oldest_dirty_lsn(&self) -> Option<Lsn> {
+        lock(&self.flush_list).iter().next().map(|&(l, _)| Lsn(l))
+    }
+
+    /// Dirty pages now.
+    pub fn dirty_pages(&self) -> usize {
+        lock(&self.flush_list).len()
+    }
+}
+
+/// How a batch writer takes a frame.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Take {
+    /// Pinned or not (a flush-list walk: the page must be written).
+    Any,
+    /// Only if nobody has it pinned (the cleaner: such a page is no victim).
+    Unpinned,
+}
