@@ -27,6 +27,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     /// [`Error::Corruption`] when the page fails verification; I/O errors.
     pub fn read(&self, page: u64, access: Access) -> Result<PageRef<'_, S, L>> {
         let (frame, latch) = self.fix(page, access, Latch::Shared, false)?;
+        self.assert_fixed(frame, page);
         match latch {
             Fixed::Shared(guard) => Ok(PageRef {
                 pool: self,
@@ -70,6 +71,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
 
     pub(super) fn fix_mut(&self, page: u64, fresh: bool) -> Result<PageMut<'_, S, L>> {
         let (frame, latch) = self.fix(page, Access::Normal, Latch::Exclusive, fresh)?;
+        self.assert_fixed(frame, page);
         match latch {
             Fixed::Exclusive(guard) => Ok(PageMut {
                 pool: self,
@@ -80,7 +82,22 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
         }
     }
 
+    /// A frame handed out for `page` is pinned and holds `page`.
+    fn assert_fixed(&self, frame: u32, page: u64) {
+        let f = &self.frames[frame as usize];
+        assert!(
+            f.pins.load(Ordering::Acquire) > 0,
+            "a handed-out frame is pinned"
+        );
+        assert_eq!(
+            f.page.load(Ordering::Acquire),
+            page,
+            "the frame holds the page asked for"
+        );
+    }
+
     pub(super) fn unpin(&self, frame: u32) {
+        assert!((frame as usize) < self.frames.len(), "a frame of this pool");
         let before = self.frames[frame as usize]
             .pins
             .fetch_sub(1, Ordering::AcqRel);
@@ -141,6 +158,10 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     /// `page` got a frame meanwhile.
     pub(super) fn install(&self, f: u32, page: u64) -> Option<RwLockWriteGuard<'_, AlignedBuf>> {
         let frame = &self.frames[f as usize];
+        assert!(
+            frame.pins.load(Ordering::Acquire) >= 1,
+            "the claimer pins the frame"
+        );
         let mut table = lock(&self.table);
         if frame.pins.load(Ordering::Acquire) != 1
             || frame.dirty.load(Ordering::Acquire)
@@ -159,7 +180,9 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
         let guard = frame.data.write().unwrap_or_else(|p| p.into_inner());
         frame.page.store(page, Ordering::Release);
         frame.valid.store(false, Ordering::Release);
-        table.insert(page, f);
+        let before = table.insert(page, f);
+        assert!(before.is_none(), "a page is in at most one frame");
+        assert!(table.len() <= self.frames.len(), "the table maps frames");
         drop(table);
         self.counters.misses.fetch_add(1, Ordering::Relaxed);
         Some(guard)
@@ -168,7 +191,12 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     /// Undoes [`install`](Self::install) after a failed load: the page leaves
     /// the table and the frame goes back to the free list.
     pub(super) fn abandon(&self, f: u32, page: u64, guard: RwLockWriteGuard<'_, AlignedBuf>) {
-        lock(&self.table).remove(&page);
+        let removed = lock(&self.table).remove(&page);
+        assert_eq!(removed, Some(f), "the failed load's frame was the page's");
+        assert!(
+            !self.frames[f as usize].valid.load(Ordering::Acquire),
+            "a failed load is invalid"
+        );
         self.frames[f as usize]
             .page
             .store(NO_PAGE, Ordering::Release);
@@ -226,6 +254,10 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
             found
         };
         let Some(f) = candidate else { return Ok(None) };
+        assert!(
+            (f as usize) < self.frames.len(),
+            "the replacer knows only this pool's frames"
+        );
         let frame = &self.frames[f as usize];
         if frame
             .pins
@@ -239,6 +271,10 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
             self.unpin(f);
             return Err(e);
         }
+        assert!(
+            frame.pins.load(Ordering::Acquire) >= 1,
+            "the victim stays pinned by us"
+        );
         if was_dirty && !frame.dirty.load(Ordering::Acquire) {
             self.counters
                 .eviction_writes
@@ -248,6 +284,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     }
 
     pub(super) fn load(&self, page: u64, buf: &mut AlignedBuf) -> Result<()> {
+        assert_eq!(buf.len(), self.page_bytes, "a frame is one page");
         let offset = page * self.page_bytes as u64;
         let _permit = self.sched().admit(IoClass::Read, self.page_bytes as u64);
         self.file.read_exact_at(buf.io_all_mut(), offset)?;

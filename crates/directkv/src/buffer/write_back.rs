@@ -23,6 +23,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
             return Ok(());
         }
         let page_no = frame.page.load(Ordering::Acquire);
+        assert_ne!(page_no, NO_PAGE, "a dirty frame holds a page");
         let _permit = self.sched().admit(class, self.page_bytes as u64);
         self.write_held(&mut [(f, page_no, guard)]).map(drop)
     }
@@ -32,6 +33,14 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     /// the change was undone and the page keeps its previous state.
     pub fn release_held(&self, held: Held, lsn: Option<Lsn>) {
         let f = &self.frames[held.frame as usize];
+        assert!(
+            f.held.load(Ordering::Acquire),
+            "only a held page is released"
+        );
+        assert!(
+            f.pins.load(Ordering::Acquire) > 0,
+            "a held page stays pinned"
+        );
         {
             let guard = f.data.write().unwrap_or_else(|p| p.into_inner());
             let mut page = PageMut {
@@ -71,12 +80,23 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
             .fetch_add(batch.len() as u64, Ordering::Relaxed);
         let mut written = 0;
         let mut busy = Vec::new();
+        debug_assert!(
+            {
+                let mut seen = std::collections::HashSet::new();
+                batch.iter().all(|f| seen.insert(*f))
+            },
+            "a batch names each frame once"
+        );
         for group in self.groups(batch, class) {
             written += self.write_group(&group, class, Take::Any, Some(&mut busy))?;
         }
         for f in busy {
             written += self.write_group(&[f], class, Take::Any, None)?;
         }
+        assert!(
+            written <= batch.len(),
+            "a walk writes each frame of its batch at most once"
+        );
         Ok(written)
     }
 
@@ -89,10 +109,16 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
             .collect();
         order.sort_unstable();
         let per = (self.sched().batch_bytes(class) / self.page_bytes as u64).max(1) as usize;
-        order
+        let groups: Vec<Vec<u32>> = order
             .chunks(per)
             .map(|c| c.iter().map(|&(_, f)| f).collect())
-            .collect()
+            .collect();
+        assert_eq!(
+            groups.iter().map(Vec::len).sum::<usize>(),
+            batch.len(),
+            "the groups cover the batch"
+        );
+        groups
     }
 
     /// Writes back the dirty frames of `group` (in page order) together:
@@ -152,6 +178,10 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
             // Pinned, so the frame keeps its page.
             held.push((f, frame.page.load(Ordering::Acquire), guard));
         }
+        assert!(
+            held.len() <= group.len(),
+            "a group writes only its own frames"
+        );
         let result = self.write_held(&mut held);
         drop(permit);
         for (f, _, guard) in held {
@@ -171,6 +201,10 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
             return Ok(0);
         }
         held.sort_unstable_by_key(|h| h.1);
+        assert!(
+            held.windows(2).all(|w| w[0].1 < w[1].1),
+            "a write group holds each page once"
+        );
         if let Some(last) = held.last() {
             self.cover(last.1);
         }
@@ -216,12 +250,20 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
             for (f, _, _) in &held[run] {
                 let frame = &self.frames[*f as usize];
                 let rec = frame.rec_lsn.load(Ordering::Acquire);
-                lock(&self.flush_list).remove(&(rec, *f));
+                let listed = lock(&self.flush_list).remove(&(rec, *f));
+                assert!(
+                    listed,
+                    "a dirty frame is on the flush list under its first change"
+                );
                 frame.dirty.store(false, Ordering::Release);
                 self.counters.pages_written.fetch_add(1, Ordering::Relaxed);
                 written += 1;
             }
         }
+        assert!(
+            written <= held.len(),
+            "each held page is written at most once"
+        );
         match failed {
             Some(e) => Err(e),
             None => Ok(written),
@@ -257,10 +299,15 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
                 })
                 .collect()
         };
+        assert!(
+            batch.len() <= window,
+            "the cleaner looks at most at its window"
+        );
         let mut written = 0;
         for group in self.groups(&batch, class) {
             written += self.write_group(&group, class, Take::Unpinned, None)?;
         }
+        assert!(written <= batch.len(), "the cleaner writes only its batch");
         Ok(written)
     }
 
@@ -285,6 +332,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
                 .map(|&(_, f)| f)
                 .collect()
         };
+        assert!(batch.len() <= max_pages, "a step writes at most its pages");
         self.write_frames(&batch, class)
     }
 
