@@ -208,21 +208,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
         if let Some(last) = held.last() {
             self.cover(last.1);
         }
-        let newest = held
-            .iter()
-            .map(|(_, _, g)| page::page_lsn(g.as_slice()))
-            .max()
-            .unwrap_or(Lsn(0));
-        if self.log.durable_lsn() < newest {
-            self.counters
-                .wal_rule_flushes
-                .fetch_add(1, Ordering::Relaxed);
-            self.log.flush_to(newest)?;
-        }
-        assert!(
-            self.log.durable_lsn() >= newest,
-            "WAL rule: log durable past every page LSN"
-        );
+        self.wal_rule(held)?;
         for (_, page_no, guard) in held.iter_mut() {
             page::seal_in_place(guard.as_mut_slice(), *page_no, &self.db_id);
         }
@@ -268,6 +254,27 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
             Some(e) => Err(e),
             None => Ok(written),
         }
+    }
+
+    /// The WAL rule for `held`: the log is made durable past the newest page
+    /// LSN before any of them is written (DESIGN.md invariant 1).
+    fn wal_rule(&self, held: &[(u32, u64, RwLockWriteGuard<'_, AlignedBuf>)]) -> Result<()> {
+        let newest = held
+            .iter()
+            .map(|(_, _, g)| page::page_lsn(g.as_slice()))
+            .max()
+            .unwrap_or(Lsn(0));
+        if self.log.durable_lsn() < newest {
+            self.counters
+                .wal_rule_flushes
+                .fetch_add(1, Ordering::Relaxed);
+            self.log.flush_to(newest)?;
+        }
+        assert!(
+            self.log.durable_lsn() >= newest,
+            "WAL rule: log durable past every page LSN"
+        );
+        Ok(())
     }
 
     /// The page cleaner's step: writes back the dirty pages, not held by a
