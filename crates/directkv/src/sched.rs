@@ -145,14 +145,26 @@ impl Scheduler {
     /// Reports how urgently background writing must progress, 0 (none) to
     /// 1 (now: caps lifted).
     pub fn set_pressure(&self, pressure: f64) {
-        let milli = (pressure.clamp(0.0, 1.0) * 1000.0) as u64;
+        // The engine computes pressure as a share already bounded to 0..=1;
+        // anything else (NaN included) is a bug in that computation.
+        assert!(
+            (0.0..=1.0).contains(&pressure),
+            "pressure {pressure} outside 0..=1"
+        );
+        let milli = (pressure * 1000.0) as u64;
+        assert!(milli <= 1000);
         if self.pressure_milli.swap(milli, Ordering::Relaxed) < milli {
             self.wake.notify_all();
         }
     }
 
     fn pressure(&self) -> f64 {
-        self.pressure_milli.load(Ordering::Relaxed) as f64 / 1000.0
+        let milli = self.pressure_milli.load(Ordering::Relaxed);
+        assert!(
+            milli <= 1000,
+            "pressure is stored within 0..=1000 thousandths"
+        );
+        milli as f64 / 1000.0
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -197,6 +209,7 @@ impl Scheduler {
         }
         st.inflight[c] += 1;
         st.inflight_bytes[c] += bytes;
+        assert!(st.window_background <= st.window_total);
         if st.window_total >= SHARE_WINDOW {
             // Halve the window: the share follows recent traffic.
             st.window_total /= 2;
@@ -206,6 +219,7 @@ impl Scheduler {
         if class == IoClass::Background {
             st.window_background += 1;
         }
+        assert!(st.window_total <= SHARE_WINDOW && st.window_background <= st.window_total);
         drop(st);
         self.admitted[c].fetch_add(1, Ordering::Relaxed);
         self.bytes[c].fetch_add(bytes, Ordering::Relaxed);
@@ -220,6 +234,7 @@ impl Scheduler {
     /// long until it is worth asking again.
     fn background_may_run(&self, st: &mut State, bytes: u64) -> (bool, Duration) {
         let p = self.pressure();
+        assert!((0.0..=1.0).contains(&p));
         let bg = IoClass::Background as usize;
         // The in-flight cap: at least one request always fits.
         let cap = (self.opts.background_inflight_bytes as f64 * (1.0 + 3.0 * p)) as u64;
@@ -251,6 +266,7 @@ impl Scheduler {
         }
         if p < 1.0 {
             st.tokens -= bytes as f64;
+            assert!(st.tokens >= 0.0, "a request runs only on tokens it has");
         }
         (true, Duration::ZERO)
     }
@@ -258,8 +274,22 @@ impl Scheduler {
     fn release(&self, class: IoClass, bytes: u64) {
         let c = class as usize;
         let mut st = self.lock();
+        // Every permit was counted in by `admit`: an underflow is a permit
+        // released twice or released by the wrong class.
+        assert!(
+            st.inflight[c] > 0,
+            "{class:?} permit released with none in flight"
+        );
+        assert!(
+            st.inflight_bytes[c] >= bytes,
+            "{class:?} releases more bytes than admitted"
+        );
         st.inflight[c] -= 1;
         st.inflight_bytes[c] -= bytes;
+        assert!(
+            st.inflight[c] > 0 || st.inflight_bytes[c] == 0,
+            "bytes left with no request"
+        );
         let idle_foreground = st.inflight[..IoClass::Background as usize]
             .iter()
             .all(|&n| n == 0);

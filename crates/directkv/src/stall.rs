@@ -59,7 +59,13 @@ impl StallCounter {
         // Bucket i holds waits up to 2^(i+1) ms.
         let ms = us.div_ceil(1000).max(1);
         let i = (64 - (ms - 1).leading_zeros()).saturating_sub(1) as usize;
-        self.buckets[i.min(BUCKETS - 1)].fetch_add(1, Ordering::Relaxed);
+        let i = i.min(BUCKETS - 1);
+        assert!(
+            bucket_upper_ms(i).is_none_or(|upper| ms <= upper),
+            "{ms} ms over bucket {i}"
+        );
+        assert!(i == 0 || ms > 1 << i, "{ms} ms belongs below bucket {i}");
+        self.buckets[i].fetch_add(1, Ordering::Relaxed);
         self.total_us.fetch_add(us, Ordering::Relaxed);
         self.max_us.fetch_max(us, Ordering::Relaxed);
     }
@@ -71,14 +77,17 @@ impl StallCounter {
             .iter()
             .map(|b| b.load(Ordering::Relaxed))
             .collect();
-        StallHistogram {
+        assert_eq!(buckets.len(), BUCKETS);
+        let histogram = StallHistogram {
             count: buckets.iter().sum(),
             total_us: self.total_us.load(Ordering::Relaxed),
             max_us: self.max_us.load(Ordering::Relaxed),
             buckets,
             waits: self.waits.load(Ordering::Relaxed),
             waited_us: self.waited_ns.load(Ordering::Relaxed) / 1000,
-        }
+        };
+        debug_assert_eq!(histogram.count, histogram.buckets.iter().sum::<u64>());
+        histogram
     }
 }
 
@@ -103,6 +112,7 @@ pub struct StallHistogram {
 /// The upper bound in milliseconds of histogram bucket `i` (`None` for the
 /// last, open one).
 pub fn bucket_upper_ms(i: usize) -> Option<u64> {
+    assert!(i < BUCKETS, "bucket {i} of {BUCKETS}");
     (i + 1 < BUCKETS).then(|| 2u64 << i)
 }
 

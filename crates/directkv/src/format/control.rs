@@ -66,6 +66,20 @@ impl Control {
             out.len() >= SLOT_BYTES,
             "a slot block is {SLOT_BYTES} bytes"
         );
+        assert!(
+            crate::format::page::PAGE_SIZES.contains(&self.page_bytes),
+            "page size {} is not one a database is created with",
+            self.page_bytes
+        );
+        assert!(
+            self.root_page < self.page_count,
+            "root page {} past the end",
+            self.root_page
+        );
+        assert!(
+            self.freelist_head < self.page_count,
+            "free-list head past the end"
+        );
         out[..SLOT_BYTES].fill(0);
         out[0..8].copy_from_slice(&CONTROL_MAGIC);
         le::put_u32(out, 8, FORMAT_VERSION);
@@ -87,6 +101,8 @@ impl Control {
         }
         let crc = crc32c::crc32c(&out[..88]);
         le::put_u32(out, 88, crc);
+        assert_eq!(le::u64_at(out, 16), self.generation);
+        assert!(out[SLOT_USED_BYTES..SLOT_BYTES].iter().all(|&b| b == 0));
         debug_assert!(
             matches!(Control::decode(out, Path::new("")), Ok(Some(c)) if c == *self),
             "encode and decode pair"

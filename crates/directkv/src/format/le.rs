@@ -10,16 +10,19 @@
 
 /// The `u16` at `at`.
 pub fn u16_at(b: &[u8], at: usize) -> u16 {
+    assert!(at + 2 <= b.len(), "u16 at {at} of {} bytes", b.len());
     u16::from_le_bytes([b[at], b[at + 1]])
 }
 
 /// The `u32` at `at`.
 pub fn u32_at(b: &[u8], at: usize) -> u32 {
+    assert!(at + 4 <= b.len(), "u32 at {at} of {} bytes", b.len());
     u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
 /// The `u64` at `at`.
 pub fn u64_at(b: &[u8], at: usize) -> u64 {
+    assert!(at + 8 <= b.len(), "u64 at {at} of {} bytes", b.len());
     let mut a = [0u8; 8];
     a.copy_from_slice(&b[at..at + 8]);
     u64::from_le_bytes(a)
@@ -41,16 +44,19 @@ pub fn get_u64(b: &[u8], at: usize) -> Option<u64> {
 
 /// Writes `v` at `at`.
 pub fn put_u16(b: &mut [u8], at: usize, v: u16) {
+    assert!(at + 2 <= b.len(), "u16 at {at} of {} bytes", b.len());
     b[at..at + 2].copy_from_slice(&v.to_le_bytes());
 }
 
 /// Writes `v` at `at`.
 pub fn put_u32(b: &mut [u8], at: usize, v: u32) {
+    assert!(at + 4 <= b.len(), "u32 at {at} of {} bytes", b.len());
     b[at..at + 4].copy_from_slice(&v.to_le_bytes());
 }
 
 /// Writes `v` at `at`.
 pub fn put_u64(b: &mut [u8], at: usize, v: u64) {
+    assert!(at + 8 <= b.len(), "u64 at {at} of {} bytes", b.len());
     b[at..at + 8].copy_from_slice(&v.to_le_bytes());
 }
 

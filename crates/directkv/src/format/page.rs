@@ -118,6 +118,16 @@ pub fn seal(page: &mut [u8], header: &PageHeader) {
     page[32..48].copy_from_slice(&header.db_id);
     let crc = crc32c::crc32c(&page[4..]);
     page[0..4].copy_from_slice(&crc.to_le_bytes());
+    // The pair across the disk boundary: the header reads back as written,
+    // and (O(n)) the whole page verifies.
+    assert_eq!(le::u64_at(page, 16), header.page_no);
+    assert_eq!(page_lsn(page), header.lsn);
+    assert_eq!(page[32..48], header.db_id);
+    assert_eq!(
+        u16::from_le_bytes([page[8], page[9]]),
+        header.page_type as u16
+    );
+    debug_assert_eq!(verify(page, header.page_no, &header.db_id), Ok(*header));
 }
 
 /// Seals a page whose type, flags and LSN are already in its header bytes:
@@ -133,12 +143,22 @@ pub fn seal_in_place(page: &mut [u8], page_no: u64, db_id: &DbId) {
         db_id: *db_id,
     };
     seal(page, &header);
+    assert_eq!(
+        u16::from_le_bytes([page[10], page[11]]),
+        header.flags,
+        "flags kept"
+    );
 }
 
 /// Sets the page type (and clears the flags) of a page being initialised.
 pub fn init(page: &mut [u8], page_type: PageType) {
+    assert!(page.len() >= PAGE_HEADER_BYTES);
     page[8..10].copy_from_slice(&(page_type as u16).to_le_bytes());
     page[10..12].fill(0);
+    assert_eq!(
+        PageType::from_u16(u16::from_le_bytes([page[8], page[9]])),
+        Some(page_type)
+    );
 }
 
 /// Checks a page image read from position `page_no` of database `db_id`.
@@ -172,6 +192,10 @@ pub fn verify(page: &[u8], page_no: u64, db_id: &DbId) -> Result<PageHeader, Pag
     if &header.db_id != db_id {
         return Err(PageError::ForeignDatabase);
     }
+    assert!(
+        page.len() >= PAGE_HEADER_BYTES,
+        "a checksummed page holds its header"
+    );
     Ok(header)
 }
 

@@ -124,6 +124,7 @@ pub fn statx_direct_io(file: &impl AsFd) -> std::io::Result<StatxDirectIo> {
         } else {
             raw.dio_offset_align
         };
+        assert!(read != 0 && read <= raw.dio_offset_align);
         Some(Some(Alignment {
             memory_bytes: raw.dio_mem_align,
             offset_bytes: raw.dio_offset_align,
@@ -153,6 +154,19 @@ fn plausible(a: &Alignment) -> bool {
     ok(a.memory_bytes) && ok(a.offset_bytes) && ok(a.read_offset_bytes)
 }
 
+/// Asserts what every alignment the engine hands out keeps: powers of two no
+/// larger than the limit, reads no coarser than writes.
+pub(crate) fn assert_sane(a: &Alignment) {
+    assert!(
+        plausible(a),
+        "alignment {a:?} is not a power of two within the limit"
+    );
+    assert!(
+        a.read_offset_bytes <= a.offset_bytes,
+        "alignment {a:?} reads coarser than writes"
+    );
+}
+
 /// Probe results per device (major, minor): `None` when no probe write worked.
 type ProbeCache = HashMap<(u32, u32), Option<u32>>;
 
@@ -168,7 +182,10 @@ pub(crate) fn detect(
 ) -> std::io::Result<(Option<Alignment>, Option<AtomicWriteUnit>)> {
     let info = statx_direct_io(file)?;
     match info.alignment {
-        Some(Some(a)) if plausible(&a) => return Ok((Some(a), info.atomic_write)),
+        Some(Some(a)) if plausible(&a) => {
+            assert_sane(&a);
+            return Ok((Some(a), info.atomic_write));
+        }
         Some(None) => return Ok((None, None)),
         _ => {}
     }
@@ -188,6 +205,11 @@ pub(crate) fn detect(
         Some(bytes) => Alignment::uniform(bytes, AlignmentSource::Probe),
         None => Alignment::DEFAULT,
     };
+    assert!(
+        a.source != AlignmentSource::Statx,
+        "statx answers never reach the probe"
+    );
+    assert_sane(&a);
     Ok((Some(a), info.atomic_write))
 }
 
@@ -217,6 +239,7 @@ fn probe_file(path: &Path) -> Option<u32> {
     .ok()?;
     for align in DIRECT_IO_PROBE_ALIGNS {
         let a = align as usize;
+        assert!(align.is_power_of_two() && 2 * a <= buf.len());
         // The buffer's base is 4096-aligned; starting the write at `a` within it
         // gives an address aligned to `a` and, for a = 512, to nothing coarser.
         let bytes = &mut buf.as_mut_slice()[a..2 * a];

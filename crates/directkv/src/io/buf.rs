@@ -111,7 +111,18 @@ impl AlignedArena {
             Error::InvalidArgument(format!("cannot allocate an arena of {total} bytes"))
         })?;
         assert_eq!(base.as_ptr() as usize % align, 0);
-        let free = (0..slot_count as u32).rev().collect();
+        assert_eq!(
+            align % unit_bytes as usize,
+            0,
+            "arena alignment covers the unit"
+        );
+        assert_eq!(
+            layout.size(),
+            slot_bytes * slot_count,
+            "no padding beyond the slots"
+        );
+        let free: Vec<u32> = (0..slot_count as u32).rev().collect();
+        assert_eq!(free.len(), slot_count);
         Ok(AlignedArena {
             memory: Arc::new(ArenaMemory {
                 base,
@@ -133,10 +144,12 @@ impl AlignedArena {
             .unwrap_or_else(|p| p.into_inner())
             .pop()?;
         assert!((slot as usize) < self.memory.slot_count);
-        Some(AlignedBuf {
+        let buf = AlignedBuf {
             memory: Arc::clone(&self.memory),
             slot,
-        })
+        };
+        assert_eq!(buf.ptr() as usize % self.memory.unit_bytes as usize, 0);
+        Some(buf)
     }
 
     /// The size of each slot in bytes.
@@ -167,7 +180,9 @@ impl AlignedArena {
     /// (io_uring fixed buffers). The pointer is valid while any clone of this
     /// arena or any of its buffers lives.
     pub fn region(&self) -> (*mut u8, usize) {
-        (self.memory.base.as_ptr(), self.memory.layout.size())
+        let size = self.memory.layout.size();
+        assert_eq!(size, self.memory.slot_bytes * self.memory.slot_count);
+        (self.memory.base.as_ptr(), size)
     }
 }
 
@@ -190,8 +205,13 @@ impl std::fmt::Debug for AlignedBuf {
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
         let mut free = self.memory.free.lock().unwrap_or_else(|p| p.into_inner());
+        assert!((self.slot as usize) < self.memory.slot_count);
         debug_assert!(!free.contains(&self.slot), "slot returned twice");
         free.push(self.slot);
+        assert!(
+            free.len() <= self.memory.slot_count,
+            "more slots free than exist"
+        );
     }
 }
 
@@ -205,11 +225,16 @@ impl AlignedBuf {
         let arena = AlignedArena::new(len_bytes, 1, unit_bytes)?;
         let buf = arena.acquire();
         // A fresh one-slot arena has its slot free.
-        Ok(buf.expect("fresh arena has a free slot"))
+        let buf = buf.expect("fresh arena has a free slot");
+        assert_eq!(buf.len(), len_bytes);
+        assert_eq!(buf.unit_bytes(), unit_bytes);
+        Ok(buf)
     }
 
     fn ptr(&self) -> *mut u8 {
+        assert!((self.slot as usize) < self.memory.slot_count);
         let offset = self.slot as usize * self.memory.slot_bytes;
+        assert!(offset + self.memory.slot_bytes <= self.memory.layout.size());
         // SAFETY: slot < slot_count, so offset + slot_bytes <= the allocation's
         // size; the result stays inside the allocation.
         unsafe { self.memory.base.as_ptr().add(offset) }
@@ -268,10 +293,7 @@ impl AlignedBuf {
     /// start or end is not a multiple of [`unit_bytes`](Self::unit_bytes).
     pub fn io(&self, range: Range<usize>) -> Result<IoRef<'_>> {
         self.check(&range)?;
-        Ok(IoRef {
-            bytes: &self.as_slice()[range],
-            unit_bytes: self.memory.unit_bytes,
-        })
+        Ok(IoRef::new(&self.as_slice()[range], self.memory.unit_bytes))
     }
 
     /// A view for reading from a file into `range` of this buffer.
@@ -281,27 +303,18 @@ impl AlignedBuf {
     pub fn io_mut(&mut self, range: Range<usize>) -> Result<IoMut<'_>> {
         self.check(&range)?;
         let unit_bytes = self.memory.unit_bytes;
-        Ok(IoMut {
-            bytes: &mut self.as_mut_slice()[range],
-            unit_bytes,
-        })
+        Ok(IoMut::new(&mut self.as_mut_slice()[range], unit_bytes))
     }
 
     /// The whole buffer as a write view.
     pub fn io_all(&self) -> IoRef<'_> {
-        IoRef {
-            bytes: self.as_slice(),
-            unit_bytes: self.memory.unit_bytes,
-        }
+        IoRef::new(self.as_slice(), self.memory.unit_bytes)
     }
 
     /// The whole buffer as a read view.
     pub fn io_all_mut(&mut self) -> IoMut<'_> {
         let unit_bytes = self.memory.unit_bytes;
-        IoMut {
-            bytes: self.as_mut_slice(),
-            unit_bytes,
-        }
+        IoMut::new(self.as_mut_slice(), unit_bytes)
     }
 }
 
@@ -312,7 +325,30 @@ pub struct IoRef<'a> {
     unit_bytes: u32,
 }
 
+/// Asserts that `bytes` is a valid direct-I/O view: non-empty, with address and
+/// length multiples of the power-of-two `unit_bytes`. Views are made only from
+/// checked ranges of aligned slots, so a failure here is a bug in this module.
+fn assert_view(bytes: &[u8], unit_bytes: u32) {
+    assert!(unit_bytes.is_power_of_two());
+    assert!(!bytes.is_empty(), "I/O views are never empty");
+    assert_eq!(
+        bytes.as_ptr() as usize % unit_bytes as usize,
+        0,
+        "view address unaligned"
+    );
+    assert_eq!(
+        bytes.len() % unit_bytes as usize,
+        0,
+        "view length unaligned"
+    );
+}
+
 impl<'a> IoRef<'a> {
+    fn new(bytes: &'a [u8], unit_bytes: u32) -> IoRef<'a> {
+        assert_view(bytes, unit_bytes);
+        IoRef { bytes, unit_bytes }
+    }
+
     /// The bytes.
     pub fn bytes(&self) -> &'a [u8] {
         self.bytes
@@ -341,7 +377,12 @@ pub struct IoMut<'a> {
     unit_bytes: u32,
 }
 
-impl IoMut<'_> {
+impl<'a> IoMut<'a> {
+    fn new(bytes: &'a mut [u8], unit_bytes: u32) -> IoMut<'a> {
+        assert_view(bytes, unit_bytes);
+        IoMut { bytes, unit_bytes }
+    }
+
     /// The bytes.
     pub fn bytes_mut(&mut self) -> &mut [u8] {
         self.bytes

@@ -235,6 +235,8 @@ impl DirectFile {
                 .map_err(|e| Error::from_io(IoOp::Stat, path, None, e))?
             {
                 (Some(alignment), atomic_write) => {
+                    align::assert_sane(&alignment);
+                    assert_ne!(alignment.source, AlignmentSource::Buffered);
                     return Ok(DirectFile {
                         file,
                         path: path.to_path_buf(),
@@ -244,7 +246,7 @@ impl DirectFile {
                         atomic_write,
                         failure: OnceLock::new(),
                         aio: OnceLock::new(),
-                    })
+                    });
                 }
                 // statx says this file cannot do direct I/O.
                 (None, _) => true,
@@ -279,7 +281,12 @@ impl DirectFile {
     }
 
     fn buffered(file: File, path: &Path, opts: &FileOptions, io_path: IoPath) -> DirectFile {
-        DirectFile {
+        assert_ne!(
+            io_path,
+            IoPath::Direct,
+            "a buffered file does not travel direct"
+        );
+        let file = DirectFile {
             file,
             path: path.to_path_buf(),
             io_path,
@@ -296,7 +303,9 @@ impl DirectFile {
             atomic_write: None,
             failure: OnceLock::new(),
             aio: OnceLock::new(),
-        }
+        };
+        assert!(file.alignment.read_offset_bytes <= file.alignment.offset_bytes);
+        file
     }
 
     /// The path the file was opened with.
@@ -346,6 +355,7 @@ impl DirectFile {
 
     fn fail(&self, err: Error) -> Error {
         let _ = self.failure.set(err.to_string());
+        assert!(self.failure.get().is_some(), "a failure latches");
         err
     }
 
@@ -371,7 +381,21 @@ impl DirectFile {
                 buffer_unit: unit,
             });
         }
+        assert!(required.is_power_of_two() && unit.is_power_of_two());
+        assert!(
+            required <= a.offset_bytes,
+            "reads are never coarser than writes"
+        );
         Ok(())
+    }
+
+    /// Asserts what an aligned view guarantees under direct I/O: its address is
+    /// a multiple of the memory alignment (views are aligned to their unit, and
+    /// `check_aligned` refused units below the memory alignment).
+    fn assert_buffer_aligned(&self, addr: *const u8) {
+        if self.is_direct() {
+            assert_eq!(addr as usize % self.alignment.memory_bytes as usize, 0);
+        }
     }
 
     /// Reads into `buf` from `offset` until it is full or the file ends; returns
@@ -383,6 +407,7 @@ impl DirectFile {
     pub fn read_at(&self, mut buf: IoMut<'_>, offset: u64) -> Result<usize> {
         self.check_aligned(offset, buf.len(), buf.unit_bytes(), true)?;
         let bytes = buf.bytes_mut();
+        self.assert_buffer_aligned(bytes.as_ptr());
         let mut done = 0usize;
         let mut stalls = 0u32;
         while done < bytes.len() {
@@ -398,6 +423,8 @@ impl DirectFile {
                 Err(e) => return Err(Error::from_io(IoOp::Read, &self.path, Some(offset), e)),
             }
         }
+        assert!(done <= bytes.len(), "read past the buffer");
+        assert!(stalls <= SHORT_IO_RETRIES_MAX);
         Ok(done)
     }
 
@@ -409,6 +436,7 @@ impl DirectFile {
     pub fn read_exact_at(&self, buf: IoMut<'_>, offset: u64) -> Result<()> {
         let wanted = buf.len();
         let got = self.read_at(buf, offset)?;
+        assert!(got <= wanted);
         if got < wanted {
             return Err(Error::UnexpectedEof {
                 path: self.path.clone(),
@@ -432,7 +460,9 @@ impl DirectFile {
         self.check_healthy()?;
         self.check_aligned(offset, data.len(), data.unit_bytes(), false)?;
         let bytes = data.bytes();
+        self.assert_buffer_aligned(bytes.as_ptr());
         let dsync = self.sync == SyncMethod::PwriteDsync;
+        assert!(!dsync || self.sync.syncs_each_write());
         write_fully(bytes, offset, |b, at| {
             if dsync {
                 pwrite_dsync(self.file.as_fd(), b, at)
@@ -497,6 +527,7 @@ impl DirectFile {
                 }
             }
         }
+        assert_eq!(reqs.len(), which.len());
         let fd = self.file.as_raw_fd();
         match self.aio.get() {
             Some((aio, slot)) => aio.run(Target { fd, slot: *slot }, &mut reqs),
@@ -530,6 +561,10 @@ impl DirectFile {
             });
         }
         drop(ops);
+        assert!(
+            results.iter().all(Option::is_some),
+            "every request has an outcome"
+        );
         results
             .into_iter()
             .map(|r| r.unwrap_or_else(|| Err(Error::InvalidArgument("request not run".into()))))
@@ -652,6 +687,7 @@ impl DirectFile {
                 self.set_len(len)?;
             }
         }
+        assert!(unit.is_power_of_two());
         if fill == Fill::Zero && current < len {
             if len % unit != 0 {
                 return Err(Error::InvalidArgument(format!(
@@ -667,6 +703,8 @@ impl DirectFile {
     fn zero_fill(&self, from: u64, to: u64) -> Result<()> {
         let unit = self.alignment.io_unit_bytes();
         let chunk = ZERO_FILL_CHUNK_BYTES.max(unit as usize);
+        assert_eq!(chunk % unit as usize, 0);
+        assert!(from <= to && from % u64::from(unit) == 0 && to % u64::from(unit) == 0);
         let zeros = AlignedBuf::new(chunk, unit)?;
         let mut at = from;
         while at < to {
@@ -674,6 +712,7 @@ impl DirectFile {
             self.write_all_at(zeros.io(0..n)?, at)?;
             at += n as u64;
         }
+        assert_eq!(at, to, "the fill ends where asked");
         Ok(())
     }
 }
@@ -709,6 +748,8 @@ fn write_fully(
             Err(e) => return Err((e, at)),
         }
     }
+    assert_eq!(done, bytes.len(), "a write never goes past its bytes");
+    assert!(interrupted <= SHORT_IO_RETRIES_MAX);
     Ok(())
 }
 

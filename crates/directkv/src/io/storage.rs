@@ -110,12 +110,15 @@ pub(crate) fn run_one_by_one<F: StorageFile + ?Sized>(
     file: &F,
     ops: Vec<BatchOp<'_>>,
 ) -> Vec<Result<()>> {
-    ops.into_iter()
+    let count = ops.len();
+    let results: Vec<Result<()>> = ops
+        .into_iter()
         .map(|op| match op {
             BatchOp::Read { bufs, offset } => {
                 let mut at = offset;
                 for b in bufs {
                     let n = b.len() as u64;
+                    assert!(n > 0, "I/O views are never empty");
                     file.read_exact_at(b, at)?;
                     at += n;
                 }
@@ -124,13 +127,16 @@ pub(crate) fn run_one_by_one<F: StorageFile + ?Sized>(
             BatchOp::Write { bufs, offset } => {
                 let mut at = offset;
                 for b in bufs {
+                    assert!(!b.is_empty(), "I/O views are never empty");
                     file.write_all_at(b, at)?;
                     at += b.len() as u64;
                 }
                 Ok(())
             }
         })
-        .collect()
+        .collect();
+    assert_eq!(results.len(), count, "one outcome per request");
+    results
 }
 
 /// Files and directories.
@@ -382,6 +388,11 @@ impl<F: StorageFile> FaultyFile<F> {
         if fire {
             f.injected[i] += 1;
         }
+        assert!(
+            f.injected[i] <= f.calls[i],
+            "more faults injected than calls"
+        );
+        assert!(!fire || f.remaining[i].is_none_or(|n| n == 0));
         fire
     }
 
@@ -411,6 +422,10 @@ impl<F: StorageFile> FaultyFile<F> {
         );
         if poison {
             let _ = self.failure.set(err.to_string());
+            assert!(
+                self.failure.get().is_some(),
+                "an injected write or sync failure latches"
+            );
         }
         err
     }
@@ -494,9 +509,18 @@ impl<F: StorageFile> StorageFile for FaultyFile<F> {
                 }
             }
         }
-        for (i, r) in which.into_iter().zip(self.inner.run_batch(passed)) {
+        let passed_count = passed.len();
+        assert_eq!(passed_count, which.len());
+        let outcomes = self.inner.run_batch(passed);
+        assert_eq!(outcomes.len(), passed_count, "one outcome per request");
+        for (i, r) in which.into_iter().zip(outcomes) {
+            assert!(results[i].is_none(), "a request has one outcome");
             results[i] = Some(r);
         }
+        assert!(
+            results.iter().all(Option::is_some),
+            "every request has an outcome"
+        );
         results
             .into_iter()
             .map(|r| r.unwrap_or_else(|| Err(Error::InvalidArgument("request not run".into()))))

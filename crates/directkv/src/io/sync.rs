@@ -66,19 +66,32 @@ impl SyncMethod {
 
     /// Flags this method adds to `open(2)`.
     pub fn open_flags(self) -> libc::c_int {
-        match self {
+        let flags = match self {
             SyncMethod::OpenSync => libc::O_SYNC,
             SyncMethod::OpenDatasync => libc::O_DSYNC,
             _ => 0,
-        }
+        };
+        // Only methods that sync each write change how the file is opened, and
+        // each of those is durable.
+        assert!(flags == 0 || (self.syncs_each_write() && self.is_durable()));
+        assert_eq!(
+            flags & libc::O_DSYNC != 0,
+            self == SyncMethod::OpenSync || self == SyncMethod::OpenDatasync
+        );
+        flags
     }
 
     /// Whether each write is durable by itself, so `sync()` has nothing to do.
     pub fn syncs_each_write(self) -> bool {
-        matches!(
+        let each = matches!(
             self,
             SyncMethod::OpenSync | SyncMethod::OpenDatasync | SyncMethod::PwriteDsync
-        )
+        );
+        assert!(
+            !each || self.is_durable(),
+            "a method that syncs each write is durable"
+        );
+        each
     }
 
     /// The name used on the command line and in reports.
@@ -104,15 +117,13 @@ impl FromStr for SyncMethod {
     type Err = Error;
 
     fn from_str(s: &str) -> Result<Self, Error> {
-        SyncMethod::ALL
-            .into_iter()
-            .find(|m| m.name() == s)
-            .ok_or_else(|| {
-                Error::InvalidArgument(format!(
-                    "unknown sync method {s:?}; expected one of fsync, fdatasync, open_sync, \
+        let found = SyncMethod::ALL.into_iter().find(|m| m.name() == s);
+        found.ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "unknown sync method {s:?}; expected one of fsync, fdatasync, open_sync, \
                      open_datasync, pwrite_dsync, none"
-                ))
-            })
+            ))
+        })
     }
 }
 
@@ -162,10 +173,16 @@ impl FromStr for SyncVariant {
             Some(name) => (name, true),
             None => (s, false),
         };
-        Ok(SyncVariant {
+        let variant = SyncVariant {
             method: name.parse()?,
             direct,
-        })
+        };
+        assert_eq!(
+            variant.method.name(),
+            name,
+            "a parsed name prints back as itself"
+        );
+        Ok(variant)
     }
 }
 

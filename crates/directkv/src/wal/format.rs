@@ -80,12 +80,26 @@ fn header_crc(lsn: Lsn, rest: &[u8]) -> u32 {
 impl RecordHeader {
     /// Encodes the header of a record at `lsn`.
     pub fn encode(&self, lsn: Lsn) -> [u8; RECORD_HEADER_BYTES as usize] {
+        assert!(self.payload_len as usize <= RECORD_PAYLOAD_MAX);
+        assert!(
+            self.kind == kind::FLUSH_HEADER
+                || self.kind == kind::PAD
+                || self.kind >= kind::USER_MIN
+        );
         let mut out = [0u8; RECORD_HEADER_BYTES as usize];
         out[4..8].copy_from_slice(&self.payload_len.to_le_bytes());
         out[8..12].copy_from_slice(&self.payload_crc.to_le_bytes());
         out[12] = self.kind;
         let crc = header_crc(lsn, &out[4..]);
         out[0..4].copy_from_slice(&crc.to_le_bytes());
+        // The pair across the disk boundary: what is written decodes as itself,
+        // at this position only.
+        assert_eq!(
+            RecordHeader::decode(&out, lsn),
+            Some(*self),
+            "kind {}",
+            self.kind
+        );
         out
     }
 
@@ -107,7 +121,9 @@ impl RecordHeader {
 
     /// The LSN just past this record's payload.
     pub fn end(&self, lsn: Lsn) -> Lsn {
-        Lsn(lsn.0 + RECORD_HEADER_BYTES + u64::from(self.payload_len))
+        let end = Lsn(lsn.0 + RECORD_HEADER_BYTES + u64::from(self.payload_len));
+        assert!(end.0 - lsn.0 <= RECORD_HEADER_BYTES + RECORD_PAYLOAD_MAX as u64);
+        end
     }
 }
 
@@ -116,11 +132,18 @@ impl RecordHeader {
 pub fn next_record_start(end: Lsn) -> Lsn {
     let p = end.0.next_multiple_of(RECORD_ALIGN_BYTES);
     let left = FORMAT_BLOCK_BYTES - p % FORMAT_BLOCK_BYTES;
-    if left < RECORD_HEADER_BYTES {
+    let start = if left < RECORD_HEADER_BYTES {
         Lsn(p + left)
     } else {
         Lsn(p)
-    }
+    };
+    assert!(
+        start >= end && start.0 - end.0 < RECORD_HEADER_BYTES,
+        "the skip is short"
+    );
+    assert_eq!(start.0 % RECORD_ALIGN_BYTES, 0);
+    assert!(FORMAT_BLOCK_BYTES - start.0 % FORMAT_BLOCK_BYTES >= RECORD_HEADER_BYTES);
+    start
 }
 
 pub use crate::format::DbId;
@@ -148,11 +171,18 @@ pub enum SegmentHeaderError {
 impl SegmentHeader {
     /// The LSN of the segment's first payload byte.
     pub fn first_lsn(&self) -> Lsn {
+        assert!(
+            self.segment_bytes > SEGMENT_HEADER_BYTES,
+            "a segment holds records"
+        );
         Lsn(self.segment_no * (self.segment_bytes - SEGMENT_HEADER_BYTES))
     }
 
     /// Encodes the header into the first 64 bytes of `out`.
     pub fn encode(&self, out: &mut [u8]) {
+        assert!(out.len() >= 64, "a segment header takes 64 bytes");
+        assert!((SEGMENT_BYTES_MIN..=SEGMENT_BYTES_MAX).contains(&self.segment_bytes));
+        assert_eq!(self.segment_bytes % SEGMENT_HEADER_BYTES, 0);
         out[..64].fill(0);
         out[0..8].copy_from_slice(&SEGMENT_MAGIC);
         out[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
@@ -163,6 +193,11 @@ impl SegmentHeader {
         out[40..56].copy_from_slice(&self.db_id);
         let crc = crc32c::crc32c(&out[..56]);
         out[56..60].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(
+            SegmentHeader::decode(out),
+            Ok(*self),
+            "encode and decode pair"
+        );
     }
 
     /// Decodes and checks a segment header.
@@ -207,17 +242,34 @@ pub struct Layout {
 impl Layout {
     /// Record-stream bytes one segment holds.
     pub fn payload_bytes(&self) -> u64 {
+        // Layouts are made only from validated options or decoded headers.
+        assert!(self.segment_bytes >= SEGMENT_BYTES_MIN && self.segment_bytes <= SEGMENT_BYTES_MAX);
+        assert_eq!(self.segment_bytes % SEGMENT_HEADER_BYTES, 0);
         self.segment_bytes - SEGMENT_HEADER_BYTES
     }
 
     /// The segment holding `lsn`.
     pub fn segment_of(&self, lsn: Lsn) -> u64 {
-        lsn.0 / self.payload_bytes()
+        let payload = self.payload_bytes();
+        let n = lsn.0 / payload;
+        // Worked example: 1 MiB segments hold 1,044,480 bytes of records, so
+        // LSN 1,044,480 is the first byte of segment 1, at file offset 4096.
+        assert!(n * payload <= lsn.0 && lsn.0 - n * payload < payload);
+        n
     }
 
     /// The file offset of `lsn` inside its segment.
     pub fn file_offset(&self, lsn: Lsn) -> u64 {
-        SEGMENT_HEADER_BYTES + lsn.0 % self.payload_bytes()
+        let offset = SEGMENT_HEADER_BYTES + lsn.0 % self.payload_bytes();
+        assert!(offset >= SEGMENT_HEADER_BYTES && offset < self.segment_bytes);
+        // The mapping back: segment start plus the offset past the header.
+        let start = self.segment_of(lsn) * self.payload_bytes();
+        assert_eq!(
+            start + (offset - SEGMENT_HEADER_BYTES),
+            lsn.0,
+            "offset maps back to {lsn}"
+        );
+        offset
     }
 
     /// The first LSN of segment `n`.
@@ -228,7 +280,10 @@ impl Layout {
 
 /// The file name of segment `n`.
 pub fn segment_file_name(n: u64) -> String {
-    format!("{n:016X}.seg")
+    let name = format!("{n:016X}.seg");
+    assert_eq!(name.len(), 20, "sixteen hex digits and the suffix");
+    debug_assert_eq!(parse_segment_file_name(&name), Some(n));
+    name
 }
 
 /// The segment number in a file name, if it is one.

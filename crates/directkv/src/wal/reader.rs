@@ -22,7 +22,8 @@ use std::sync::Arc;
 use super::format::{
     kind, next_record_start, parse_segment_file_name, segment_file_name, DbId, Layout,
     RecordHeader, SegmentHeader, SegmentHeaderError, FLUSH_BYTES_MAX, FORMAT_BLOCK_BYTES,
-    RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES,
+    RECORD_ALIGN_BYTES, RECORD_HEADER_BYTES, RECORD_PAYLOAD_MAX, SEGMENT_BYTES_MAX,
+    SEGMENT_BYTES_MIN, SEGMENT_HEADER_BYTES,
 };
 use crate::error::{Error, Result};
 use crate::io::{AlignedBuf, DirectIo, FileOptions, Storage, StorageFile, SyncMethod};
@@ -45,6 +46,10 @@ pub struct Record {
 impl Record {
     /// The LSN just past the record: what a commit of it waits for.
     pub fn end(&self) -> Lsn {
+        assert!(
+            self.payload.len() <= RECORD_PAYLOAD_MAX,
+            "records are decoded bounded"
+        );
         Lsn(self.lsn.0 + RECORD_HEADER_BYTES + self.payload.len() as u64)
     }
 }
@@ -90,6 +95,9 @@ impl<S: Storage> WalReader<S> {
     /// redo point, or [`Lsn::ZERO`]). With `db_id`, segments of another database
     /// are an error; without, the first segment read fixes it.
     pub fn new(storage: S, dir: &Path, segment_bytes: u64, db_id: Option<DbId>, from: Lsn) -> Self {
+        // Callers pass a size from validated options or a decoded header.
+        assert!((SEGMENT_BYTES_MIN..=SEGMENT_BYTES_MAX).contains(&segment_bytes));
+        assert_eq!(segment_bytes % SEGMENT_HEADER_BYTES, 0);
         WalReader {
             storage,
             dir: dir.to_path_buf(),
@@ -171,6 +179,7 @@ impl<S: Storage> WalReader<S> {
             return Ok(None);
         }
         let mut at = next_record_start(self.pos);
+        assert!(at >= self.pos, "the reader only moves forward");
         if at > self.pos && !self.gap_is_zero(self.pos, at)? {
             // The writer zeroes the bytes it skips; anything else there is damage.
             return self.invalid_at(at, true);
@@ -181,6 +190,8 @@ impl<S: Storage> WalReader<S> {
                     if rec.kind == kind::FLUSH_HEADER {
                         self.last_flush_header = Some(rec.lsn);
                     }
+                    assert_eq!(rec.lsn, at);
+                    assert!(rec.end() > self.pos, "the reader only moves forward");
                     self.pos = rec.end();
                     return Ok(Some(rec));
                 }
@@ -196,7 +207,10 @@ impl<S: Storage> WalReader<S> {
                         self.tail = Some(Tail { end: at, torn });
                         return Ok(None);
                     }
-                    Some((next, resume_from)) if resume_from == at => at = next,
+                    Some((next, resume_from)) if resume_from == at => {
+                        assert!(next > at, "a gap is jumped forward");
+                        at = next;
+                    }
                     Some((next, _)) => return Err(self.corruption(at, next)),
                 },
             }
@@ -210,6 +224,7 @@ impl<S: Storage> WalReader<S> {
                 Ok(None)
             }
             Some((next, resume_from)) if resume_from == at => {
+                assert!(next > at && at >= self.pos, "a gap is jumped forward");
                 self.pos = next;
                 self.next_record()
             }
@@ -219,6 +234,7 @@ impl<S: Storage> WalReader<S> {
 
     fn gap_is_zero(&mut self, from: Lsn, to: Lsn) -> Result<bool> {
         let mut gap = [0u8; RECORD_HEADER_BYTES as usize];
+        assert!(from < to);
         let n = (to.0 - from.0) as usize;
         assert!(n < gap.len(), "record gaps are shorter than a header");
         Ok(!self.read_bytes(from, &mut gap[..n])? || gap[..n].iter().all(|&b| b == 0))
@@ -251,6 +267,10 @@ impl<S: Storage> WalReader<S> {
     }
 
     fn attempt(&mut self, at: Lsn) -> Result<Attempt> {
+        // Headers sit at 8-aligned LSNs, never across a block and so never
+        // across a segment (segments hold whole blocks).
+        assert_eq!(at.0 % RECORD_ALIGN_BYTES, 0);
+        assert!(FORMAT_BLOCK_BYTES - at.0 % FORMAT_BLOCK_BYTES >= RECORD_HEADER_BYTES);
         let mut header = [0u8; RECORD_HEADER_BYTES as usize];
         if !self.read_bytes(at, &mut header)? {
             return Ok(Attempt::Missing);
@@ -281,6 +301,7 @@ impl<S: Storage> WalReader<S> {
     fn find_flush_header_after(&mut self, at: Lsn) -> Result<Option<(Lsn, Lsn)>> {
         let mut x = (at.0 / FORMAT_BLOCK_BYTES + 1) * FORMAT_BLOCK_BYTES;
         let limit = at.0 + 2 * FLUSH_BYTES_MAX;
+        assert!(x > at.0 && x % FORMAT_BLOCK_BYTES == 0);
         while x <= limit {
             let mut header = [0u8; RECORD_HEADER_BYTES as usize];
             if !self.read_bytes(Lsn(x), &mut header)? {
@@ -292,6 +313,7 @@ impl<S: Storage> WalReader<S> {
                     let ok = self.read_bytes(Lsn(x + RECORD_HEADER_BYTES), &mut payload)?
                         && crc32c::crc32c(&payload) == h.payload_crc;
                     if let Some(resume_from) = flush_resume_from(&payload).filter(|_| ok) {
+                        assert!(x > at.0 && x <= limit);
                         return Ok(Some((Lsn(x), resume_from)));
                     }
                 }
@@ -313,11 +335,14 @@ impl<S: Storage> WalReader<S> {
                 return Ok(false);
             }
             let chunk = self.chunk.as_ref().expect("load_chunk filled the chunk");
+            assert!(chunk.segment == segment && offset >= chunk.file_offset);
             let from = (offset - chunk.file_offset) as usize;
+            assert!(from < chunk.len, "the chunk covers the offset");
             let n = (chunk.len - from).min(out.len() - done);
             out[done..done + n].copy_from_slice(&chunk.buf.as_slice()[from..from + n]);
             done += n;
         }
+        assert_eq!(done, out.len());
         Ok(true)
     }
 
@@ -334,8 +359,14 @@ impl<S: Storage> WalReader<S> {
             return Ok(false);
         };
         let unit = u64::from(file.alignment().io_unit_bytes()).max(FORMAT_BLOCK_BYTES);
+        assert!(unit.is_power_of_two() && unit <= CHUNK_BYTES as u64);
+        assert!(offset >= SEGMENT_HEADER_BYTES && offset < self.layout.segment_bytes);
         let start = offset - offset % unit;
         let len = (CHUNK_BYTES as u64).min(self.layout.segment_bytes - start) as usize;
+        assert!(
+            len > (offset - start) as usize,
+            "the chunk will cover the offset"
+        );
         let mut buf = match self.chunk.take() {
             Some(c) if c.buf.unit_bytes() as u64 == unit => c.buf,
             _ => AlignedBuf::new(CHUNK_BYTES, unit as u32)?,
@@ -345,6 +376,7 @@ impl<S: Storage> WalReader<S> {
             // The file is shorter than a segment: treat the rest as absent.
             return Ok(false);
         }
+        assert!(got <= buf.len());
         self.chunk = Some(Chunk {
             segment,
             file_offset: start,
@@ -367,6 +399,7 @@ impl<S: Storage> WalReader<S> {
             };
             self.files.insert(segment, file);
         }
+        assert!(self.files.contains_key(&segment));
         Ok(self.files.get(&segment).and_then(Option::clone))
     }
 
@@ -418,7 +451,9 @@ pub(crate) fn read_segment_header<F: StorageFile>(file: &F) -> Result<SegmentHea
         .io_unit_bytes()
         .max(FORMAT_BLOCK_BYTES as u32);
     let mut buf = AlignedBuf::new(SEGMENT_HEADER_BYTES as usize, unit)?;
+    assert_eq!(buf.len() as u64, SEGMENT_HEADER_BYTES);
     let got = file.read_at(buf.io_all_mut(), 0)?;
+    assert!(got <= buf.len());
     let bad = |detail: String| Error::Corruption {
         path: file.path().to_path_buf(),
         offset: 0,

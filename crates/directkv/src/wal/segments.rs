@@ -68,7 +68,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl<S: Storage> Segments<S> {
     pub fn new(storage: S, opts: &super::WalOptions, current: u64) -> Self {
-        Segments {
+        let segments = Segments {
             storage,
             dir: opts.dir.clone(),
             layout: Layout {
@@ -87,7 +87,13 @@ impl<S: Storage> Segments<S> {
             }),
             changed: Condvar::new(),
             counters: SegmentCounters::default(),
-        }
+        };
+        assert!(
+            segments.recycle_max >= segments.spare,
+            "recycling keeps the spares"
+        );
+        assert!(segments.layout.payload_bytes() > 0);
+        segments
     }
 
     /// Whether segment `n`'s file exists.
@@ -129,6 +135,7 @@ impl<S: Storage> Segments<S> {
                 drop(inner);
                 let made = self.prepare(n);
                 inner = lock(&self.inner);
+                assert!(inner.busy, "only the holder of `busy` clears it");
                 inner.busy = false;
                 self.changed.notify_all();
                 made?;
@@ -150,6 +157,9 @@ impl<S: Storage> Segments<S> {
             // Keep the current and the previous segment open; older ones are done.
             let keep_from = inner.current.saturating_sub(1);
             inner.open.retain(|&k, _| k >= keep_from);
+            // Open are at most the current segment and the one before it.
+            assert!(inner.open.len() <= 2);
+            assert!(inner.open.keys().all(|&k| k <= inner.current));
             self.changed.notify_all();
             return Ok(file);
         }
@@ -195,6 +205,7 @@ impl<S: Storage> Segments<S> {
     fn write_header(&self, file: &S::File, n: u64) -> Result<()> {
         let unit = file.alignment().io_unit_bytes();
         let mut buf = AlignedBuf::new(SEGMENT_HEADER_BYTES as usize, unit)?;
+        assert_eq!(buf.len() as u64, SEGMENT_HEADER_BYTES);
         SegmentHeader {
             segment_no: n,
             segment_bytes: self.layout.segment_bytes,
@@ -217,11 +228,13 @@ impl<S: Storage> Segments<S> {
             let to = inner.current + self.spare as u64;
             let missing = (from..=to).find(|&k| !self.storage.exists(&self.path(k)));
             let Some(k) = missing else { return Ok(false) };
+            assert!(k > inner.current, "spares lie ahead of the current segment");
             inner.busy = true;
             k
         };
         let made = self.prepare(target);
         let mut inner = lock(&self.inner);
+        assert!(inner.busy, "only the holder of `busy` clears it");
         inner.busy = false;
         self.changed.notify_all();
         // A failure (say, no space) is retried later; if the writer reaches the
@@ -279,6 +292,11 @@ impl<S: Storage> Segments<S> {
         drop(inner);
         let result = self.recycle_locked(keep_from.min(current), current);
         let mut inner = lock(&self.inner);
+        assert!(inner.busy, "only the holder of `busy` clears it");
+        assert!(
+            inner.current >= current,
+            "the current segment only moves forward"
+        );
         inner.busy = false;
         inner.open.retain(|&k, _| k >= keep_from.min(current));
         self.changed.notify_all();
@@ -287,11 +305,20 @@ impl<S: Storage> Segments<S> {
 
     fn recycle_locked(&self, keep_from: u64, current: u64) -> Result<usize> {
         let present = list_segments(&self.storage, &self.dir)?;
+        assert!(
+            keep_from <= current,
+            "the current segment is never recycled"
+        );
+        debug_assert!(present.windows(2).all(|w| w[0] < w[1]), "listed ascending");
         let mut future: Vec<u64> = present.iter().copied().filter(|&k| k > current).collect();
         let mut recycled = 0;
         for old in present.into_iter().filter(|&k| k < keep_from) {
             let spares = future.len();
             let next = future.last().copied().unwrap_or(current) + 1;
+            assert!(
+                old < keep_from && next > current,
+                "{old} recycled as {next}"
+            );
             if spares < self.recycle_max {
                 // New header first (synced), then the new name: a crash in
                 // between leaves an old segment nobody reads (it lies before
@@ -303,6 +330,7 @@ impl<S: Storage> Segments<S> {
                 self.storage.rename(&self.path(old), &self.path(next))?;
                 self.storage.sync_dir(&self.dir)?;
                 future.push(next);
+                assert!(future.len() <= self.recycle_max);
                 recycled += 1;
                 self.counters.recycled.fetch_add(1, Ordering::Relaxed);
             } else {
@@ -311,6 +339,7 @@ impl<S: Storage> Segments<S> {
                 self.counters.removed.fetch_add(1, Ordering::Relaxed);
             }
         }
+        assert!(recycled <= self.recycle_max);
         Ok(recycled)
     }
 }
