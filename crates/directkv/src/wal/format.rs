@@ -224,7 +224,10 @@ impl SegmentHeader {
         let sane = le::u32_at(b, 12) as u64 == SEGMENT_HEADER_BYTES
             && (SEGMENT_BYTES_MIN..=SEGMENT_BYTES_MAX).contains(&h.segment_bytes)
             && h.segment_bytes % SEGMENT_HEADER_BYTES == 0
-            && le::u64_at(b, 32) == h.first_lsn().0;
+            // The product of two numbers from disk: checked, so a damaged
+            // header with a valid checksum is refused, never overflowed.
+            && h.segment_no.checked_mul(h.segment_bytes - SEGMENT_HEADER_BYTES)
+                == Some(le::u64_at(b, 32));
         if !sane {
             return Err(SegmentHeaderError::NotASegment);
         }
@@ -294,6 +297,27 @@ pub fn parse_segment_file_name(name: &str) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
+
+    /// A header whose checksum is valid but whose segment number would
+    /// overflow its first LSN is not a segment (it never panics).
+    #[test]
+    fn a_segment_number_that_overflows_its_lsn_is_refused() {
+        let h = SegmentHeader {
+            segment_no: 3,
+            segment_bytes: SEGMENT_BYTES_MIN,
+            db_id: [9; 16],
+        };
+        let mut bytes = vec![0u8; 64];
+        h.encode(&mut bytes);
+        assert_eq!(SegmentHeader::decode(&bytes), Ok(h));
+        le::put_u64(&mut bytes, 16, u64::MAX);
+        let crc = crc32c::crc32c(&bytes[..56]);
+        le::put_u32(&mut bytes, 56, crc);
+        assert_eq!(
+            SegmentHeader::decode(&bytes),
+            Err(SegmentHeaderError::NotASegment)
+        );
+    }
     use super::*;
 
     #[test]
