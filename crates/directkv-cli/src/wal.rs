@@ -45,12 +45,14 @@ pub fn parse_lsn(text: &str) -> Result<Lsn, String> {
         if hi > u64::from(u32::MAX) || lo > u64::from(u32::MAX) {
             return Err(bad());
         }
-        return Ok(Lsn(hi << 32 | lo));
+        return Ok(Lsn::new(hi << 32 | lo));
     }
     if let Some(hex) = text.strip_prefix("0x") {
-        return u64::from_str_radix(hex, 16).map(Lsn).map_err(|_| bad());
+        return u64::from_str_radix(hex, 16)
+            .map(Lsn::new)
+            .map_err(|_| bad());
     }
-    text.parse().map(Lsn).map_err(|_| bad())
+    text.parse().map(Lsn::new).map_err(|_| bad())
 }
 
 fn kind_name(k: u8) -> String {
@@ -117,7 +119,7 @@ fn print_record(rec: &Record, name: &str, args: &DumpArgs) {
         .collect();
     if args.json {
         let mut line = serde_json::json!({
-            "lsn": rec.lsn.0, "lsn_text": rec.lsn.to_string(), "end": rec.end().0,
+            "lsn": rec.lsn.get(), "lsn_text": rec.lsn.to_string(), "end": rec.end().get(),
             "kind": name, "kind_code": rec.kind, "length": rec.payload.len(), "crc": "ok",
         });
         if args.payload {
@@ -204,7 +206,7 @@ fn dump(args: DumpArgs) -> Result<()> {
         println!(
             "{}",
             serde_json::json!({
-                "summary": true, "dir": dir, "first": first.map(|l| l.0),
+                "summary": true, "dir": dir, "first": first.map(|l| l.get()),
                 "end": end_text, "status": status, "kinds": kinds,
             })
         );
@@ -229,12 +231,12 @@ mod tests {
 
     #[test]
     fn lsn_forms() {
-        assert_eq!(parse_lsn("1/00000010"), Ok(Lsn((1 << 32) + 16)));
-        assert_eq!(parse_lsn("0x10"), Ok(Lsn(16)));
-        assert_eq!(parse_lsn("16"), Ok(Lsn(16)));
+        assert_eq!(parse_lsn("1/00000010"), Ok(Lsn::new((1 << 32) + 16)));
+        assert_eq!(parse_lsn("0x10"), Ok(Lsn::new(16)));
+        assert_eq!(parse_lsn("16"), Ok(Lsn::new(16)));
         assert_eq!(
-            parse_lsn(&Lsn(123_456_789_012).to_string()),
-            Ok(Lsn(123_456_789_012))
+            parse_lsn(&Lsn::new(123_456_789_012).to_string()),
+            Ok(Lsn::new(123_456_789_012))
         );
         assert!(parse_lsn("zz").is_err());
     }

@@ -83,7 +83,7 @@ fn dump_reports_mid_log_corruption() {
         .write(true)
         .open(&seg)
         .expect("seg");
-    let at = 4096 + ends[2].0 - 10;
+    let at = 4096 + ends[2].get() - 10;
     let mut b = [0u8; 1];
     f.read_exact_at(&mut b, at).expect("read");
     b[0] ^= 0xFF;

@@ -10,14 +10,19 @@ use serde::{Deserialize, Serialize};
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
 )]
-pub struct Lsn(pub u64);
+pub struct Lsn(u64);
 
 impl Lsn {
     /// The start of the log.
     pub const ZERO: Lsn = Lsn(0);
 
+    /// The position `value` bytes into the log's record stream.
+    pub const fn new(value: u64) -> Lsn {
+        Lsn(value)
+    }
+
     /// The raw value.
-    pub fn get(self) -> u64 {
+    pub const fn get(self) -> u64 {
         self.0
     }
 }

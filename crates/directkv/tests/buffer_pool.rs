@@ -30,11 +30,11 @@ struct FakeLog {
 
 impl LogFlusher for FakeLog {
     fn durable_lsn(&self) -> Lsn {
-        Lsn(self.durable.load(Ordering::SeqCst))
+        Lsn::new(self.durable.load(Ordering::SeqCst))
     }
     fn flush_to(&self, lsn: Lsn) -> directkv::Result<()> {
         self.flushes.fetch_add(1, Ordering::SeqCst);
-        self.durable.fetch_max(lsn.0, Ordering::SeqCst);
+        self.durable.fetch_max(lsn.get(), Ordering::SeqCst);
         Ok(())
     }
 }
@@ -63,7 +63,7 @@ fn put_pattern(pool: &Pool, no: u64, value: u64, lsn: u64) {
     let mut p = pool.create(no).expect("create");
     page::init(p.data_mut(), PageType::Leaf);
     p.data_mut()[PAGE_HEADER_BYTES..PAGE_HEADER_BYTES + 8].copy_from_slice(&value.to_le_bytes());
-    p.mark_dirty(Lsn(lsn));
+    p.mark_dirty(Lsn::new(lsn));
 }
 
 fn get_value(pool: &Pool, no: u64, access: Access) -> u64 {
@@ -83,7 +83,7 @@ fn pages_survive_eviction_and_reopen_and_obey_the_wal_rule() {
     let s = p.stats();
     assert!(s.evictions >= 184 && s.pages_written >= 184, "{s:?}");
     assert!(
-        log.durable_lsn() >= Lsn(1000 + 183),
+        log.durable_lsn() >= Lsn::new(1000 + 183),
         "evicted pages forced the log first"
     );
     assert!(s.wal_rule_flushes > 0);
@@ -110,7 +110,7 @@ fn pool_with_ten_dirty(dir: &Path) -> Pool {
     for no in (0..1000u64).step_by(100) {
         let mut pg = p.write(no).expect("write");
         pg.data_mut()[PAGE_HEADER_BYTES] ^= 1;
-        pg.mark_dirty(Lsn(5000 + no));
+        pg.mark_dirty(Lsn::new(5000 + no));
     }
     p
 }
@@ -121,7 +121,7 @@ fn flushing_visits_only_dirty_pages() {
     let p = pool_with_ten_dirty(dir.path());
     let before = p.stats();
     assert_eq!(p.stats().dirty_pages, 10);
-    assert_eq!(p.oldest_dirty_lsn(), Some(Lsn(5000)));
+    assert_eq!(p.oldest_dirty_lsn(), Some(Lsn::new(5000)));
     assert_eq!(p.flush_all().expect("flush"), 10);
     let after = p.stats();
     assert_eq!(
@@ -138,15 +138,15 @@ fn a_checkpoint_writes_only_pages_dirtied_before_it_and_the_cleaner_only_cold_on
     let p = pool_with_ten_dirty(dir.path());
     // A checkpoint starting at 5400 owes the five changed by then (the one
     // whose change ends exactly there included).
-    assert_eq!(p.dirty_through(Lsn(5400)), 5);
+    assert_eq!(p.dirty_through(Lsn::new(5400)), 5);
     // Every request goes through the scheduler under its class.
     let sched = Arc::new(Scheduler::default());
     p.set_scheduler(Arc::clone(&sched));
     let before = p.stats();
     let bg = IoClass::Background;
-    assert_eq!(p.flush_through(Lsn(5400), 3, bg).expect("flush"), 3);
-    assert_eq!(p.flush_through(Lsn(5400), 100, bg).expect("flush"), 2);
-    assert_eq!(p.flush_through(Lsn(5400), 100, bg).expect("flush"), 0);
+    assert_eq!(p.flush_through(Lsn::new(5400), 3, bg).expect("flush"), 3);
+    assert_eq!(p.flush_through(Lsn::new(5400), 100, bg).expect("flush"), 2);
+    assert_eq!(p.flush_through(Lsn::new(5400), 100, bg).expect("flush"), 0);
     // Written in groups: one admission per group, for all its bytes.
     let page = p.page_bytes() as u64;
     assert_eq!(sched.stats().admitted[bg as usize], 2);
@@ -155,7 +155,7 @@ fn a_checkpoint_writes_only_pages_dirtied_before_it_and_the_cleaner_only_cold_on
     assert_eq!(after.pages_written - before.pages_written, 5);
     assert_eq!(after.flush_list_visits - before.flush_list_visits, 5);
     assert_eq!(after.dirty_pages, 5);
-    assert_eq!(p.oldest_dirty_lsn(), Some(Lsn(5500)));
+    assert_eq!(p.oldest_dirty_lsn(), Some(Lsn::new(5500)));
 
     // The cleaner writes dirty pages only among the coldest frames: the hot
     // pages touched again and again stay dirty until they cool.
@@ -298,7 +298,7 @@ fn concurrent_updates_through_latches_lose_nothing() {
                     let body = &mut pg.data_mut()[PAGE_HEADER_BYTES..PAGE_HEADER_BYTES + 8];
                     let v = u64::from_le_bytes((&*body).try_into().expect("8")) + 1;
                     body.copy_from_slice(&v.to_le_bytes());
-                    pg.mark_dirty(Lsn(lsn.fetch_add(1, Ordering::SeqCst)));
+                    pg.mark_dirty(Lsn::new(lsn.fetch_add(1, Ordering::SeqCst)));
                 }
             })
         })
@@ -319,8 +319,8 @@ fn control_file_falls_back_to_the_older_slot() {
         page_bytes: 8192,
         generation: 0,
         db_id: DB,
-        checkpoint_lsn: Lsn(10),
-        redo_lsn: Lsn(5),
+        checkpoint_lsn: Lsn::new(10),
+        redo_lsn: Lsn::new(5),
         root_page: 1,
         page_count: 2,
         freelist_head: 0,
@@ -328,12 +328,12 @@ fn control_file_falls_back_to_the_older_slot() {
     };
     let mut cf = ControlFile::create(&OsStorage, &path, base).expect("create");
     cf.write(Control {
-        redo_lsn: Lsn(99),
+        redo_lsn: Lsn::new(99),
         ..base
     })
     .expect("write");
     let newest = cf.current();
-    assert_eq!(newest.redo_lsn, Lsn(99));
+    assert_eq!(newest.redo_lsn, Lsn::new(99));
     drop(cf);
     assert_eq!(
         ControlFile::open(&OsStorage, &path)
@@ -353,7 +353,7 @@ fn control_file_falls_back_to_the_older_slot() {
         .expect("open")
         .current();
     assert_eq!(older.generation, newest.generation - 1);
-    assert_eq!(older.redo_lsn, Lsn(5));
+    assert_eq!(older.redo_lsn, Lsn::new(5));
     // Both damaged: not a database, said clearly.
     raw.write_all_at(&[0xFF; 16], (1 - slot) * 4096 + 40)
         .expect("write");
@@ -435,7 +435,7 @@ fn growth_ahead_of_use_races_writes_past_the_end_and_loses_nothing() {
             put_pattern(&p, no, no * 7 + 1, 1 + no);
             made.store(no + 1, Ordering::SeqCst);
             if no % 40 == 39 {
-                p.flush_through(Lsn(no + 1), 40, IoClass::Background)
+                p.flush_through(Lsn::new(no + 1), 40, IoClass::Background)
                     .expect("flush");
             }
         }

@@ -37,7 +37,7 @@ proptest! {
 
     #[test]
     fn record_and_segment_headers(bytes in prop::collection::vec(any::<u8>(), 0..128), lsn in any::<u64>()) {
-        let _ = RecordHeader::decode(&bytes, Lsn(lsn));
+        let _ = RecordHeader::decode(&bytes, Lsn::new(lsn));
         if SegmentHeader::decode(&bytes).is_ok() {
             // Accepting random bytes as a header would need a CRC collision.
             prop_assert!(bytes.len() >= 64);

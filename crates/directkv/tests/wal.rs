@@ -104,7 +104,7 @@ fn records_round_trip_under_every_sync_method() {
             assert!(wal.durable_lsn() >= written.last().expect("records").1);
             // The records fill two segments; a third file, the spare, is
             // prepared in the background and may not exist yet.
-            assert!(written.last().expect("records").1 .0 > SEGMENT);
+            assert!(written.last().expect("records").1.get() > SEGMENT);
             assert!(
                 std::fs::read_dir(dir.path().join("wal"))
                     .expect("dir")
@@ -122,15 +122,18 @@ trait NextMultiple {
 
 impl NextMultiple for Lsn {
     fn next_multiple_of(self, n: u64) -> Lsn {
-        Lsn(self.0.next_multiple_of(n))
+        Lsn::new(self.get().next_multiple_of(n))
     }
 }
 
 /// Byte positions of the log in the segment files: (file name, offset) of an LSN.
 fn locate(lsn: Lsn) -> (String, usize) {
     let payload = SEGMENT - 4096;
-    let seg = lsn.0 / payload;
-    (format!("{seg:016X}.seg"), (4096 + lsn.0 % payload) as usize)
+    let seg = lsn.get() / payload;
+    (
+        format!("{seg:016X}.seg"),
+        (4096 + lsn.get() % payload) as usize,
+    )
 }
 
 /// The segment files of a log, in memory, to damage and write back.
@@ -179,9 +182,9 @@ fn a_cut_at_any_byte_recovers_exactly_the_records_before_it() {
     let written = write_log(base_dir.path(), 40, usize::MAX, SyncVariant::SAFE_DEFAULT);
     let base = Image::load(base_dir.path());
     let first = written.first().expect("records").1;
-    let first_start = Lsn(first.0 - payload(0).len() as u64 - 16);
+    let first_start = Lsn::new(first.get() - payload(0).len() as u64 - 16);
     let last = written.last().expect("records").1;
-    let mut cut = Lsn(first.0.saturating_sub(64));
+    let mut cut = Lsn::new(first.get().saturating_sub(64));
     let mut checked = 0;
     while cut < last {
         // From the cut to the end of the written region: zeros (a dropped
@@ -190,11 +193,11 @@ fn a_cut_at_any_byte_recovers_exactly_the_records_before_it() {
         // two blocks earlier, valid only at their own LSNs), in turn.
         let mode = checked % 3;
         let mut img = base.clone();
-        for x in cut.0..last.0 + 64 {
-            *img.byte(Lsn(x)) = match mode {
+        for x in cut.get()..last.get() + 64 {
+            *img.byte(Lsn::new(x)) = match mode {
                 0 => 0,
-                1 => !base.get(Lsn(x)),
-                _ => base.get(Lsn(x.saturating_sub(1024).max(first_start.0))),
+                1 => !base.get(Lsn::new(x)),
+                _ => base.get(Lsn::new(x.saturating_sub(1024).max(first_start.get()))),
             };
         }
         let dir = scratch();
@@ -202,8 +205,9 @@ fn a_cut_at_any_byte_recovers_exactly_the_records_before_it() {
         let got = read_all(dir.path()).expect("a torn tail is not corruption");
         // A record survives when none of its bytes (or the gap before it)
         // changed; zeroing bytes that were zero changes nothing.
-        let intact =
-            |from: Lsn, to: Lsn| (from.0..to.0).all(|x| img.get(Lsn(x)) == base.get(Lsn(x)));
+        let intact = |from: Lsn, to: Lsn| {
+            (from.get()..to.get()).all(|x| img.get(Lsn::new(x)) == base.get(Lsn::new(x)))
+        };
         let mut expect = Vec::new();
         let mut start = first_start;
         for (p, end) in &written {
@@ -231,7 +235,14 @@ fn a_cut_at_any_byte_recovers_exactly_the_records_before_it() {
         }
         checked += 1;
         // Every byte of the last two blocks, every 61st before them.
-        cut = Lsn(cut.0 + if cut.0 + 1024 >= last.0 { 1 } else { 61 });
+        cut = Lsn::new(
+            cut.get()
+                + if cut.get() + 1024 >= last.get() {
+                    1
+                } else {
+                    61
+                },
+        );
     }
     assert!(checked > 1024, "{checked} cuts");
 }
@@ -242,11 +253,11 @@ fn a_bit_flip_is_never_returned_as_data() {
     let written = write_log(base_dir.path(), 30, 5, SyncVariant::SAFE_DEFAULT);
     let base = Image::load(base_dir.path());
     let last = written.last().expect("records").1;
-    let mut at = Lsn(0);
+    let mut at = Lsn::new(0);
     let mut corruption = 0;
     while at < last {
         let mut img = base.clone();
-        *img.byte(at) ^= 1 << (at.0 % 8);
+        *img.byte(at) ^= 1 << (at.get() % 8);
         let dir = scratch();
         img.store(dir.path());
         match read_all(dir.path()) {
@@ -261,7 +272,7 @@ fn a_bit_flip_is_never_returned_as_data() {
             Err(Error::Corruption { .. }) => corruption += 1,
             Err(e) => panic!("flip at {at}: unexpected {e}"),
         }
-        at = Lsn(at.0 + 7);
+        at = Lsn::new(at.get() + 7);
     }
     assert!(
         corruption > 0,
@@ -275,8 +286,8 @@ fn a_bad_record_followed_by_later_flushes_is_corruption() {
     let written = write_log(dir.path(), 50, 5, SyncVariant::SAFE_DEFAULT);
     // A record in the second flush; later flushes prove it had been synced.
     let (_, end) = written[7];
-    let start = Lsn(end.0 - payload(7).len() as u64 - 16);
-    poke(dir.path(), Lsn(start.0 + 20), |b| *b ^= 0x10);
+    let start = Lsn::new(end.get() - payload(7).len() as u64 - 16);
+    poke(dir.path(), Lsn::new(start.get() + 20), |b| *b ^= 0x10);
     assert_eq!(locate(start).0, "0000000000000000.seg");
     match read_all(dir.path()) {
         Err(Error::Corruption {
@@ -285,7 +296,7 @@ fn a_bad_record_followed_by_later_flushes_is_corruption() {
             detail,
         }) => {
             assert!(path.ends_with("0000000000000000.seg"), "{path:?}");
-            assert_eq!(offset, 4096 + start.0, "{detail}");
+            assert_eq!(offset, 4096 + start.get(), "{detail}");
         }
         other => panic!("expected corruption, got {other:?}"),
     }
@@ -320,7 +331,7 @@ fn a_failed_write_poisons_the_log() {
             Err(Error::Poisoned { .. })
         ));
         assert!(matches!(
-            wal.flush(Lsn(lost.0 + 1000)),
+            wal.flush(Lsn::new(lost.get() + 1000)),
             Err(Error::Poisoned { .. })
         ));
         // Nothing is retried into a success.
@@ -402,7 +413,7 @@ fn segments_are_recycled_and_the_log_reads_on() {
     wal.close().expect("close");
     // Reading from the last pre-recycling record start sees the new record.
     let mut seen = Vec::new();
-    let start = Lsn(last.0 - big.len() as u64 - 16);
+    let start = Lsn::new(last.get() - big.len() as u64 - 16);
     let (wal, _) = Wal::open(OsStorage, options(dir.path()), start, |r| {
         seen.push(r);
         Ok(())
@@ -456,7 +467,7 @@ fn a_buffered_reader_sees_the_direct_writers_bytes() {
         direct: true,
     };
     write_log(dir.path(), 100, 3, sync);
-    let path = dir.path().join("wal").join(locate(Lsn(0)).0);
+    let path = dir.path().join("wal").join(locate(Lsn::new(0)).0);
     let buffered = std::fs::read(&path).expect("buffered read");
     let f = DirectFile::open(
         &path,

@@ -26,18 +26,18 @@ proptest! {
 
     #[test]
     fn header_round_trips_only_at_its_lsn(h in header(), lsn in 0u64..1 << 48, other in 0u64..1 << 48) {
-        let bytes = h.encode(Lsn(lsn));
-        prop_assert_eq!(RecordHeader::decode(&bytes, Lsn(lsn)), Some(h));
+        let bytes = h.encode(Lsn::new(lsn));
+        prop_assert_eq!(RecordHeader::decode(&bytes, Lsn::new(lsn)), Some(h));
         if other != lsn {
-            prop_assert_eq!(RecordHeader::decode(&bytes, Lsn(other)), None);
+            prop_assert_eq!(RecordHeader::decode(&bytes, Lsn::new(other)), None);
         }
     }
 
     #[test]
     fn any_bit_flip_in_a_header_is_detected(h in header(), lsn in 0u64..1 << 48, bit in 0usize..128) {
-        let mut bytes = h.encode(Lsn(lsn));
+        let mut bytes = h.encode(Lsn::new(lsn));
         bytes[bit / 8] ^= 1 << (bit % 8);
-        prop_assert_eq!(RecordHeader::decode(&bytes, Lsn(lsn)), None);
+        prop_assert_eq!(RecordHeader::decode(&bytes, Lsn::new(lsn)), None);
     }
 
     #[test]
@@ -54,7 +54,7 @@ proptest! {
 
     #[test]
     fn record_starts_are_aligned_and_fit_their_block(end in 0u64..1 << 40) {
-        let s = next_record_start(Lsn(end)).0;
+        let s = next_record_start(Lsn::new(end)).get();
         prop_assert!(s >= end && s - end < FORMAT_BLOCK_BYTES);
         prop_assert_eq!(s % 8, 0);
         prop_assert!(FORMAT_BLOCK_BYTES - s % FORMAT_BLOCK_BYTES >= RECORD_HEADER_BYTES);

@@ -76,11 +76,11 @@ impl<S: Storage, L: LogFlusher> PageMut<'_, S, L> {
     pub fn mark_dirty(&mut self, lsn: Lsn) {
         let bytes = self.guard.as_mut_slice();
         assert!(lsn >= page::page_lsn(bytes), "page LSN goes backwards");
-        bytes[24..32].copy_from_slice(&lsn.0.to_le_bytes());
+        bytes[24..32].copy_from_slice(&lsn.get().to_le_bytes());
         let f = &self.pool.frames[self.frame as usize];
         if !f.dirty.swap(true, Ordering::AcqRel) {
-            f.rec_lsn.store(lsn.0, Ordering::Release);
-            lock(&self.pool.flush_list).insert((lsn.0, self.frame));
+            f.rec_lsn.store(lsn.get(), Ordering::Release);
+            lock(&self.pool.flush_list).insert((lsn.get(), self.frame));
         }
     }
 }

@@ -263,7 +263,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
             .iter()
             .map(|(_, _, g)| page::page_lsn(g.as_slice()))
             .max()
-            .unwrap_or(Lsn(0));
+            .unwrap_or(Lsn::new(0));
         if self.log.durable_lsn() < newest {
             self.counters
                 .wal_rule_flushes
@@ -322,7 +322,9 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     /// logged by `lsn` (a change's LSN is its commit record's end): what a
     /// checkpoint whose redo starts at `lsn` must write.
     pub fn dirty_through(&self, lsn: Lsn) -> usize {
-        lock(&self.flush_list).range(..=(lsn.0, u32::MAX)).count()
+        lock(&self.flush_list)
+            .range(..=(lsn.get(), u32::MAX))
+            .count()
     }
 
     /// Writes back up to `max_pages` of the dirty pages first changed by
@@ -334,7 +336,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     pub fn flush_through(&self, lsn: Lsn, max_pages: usize, class: IoClass) -> Result<usize> {
         let batch: Vec<u32> = {
             let list = lock(&self.flush_list);
-            list.range(..=(lsn.0, u32::MAX))
+            list.range(..=(lsn.get(), u32::MAX))
                 .take(max_pages)
                 .map(|&(_, f)| f)
                 .collect()
@@ -366,7 +368,10 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     /// The oldest first-change LSN of any dirty page: recovery must replay from
     /// there (or from the log's end when nothing is dirty).
     pub fn oldest_dirty_lsn(&self) -> Option<Lsn> {
-        lock(&self.flush_list).iter().next().map(|&(l, _)| Lsn(l))
+        lock(&self.flush_list)
+            .iter()
+            .next()
+            .map(|&(l, _)| Lsn::new(l))
     }
 
     /// Dirty pages now.

@@ -72,12 +72,18 @@ impl<S: Storage> Inner<S> {
         let (start, meta) = {
             let tree = health::write(&self.tree)?;
             let start = self.wal().end_lsn();
-            let horizon = self.fpi_horizon.swap(start.0, Ordering::AcqRel);
-            assert!(horizon <= start.0, "the image horizon only moves forward");
+            let horizon = self.fpi_horizon.swap(start.get(), Ordering::AcqRel);
+            assert!(
+                horizon <= start.get(),
+                "the image horizon only moves forward"
+            );
             (start, *tree)
         };
         let redo_before = self.last_redo.load(Ordering::Acquire);
-        assert!(redo_before <= start.0, "the redo point only moves forward");
+        assert!(
+            redo_before <= start.get(),
+            "the redo point only moves forward"
+        );
         self.write_dirty_through(start, paced)?;
         self.pool.sync()?;
         if self.pool.oldest_dirty_lsn().is_some_and(|l| l <= start) {
@@ -85,7 +91,7 @@ impl<S: Storage> Inner<S> {
                 "checkpoint could not write a page held by a commit".into(),
             ));
         }
-        let rec = records::encode_meta(start.0, &meta);
+        let rec = records::encode_meta(start.get(), &meta);
         let end = self.wal().append(records::CHECKPOINT, &rec)?;
         self.wal().flush(end)?;
         assert!(end > start, "the checkpoint record follows its redo point");
@@ -93,7 +99,7 @@ impl<S: Storage> Inner<S> {
             let mut control = health::lock(&self.control)?;
             let c = control.current();
             assert!(
-                c.redo_lsn.0 <= start.0,
+                c.redo_lsn.get() <= start.get(),
                 "CONTROL's redo point only moves forward"
             );
             let _permit = self.sched.admit(IoClass::Urgent, 0);
@@ -110,7 +116,7 @@ impl<S: Storage> Inner<S> {
         // the log space it frees can be seen, so a writer that waited for
         // that space never finds the checkpoint uncounted.
         self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
-        self.last_redo.store(start.0, Ordering::Release);
+        self.last_redo.store(start.get(), Ordering::Release);
         {
             // Committers waiting at the hard limit look again.
             let _held = health::lock_even_poisoned(&self.log_space.0);
@@ -181,7 +187,7 @@ impl<S: Storage> Inner<S> {
             if self.wal_since_checkpoint() >= self.opts.checkpoint_wal_bytes.saturating_mul(2) {
                 return true;
             }
-            let by_wal = (self.wal().end_lsn().0 - start.0) as f64 / distance;
+            let by_wal = (self.wal().end_lsn().get() - start.get()) as f64 / distance;
             let by_time = began.elapsed().as_secs_f64() / CHECKPOINT_TIME_TARGET.as_secs_f64();
             if done <= by_wal.max(by_time) {
                 return true;
@@ -208,7 +214,7 @@ impl<S: Storage> Inner<S> {
     /// Log written since the last checkpoint's redo point.
     pub(crate) fn wal_since_checkpoint(&self) -> u64 {
         let redo = self.last_redo.load(Ordering::Acquire);
-        let end = self.wal().end_lsn().0;
+        let end = self.wal().end_lsn().get();
         assert!(redo <= end, "the redo point is inside the log");
         end - redo
     }

@@ -50,7 +50,7 @@ impl<S: Storage> EngineLog<S> {
     /// A log in its replay phase, starting at the redo point.
     pub(crate) fn replaying(redo: Lsn) -> Self {
         EngineLog {
-            replayed: AtomicU64::new(redo.0),
+            replayed: AtomicU64::new(redo.get()),
             wal: OnceLock::new(),
         }
     }
@@ -61,8 +61,8 @@ impl<S: Storage> EngineLog<S> {
             self.wal.get().is_none(),
             "replay reads before the WAL opens"
         );
-        let before = self.replayed.fetch_max(end.0, Ordering::AcqRel);
-        assert!(before <= end.0, "replay reads the log in order");
+        let before = self.replayed.fetch_max(end.get(), Ordering::AcqRel);
+        assert!(before <= end.get(), "replay reads the log in order");
     }
 
     /// The transition to `Open`: the WAL, opened at the end of what replay
@@ -70,7 +70,7 @@ impl<S: Storage> EngineLog<S> {
     pub(crate) fn open(&self, wal: Wal<S>) {
         let replayed = self.replayed.load(Ordering::Acquire);
         assert!(
-            wal.end_lsn().0 >= replayed,
+            wal.end_lsn().get() >= replayed,
             "the WAL opens at or past the replayed log"
         );
         let set = self.wal.set(wal);
@@ -94,7 +94,7 @@ impl<S: Storage> EngineLog<S> {
     pub(crate) fn durable_or_end(&self) -> Lsn {
         match self.wal.get() {
             Some(w) => w.end_lsn(),
-            None => Lsn(self.replayed.load(Ordering::Acquire)),
+            None => Lsn::new(self.replayed.load(Ordering::Acquire)),
         }
     }
 
@@ -108,7 +108,7 @@ impl<S: Storage> LogFlusher for EngineLog<S> {
     fn durable_lsn(&self) -> Lsn {
         match self.wal.get() {
             Some(w) => w.durable_lsn(),
-            None => Lsn(self.replayed.load(Ordering::Acquire)),
+            None => Lsn::new(self.replayed.load(Ordering::Acquire)),
         }
     }
 
@@ -118,7 +118,10 @@ impl<S: Storage> LogFlusher for EngineLog<S> {
             None => {
                 // Everything replay read is durable; nothing past it exists.
                 let replayed = self.replayed.load(Ordering::Acquire);
-                assert!(lsn.0 <= replayed, "a page is newer than the replayed log");
+                assert!(
+                    lsn.get() <= replayed,
+                    "a page is newer than the replayed log"
+                );
                 Ok(())
             }
         }

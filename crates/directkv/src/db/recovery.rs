@@ -74,7 +74,7 @@ pub(super) fn recover<S: Storage>(
         "the log ends at or past the redo point"
     );
     let stats = RecoveryStats {
-        wal_bytes: end.0 - control.redo_lsn.0,
+        wal_bytes: end.get() - control.redo_lsn.get(),
         pages_read: pool.stats().pages_read - pages_read_before,
         micros: started.elapsed().as_micros() as u64,
         ..replay.stats

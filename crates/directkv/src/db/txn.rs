@@ -386,7 +386,7 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
         let t = Instant::now();
         let mut meta = health::write(&inner.tree)?;
         inner.counters.tree_lock_wait.record(t.elapsed());
-        let horizon = Lsn(inner.fpi_horizon.load(Ordering::Acquire));
+        let horizon = Lsn::new(inner.fpi_horizon.load(Ordering::Acquire));
         let mut ctx = CommitCtx::new(inner, *meta, inner.next_txn(), horizon);
         for (k, v) in &writes {
             let r = match v {

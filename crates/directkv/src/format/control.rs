@@ -87,8 +87,8 @@ impl Control {
         le::put_u64(out, 16, self.generation);
         out[24..40].copy_from_slice(&self.db_id);
         for (i, v) in [
-            self.checkpoint_lsn.0,
-            self.redo_lsn.0,
+            self.checkpoint_lsn.get(),
+            self.redo_lsn.get(),
             self.root_page,
             self.page_count,
             self.freelist_head,
@@ -137,8 +137,8 @@ impl Control {
             page_bytes: u32_at(12),
             generation: u64_at(16),
             db_id,
-            checkpoint_lsn: Lsn(u64_at(40)),
-            redo_lsn: Lsn(u64_at(48)),
+            checkpoint_lsn: Lsn::new(u64_at(40)),
+            redo_lsn: Lsn::new(u64_at(48)),
             root_page: u64_at(56),
             page_count: u64_at(64),
             freelist_head: u64_at(72),

@@ -114,7 +114,7 @@ pub fn seal(page: &mut [u8], header: &PageHeader) {
     page[10..12].copy_from_slice(&header.flags.to_le_bytes());
     page[12..16].fill(0);
     page[16..24].copy_from_slice(&header.page_no.to_le_bytes());
-    page[24..32].copy_from_slice(&header.lsn.0.to_le_bytes());
+    page[24..32].copy_from_slice(&header.lsn.get().to_le_bytes());
     page[32..48].copy_from_slice(&header.db_id);
     let crc = crc32c::crc32c(&page[4..]);
     page[0..4].copy_from_slice(&crc.to_le_bytes());
@@ -181,7 +181,7 @@ pub fn verify(page: &[u8], page_no: u64, db_id: &DbId) -> Result<PageHeader, Pag
         page_type,
         flags: u16::from_le_bytes([page[10], page[11]]),
         page_no: le::u64_at(page, 16),
-        lsn: Lsn(le::u64_at(page, 24)),
+        lsn: Lsn::new(le::u64_at(page, 24)),
         db_id: page[32..48].try_into().map_err(|_| PageError::NotAPage)?,
     };
     if header.page_no != page_no {
@@ -201,7 +201,7 @@ pub fn verify(page: &[u8], page_no: u64, db_id: &DbId) -> Result<PageHeader, Pag
 
 /// The page LSN recorded in a page image (not verified).
 pub fn page_lsn(page: &[u8]) -> Lsn {
-    Lsn(le::u64_at(page, 24))
+    Lsn::new(le::u64_at(page, 24))
 }
 
 #[cfg(test)]
@@ -213,7 +213,7 @@ mod tests {
             page_type: PageType::Leaf,
             flags: 3,
             page_no: no,
-            lsn: Lsn(777),
+            lsn: Lsn::new(777),
             db_id: [5; 16],
         }
     }
@@ -229,7 +229,7 @@ mod tests {
         );
         seal(&mut page, &header(9));
         assert_eq!(verify(&page, 9, &[5; 16]), Ok(header(9)));
-        assert_eq!(page_lsn(&page), Lsn(777));
+        assert_eq!(page_lsn(&page), Lsn::new(777));
         assert_eq!(
             verify(&page, 10, &[5; 16]),
             Err(PageError::Misdirected { found: 9 })

@@ -74,7 +74,7 @@ pub struct RecordHeader {
 }
 
 fn header_crc(lsn: Lsn, rest: &[u8]) -> u32 {
-    crc32c::crc32c_append(crc32c::crc32c(&lsn.0.to_le_bytes()), rest)
+    crc32c::crc32c_append(crc32c::crc32c(&lsn.get().to_le_bytes()), rest)
 }
 
 impl RecordHeader {
@@ -121,8 +121,8 @@ impl RecordHeader {
 
     /// The LSN just past this record's payload.
     pub fn end(&self, lsn: Lsn) -> Lsn {
-        let end = Lsn(lsn.0 + RECORD_HEADER_BYTES + u64::from(self.payload_len));
-        assert!(end.0 - lsn.0 <= RECORD_HEADER_BYTES + RECORD_PAYLOAD_MAX as u64);
+        let end = Lsn::new(lsn.get() + RECORD_HEADER_BYTES + u64::from(self.payload_len));
+        assert!(end.get() - lsn.get() <= RECORD_HEADER_BYTES + RECORD_PAYLOAD_MAX as u64);
         end
     }
 }
@@ -130,19 +130,19 @@ impl RecordHeader {
 /// Where the next record header goes after a record ending at `end`: the next
 /// 8-byte boundary, moved to the next block when the header would straddle one.
 pub fn next_record_start(end: Lsn) -> Lsn {
-    let p = end.0.next_multiple_of(RECORD_ALIGN_BYTES);
+    let p = end.get().next_multiple_of(RECORD_ALIGN_BYTES);
     let left = FORMAT_BLOCK_BYTES - p % FORMAT_BLOCK_BYTES;
     let start = if left < RECORD_HEADER_BYTES {
-        Lsn(p + left)
+        Lsn::new(p + left)
     } else {
-        Lsn(p)
+        Lsn::new(p)
     };
     assert!(
-        start >= end && start.0 - end.0 < RECORD_HEADER_BYTES,
+        start >= end && start.get() - end.get() < RECORD_HEADER_BYTES,
         "the skip is short"
     );
-    assert_eq!(start.0 % RECORD_ALIGN_BYTES, 0);
-    assert!(FORMAT_BLOCK_BYTES - start.0 % FORMAT_BLOCK_BYTES >= RECORD_HEADER_BYTES);
+    assert_eq!(start.get() % RECORD_ALIGN_BYTES, 0);
+    assert!(FORMAT_BLOCK_BYTES - start.get() % FORMAT_BLOCK_BYTES >= RECORD_HEADER_BYTES);
     start
 }
 
@@ -175,7 +175,7 @@ impl SegmentHeader {
             self.segment_bytes > SEGMENT_HEADER_BYTES,
             "a segment holds records"
         );
-        Lsn(self.segment_no * (self.segment_bytes - SEGMENT_HEADER_BYTES))
+        Lsn::new(self.segment_no * (self.segment_bytes - SEGMENT_HEADER_BYTES))
     }
 
     /// Encodes the header into the first 64 bytes of `out`.
@@ -189,7 +189,7 @@ impl SegmentHeader {
         out[12..16].copy_from_slice(&(SEGMENT_HEADER_BYTES as u32).to_le_bytes());
         out[16..24].copy_from_slice(&self.segment_no.to_le_bytes());
         out[24..32].copy_from_slice(&self.segment_bytes.to_le_bytes());
-        out[32..40].copy_from_slice(&self.first_lsn().0.to_le_bytes());
+        out[32..40].copy_from_slice(&self.first_lsn().get().to_le_bytes());
         out[40..56].copy_from_slice(&self.db_id);
         let crc = crc32c::crc32c(&out[..56]);
         out[56..60].copy_from_slice(&crc.to_le_bytes());
@@ -254,22 +254,22 @@ impl Layout {
     /// The segment holding `lsn`.
     pub fn segment_of(&self, lsn: Lsn) -> u64 {
         let payload = self.payload_bytes();
-        let n = lsn.0 / payload;
+        let n = lsn.get() / payload;
         // Worked example: 1 MiB segments hold 1,044,480 bytes of records, so
         // LSN 1,044,480 is the first byte of segment 1, at file offset 4096.
-        assert!(n * payload <= lsn.0 && lsn.0 - n * payload < payload);
+        assert!(n * payload <= lsn.get() && lsn.get() - n * payload < payload);
         n
     }
 
     /// The file offset of `lsn` inside its segment.
     pub fn file_offset(&self, lsn: Lsn) -> u64 {
-        let offset = SEGMENT_HEADER_BYTES + lsn.0 % self.payload_bytes();
+        let offset = SEGMENT_HEADER_BYTES + lsn.get() % self.payload_bytes();
         assert!(offset >= SEGMENT_HEADER_BYTES && offset < self.segment_bytes);
         // The mapping back: segment start plus the offset past the header.
         let start = self.segment_of(lsn) * self.payload_bytes();
         assert_eq!(
             start + (offset - SEGMENT_HEADER_BYTES),
-            lsn.0,
+            lsn.get(),
             "offset maps back to {lsn}"
         );
         offset
@@ -277,7 +277,7 @@ impl Layout {
 
     /// The first LSN of segment `n`.
     pub fn segment_start(&self, n: u64) -> Lsn {
-        Lsn(n * self.payload_bytes())
+        Lsn::new(n * self.payload_bytes())
     }
 }
 
@@ -327,23 +327,27 @@ mod tests {
             payload_crc: 7,
             kind: 20,
         };
-        let bytes = h.encode(Lsn(4096));
-        assert_eq!(RecordHeader::decode(&bytes, Lsn(4096)), Some(h));
-        assert_eq!(RecordHeader::decode(&bytes, Lsn(4104)), None);
-        assert_eq!(RecordHeader::decode(&[0u8; 16], Lsn(0)), None);
+        let bytes = h.encode(Lsn::new(4096));
+        assert_eq!(RecordHeader::decode(&bytes, Lsn::new(4096)), Some(h));
+        assert_eq!(RecordHeader::decode(&bytes, Lsn::new(4104)), None);
+        assert_eq!(RecordHeader::decode(&[0u8; 16], Lsn::new(0)), None);
         for bit in 0..128 {
             let mut flipped = bytes;
             flipped[bit / 8] ^= 1 << (bit % 8);
-            assert_eq!(RecordHeader::decode(&flipped, Lsn(4096)), None, "bit {bit}");
+            assert_eq!(
+                RecordHeader::decode(&flipped, Lsn::new(4096)),
+                None,
+                "bit {bit}"
+            );
         }
     }
 
     #[test]
     fn record_starts_skip_block_tails() {
-        assert_eq!(next_record_start(Lsn(1000)), Lsn(1000));
-        assert_eq!(next_record_start(Lsn(1001)), Lsn(1008));
-        assert_eq!(next_record_start(Lsn(1016)), Lsn(1024));
-        assert_eq!(next_record_start(Lsn(1008)), Lsn(1008));
+        assert_eq!(next_record_start(Lsn::new(1000)), Lsn::new(1000));
+        assert_eq!(next_record_start(Lsn::new(1001)), Lsn::new(1008));
+        assert_eq!(next_record_start(Lsn::new(1016)), Lsn::new(1024));
+        assert_eq!(next_record_start(Lsn::new(1008)), Lsn::new(1008));
     }
 
     #[test]
@@ -372,9 +376,9 @@ mod tests {
             segment_bytes: 1 << 20,
         };
         let p = (1 << 20) - SEGMENT_HEADER_BYTES;
-        assert_eq!(l.segment_of(Lsn(p - 1)), 0);
-        assert_eq!(l.segment_of(Lsn(p)), 1);
-        assert_eq!(l.file_offset(Lsn(p)), SEGMENT_HEADER_BYTES);
-        assert_eq!(l.segment_start(2), Lsn(2 * p));
+        assert_eq!(l.segment_of(Lsn::new(p - 1)), 0);
+        assert_eq!(l.segment_of(Lsn::new(p)), 1);
+        assert_eq!(l.file_offset(Lsn::new(p)), SEGMENT_HEADER_BYTES);
+        assert_eq!(l.segment_start(2), Lsn::new(2 * p));
     }
 }

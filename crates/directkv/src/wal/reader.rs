@@ -50,7 +50,7 @@ impl Record {
             self.payload.len() <= RECORD_PAYLOAD_MAX,
             "records are decoded bounded"
         );
-        Lsn(self.lsn.0 + RECORD_HEADER_BYTES + self.payload.len() as u64)
+        Lsn::new(self.lsn.get() + RECORD_HEADER_BYTES + self.payload.len() as u64)
     }
 }
 
@@ -235,7 +235,7 @@ impl<S: Storage> WalReader<S> {
     fn gap_is_zero(&mut self, from: Lsn, to: Lsn) -> Result<bool> {
         let mut gap = [0u8; RECORD_HEADER_BYTES as usize];
         assert!(from < to);
-        let n = (to.0 - from.0) as usize;
+        let n = (to.get() - from.get()) as usize;
         assert!(n < gap.len(), "record gaps are shorter than a header");
         Ok(!self.read_bytes(from, &mut gap[..n])? || gap[..n].iter().all(|&b| b == 0))
     }
@@ -269,8 +269,8 @@ impl<S: Storage> WalReader<S> {
     fn attempt(&mut self, at: Lsn) -> Result<Attempt> {
         // Headers sit at 8-aligned LSNs, never across a block and so never
         // across a segment (segments hold whole blocks).
-        assert_eq!(at.0 % RECORD_ALIGN_BYTES, 0);
-        assert!(FORMAT_BLOCK_BYTES - at.0 % FORMAT_BLOCK_BYTES >= RECORD_HEADER_BYTES);
+        assert_eq!(at.get() % RECORD_ALIGN_BYTES, 0);
+        assert!(FORMAT_BLOCK_BYTES - at.get() % FORMAT_BLOCK_BYTES >= RECORD_HEADER_BYTES);
         let mut header = [0u8; RECORD_HEADER_BYTES as usize];
         if !self.read_bytes(at, &mut header)? {
             return Ok(Attempt::Missing);
@@ -281,7 +281,7 @@ impl<S: Storage> WalReader<S> {
             });
         };
         let mut payload = vec![0u8; h.payload_len as usize];
-        let payload_at = Lsn(at.0 + RECORD_HEADER_BYTES);
+        let payload_at = Lsn::new(at.get() + RECORD_HEADER_BYTES);
         if !self.read_bytes(payload_at, &mut payload)? || crc32c::crc32c(&payload) != h.payload_crc
         {
             return Ok(Attempt::Invalid { torn: true });
@@ -299,22 +299,22 @@ impl<S: Storage> WalReader<S> {
     /// The first valid flush header at a block boundary in `(at, at + 2 × the
     /// largest flush]`, with its `resume_from`.
     fn find_flush_header_after(&mut self, at: Lsn) -> Result<Option<(Lsn, Lsn)>> {
-        let mut x = (at.0 / FORMAT_BLOCK_BYTES + 1) * FORMAT_BLOCK_BYTES;
-        let limit = at.0 + 2 * FLUSH_BYTES_MAX;
-        assert!(x > at.0 && x % FORMAT_BLOCK_BYTES == 0);
+        let mut x = (at.get() / FORMAT_BLOCK_BYTES + 1) * FORMAT_BLOCK_BYTES;
+        let limit = at.get() + 2 * FLUSH_BYTES_MAX;
+        assert!(x > at.get() && x % FORMAT_BLOCK_BYTES == 0);
         while x <= limit {
             let mut header = [0u8; RECORD_HEADER_BYTES as usize];
-            if !self.read_bytes(Lsn(x), &mut header)? {
+            if !self.read_bytes(Lsn::new(x), &mut header)? {
                 return Ok(None);
             }
-            if let Some(h) = RecordHeader::decode(&header, Lsn(x)) {
+            if let Some(h) = RecordHeader::decode(&header, Lsn::new(x)) {
                 if h.kind == kind::FLUSH_HEADER {
                     let mut payload = vec![0u8; h.payload_len as usize];
-                    let ok = self.read_bytes(Lsn(x + RECORD_HEADER_BYTES), &mut payload)?
+                    let ok = self.read_bytes(Lsn::new(x + RECORD_HEADER_BYTES), &mut payload)?
                         && crc32c::crc32c(&payload) == h.payload_crc;
                     if let Some(resume_from) = flush_resume_from(&payload).filter(|_| ok) {
-                        assert!(x > at.0 && x <= limit);
-                        return Ok(Some((Lsn(x), resume_from)));
+                        assert!(x > at.get() && x <= limit);
+                        return Ok(Some((Lsn::new(x), resume_from)));
                     }
                 }
             }
@@ -328,7 +328,7 @@ impl<S: Storage> WalReader<S> {
     fn read_bytes(&mut self, lsn: Lsn, out: &mut [u8]) -> Result<bool> {
         let mut done = 0usize;
         while done < out.len() {
-            let at = Lsn(lsn.0 + done as u64);
+            let at = Lsn::new(lsn.get() + done as u64);
             let segment = self.layout.segment_of(at);
             let offset = self.layout.file_offset(at);
             if !self.load_chunk(segment, offset)? {
@@ -485,5 +485,5 @@ pub(crate) fn list_segments<S: Storage>(storage: &S, dir: &Path) -> Result<Vec<u
 /// The `resume_from` LSN of a flush header's payload.
 pub(crate) fn flush_resume_from(payload: &[u8]) -> Option<Lsn> {
     let bytes: [u8; 8] = payload.try_into().ok()?;
-    Some(Lsn(u64::from_le_bytes(bytes)))
+    Some(Lsn::new(u64::from_le_bytes(bytes)))
 }

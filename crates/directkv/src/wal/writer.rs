@@ -158,7 +158,7 @@ struct Buffer {
 
 impl Buffer {
     fn end(&self) -> Lsn {
-        Lsn(self.start.0 + self.used as u64)
+        Lsn::new(self.start.get() + self.used as u64)
     }
 
     /// Writes a record at `at` (≥ the current end); returns its end.
@@ -168,7 +168,7 @@ impl Buffer {
             payload.len() <= RECORD_PAYLOAD_MAX,
             "the caller bounded the payload"
         );
-        let rel = (at.0 - self.start.0) as usize;
+        let rel = (at.get() - self.start.get()) as usize;
         assert!(
             rel + RECORD_HEADER_BYTES as usize + payload.len() <= self.buf.len(),
             "the caller made room for the record"
@@ -185,7 +185,7 @@ impl Buffer {
         bytes[rel..rel + h].copy_from_slice(&header.encode(at));
         bytes[rel + h..rel + h + payload.len()].copy_from_slice(payload);
         self.used = rel + h + payload.len();
-        Lsn(at.0 + (h + payload.len()) as u64)
+        Lsn::new(at.get() + (h + payload.len()) as u64)
     }
 }
 
@@ -362,7 +362,7 @@ impl<S: Storage> Wal<S> {
             });
         }
         drop(probe);
-        let resume_at = Lsn(tail.end.0.next_multiple_of(unit as u64));
+        let resume_at = Lsn::new(tail.end.get().next_multiple_of(unit as u64));
         let shared = Arc::new(Shared {
             dir: opts.dir.clone(),
             layout,
@@ -380,7 +380,7 @@ impl<S: Storage> Wal<S> {
                 phase: Phase::Open,
             }),
             flushed: Condvar::new(),
-            durable: AtomicU64::new(tail.end.0),
+            durable: AtomicU64::new(tail.end.get()),
             shutdown: AtomicBool::new(false),
             records: AtomicU64::new(0),
             payload_bytes: AtomicU64::new(0),
@@ -392,13 +392,13 @@ impl<S: Storage> Wal<S> {
         if !existing.is_empty() {
             // The interrupted flush began at the last flush header read and
             // reached at most one buffer past it.
-            let stale_end = last_flush.unwrap_or(tail.end).0 + FLUSH_BYTES_MAX;
-            shared.zero_range(resume_at, Lsn(stale_end.max(resume_at.0)))?;
+            let stale_end = last_flush.unwrap_or(tail.end).get() + FLUSH_BYTES_MAX;
+            shared.zero_range(resume_at, Lsn::new(stale_end.max(resume_at.get())))?;
         }
         {
             let mut st = lock(&shared.state);
             st.fill
-                .put(resume_at, kind::FLUSH_HEADER, &tail.end.0.to_le_bytes());
+                .put(resume_at, kind::FLUSH_HEADER, &tail.end.get().to_le_bytes());
         }
         let preparer = background_prepare.then(|| spawn_preparer(Arc::clone(&shared)));
         Ok((Wal { shared, preparer }, tail.end))
@@ -427,8 +427,8 @@ impl<S: Storage> Wal<S> {
         loop {
             sh.check_failed(&st, None)?;
             let at = next_record_start(st.fill.end());
-            let end = at.0 + RECORD_HEADER_BYTES + payload.len() as u64;
-            if end <= st.fill.start.0 + st.fill.buf.len() as u64 {
+            let end = at.get() + RECORD_HEADER_BYTES + payload.len() as u64;
+            if end <= st.fill.start.get() + st.fill.buf.len() as u64 {
                 let end = st.fill.put(at, kind, payload);
                 sh.records.fetch_add(1, Ordering::Relaxed);
                 sh.payload_bytes
@@ -453,7 +453,7 @@ impl<S: Storage> Wal<S> {
     /// earlier.
     pub fn flush(&self, lsn: Lsn) -> Result<()> {
         let sh = &self.shared;
-        if sh.durable.load(Ordering::Acquire) >= lsn.0 {
+        if sh.durable.load(Ordering::Acquire) >= lsn.get() {
             sh.flushes_joined.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         }
@@ -462,7 +462,7 @@ impl<S: Storage> Wal<S> {
         loop {
             if st.durable >= lsn {
                 assert!(
-                    sh.durable.load(Ordering::Acquire) >= lsn.0,
+                    sh.durable.load(Ordering::Acquire) >= lsn.get(),
                     "published durability"
                 );
                 if !led {
@@ -500,7 +500,7 @@ impl<S: Storage> Wal<S> {
 
     /// The LSN up to which the log is durable.
     pub fn durable_lsn(&self) -> Lsn {
-        Lsn(self.shared.durable.load(Ordering::Acquire))
+        Lsn::new(self.shared.durable.load(Ordering::Acquire))
     }
 
     /// The end of the log: where the next record goes.
@@ -556,7 +556,7 @@ impl<S: Storage> Wal<S> {
             segments_recycled: c.recycled.load(Ordering::Relaxed),
             segment_waits: c.writer_waits.load(Ordering::Relaxed),
             durable_lsn: sh.durable.load(Ordering::Relaxed),
-            end_lsn: self.end_lsn().0,
+            end_lsn: self.end_lsn().get(),
         }
     }
 
@@ -619,14 +619,14 @@ impl<S: Storage> Shared<S> {
             data_end >= st.durable,
             "the fill buffer starts past the durable log"
         );
-        let padded = Lsn(data_end.0.next_multiple_of(self.unit as u64));
+        let padded = Lsn::new(data_end.get().next_multiple_of(self.unit as u64));
         let pad_at = next_record_start(data_end);
-        if pad_at.0 + RECORD_HEADER_BYTES <= padded.0 {
-            let pad_len = (padded.0 - pad_at.0 - RECORD_HEADER_BYTES) as usize;
+        if pad_at.get() + RECORD_HEADER_BYTES <= padded.get() {
+            let pad_len = (padded.get() - pad_at.get() - RECORD_HEADER_BYTES) as usize;
             let zeros = [0u8; 4096];
             st.fill.put(pad_at, kind::PAD, &zeros[..pad_len]);
         }
-        let len = (padded.0 - st.fill.start.0) as usize;
+        let len = (padded.get() - st.fill.start.get()) as usize;
         assert!(
             len % self.unit == 0 && len <= st.fill.buf.len(),
             "a flush is whole I/O units"
@@ -646,7 +646,7 @@ impl<S: Storage> Shared<S> {
             },
         );
         st.fill
-            .put(padded, kind::FLUSH_HEADER, &padded.0.to_le_bytes());
+            .put(padded, kind::FLUSH_HEADER, &padded.get().to_le_bytes());
         st.begin_flush();
         drop(st);
 
@@ -657,7 +657,7 @@ impl<S: Storage> Shared<S> {
             Ok(()) => {
                 assert!(data_end >= st.durable, "durability only grows");
                 st.durable = data_end;
-                self.durable.store(st.durable.0, Ordering::Release);
+                self.durable.store(st.durable.get(), Ordering::Release);
                 self.flushes.fetch_add(1, Ordering::Relaxed);
                 self.bytes_written.fetch_add(len as u64, Ordering::Relaxed);
                 None
@@ -687,7 +687,9 @@ impl<S: Storage> Shared<S> {
         // nothing written (a definite failure, no torn record).
         assert!(len > 0, "a flush writes at least its header");
         let first = self.layout.segment_of(start);
-        let last = self.layout.segment_of(Lsn(start.0 + len as u64 - 1));
+        let last = self
+            .layout
+            .segment_of(Lsn::new(start.get() + len as u64 - 1));
         assert!(last >= first, "a flush spans segments in order");
         let mut files: Vec<Arc<S::File>> = Vec::with_capacity(2);
         for segment in first..=last {
@@ -715,9 +717,9 @@ impl<S: Storage> Shared<S> {
         let first = self.layout.segment_of(start);
         let mut done = 0usize;
         while done < len {
-            let at = Lsn(start.0 + done as u64);
+            let at = Lsn::new(start.get() + done as u64);
             let segment = self.layout.segment_of(at);
-            let room = (self.layout.segment_start(segment + 1).0 - at.0) as usize;
+            let room = (self.layout.segment_start(segment + 1).get() - at.get()) as usize;
             let n = room.min(len - done);
             let file = &files[(segment - first) as usize];
             file.write_all_at(buf.io(done..done + n)?, self.layout.file_offset(at))?;
@@ -734,7 +736,7 @@ impl<S: Storage> Shared<S> {
     /// syncs. Used once at open, before the first append.
     fn zero_range(&self, from: Lsn, to: Lsn) -> Result<()> {
         assert!(
-            from.0 % self.unit as u64 == 0,
+            from.get() % self.unit as u64 == 0,
             "zeroing starts at an I/O unit"
         );
         assert!(from <= to, "a range runs forward");
@@ -743,11 +745,11 @@ impl<S: Storage> Shared<S> {
         let mut files: Vec<Arc<S::File>> = Vec::new();
         while at < to {
             let segment = self.layout.segment_of(at);
-            let seg_end = self.layout.segment_start(segment + 1).0;
-            let n = (seg_end.min(to.0) - at.0).min(zeros.len() as u64) as usize;
+            let seg_end = self.layout.segment_start(segment + 1).get();
+            let n = (seg_end.min(to.get()) - at.get()).min(zeros.len() as u64) as usize;
             let n = n.next_multiple_of(self.unit).min(zeros.len());
             if !self.segments.exists(segment) {
-                at = Lsn(seg_end);
+                at = Lsn::new(seg_end);
                 continue;
             }
             let file = self.segments.writer_file(segment)?;
@@ -755,7 +757,7 @@ impl<S: Storage> Shared<S> {
             if !files.iter().any(|f| Arc::ptr_eq(f, &file)) {
                 files.push(file);
             }
-            at = Lsn(at.0 + n as u64);
+            at = Lsn::new(at.get() + n as u64);
         }
         for f in &files {
             f.sync_all()?;
