@@ -168,7 +168,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
             || table.contains_key(&page)
         {
             drop(table);
-            self.unpin(f);
+            self.refuse_claim(f);
             return None;
         }
         let old = frame.page.load(Ordering::Acquire);
@@ -188,8 +188,29 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
         Some(guard)
     }
 
+    /// Lets go of claimed frame `f` that [`install`](Self::install) refused
+    /// (someone else pinned it, or the page got a frame meanwhile). A frame
+    /// without a page (never used, or given up by a failed load) is in no
+    /// replacer list: it goes to the cold end, first to be claimed again, so
+    /// it is never lost to the pool.
+    fn refuse_claim(&self, f: u32) {
+        let frame = &self.frames[f as usize];
+        assert!(
+            frame.pins.load(Ordering::Acquire) > 0,
+            "a claimed frame is pinned"
+        );
+        if frame.page.load(Ordering::Acquire) == NO_PAGE {
+            lock(&self.replacer).loaded(f, Access::Scan);
+        }
+        self.unpin(f);
+    }
+
     /// Undoes [`install`](Self::install) after a failed load: the page leaves
-    /// the table and the frame goes back to the free list.
+    /// the table and the frame, without a page, goes to the cold end of the
+    /// replacement order. Not to the free list: readers of the page that
+    /// pinned the frame while it loaded may still hold pins, and a frame on
+    /// the free list must be unpinned; a claim from the replacer waits for
+    /// them.
     pub(super) fn abandon(&self, f: u32, page: u64, guard: RwLockWriteGuard<'_, AlignedBuf>) {
         let removed = lock(&self.table).remove(&page);
         assert_eq!(removed, Some(f), "the failed load's frame was the page's");
@@ -200,8 +221,8 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
         self.frames[f as usize]
             .page
             .store(NO_PAGE, Ordering::Release);
+        lock(&self.replacer).loaded(f, Access::Scan);
         drop(guard);
-        lock(&self.free).push(f);
         self.unpin(f);
     }
 
@@ -299,5 +320,71 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
             offset: page * self.page_bytes as u64,
             detail: format!("page {page}: {e}"),
         }
+    }
+}
+
+#[cfg(all(test, feature = "sim"))]
+mod tests {
+    use std::path::Path;
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::io::FileOptions;
+    use crate::lsn::Lsn;
+    use crate::sim::SimStorage;
+
+    /// A log that is always durable.
+    struct DurableLog;
+
+    impl LogFlusher for DurableLog {
+        fn durable_lsn(&self) -> Lsn {
+            Lsn::new(u64::MAX)
+        }
+        fn flush_to(&self, _lsn: Lsn) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    type Pool = BufferPool<SimStorage, DurableLog>;
+
+    fn pool() -> Pool {
+        let disk = SimStorage::new();
+        let opts = FileOptions {
+            create: true,
+            ..FileOptions::default()
+        };
+        let file = disk.open(Path::new("/db/data"), &opts).expect("data file");
+        BufferPool::new(file, 4096, 16 * 4096, [7; 16], Arc::new(DurableLog)).expect("pool")
+    }
+
+    /// Claims and installs a frame for each of `pages`; all must succeed.
+    fn fill(pool: &Pool, pages: std::ops::Range<u64>) {
+        for page in pages {
+            let f = pool.claim_victim().expect("claim").expect("a frame");
+            let guard = pool.install(f, page).expect("installed");
+            pool.frames[f as usize].valid.store(true, Ordering::Release);
+            lock(&pool.replacer).loaded(f, Access::Normal);
+            drop(guard);
+            pool.unpin(f);
+        }
+    }
+
+    /// Two misses of one page race and the first's load fails: neither
+    /// frame is lost, and every frame can still hold a page.
+    #[test]
+    fn a_frame_refused_or_abandoned_stays_in_the_pool() {
+        let pool = pool();
+        let n = pool.frames() as u64;
+        let f1 = pool.claim_victim().expect("claim").expect("a frame");
+        let g1 = pool.install(f1, 100).expect("installed");
+        let f2 = pool.claim_victim().expect("claim").expect("a frame");
+        assert!(
+            pool.install(f2, 100).is_none(),
+            "the page has a frame already"
+        );
+        pool.abandon(f1, 100, g1);
+        assert!(!pool.contains(100));
+        fill(&pool, 0..n);
+        assert_eq!(lock(&pool.table).len() as u64, n);
     }
 }
