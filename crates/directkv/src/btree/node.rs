@@ -17,11 +17,19 @@
 //! Branch cell: `klen u16 | child u64 | key`; the child holds keys ≥ key, the
 //! leftmost child keys below the first key.
 //!
-//! [`validate`] checks all of this once when a page comes from disk, so the
-//! accessors below can index without checks on pages that passed it (or that
-//! the engine built itself).
+//! [`validate`] checks all of this for a page from disk, so the accessors
+//! below can index without checks on pages that passed it (or that the engine
+//! built itself).
+//!
+//! Invariants (of pages the engine builds; a page from disk is checked by
+//! [`validate`], which returns an error, never panics):
+//! - Slots are in strictly ascending key order (checked in debug builds after
+//!   every insert and split).
+//! - The slot array ends at or before the cell area: `64 + 2n ≤ cell start`.
+//! - Compaction changes no cell and frees exactly the garbage.
+//! - A split (`node_split.rs`) leaves both halves non-empty.
 
-use crate::format::page::{PageType, PAGE_HEADER_BYTES};
+use crate::format::page::{PageType, PAGE_HEADER_BYTES, PAGE_SIZES};
 
 const N: usize = PAGE_HEADER_BYTES;
 const CELL_START: usize = N + 2;
@@ -34,6 +42,8 @@ pub const LEAF_CELL_HEADER: usize = 7;
 /// Bytes of a branch cell before its key.
 pub const BRANCH_CELL_HEADER: usize = 10;
 const OVERFLOW_FLAG: u8 = 1;
+
+pub use super::node_split::split;
 
 /// A page offset or count stored as a `u16` at `o`, as an index.
 fn u16_at(p: &[u8], o: usize) -> usize {
@@ -70,6 +80,11 @@ pub fn init_branch(p: &mut [u8], leftmost: u64) {
 }
 
 fn init(p: &mut [u8], t: PageType, leftmost: u64) {
+    assert!(
+        PAGE_SIZES.contains(&(p.len() as u32)),
+        "a page of {} bytes",
+        p.len()
+    );
     crate::format::page::init(p, t);
     p[N..].fill(0);
     set_u16(p, CELL_START, p.len());
@@ -85,16 +100,17 @@ fn cell_start(p: &[u8]) -> usize {
     u16_at(p, CELL_START)
 }
 
-fn slot(p: &[u8], i: usize) -> usize {
+pub(super) fn slot(p: &[u8], i: usize) -> usize {
     u16_at(p, SLOTS + 2 * i)
 }
 
-fn is_leaf(p: &[u8]) -> bool {
+pub(super) fn is_leaf(p: &[u8]) -> bool {
     page_type(p) == Some(PageType::Leaf)
 }
 
 /// The key of cell `i`.
 pub fn key(p: &[u8], i: usize) -> &[u8] {
+    debug_assert!(i < count(p), "cell {i} of {}", count(p));
     let c = slot(p, i);
     let klen = u16_at(p, c);
     let h = if is_leaf(p) {
@@ -131,6 +147,7 @@ impl Value<'_> {
 
 /// The value of leaf cell `i`.
 pub fn value(p: &[u8], i: usize) -> Value<'_> {
+    debug_assert!(is_leaf(p) && i < count(p), "a leaf's cell");
     let c = slot(p, i);
     let klen = u16_at(p, c);
     let flags = p[c + 2];
@@ -148,6 +165,7 @@ pub fn value(p: &[u8], i: usize) -> Value<'_> {
 
 /// The child of branch cell `i`.
 pub fn child(p: &[u8], i: usize) -> u64 {
+    debug_assert!(!is_leaf(p) && i < count(p), "a branch's cell");
     u64_at(p, slot(p, i) + 2)
 }
 
@@ -163,6 +181,7 @@ pub fn set_leftmost(p: &mut [u8], child: u64) {
 
 /// Sets the child of branch cell `i`.
 pub fn set_child(p: &mut [u8], i: usize, child: u64) {
+    assert!(i < count(p), "cell {i} of {}", count(p));
     let c = slot(p, i);
     p[c + 2..c + 10].copy_from_slice(&child.to_le_bytes());
 }
@@ -178,6 +197,7 @@ pub fn search(p: &[u8], k: &[u8]) -> Result<usize, usize> {
             std::cmp::Ordering::Equal => return Ok(mid),
         }
     }
+    debug_assert!(lo <= count(p), "an insertion point within the page");
     Err(lo)
 }
 
@@ -219,7 +239,7 @@ pub fn used_bytes(p: &[u8]) -> usize {
     p.len() - SLOTS - free_bytes(p)
 }
 
-fn cell_len(p: &[u8], c: usize) -> usize {
+pub(super) fn cell_len(p: &[u8], c: usize) -> usize {
     let klen = u16_at(p, c);
     if is_leaf(p) {
         let flags = p[c + 2];
@@ -237,6 +257,7 @@ fn cell_len(p: &[u8], c: usize) -> usize {
 /// Rewrites the cells contiguously at the end of the page, dropping garbage.
 pub fn compact(p: &mut [u8]) {
     let n = count(p);
+    let free_before = free_bytes(p);
     // One copy of the page to move the cells from: a page-sized copy costs
     // less than an allocation per cell, and compaction runs whenever a full
     // leaf has a value replaced by one of a different size.
@@ -250,9 +271,15 @@ pub fn compact(p: &mut [u8]) {
         set_u16(p, SLOTS + 2 * i, end);
     }
     let slots_end = SLOTS + 2 * n;
+    assert!(slots_end <= end, "live cells fit beside their slots");
     p[slots_end..end].fill(0);
     set_u16(p, CELL_START, end);
     set_u16(p, GARBAGE, 0);
+    assert_eq!(
+        free_bytes(p),
+        free_before,
+        "compaction frees exactly the garbage"
+    );
 }
 
 /// Reserves `len` bytes for a new cell at slot `i`; `None` if it does not fit.
@@ -261,9 +288,14 @@ fn reserve(p: &mut [u8], i: usize, len: usize) -> Option<usize> {
         return None;
     }
     let n = count(p);
+    assert!(i <= n, "slot {i} of {n}");
     if cell_start(p) < SLOTS + 2 * (n + 1) + len {
         compact(p);
     }
+    assert!(
+        cell_start(p) >= SLOTS + 2 * (n + 1) + len,
+        "free bytes are room after compaction"
+    );
     let c = cell_start(p) - len;
     let at = SLOTS + 2 * i;
     p.copy_within(at..SLOTS + 2 * n, at + 2);
@@ -275,6 +307,12 @@ fn reserve(p: &mut [u8], i: usize, len: usize) -> Option<usize> {
 
 /// Inserts a leaf cell at slot `i`; false if it does not fit.
 pub fn leaf_insert(p: &mut [u8], i: usize, key: &[u8], v: &Value<'_>) -> bool {
+    assert!(is_leaf(p), "a leaf cell goes into a leaf");
+    assert!(
+        key.len() <= u16::MAX as usize,
+        "a key of {} bytes",
+        key.len()
+    );
     let len = LEAF_CELL_HEADER + key.len() + v.cell_bytes();
     let Some(c) = reserve(p, i, len) else {
         return false;
@@ -283,7 +321,14 @@ pub fn leaf_insert(p: &mut [u8], i: usize, key: &[u8], v: &Value<'_>) -> bool {
     let k = c + LEAF_CELL_HEADER;
     p[k..k + key.len()].copy_from_slice(key);
     write_value(p, c, key.len(), v);
+    debug_assert!(ordered_around(p, i), "keys in order after an insert");
     true
+}
+
+/// Whether cell `i`'s key sorts strictly between its neighbours'.
+fn ordered_around(p: &[u8], i: usize) -> bool {
+    let k = key(p, i);
+    (i == 0 || key(p, i - 1) < k) && (i + 1 >= count(p) || k < key(p, i + 1))
 }
 
 /// Writes the flags, length and bytes of `v` into the leaf cell at `c` whose
@@ -292,6 +337,10 @@ fn write_value(p: &mut [u8], c: usize, klen: usize, v: &Value<'_>) {
     let at = c + LEAF_CELL_HEADER + klen;
     let (flags, vlen) = match v {
         Value::Inline(b) => {
+            assert!(
+                b.len() <= u32::MAX as usize,
+                "an inline value's length fits"
+            );
             p[at..at + b.len()].copy_from_slice(b);
             (0, b.len() as u32)
         }
@@ -310,6 +359,7 @@ fn write_value(p: &mut [u8], c: usize, klen: usize, v: &Value<'_>) {
 /// is the value's bytes alone: no compaction, and a page record of a few
 /// bytes instead of a moved cell and a shifted slot array.
 pub fn leaf_overwrite(p: &mut [u8], i: usize, v: &Value<'_>) -> bool {
+    assert!(is_leaf(p) && i < count(p), "a leaf's cell");
     let c = slot(p, i);
     let klen = u16_at(p, c);
     if cell_len(p, c) != LEAF_CELL_HEADER + klen + v.cell_bytes() {
@@ -321,6 +371,12 @@ pub fn leaf_overwrite(p: &mut [u8], i: usize, v: &Value<'_>) -> bool {
 
 /// Inserts a branch cell at slot `i`; false if it does not fit.
 pub fn branch_insert(p: &mut [u8], i: usize, key: &[u8], child: u64) -> bool {
+    assert!(!is_leaf(p), "a branch cell goes into a branch");
+    assert!(
+        key.len() <= u16::MAX as usize,
+        "a key of {} bytes",
+        key.len()
+    );
     let len = BRANCH_CELL_HEADER + key.len();
     let Some(c) = reserve(p, i, len) else {
         return false;
@@ -328,13 +384,14 @@ pub fn branch_insert(p: &mut [u8], i: usize, key: &[u8], child: u64) -> bool {
     p[c..c + 2].copy_from_slice(&(key.len() as u16).to_le_bytes());
     p[c + 2..c + 10].copy_from_slice(&child.to_le_bytes());
     p[c + BRANCH_CELL_HEADER..c + BRANCH_CELL_HEADER + key.len()].copy_from_slice(key);
+    debug_assert!(ordered_around(p, i), "keys in order after an insert");
     true
 }
 
 /// Removes cell `i` (its bytes become garbage).
 pub fn remove(p: &mut [u8], i: usize) {
     let n = count(p);
-    assert!(i < n);
+    assert!(i < n, "cell {i} of {n}");
     let c = slot(p, i);
     let len = cell_len(p, c);
     p[c..c + len].fill(0);
@@ -344,52 +401,10 @@ pub fn remove(p: &mut [u8], i: usize) {
     set_u16(p, N, n - 1);
     let g = u16_at(p, GARBAGE) + len;
     set_u16(p, GARBAGE, g);
-}
-
-/// Moves the upper part of a full page into the empty page `right` (same type),
-/// splitting by bytes. Returns the separator: the first key of `right` for a
-/// leaf; for a branch, the middle key, which moves up (its child becomes
-/// `right`'s leftmost).
-pub fn split(p: &mut [u8], right: &mut [u8]) -> Vec<u8> {
-    let n = count(p);
-    assert!(n >= 2, "a page with fewer than two cells is never split");
-    let leaf = is_leaf(p);
-    let total = used_bytes(p);
-    let mut acc = 0;
-    let mut mid = n / 2;
-    for i in 0..n {
-        acc += 2 + cell_len(p, slot(p, i));
-        if acc >= total / 2 {
-            mid = (i + 1).clamp(1, n - 1);
-            break;
-        }
-    }
-    let sep = key(p, mid).to_vec();
-    let (first_moved, sep_out) = if leaf {
-        init_leaf(right);
-        (mid, sep)
-    } else {
-        init_branch(right, child(p, mid));
-        (mid + 1, sep)
-    };
-    for (j, i) in (first_moved..n).enumerate() {
-        let k = key(p, i).to_vec();
-        let ok = if leaf {
-            let (inline, v) = match value(p, i) {
-                Value::Inline(b) => (b.to_vec(), None),
-                o => (Vec::new(), Some(o)),
-            };
-            leaf_insert(right, j, &k, &v.unwrap_or(Value::Inline(&inline)))
-        } else {
-            branch_insert(right, j, &k, child(p, i))
-        };
-        assert!(ok, "half a page fits in an empty page");
-    }
-    for i in (mid..n).rev() {
-        remove(p, i);
-    }
-    compact(p);
-    sep_out
+    assert!(
+        SLOTS + 2 * (n - 1) <= cell_start(p),
+        "the slot array shrank"
+    );
 }
 
 /// Checks a page read from disk before the tree uses it; an error describes
@@ -444,10 +459,11 @@ pub fn validate(p: &[u8]) -> Result<(), String> {
 // Big-endian keys sort in numeric order, which these tests rely on; no on-disk
 // integer is written this way.
 #[allow(clippy::big_endian_bytes)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn leaf(size: usize) -> Vec<u8> {
+    /// An empty leaf of `size` bytes.
+    pub(in crate::btree) fn leaf(size: usize) -> Vec<u8> {
         let mut p = vec![0u8; size];
         init_leaf(&mut p);
         p
@@ -512,50 +528,6 @@ mod tests {
         ));
         assert_eq!(value(&p, 3), Value::Overflow { len: 5000, page: 3 });
         validate(&p).expect("valid");
-    }
-
-    #[test]
-    fn fills_then_splits() {
-        let mut p = leaf(4096);
-        let mut i = 0u32;
-        loop {
-            let k = i.to_be_bytes();
-            let at = search(&p, &k).expect_err("absent");
-            if !leaf_insert(&mut p, at, &k, &Value::Inline(&[7; 50])) {
-                break;
-            }
-            i += 1;
-        }
-        let mut right = vec![0u8; 4096];
-        let sep = split(&mut p, &mut right);
-        validate(&p).expect("left");
-        validate(&right).expect("right");
-        assert_eq!(count(&p) + count(&right), i as usize);
-        assert_eq!(key(&right, 0), sep.as_slice());
-        assert!(key(&p, count(&p) - 1) < sep.as_slice());
-        assert!(free_bytes(&p) > 1500 && free_bytes(&right) > 1500);
-    }
-
-    #[test]
-    fn branch_routes_and_splits() {
-        let mut b = vec![0u8; 4096];
-        init_branch(&mut b, 100);
-        for i in 0..150u32 {
-            let k = (i * 10).to_be_bytes();
-            assert!(branch_insert(&mut b, i as usize, &k, 1000 + u64::from(i)));
-        }
-        assert_eq!(route(&b, &[0, 0, 0, 0]), (1000, Some(0)));
-        assert_eq!(route(&b, &5u32.to_be_bytes()), (1000, Some(0)));
-        assert_eq!(route(&b, &15u32.to_be_bytes()), (1001, Some(1)));
-        let mut empty_key_branch = vec![0u8; 4096];
-        init_branch(&mut empty_key_branch, 7);
-        assert_eq!(route(&empty_key_branch, b"x"), (7, None));
-        let mut right = vec![0u8; 4096];
-        let sep = split(&mut b, &mut right);
-        validate(&b).expect("left");
-        validate(&right).expect("right");
-        assert_eq!(count(&b) + count(&right) + 1, 150);
-        assert_eq!(route(&right, &sep).0, leftmost(&right));
     }
 
     #[test]

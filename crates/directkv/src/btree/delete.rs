@@ -1,0 +1,114 @@
+//! Deletes: a key removed from its leaf; a leaf left empty is freed and
+//! unlinked from its parent, branches left empty likewise up the path (an
+//! explicit stack, no recursion), and a root branch with one child is replaced
+//! by that child.
+//!
+//! Under-full pages are not merged: space freed inside a page is reused by
+//! later inserts into it, and emptied pages go back to the free list, so
+//! update and delete churn does not grow the file without bound.
+//!
+//! Invariants:
+//! - The root is never freed while it is the root: an emptied root becomes an
+//!   empty leaf, and a root is replaced only by its only child.
+//! - Unlinking walks at most the path ([`DEPTH_MAX`] steps), and root
+//!   shrinking at most [`DEPTH_MAX`] levels; a deeper chain of one-child
+//!   roots is corruption, reported as an error.
+
+use super::descent::{descend, Step};
+use super::node::{self, Value};
+use super::overflow::free_overflow;
+use super::tree::{corrupt, PagesMut, DEPTH_MAX};
+use crate::buffer::Access;
+use crate::error::Result;
+use crate::format::page::PageType;
+
+/// Deletes `key`; returns whether it was there.
+///
+/// # Errors
+/// Page and logging errors.
+pub fn delete<P: PagesMut>(pages: &mut P, key: &[u8]) -> Result<bool> {
+    let root = pages.root();
+    let d = descend(pages, root, key, Access::Normal)?;
+    let found = pages.read(d.leaf, Access::Normal, |p| {
+        node::search(p, key).ok().map(|i| {
+            let ov = match node::value(p, i) {
+                Value::Overflow { len, page } => Some((len, page)),
+                Value::Inline(_) => None,
+            };
+            (i, ov)
+        })
+    })?;
+    let Some((i, overflow)) = found else {
+        return Ok(false);
+    };
+    let now_empty = pages.modify(d.leaf, |p| {
+        let n = node::count(p);
+        node::remove(p, i);
+        assert_eq!(node::count(p) + 1, n, "one cell removed");
+        node::count(p) == 0
+    })?;
+    if let Some((len, page)) = overflow {
+        free_overflow(pages, page, len as usize)?;
+    }
+    if now_empty && d.leaf != root {
+        assert!(!d.path.is_empty(), "a leaf below the root has a parent");
+        pages.free(d.leaf)?;
+        unlink_child(pages, d.path)?;
+    }
+    Ok(true)
+}
+
+/// Removes the child reached by the last step of `path` from its branch,
+/// freeing branches that become empty, and shrinks the root.
+fn unlink_child<P: PagesMut>(pages: &mut P, mut path: Vec<Step>) -> Result<()> {
+    assert!(path.len() < DEPTH_MAX, "a path within the depth bound");
+    while let Some(step) = path.pop() {
+        let emptied = pages.modify(step.page, |p| {
+            match step.slot {
+                Some(i) => node::remove(p, i),
+                None if node::count(p) > 0 => {
+                    let first = node::child(p, 0);
+                    node::set_leftmost(p, first);
+                    node::remove(p, 0);
+                }
+                None => return true,
+            }
+            false
+        })?;
+        if !emptied {
+            break;
+        }
+        if step.page == pages.root() {
+            // The root lost its only child: the tree is empty again.
+            assert!(path.is_empty(), "the root is the first step");
+            pages.modify(step.page, node::init_leaf)?;
+            break;
+        }
+        pages.free(step.page)?;
+    }
+    shrink_root(pages)
+}
+
+/// Replaces a root branch without separators (one child) by that child, as
+/// many levels as there are.
+fn shrink_root<P: PagesMut>(pages: &mut P) -> Result<()> {
+    for _ in 0..DEPTH_MAX {
+        let root = pages.root();
+        let only = pages.read(root, Access::Normal, |p| {
+            (node::page_type(p) == Some(PageType::Branch) && node::count(p) == 0)
+                .then(|| node::leftmost(p))
+        })?;
+        let Some(child) = only else {
+            return Ok(());
+        };
+        if child == root {
+            return Err(corrupt(root, "a branch is its own child"));
+        }
+        pages.set_root(child);
+        pages.free(root)?;
+    }
+    Err(corrupt(
+        pages.root(),
+        "a chain of one-child roots deeper than the maximum",
+    ))
+}
