@@ -58,3 +58,30 @@ fn another_thread_waits_for_the_write_transaction_instead_of_failing() {
         Some(b"other".to_vec())
     );
 }
+
+/// The key limit the docs give (docs/file_format.md: 1024 bytes, 991 with
+/// 4 KiB pages) is the one enforced, to the byte (issue 17, case 9).
+#[test]
+fn issue17_the_key_limit_is_the_documented_one() {
+    for (page_bytes, max) in [(4096u32, 991usize), (8192, 1024), (16384, 1024)] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = Database::open(
+            dir.path(),
+            Options {
+                page_bytes,
+                ..opts()
+            },
+        )
+        .expect("open");
+        let mut w = db.begin_write().expect("begin");
+        w.put(&vec![b'k'; max], b"v").expect("a key at the limit");
+        assert!(
+            matches!(
+                w.put(&vec![b'k'; max + 1], b"v"),
+                Err(Error::InvalidArgument(_))
+            ),
+            "a key one byte over the limit with {page_bytes}-byte pages"
+        );
+        w.commit().expect("commit");
+    }
+}

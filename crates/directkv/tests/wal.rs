@@ -529,3 +529,33 @@ fn running_out_of_space_is_a_clear_error_and_tears_nothing() {
         assert_eq!(&r.payload, p);
     }
 }
+
+/// A segment of another format version is `FormatVersion` naming the file,
+/// not corruption (issue 17, case 9): its header is whole, only newer.
+#[test]
+fn issue17_a_segment_of_another_version_is_a_format_version_error() {
+    let dir = scratch();
+    write_log(
+        dir.path(),
+        10,
+        5,
+        SyncVariant {
+            method: SyncMethod::Fdatasync,
+            direct: false,
+        },
+    );
+    let seg = dir.path().join("wal").join(format!("{:016X}.seg", 0));
+    let mut bytes = std::fs::read(&seg).expect("segment");
+    bytes[8..12].copy_from_slice(&99u32.to_le_bytes());
+    let crc = crc32c::crc32c(&bytes[..56]);
+    bytes[56..60].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(&seg, &bytes).expect("write");
+    match Wal::open(OsStorage, options(dir.path()), Lsn::ZERO, |_| Ok(())) {
+        Err(Error::FormatVersion { path, found, .. }) => {
+            assert_eq!(found, 99);
+            assert_eq!(path, seg);
+        }
+        Err(e) => panic!("expected FormatVersion, got {e}"),
+        Ok(_) => panic!("a segment of version 99 was accepted"),
+    }
+}

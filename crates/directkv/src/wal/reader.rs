@@ -464,10 +464,11 @@ pub(crate) fn read_segment_header<F: StorageFile>(file: &F) -> Result<SegmentHea
     }
     SegmentHeader::decode(buf.as_slice()).map_err(|e| match e {
         SegmentHeaderError::NotASegment => bad("not a directkv WAL segment header".into()),
-        SegmentHeaderError::Version(v) => bad(format!(
-            "WAL format version {v}; this build reads version {}",
-            super::format::FORMAT_VERSION
-        )),
+        SegmentHeaderError::Version(found) => Error::FormatVersion {
+            path: file.path().to_path_buf(),
+            found,
+            supported: super::format::FORMAT_VERSION,
+        },
     })
 }
 
