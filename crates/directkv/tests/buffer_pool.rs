@@ -39,6 +39,15 @@ impl LogFlusher for FakeLog {
     }
 }
 
+/// The log of a reopened pool: durable past every page written before (the
+/// pool refuses a page newer than its log).
+fn reopened_log() -> Arc<FakeLog> {
+    Arc::new(FakeLog {
+        durable: AtomicU64::new(1 << 40),
+        ..FakeLog::default()
+    })
+}
+
 type Pool = BufferPool<OsStorage, FakeLog>;
 
 fn pool(dir: &Path, frames: usize, log: Arc<FakeLog>) -> Pool {
@@ -92,7 +101,7 @@ fn pages_survive_eviction_and_reopen_and_obey_the_wal_rule() {
     }
     p.flush_all().expect("flush");
     drop(p);
-    let p = pool(dir.path(), 32, Arc::new(FakeLog::default()));
+    let p = pool(dir.path(), 32, reopened_log());
     for no in 0..200u64 {
         assert_eq!(get_value(&p, no, Access::Normal), no * 3);
     }
@@ -248,7 +257,7 @@ fn damaged_and_misdirected_pages_are_errors_not_data() {
     raw.read_exact_at(&mut img, 3 * 8192).expect("read");
     raw.write_all_at(&img, 5 * 8192).expect("write");
     raw.sync_all().expect("sync");
-    let p = pool(dir.path(), 32, Arc::new(FakeLog::default()));
+    let p = pool(dir.path(), 32, reopened_log());
     for (no, what) in [(2u64, "checksum"), (5, "misdirected")] {
         match p
             .read(no, Access::Normal)
@@ -451,8 +460,40 @@ fn growth_ahead_of_use_races_writes_past_the_end_and_loses_nothing() {
     // zero-filled end.
     assert!(len >= st.allocated_pages * u64::from(PAGE), "{len} {st:?}");
     drop(p);
-    let p = pool(dir.path(), 64, Arc::new(FakeLog::default()));
+    let p = pool(dir.path(), 64, reopened_log());
     for no in 0..pages {
         assert_eq!(get_value(&p, no, Access::Normal), no * 7 + 1, "page {no}");
+    }
+}
+
+/// Pages reach the data file only after their log: a page on disk newer
+/// than the whole durable log proves that log lost, and is refused, never
+/// served.
+#[test]
+fn a_page_newer_than_the_durable_log_is_refused() {
+    let dir = scratch();
+    let p = pool(dir.path(), 32, Arc::new(FakeLog::default()));
+    put_pattern(&p, 3, 33, 5000);
+    put_pattern(&p, 4, 44, 10);
+    p.flush_all().expect("flush");
+    drop(p);
+    // The log that is left reaches LSN 100 only.
+    let short = Arc::new(FakeLog::default());
+    short.flush_to(Lsn::new(100)).expect("flush");
+    let p = pool(dir.path(), 32, short);
+    assert_eq!(
+        get_value(&p, 4, Access::Normal),
+        44,
+        "an older page is fine"
+    );
+    match p.read(3, Access::Normal).err().expect("refused") {
+        Error::Corruption { offset, detail, .. } => {
+            assert_eq!(offset, 3 * u64::from(PAGE));
+            assert!(
+                detail.contains("past the end of the durable log"),
+                "{detail}"
+            );
+        }
+        other => panic!("expected Corruption, got {other:?}"),
     }
 }

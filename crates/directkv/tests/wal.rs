@@ -511,11 +511,9 @@ fn running_out_of_space_is_a_clear_error_and_tears_nothing() {
     };
     assert!(matches!(err, Error::DiskFull { .. }), "{err}");
     assert!(err.to_string().contains("no space"), "{err}");
-    assert!(
-        acked.len() >= 20,
-        "two segments were usable: {}",
-        acked.len()
-    );
+    // Segment 0 is usable; entering segment 1 needs segment 2 made first
+    // (a log with records in a segment always has the next one).
+    assert!(acked.len() >= 10, "a segment was usable: {}", acked.len());
     assert!(matches!(wal.append(50, b"x"), Err(Error::Poisoned { .. })));
     drop(wal);
     storage.heal();

@@ -65,7 +65,10 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
         });
         for (f, page, guard) in loading {
             let read = outcome.next().unwrap_or(false);
-            if !read || page::verify(guard.as_slice(), page, &self.db_id).is_err() {
+            if !read
+                || page::verify(guard.as_slice(), page, &self.db_id).is_err()
+                || self.check_read_lsn(page, guard.as_slice()).is_err()
+            {
                 self.abandon(f, page, guard);
                 continue;
             }

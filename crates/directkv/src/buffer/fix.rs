@@ -18,6 +18,7 @@ use super::replacer::Access;
 use crate::error::{Error, Result};
 use crate::format::page::{self, PageError};
 use crate::io::{AlignedBuf, Storage, StorageFile};
+use crate::lsn::Lsn;
 use crate::sched::IoClass;
 
 impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
@@ -311,7 +312,38 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
         self.file.read_exact_at(buf.io_all_mut(), offset)?;
         self.counters.pages_read.fetch_add(1, Ordering::Relaxed);
         page::verify(buf.as_slice(), page, &self.db_id).map_err(|e| self.corruption(page, &e))?;
-        Ok(())
+        self.check_read_lsn(page, buf.as_slice())
+    }
+
+    /// Notes the LSN of a page just read, and refuses it when it is newer
+    /// than the durable log (see [`LogFlusher::replaying`]).
+    pub(super) fn check_read_lsn(&self, page: u64, data: &[u8]) -> Result<()> {
+        let lsn = page::page_lsn(data);
+        if self
+            .counters
+            .newest_read
+            .fetch_max(lsn.get(), Ordering::AcqRel)
+            < lsn.get()
+        {
+            self.counters
+                .newest_read_page
+                .store(page, Ordering::Relaxed);
+        }
+        if self.log.replaying() {
+            return Ok(());
+        }
+        self.within_log(page, lsn, self.log.durable_lsn())
+    }
+
+    /// Checks that no page read so far (replay's reads included) is newer
+    /// than `end`, the end of the log recovery found.
+    ///
+    /// # Errors
+    /// [`Error::Corruption`] naming the newest page read, when it is.
+    pub fn check_reads_within(&self, end: Lsn) -> Result<()> {
+        let newest = Lsn::new(self.counters.newest_read.load(Ordering::Acquire));
+        let page = self.counters.newest_read_page.load(Ordering::Relaxed);
+        self.within_log(page, newest, end)
     }
 
     pub(super) fn corruption(&self, page: u64, e: &PageError) -> Error {
@@ -320,6 +352,20 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
             offset: page * self.page_bytes as u64,
             detail: format!("page {page}: {e}"),
         }
+    }
+
+    fn within_log(&self, page: u64, lsn: Lsn, end: Lsn) -> Result<()> {
+        if lsn <= end {
+            return Ok(());
+        }
+        Err(Error::Corruption {
+            path: self.path.clone(),
+            offset: page * self.page_bytes as u64,
+            detail: format!(
+                "page {page} has LSN {lsn}, past the end of the durable log ({end}): the \
+                 log that wrote it is missing or was replaced by an older copy"
+            ),
+        })
     }
 }
 

@@ -51,6 +51,14 @@ pub trait LogFlusher: Send + Sync + 'static {
     /// # Errors
     /// The log's errors.
     fn flush_to(&self, lsn: Lsn) -> Result<()>;
+    /// Whether the log's end is still being found (recovery's replay): a
+    /// page read then may be newer than what is durable so far. Once it is
+    /// known, no page on disk can be newer than the durable log (pages are
+    /// written only after their log), and one that is proves the log that
+    /// wrote it missing.
+    fn replaying(&self) -> bool {
+        false
+    }
 }
 
 /// Counters of the pool.
@@ -100,6 +108,9 @@ pub(super) struct Counters {
     pub(super) free_frame_stalls: crate::stall::StallCounter,
     pub(super) wal_rule_flushes: AtomicU64,
     pub(super) extensions: AtomicU64,
+    /// The highest page LSN read from the data file, and its page.
+    pub(super) newest_read: AtomicU64,
+    pub(super) newest_read_page: AtomicU64,
 }
 
 pub(super) const NO_PAGE: u64 = u64::MAX;

@@ -26,6 +26,7 @@ use super::engine::Inner;
 use super::records;
 use crate::error::{Error, Result};
 use crate::format::control::Control;
+use crate::format::data_head;
 use crate::health;
 use crate::io::Storage;
 use crate::sched::IoClass;
@@ -84,6 +85,7 @@ impl<S: Storage> Inner<S> {
             redo_before <= start.get(),
             "the redo point only moves forward"
         );
+        self.stage_data_head(start)?;
         self.write_dirty_through(start, paced)?;
         self.pool.sync()?;
         if self.pool.oldest_dirty_lsn().is_some_and(|l| l <= start) {
@@ -123,6 +125,22 @@ impl<S: Storage> Inner<S> {
             self.log_space.1.notify_all();
         }
         self.wal().recycle_before(start)?;
+        Ok(())
+    }
+
+    /// Dirties the data file's head with `start`: it claims the pages the
+    /// checkpoint starting there writes, and goes out with them, in the
+    /// same sync.
+    fn stage_data_head(&self, start: crate::lsn::Lsn) -> Result<()> {
+        // Made whole, not read: a torn head (it has no image in the log) is
+        // simply written anew.
+        let mut head = self.pool.create(data_head::DATA_HEAD_PAGE)?;
+        crate::btree::tree::init_free(head.data_mut(), 0);
+        data_head::encode(head.data_mut(), start);
+        // Stamped with what is durable already, so writing it never waits
+        // for the log.
+        let durable = self.wal().durable_lsn().min(start);
+        head.mark_dirty(durable);
         Ok(())
     }
 

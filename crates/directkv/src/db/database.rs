@@ -185,7 +185,7 @@ impl<S: Storage> Drop for Database<S> {
         // An orderly drop writes what was committed to the log (best effort: a
         // failure here is what recovery is for); it does not checkpoint.
         if let Some(wal) = self.inner.log.wal_if_open() {
-            let _ = wal.flush(wal.end_lsn());
+            let _ = wal.flush(wal.appended_lsn());
         }
         background::stop(&self.inner.checkpointer);
         if let Some(h) = self.checkpointer.take() {

@@ -112,6 +112,10 @@ impl<S: Storage> LogFlusher for EngineLog<S> {
         }
     }
 
+    fn replaying(&self) -> bool {
+        self.wal.get().is_none()
+    }
+
     fn flush_to(&self, lsn: Lsn) -> Result<()> {
         match self.wal.get() {
             Some(w) => w.flush(lsn),

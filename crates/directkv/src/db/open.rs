@@ -8,7 +8,8 @@
 //! direct-I/O policy and the buffer pool over it; open the WAL from
 //! `CONTROL`'s redo point, replaying every committed transaction
 //! ([`super::recovery`]); then accept transactions and start the
-//! background threads ([`super::background`]).
+//! background threads ([`super::background`]). A first open, and an open
+//! that replayed transactions, checkpoint before they return.
 //!
 //! Invariants:
 //! - A creation writes `CONTROL` last (through `CONTROL.tmp` and a rename,
@@ -34,9 +35,10 @@ use crate::btree::node;
 use crate::buffer::BufferPool;
 use crate::error::{Error, Result};
 use crate::format::control::Control;
+use crate::format::data_head;
 use crate::format::page;
 use crate::format::DbId;
-use crate::health::Health;
+use crate::health::{self, Health};
 use crate::io::{
     Aio, AioBackend, DirectIo, FileOptions, Storage, StorageFile, SyncMethod, SyncVariant,
 };
@@ -80,7 +82,8 @@ pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result
     let sched = Arc::new(Scheduler::new(opts.io_scheduler));
     let log = Arc::new(EngineLog::replaying(c.redo_lsn));
     let (pool, aio) = open_pool(&storage, path, &opts, &c, &log, &sched)?;
-    let wal_opts = wal_options(&storage, path, &opts, c.db_id, &sched)?;
+    check_data_head(&pool, &c)?;
+    let wal_opts = wal_options(&storage, path, &opts, &c, &sched)?;
     let wal_sync = wal_opts.sync;
     let recovered = recovery::recover(&storage, &pool, &log, wal_opts, &c)?;
     let Recovered {
@@ -115,7 +118,26 @@ pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result
         _lock: lock,
     };
     inner.counters.next_txn.store(next_txn, Ordering::Relaxed);
+    checkpoint_if_due(&inner, &c)?;
     Ok(start_threads(Arc::new(inner)))
+}
+
+/// Checkpoints before open returns, when it is the first open of a new
+/// database (`CONTROL` then names the new log before any transaction can
+/// need it: see [`wal_options`]) or replay changed pages (the
+/// end-of-recovery checkpoint writes them, so a disk still too full fails
+/// the open with `DiskFull` rather than a later read that must evict a
+/// dirty page, and the next crash replays nothing of this one).
+fn checkpoint_if_due<S: Storage>(inner: &Inner<S>, c: &Control) -> Result<()> {
+    if c.checkpoint_lsn != Lsn::ZERO && inner.recovery.transactions == 0 {
+        return Ok(());
+    }
+    inner.checkpoint()?;
+    assert!(
+        health::lock(&inner.control)?.current().checkpoint_lsn > Lsn::ZERO,
+        "a checkpoint names its record"
+    );
+    Ok(())
 }
 
 /// What open finds at the database path before it writes anything.
@@ -195,18 +217,30 @@ fn left_by_creation<S: Storage>(storage: &S, path: &Path, name: &str) -> Result<
 /// Bytes of a file's head that [`left_by_creation`] reads.
 const HEAD_BYTES: usize = 512;
 
-/// The WAL's options: its directory (made if missing), sync method, segment
-/// size and scheduler.
+/// The WAL's options: its directory, sync method, segment size, scheduler,
+/// and what the log must prove at open.
+///
+/// The log is made by the first open of a new database, which checkpoints
+/// before it accepts a transaction: so a `CONTROL` that names a checkpoint
+/// names a log that exists, and its directory or redo segment missing is damage,
+/// refused before anything is written.
 fn wal_options<S: Storage>(
     storage: &S,
     path: &Path,
     opts: &Options,
-    db_id: DbId,
+    c: &Control,
     sched: &Arc<Scheduler>,
 ) -> Result<WalOptions> {
     let wal_dir = opts.wal_dir.clone().unwrap_or_else(|| path.join("wal"));
-    storage.create_dir_all(&wal_dir)?;
-    let mut wal_opts = WalOptions::new(&wal_dir, db_id);
+    let creating = c.checkpoint_lsn == Lsn::ZERO;
+    if creating {
+        storage.create_dir_all(&wal_dir)?;
+    } else if !storage.exists(&wal_dir) {
+        return Err(crate::wal::missing_dir(&wal_dir, c.redo_lsn));
+    }
+    let mut wal_opts = WalOptions::new(&wal_dir, c.db_id);
+    wal_opts.create_if_missing = creating;
+    wal_opts.must_reach = c.checkpoint_lsn;
     wal_opts.sync = choose_sync(opts, &wal_dir);
     wal_opts.segment_bytes = opts.wal_segment_bytes;
     wal_opts.background_prepare = opts.background_threads;
@@ -255,6 +289,32 @@ fn open_pool<S: Storage>(
         "the pool takes CONTROL's page size"
     );
     Ok((pool, aio))
+}
+
+/// Refuses a data file older than the checkpoint `CONTROL` names (see
+/// [`crate::format::data_head`]).
+fn check_data_head<S: Storage>(pool: &Pool<S>, c: &Control) -> Result<()> {
+    let head = match pool.read(data_head::DATA_HEAD_PAGE, crate::buffer::Access::Normal) {
+        Ok(head) => head,
+        // A torn head (the log holds no image of it) makes no claim; the
+        // next checkpoint writes it whole.
+        Err(Error::Corruption { .. }) => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    match data_head::decode(head.data()) {
+        Some(flushed) if flushed < c.redo_lsn => Err(Error::Corruption {
+            path: pool.file().path().to_path_buf(),
+            offset: 0,
+            detail: format!(
+                "the data file holds the changes logged before LSN {flushed}, but CONTROL's \
+                 checkpoint needs every change before LSN {}: the data file is older than \
+                 CONTROL (replaced by an older copy?); refusing to open rather than serve \
+                 its stale pages",
+                c.redo_lsn
+            ),
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// Starts the background threads (unless the options turn them off) and

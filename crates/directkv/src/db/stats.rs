@@ -177,6 +177,16 @@ pub struct RecoveryStats {
     pub pages_read: u64,
     /// Wall time of the replay, in microseconds.
     pub micros: u64,
+    /// Where the log ended in a torn flush whose records open found and
+    /// discarded: the LSN they started at. `None`: the log ended cleanly.
+    /// Those records' sync never completed, so no commit among them was
+    /// acknowledged (damage to the last acknowledged flush looks the same;
+    /// this says that something was dropped, and where).
+    pub torn_tail_lsn: Option<u64>,
+    /// Bytes of the discarded tail, to the end of its last record.
+    pub torn_tail_bytes: u64,
+    /// Records found in the discarded tail.
+    pub torn_tail_records: u64,
 }
 
 impl<S: Storage> Inner<S> {

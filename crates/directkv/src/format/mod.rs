@@ -4,6 +4,7 @@
 //! Nothing here opens or writes a file.
 
 pub mod control;
+pub mod data_head;
 mod ids;
 pub mod le;
 pub mod page;

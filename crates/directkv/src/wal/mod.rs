@@ -1,16 +1,20 @@
 //! The write-ahead log: records become durable bytes at LSNs. It knows nothing
 //! of pages.
 //!
+//! - `coverage`: what open proves about the log before it trusts its end.
 //! - `format`: record and segment headers, LSN-to-file mapping.
 //! - `reader`: iteration, and the torn-tail versus corruption decision.
 //! - `segments`: preallocated, zero-filled, recycled segment files.
 //! - `writer`: appends, group commit, poisoning.
 
+mod coverage;
 pub mod format;
 mod reader;
 mod segments;
 mod writer;
 
+pub(crate) use coverage::missing_dir;
+pub use coverage::DiscardedTail;
 pub use format::{kind, DbId, RECORD_PAYLOAD_MAX};
 pub use reader::{Record, Tail, WalReader};
 pub use writer::{

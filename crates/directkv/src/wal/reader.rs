@@ -64,6 +64,13 @@ pub struct Tail {
     pub torn: bool,
 }
 
+/// A record header found by a scan.
+struct Found {
+    lsn: Lsn,
+    header: RecordHeader,
+    payload_ok: bool,
+}
+
 enum Attempt {
     Valid(Record),
     Invalid { torn: bool },
@@ -296,6 +303,90 @@ impl<S: Storage> WalReader<S> {
         }))
     }
 
+    /// The first record valid at its position (header and payload) in
+    /// segment `n`'s first [`RECORD_PAYLOAD_MAX`] bytes and a block: if the
+    /// log was written there, a record starts within them.
+    ///
+    /// # Errors
+    /// As [`next_record`](Self::next_record), for the segment's file.
+    pub(super) fn first_record_in_segment(&mut self, n: u64) -> Result<Option<Lsn>> {
+        let from = self.layout.segment_start(n);
+        let to = Lsn::new(from.get() + RECORD_PAYLOAD_MAX as u64 + FORMAT_BLOCK_BYTES);
+        let mut at = from;
+        while let Some(found) = self.scan_headers(at, to)? {
+            assert!(found.lsn >= at && found.lsn < to, "found where it looked");
+            if found.payload_ok {
+                return Ok(Some(found.lsn));
+            }
+            at = Lsn::new(found.lsn.get() + RECORD_ALIGN_BYTES);
+        }
+        Ok(None)
+    }
+
+    /// What the flush that tore at the end of the log held past it: the
+    /// records whose headers are valid at their positions, within the one
+    /// flush that can have been under way. `None` before the end was found
+    /// or when nothing was there.
+    ///
+    /// # Errors
+    /// As [`next_record`](Self::next_record).
+    pub fn discarded_tail(&mut self) -> Result<Option<super::DiscardedTail>> {
+        let Some(tail) = self.tail else {
+            return Ok(None);
+        };
+        let to = Lsn::new(tail.end.get() + FLUSH_BYTES_MAX);
+        let (mut at, mut records, mut last_end) = (tail.end, 0u64, tail.end);
+        while let Some(found) = self.scan_headers(at, to)? {
+            records += 1;
+            let end = found.header.end(found.lsn);
+            assert!(end > last_end, "records found lie ever further on");
+            last_end = end;
+            at = if found.payload_ok {
+                next_record_start(end)
+            } else {
+                Lsn::new(found.lsn.get() + RECORD_ALIGN_BYTES)
+            };
+        }
+        Ok((records > 0).then(|| super::DiscardedTail {
+            from: tail.end,
+            bytes: last_end.get() - tail.end.get(),
+            records,
+        }))
+    }
+
+    /// The first position in `[from, to)` where a record header may start
+    /// that holds one valid at that position, with whether its payload
+    /// checks too. Stops at a segment that is not there.
+    fn scan_headers(&mut self, from: Lsn, to: Lsn) -> Result<Option<Found>> {
+        let mut at = Lsn::new(from.get().next_multiple_of(RECORD_ALIGN_BYTES));
+        while at < to {
+            let in_block = FORMAT_BLOCK_BYTES - at.get() % FORMAT_BLOCK_BYTES;
+            if in_block < RECORD_HEADER_BYTES {
+                at = Lsn::new(at.get() + in_block);
+                continue;
+            }
+            let mut bytes = [0u8; RECORD_HEADER_BYTES as usize];
+            if !self.read_bytes(at, &mut bytes)? {
+                return Ok(None);
+            }
+            if bytes.iter().any(|&b| b != 0) {
+                if let Some(header) = RecordHeader::decode(&bytes, at) {
+                    let mut payload = vec![0u8; header.payload_len as usize];
+                    let payload_ok = self
+                        .read_bytes(Lsn::new(at.get() + RECORD_HEADER_BYTES), &mut payload)?
+                        && crc32c::crc32c(&payload) == header.payload_crc;
+                    return Ok(Some(Found {
+                        lsn: at,
+                        header,
+                        payload_ok,
+                    }));
+                }
+            }
+            at = Lsn::new(at.get() + RECORD_ALIGN_BYTES);
+        }
+        Ok(None)
+    }
+
     /// The first valid flush header at a block boundary in `(at, at + 2 × the
     /// largest flush]`, with its `resume_from`.
     fn find_flush_header_after(&mut self, at: Lsn) -> Result<Option<(Lsn, Lsn)>> {
@@ -393,6 +484,18 @@ impl<S: Storage> WalReader<S> {
                 let file = self.storage.open(&path, &read_options())?;
                 let header = read_segment_header(&file)?;
                 self.check_header(&path, segment, &header)?;
+                let len = file.len()?;
+                if len != self.layout.segment_bytes {
+                    return Err(Error::Corruption {
+                        path,
+                        offset: len.min(self.layout.segment_bytes),
+                        detail: format!(
+                            "WAL segment {segment} is {len} bytes, not the {} every segment is \
+                             allocated with: it was cut short or extended",
+                            self.layout.segment_bytes
+                        ),
+                    });
+                }
                 Some(Arc::new(file))
             } else {
                 None

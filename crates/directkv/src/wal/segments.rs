@@ -119,7 +119,53 @@ impl<S: Storage> Segments<S> {
 
     /// The writer's handle on segment `n`, preparing it now if it is not ready
     /// (a counted wait: the background preparer should have made it already).
+    ///
+    /// Segment `n + 1` exists too before the handle is given out, so a log
+    /// with records in a segment always has the next one: a deleted segment
+    /// that held the log's end leaves a hole open sees.
     pub fn writer_file(&self, n: u64) -> Result<Arc<S::File>> {
+        let file = self.writer_file_only(n)?;
+        self.ensure_prepared(n + 1)?;
+        assert!(self.exists(n + 1), "the next segment is ready");
+        Ok(file)
+    }
+
+    /// A handle on segment `n` for writing over stale bytes at open, if the
+    /// file exists; neither makes a segment nor moves the writer's.
+    pub fn existing_file(&self, n: u64) -> Result<Option<S::File>> {
+        if !self.exists(n) {
+            return Ok(None);
+        }
+        self.storage
+            .open(&self.path(n), &self.writer_options())
+            .map(Some)
+    }
+
+    /// Makes segment `n` if it does not exist (waiting for a preparation
+    /// under way first).
+    fn ensure_prepared(&self, n: u64) -> Result<()> {
+        let mut inner = lock(&self.inner);
+        loop {
+            if inner.busy {
+                inner = self.changed.wait(inner).unwrap_or_else(|p| p.into_inner());
+                continue;
+            }
+            if self.storage.exists(&self.path(n)) {
+                return Ok(());
+            }
+            self.counters.writer_waits.fetch_add(1, Ordering::Relaxed);
+            inner.busy = true;
+            drop(inner);
+            let made = self.prepare(n);
+            inner = lock(&self.inner);
+            assert!(inner.busy, "only the holder of `busy` clears it");
+            inner.busy = false;
+            self.changed.notify_all();
+            return made;
+        }
+    }
+
+    fn writer_file_only(&self, n: u64) -> Result<Arc<S::File>> {
         let mut inner = lock(&self.inner);
         loop {
             if let Some(f) = inner.open.get(&n) {
@@ -130,15 +176,10 @@ impl<S: Storage> Segments<S> {
                 continue;
             }
             if !self.storage.exists(&self.path(n)) {
-                self.counters.writer_waits.fetch_add(1, Ordering::Relaxed);
-                inner.busy = true;
                 drop(inner);
-                let made = self.prepare(n);
+                self.ensure_prepared(n)?;
                 inner = lock(&self.inner);
-                assert!(inner.busy, "only the holder of `busy` clears it");
-                inner.busy = false;
-                self.changed.notify_all();
-                made?;
+                continue;
             }
             let file = self.storage.open(&self.path(n), &self.writer_options())?;
             let header = read_segment_header(&file)?;

@@ -27,11 +27,12 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use super::coverage::{self, DiscardedTail};
 use super::format::{
     kind, next_record_start, DbId, Layout, RecordHeader, FLUSH_BYTES_MAX, RECORD_HEADER_BYTES,
     RECORD_PAYLOAD_MAX, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, SEGMENT_HEADER_BYTES,
 };
-use super::reader::{list_segments, WalReader};
+
 use super::segments::Segments;
 use crate::error::{Error, Result};
 use crate::io::{AlignedBuf, Storage, StorageFile, SyncVariant};
@@ -80,6 +81,13 @@ pub struct WalOptions {
     ///
     /// [`IoClass::Wal`]: crate::sched::IoClass::Wal
     pub sched: Option<Arc<crate::sched::Scheduler>>,
+    /// Whether open may make the log: its directory and first segment. Off
+    /// for a database whose log exists already, so a missing directory or
+    /// redo segment is damage, never a new empty log.
+    pub create_if_missing: bool,
+    /// The log must reach at least this far (the end of the last
+    /// checkpoint's record); a log that ends before it is damaged.
+    pub must_reach: Lsn,
 }
 
 impl WalOptions {
@@ -96,6 +104,8 @@ impl WalOptions {
             background_prepare: true,
             db_id,
             sched: None,
+            create_if_missing: true,
+            must_reach: Lsn::ZERO,
         }
     }
 
@@ -271,6 +281,8 @@ struct Shared<S: Storage> {
     state: Mutex<State>,
     flushed: Condvar,
     durable: AtomicU64,
+    /// The end of the last caller record appended.
+    appended: AtomicU64,
     shutdown: AtomicBool,
     records: AtomicU64,
     payload_bytes: AtomicU64,
@@ -295,6 +307,8 @@ struct Shared<S: Storage> {
 pub struct Wal<S: Storage> {
     shared: Arc<Shared<S>>,
     preparer: Option<JoinHandle<()>>,
+    /// What open found and discarded past the end of the log.
+    discarded: Option<DiscardedTail>,
 }
 
 /// See [`crate::health`]: a poisoned lock here means the database has
@@ -325,31 +339,13 @@ impl<S: Storage> Wal<S> {
         let mut opts = opts;
         opts.validate()?;
         let background_prepare = opts.background_prepare;
-        storage.create_dir_all(&opts.dir)?;
-        let existing = list_segments(&storage, &opts.dir)?;
-        // An existing log keeps the segment size it was made with; the option
-        // applies to new logs.
-        if let Some(reader) = WalReader::open_oldest(storage.clone(), &opts.dir)? {
-            opts.segment_bytes = reader.segment_bytes();
-        }
-        let layout = Layout {
-            segment_bytes: opts.segment_bytes,
-        };
-        let mut reader = WalReader::new(
-            storage.clone(),
-            &opts.dir,
-            opts.segment_bytes,
-            Some(opts.db_id),
-            from,
-        );
-        while let Some(rec) = reader.next_record()? {
-            if rec.kind >= kind::USER_MIN {
-                replay(rec)?;
-            }
-        }
-        let tail = reader.tail().expect("reader ended with a tail");
-        let last_flush = reader.last_flush_header();
-        drop(reader);
+        let coverage::LogEnd {
+            existing,
+            layout,
+            tail,
+            discarded,
+        } = coverage::read_to_end(&storage, &mut opts, from, &mut replay)?;
+        assert_eq!(layout.segment_bytes, opts.segment_bytes);
 
         let current = layout.segment_of(tail.end);
         let segments = Segments::new(storage, &opts, current);
@@ -381,6 +377,7 @@ impl<S: Storage> Wal<S> {
             }),
             flushed: Condvar::new(),
             durable: AtomicU64::new(tail.end.get()),
+            appended: AtomicU64::new(tail.end.get()),
             shutdown: AtomicBool::new(false),
             records: AtomicU64::new(0),
             payload_bytes: AtomicU64::new(0),
@@ -390,9 +387,9 @@ impl<S: Storage> Wal<S> {
             sched: opts.sched.clone(),
         });
         if !existing.is_empty() {
-            // The interrupted flush began at the last flush header read and
-            // reached at most one buffer past it.
-            let stale_end = last_flush.unwrap_or(tail.end).get() + FLUSH_BYTES_MAX;
+            // The interrupted flush began at or before the end and was at
+            // most one flush long.
+            let stale_end = tail.end.get() + FLUSH_BYTES_MAX;
             shared.zero_range(resume_at, Lsn::new(stale_end.max(resume_at.get())))?;
         }
         {
@@ -401,7 +398,22 @@ impl<S: Storage> Wal<S> {
                 .put(resume_at, kind::FLUSH_HEADER, &tail.end.get().to_le_bytes());
         }
         let preparer = background_prepare.then(|| spawn_preparer(Arc::clone(&shared)));
-        Ok((Wal { shared, preparer }, tail.end))
+        Ok((
+            Wal {
+                shared,
+                preparer,
+                discarded,
+            },
+            tail.end,
+        ))
+    }
+
+    /// The records open found past the end of the log, in the flush that was
+    /// under way when the log stopped, and discarded (they were never
+    /// acknowledged: their sync did not complete). `None`: the log ended
+    /// cleanly.
+    pub fn discarded_tail(&self) -> Option<DiscardedTail> {
+        self.discarded
     }
 
     /// Appends a record of `kind` (≥ [`kind::USER_MIN`]) and returns its end LSN,
@@ -430,6 +442,8 @@ impl<S: Storage> Wal<S> {
             let end = at.get() + RECORD_HEADER_BYTES + payload.len() as u64;
             if end <= st.fill.start.get() + st.fill.buf.len() as u64 {
                 let end = st.fill.put(at, kind, payload);
+                let before = sh.appended.fetch_max(end.get(), Ordering::AcqRel);
+                assert!(before < end.get(), "records are appended in LSN order");
                 sh.records.fetch_add(1, Ordering::Relaxed);
                 sh.payload_bytes
                     .fetch_add(payload.len() as u64, Ordering::Relaxed);
@@ -501,6 +515,13 @@ impl<S: Storage> Wal<S> {
     /// The LSN up to which the log is durable.
     pub fn durable_lsn(&self) -> Lsn {
         Lsn::new(self.shared.durable.load(Ordering::Acquire))
+    }
+
+    /// The end of the last caller record appended (the end of the log
+    /// found at open, before any): flushing to it makes every record
+    /// durable without writing a flush that holds none.
+    pub fn appended_lsn(&self) -> Lsn {
+        Lsn::new(self.shared.appended.load(Ordering::Acquire))
     }
 
     /// The end of the log: where the next record goes.
@@ -742,24 +763,26 @@ impl<S: Storage> Shared<S> {
         assert!(from <= to, "a range runs forward");
         let zeros = AlignedBuf::new(1 << 20, self.unit as u32)?;
         let mut at = from;
-        let mut files: Vec<Arc<S::File>> = Vec::new();
+        let mut files: Vec<(u64, S::File)> = Vec::new();
         while at < to {
             let segment = self.layout.segment_of(at);
             let seg_end = self.layout.segment_start(segment + 1).get();
             let n = (seg_end.min(to.get()) - at.get()).min(zeros.len() as u64) as usize;
             let n = n.next_multiple_of(self.unit).min(zeros.len());
-            if !self.segments.exists(segment) {
-                at = Lsn::new(seg_end);
-                continue;
+            if files.last().is_none_or(|(s, _)| *s != segment) {
+                // Only segments that exist hold stale bytes; none is made.
+                let Some(file) = self.segments.existing_file(segment)? else {
+                    at = Lsn::new(seg_end);
+                    continue;
+                };
+                files.push((segment, file));
             }
-            let file = self.segments.writer_file(segment)?;
+            let (s, file) = files.last().expect("pushed above");
+            assert_eq!(*s, segment, "zeroing the segment that holds `at`");
             file.write_all_at(zeros.io(0..n)?, self.layout.file_offset(at))?;
-            if !files.iter().any(|f| Arc::ptr_eq(f, &file)) {
-                files.push(file);
-            }
             at = Lsn::new(at.get() + n as u64);
         }
-        for f in &files {
+        for (_, f) in &files {
             f.sync_all()?;
         }
         Ok(())

@@ -1,0 +1,67 @@
+//! Page 0 of the data file, the data file's own head: a free-type page (no
+//! tree or list ever links to it) that names how far the data file is
+//! complete: every change logged before `flushed_through` is in its pages.
+//! Each checkpoint writes it with its redo point, in the same pass and the
+//! same sync as the pages it writes, before `CONTROL` names the checkpoint.
+//!
+//! At open, `flushed_through` below `CONTROL`'s redo point proves the data
+//! file older than the checkpoint that names it (say, restored from an older
+//! copy): replay from the redo point would leave its older pages stale, so
+//! open refuses. A head ahead of `CONTROL` is the normal trace of a
+//! checkpoint interrupted before it wrote `CONTROL`.
+//!
+//! Layout, after the 48-byte page header and the free page's 8-byte link
+//! (little-endian):
+//!
+//! | offset | size | field |
+//! |--------|------|-------|
+//! | 56 | 8 | magic `DKVDHEAD` |
+//! | 64 | 8 | `flushed_through` LSN |
+//!
+//! A page 0 without the magic (a database made before the head existed)
+//! has no claim to check; its first checkpoint writes one. Nor has a torn
+//! one: the head is the one page without an image in the log, so a
+//! checkpoint writes it whole (never read-modify-write) and open takes a
+//! head that fails its checksum as no claim.
+
+use super::le;
+use super::page::PAGE_HEADER_BYTES;
+use crate::lsn::Lsn;
+
+/// The page number of the data file's head.
+pub const DATA_HEAD_PAGE: u64 = 0;
+/// The head's magic.
+pub const DATA_HEAD_MAGIC: [u8; 8] = *b"DKVDHEAD";
+const MAGIC_AT: usize = PAGE_HEADER_BYTES + 8;
+const FLUSHED_AT: usize = MAGIC_AT + 8;
+
+/// Writes the head's fields into page 0's bytes (its page header and free
+/// link are the caller's, and stay).
+pub fn encode(page: &mut [u8], flushed_through: Lsn) {
+    assert!(page.len() >= FLUSHED_AT + 8, "page 0 holds the head");
+    page[MAGIC_AT..MAGIC_AT + 8].copy_from_slice(&DATA_HEAD_MAGIC);
+    page[FLUSHED_AT..FLUSHED_AT + 8].copy_from_slice(&flushed_through.get().to_le_bytes());
+    assert_eq!(decode(page), Some(flushed_through), "the head reads back");
+}
+
+/// The head's `flushed_through`, or `None` for a page 0 without a head.
+pub fn decode(page: &[u8]) -> Option<Lsn> {
+    let magic = page.get(MAGIC_AT..MAGIC_AT + 8)?;
+    (magic == DATA_HEAD_MAGIC && page.len() >= FLUSHED_AT + 8)
+        .then(|| Lsn::new(le::u64_at(page, FLUSHED_AT)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn head_round_trips_and_old_pages_have_none() {
+        let mut p = vec![0u8; 4096];
+        assert_eq!(decode(&p), None, "a page 0 of an older database");
+        encode(&mut p, Lsn::new(123_456));
+        assert_eq!(decode(&p), Some(Lsn::new(123_456)));
+        p[MAGIC_AT] ^= 1;
+        assert_eq!(decode(&p), None, "a damaged magic is no claim");
+    }
+}
