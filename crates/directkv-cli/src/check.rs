@@ -21,9 +21,8 @@ pub struct Args {
     /// Only recover; skip the structural walk.
     #[arg(long)]
     recover_only: bool,
-    /// Checkpoint after recovery, so the next open has nothing to replay.
-    /// Without it the files keep their redo point: the next open replays the
-    /// same log again (replay is idempotent).
+    /// Close with a checkpoint. (An open that replayed transactions ends
+    /// with a checkpoint anyway, so the next open has nothing to replay.)
     #[arg(long)]
     checkpoint: bool,
     /// Print one JSON document instead of text.
@@ -67,8 +66,22 @@ pub fn run(args: Args) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(());
     }
-    let r = recovery;
     println!("{}", args.dir.display());
+    print_recovery(&recovery, open_seconds);
+    if let Some(c) = report {
+        println!(
+            "check: ok in {check_seconds:.2} s: {} keys, depth {}, {} pages ({} tree, {} overflow, {} free)",
+            c.keys, c.depth, c.pages, c.tree_pages, c.overflow_pages, c.free_pages
+        );
+    }
+    if args.checkpoint {
+        println!("checkpointed: the next open replays nothing");
+    }
+    Ok(())
+}
+
+/// The text lines of what the open's recovery did.
+fn print_recovery(r: &directkv::RecoveryStats, open_seconds: f64) {
     if r.transactions == 0 && r.page_records == 0 {
         println!("open: {open_seconds:.2} s, no transaction to replay (closed cleanly)");
     } else {
@@ -83,14 +96,14 @@ pub fn run(args: Args) -> Result<()> {
             r.pages_read,
         );
     }
-    if let Some(c) = report {
+    if let Some(lsn) = r.torn_tail_lsn {
         println!(
-            "check: ok in {check_seconds:.2} s: {} keys, depth {}, {} pages ({} tree, {} overflow, {} free)",
-            c.keys, c.depth, c.pages, c.tree_pages, c.overflow_pages, c.free_pages
+            "torn tail: {} record(s), {} bytes from LSN {} were discarded as the last flush \
+             torn by a crash before its sync completed (damage to that flush after it looks \
+             the same)",
+            r.torn_tail_records,
+            r.torn_tail_bytes,
+            directkv::Lsn::new(lsn)
         );
     }
-    if args.checkpoint {
-        println!("checkpointed: the next open replays nothing");
-    }
-    Ok(())
 }

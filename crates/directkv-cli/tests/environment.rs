@@ -1,8 +1,9 @@
 //! The engine on a full filesystem (RELIABILITY.md C10, F13/F14): a database
 //! on a 32 MiB loop-mounted ext4 is written until a commit fails; the error is
 //! typed (no space, or the outcome-unknown/poisoned errors that follow one),
-//! nothing panics, and once space is freed, reopening recovers every
-//! acknowledged commit. Needs root, losetup and mkfs.ext4; skips otherwise.
+//! nothing panics, a reopen while the disk is still full is `DiskFull` (or
+//! whole), and once space is freed, reopening recovers every acknowledged
+//! commit. Needs root, losetup and mkfs.ext4; skips otherwise.
 
 use directkv::{Database, Error, Options};
 
@@ -47,6 +48,22 @@ fn a_full_filesystem_is_a_clear_error_and_loses_nothing() {
         "{err}"
     );
     drop(db);
+    // Still full: the reopen either fails with `DiskFull` (its replay or
+    // end-of-recovery checkpoint found no space) or gives back every
+    // acknowledged commit; never an open that fails reads later.
+    match Database::open(&db_dir, opts.clone()) {
+        Err(Error::DiskFull { .. }) => {}
+        Err(e) => panic!("a reopen on a full disk: expected DiskFull, got {e}"),
+        Ok(db) => {
+            let r = db.begin_read().expect("read");
+            for i in 0..acked {
+                let got = r
+                    .get(format!("key{i:06}").as_bytes())
+                    .expect("get on a full disk");
+                assert_eq!(got.as_deref(), Some(value.as_slice()), "commit {i}");
+            }
+        }
+    }
     std::fs::remove_file(fs.mount.join("filler")).expect("free space");
     let db = Database::open(&db_dir, opts).expect("reopen once space is back");
     let r = db.begin_read().expect("read");

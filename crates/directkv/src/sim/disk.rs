@@ -286,6 +286,43 @@ impl SimStorage {
         true
     }
 
+    /// A file's bytes (its live image), if it exists.
+    pub fn file_bytes(&self, path: &Path) -> Option<Vec<u8>> {
+        let s = lock(&self.state);
+        s.live
+            .get(path)
+            .and_then(|id| s.files.get(id))
+            .map(|f| f.live.clone())
+    }
+
+    /// Replaces a file's bytes, durably (creating it): a user editing or
+    /// restoring it while the database is closed.
+    pub fn set_file_bytes(&self, path: &Path, bytes: Vec<u8>) {
+        let mut s = lock(&self.state);
+        let id = s.next_id;
+        s.next_id += 1;
+        s.files.insert(
+            id,
+            FileData {
+                live: bytes.clone(),
+                durable: bytes,
+                pending: Vec::new(),
+            },
+        );
+        s.live.insert(path.to_path_buf(), id);
+        s.durable.insert(path.to_path_buf(), id);
+        assert_eq!(s.live.get(path), s.durable.get(path));
+    }
+
+    /// Removes a file, or a directory and everything under it, durably.
+    pub fn remove_tree(&self, path: &Path) {
+        let mut s = lock(&self.state);
+        s.live.retain(|p, _| !p.starts_with(path));
+        s.durable.retain(|p, _| !p.starts_with(path));
+        s.dirs.retain(|p| !p.starts_with(path));
+        assert!(!s.live.keys().any(|p| p.starts_with(path)));
+    }
+
     /// The live length of a file, if it exists.
     pub fn file_len(&self, path: &Path) -> Option<usize> {
         let s = lock(&self.state);

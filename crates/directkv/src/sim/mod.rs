@@ -1,6 +1,7 @@
 //! Deterministic simulation: a disk that loses, tears and reorders unsynced
 //! writes on purpose, and seeded crash campaigns against the whole engine.
 
+mod damage;
 mod disk;
 mod rng;
 mod run;
