@@ -99,12 +99,17 @@ fn print_header(doc: &Value, s: &Value) {
         100.0 * hits as f64 / total as f64,
         n("dirty_pages")
     );
+    let w = |cause: &str| s["writes_by_cause"][cause].as_u64().unwrap_or(0);
     println!(
-        "data file  pages read {} written {} (cleaner {}, evictions {}), readahead {}",
+        "data file  pages read {} written {} (cleaner {}, evictions {}, checkpoints {}, \
+         shutdown {}, recovery {}), readahead {}",
         n("pages_read"),
         n("pages_written"),
-        n("cleaner_writes"),
-        n("eviction_writes"),
+        w("cleaner"),
+        w("eviction"),
+        w("checkpoint"),
+        w("shutdown"),
+        w("recovery"),
         n("readahead_reads")
     );
     let io = &s["data_io"];

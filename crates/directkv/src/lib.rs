@@ -106,7 +106,7 @@ mod sim;
 mod stall;
 mod wal;
 
-pub use buffer::PoolStats;
+pub use buffer::{PoolStats, WritesByCause};
 pub use db::{
     CheckReport, Database, Durability, Options, RangeIter, ReadTxn, RecoveryStats, StallHistograms,
     Stalls, Stats, WriteTxn, STATS_FILE, WAL_BUFFERS_INCLUDED_FROM, WAL_HARD_LIMIT_FACTOR,

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use directkv::internals::buffer::{Access, BufferPool, LogFlusher};
+use directkv::internals::buffer::{Access, BufferPool, LogFlusher, WriteCause};
 use directkv::internals::db::ControlFile;
 use directkv::internals::format::control::Control;
 use directkv::internals::format::page::{self, PageType, PAGE_HEADER_BYTES};
@@ -153,9 +153,21 @@ fn a_checkpoint_writes_only_pages_dirtied_before_it_and_the_cleaner_only_cold_on
     p.set_scheduler(Arc::clone(&sched));
     let before = p.stats();
     let bg = IoClass::Background;
-    assert_eq!(p.flush_through(Lsn::new(5400), 3, bg).expect("flush"), 3);
-    assert_eq!(p.flush_through(Lsn::new(5400), 100, bg).expect("flush"), 2);
-    assert_eq!(p.flush_through(Lsn::new(5400), 100, bg).expect("flush"), 0);
+    assert_eq!(
+        p.flush_through(Lsn::new(5400), 3, bg, WriteCause::Checkpoint)
+            .expect("flush"),
+        3
+    );
+    assert_eq!(
+        p.flush_through(Lsn::new(5400), 100, bg, WriteCause::Checkpoint)
+            .expect("flush"),
+        2
+    );
+    assert_eq!(
+        p.flush_through(Lsn::new(5400), 100, bg, WriteCause::Checkpoint)
+            .expect("flush"),
+        0
+    );
     // Written in groups: one admission per group, for all its bytes.
     let page = p.page_bytes() as u64;
     assert_eq!(sched.stats().admitted[bg as usize], 2);
@@ -444,8 +456,13 @@ fn growth_ahead_of_use_races_writes_past_the_end_and_loses_nothing() {
             put_pattern(&p, no, no * 7 + 1, 1 + no);
             made.store(no + 1, Ordering::SeqCst);
             if no % 40 == 39 {
-                p.flush_through(Lsn::new(no + 1), 40, IoClass::Background)
-                    .expect("flush");
+                p.flush_through(
+                    Lsn::new(no + 1),
+                    40,
+                    IoClass::Background,
+                    WriteCause::Checkpoint,
+                )
+                .expect("flush");
             }
         }
     });
@@ -496,4 +513,60 @@ fn a_page_newer_than_the_durable_log_is_refused() {
         }
         other => panic!("expected Corruption, got {other:?}"),
     }
+}
+
+/// The cleaner's policy (issue 22): a page changed before every pass is never
+/// its to write, nor is anything while free frames are plentiful; when the
+/// pool runs short it writes the cold dirty pages; a checkpoint writes the
+/// hot one; the writes by cause add up to the pages written.
+#[test]
+fn the_cleaner_writes_only_cold_pages_and_only_when_the_pool_runs_short() {
+    use std::os::unix::fs::FileExt;
+    let dir = scratch();
+    let p = pool(dir.path(), 64, Arc::new(FakeLog::default()));
+    let window = 8;
+    let touch_hot = |v: u64| {
+        let mut g = p.write(1).expect("write");
+        g.data_mut()[PAGE_HEADER_BYTES..PAGE_HEADER_BYTES + 8].copy_from_slice(&v.to_le_bytes());
+        g.mark_dirty(Lsn::new(1000 + v));
+    };
+    put_pattern(&p, 1, 0, 10);
+    for v in 1..20 {
+        touch_hot(v);
+        assert_eq!(p.clean_cold(window).expect("pass"), 0, "free frames abound");
+    }
+    // Cold dirty pages fill the pool: it runs short of clean frames.
+    for no in 2..64u64 {
+        put_pattern(&p, no, no, 100 + no);
+    }
+    let mut cleaned = 0;
+    for v in 20..40 {
+        touch_hot(v);
+        cleaned += p.clean_cold(window).expect("pass");
+    }
+    assert!(cleaned >= window, "cold pages were written: {cleaned}");
+    let raw = std::fs::File::open(dir.path().join("data")).expect("data");
+    let on_disk = |no: u64| {
+        let mut b = [0u8; 8];
+        raw.read_exact_at(&mut b, no * u64::from(PAGE) + PAGE_HEADER_BYTES as u64)
+            .map(|()| u64::from_le_bytes(b))
+            .unwrap_or(0)
+    };
+    assert_eq!(on_disk(1), 0, "the hot page was never written");
+    let s = p.stats();
+    assert_eq!(s.writes_by_cause.cleaner, cleaned as u64, "{s:?}");
+    // A checkpoint writes what its redo point needs, the hot page included.
+    let n = p
+        .flush_through(
+            Lsn::new(1 << 40),
+            1000,
+            IoClass::Urgent,
+            WriteCause::Checkpoint,
+        )
+        .expect("checkpoint writes");
+    assert_eq!(on_disk(1), 39, "the checkpoint wrote the hot page");
+    let s = p.stats();
+    assert_eq!(s.writes_by_cause.checkpoint, n as u64, "{s:?}");
+    assert_eq!(s.writes_by_cause.total(), s.pages_written, "{s:?}");
+    assert_eq!(s.dirty_pages, 0);
 }

@@ -289,7 +289,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
             return Ok(None);
         }
         let was_dirty = frame.dirty.load(Ordering::Acquire);
-        if let Err(e) = self.write_back(f, IoClass::Urgent) {
+        if let Err(e) = self.write_back(f, IoClass::Urgent, WriteCause::Eviction) {
             self.unpin(f);
             return Err(e);
         }

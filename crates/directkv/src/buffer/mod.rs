@@ -10,5 +10,5 @@ mod replacer;
 mod write_back;
 
 pub use page::{Held, PageMut, PageRef};
-pub use pool::{BufferPool, LogFlusher, PoolStats, FRAMES_MIN};
+pub use pool::{BufferPool, LogFlusher, PoolStats, WriteCause, WritesByCause, FRAMES_MIN};
 pub use replacer::Access;

@@ -61,6 +61,55 @@ pub trait LogFlusher: Send + Sync + 'static {
     }
 }
 
+/// Why a page was written back to the data file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteCause {
+    /// The background cleaner: the pool ran short of clean frames at its
+    /// cold end, and the page was cold.
+    Cleaner,
+    /// A miss needed the frame of a dirty page and wrote it itself.
+    Eviction,
+    /// A checkpoint wrote what its redo point needs.
+    Checkpoint,
+    /// A closing database (or a flush of everything) wrote the rest.
+    Shutdown,
+    /// Recovery wrote what replay changed.
+    Recovery,
+}
+
+impl WriteCause {
+    const ALL: [WriteCause; 5] = [
+        WriteCause::Cleaner,
+        WriteCause::Eviction,
+        WriteCause::Checkpoint,
+        WriteCause::Shutdown,
+        WriteCause::Recovery,
+    ];
+}
+
+/// Pages written to the data file, by why (see [`WriteCause`]); they add
+/// up to [`PoolStats::pages_written`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct WritesByCause {
+    /// By the background cleaner.
+    pub cleaner: u64,
+    /// By a miss that needed a dirty page's frame.
+    pub eviction: u64,
+    /// By checkpoints.
+    pub checkpoint: u64,
+    /// By a closing database.
+    pub shutdown: u64,
+    /// By recovery.
+    pub recovery: u64,
+}
+
+impl WritesByCause {
+    /// All of them.
+    pub fn total(&self) -> u64 {
+        self.cleaner + self.eviction + self.checkpoint + self.shutdown + self.recovery
+    }
+}
+
 /// Counters of the pool.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PoolStats {
@@ -92,6 +141,8 @@ pub struct PoolStats {
     pub allocated_pages: u64,
     /// Extensions of the data file (zero fill and sync).
     pub extensions: u64,
+    /// Pages written, by why.
+    pub writes_by_cause: WritesByCause,
 }
 
 #[derive(Debug, Default)]
@@ -99,7 +150,6 @@ pub(super) struct Counters {
     pub(super) hits: AtomicU64,
     pub(super) misses: AtomicU64,
     pub(super) pages_read: AtomicU64,
-    pub(super) pages_written: AtomicU64,
     pub(super) write_requests: AtomicU64,
     pub(super) evictions: AtomicU64,
     pub(super) flush_list_visits: AtomicU64,
@@ -108,6 +158,8 @@ pub(super) struct Counters {
     pub(super) free_frame_stalls: crate::stall::StallCounter,
     pub(super) wal_rule_flushes: AtomicU64,
     pub(super) extensions: AtomicU64,
+    /// Pages written, by [`WriteCause`] (its discriminant order).
+    pub(super) writes_by: [AtomicU64; 5],
     /// The highest page LSN read from the data file, and its page.
     pub(super) newest_read: AtomicU64,
     pub(super) newest_read_page: AtomicU64,
@@ -288,11 +340,12 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     /// The pool's counters.
     pub fn stats(&self) -> PoolStats {
         let c = &self.counters;
+        let writes_by_cause = self.writes_by_cause();
         PoolStats {
             hits: c.hits.load(Ordering::Relaxed),
             misses: c.misses.load(Ordering::Relaxed),
             pages_read: c.pages_read.load(Ordering::Relaxed),
-            pages_written: c.pages_written.load(Ordering::Relaxed),
+            pages_written: writes_by_cause.total(),
             write_requests: c.write_requests.load(Ordering::Relaxed),
             evictions: c.evictions.load(Ordering::Relaxed),
             dirty_pages: lock(&self.flush_list).len() as u64,
@@ -302,6 +355,19 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
             frames: self.frames.len() as u64,
             allocated_pages: self.extended.load(Ordering::Acquire),
             extensions: c.extensions.load(Ordering::Relaxed),
+            writes_by_cause,
+        }
+    }
+
+    fn writes_by_cause(&self) -> WritesByCause {
+        let n = |cause: WriteCause| self.counters.writes_by[cause as usize].load(Ordering::Relaxed);
+        assert_eq!(WriteCause::ALL.len(), self.counters.writes_by.len());
+        WritesByCause {
+            cleaner: n(WriteCause::Cleaner),
+            eviction: n(WriteCause::Eviction),
+            checkpoint: n(WriteCause::Checkpoint),
+            shutdown: n(WriteCause::Shutdown),
+            recovery: n(WriteCause::Recovery),
         }
     }
 

@@ -10,6 +10,11 @@
 //!
 //! A full scan therefore cycles through probation only and leaves the hot set in
 //! protected untouched (the test `scan_does_not_flush_the_hot_set` checks it).
+//!
+//! Every access also stamps the frame with the cleaner's current pass, so the
+//! cleaner can tell a page that is merely near the cold end from one that is
+//! cold: unused since its previous pass (in the spirit of PostgreSQL's usage
+//! counts, a page touched by every commit is never "cold").
 
 /// How a page is being accessed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,6 +56,10 @@ pub(crate) struct Replacer {
     probation: Ends,
     protected: Ends,
     protected_max: usize,
+    /// The cleaner's pass under way.
+    pass: u64,
+    /// The pass during which each frame was last accessed.
+    used: Vec<u64>,
 }
 
 impl Replacer {
@@ -64,7 +73,22 @@ impl Replacer {
             protected: EMPTY,
             // InnoDB keeps 3/8 of its pool "old"; protect the other 5/8.
             protected_max: (frames * 5 / 8).max(1),
+            pass: 0,
+            used: vec![0; frames],
         }
+    }
+
+    /// Starts a cleaner pass; returns its number.
+    pub fn begin_pass(&mut self) -> u64 {
+        self.pass += 1;
+        self.pass
+    }
+
+    /// Whether frame `f` went unused since the pass before `pass` began:
+    /// cold, for the cleaner's pass `pass`.
+    pub fn unused_since_last_pass(&self, f: u32, pass: u64) -> bool {
+        assert!(pass <= self.pass, "a pass that has begun");
+        self.used[f as usize] + 1 < pass
     }
 
     fn ends(&mut self, l: List) -> &mut Ends {
@@ -131,6 +155,7 @@ impl Replacer {
 
     /// A page was just loaded into frame `f`.
     pub fn loaded(&mut self, f: u32, access: Access) {
+        self.used[f as usize] = self.pass;
         self.unlink(f);
         match access {
             Access::Normal => self.push_head(List::Probation, f),
@@ -140,6 +165,7 @@ impl Replacer {
 
     /// The page in frame `f` was accessed again.
     pub fn touched(&mut self, f: u32, access: Access) {
+        self.used[f as usize] = self.pass;
         match (self.list[f as usize], access) {
             (_, Access::Scan) | (List::None, _) => {}
             (List::Protected, Access::Normal) if self.protected.head == f => {}
@@ -181,6 +207,23 @@ impl Replacer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_frame_is_cold_only_after_a_whole_pass_unused() {
+        let mut r = Replacer::new(4);
+        r.loaded(0, Access::Normal);
+        r.loaded(1, Access::Normal);
+        let p1 = r.begin_pass();
+        assert!(!r.unused_since_last_pass(0, p1), "used just before");
+        r.touched(0, Access::Normal);
+        let p2 = r.begin_pass();
+        assert!(!r.unused_since_last_pass(0, p2), "used during pass 1");
+        assert!(r.unused_since_last_pass(1, p2), "unused since pass 1 began");
+        r.touched(1, Access::Scan);
+        let p3 = r.begin_pass();
+        assert!(!r.unused_since_last_pass(1, p3), "a scan's access counts");
+        assert!(r.unused_since_last_pass(0, p3));
+    }
 
     #[test]
     fn scans_never_promote_and_go_first() {

@@ -16,7 +16,7 @@ use crate::sched::IoClass;
 
 impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     /// Writes frame `f` back if it is dirty: WAL first, then the sealed page.
-    pub(super) fn write_back(&self, f: u32, class: IoClass) -> Result<()> {
+    pub(super) fn write_back(&self, f: u32, class: IoClass, cause: WriteCause) -> Result<()> {
         let frame = &self.frames[f as usize];
         let guard = frame.data.write().unwrap_or_else(|p| p.into_inner());
         if !frame.dirty.load(Ordering::Acquire) || frame.held.load(Ordering::Acquire) {
@@ -25,7 +25,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
         let page_no = frame.page.load(Ordering::Acquire);
         assert_ne!(page_no, NO_PAGE, "a dirty frame holds a page");
         let _permit = self.sched().admit(class, self.page_bytes as u64);
-        self.write_held(&mut [(f, page_no, guard)]).map(drop)
+        self.write_held(&mut [(f, page_no, guard)], cause).map(drop)
     }
 
     /// Ends a hold: marks the page dirty at `lsn` (its change is now logged,
@@ -59,7 +59,8 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     }
 
     /// Writes back up to `max_pages` dirty pages, oldest first change first;
-    /// returns how many were written. Touches only the flush list.
+    /// returns how many were written (counted as [`WriteCause::Shutdown`]: the
+    /// write-everything path). Touches only the flush list.
     ///
     /// # Errors
     /// WAL or data-file write errors; the page stays dirty then.
@@ -68,13 +69,18 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
             let list = lock(&self.flush_list);
             list.iter().take(max_pages).map(|&(_, f)| f).collect()
         };
-        self.write_frames(&batch, IoClass::Urgent)
+        self.write_frames(&batch, IoClass::Urgent, WriteCause::Shutdown)
     }
 
     /// Writes back the frames of `batch` (flush-list entries) as `class`;
     /// returns how many were dirty and are clean now. A frame whose latch is
     /// busy waits for a later group, taken when this writer holds no latch.
-    pub(super) fn write_frames(&self, batch: &[u32], class: IoClass) -> Result<usize> {
+    pub(super) fn write_frames(
+        &self,
+        batch: &[u32],
+        class: IoClass,
+        cause: WriteCause,
+    ) -> Result<usize> {
         self.counters
             .flush_list_visits
             .fetch_add(batch.len() as u64, Ordering::Relaxed);
@@ -88,10 +94,10 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
             "a batch names each frame once"
         );
         for group in self.groups(batch, class) {
-            written += self.write_group(&group, class, Take::Any, Some(&mut busy))?;
+            written += self.write_group(&group, class, cause, Take::Any, Some(&mut busy))?;
         }
         for f in busy {
-            written += self.write_group(&[f], class, Take::Any, None)?;
+            written += self.write_group(&[f], class, cause, Take::Any, None)?;
         }
         assert!(
             written <= batch.len(),
@@ -132,6 +138,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
         &self,
         group: &[u32],
         class: IoClass,
+        cause: WriteCause,
         take: Take,
         mut busy: Option<&mut Vec<u32>>,
     ) -> Result<usize> {
@@ -182,7 +189,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
             held.len() <= group.len(),
             "a group writes only its own frames"
         );
-        let result = self.write_held(&mut held);
+        let result = self.write_held(&mut held, cause);
         drop(permit);
         for (f, _, guard) in held {
             drop(guard);
@@ -196,6 +203,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     pub(super) fn write_held(
         &self,
         held: &mut [(u32, u64, RwLockWriteGuard<'_, AlignedBuf>)],
+        cause: WriteCause,
     ) -> Result<usize> {
         if held.is_empty() {
             return Ok(0);
@@ -242,7 +250,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
                     "a dirty frame is on the flush list under its first change"
                 );
                 frame.dirty.store(false, Ordering::Release);
-                self.counters.pages_written.fetch_add(1, Ordering::Relaxed);
+                self.counters.writes_by[cause as usize].fetch_add(1, Ordering::Relaxed);
                 written += 1;
             }
         }
@@ -277,42 +285,79 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
         Ok(())
     }
 
-    /// The page cleaner's step: writes back the dirty pages, not held by a
-    /// commit or pinned, among the `window` coldest frames of the replacement
-    /// order (the next victims), adjacent ones together. Returns how many it
-    /// wrote.
+    /// The cleaner's pass: keeps clean frames ready at the cold end, so a
+    /// miss never has to write a dirty victim itself. It writes only when
+    /// the pool runs short (free frames plus clean frames among the
+    /// `window` coldest are fewer than `window`), and then only dirty pages
+    /// among the coldest that went unused since its previous pass, adjacent
+    /// ones together: a page touched by every commit is the worst one to
+    /// write, since it is dirty again at once. Returns how many it wrote.
     ///
     /// # Errors
     /// As [`flush_oldest`](Self::flush_oldest).
     pub fn clean_cold(&self, window: usize) -> Result<usize> {
-        self.clean_cold_as(window, IoClass::Background)
+        let free = lock(&self.free).len();
+        let batch: Vec<u32> = {
+            let mut r = lock(&self.replacer);
+            let pass = r.begin_pass();
+            if free >= window {
+                return Ok(0);
+            }
+            let coldest: Vec<u32> = r.coldest().take(window).collect();
+            let clean = coldest
+                .iter()
+                .filter(|&&f| !self.frames[f as usize].dirty.load(Ordering::Acquire))
+                .count();
+            if free + clean >= window {
+                return Ok(0);
+            }
+            coldest
+                .into_iter()
+                .filter(|&f| r.unused_since_last_pass(f, pass) && self.writable_now(f))
+                .collect()
+        };
+        self.write_unpinned(&batch, window, IoClass::Background, WriteCause::Cleaner)
     }
 
-    /// [`clean_cold`](Self::clean_cold) as `class`: recovery, with no
-    /// foreground to yield to, cleans as `Urgent` (unpaced, larger batches).
+    /// Writes the dirty frames among the `window` coldest, used or not:
+    /// recovery, which runs no cleaner passes, makes room this way (as
+    /// `Urgent`: unpaced, larger batches, with no foreground to yield to).
     ///
     /// # Errors
     /// As [`flush_oldest`](Self::flush_oldest).
-    pub fn clean_cold_as(&self, window: usize, class: IoClass) -> Result<usize> {
+    pub fn clean_coldest(&self, window: usize, class: IoClass, cause: WriteCause) -> Result<usize> {
         let batch: Vec<u32> = {
             let r = lock(&self.replacer);
             r.coldest()
                 .take(window)
-                .filter(|&f| {
-                    let frame = &self.frames[f as usize];
-                    frame.dirty.load(Ordering::Acquire)
-                        && !frame.held.load(Ordering::Acquire)
-                        && frame.pins.load(Ordering::Acquire) == 0
-                })
+                .filter(|&f| self.writable_now(f))
                 .collect()
         };
+        self.write_unpinned(&batch, window, class, cause)
+    }
+
+    /// Whether frame `f` is dirty and nobody holds or pins it.
+    fn writable_now(&self, f: u32) -> bool {
+        let frame = &self.frames[f as usize];
+        frame.dirty.load(Ordering::Acquire)
+            && !frame.held.load(Ordering::Acquire)
+            && frame.pins.load(Ordering::Acquire) == 0
+    }
+
+    fn write_unpinned(
+        &self,
+        batch: &[u32],
+        window: usize,
+        class: IoClass,
+        cause: WriteCause,
+    ) -> Result<usize> {
         assert!(
             batch.len() <= window,
             "the cleaner looks at most at its window"
         );
         let mut written = 0;
-        for group in self.groups(&batch, class) {
-            written += self.write_group(&group, class, Take::Unpinned, None)?;
+        for group in self.groups(batch, class) {
+            written += self.write_group(&group, class, cause, Take::Unpinned, None)?;
         }
         assert!(written <= batch.len(), "the cleaner writes only its batch");
         Ok(written)
@@ -333,7 +378,13 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     ///
     /// # Errors
     /// As [`flush_oldest`](Self::flush_oldest).
-    pub fn flush_through(&self, lsn: Lsn, max_pages: usize, class: IoClass) -> Result<usize> {
+    pub fn flush_through(
+        &self,
+        lsn: Lsn,
+        max_pages: usize,
+        class: IoClass,
+        cause: WriteCause,
+    ) -> Result<usize> {
         let batch: Vec<u32> = {
             let list = lock(&self.flush_list);
             list.range(..=(lsn.get(), u32::MAX))
@@ -342,7 +393,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
                 .collect()
         };
         assert!(batch.len() <= max_pages, "a step writes at most its pages");
-        self.write_frames(&batch, class)
+        self.write_frames(&batch, class, cause)
     }
 
     /// Makes the data file's writes durable.

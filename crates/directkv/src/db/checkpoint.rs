@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use super::engine::Inner;
 use super::records;
+use crate::buffer::WriteCause;
 use crate::error::{Error, Result};
 use crate::format::control::Control;
 use crate::format::data_head;
@@ -55,18 +56,30 @@ const CHECKPOINT_IDLE_ROUNDS_MAX: u32 = 10_000;
 impl<S: Storage> Inner<S> {
     /// Runs a checkpoint now, at full speed (see the module docs).
     pub(super) fn checkpoint(&self) -> Result<()> {
+        self.checkpoint_as(WriteCause::Checkpoint)
+    }
+
+    /// [`checkpoint`](Self::checkpoint), its page writes counted as `cause`
+    /// (a closing database's as `Shutdown`, the end of recovery's as
+    /// `Recovery`).
+    pub(super) fn checkpoint_as(&self, cause: WriteCause) -> Result<()> {
         // A paced background checkpoint under way finishes at full speed
         // instead of making this caller wait out its pace.
         self.hurry.fetch_add(1, Ordering::AcqRel);
-        let done =
-            health::lock(&self.checkpointing).and_then(|one| self.checkpoint_locked(&one, false));
+        let done = health::lock(&self.checkpointing)
+            .and_then(|one| self.checkpoint_locked(&one, false, cause));
         let before = self.hurry.fetch_sub(1, Ordering::AcqRel);
         assert!(before > 0, "every hurry is counted before it is taken back");
         self.health.observe(done)
     }
 
     /// The checkpoint itself, with `checkpointing` held.
-    fn checkpoint_locked(&self, _one: &MutexGuard<'_, ()>, paced: bool) -> Result<()> {
+    fn checkpoint_locked(
+        &self,
+        _one: &MutexGuard<'_, ()>,
+        paced: bool,
+        cause: WriteCause,
+    ) -> Result<()> {
         // The start: between commits, so every commit before it is in the
         // pages we are about to write and every one after it is in the log
         // from here on, with full images for pages it finds unchanged since.
@@ -86,7 +99,7 @@ impl<S: Storage> Inner<S> {
             "the redo point only moves forward"
         );
         self.stage_data_head(start)?;
-        self.write_dirty_through(start, paced)?;
+        self.write_dirty_through(start, paced, cause)?;
         self.pool.sync()?;
         if self.pool.oldest_dirty_lsn().is_some_and(|l| l <= start) {
             return Err(Error::InvalidArgument(
@@ -150,7 +163,12 @@ impl<S: Storage> Inner<S> {
     /// are spread so they are done when the log has grown by half the
     /// checkpoint distance (or after [`CHECKPOINT_TIME_TARGET`]), keeping
     /// the device free for commits and reads meanwhile.
-    fn write_dirty_through(&self, start: crate::lsn::Lsn, mut paced: bool) -> Result<()> {
+    fn write_dirty_through(
+        &self,
+        start: crate::lsn::Lsn,
+        mut paced: bool,
+        cause: WriteCause,
+    ) -> Result<()> {
         let total = self.pool.dirty_through(start).max(1);
         let began = Instant::now();
         let mut written = 0usize;
@@ -163,7 +181,7 @@ impl<S: Storage> Inner<S> {
             };
             let n = self
                 .pool
-                .flush_through(start, CHECKPOINT_STEP_PAGES, class)?;
+                .flush_through(start, CHECKPOINT_STEP_PAGES, class, cause)?;
             assert!(
                 n <= CHECKPOINT_STEP_PAGES,
                 "a step writes at most its pages"
@@ -225,7 +243,9 @@ impl<S: Storage> Inner<S> {
         };
         // Plain FIFO scheduling is the baseline without pacing too.
         let paced = self.opts.io_scheduler.mode == crate::sched::SchedMode::Classes;
-        let done = self.checkpoint_locked(&one, paced).map(|()| true);
+        let done = self
+            .checkpoint_locked(&one, paced, WriteCause::Checkpoint)
+            .map(|()| true);
         self.health.observe(done)
     }
 

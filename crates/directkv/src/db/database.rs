@@ -176,7 +176,8 @@ impl<S: Storage> Database<S> {
     pub fn close(self) -> Result<()> {
         self.inner.health.check()?;
         let _guard = health::PanicGuard(&self.inner.health);
-        self.inner.checkpoint()
+        self.inner
+            .checkpoint_as(crate::buffer::WriteCause::Shutdown)
     }
 }
 

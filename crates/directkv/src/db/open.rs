@@ -132,7 +132,7 @@ fn checkpoint_if_due<S: Storage>(inner: &Inner<S>, c: &Control) -> Result<()> {
     if c.checkpoint_lsn != Lsn::ZERO && inner.recovery.transactions == 0 {
         return Ok(());
     }
-    inner.checkpoint()?;
+    inner.checkpoint_as(crate::buffer::WriteCause::Recovery)?;
     assert!(
         health::lock(&inner.control)?.current().checkpoint_lsn > Lsn::ZERO,
         "a checkpoint names its record"

@@ -23,7 +23,7 @@ use std::time::Instant;
 use super::engine::{EngineLog, Pool};
 use super::records::{self, Meta};
 use super::stats::RecoveryStats;
-use crate::buffer::Access;
+use crate::buffer::{Access, WriteCause};
 use crate::error::{Error, Result};
 use crate::format::control::Control;
 use crate::format::page;
@@ -259,7 +259,7 @@ impl<'a, S: Storage> Replay<'a, S> {
         let frames = self.pool.frames();
         if self.pool.dirty_pages() * 2 >= frames {
             self.pool
-                .clean_cold_as((frames / 8).max(8), IoClass::Urgent)?;
+                .clean_coldest((frames / 8).max(8), IoClass::Urgent, WriteCause::Recovery)?;
         }
         Ok(())
     }

@@ -131,6 +131,8 @@ pub struct Stats {
     pub cleaner_writes: u64,
     /// Dirty pages a foreground eviction had to write itself.
     pub eviction_writes: u64,
+    /// Pages written, by why: the answer to "why was this page written?".
+    pub writes_by_cause: crate::buffer::WritesByCause,
     /// Pages read ahead of a sequential scan.
     pub readahead_reads: u64,
     /// Foreground stalls by cause.
@@ -232,6 +234,11 @@ impl<S: Storage> Inner<S> {
             full_page_image_bytes: c.full_image_bytes.load(Ordering::Relaxed),
             page_record_bytes: c.page_record_bytes.load(Ordering::Relaxed),
             cleaner_writes: c.cleaner_writes.load(Ordering::Relaxed),
+            writes_by_cause: {
+                let w = cache.writes_by_cause;
+                assert_eq!(w.total(), cache.pages_written, "every write has one cause");
+                w
+            },
             readahead_reads: c.readahead_reads.load(Ordering::Relaxed),
             io_scheduler: self.sched.stats(),
             async_io: self

@@ -3,12 +3,14 @@
 //!
 //! - `coverage`: what open proves about the log before it trusts its end.
 //! - `format`: record and segment headers, LSN-to-file mapping.
+//! - `preparer`: the thread that keeps spare segments ready.
 //! - `reader`: iteration, and the torn-tail versus corruption decision.
 //! - `segments`: preallocated, zero-filled, recycled segment files.
 //! - `writer`: appends, group commit, poisoning.
 
 mod coverage;
 pub mod format;
+mod preparer;
 mod reader;
 mod segments;
 mod writer;

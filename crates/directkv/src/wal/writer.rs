@@ -33,6 +33,7 @@ use super::format::{
     RECORD_PAYLOAD_MAX, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, SEGMENT_HEADER_BYTES,
 };
 
+use super::preparer;
 use super::segments::Segments;
 use crate::error::{Error, Result};
 use crate::io::{AlignedBuf, Storage, StorageFile, SyncVariant};
@@ -230,7 +231,7 @@ enum Phase {
     Failed(Failure),
 }
 
-struct State {
+pub(super) struct State {
     fill: Buffer,
     spare: Option<AlignedBuf>,
     durable: Lsn,
@@ -272,18 +273,20 @@ impl State {
     }
 }
 
-struct Shared<S: Storage> {
+pub(super) struct Shared<S: Storage> {
     dir: PathBuf,
     layout: Layout,
     unit: usize,
     commit_delay: Duration,
-    segments: Segments<S>,
-    state: Mutex<State>,
-    flushed: Condvar,
+    pub(super) segments: Segments<S>,
+    pub(super) state: Mutex<State>,
+    pub(super) flushed: Condvar,
     durable: AtomicU64,
     /// The end of the last caller record appended.
     appended: AtomicU64,
-    shutdown: AtomicBool,
+    pub(super) shutdown: AtomicBool,
+    /// The background preparer panicked: the log is stopped.
+    pub(super) preparer_panicked: AtomicBool,
     records: AtomicU64,
     payload_bytes: AtomicU64,
     flushes: AtomicU64,
@@ -313,7 +316,7 @@ pub struct Wal<S: Storage> {
 
 /// See [`crate::health`]: a poisoned lock here means the database has
 /// failed already.
-fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
+pub(super) fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
     crate::health::lock_even_poisoned(m)
 }
 
@@ -332,13 +335,11 @@ impl<S: Storage> Wal<S> {
     /// [`WalReader`]); [`Error::InvalidArgument`] for bad options; I/O errors.
     pub fn open(
         storage: S,
-        opts: WalOptions,
+        mut opts: WalOptions,
         from: Lsn,
         mut replay: impl FnMut(super::Record) -> Result<()>,
     ) -> Result<(Wal<S>, Lsn)> {
-        let mut opts = opts;
         opts.validate()?;
-        let background_prepare = opts.background_prepare;
         let coverage::LogEnd {
             existing,
             layout,
@@ -346,7 +347,6 @@ impl<S: Storage> Wal<S> {
             discarded,
         } = coverage::read_to_end(&storage, &mut opts, from, &mut replay)?;
         assert_eq!(layout.segment_bytes, opts.segment_bytes);
-
         let current = layout.segment_of(tail.end);
         let segments = Segments::new(storage, &opts, current);
         let probe = segments.writer_file(current)?;
@@ -379,6 +379,7 @@ impl<S: Storage> Wal<S> {
             durable: AtomicU64::new(tail.end.get()),
             appended: AtomicU64::new(tail.end.get()),
             shutdown: AtomicBool::new(false),
+            preparer_panicked: AtomicBool::new(false),
             records: AtomicU64::new(0),
             payload_bytes: AtomicU64::new(0),
             flushes: AtomicU64::new(0),
@@ -397,7 +398,9 @@ impl<S: Storage> Wal<S> {
             st.fill
                 .put(resume_at, kind::FLUSH_HEADER, &tail.end.get().to_le_bytes());
         }
-        let preparer = background_prepare.then(|| spawn_preparer(Arc::clone(&shared)));
+        let preparer = opts
+            .background_prepare
+            .then(|| preparer::spawn(Arc::clone(&shared)));
         Ok((
             Wal {
                 shared,
@@ -517,6 +520,12 @@ impl<S: Storage> Wal<S> {
         Lsn::new(self.shared.durable.load(Ordering::Acquire))
     }
 
+    /// The shared state, for the tests of the log's threads.
+    #[cfg(test)]
+    pub(super) fn shared_for_test(&self) -> Arc<Shared<S>> {
+        Arc::clone(&self.shared)
+    }
+
     /// The end of the last caller record appended (the end of the log
     /// found at open, before any): flushing to it makes every record
     /// durable without writing a flush that holds none.
@@ -609,6 +618,12 @@ impl<S: Storage> Drop for Wal<S> {
 
 impl<S: Storage> Shared<S> {
     fn check_failed(&self, st: &State, waiting_for: Option<Lsn>) -> Result<()> {
+        if self.preparer_panicked.load(Ordering::Acquire) {
+            return Err(Error::Poisoned {
+                path: self.dir.clone(),
+                cause: "the WAL segment preparer panicked".into(),
+            });
+        }
         let Some(f) = st.failure() else { return Ok(()) };
         match waiting_for {
             Some(lsn) if lsn <= f.unknown_until => Err(Error::CommitOutcomeUnknown {
@@ -787,24 +802,4 @@ impl<S: Storage> Shared<S> {
         }
         Ok(())
     }
-}
-
-fn spawn_preparer<S: Storage>(shared: Arc<Shared<S>>) -> JoinHandle<()> {
-    std::thread::Builder::new()
-        .name("directkv-wal-prep".into())
-        .spawn(move || loop {
-            crate::stall::mark_background_thread();
-            if shared.shutdown.load(Ordering::Acquire) {
-                return;
-            }
-            // A failure (say, no space) is retried later; if the writer needs the
-            // segment first, it prepares it itself and reports the error.
-            if let Ok(true) = shared.segments.prepare_ahead() {
-                continue;
-            }
-            if !shared.segments.wait_for_work(Duration::from_millis(500)) {
-                return;
-            }
-        })
-        .expect("spawn the WAL segment preparer")
 }
