@@ -19,6 +19,7 @@ mod output;
     feature = "peer-sqlite"
 ))]
 mod peers;
+pub mod recovery;
 mod report;
 mod store;
 mod sys;
@@ -84,6 +85,9 @@ pub enum Command {
     /// Concurrent positional writes to one file: 1, 2, 4 threads, direct
     /// and buffered, writes/s each and the scale-up over one thread.
     Writers(writers::Args),
+    /// A crash under the TPC-B load near the checkpoint distance, then the
+    /// reopen: WAL replayed, time per phase, replay rate over commit rate.
+    Recovery(recovery::Args),
     /// One child of a bench (started by the parent with its specification).
     #[command(hide = true)]
     Child {
@@ -299,6 +303,7 @@ pub fn run(args: Args) -> Result<()> {
         Command::Memory(a) => memory::run(a),
         Command::Updates(a) => updates::run(a),
         Command::Writers(a) => writers::run(a),
+        Command::Recovery(a) => recovery::run(a),
         Command::Child { kind, spec } => child(&kind, &spec),
     }
 }

@@ -93,7 +93,7 @@ pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result
         stats,
     } = recovered;
     log.open(wal);
-    let inner = Inner {
+    let mut inner = Inner {
         dir: path.to_path_buf(),
         wal_sync,
         opts,
@@ -118,7 +118,10 @@ pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result
         _lock: lock,
     };
     inner.counters.next_txn.store(next_txn, Ordering::Relaxed);
-    checkpoint_if_due(&inner, &c)?;
+    let t = std::time::Instant::now();
+    if checkpoint_if_due(&inner, &c)? {
+        inner.recovery.checkpoint_micros = t.elapsed().as_micros() as u64;
+    }
     Ok(start_threads(Arc::new(inner)))
 }
 
@@ -128,16 +131,17 @@ pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result
 /// end-of-recovery checkpoint writes them, so a disk still too full fails
 /// the open with `DiskFull` rather than a later read that must evict a
 /// dirty page, and the next crash replays nothing of this one).
-fn checkpoint_if_due<S: Storage>(inner: &Inner<S>, c: &Control) -> Result<()> {
+/// Returns whether it ran one.
+fn checkpoint_if_due<S: Storage>(inner: &Inner<S>, c: &Control) -> Result<bool> {
     if c.checkpoint_lsn != Lsn::ZERO && inner.recovery.transactions == 0 {
-        return Ok(());
+        return Ok(false);
     }
     inner.checkpoint_as(crate::buffer::WriteCause::Recovery)?;
     assert!(
         health::lock(&inner.control)?.current().checkpoint_lsn > Lsn::ZERO,
         "a checkpoint names its record"
     );
-    Ok(())
+    Ok(true)
 }
 
 /// What open finds at the database path before it writes anything.

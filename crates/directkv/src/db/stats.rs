@@ -189,6 +189,9 @@ pub struct RecoveryStats {
     pub torn_tail_bytes: u64,
     /// Records found in the discarded tail.
     pub torn_tail_records: u64,
+    /// Wall time of the checkpoint an open runs after a replay (or at a
+    /// new database's first open), in microseconds.
+    pub checkpoint_micros: u64,
 }
 
 impl<S: Storage> Inner<S> {

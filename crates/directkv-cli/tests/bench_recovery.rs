@@ -1,0 +1,38 @@
+//! `directkv bench recovery` on a small TPC-B load: the load is killed near
+//! its checkpoint distance, the reopen replays what the crash left, and the
+//! report's figures hang together.
+
+use std::process::Command;
+
+#[test]
+fn bench_recovery_kills_reopens_and_reports() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    let out = Command::new(env!("CARGO_BIN_EXE_directkv"))
+        .args(["bench", "recovery", "--scale", "1", "--clients", "2"])
+        .args(["--cache", "16M", "--checkpoint-wal", "4M", "--timeout", "120"])
+        .arg("--dir")
+        .arg(dir.path())
+        .arg("--json")
+        .output()
+        .expect("run directkv bench recovery");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let r = &doc["recovery"];
+    let transactions = r["transactions"].as_u64().expect("transactions");
+    assert!(transactions > 0, "the crash left log to replay: {doc}");
+    assert!(
+        r["wal_bytes"].as_u64() >= Some((4 << 20) * 9 / 10 / 2),
+        "killed near the checkpoint distance: {doc}"
+    );
+    assert!(doc["commit_rate"].as_f64() > Some(0.0), "{doc}");
+    let ratio = doc["replay_over_commit"].as_f64().expect("ratio");
+    assert!(ratio > 0.0, "{doc}");
+    assert!(
+        doc["open_seconds"].as_f64() >= doc["replay_seconds"].as_f64(),
+        "the replay is part of the open: {doc}"
+    );
+}
