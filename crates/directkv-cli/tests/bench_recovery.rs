@@ -9,7 +9,14 @@ fn bench_recovery_kills_reopens_and_reports() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
     let out = Command::new(env!("CARGO_BIN_EXE_directkv"))
         .args(["bench", "recovery", "--scale", "1", "--clients", "2"])
-        .args(["--cache", "16M", "--checkpoint-wal", "4M", "--timeout", "120"])
+        .args([
+            "--cache",
+            "16M",
+            "--checkpoint-wal",
+            "4M",
+            "--timeout",
+            "120",
+        ])
         .arg("--dir")
         .arg(dir.path())
         .arg("--json")

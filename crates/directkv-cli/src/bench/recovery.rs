@@ -6,8 +6,8 @@
 //! replayed, the time of each phase of the open, and the replay rate over
 //! the rate the commits were made.
 
-use std::path::{Path, PathBuf};
 use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -71,7 +71,11 @@ pub fn run(args: Args) -> Result<()> {
     }
     std::fs::create_dir_all(&args.dir).with_context(|| format!("{}", args.dir.display()))?;
     let db_dir = args.dir.join(format!("directkv-tpcb-s{}-v100", args.scale));
-    if !args.dir.join(format!("directkv-tpcb-s{}-v100.loaded", args.scale)).exists() {
+    if !args
+        .dir
+        .join(format!("directkv-tpcb-s{}-v100.loaded", args.scale))
+        .exists()
+    {
         // Load the data set first, so every sample below is of the load.
         let status = tpcb(&args, 1)
             .stdout(Stdio::null())
@@ -104,13 +108,7 @@ pub fn run(args: Args) -> Result<()> {
     let replay_rate = r.transactions as f64 / replay_secs.max(1e-6);
     let ratio = replay_rate / made_rate.max(1e-6);
     if args.json {
-        let doc = serde_json::json!({
-            "scale": args.scale, "clients": args.clients, "checkpoint_wal_bytes": distance,
-            "commit_rate": made_rate, "recovery": r, "open_seconds": open_secs,
-            "replay_seconds": replay_secs, "replay_rate": replay_rate, "replay_over_commit": ratio,
-        });
-        println!("{}", serde_json::to_string_pretty(&doc)?);
-        return Ok(());
+        return print_json(&args, distance, made_rate, &r, open_secs);
     }
     println!(
         "killed at {:.0} MiB of log since the redo point (checkpoint distance {} MiB); \
@@ -221,4 +219,24 @@ fn load_until_kill(args: &Args, db_dir: &Path, distance: u64) -> Result<(Sample,
     let last = outcome?;
     let first = first.context("no sample of the load")?;
     Ok((first, last))
+}
+
+/// The report as one JSON document.
+fn print_json(
+    args: &Args,
+    distance: u64,
+    made_rate: f64,
+    r: &directkv::RecoveryStats,
+    open_secs: f64,
+) -> Result<()> {
+    let replay_secs = r.micros as f64 / 1e6;
+    let replay_rate = r.transactions as f64 / replay_secs.max(1e-6);
+    let doc = serde_json::json!({
+        "scale": args.scale, "clients": args.clients, "checkpoint_wal_bytes": distance,
+        "commit_rate": made_rate, "recovery": r, "open_seconds": open_secs,
+        "replay_seconds": replay_secs, "replay_rate": replay_rate,
+        "replay_over_commit": replay_rate / made_rate.max(1e-6),
+    });
+    println!("{}", serde_json::to_string_pretty(&doc)?);
+    Ok(())
 }

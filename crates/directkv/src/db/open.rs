@@ -118,10 +118,7 @@ pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result
         _lock: lock,
     };
     inner.counters.next_txn.store(next_txn, Ordering::Relaxed);
-    let t = std::time::Instant::now();
-    if checkpoint_if_due(&inner, &c)? {
-        inner.recovery.checkpoint_micros = t.elapsed().as_micros() as u64;
-    }
+    checkpoint_if_due(&mut inner, &c)?;
     Ok(start_threads(Arc::new(inner)))
 }
 
@@ -131,17 +128,19 @@ pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result
 /// end-of-recovery checkpoint writes them, so a disk still too full fails
 /// the open with `DiskFull` rather than a later read that must evict a
 /// dirty page, and the next crash replays nothing of this one).
-/// Returns whether it ran one.
-fn checkpoint_if_due<S: Storage>(inner: &Inner<S>, c: &Control) -> Result<bool> {
+/// Its time goes in the recovery stats.
+fn checkpoint_if_due<S: Storage>(inner: &mut Inner<S>, c: &Control) -> Result<()> {
     if c.checkpoint_lsn != Lsn::ZERO && inner.recovery.transactions == 0 {
-        return Ok(false);
+        return Ok(());
     }
+    let t = std::time::Instant::now();
     inner.checkpoint_as(crate::buffer::WriteCause::Recovery)?;
+    inner.recovery.checkpoint_micros = t.elapsed().as_micros() as u64;
     assert!(
         health::lock(&inner.control)?.current().checkpoint_lsn > Lsn::ZERO,
         "a checkpoint names its record"
     );
-    Ok(true)
+    Ok(())
 }
 
 /// What open finds at the database path before it writes anything.
