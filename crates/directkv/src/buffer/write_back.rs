@@ -28,6 +28,33 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
         self.write_held(&mut [(f, page_no, guard)], cause).map(drop)
     }
 
+    /// Writes `page` back now if it is cached and dirty (WAL first, as
+    /// always); returns whether it wrote it.
+    ///
+    /// # Errors
+    /// As [`flush_oldest`](Self::flush_oldest).
+    pub fn write_now(&self, page: u64, class: IoClass, cause: WriteCause) -> Result<bool> {
+        let f = {
+            let table = lock(&self.table);
+            let Some(&f) = table.get(&page) else {
+                return Ok(false);
+            };
+            // Pinned, the frame keeps its page until we let go.
+            self.frames[f as usize].pins.fetch_add(1, Ordering::AcqRel);
+            f
+        };
+        let frame = &self.frames[f as usize];
+        assert_eq!(
+            frame.page.load(Ordering::Acquire),
+            page,
+            "a pinned frame keeps its page"
+        );
+        let was_dirty = frame.dirty.load(Ordering::Acquire);
+        let written = self.write_back(f, class, cause);
+        self.unpin(f);
+        written.map(|()| was_dirty && !frame.dirty.load(Ordering::Acquire))
+    }
+
     /// Ends a hold: marks the page dirty at `lsn` (its change is now logged,
     /// ending at `lsn`) and lets it be written and evicted again. With `None`,
     /// the change was undone and the page keeps its previous state.

@@ -30,6 +30,7 @@ use crate::format::control::Control;
 use crate::format::data_head;
 use crate::health;
 use crate::io::Storage;
+use crate::lsn::Lsn;
 use crate::sched::IoClass;
 
 /// Log since the redo point, in checkpoint distances, at which new
@@ -98,9 +99,16 @@ impl<S: Storage> Inner<S> {
             redo_before <= start.get(),
             "the redo point only moves forward"
         );
-        self.stage_data_head(start)?;
+        let reached = self.stage_data_head(start)?;
+        assert!(
+            reached <= self.wal().durable_lsn(),
+            "the head claims only what is durable"
+        );
         self.write_dirty_through(start, paced, cause)?;
         self.pool.sync()?;
+        // The head went out with the pages: it names the log's reach.
+        self.reach_stamped
+            .fetch_max(self.log_segment_of(reached), Ordering::AcqRel);
         if self.pool.oldest_dirty_lsn().is_some_and(|l| l <= start) {
             return Err(Error::InvalidArgument(
                 "checkpoint could not write a page held by a commit".into(),
@@ -141,20 +149,61 @@ impl<S: Storage> Inner<S> {
         Ok(())
     }
 
-    /// Dirties the data file's head with `start`: it claims the pages the
-    /// checkpoint starting there writes, and goes out with them, in the
-    /// same sync.
-    fn stage_data_head(&self, start: crate::lsn::Lsn) -> Result<()> {
+    /// Dirties the data file's head with `flushed_through` (the pages of a
+    /// checkpoint starting there go out with it, in the same sync) and the
+    /// durable end of the log as `log_reached`. Returns the latter.
+    fn stage_data_head(&self, flushed_through: Lsn) -> Result<Lsn> {
         // Made whole, not read: a torn head (it has no image in the log) is
         // simply written anew.
         let mut head = self.pool.create(data_head::DATA_HEAD_PAGE)?;
         crate::btree::tree::init_free(head.data_mut(), 0);
-        data_head::encode(head.data_mut(), start);
+        let log_reached = self.wal().durable_lsn();
+        data_head::encode(
+            head.data_mut(),
+            data_head::DataHead {
+                flushed_through,
+                log_reached,
+            },
+        );
         // Stamped with what is durable already, so writing it never waits
         // for the log.
-        let durable = self.wal().durable_lsn().min(start);
-        head.mark_dirty(durable);
+        head.mark_dirty(log_reached.min(flushed_through));
+        Ok(log_reached)
+    }
+
+    /// After a commit: once the log is durable in a segment the data file's
+    /// head has not yet named, writes the head with the log's reach and
+    /// syncs it (see [`data_head`]); once per segment of log. Skipped while
+    /// a checkpoint runs (its own head names its start), never waited for.
+    pub(super) fn stamp_log_reach(&self) -> Result<()> {
+        let segment = self.log_segment_of(self.wal().durable_lsn());
+        if segment <= self.reach_stamped.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let Ok(_one) = self.checkpointing.try_lock() else {
+            return Ok(());
+        };
+        // Under the checkpoint lock the last redo point is CONTROL's.
+        let redo = Lsn::new(self.last_redo.load(Ordering::Acquire));
+        let reached = self.stage_data_head(redo)?;
+        self.pool.write_now(
+            data_head::DATA_HEAD_PAGE,
+            IoClass::Urgent,
+            WriteCause::Checkpoint,
+        )?;
+        self.pool.sync()?;
+        assert!(
+            self.log_segment_of(reached) >= segment,
+            "the stamp covers the segment"
+        );
+        self.reach_stamped.fetch_max(segment, Ordering::AcqRel);
         Ok(())
+    }
+
+    /// The log segment `lsn` lies in.
+    fn log_segment_of(&self, lsn: Lsn) -> u64 {
+        let payload = self.wal().segment_bytes() - crate::wal::format::SEGMENT_HEADER_BYTES;
+        lsn.get() / payload
     }
 
     /// Writes every page first changed at or before `start` (a change's LSN

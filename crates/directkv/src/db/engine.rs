@@ -157,6 +157,8 @@ pub(crate) struct Inner<S: Storage> {
     pub(super) fpi_horizon: AtomicU64,
     /// The redo LSN of the last checkpoint.
     pub(super) last_redo: AtomicU64,
+    /// The log segment the data file's head last named as reached.
+    pub(super) reach_stamped: AtomicU64,
     pub(super) counters: Counters,
     /// Every disk request's gate.
     pub(super) sched: Arc<Scheduler>,
@@ -202,10 +204,14 @@ impl<S: Storage> Inner<S> {
             .count()
     }
 
-    /// Wakes the background checkpointer (after a commit).
+    /// After a commit: wakes the background checkpointer when the log has
+    /// grown enough, and names a new log segment in the data file's head.
     pub(crate) fn after_commit(&self) {
         if self.wal_since_checkpoint() >= self.opts.checkpoint_wal_bytes {
             self.checkpointer.1.notify_one();
         }
+        // The commit is durable either way; a failed head write stops the
+        // engine like any failed write.
+        let _ = self.health.observe(self.stamp_log_reach());
     }
 }

@@ -82,8 +82,8 @@ pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result
     let sched = Arc::new(Scheduler::new(opts.io_scheduler));
     let log = Arc::new(EngineLog::replaying(c.redo_lsn));
     let (pool, aio) = open_pool(&storage, path, &opts, &c, &log, &sched)?;
-    check_data_head(&pool, &c)?;
-    let wal_opts = wal_options(&storage, path, &opts, &c, &sched)?;
+    let reached = check_data_head(&pool, &c)?;
+    let wal_opts = wal_options(&storage, path, &opts, &c, reached, &sched)?;
     let wal_sync = wal_opts.sync;
     let recovered = recovery::recover(&storage, &pool, &log, wal_opts, &c)?;
     let Recovered {
@@ -108,6 +108,7 @@ pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result
         checkpointer: stop_signal(),
         fpi_horizon: AtomicU64::new(c.redo_lsn.get()),
         last_redo: AtomicU64::new(c.redo_lsn.get()),
+        reach_stamped: AtomicU64::new(0),
         counters: Counters::default(),
         readahead: Mutex::new(None),
         sched,
@@ -221,7 +222,8 @@ fn left_by_creation<S: Storage>(storage: &S, path: &Path, name: &str) -> Result<
 const HEAD_BYTES: usize = 512;
 
 /// The WAL's options: its directory, sync method, segment size, scheduler,
-/// and what the log must prove at open.
+/// and what the log must prove at open (reach CONTROL's checkpoint record
+/// and `head_reached`, what the data file's head says it reached).
 ///
 /// The log is made by the first open of a new database, which checkpoints
 /// before it accepts a transaction: so a `CONTROL` that names a checkpoint
@@ -232,6 +234,7 @@ fn wal_options<S: Storage>(
     path: &Path,
     opts: &Options,
     c: &Control,
+    head_reached: Lsn,
     sched: &Arc<Scheduler>,
 ) -> Result<WalOptions> {
     let wal_dir = opts.wal_dir.clone().unwrap_or_else(|| path.join("wal"));
@@ -243,7 +246,7 @@ fn wal_options<S: Storage>(
     }
     let mut wal_opts = WalOptions::new(&wal_dir, c.db_id);
     wal_opts.create_if_missing = creating;
-    wal_opts.must_reach = c.checkpoint_lsn;
+    wal_opts.must_reach = c.checkpoint_lsn.max(head_reached);
     wal_opts.sync = choose_sync(opts, &wal_dir);
     wal_opts.segment_bytes = opts.wal_segment_bytes;
     wal_opts.background_prepare = opts.background_threads;
@@ -296,27 +299,29 @@ fn open_pool<S: Storage>(
 
 /// Refuses a data file older than the checkpoint `CONTROL` names (see
 /// [`crate::format::data_head`]).
-fn check_data_head<S: Storage>(pool: &Pool<S>, c: &Control) -> Result<()> {
+/// Returns how far the head says the log reached (zero without a head).
+fn check_data_head<S: Storage>(pool: &Pool<S>, c: &Control) -> Result<Lsn> {
     let head = match pool.read(data_head::DATA_HEAD_PAGE, crate::buffer::Access::Normal) {
         Ok(head) => head,
         // A torn head (the log holds no image of it) makes no claim; the
         // next checkpoint writes it whole.
-        Err(Error::Corruption { .. }) => return Ok(()),
+        Err(Error::Corruption { .. }) => return Ok(Lsn::ZERO),
         Err(e) => return Err(e),
     };
     match data_head::decode(head.data()) {
-        Some(flushed) if flushed < c.redo_lsn => Err(Error::Corruption {
+        Some(h) if h.flushed_through < c.redo_lsn => Err(Error::Corruption {
             path: pool.file().path().to_path_buf(),
             offset: 0,
             detail: format!(
-                "the data file holds the changes logged before LSN {flushed}, but CONTROL's \
+                "the data file holds the changes logged before LSN {}, but CONTROL's \
                  checkpoint needs every change before LSN {}: the data file is older than \
                  CONTROL (replaced by an older copy?); refusing to open rather than serve \
                  its stale pages",
-                c.redo_lsn
+                h.flushed_through, c.redo_lsn
             ),
         }),
-        _ => Ok(()),
+        Some(h) => Ok(h.log_reached),
+        None => Ok(Lsn::ZERO),
     }
 }
 

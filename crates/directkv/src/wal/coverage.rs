@@ -223,9 +223,9 @@ fn check_end<S: Storage>(
             path: at_end(),
             offset: layout.file_offset(end),
             detail: format!(
-                "the log ends at LSN {end}, but the last checkpoint's record ends at LSN \
-                 {must_reach}: the log between is damaged or missing; refusing to open \
-                 without it"
+                "the log ends at LSN {end}, but it reached LSN {must_reach} (the last \
+                 checkpoint's record ends there, or the data file's head says so): the log \
+                 between is damaged, missing or an older copy; refusing to open without it"
             ),
         });
     }

@@ -87,7 +87,8 @@ pub struct WalOptions {
     /// redo segment is damage, never a new empty log.
     pub create_if_missing: bool,
     /// The log must reach at least this far (the end of the last
-    /// checkpoint's record); a log that ends before it is damaged.
+    /// checkpoint's record, or where the data file's head says the log was
+    /// durable); a log that ends before it is damaged.
     pub must_reach: Lsn,
 }
 
