@@ -100,10 +100,6 @@ impl<S: Storage> Inner<S> {
             "the redo point only moves forward"
         );
         let reached = self.stage_data_head(start)?;
-        assert!(
-            reached <= self.wal().durable_lsn(),
-            "the head claims only what is durable"
-        );
         self.write_dirty_through(start, paced, cause)?;
         self.pool.sync()?;
         // The head went out with the pages: it names the log's reach.
@@ -168,6 +164,10 @@ impl<S: Storage> Inner<S> {
         // Stamped with what is durable already, so writing it never waits
         // for the log.
         head.mark_dirty(log_reached.min(flushed_through));
+        assert!(
+            log_reached <= self.wal().durable_lsn(),
+            "the head claims only what is durable"
+        );
         Ok(log_reached)
     }
 
