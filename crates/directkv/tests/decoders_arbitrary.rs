@@ -36,6 +36,18 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 
     #[test]
+    fn data_file_head(bytes in prop::collection::vec(any::<u8>(), 0..256)) {
+        use directkv::internals::format::data_head;
+        if let Some(h) = data_head::decode(&bytes) {
+            // A head it accepts carries the magic, and reads back as itself.
+            prop_assert_eq!(&bytes[56..64], &data_head::DATA_HEAD_MAGIC[..]);
+            let mut again = bytes.clone();
+            data_head::encode(&mut again, h);
+            prop_assert_eq!(again, bytes);
+        }
+    }
+
+    #[test]
     fn record_and_segment_headers(bytes in prop::collection::vec(any::<u8>(), 0..128), lsn in any::<u64>()) {
         let _ = RecordHeader::decode(&bytes, Lsn::new(lsn));
         if SegmentHeader::decode(&bytes).is_ok() {
