@@ -251,6 +251,21 @@ pub enum Error {
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
 
+    /// Where the engine expects one of its regular files, the path is
+    /// something else: a symbolic link (never followed), a FIFO, a device, a
+    /// socket or a directory. Nothing was read from or written to it.
+    #[error(
+        "{path} is a {kind}, not a regular file; the engine opens only regular files in \
+         the database and WAL directories and never follows a symbolic link there. \
+         Put the file itself in place of the {kind}"
+    )]
+    NotARegularFile {
+        /// The path.
+        path: PathBuf,
+        /// What it is: `symbolic link`, `FIFO`, `directory`, ...
+        kind: String,
+    },
+
     /// Bytes read from disk do not decode to what was expected.
     #[error("corrupt data in {path} at offset {offset}: {detail}")]
     Corruption {

@@ -112,6 +112,7 @@ pub use db::{
     Stalls, Stats, WriteTxn, STATS_FILE, WAL_BUFFERS_INCLUDED_FROM, WAL_HARD_LIMIT_FACTOR,
 };
 pub use error::{Error, IoOp, Result};
+pub use io::Permissions;
 pub use io::{AioBackend, AioOptions, AioStats, DirectIo, IoPath, SyncMethod, SyncVariant};
 pub use lsn::Lsn;
 pub use sched::{SchedMode, SchedOptions, SchedStats};

@@ -17,6 +17,10 @@
 //!   an interrupted creation.
 //! - The page size is the database's, from `CONTROL`, not the caller's.
 //! - No transaction runs before replay has finished.
+//! - Every file and directory it creates has the mode of
+//!   `Options::permissions`, and every file it expects to be new (`data` and
+//!   `CONTROL.tmp` at creation) is created exclusively, so nothing planted
+//!   at the name is written through.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -59,16 +63,8 @@ pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result
             opts.page_bytes
         )));
     }
-    // Look before writing anything: a refused open leaves no trace.
-    if look(&storage, path, &opts)? == Found::Creatable {
-        storage.create_dir_all(path)?;
-    }
-    let lock = storage.lock_exclusive(&path.join(LOCK_NAME))?;
+    let lock = claim(&storage, path, &opts)?;
     let control_path = path.join(CONTROL_NAME);
-    // Again under the lock: another opener may have created it meanwhile.
-    if look(&storage, path, &opts)? == Found::Creatable {
-        create(&storage, path, &opts)?;
-    }
     assert!(
         storage.exists(&control_path),
         "an open database has CONTROL"
@@ -120,6 +116,22 @@ pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result
     inner.counters.next_txn.store(next_txn, Ordering::Relaxed);
     checkpoint_if_due(&inner, &c)?;
     Ok(start_threads(Arc::new(inner)))
+}
+
+/// Looks at `path` before writing anything (a refused open leaves no
+/// trace), creates the directory if it may, takes `LOCK`, and creates the
+/// database if there is none yet.
+fn claim<S: Storage>(storage: &S, path: &Path, opts: &Options) -> Result<S::Lock> {
+    if look(storage, path, opts)? == Found::Creatable {
+        storage.create_dirs(path, opts.permissions)?;
+    }
+    let lock = storage.lock_exclusive(&path.join(LOCK_NAME), opts.permissions)?;
+    // Again under the lock: another opener may have created it meanwhile.
+    if look(storage, path, opts)? == Found::Creatable {
+        create(storage, path, opts)?;
+    }
+    assert!(storage.exists(&path.join(CONTROL_NAME)), "created or there");
+    Ok(lock)
 }
 
 /// Checkpoints before open returns, when it is the first open of a new
@@ -234,7 +246,7 @@ fn wal_options<S: Storage>(
     let wal_dir = opts.wal_dir.clone().unwrap_or_else(|| path.join("wal"));
     let creating = c.checkpoint_lsn == Lsn::ZERO;
     if creating {
-        storage.create_dir_all(&wal_dir)?;
+        storage.create_dirs(&wal_dir, opts.permissions)?;
     } else if !storage.exists(&wal_dir) {
         return Err(crate::wal::missing_dir(&wal_dir, c.redo_lsn));
     }
@@ -245,6 +257,7 @@ fn wal_options<S: Storage>(
     wal_opts.segment_bytes = opts.wal_segment_bytes;
     wal_opts.background_prepare = opts.background_threads;
     wal_opts.sched = Some(Arc::clone(sched));
+    wal_opts.permissions = opts.permissions;
     Ok(wal_opts)
 }
 
@@ -418,11 +431,17 @@ fn direct_io_works(dir: &Path) -> bool {
 
 fn create<S: Storage>(storage: &S, path: &Path, opts: &Options) -> Result<()> {
     let db_id = random_id();
+    let data_path = path.join(DATA_NAME);
+    // What `look` let through is an interrupted creation's `data`.
+    if storage.exists(&data_path) {
+        storage.remove_file(&data_path)?;
+    }
     let data = storage.open(
-        &path.join(DATA_NAME),
+        &data_path,
         &FileOptions {
             create: true,
-            truncate: true,
+            exclusive: true,
+            permissions: opts.permissions,
             direct_io: opts.direct_io,
             sync: SyncMethod::Fsync,
             ..FileOptions::default()
@@ -451,9 +470,10 @@ fn create<S: Storage>(storage: &S, path: &Path, opts: &Options) -> Result<()> {
     if storage.exists(&tmp) {
         storage.remove_file(&tmp)?;
     }
-    ControlFile::create(
+    ControlFile::create_with(
         storage,
         &tmp,
+        opts.permissions,
         Control {
             page_bytes: opts.page_bytes,
             generation: 0,

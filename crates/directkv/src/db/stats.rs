@@ -201,7 +201,8 @@ impl<S: Storage> Inner<S> {
             "stats": self.stats(),
         });
         let tmp = self.dir.join(format!("{STATS_FILE}.tmp"));
-        if std::fs::write(&tmp, doc.to_string()).is_ok() {
+        let bytes = doc.to_string().into_bytes();
+        if crate::io::write_new_file(&tmp, &bytes, self.opts.permissions).is_ok() {
             let _ = std::fs::rename(&tmp, self.dir.join(STATS_FILE));
         }
     }

@@ -289,8 +289,8 @@ pub struct DeviceProfile {
 }
 
 impl DeviceProfile {
-    /// Writes the profile as JSON to `path` (atomically: temp file, fsync, rename,
-    /// directory fsync).
+    /// Writes the profile as JSON to `path` (atomically: a new private temp
+    /// file, fsync, rename, directory fsync).
     ///
     /// # Errors
     /// I/O errors of the write, sync or rename.
@@ -299,13 +299,9 @@ impl DeviceProfile {
         let json = serde_json::to_vec_pretty(self)
             .map_err(|e| Error::InvalidArgument(format!("profile encoding: {e}")))?;
         let tmp = path.with_extension("tmp");
-        let write = || -> std::io::Result<()> {
-            use std::io::Write;
-            let mut f = std::fs::File::create(&tmp)?;
-            f.write_all(&json)?;
-            f.sync_all()
-        };
-        write().map_err(|e| Error::from_io(IoOp::Write, &tmp, None, e))?;
+        crate::io::write_new_file(&tmp, &json, crate::io::Permissions::Private)?
+            .sync_all()
+            .map_err(|e| Error::from_io(IoOp::Sync, &tmp, None, e))?;
         std::fs::rename(&tmp, path).map_err(|e| Error::from_io(IoOp::Rename, path, None, e))?;
         let dir = match path.parent() {
             Some(p) if !p.as_os_str().is_empty() => p,
@@ -320,8 +316,7 @@ impl DeviceProfile {
     /// I/O errors; [`Error::Corruption`] when the file is not a profile of this
     /// schema version.
     pub fn load(path: &Path) -> Result<DeviceProfile> {
-        let bytes = std::fs::read(path)
-            .map_err(|e| Error::from_io(crate::error::IoOp::Read, path, None, e))?;
+        let bytes = crate::io::read_file(path)?;
         let profile: DeviceProfile =
             serde_json::from_slice(&bytes).map_err(|e| Error::Corruption {
                 path: path.to_path_buf(),

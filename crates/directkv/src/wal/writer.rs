@@ -88,6 +88,8 @@ pub struct WalOptions {
     /// The log must reach at least this far (the end of the last
     /// checkpoint's record); a log that ends before it is damaged.
     pub must_reach: Lsn,
+    /// The mode of the directory and segments the log creates.
+    pub permissions: crate::io::Permissions,
 }
 
 impl WalOptions {
@@ -106,6 +108,7 @@ impl WalOptions {
             sched: None,
             create_if_missing: true,
             must_reach: Lsn::ZERO,
+            permissions: crate::io::Permissions::Private,
         }
     }
 
