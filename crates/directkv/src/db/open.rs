@@ -3,8 +3,9 @@
 //! Files in the database directory (DESIGN.md, "On disk"): `LOCK`,
 //! `CONTROL`, `data`, and `wal/` (or `Options::wal_dir`).
 //!
-//! The steps, in order: check the options; take `LOCK`; read `CONTROL` (or
-//! create the database if the directory is empty); open `data` with the
+//! The steps, in order: check the options; look at the directory (refusing
+//! one others may write: [`super::access`]); take `LOCK`; read `CONTROL` (or create the database if the
+//! directory is empty); open `data` with the
 //! direct-I/O policy and the buffer pool over it; open the WAL from
 //! `CONTROL`'s redo point, replaying every committed transaction
 //! ([`super::recovery`]); then accept transactions and start the
@@ -26,6 +27,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
+use super::access::{self, Audit};
 use super::background::{self, stop_signal};
 use super::commit::SpareBuffers;
 use super::control::ControlFile;
@@ -63,7 +65,7 @@ pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result
             opts.page_bytes
         )));
     }
-    let lock = claim(&storage, path, &opts)?;
+    let (lock, audit) = claim(&storage, path, &opts)?;
     let control_path = path.join(CONTROL_NAME);
     assert!(
         storage.exists(&control_path),
@@ -110,6 +112,8 @@ pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result
         hurry: AtomicU64::new(0),
         aio,
         recovery: stats,
+        readable_by_others: audit.readable_by_others,
+        storage: storage.clone(),
         health: Health::new(path),
         _lock: lock,
     };
@@ -119,19 +123,20 @@ pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result
 }
 
 /// Looks at `path` before writing anything (a refused open leaves no
-/// trace), creates the directory if it may, takes `LOCK`, and creates the
-/// database if there is none yet.
-fn claim<S: Storage>(storage: &S, path: &Path, opts: &Options) -> Result<S::Lock> {
+/// trace), creates the directory if it may, refuses one others may write,
+/// takes `LOCK`, and creates the database if there is none yet.
+fn claim<S: Storage>(storage: &S, path: &Path, opts: &Options) -> Result<(S::Lock, Audit)> {
     if look(storage, path, opts)? == Found::Creatable {
         storage.create_dirs(path, opts.permissions)?;
     }
+    let audit = access::audit(storage, path, opts)?;
     let lock = storage.lock_exclusive(&path.join(LOCK_NAME), opts.permissions)?;
     // Again under the lock: another opener may have created it meanwhile.
     if look(storage, path, opts)? == Found::Creatable {
         create(storage, path, opts)?;
     }
-    assert!(storage.exists(&path.join(CONTROL_NAME)), "created or there");
-    Ok(lock)
+    assert!(!audit.entries.is_empty(), "the directory was looked at");
+    Ok((lock, audit))
 }
 
 /// Checkpoints before open returns, when it is the first open of a new
@@ -243,7 +248,7 @@ fn wal_options<S: Storage>(
     c: &Control,
     sched: &Arc<Scheduler>,
 ) -> Result<WalOptions> {
-    let wal_dir = opts.wal_dir.clone().unwrap_or_else(|| path.join("wal"));
+    let wal_dir = access::wal_dir(path, opts);
     let creating = c.checkpoint_lsn == Lsn::ZERO;
     if creating {
         storage.create_dirs(&wal_dir, opts.permissions)?;

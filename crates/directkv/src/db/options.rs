@@ -100,8 +100,17 @@ pub struct Options {
     /// Who may read the directories and files the engine creates:
     /// [`Permissions::Private`] (the default: directories `0700`, files
     /// `0600`) or [`Permissions::GroupReadable`] (`0750`, `0640`). The umask
-    /// may take more away, never add. Files that exist keep their modes.
+    /// may take more away, never add. Files that exist keep their modes;
+    /// those readable beyond this setting are listed in
+    /// [`Stats::readable_by_others`](crate::Stats::readable_by_others).
     pub permissions: Permissions,
+    /// Open a database even though its directory, its WAL directory or a
+    /// file in them is writable by the group or by others. Off (the
+    /// default), such an open fails with
+    /// [`Error::WritableByOthers`](crate::Error::WritableByOthers) naming
+    /// the path and its mode, because anyone who may write there may change
+    /// or replace the data.
+    pub accept_writable_by_others: bool,
 }
 
 impl Default for Options {
@@ -124,6 +133,7 @@ impl Default for Options {
             compress_page_images: true,
             publish_stats: true,
             permissions: Permissions::Private,
+            accept_writable_by_others: false,
         }
     }
 }

@@ -155,6 +155,10 @@ pub struct Stats {
     pub torn_page_protection: &'static str,
     /// What recovery did when this database was opened.
     pub recovery: RecoveryStats,
+    /// A warning: the database's directories and files that were readable
+    /// beyond `Options::permissions` (by others, or by the group unless
+    /// `GroupReadable`) when it was opened. Empty when all is private.
+    pub readable_by_others: Vec<std::path::PathBuf>,
 }
 
 /// What the replay at open did: how much log it read and how it got the
@@ -270,6 +274,7 @@ impl<S: Storage> Inner<S> {
             wal_sync: self.wal_sync,
             torn_page_protection: "full_page_images_after_checkpoint",
             recovery: self.recovery,
+            readable_by_others: self.readable_by_others.clone(),
         }
     }
 }
