@@ -4,7 +4,8 @@
 //! `CONTROL`, `data`, and `wal/` (or `Options::wal_dir`).
 //!
 //! The steps, in order: check the options; look at the directory (refusing
-//! one others may write: [`super::access`]); take `LOCK`; read `CONTROL` (or create the database if the
+//! one others may write: [`super::access`]); take `LOCK`; remove scratch
+//! files a killed probe left; read `CONTROL` (or create the database if the
 //! directory is empty); open `data` with the
 //! direct-I/O policy and the buffer pool over it; open the WAL from
 //! `CONTROL`'s redo point, replaying every committed transaction
@@ -124,7 +125,8 @@ pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result
 
 /// Looks at `path` before writing anything (a refused open leaves no
 /// trace), creates the directory if it may, refuses one others may write,
-/// takes `LOCK`, and creates the database if there is none yet.
+/// takes `LOCK`, creates the database if there is none yet, and removes the
+/// scratch files a killed sync probe left.
 fn claim<S: Storage>(storage: &S, path: &Path, opts: &Options) -> Result<(S::Lock, Audit)> {
     if look(storage, path, opts)? == Found::Creatable {
         storage.create_dirs(path, opts.permissions)?;
@@ -135,6 +137,11 @@ fn claim<S: Storage>(storage: &S, path: &Path, opts: &Options) -> Result<(S::Loc
     if look(storage, path, opts)? == Found::Creatable {
         create(storage, path, opts)?;
     }
+    let wal = access::wal_dir(path, opts);
+    if storage.exists(&wal) {
+        crate::io::profile::remove_scratch_leftovers(storage, &wal)?;
+    }
+    crate::io::profile::remove_scratch_leftovers(storage, path)?;
     assert!(!audit.entries.is_empty(), "the directory was looked at");
     Ok((lock, audit))
 }
@@ -382,7 +389,7 @@ fn choose_sync(opts: &Options, wal_dir: &Path) -> SyncVariant {
     if let Some(v) = opts.wal_sync {
         return v;
     }
-    let direct_ok = direct_io_works(wal_dir);
+    let direct_ok = crate::io::profile::direct_io_works(wal_dir);
     let want_direct = opts.direct_io != DirectIo::Off && direct_ok;
     let fastest = |measured: &[(SyncVariant, f64)]| {
         measured
@@ -414,24 +421,6 @@ fn choose_sync(opts: &Options, wal_dir: &Path) -> SyncVariant {
         .and_then(|_| crate::io::profile::DeviceProfile::load_for_dir(wal_dir))
         .and_then(|p| fastest(&p.measured))
         .unwrap_or(fallback)
-}
-
-/// Whether a file in `dir` can be opened for direct I/O (and is not on a
-/// memory-backed filesystem).
-fn direct_io_works(dir: &Path) -> bool {
-    let probe = dir.join(format!(".directkv-direct-probe-{}", std::process::id()));
-    let ok = crate::io::DirectFile::open(
-        &probe,
-        &FileOptions {
-            create: true,
-            direct_io: DirectIo::On,
-            sync: SyncMethod::None,
-            ..FileOptions::default()
-        },
-    )
-    .is_ok();
-    let _ = std::fs::remove_file(&probe);
-    ok
 }
 
 fn create<S: Storage>(storage: &S, path: &Path, opts: &Options) -> Result<()> {
