@@ -1,6 +1,7 @@
 //! `directkv check DBDIR`: opens a database (running its recovery if it was
 //! not closed), says what recovery did, then walks the whole tree and proves
-//! its structure.
+//! its structure, and reports the modes and owners of the database's files,
+//! warning about those others may read or write.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -28,6 +29,10 @@ pub struct Args {
     /// Print one JSON document instead of text.
     #[arg(long)]
     json: bool,
+    /// Open (and report) a database even if its group or others may write
+    /// its files; without it such a database is refused, naming the path.
+    #[arg(long)]
+    accept_writable_by_others: bool,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -37,13 +42,15 @@ pub fn run(args: Args) -> Result<()> {
         background_threads: false,
         async_io: crate::io_backend_from_env()?,
         publish_stats: false,
+        accept_writable_by_others: args.accept_writable_by_others,
         ..Options::default()
     };
     let t = Instant::now();
     let db =
         Database::open(&args.dir, opts).with_context(|| format!("open {}", args.dir.display()))?;
     let open_seconds = t.elapsed().as_secs_f64();
-    let recovery = db.stats().recovery;
+    let stats = db.stats();
+    let recovery = stats.recovery;
     let t = Instant::now();
     let report = if args.recover_only {
         None
@@ -59,6 +66,7 @@ pub fn run(args: Args) -> Result<()> {
             "dir": args.dir,
             "open_seconds": open_seconds,
             "recovery": recovery,
+            "readable_by_others": stats.readable_by_others,
             "check": report,
             "check_seconds": check_seconds,
             "checkpointed": args.checkpoint,
@@ -68,16 +76,49 @@ pub fn run(args: Args) -> Result<()> {
     }
     println!("{}", args.dir.display());
     print_recovery(&recovery, open_seconds);
-    if let Some(c) = report {
+    if let Some(c) = &report {
         println!(
             "check: ok in {check_seconds:.2} s: {} keys, depth {}, {} pages ({} tree, {} overflow, {} free)",
             c.keys, c.depth, c.pages, c.tree_pages, c.overflow_pages, c.free_pages
         );
+        print_files(c);
+    } else {
+        for path in &stats.readable_by_others {
+            println!("warning: {} is readable by others", path.display());
+        }
     }
     if args.checkpoint {
         println!("checkpointed: the next open replays nothing");
     }
     Ok(())
+}
+
+/// The modes and owners of the database's files, then a warning for each
+/// path others may read or write.
+fn print_files(c: &directkv::CheckReport) {
+    println!("files (mode, owner uid:gid, kind, path):");
+    for f in &c.files {
+        let kind = serde_json::to_value(f.kind)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        println!(
+            "  {} {}:{} {kind:7} {}",
+            f.mode,
+            f.uid,
+            f.gid,
+            f.path.display()
+        );
+    }
+    for path in &c.writable_by_others {
+        println!(
+            "warning: {} is writable by its group or others",
+            path.display()
+        );
+    }
+    for path in &c.readable_by_others {
+        println!("warning: {} is readable by others", path.display());
+    }
 }
 
 /// The text lines of what the open's recovery did.

@@ -125,3 +125,50 @@ fn check_reports_a_discarded_torn_tail() {
     );
     assert!(text.contains("check: ok"), "{text}");
 }
+
+/// Issue 19: `check` reports the mode, owner and kind of every path of the
+/// database, warns about those others may read, and refuses one others may
+/// write unless told to accept it.
+#[test]
+fn issue19_check_reports_modes_owners_and_warnings() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    common::database_with_commits(dir.path(), 10)
+        .close()
+        .expect("close");
+    let data = dir.path().join("data");
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+
+    let doc = json(&check(dir.path(), &["--json"]));
+    let files = doc["check"]["files"].as_array().expect("files");
+    let entry = files
+        .iter()
+        .find(|f| f["path"].as_str() == data.to_str())
+        .expect("data is listed");
+    assert_eq!(entry["mode"].as_str(), Some("0644"), "{doc}");
+    assert_eq!(entry["kind"].as_str(), Some("file"), "{doc}");
+    assert!(entry["uid"].is_u64() && entry["gid"].is_u64(), "{doc}");
+    // The temporary directory itself may be 0755 too: look for data only.
+    let warned = doc["readable_by_others"].as_array().expect("warnings");
+    assert!(warned.iter().any(|p| p.as_str() == data.to_str()), "{doc}");
+    assert!(!warned
+        .iter()
+        .any(|p| p.as_str() == dir.path().join("CONTROL").to_str()));
+
+    let out = check(dir.path(), &[]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("files (mode, owner"), "{text}");
+    assert!(text.contains("is readable by others"), "{text}");
+
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+    let out = check(dir.path(), &["--json"]);
+    assert!(!out.status.success(), "a world-writable file is refused");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("0666") && err.contains("data"), "{err}");
+    let doc = json(&check(
+        dir.path(),
+        &["--json", "--accept-writable-by-others"],
+    ));
+    let writable = doc["check"]["writable_by_others"].as_array().expect("list");
+    assert_eq!(writable.len(), 1, "{doc}");
+}

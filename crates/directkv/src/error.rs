@@ -251,6 +251,36 @@ pub enum Error {
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
 
+    /// A directory or file of the database is writable by its group or by
+    /// others, so anyone in them could change or replace its data. Open
+    /// refuses it unless `Options::accept_writable_by_others` is set.
+    #[error(
+        "{path} has mode {mode:04o}: it is writable by its group or by others, who could \
+         change or replace the database's data; refusing to open it. Remove their write \
+         access (chmod go-w), or set Options::accept_writable_by_others to open it anyway"
+    )]
+    WritableByOthers {
+        /// The directory or file.
+        path: PathBuf,
+        /// Its permission bits.
+        mode: u32,
+    },
+
+    /// Where the engine expects one of its regular files, the path is
+    /// something else: a symbolic link (never followed), a FIFO, a device, a
+    /// socket or a directory. Nothing was read from or written to it.
+    #[error(
+        "{path} is a {kind}, not a regular file; the engine opens only regular files in \
+         the database and WAL directories and never follows a symbolic link there. \
+         Put the file itself in place of the {kind}"
+    )]
+    NotARegularFile {
+        /// The path.
+        path: PathBuf,
+        /// What it is: `symbolic link`, `FIFO`, `directory`, ...
+        kind: String,
+    },
+
     /// Bytes read from disk do not decode to what was expected.
     #[error("corrupt data in {path} at offset {offset}: {detail}")]
     Corruption {

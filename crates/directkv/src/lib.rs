@@ -108,11 +108,13 @@ mod wal;
 
 pub use buffer::{PoolStats, WritesByCause};
 pub use db::{
-    CheckReport, Database, Durability, Options, RangeIter, ReadTxn, RecoveryStats, StallHistograms,
-    Stalls, Stats, WriteTxn, STATS_FILE, WAL_BUFFERS_INCLUDED_FROM, WAL_HARD_LIMIT_FACTOR,
+    CheckReport, Database, Durability, FileAccess, Options, RangeIter, ReadTxn, RecoveryStats,
+    StallHistograms, Stalls, Stats, WriteTxn, STATS_FILE, WAL_BUFFERS_INCLUDED_FROM,
+    WAL_HARD_LIMIT_FACTOR,
 };
 pub use error::{Error, IoOp, Result};
 pub use io::{AioBackend, AioOptions, AioStats, DirectIo, IoPath, SyncMethod, SyncVariant};
+pub use io::{FileKind, Permissions};
 pub use lsn::Lsn;
 pub use sched::{SchedMode, SchedOptions, SchedStats};
 pub use stall::StallHistogram;

@@ -37,6 +37,14 @@ pub struct CheckReport {
     pub keys: u64,
     /// Tree depth.
     pub depth: u64,
+    /// The kind, mode and owner of the database directory, the WAL
+    /// directory and every entry in them.
+    pub files: Vec<super::FileAccess>,
+    /// Those readable beyond `Options::permissions` (a warning).
+    pub readable_by_others: Vec<std::path::PathBuf>,
+    /// Those the group or others may write (there only when the database
+    /// was opened with `accept_writable_by_others`, or changed since).
+    pub writable_by_others: Vec<std::path::PathBuf>,
 }
 
 /// The walk's state: what it has claimed and what it found.
@@ -85,6 +93,15 @@ impl<S: Storage> Inner<S> {
         }
         c.walk_free_list(meta.freelist)?;
         c.account()?;
+        // Reported, not refused: the database is open already.
+        let look = super::Options {
+            accept_writable_by_others: true,
+            ..self.opts.clone()
+        };
+        let audit = super::access::audit(&self.storage, &self.dir, &look)?;
+        c.report.files = audit.entries;
+        c.report.readable_by_others = audit.readable_by_others;
+        c.report.writable_by_others = audit.writable_by_others;
         assert_eq!(
             c.seen.len() as u64 + 1,
             c.report.pages,

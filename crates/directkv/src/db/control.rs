@@ -16,7 +16,9 @@ use std::path::Path;
 
 use crate::error::{Error, Result};
 use crate::format::control::{Control, SLOT_BYTES, SLOT_USED_BYTES};
-use crate::io::{AlignedBuf, DirectIo, FileOptions, Fill, Storage, StorageFile, SyncMethod};
+use crate::io::{
+    AlignedBuf, DirectIo, FileOptions, Fill, Permissions, Storage, StorageFile, SyncMethod,
+};
 
 /// The open control file.
 pub struct ControlFile<S: Storage> {
@@ -25,9 +27,11 @@ pub struct ControlFile<S: Storage> {
     current: Control,
 }
 
-fn options(create: bool) -> FileOptions {
+fn options(create: bool, permissions: Permissions) -> FileOptions {
     FileOptions {
         create,
+        exclusive: create,
+        permissions,
         direct_io: DirectIo::Auto,
         sync: SyncMethod::Fsync,
         ..FileOptions::default()
@@ -35,15 +39,30 @@ fn options(create: bool) -> FileOptions {
 }
 
 impl<S: Storage> ControlFile<S> {
-    /// Creates a control file holding `control` (generation 1, both slots).
+    /// Creates a private control file holding `control` (generation 1, both
+    /// slots).
     ///
     /// # Errors
     /// I/O errors; [`Error::InvalidArgument`] if the file exists already.
     pub fn create(storage: &S, path: &Path, control: Control) -> Result<ControlFile<S>> {
+        Self::create_with(storage, path, Permissions::Private, control)
+    }
+
+    /// As [`create`](Self::create), the file created (exclusively) with
+    /// `permissions`' mode.
+    ///
+    /// # Errors
+    /// As [`create`](Self::create).
+    pub fn create_with(
+        storage: &S,
+        path: &Path,
+        permissions: Permissions,
+        control: Control,
+    ) -> Result<ControlFile<S>> {
         if storage.exists(path) {
             return Err(Error::InvalidArgument(format!("{} exists", path.display())));
         }
-        let file = storage.open(path, &options(true))?;
+        let file = storage.open(path, &options(true, permissions))?;
         file.allocate(2 * SLOT_BYTES as u64, Fill::Zero)?;
         let unit = file.alignment().io_unit_bytes();
         let mut cf = ControlFile {
@@ -66,7 +85,7 @@ impl<S: Storage> ControlFile<S> {
     /// [`Error::NotADatabase`] when neither slot is a control slot;
     /// [`Error::FormatVersion`] for another format version; I/O errors.
     pub fn open(storage: &S, path: &Path) -> Result<ControlFile<S>> {
-        let file = storage.open(path, &options(false))?;
+        let file = storage.open(path, &options(false, Permissions::Private))?;
         let unit = file.alignment().io_unit_bytes();
         let mut buf = AlignedBuf::new(SLOT_BYTES, unit)?;
         let mut best: Option<Control> = None;

@@ -63,6 +63,11 @@ impl Database<OsStorage> {
     ///   damage it must not paper over;
     /// - [`Error::DirectIoUnsupported`](crate::Error::DirectIoUnsupported)
     ///   for `DirectIo::On` where the filesystem refuses;
+    /// - [`Error::WritableByOthers`](crate::Error::WritableByOthers) when
+    ///   the group or others may write the directory, the WAL directory or a
+    ///   file in them (unless `Options::accept_writable_by_others`);
+    /// - [`Error::NotARegularFile`](crate::Error::NotARegularFile) when one
+    ///   of its files is a symbolic link, a FIFO, a device or a directory;
     /// - I/O errors.
     pub fn open(path: impl AsRef<Path>, opts: Options) -> Result<Self> {
         Self::open_with(OsStorage, path.as_ref(), opts)

@@ -164,6 +164,12 @@ pub(crate) struct Inner<S: Storage> {
     pub(super) sched: Arc<Scheduler>,
     /// What the replay at open did.
     pub(super) recovery: RecoveryStats,
+    /// Paths readable beyond `Options::permissions` when the database was
+    /// opened (see [`super::access`]).
+    pub(super) readable_by_others: Vec<std::path::PathBuf>,
+    /// The storage the database's files are on, for the check's look at
+    /// their modes.
+    pub(super) storage: S,
     /// Callers of [`Database::checkpoint`](super::Database::checkpoint)
     /// waiting for the running one.
     pub(super) hurry: AtomicU64,

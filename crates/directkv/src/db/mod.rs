@@ -11,6 +11,7 @@
 //! - [`engine`]: the state they share; [`options`] and [`stats`]: what a
 //!   user sets and reads; [`check`]: the structural check.
 
+mod access;
 mod background;
 mod check;
 mod checkpoint;
@@ -25,6 +26,7 @@ mod recovery;
 mod stats;
 mod txn;
 
+pub use access::FileAccess;
 pub use check::CheckReport;
 pub use checkpoint::WAL_HARD_LIMIT_FACTOR;
 pub use control::ControlFile;

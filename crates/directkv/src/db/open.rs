@@ -3,8 +3,10 @@
 //! Files in the database directory (DESIGN.md, "On disk"): `LOCK`,
 //! `CONTROL`, `data`, and `wal/` (or `Options::wal_dir`).
 //!
-//! The steps, in order: check the options; take `LOCK`; read `CONTROL` (or
-//! create the database if the directory is empty); open `data` with the
+//! The steps, in order: check the options; look at the directory (refusing
+//! one others may write: [`super::access`]); take `LOCK`; remove scratch
+//! files a killed probe left; read `CONTROL` (or create the database if the
+//! directory is empty); open `data` with the
 //! direct-I/O policy and the buffer pool over it; open the WAL from
 //! `CONTROL`'s redo point, replaying every committed transaction
 //! ([`super::recovery`]); then accept transactions and start the
@@ -17,11 +19,16 @@
 //!   an interrupted creation.
 //! - The page size is the database's, from `CONTROL`, not the caller's.
 //! - No transaction runs before replay has finished.
+//! - Every file and directory it creates has the mode of
+//!   `Options::permissions`, and every file it expects to be new (`data` and
+//!   `CONTROL.tmp` at creation) is created exclusively, so nothing planted
+//!   at the name is written through.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
+use super::access::{self, Audit};
 use super::background::{self, stop_signal};
 use super::commit::SpareBuffers;
 use super::control::ControlFile;
@@ -59,16 +66,8 @@ pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result
             opts.page_bytes
         )));
     }
-    // Look before writing anything: a refused open leaves no trace.
-    if look(&storage, path, &opts)? == Found::Creatable {
-        storage.create_dir_all(path)?;
-    }
-    let lock = storage.lock_exclusive(&path.join(LOCK_NAME))?;
+    let (lock, audit) = claim(&storage, path, &opts)?;
     let control_path = path.join(CONTROL_NAME);
-    // Again under the lock: another opener may have created it meanwhile.
-    if look(&storage, path, &opts)? == Found::Creatable {
-        create(&storage, path, &opts)?;
-    }
     assert!(
         storage.exists(&control_path),
         "an open database has CONTROL"
@@ -115,12 +114,37 @@ pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result
         hurry: AtomicU64::new(0),
         aio,
         recovery: stats,
+        readable_by_others: audit.readable_by_others,
+        storage: storage.clone(),
         health: Health::new(path),
         _lock: lock,
     };
     inner.counters.next_txn.store(next_txn, Ordering::Relaxed);
     checkpoint_if_due(&mut inner, &c)?;
     Ok(start_threads(Arc::new(inner)))
+}
+
+/// Looks at `path` before writing anything (a refused open leaves no
+/// trace), creates the directory if it may, refuses one others may write,
+/// takes `LOCK`, creates the database if there is none yet, and removes the
+/// scratch files a killed sync probe left.
+fn claim<S: Storage>(storage: &S, path: &Path, opts: &Options) -> Result<(S::Lock, Audit)> {
+    if look(storage, path, opts)? == Found::Creatable {
+        storage.create_dirs(path, opts.permissions)?;
+    }
+    let audit = access::audit(storage, path, opts)?;
+    let lock = storage.lock_exclusive(&path.join(LOCK_NAME), opts.permissions)?;
+    // Again under the lock: another opener may have created it meanwhile.
+    if look(storage, path, opts)? == Found::Creatable {
+        create(storage, path, opts)?;
+    }
+    let wal = access::wal_dir(path, opts);
+    if storage.exists(&wal) {
+        crate::io::profile::remove_scratch_leftovers(storage, &wal)?;
+    }
+    crate::io::profile::remove_scratch_leftovers(storage, path)?;
+    assert!(!audit.entries.is_empty(), "the directory was looked at");
+    Ok((lock, audit))
 }
 
 /// Checkpoints before open returns, when it is the first open of a new
@@ -237,10 +261,10 @@ fn wal_options<S: Storage>(
     head_reached: Lsn,
     sched: &Arc<Scheduler>,
 ) -> Result<WalOptions> {
-    let wal_dir = opts.wal_dir.clone().unwrap_or_else(|| path.join("wal"));
+    let wal_dir = access::wal_dir(path, opts);
     let creating = c.checkpoint_lsn == Lsn::ZERO;
     if creating {
-        storage.create_dir_all(&wal_dir)?;
+        storage.create_dirs(&wal_dir, opts.permissions)?;
     } else if !storage.exists(&wal_dir) {
         return Err(crate::wal::missing_dir(&wal_dir, c.redo_lsn));
     }
@@ -251,6 +275,7 @@ fn wal_options<S: Storage>(
     wal_opts.segment_bytes = opts.wal_segment_bytes;
     wal_opts.background_prepare = opts.background_threads;
     wal_opts.sched = Some(Arc::clone(sched));
+    wal_opts.permissions = opts.permissions;
     Ok(wal_opts)
 }
 
@@ -372,7 +397,7 @@ fn choose_sync(opts: &Options, wal_dir: &Path) -> SyncVariant {
     if let Some(v) = opts.wal_sync {
         return v;
     }
-    let direct_ok = direct_io_works(wal_dir);
+    let direct_ok = crate::io::profile::direct_io_works(wal_dir);
     let want_direct = opts.direct_io != DirectIo::Off && direct_ok;
     let fastest = |measured: &[(SyncVariant, f64)]| {
         measured
@@ -406,31 +431,19 @@ fn choose_sync(opts: &Options, wal_dir: &Path) -> SyncVariant {
         .unwrap_or(fallback)
 }
 
-/// Whether a file in `dir` can be opened for direct I/O (and is not on a
-/// memory-backed filesystem).
-fn direct_io_works(dir: &Path) -> bool {
-    let probe = dir.join(format!(".directkv-direct-probe-{}", std::process::id()));
-    let ok = crate::io::DirectFile::open(
-        &probe,
-        &FileOptions {
-            create: true,
-            direct_io: DirectIo::On,
-            sync: SyncMethod::None,
-            ..FileOptions::default()
-        },
-    )
-    .is_ok();
-    let _ = std::fs::remove_file(&probe);
-    ok
-}
-
 fn create<S: Storage>(storage: &S, path: &Path, opts: &Options) -> Result<()> {
     let db_id = random_id();
+    let data_path = path.join(DATA_NAME);
+    // What `look` let through is an interrupted creation's `data`.
+    if storage.exists(&data_path) {
+        storage.remove_file(&data_path)?;
+    }
     let data = storage.open(
-        &path.join(DATA_NAME),
+        &data_path,
         &FileOptions {
             create: true,
-            truncate: true,
+            exclusive: true,
+            permissions: opts.permissions,
             direct_io: opts.direct_io,
             sync: SyncMethod::Fsync,
             ..FileOptions::default()
@@ -459,9 +472,10 @@ fn create<S: Storage>(storage: &S, path: &Path, opts: &Options) -> Result<()> {
     if storage.exists(&tmp) {
         storage.remove_file(&tmp)?;
     }
-    ControlFile::create(
+    ControlFile::create_with(
         storage,
         &tmp,
+        opts.permissions,
         Control {
             page_bytes: opts.page_bytes,
             generation: 0,

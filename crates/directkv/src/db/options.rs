@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-use crate::io::{AioOptions, DirectIo, SyncVariant};
+use crate::io::{AioOptions, DirectIo, Permissions, SyncVariant};
 use crate::sched::SchedOptions;
 
 /// Whether `commit()` waits for the log to be durable.
@@ -97,6 +97,20 @@ pub struct Options {
     /// another process. Off, the engine writes nothing there but its own
     /// files.
     pub publish_stats: bool,
+    /// Who may read the directories and files the engine creates:
+    /// [`Permissions::Private`] (the default: directories `0700`, files
+    /// `0600`) or [`Permissions::GroupReadable`] (`0750`, `0640`). The umask
+    /// may take more away, never add. Files that exist keep their modes;
+    /// those readable beyond this setting are listed in
+    /// [`Stats::readable_by_others`](crate::Stats::readable_by_others).
+    pub permissions: Permissions,
+    /// Open a database even though its directory, its WAL directory or a
+    /// file in them is writable by the group or by others. Off (the
+    /// default), such an open fails with
+    /// [`Error::WritableByOthers`](crate::Error::WritableByOthers) naming
+    /// the path and its mode, because anyone who may write there may change
+    /// or replace the data.
+    pub accept_writable_by_others: bool,
 }
 
 impl Default for Options {
@@ -118,6 +132,8 @@ impl Default for Options {
             data_extend_bytes: 64 << 20,
             compress_page_images: true,
             publish_stats: true,
+            permissions: Permissions::Private,
+            accept_writable_by_others: false,
         }
     }
 }

@@ -157,6 +157,10 @@ pub struct Stats {
     pub torn_page_protection: &'static str,
     /// What recovery did when this database was opened.
     pub recovery: RecoveryStats,
+    /// A warning: the database's directories and files that were readable
+    /// beyond `Options::permissions` (by others, or by the group unless
+    /// `GroupReadable`) when it was opened. Empty when all is private.
+    pub readable_by_others: Vec<std::path::PathBuf>,
 }
 
 /// What the replay at open did: how much log it read and how it got the
@@ -206,7 +210,8 @@ impl<S: Storage> Inner<S> {
             "stats": self.stats(),
         });
         let tmp = self.dir.join(format!("{STATS_FILE}.tmp"));
-        if std::fs::write(&tmp, doc.to_string()).is_ok() {
+        let bytes = doc.to_string().into_bytes();
+        if crate::io::write_new_file(&tmp, &bytes, self.opts.permissions).is_ok() {
             let _ = std::fs::rename(&tmp, self.dir.join(STATS_FILE));
         }
     }
@@ -279,6 +284,7 @@ impl<S: Storage> Inner<S> {
             wal_sync: self.wal_sync,
             torn_page_protection: "full_page_images_after_checkpoint",
             recovery: self.recovery,
+            readable_by_others: self.readable_by_others.clone(),
         }
     }
 }

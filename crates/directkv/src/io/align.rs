@@ -225,13 +225,18 @@ pub fn probe(dir: &Path) -> Option<u32> {
 
 fn probe_file(path: &Path) -> Option<u32> {
     use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    // Created as every engine file is: private, exclusive, never through a
+    // symlink (O_EXCL alone already refuses one; O_NOFOLLOW says so).
+    let mode = super::Permissions::Private.file_mode();
     let file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .create_new(true)
-        .custom_flags(libc::O_DIRECT)
+        .mode(mode)
+        .custom_flags(libc::O_DIRECT | super::perms::OPEN_FLAGS_ALWAYS)
         .open(path)
         .ok()?;
+    let file = super::perms::ensure_regular(file, path).ok()?;
     let mut buf = super::buf::AlignedBuf::new(
         2 * DIRECT_IO_ALIGN_DEFAULT as usize,
         crate::constants::SECTOR_BYTES,

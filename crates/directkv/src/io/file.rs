@@ -22,6 +22,11 @@
 //!   ranges from the page cache (`POSIX_FADV_DONTNEED`) so the engine's cache
 //!   stays the only one.
 //!
+//! - Every open carries `O_NOFOLLOW | O_CLOEXEC`, creates with the mode of
+//!   [`FileOptions::permissions`] (never group- or world-writable), and is
+//!   checked with `fstat` before use: only a regular file is ever read or
+//!   written ([`super::perms`]).
+//!
 //! States: `Healthy` → (write or sync error) → `Failed(cause)`; there is no way
 //! back except closing the file and reopening it.
 
@@ -37,6 +42,7 @@ use super::aio::{Aio, BatchOp, Request, Target};
 use super::align::{self, Alignment, AlignmentSource, AtomicWriteUnit};
 use super::buf::{AlignedBuf, IoMut, IoRef};
 use super::fs::{fs_info, memory_backed_fs};
+use super::perms::{ensure_regular, not_regular, open_error, Permissions, OPEN_FLAGS_ALWAYS};
 use super::sync::SyncMethod;
 use crate::constants::{SECTOR_BYTES, SHORT_IO_RETRIES_MAX, ZERO_FILL_CHUNK_BYTES};
 use crate::error::{Error, IoOp, Result};
@@ -68,6 +74,11 @@ pub struct FileOptions {
     pub direct_io: DirectIo,
     /// How writes become durable.
     pub sync: SyncMethod,
+    /// With `create`: the file must not exist yet (`O_EXCL`); an existing
+    /// file, or a symlink, at the path is an error.
+    pub exclusive: bool,
+    /// The mode a created file gets (before the umask).
+    pub permissions: Permissions,
 }
 
 impl Default for FileOptions {
@@ -78,6 +89,8 @@ impl Default for FileOptions {
             read_only: false,
             direct_io: DirectIo::Auto,
             sync: SyncMethod::Fdatasync,
+            exclusive: false,
+            permissions: Permissions::Private,
         }
     }
 }
@@ -150,19 +163,35 @@ fn parent_dir(path: &Path) -> &Path {
     }
 }
 
+/// `open(2)` as `opts` say, always with [`OPEN_FLAGS_ALWAYS`] (no symlink
+/// followed) and `opts.permissions`' mode for a created file. The caller
+/// checks the result with [`ensure_regular`].
 fn os_open(path: &Path, opts: &FileOptions, direct: bool) -> std::io::Result<File> {
-    let mut flags = libc::O_CLOEXEC | opts.sync.open_flags();
+    let mut flags = OPEN_FLAGS_ALWAYS | opts.sync.open_flags();
     if direct {
         flags |= libc::O_DIRECT;
     }
+    let writable = !opts.read_only;
+    assert!(
+        !opts.exclusive || opts.create,
+        "exclusive is a kind of create"
+    );
     std::fs::OpenOptions::new()
         .read(true)
-        .write(!opts.read_only)
-        .create(opts.create && !opts.read_only)
-        .truncate(opts.truncate && !opts.read_only)
-        .mode(0o644)
+        .write(writable)
+        .create(opts.create && writable)
+        .create_new(opts.exclusive && writable)
+        .truncate(opts.truncate && writable && !opts.exclusive)
+        .mode(opts.permissions.file_mode())
         .custom_flags(flags)
         .open(path)
+}
+
+/// [`os_open`], its error typed (a symlink or other non-file named as such)
+/// and its result checked to be a regular file.
+fn open_checked(path: &Path, opts: &FileOptions, direct: bool) -> Result<File> {
+    let file = os_open(path, opts, direct).map_err(|e| open_error(path, e))?;
+    ensure_regular(file, path)
 }
 
 /// Opens with `O_DIRECT`, reporting whether this call created the file. For a
@@ -174,21 +203,27 @@ fn open_direct_noting_creation(path: &Path, opts: &FileOptions) -> (std::io::Res
     if !opts.create || opts.read_only {
         return (os_open(path, opts, true), false);
     }
+    if opts.exclusive {
+        // O_EXCL fails on anything already there, so whatever the call left
+        // behind (a file, or the half-made one of an EINVAL) is its own.
+        let created = os_open(path, opts, true);
+        let made = match &created {
+            Ok(_) => true,
+            Err(e) => e.raw_os_error() == Some(libc::EINVAL),
+        };
+        return (created, made);
+    }
     let existing = FileOptions {
         create: false,
         ..opts.clone()
     };
     match os_open(path, &existing, true) {
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
-            let mut flags = libc::O_CLOEXEC | libc::O_DIRECT | opts.sync.open_flags();
-            flags |= libc::O_EXCL;
-            let created = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .mode(0o644)
-                .custom_flags(flags)
-                .open(path);
+            let exclusive = FileOptions {
+                exclusive: true,
+                ..opts.clone()
+            };
+            let created = os_open(path, &exclusive, true);
             match created {
                 // Another opener created it between the two calls: not ours.
                 Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
@@ -209,8 +244,10 @@ impl DirectFile {
     /// # Errors
     /// - [`Error::DirectIoUnsupported`] for `DirectIo::On` where the filesystem
     ///   refuses `O_DIRECT` (a file this call created is removed again);
+    /// - [`Error::NotARegularFile`] when `path` is a symbolic link (never
+    ///   followed), a FIFO, a device, a socket or a directory;
     /// - [`Error::Io`], [`Error::ReadOnlyFilesystem`], [`Error::DiskFull`] when
-    ///   `open(2)` fails.
+    ///   `open(2)` fails (`EEXIST` for an `exclusive` create of an existing path).
     ///
     /// # Examples
     /// ```no_run
@@ -224,11 +261,14 @@ impl DirectFile {
     pub fn open(path: impl AsRef<Path>, opts: &FileOptions) -> Result<DirectFile> {
         let path = path.as_ref();
         if opts.direct_io == DirectIo::Off {
-            let file = os_open(path, opts, false)
-                .map_err(|e| Error::from_io(IoOp::Open, path, None, e))?;
+            let file = open_checked(path, opts, false)?;
             return Ok(Self::buffered(file, path, opts, IoPath::Buffered));
         }
         let (attempt, created) = open_direct_noting_creation(path, opts);
+        let attempt = match attempt {
+            Ok(file) => Ok(ensure_regular(file, path)?),
+            Err(e) => Err(e),
+        };
         let refused = match attempt {
             Ok(file) if memory_backed_fs(&file).is_some() => true,
             Ok(file) => match align::detect(&file, parent_dir(path))
@@ -252,9 +292,28 @@ impl DirectFile {
                 (None, _) => true,
             },
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => true,
-            Err(e) => return Err(Error::from_io(IoOp::Open, path, None, e)),
+            Err(e) => return Err(open_error(path, e)),
         };
         assert!(refused);
+        Self::open_refused(path, opts, created)
+    }
+
+    /// The rest of [`open`](Self::open) once the filesystem refused
+    /// `O_DIRECT` for `path` (`created`: by that attempt): the error for
+    /// `DirectIo::On`, else the buffered fallback.
+    fn open_refused(path: &Path, opts: &FileOptions, created: bool) -> Result<DirectFile> {
+        assert_ne!(
+            opts.direct_io,
+            DirectIo::Off,
+            "only direct opens are refused"
+        );
+        if let Some(kind) = not_regular(path) {
+            // Not the filesystem refusing O_DIRECT: not a file at all.
+            return Err(Error::NotARegularFile {
+                path: path.to_path_buf(),
+                kind: kind.name().to_string(),
+            });
+        }
         // The file may have been created by the refused open (ramfs creates it
         // before failing with EINVAL), so the directory still names its type.
         let fs_type = fs_info(parent_dir(path))
@@ -270,8 +329,13 @@ impl DirectFile {
                 fs_type,
             });
         }
-        let file =
-            os_open(path, opts, false).map_err(|e| Error::from_io(IoOp::Open, path, None, e))?;
+        // A file the refused open created is there now: open it, not a new one.
+        let fallback = FileOptions {
+            create: opts.create && !created,
+            exclusive: opts.exclusive && !created,
+            ..opts.clone()
+        };
+        let file = open_checked(path, &fallback, false)?;
         Ok(Self::buffered(
             file,
             path,

@@ -11,6 +11,7 @@ use std::io::{Read, Seek, Write};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
+use super::perms::{ensure_regular, open_error, Permissions, OPEN_FLAGS_ALWAYS};
 use crate::error::{Error, IoOp, Result};
 
 /// How the holder's line in a lock file starts: the lock file names its
@@ -30,20 +31,26 @@ impl DirLock {
         &self.path
     }
 
-    /// Takes the lock at `path` (creating the file) or fails at once.
+    /// Takes the lock at `path` (creating the file with `permissions`' mode)
+    /// or fails at once. A symlink or anything but a regular file at `path`
+    /// is refused, as for every engine file.
     ///
     /// # Errors
     /// [`Error::DatabaseLocked`] naming the holder when it is held;
-    /// I/O errors of opening or writing the file.
-    pub fn acquire(path: &Path) -> Result<DirLock> {
+    /// [`Error::NotARegularFile`]; I/O errors of opening or writing the file.
+    pub fn acquire(path: &Path, permissions: Permissions) -> Result<DirLock> {
+        use std::os::unix::fs::OpenOptionsExt;
         let io = |op, e| Error::from_io(op, path, None, e);
-        let mut file = std::fs::OpenOptions::new()
+        let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
+            .mode(permissions.file_mode())
+            .custom_flags(OPEN_FLAGS_ALWAYS)
             .open(path)
-            .map_err(|e| io(IoOp::Open, e))?;
+            .map_err(|e| open_error(path, e))?;
+        let mut file = ensure_regular(file, path)?;
         // SAFETY: plain syscall on a descriptor we own.
         let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
         if rc != 0 {
@@ -100,8 +107,8 @@ mod tests {
     fn a_second_lock_in_the_same_process_fails_and_names_the_holder() {
         let dir = tempfile::tempdir().expect("dir");
         let path = dir.path().join("LOCK");
-        let first = DirLock::acquire(&path).expect("first");
-        let err = DirLock::acquire(&path).expect_err("second");
+        let first = DirLock::acquire(&path, Permissions::Private).expect("first");
+        let err = DirLock::acquire(&path, Permissions::Private).expect_err("second");
         match err {
             Error::DatabaseLocked { holder, .. } => {
                 assert!(
@@ -112,6 +119,6 @@ mod tests {
             other => panic!("{other}"),
         }
         drop(first);
-        DirLock::acquire(&path).expect("free again after drop");
+        DirLock::acquire(&path, Permissions::Private).expect("free again after drop");
     }
 }

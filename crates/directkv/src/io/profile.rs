@@ -15,16 +15,23 @@
 //! - Every measured op overwrites blocks that were written and synced when
 //!   the scratch file was prepared, as a recycled WAL segment is, so no sync
 //!   pays for extent conversion.
+//! - A scratch file is created exclusively (`O_EXCL`, never through a
+//!   symlink) and its first block, written before anything else, carries
+//!   [`SCRATCH_MAGIC`] and the pid in its name; measurements write after
+//!   [`SCRATCH_HEADER_BYTES`]. So a process killed mid-measurement leaves a
+//!   file the next open recognises and removes
+//!   ([`remove_scratch_leftovers`]): only one named `.directkv-*-probe-PID`,
+//!   of a process that is gone, that carries the magic and that pid.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::io::{
-    fs_info, AlignedBuf, Alignment, DirectFile, DirectIo, FileOptions, Fill, FsInfo, SyncMethod,
-    SyncVariant,
+    fs_info, AlignedBuf, Alignment, DirectFile, DirectIo, FileKind, FileOptions, Fill, FsInfo,
+    Permissions, Storage, StorageFile, SyncMethod, SyncVariant,
 };
 
 /// Bytes of the prepared test file (PostgreSQL's WAL segment size).
@@ -35,6 +42,160 @@ pub const PROFILE_SCHEMA_VERSION: u32 = 1;
 
 /// The file name of a saved [`DeviceProfile`] inside the directory it describes.
 pub const PROFILE_FILE_NAME: &str = ".directkv-device-profile.json";
+
+/// The magic at the start of every scratch file the engine writes.
+pub const SCRATCH_MAGIC: [u8; 8] = *b"DKVSCRAT";
+
+/// Bytes at the head of a scratch file kept for its header: measurements
+/// write after them. A multiple of every direct-I/O unit the engine accepts.
+pub const SCRATCH_HEADER_BYTES: u64 = 64 * 1024;
+
+const _: () = assert!(SCRATCH_HEADER_BYTES % 4096 == 0);
+const _: () = assert!(SCRATCH_HEADER_BYTES * 16 <= TEST_FILE_BYTES);
+
+/// Name prefixes of the engine's scratch files; the pid of the process that
+/// made one follows.
+pub const SCRATCH_PREFIXES: [&str; 2] = [".directkv-sync-probe-", ".directkv-direct-probe-"];
+
+/// The scratch file of this process in `dir` for the probe of `prefix`.
+pub fn scratch_path(dir: &Path, prefix: &str) -> std::path::PathBuf {
+    assert!(
+        SCRATCH_PREFIXES.contains(&prefix),
+        "one of the scratch names"
+    );
+    dir.join(format!("{prefix}{}", std::process::id()))
+}
+
+/// The pid a scratch file's name carries, if `name` is one.
+pub fn scratch_pid(name: &str) -> Option<u32> {
+    let digits = SCRATCH_PREFIXES.iter().find_map(|p| name.strip_prefix(p))?;
+    if digits.is_empty() || digits.len() > 10 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    // pid 0 and anything beyond i32 is no process (and `kill(0, …)` would
+    // mean the process group).
+    digits
+        .parse::<u32>()
+        .ok()
+        .filter(|&p| p > 0 && p <= i32::MAX as u32)
+}
+
+/// The header block of a scratch file of `pid`: the magic, the pid
+/// (little-endian u32) and a line for whoever finds it.
+fn scratch_header(pid: u32, bytes: usize) -> Result<AlignedBuf> {
+    let note = b"\ndirectkv scratch file, safe to remove\n";
+    assert!(bytes >= 12 + note.len() && bytes as u64 <= SCRATCH_HEADER_BYTES);
+    let mut buf = AlignedBuf::new(bytes, bytes as u32)?;
+    let b = buf.as_mut_slice();
+    b[..8].copy_from_slice(&SCRATCH_MAGIC);
+    b[8..12].copy_from_slice(&pid.to_le_bytes());
+    b[12..12 + note.len()].copy_from_slice(note);
+    Ok(buf)
+}
+
+/// Writes the scratch header at the start of `file`, a new scratch file of
+/// this process (before anything else is written to it).
+///
+/// # Errors
+/// [`Error::InvalidArgument`] when the file's I/O unit exceeds
+/// [`SCRATCH_HEADER_BYTES`]; I/O errors of the write.
+pub fn stamp_scratch(file: &DirectFile) -> Result<()> {
+    let unit = u64::from(file.alignment().io_unit_bytes());
+    if unit > SCRATCH_HEADER_BYTES || SCRATCH_HEADER_BYTES % unit != 0 {
+        return Err(Error::InvalidArgument(format!(
+            "{}: I/O unit {unit} does not divide the {SCRATCH_HEADER_BYTES}-byte scratch header",
+            file.path().display()
+        )));
+    }
+    let header = scratch_header(std::process::id(), unit as usize)?;
+    file.write_all_at(header.io_all(), 0)
+}
+
+/// Whether the first bytes of a file are the scratch header of `pid`.
+pub fn is_scratch_header(head: &[u8], pid: u32) -> bool {
+    head.len() >= 12 && head[..8] == SCRATCH_MAGIC && head[8..12] == pid.to_le_bytes()
+}
+
+/// Whether process `pid` exists (`kill(pid, 0)`; `EPERM` means it exists).
+fn process_alive(pid: u32) -> bool {
+    assert!(
+        pid > 0 && pid <= i32::MAX as u32,
+        "a real pid, never a group"
+    );
+    // SAFETY: signal 0 only checks that the process exists; nothing is sent.
+    let rc = unsafe { libc::kill(pid as libc::pid_t, 0) };
+    rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+/// Removes the scratch files a killed process left in `dir`: each entry
+/// named as a scratch file of a process that is gone (not this one), that
+/// is a regular file and starts with the scratch header of that pid.
+/// Anything else, however named, is left alone. Returns what it removed.
+///
+/// # Errors
+/// I/O errors of listing `dir` or of removing a leftover; a candidate that
+/// cannot be read is left in place, not an error.
+pub fn remove_scratch_leftovers<S: Storage>(storage: &S, dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut removed = Vec::new();
+    for name in storage.list_dir(dir)? {
+        let Some(pid) = scratch_pid(&name) else {
+            continue;
+        };
+        if pid == std::process::id() || process_alive(pid) {
+            continue;
+        }
+        let path = dir.join(&name);
+        if !matches!(storage.stat(&path), Ok(m) if m.kind == FileKind::File) {
+            continue;
+        }
+        if scratch_head_of(storage, &path, pid).unwrap_or(false) {
+            storage.remove_file(&path)?;
+            removed.push(path);
+        }
+    }
+    assert!(
+        removed.iter().all(|p| p.parent() == Some(dir)),
+        "only in dir"
+    );
+    Ok(removed)
+}
+
+fn scratch_head_of<S: Storage>(storage: &S, path: &Path, pid: u32) -> Result<bool> {
+    let file = storage.open(
+        path,
+        &FileOptions {
+            read_only: true,
+            direct_io: DirectIo::Off,
+            ..FileOptions::default()
+        },
+    )?;
+    let mut head = AlignedBuf::new(512, 512)?;
+    let n = file.read_at(head.io_all_mut(), 0)?;
+    assert!(n <= 512, "a read fills at most its buffer");
+    Ok(is_scratch_header(&head.as_slice()[..n], pid))
+}
+
+/// Whether a file in `dir` can be opened for direct I/O (and is not on a
+/// memory-backed filesystem): a scratch file made, stamped and removed.
+pub fn direct_io_works(dir: &Path) -> bool {
+    let probe = scratch_path(dir, SCRATCH_PREFIXES[1]);
+    let made = DirectFile::open(
+        &probe,
+        &FileOptions {
+            create: true,
+            exclusive: true,
+            direct_io: DirectIo::On,
+            sync: SyncMethod::None,
+            ..FileOptions::default()
+        },
+    );
+    let ok = match made {
+        Ok(file) => stamp_scratch(&file).is_ok(),
+        Err(_) => false,
+    };
+    let _ = std::fs::remove_file(&probe);
+    ok
+}
 
 /// The outcome of one test.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -136,7 +297,7 @@ pub fn open_for(path: &Path, variant: SyncVariant) -> Result<DirectFile> {
 }
 
 /// Measures `writes` writes of `write_bytes` each (at consecutive offsets
-/// from 0) plus the variant's sync, repeated for `seconds`, on the scratch
+/// from [`SCRATCH_HEADER_BYTES`]) plus the variant's sync, repeated for `seconds`, on the scratch
 /// file at `path` made by [`prepare`].
 ///
 /// # Errors
@@ -165,6 +326,12 @@ pub fn measure_sync(
             reason: format!("{write_bytes}-byte writes are below the {unit}-byte direct-I/O unit"),
         });
     }
+    let span = (writes * write_bytes) as u64;
+    if SCRATCH_HEADER_BYTES % unit as u64 != 0 || SCRATCH_HEADER_BYTES + span > TEST_FILE_BYTES {
+        return Ok(Outcome::NotAvailable {
+            reason: format!("{writes} writes of {write_bytes} bytes do not fit the scratch file"),
+        });
+    }
     let mut buf = AlignedBuf::new(write_bytes.max(unit), unit as u32)?;
     fill_pattern(buf.as_mut_slice());
     let data = buf.io(0..write_bytes)?;
@@ -172,7 +339,7 @@ pub fn measure_sync(
     let mut ops = 0u64;
     loop {
         for i in 0..writes {
-            file.write_all_at(data, (i * write_bytes) as u64)?;
+            file.write_all_at(data, SCRATCH_HEADER_BYTES + (i * write_bytes) as u64)?;
         }
         file.sync()?;
         ops += 1;
@@ -182,22 +349,30 @@ pub fn measure_sync(
     }
 }
 
-/// Creates the scratch file at `path` and writes it through once (zeros,
+/// Creates the scratch file at `path` (exclusively, private), stamps its
+/// header ([`stamp_scratch`]) and writes the rest through once (zeros,
 /// synced), as a recycled WAL segment is; returns its direct-I/O alignment,
 /// or why direct I/O is unavailable there.
 ///
 /// # Errors
-/// I/O errors of the creation, the fill or the sync.
+/// I/O errors of the creation (`EEXIST` when `path` exists), the header,
+/// the fill or the sync.
 pub fn prepare(path: &Path) -> Result<(Option<Alignment>, Option<String>)> {
     let created = DirectFile::open(
         path,
         &FileOptions {
             create: true,
+            exclusive: true,
             direct_io: DirectIo::Auto,
             sync: SyncMethod::Fsync,
             ..FileOptions::default()
         },
     )?;
+    stamp_scratch(&created)?;
+    assert!(
+        created.len()? <= SCRATCH_HEADER_BYTES,
+        "only the header yet"
+    );
     created.allocate(TEST_FILE_BYTES, Fill::Zero)?;
     match created.io_path() {
         crate::io::IoPath::Direct => Ok((Some(created.alignment()), None)),
@@ -221,7 +396,7 @@ pub fn measure_one(
     block_bytes: usize,
     seconds: f64,
 ) -> Result<Outcome> {
-    if path.exists() {
+    if std::fs::symlink_metadata(path).is_ok() {
         return Err(Error::InvalidArgument(format!("{} exists", path.display())));
     }
     let result = prepare(path).and_then(|_| measure_sync(path, variant, 1, block_bytes, seconds));
@@ -236,7 +411,7 @@ pub const QUICK_SECONDS: f64 = 0.15;
 /// `dir`, saves the result as `dir`'s device profile, and returns the fastest.
 /// `None` when nothing could be measured (the caller falls back to a default).
 pub fn measure_and_save(dir: &Path, candidates: &[SyncVariant]) -> Option<SyncVariant> {
-    let scratch = dir.join(format!(".directkv-sync-probe-{}", std::process::id()));
+    let scratch = scratch_path(dir, SCRATCH_PREFIXES[0]);
     let mut measured = Vec::new();
     for &v in candidates {
         if let Ok(Outcome::Measured { ops_per_sec, .. }) =
@@ -289,8 +464,8 @@ pub struct DeviceProfile {
 }
 
 impl DeviceProfile {
-    /// Writes the profile as JSON to `path` (atomically: temp file, fsync, rename,
-    /// directory fsync).
+    /// Writes the profile as JSON to `path` (atomically: a new private temp
+    /// file, fsync, rename, directory fsync).
     ///
     /// # Errors
     /// I/O errors of the write, sync or rename.
@@ -299,13 +474,9 @@ impl DeviceProfile {
         let json = serde_json::to_vec_pretty(self)
             .map_err(|e| Error::InvalidArgument(format!("profile encoding: {e}")))?;
         let tmp = path.with_extension("tmp");
-        let write = || -> std::io::Result<()> {
-            use std::io::Write;
-            let mut f = std::fs::File::create(&tmp)?;
-            f.write_all(&json)?;
-            f.sync_all()
-        };
-        write().map_err(|e| Error::from_io(IoOp::Write, &tmp, None, e))?;
+        crate::io::write_new_file(&tmp, &json, Permissions::Private)?
+            .sync_all()
+            .map_err(|e| Error::from_io(IoOp::Sync, &tmp, None, e))?;
         std::fs::rename(&tmp, path).map_err(|e| Error::from_io(IoOp::Rename, path, None, e))?;
         let dir = match path.parent() {
             Some(p) if !p.as_os_str().is_empty() => p,
@@ -320,8 +491,7 @@ impl DeviceProfile {
     /// I/O errors; [`Error::Corruption`] when the file is not a profile of this
     /// schema version.
     pub fn load(path: &Path) -> Result<DeviceProfile> {
-        let bytes = std::fs::read(path)
-            .map_err(|e| Error::from_io(crate::error::IoOp::Read, path, None, e))?;
+        let bytes = crate::io::read_file(path)?;
         let profile: DeviceProfile =
             serde_json::from_slice(&bytes).map_err(|e| Error::Corruption {
                 path: path.to_path_buf(),
@@ -349,5 +519,35 @@ impl DeviceProfile {
         let fs = fs_info(dir).ok()?;
         (fs.dev == profile.filesystem.dev && fs.magic == profile.filesystem.magic)
             .then_some(profile)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scratch_names_carry_a_real_pid() {
+        assert_eq!(scratch_pid(".directkv-sync-probe-1234"), Some(1234));
+        assert_eq!(scratch_pid(".directkv-direct-probe-7"), Some(7));
+        for name in [
+            ".directkv-sync-probe-0",
+            ".directkv-sync-probe-",
+            ".directkv-sync-probe-12a",
+            ".directkv-sync-probe--1",
+            ".directkv-sync-probe-99999999999",
+            ".directkv-align-probe-12",
+            "directkv-sync-probe-12",
+        ] {
+            assert_eq!(scratch_pid(name), None, "{name}");
+        }
+    }
+
+    #[test]
+    fn the_header_names_its_pid() {
+        let header = scratch_header(42, 4096).expect("header");
+        assert!(is_scratch_header(header.as_slice(), 42));
+        assert!(!is_scratch_header(header.as_slice(), 43));
+        assert!(!is_scratch_header(&header.as_slice()[..11], 42));
     }
 }

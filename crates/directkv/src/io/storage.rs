@@ -9,13 +9,19 @@
 //! - a failed write or sync latches the file: later writes and syncs return
 //!   [`Error::Poisoned`](crate::Error::Poisoned) (see [`DirectFile`]);
 //! - directory changes (create, rename, remove) are durable only after
-//!   [`Storage::sync_dir`] on the parent directory.
+//!   [`Storage::sync_dir`] on the parent directory;
+//! - the rules of [`super::perms`] hold for every file: opened without
+//!   following a symlink, refused unless a regular file, created with the
+//!   mode of [`FileOptions::permissions`], and `exclusive` creation fails on
+//!   an existing path. The simulated disk has no symlinks or modes, but
+//!   refuses an exclusive create the same way and answers [`Storage::stat`].
 
 use std::path::Path;
 
 use super::aio::{Aio, BatchOp};
 use super::buf::{IoMut, IoRef};
 use super::file::{DirectFile, FileOptions, Fill, IoPath};
+use super::perms::{FileMeta, Permissions};
 use super::Alignment;
 use crate::error::{Error, IoOp, Result};
 
@@ -145,21 +151,36 @@ pub trait Storage: Clone + Send + Sync + 'static {
     type File: StorageFile;
     /// A held exclusive lock on a path, released on drop.
     type Lock: Send + Sync + 'static;
-    /// Takes the exclusive lock at `path` or fails at once.
+    /// Takes the exclusive lock at `path` (a file created with
+    /// `permissions`' mode) or fails at once.
     ///
     /// # Errors
     /// [`Error::DatabaseLocked`](crate::Error::DatabaseLocked) when it is held.
-    fn lock_exclusive(&self, path: &Path) -> Result<Self::Lock>;
+    fn lock_exclusive(&self, path: &Path, permissions: Permissions) -> Result<Self::Lock>;
     /// Opens (or creates) a file.
     ///
     /// # Errors
     /// As [`DirectFile::open`].
     fn open(&self, path: &Path, opts: &FileOptions) -> Result<Self::File>;
-    /// Creates a directory and its parents.
+    /// Creates a directory and its missing parents with `permissions`'
+    /// directory mode.
     ///
     /// # Errors
     /// I/O errors of `mkdir`.
-    fn create_dir_all(&self, path: &Path) -> Result<()>;
+    fn create_dirs(&self, path: &Path, permissions: Permissions) -> Result<()>;
+    /// Creates a private directory and its parents (see
+    /// [`create_dirs`](Self::create_dirs)).
+    ///
+    /// # Errors
+    /// I/O errors of `mkdir`.
+    fn create_dir_all(&self, path: &Path) -> Result<()> {
+        self.create_dirs(path, Permissions::Private)
+    }
+    /// The kind, mode and owner of `path`, not following a symlink (`lstat`).
+    ///
+    /// # Errors
+    /// I/O errors of `lstat` (for example, no such path).
+    fn stat(&self, path: &Path) -> Result<FileMeta>;
     /// The names of the entries of a directory, sorted.
     ///
     /// # Errors
@@ -180,7 +201,7 @@ pub trait Storage: Clone + Send + Sync + 'static {
     /// # Errors
     /// I/O errors of opening or syncing the directory.
     fn sync_dir(&self, path: &Path) -> Result<()>;
-    /// Whether a path exists.
+    /// Whether a path exists (a symlink exists, wherever it points).
     fn exists(&self, path: &Path) -> bool;
     /// Whether its files put batches in flight through an attached [`Aio`]
     /// (see [`StorageFile::attach_aio`]); engines skip building one if not.
@@ -233,16 +254,20 @@ impl Storage for OsStorage {
     type File = DirectFile;
     type Lock = super::lock::DirLock;
 
-    fn lock_exclusive(&self, path: &Path) -> Result<Self::Lock> {
-        super::lock::DirLock::acquire(path)
+    fn lock_exclusive(&self, path: &Path, permissions: Permissions) -> Result<Self::Lock> {
+        super::lock::DirLock::acquire(path, permissions)
     }
 
     fn open(&self, path: &Path, opts: &FileOptions) -> Result<DirectFile> {
         DirectFile::open(path, opts)
     }
 
-    fn create_dir_all(&self, path: &Path) -> Result<()> {
-        std::fs::create_dir_all(path).map_err(|e| Error::from_io(IoOp::CreateDir, path, None, e))
+    fn create_dirs(&self, path: &Path, permissions: Permissions) -> Result<()> {
+        super::perms::create_dirs(path, permissions)
+    }
+
+    fn stat(&self, path: &Path) -> Result<FileMeta> {
+        FileMeta::lstat(path)
     }
 
     fn list_dir(&self, path: &Path) -> Result<Vec<String>> {
@@ -274,7 +299,7 @@ impl Storage for OsStorage {
     }
 
     fn exists(&self, path: &Path) -> bool {
-        path.exists()
+        std::fs::symlink_metadata(path).is_ok()
     }
 }
 
@@ -532,8 +557,8 @@ impl<S: Storage> Storage for FaultyStorage<S> {
     type File = FaultyFile<S::File>;
     type Lock = S::Lock;
 
-    fn lock_exclusive(&self, path: &Path) -> Result<Self::Lock> {
-        self.inner.lock_exclusive(path)
+    fn lock_exclusive(&self, path: &Path, permissions: Permissions) -> Result<Self::Lock> {
+        self.inner.lock_exclusive(path, permissions)
     }
 
     fn open(&self, path: &Path, opts: &FileOptions) -> Result<Self::File> {
@@ -543,8 +568,11 @@ impl<S: Storage> Storage for FaultyStorage<S> {
             failure: std::sync::OnceLock::new(),
         })
     }
-    fn create_dir_all(&self, path: &Path) -> Result<()> {
-        self.inner.create_dir_all(path)
+    fn create_dirs(&self, path: &Path, permissions: Permissions) -> Result<()> {
+        self.inner.create_dirs(path, permissions)
+    }
+    fn stat(&self, path: &Path) -> Result<FileMeta> {
+        self.inner.stat(path)
     }
     fn list_dir(&self, path: &Path) -> Result<Vec<String>> {
         self.inner.list_dir(path)

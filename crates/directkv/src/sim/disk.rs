@@ -17,6 +17,13 @@
 //!
 //! Sync methods are honoured: files opened `open_sync`/`open_datasync`/
 //! `pwrite_dsync` make each write durable as it completes.
+//!
+//! The opening rules of the real files hold where the simulated disk has
+//! the objects they are about: an `exclusive` create of an existing file
+//! fails with `EEXIST`, and a directory opened as a file is
+//! [`Error::NotARegularFile`]. It has no symlinks, FIFOs or devices, and no
+//! modes: [`Storage::stat`] answers `0600` for files and `0700` for
+//! directories, owned by uid 0.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -25,7 +32,8 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use super::rng::Rng;
 use crate::error::{Error, IoOp, Result};
 use crate::io::{
-    Alignment, AlignmentSource, FileOptions, Fill, IoMut, IoPath, IoRef, Storage, StorageFile,
+    Alignment, AlignmentSource, FileKind, FileMeta, FileOptions, Fill, IoMut, IoPath, IoRef,
+    Permissions, Storage, StorageFile,
 };
 
 /// The sector size the simulator tears at.
@@ -551,7 +559,7 @@ impl Storage for SimStorage {
     type File = SimFile;
     type Lock = SimLock;
 
-    fn lock_exclusive(&self, path: &Path) -> Result<SimLock> {
+    fn lock_exclusive(&self, path: &Path, _permissions: Permissions) -> Result<SimLock> {
         let mut s = lock(&self.state);
         if !s.locks.insert(path.to_path_buf()) {
             return Err(Error::DatabaseLocked {
@@ -567,7 +575,17 @@ impl Storage for SimStorage {
 
     fn open(&self, path: &Path, opts: &FileOptions) -> Result<SimFile> {
         let mut s = lock(&self.state);
+        if s.dirs.contains(path) {
+            return Err(Error::NotARegularFile {
+                path: path.to_path_buf(),
+                kind: FileKind::Dir.name().to_string(),
+            });
+        }
         let id = match s.live.get(path) {
+            Some(_) if opts.exclusive && opts.create => {
+                let exists = std::io::Error::from_raw_os_error(libc::EEXIST);
+                return Err(Error::from_io(IoOp::Open, path, None, exists));
+            }
             Some(&id) => {
                 if opts.truncate && !opts.read_only {
                     if !s.step() {
@@ -601,7 +619,29 @@ impl Storage for SimStorage {
         })
     }
 
-    fn create_dir_all(&self, path: &Path) -> Result<()> {
+    fn stat(&self, path: &Path) -> Result<FileMeta> {
+        let s = lock(&self.state);
+        let permissions = Permissions::Private;
+        let (kind, mode) = if s.live.contains_key(path) {
+            (FileKind::File, permissions.file_mode())
+        } else if s.dirs.contains(path) {
+            (FileKind::Dir, permissions.dir_mode())
+        } else {
+            return Err(enoent(IoOp::Stat, path));
+        };
+        assert!(
+            !(s.live.contains_key(path) && s.dirs.contains(path)),
+            "a path is a file or a directory"
+        );
+        Ok(FileMeta {
+            kind,
+            mode,
+            uid: 0,
+            gid: 0,
+        })
+    }
+
+    fn create_dirs(&self, path: &Path, _permissions: Permissions) -> Result<()> {
         let mut s = lock(&self.state);
         for a in path.ancestors() {
             s.dirs.insert(a.to_path_buf());
@@ -738,5 +778,28 @@ mod tests {
         assert!(disk.stats().powered_off);
         disk.crash(1);
         assert!(!disk.stats().powered_off);
+    }
+
+    #[test]
+    fn the_opening_rules_of_real_files_hold() {
+        let disk = SimStorage::new();
+        disk.create_dir_all(Path::new("/d")).expect("mkdir");
+        let new = FileOptions {
+            exclusive: true,
+            ..opts()
+        };
+        disk.open(Path::new("/d/x"), &new).expect("a new file");
+        let again = disk.open(Path::new("/d/x"), &new).expect_err("exists");
+        assert_eq!(again.raw_os_error(), Some(libc::EEXIST), "{again}");
+        let dir = disk
+            .open(Path::new("/d"), &opts())
+            .expect_err("a directory");
+        assert!(matches!(dir, Error::NotARegularFile { .. }), "{dir}");
+        let meta = disk.stat(Path::new("/d/x")).expect("stat");
+        assert_eq!((meta.kind, meta.mode), (FileKind::File, 0o600));
+        assert_eq!(
+            disk.stat(Path::new("/d")).expect("stat").kind,
+            FileKind::Dir
+        );
     }
 }

@@ -52,6 +52,8 @@ pub(crate) struct Segments<S: Storage> {
     sync: SyncVariant,
     spare: usize,
     recycle_max: usize,
+    /// The mode new segment files get.
+    permissions: crate::io::Permissions,
     inner: Mutex<Inner<S>>,
     changed: Condvar,
     pub counters: SegmentCounters,
@@ -79,6 +81,7 @@ impl<S: Storage> Segments<S> {
             sched: opts.sched.clone(),
             spare: opts.spare_segments,
             recycle_max: opts.recycle_segments_max.max(opts.spare_segments),
+            permissions: opts.permissions,
             inner: Mutex::new(Inner {
                 open: BTreeMap::new(),
                 current,
@@ -216,12 +219,16 @@ impl<S: Storage> Segments<S> {
         // The zero fill goes around the page cache whatever the log's own sync
         // variant: 64 MiB of dirty pages written back later would compete with
         // the commits' syncs on the device (measured: 30 ms commit stalls).
+        // Exclusive: the leftover was removed above, so anything at the name
+        // now (a symlink planted meanwhile) is refused, not written through.
         let opts = FileOptions {
             create: true,
-            truncate: true,
+            truncate: false,
             direct_io: crate::io::DirectIo::Auto,
             sync: crate::io::SyncMethod::Fsync,
             read_only: false,
+            exclusive: true,
+            permissions: self.permissions,
         };
         let made = (|| {
             let file = self.storage.open(&tmp, &opts)?;

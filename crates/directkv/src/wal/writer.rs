@@ -90,6 +90,8 @@ pub struct WalOptions {
     /// checkpoint's record, or where the data file's head says the log was
     /// durable); a log that ends before it is damaged.
     pub must_reach: Lsn,
+    /// The mode of the directory and segments the log creates.
+    pub permissions: crate::io::Permissions,
 }
 
 impl WalOptions {
@@ -108,6 +110,7 @@ impl WalOptions {
             sched: None,
             create_if_missing: true,
             must_reach: Lsn::ZERO,
+            permissions: crate::io::Permissions::Private,
         }
     }
 
