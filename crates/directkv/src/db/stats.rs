@@ -222,6 +222,8 @@ impl<S: Storage> Inner<S> {
             cache.dirty_pages <= self.pool.frames() as u64,
             "dirty pages are cached pages"
         );
+        let w = cache.writes_by_cause;
+        assert_eq!(w.total(), cache.pages_written, "every write has one cause");
         let wal = self.wal().stats();
         let c = &self.counters;
         Stats {
@@ -242,11 +244,7 @@ impl<S: Storage> Inner<S> {
             full_page_image_bytes: c.full_image_bytes.load(Ordering::Relaxed),
             page_record_bytes: c.page_record_bytes.load(Ordering::Relaxed),
             cleaner_writes: c.cleaner_writes.load(Ordering::Relaxed),
-            writes_by_cause: {
-                let w = cache.writes_by_cause;
-                assert_eq!(w.total(), cache.pages_written, "every write has one cause");
-                w
-            },
+            writes_by_cause: cache.writes_by_cause,
             readahead_reads: c.readahead_reads.load(Ordering::Relaxed),
             io_scheduler: self.sched.stats(),
             async_io: self
