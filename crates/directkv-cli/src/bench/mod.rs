@@ -19,6 +19,8 @@ mod output;
     feature = "peer-sqlite"
 ))]
 mod peers;
+mod pgbench;
+mod postgres;
 mod report;
 mod store;
 mod sys;
