@@ -359,17 +359,26 @@ fn proc_counters(pid: u32) -> Option<ProcCounters> {
     })
 }
 
-/// The server's processes over a run, sampled every [`SAMPLE_INTERVAL`]:
-/// their memory (summed PSS) now and at its peak, and their I/O and CPU
-/// since the run started. A backend that exits between two samples loses
-/// what it did after the last one (at most one interval's worth).
+/// The server's processes over a run, sampled every [`SAMPLE_INTERVAL`] and
+/// once after it: their memory (summed PSS) now and at its peak, and their
+/// I/O and CPU since the run started.
+///
+/// - The kernel adds a process's I/O counters to its parent's when the
+///   parent reaps it, so the postmaster's `/proc/<pid>/io` holds every
+///   backend that has ended; only processes alive at the last sample are
+///   summed besides (counting a reaped one too would count it twice).
+/// - CPU (`utime`, `stime`) is each process's own: a backend that ended
+///   between two samples loses what it used after the last one (at most
+///   one interval's worth).
 #[derive(Default)]
 struct ServerWatch {
     /// Each process's counters when first seen: at the start for those
     /// running then, zero for those started during the run.
     first: HashMap<u32, ProcCounters>,
-    /// Each process's counters when last seen.
+    /// The counters of the processes alive at the last sample.
     last: HashMap<u32, ProcCounters>,
+    /// CPU of processes seen before but not alive at the last sample.
+    cpu_ended: Cpu,
     pss_peak_bytes: u64,
     pss_end_bytes: u64,
 }
@@ -388,21 +397,29 @@ impl ServerWatch {
     fn sample(&mut self, pids: &[u32]) {
         assert!(pids.len() <= SERVER_PROCESSES_MAX);
         let mut pss = 0;
+        let mut last = HashMap::with_capacity(pids.len());
         for &pid in pids {
             let Some(c) = proc_counters(pid) else {
                 continue;
             };
             self.first.entry(pid).or_default();
-            self.last.insert(pid, c);
+            last.insert(pid, c);
             pss += pss_bytes(pid);
         }
+        for (pid, gone) in &self.last {
+            if !last.contains_key(pid) {
+                let first = self.first.get(pid).copied().unwrap_or_default();
+                self.cpu_ended = self.cpu_ended.plus(gone.cpu.since(first.cpu));
+            }
+        }
+        self.last = last;
         self.pss_end_bytes = pss;
         self.pss_peak_bytes = self.pss_peak_bytes.max(pss);
     }
 
     /// I/O and CPU of every process seen, since the start.
     fn totals(&self) -> (IoCounters, Cpu) {
-        let zero = (IoCounters::default(), Cpu::default());
+        let zero = (IoCounters::default(), self.cpu_ended);
         self.last.iter().fold(zero, |(io, cpu), (pid, last)| {
             let first = self.first.get(pid).copied().unwrap_or_default();
             (
@@ -567,6 +584,7 @@ fn drive(r: &PgRun, server: &Server, log_dir: &Path) -> Result<Driven> {
         watch.sample(&server.pids()?);
         std::thread::sleep(SAMPLE_INTERVAL);
     };
+    watch.sample(&server.pids()?);
     let probe = probe.map(sys::DeviceProbe::finish).unwrap_or_default();
     let output = fs::read_to_string(&stdout_path).context("read pgbench's output")?;
     if !status.success() {
