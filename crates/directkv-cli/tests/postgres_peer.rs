@@ -53,10 +53,13 @@ fn bench(dir: &Path, args: &[&str]) -> (bool, Vec<Value>, String) {
 }
 
 /// A scratch directory the `postgres` user can reach when the test runs as
-/// root (temporary directories are made private to their owner).
+/// root: under the system's temporary directory (a checkout may sit where
+/// only its owner can go, as under `/root`), and opened up (temporary
+/// directories are made private to their owner); its path is short enough
+/// for the server's socket.
 fn scratch() -> tempfile::TempDir {
     use std::os::unix::fs::PermissionsExt;
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    let dir = tempfile::tempdir().expect("dir");
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
     dir
 }
