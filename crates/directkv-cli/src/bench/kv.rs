@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use super::driver::{self, Run, Runs, Spec};
 use super::latency::LatencyHistogram;
 use super::output::{Line, Writer};
+use super::postgres;
 use super::report::{self, RunReport};
 use super::store::{self, Engine, Store};
 use super::sys::{self, Cpu, DiskCounters, DiskSampler, IoCounters, ProbeResult};
@@ -69,7 +70,9 @@ pub struct Common {
     /// buffered, then optionally the suffixes -no-readahead, -fifo, one of
     /// -uring/-threads/-no-aio, and -whole-images (in that order), then
     /// optionally /METHOD, a WAL sync method (e.g. direct/fdatasync); with
-    /// the peers feature also rocksdb, rocksdb-direct, lmdb, sqlite.
+    /// the peers feature also rocksdb, rocksdb-direct, lmdb, sqlite; for
+    /// tpcb also postgres (or pgbench): PostgreSQL's own pgbench, where
+    /// PostgreSQL is installed (skipped, saying so, where not).
     #[arg(long, value_delimiter = ',', default_value = "direct")]
     pub compare: Vec<String>,
     /// WAL sync methods to compare with direct I/O (each adds a configuration
@@ -151,6 +154,10 @@ pub struct KvSpec {
 /// Runs `workload` in every configuration of `common` and reports.
 pub fn run(workload: Workload, shape: Shape, common: &Common) -> Result<()> {
     let spec = KvSpec::new(workload, shape, common)?;
+    if spec.configs.is_empty() {
+        println!("nothing to run: every configuration asked for was skipped");
+        return Ok(());
+    }
     std::fs::create_dir_all(&spec.dir).with_context(|| format!("create {}", spec.dir.display()))?;
     if !common.runs.json {
         println!("{}", spec.describe(common.runs.memory_limit));
@@ -167,9 +174,7 @@ impl KvSpec {
         if configs.is_empty() || configs.iter().any(String::is_empty) {
             bail!("--compare needs at least one configuration, and no empty names");
         }
-        for c in &configs {
-            Engine::parse(c)?.available()?;
-        }
+        let configs = runnable(&workload, configs)?;
         if common.clients == 0
             || common.seconds.is_nan()
             || common.seconds <= 0.0
@@ -272,6 +277,53 @@ impl KvSpec {
     }
 }
 
+/// The configurations as they run: PostgreSQL's two names made one, and
+/// PostgreSQL left out (saying why) where its programs are not installed;
+/// the error names a configuration this build cannot run.
+fn runnable(workload: &Workload, configs: Vec<String>) -> Result<Vec<String>> {
+    let mut out: Vec<String> = Vec::with_capacity(configs.len());
+    for c in configs {
+        let name = match postgres::canonical(&c) {
+            Some(pg) => {
+                if !matches!(workload, Workload::Tpcb { .. }) {
+                    bail!("{c} runs only tpcb (it is PostgreSQL's pgbench)");
+                }
+                if let Err(e) = postgres::find_binaries() {
+                    eprintln!("skipping {c}: {e:#}");
+                    continue;
+                }
+                pg.to_string()
+            }
+            None => {
+                Engine::parse(&c)?.available()?;
+                c
+            }
+        };
+        if !out.contains(&name) {
+            out.push(name);
+        }
+    }
+    Ok(out)
+}
+
+impl KvSpec {
+    /// What a run of the PostgreSQL peer is told.
+    fn pg_run<'a>(&'a self, cgroup: Option<&'a Path>) -> Result<postgres::PgRun<'a>> {
+        let Workload::Tpcb { scale } = self.workload else {
+            bail!("{} runs only tpcb", postgres::CONFIG);
+        };
+        Ok(postgres::PgRun {
+            dir: &self.dir,
+            scale,
+            clients: self.clients,
+            seconds: self.seconds,
+            cache_bytes: self.cache_bytes,
+            check: self.check,
+            cgroup,
+        })
+    }
+}
+
 impl Spec for KvSpec {
     const KIND: &'static str = "kv";
     type Row = RunReport;
@@ -289,13 +341,20 @@ impl Spec for KvSpec {
     }
 
     fn load(&self, run: &Run) -> Result<f64> {
+        let fresh = self.fresh && run.round == 1;
+        if run.config == postgres::CONFIG {
+            return postgres::load(&self.pg_run(None)?, fresh);
+        }
         let engine = Engine::parse(&run.config)?;
-        Ok(self
-            .data_set(&engine, &run.config, self.fresh && run.round == 1)?
-            .1)
+        Ok(self.data_set(&engine, &run.config, fresh)?.1)
     }
 
     fn measure(&self, run: &Run) -> Result<Vec<RunReport>> {
+        if run.config == postgres::CONFIG {
+            let mut report = postgres::measure(&self.pg_run(run.cgroup.as_deref())?)?;
+            report.load_seconds = run.load_seconds;
+            return Ok(vec![report]);
+        }
         let engine = Engine::parse(&run.config)?;
         let (data_dir, _) = self.data_set(&engine, &run.config, false)?;
         let mut report = self.run_measured(run, &engine, &data_dir)?;

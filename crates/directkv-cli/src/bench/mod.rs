@@ -19,6 +19,8 @@ mod output;
     feature = "peer-sqlite"
 ))]
 mod peers;
+mod pgbench;
+mod postgres;
 pub mod recovery;
 mod report;
 mod store;

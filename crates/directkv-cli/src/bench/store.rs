@@ -243,7 +243,8 @@ impl Engine {
 /// What `--compare` accepts, for the error that names a wrong one.
 const CONFIG_NAMES: &str = "use direct, buffered, direct/METHOD (a WAL sync method), \
      direct-no-readahead, direct-fifo, direct-uring, direct-threads, direct-no-aio, \
-     direct-whole-images, rocksdb, rocksdb-direct, lmdb or sqlite";
+     direct-whole-images, rocksdb, rocksdb-direct, lmdb, sqlite, or for tpcb postgres \
+     (also called pgbench)";
 
 /// Settings of this engine a run may override.
 #[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]

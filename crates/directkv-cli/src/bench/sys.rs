@@ -137,7 +137,19 @@ pub struct IoCounters {
 impl IoCounters {
     /// The counters now (zeros where `/proc/self/io` is unreadable).
     pub fn now() -> IoCounters {
-        let text = fs::read_to_string("/proc/self/io").unwrap_or_default();
+        Self::parse(&fs::read_to_string("/proc/self/io").unwrap_or_default())
+    }
+
+    /// Another process's counters now; `None` once it has exited (or where
+    /// this process may not read them).
+    pub fn of_process(pid: u32) -> Option<IoCounters> {
+        fs::read_to_string(format!("/proc/{pid}/io"))
+            .ok()
+            .map(|t| Self::parse(&t))
+    }
+
+    /// The counters of a `/proc/<pid>/io` text (zeros for missing lines).
+    fn parse(text: &str) -> IoCounters {
         let field = |name: &str| {
             text.lines()
                 .find_map(|l| l.strip_prefix(name))
@@ -149,6 +161,16 @@ impl IoCounters {
             write_bytes: field("write_bytes:"),
             rchar: field("rchar:"),
             wchar: field("wchar:"),
+        }
+    }
+
+    /// The sum of two processes' counters.
+    pub fn plus(self, other: IoCounters) -> IoCounters {
+        IoCounters {
+            read_bytes: self.read_bytes + other.read_bytes,
+            write_bytes: self.write_bytes + other.write_bytes,
+            rchar: self.rchar + other.rchar,
+            wchar: self.wchar + other.wchar,
         }
     }
 
@@ -225,16 +247,53 @@ pub struct Cpu {
 impl Cpu {
     /// CPU time used so far by every thread of this process.
     pub fn now() -> Cpu {
-        // SAFETY: getrusage fills the zeroed struct we pass; RUSAGE_SELF is valid.
+        Self::rusage(libc::RUSAGE_SELF)
+    }
+
+    /// CPU time used so far by this process's children that have ended and
+    /// been waited for (and by theirs that they waited for).
+    pub fn children() -> Cpu {
+        Self::rusage(libc::RUSAGE_CHILDREN)
+    }
+
+    fn rusage(who: libc::c_int) -> Cpu {
+        assert!(who == libc::RUSAGE_SELF || who == libc::RUSAGE_CHILDREN);
+        // SAFETY: getrusage fills the zeroed struct we pass; `who` is one of
+        // the two valid values (asserted).
         let ru = unsafe {
             let mut ru: libc::rusage = std::mem::zeroed();
-            libc::getrusage(libc::RUSAGE_SELF, &mut ru);
+            libc::getrusage(who, &mut ru);
             ru
         };
         let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
         Cpu {
             user_s: secs(ru.ru_utime),
             sys_s: secs(ru.ru_stime),
+        }
+    }
+
+    /// Another process's CPU time so far (`/proc/<pid>/stat`); `None` once
+    /// it has exited.
+    pub fn of_process(pid: u32) -> Option<Cpu> {
+        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // After the command's closing parenthesis: field 3 (state) on;
+        // utime and stime are fields 14 and 15, in clock ticks.
+        let mut after = stat[stat.rfind(')')? + 1..].split_whitespace().skip(11);
+        let user: u64 = after.next()?.parse().ok()?;
+        let sys: u64 = after.next()?.parse().ok()?;
+        // SAFETY: sysconf has no preconditions; _SC_CLK_TCK is a valid name.
+        let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+        Some(Cpu {
+            user_s: user as f64 / ticks,
+            sys_s: sys as f64 / ticks,
+        })
+    }
+
+    /// The sum of two processes' CPU time.
+    pub fn plus(self, other: Cpu) -> Cpu {
+        Cpu {
+            user_s: self.user_s + other.user_s,
+            sys_s: self.sys_s + other.sys_s,
         }
     }
 
@@ -330,8 +389,15 @@ impl MemCgroup {
 
     /// Moves the calling process into the cgroup at `path`.
     pub fn join(path: &Path) -> Result<()> {
-        fs::write(path.join("cgroup.procs"), std::process::id().to_string())
-            .with_context(|| format!("join cgroup {}", path.display()))
+        Self::add(path, std::process::id())
+    }
+
+    /// Moves process `pid` into the cgroup at `path` (its children forked
+    /// later are born there; in v1, ones forked before stay where they are).
+    pub fn add(path: &Path, pid: u32) -> Result<()> {
+        assert!(pid > 0, "a process id");
+        fs::write(path.join("cgroup.procs"), pid.to_string())
+            .with_context(|| format!("move process {pid} into cgroup {}", path.display()))
     }
 
     /// The most memory (process and page cache) the cgroup held.
