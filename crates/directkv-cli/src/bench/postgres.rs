@@ -581,10 +581,10 @@ fn drive(r: &PgRun, server: &Server, log_dir: &Path) -> Result<Driven> {
             let _ = child.wait();
             bail!("pgbench ran {OVERRUN_MAX:?} past its {seconds} s; killed");
         }
-        watch.sample(&server.pids()?);
+        watch_sample(&mut watch, server);
         std::thread::sleep(SAMPLE_INTERVAL);
     };
-    watch.sample(&server.pids()?);
+    watch_sample(&mut watch, server);
     let probe = probe.map(sys::DeviceProbe::finish).unwrap_or_default();
     let output = fs::read_to_string(&stdout_path).context("read pgbench's output")?;
     if !status.success() {
@@ -598,6 +598,15 @@ fn drive(r: &PgRun, server: &Server, log_dir: &Path) -> Result<Driven> {
         probe,
         seconds,
     })
+}
+
+/// Samples the server's processes; nothing where its pids cannot be read
+/// (a server that died makes pgbench fail, which says more, and an error
+/// here would leave pgbench running).
+fn watch_sample(watch: &mut ServerWatch, server: &Server) {
+    if let Ok(pids) = server.pids() {
+        watch.sample(&pids);
+    }
 }
 
 /// The TPC-B check on PostgreSQL's tables: the account, teller and branch
