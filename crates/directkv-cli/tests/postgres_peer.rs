@@ -18,11 +18,18 @@ use serde_json::Value;
 /// Where the bench looks first; then `PATH`.
 const BIN_DIR: &str = "/usr/lib/postgresql/15/bin";
 
+/// Whether the bench finds PostgreSQL's programs, as it looks for them.
 fn postgres_installed() -> bool {
-    let mut dirs = vec![PathBuf::from(BIN_DIR)];
-    if let Some(path) = std::env::var_os("PATH") {
-        dirs.extend(std::env::split_paths(&path));
-    }
+    let dirs = match std::env::var_os("DIRECTKV_POSTGRES_BIN") {
+        Some(dir) => vec![PathBuf::from(dir)],
+        None => {
+            let mut dirs = vec![PathBuf::from(BIN_DIR)];
+            if let Some(path) = std::env::var_os("PATH") {
+                dirs.extend(std::env::split_paths(&path));
+            }
+            dirs
+        }
+    };
     dirs.iter().any(|d| {
         ["initdb", "pg_ctl", "pgbench", "psql"]
             .iter()
@@ -123,6 +130,39 @@ fn postgres_peer_runs_pgbench_and_reports_sane_figures() {
         !cluster.join("postmaster.pid").exists(),
         "the server was stopped"
     );
+}
+
+/// Regression: where PostgreSQL is not installed its configuration is
+/// skipped with a message and the others run; the command does not fail,
+/// also when nothing is left to run.
+#[test]
+fn postgres_absent_is_skipped_not_failed() {
+    let tmp = scratch();
+    let missing = tmp.path().join("no-postgres-here");
+    let run = |compare: &str| {
+        Command::new(env!("CARGO_BIN_EXE_directkv"))
+            .args(["bench", "tpcb", "--scale", "1", "--clients", "1"])
+            .args(["--seconds", "0.3", "--compare", compare, "--json"])
+            .arg("--dir")
+            .arg(tmp.path().join("bench"))
+            .env("DIRECTKV_POSTGRES_BIN", &missing)
+            .output()
+            .expect("run directkv bench")
+    };
+    let out = run("direct,postgres");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("skipping postgres"), "{err}");
+    let configs: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|l| l["kind"] == "run")
+        .map(|l| l["config"].as_str().expect("config").to_string())
+        .collect();
+    assert_eq!(configs, ["direct"]);
+    let out = run("pgbench");
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("skipping pgbench"));
 }
 
 #[test]

@@ -43,6 +43,9 @@ pub const CONFIG: &str = "postgres";
 const ALIAS: &str = "pgbench";
 /// Where Debian and Ubuntu install PostgreSQL 15's programs.
 const BIN_DIR: &str = "/usr/lib/postgresql/15/bin";
+/// Names the one directory to take PostgreSQL's programs from, instead of
+/// [`BIN_DIR`] and then `PATH`.
+pub const BIN_DIR_ENV: &str = "DIRECTKV_POSTGRES_BIN";
 /// The programs the peer runs.
 const TOOLS: [&str; 4] = ["initdb", "pg_ctl", "pgbench", "psql"];
 /// The user that owns the cluster when the bench runs as root.
@@ -63,21 +66,31 @@ pub fn canonical(name: &str) -> Option<&'static str> {
     (name == CONFIG || name == ALIAS).then_some(CONFIG)
 }
 
-/// The directory holding PostgreSQL's programs: [`BIN_DIR`], else the first
-/// directory on `PATH` that has them all. The error says what is missing.
+/// The directory holding PostgreSQL's programs: the one [`BIN_DIR_ENV`]
+/// names, else [`BIN_DIR`], else the first directory on `PATH` that has
+/// them all. The error says what is missing.
 pub fn find_binaries() -> Result<PathBuf> {
+    let has_all = |d: &Path| TOOLS.iter().all(|t| d.join(t).is_file());
+    if let Some(dir) = std::env::var_os(BIN_DIR_ENV).map(PathBuf::from) {
+        if !has_all(&dir) {
+            bail!(
+                "PostgreSQL's {} are not in {} ({BIN_DIR_ENV})",
+                TOOLS.join(", "),
+                dir.display()
+            );
+        }
+        return Ok(dir);
+    }
     let mut dirs = vec![PathBuf::from(BIN_DIR)];
     if let Some(path) = std::env::var_os("PATH") {
         dirs.extend(std::env::split_paths(&path));
     }
-    dirs.into_iter()
-        .find(|d| TOOLS.iter().all(|t| d.join(t).is_file()))
-        .with_context(|| {
-            format!(
-                "PostgreSQL's {} are neither in {BIN_DIR} nor on PATH",
-                TOOLS.join(", ")
-            )
-        })
+    dirs.into_iter().find(|d| has_all(d)).with_context(|| {
+        format!(
+            "PostgreSQL's {} are neither in {BIN_DIR} nor on PATH",
+            TOOLS.join(", ")
+        )
+    })
 }
 
 /// What one run of the peer is told.
@@ -581,10 +594,10 @@ fn drive(r: &PgRun, server: &Server, log_dir: &Path) -> Result<Driven> {
             let _ = child.wait();
             bail!("pgbench ran {OVERRUN_MAX:?} past its {seconds} s; killed");
         }
-        watch.sample(&server.pids()?);
+        watch_sample(&mut watch, server);
         std::thread::sleep(SAMPLE_INTERVAL);
     };
-    watch.sample(&server.pids()?);
+    watch_sample(&mut watch, server);
     let probe = probe.map(sys::DeviceProbe::finish).unwrap_or_default();
     let output = fs::read_to_string(&stdout_path).context("read pgbench's output")?;
     if !status.success() {
@@ -598,6 +611,15 @@ fn drive(r: &PgRun, server: &Server, log_dir: &Path) -> Result<Driven> {
         probe,
         seconds,
     })
+}
+
+/// Samples the server's processes; nothing where its pids cannot be read
+/// (a server that died makes pgbench fail, which says more, and an error
+/// here would leave pgbench running).
+fn watch_sample(watch: &mut ServerWatch, server: &Server) {
+    if let Ok(pids) = server.pids() {
+        watch.sample(&pids);
+    }
 }
 
 /// The TPC-B check on PostgreSQL's tables: the account, teller and branch
