@@ -13,25 +13,10 @@ use std::process::Command;
 
 use serde_json::Value;
 
+mod common;
+
 fn bench(dir: &Path, args: &[&str]) -> (bool, Vec<Value>, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_directkv"))
-        .arg("bench")
-        .args(args)
-        .arg("--dir")
-        .arg(dir)
-        .arg("--json")
-        .output()
-        .expect("run directkv bench");
-    let lines = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| l.starts_with('{'))
-        .map(|l| serde_json::from_str(l).expect("each line is JSON"))
-        .collect();
-    (
-        out.status.success(),
-        lines,
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    common::bench_json(dir, args)
 }
 
 fn scratch() -> tempfile::TempDir {

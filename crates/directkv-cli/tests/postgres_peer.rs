@@ -15,6 +15,8 @@ use std::process::Command;
 
 use serde_json::Value;
 
+mod common;
+
 /// Where the bench looks first; then `PATH`.
 const BIN_DIR: &str = "/usr/lib/postgresql/15/bin";
 
@@ -39,24 +41,7 @@ fn postgres_installed() -> bool {
 
 /// `directkv bench tpcb` with `args`; success, the JSON lines, stderr.
 fn bench(dir: &Path, args: &[&str]) -> (bool, Vec<Value>, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_directkv"))
-        .args(["bench", "tpcb"])
-        .args(args)
-        .arg("--dir")
-        .arg(dir)
-        .arg("--json")
-        .output()
-        .expect("run directkv bench");
-    let lines = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| l.starts_with('{'))
-        .map(|l| serde_json::from_str(l).expect("each line is JSON"))
-        .collect();
-    (
-        out.status.success(),
-        lines,
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    common::bench_json(dir, &[&["tpcb"], args].concat())
 }
 
 /// A scratch directory the `postgres` user can reach when the test runs as

@@ -89,3 +89,26 @@ pub fn database_with_commits(dir: &Path, n: u32) -> directkv::Database {
     }
     db
 }
+
+/// `directkv bench ARGS --dir DIR --json`: whether it succeeded, the JSON
+/// lines it printed, and its stderr.
+pub fn bench_json(dir: &Path, args: &[&str]) -> (bool, Vec<serde_json::Value>, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_directkv"))
+        .arg("bench")
+        .args(args)
+        .arg("--dir")
+        .arg(dir)
+        .arg("--json")
+        .output()
+        .expect("run directkv bench");
+    let lines = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).expect("each line is JSON"))
+        .collect();
+    (
+        out.status.success(),
+        lines,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
