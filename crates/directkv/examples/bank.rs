@@ -66,5 +66,6 @@ fn main() -> directkv::Result<()> {
         "{done} transfers; total {total}, opening total {}",
         i64::from(ACCOUNTS) * OPENING_BALANCE
     );
+    drop(r); // a read transaction is a snapshot, held until dropped
     db.close()
 }

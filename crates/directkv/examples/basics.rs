@@ -36,10 +36,14 @@ fn main() -> directkv::Result<()> {
         let (key, _) = entry?;
         println!("prefix, descending: {}", String::from_utf8_lossy(&key));
     }
-    // A read transaction holds nothing a writer waits for.
 
+    // A read transaction is a snapshot: it holds nothing a writer waits for,
+    // and still sees banana after a commit deletes it.
     let mut w = db.begin_write()?;
     w.delete(b"banana")?;
     w.commit()?;
+    assert!(r.get(b"banana")?.is_some());
+    assert!(db.begin_read()?.get(b"banana")?.is_none());
+    drop(r);
     db.close()
 }

@@ -247,6 +247,25 @@ pub enum Error {
         frames: usize,
     },
 
+    /// A read transaction's snapshot was given up: keeping the versions it
+    /// needs would have passed the version store's cap
+    /// (`Options::version_store_bytes`). Nothing it read before was wrong;
+    /// begin a new read transaction (or raise the cap) and read again.
+    #[error(
+        "snapshot too old: the read transaction's snapshot (commit {snapshot}) was given up \
+         because keeping what it needs would pass the version store's cap of {cap_bytes} \
+         bytes (snapshots from commit {oldest_kept} on are kept); begin a new read \
+         transaction, or raise Options::version_store_bytes"
+    )]
+    SnapshotTooOld {
+        /// The commit sequence number the snapshot saw.
+        snapshot: u64,
+        /// Snapshots at this commit and later are still served.
+        oldest_kept: u64,
+        /// The version store's cap.
+        cap_bytes: usize,
+    },
+
     /// An argument is outside what the engine accepts.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

@@ -181,6 +181,12 @@ pub(crate) fn lock_even_poisoned<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Takes `rw` shared even when poisoned, for reading diagnostics (as
+/// [`lock_even_poisoned`]).
+pub(crate) fn read_even_poisoned<T>(rw: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    rw.read().unwrap_or_else(|p| p.into_inner())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,11 +12,11 @@
 //! | concept | items |
 //! | --- | --- |
 //! | open and close | [`Database::open`], [`Options`], [`Database::close`] |
-//! | read | [`Database::begin_read`], [`ReadTxn::get`], [`ReadTxn::range`], [`ReadTxn::prefix`], [`RangeIter`] |
+//! | read (snapshots) | [`Database::begin_read`], [`ReadTxn::get`], [`ReadTxn::range`], [`ReadTxn::prefix`], [`RangeIter`] |
 //! | write | [`Database::begin_write`], [`WriteTxn::put`], [`WriteTxn::delete`], [`WriteTxn::commit`], [`Durability`] |
 //! | I/O policy | [`DirectIo`], [`SyncMethod`], [`SyncVariant`], [`AioOptions`], [`SchedOptions`] |
 //! | maintenance | [`Database::checkpoint`], [`Database::check`], [`CheckReport`] |
-//! | observe | [`Database::stats`], [`Stats`] and its parts, [`STATS_FILE`] |
+//! | observe | [`Database::stats`], [`Stats`] and its parts ([`SnapshotStats`] among them), [`STATS_FILE`] |
 //! | errors | [`Error`], [`Result`] |
 //!
 //! # Open, write, read
@@ -36,6 +36,7 @@
 //!     let (key, value) = entry?; // in key order; `.rev()` for descending
 //!     println!("{key:?} = {value:?}");
 //! }
+//! drop(r); // a read transaction holds its snapshot until dropped
 //! db.close()?;
 //! # Ok::<(), directkv::Error>(())
 //! ```
@@ -109,8 +110,8 @@ mod wal;
 pub use buffer::{PoolStats, WritesByCause};
 pub use db::{
     CheckReport, Database, Durability, FileAccess, Options, RangeIter, ReadTxn, RecoveryStats,
-    StallHistograms, Stalls, Stats, WriteTxn, STATS_FILE, WAL_BUFFERS_INCLUDED_FROM,
-    WAL_HARD_LIMIT_FACTOR,
+    SnapshotStats, StallHistograms, Stalls, Stats, WriteTxn, STATS_FILE, VERSION_STORE_BYTES_MIN,
+    VERSION_STORE_CACHE_FRACTION, WAL_BUFFERS_INCLUDED_FROM, WAL_HARD_LIMIT_FACTOR,
 };
 pub use error::{Error, IoOp, Result};
 pub use io::{AioBackend, AioOptions, AioStats, DirectIo, IoPath, SyncMethod, SyncVariant};

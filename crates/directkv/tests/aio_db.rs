@@ -112,6 +112,7 @@ fn exercise(backend: AioBackend) {
         seen += 1;
     }
     assert_eq!(seen, n);
+    drop(r);
     let s = db.stats();
     assert!(s.readahead_reads > 0, "{s:?}");
     db.check().expect("check");

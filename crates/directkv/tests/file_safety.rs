@@ -67,6 +67,7 @@ fn assert_keys(path: &Path) {
         let v = r.get(format!("k{i}").as_bytes()).expect("get");
         assert_eq!(v.as_deref(), Some(&i.to_le_bytes()[..]), "k{i}");
     }
+    drop(r);
     assert_eq!(db.check().expect("check").keys, 50);
     db.close().expect("close");
 }

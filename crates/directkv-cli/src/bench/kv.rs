@@ -10,6 +10,7 @@
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -98,6 +99,10 @@ pub struct Common {
     /// This engine's checkpoint distance in WAL bytes (default: the engine's).
     #[arg(long, value_parser = super::args::parse_positive_bytes)]
     pub checkpoint_wal: Option<u64>,
+    /// Hold one read transaction open through each run and report what its
+    /// snapshot cost (the version store's peak) and whether it was kept.
+    #[arg(long)]
+    pub hold_snapshot: bool,
 }
 
 impl Default for Common {
@@ -123,6 +128,7 @@ impl Default for Common {
             no_check: false,
             page_size: None,
             checkpoint_wal: None,
+            hold_snapshot: false,
         }
     }
 }
@@ -149,6 +155,8 @@ pub struct KvSpec {
     check: bool,
     tuning: store::Tuning,
     plot: Option<PathBuf>,
+    #[serde(default)]
+    hold_snapshot: bool,
 }
 
 /// Runs `workload` in every configuration of `common` and reports.
@@ -211,6 +219,7 @@ impl KvSpec {
                 checkpoint_wal_bytes: common.checkpoint_wal,
             },
             plot: common.plot.clone(),
+            hold_snapshot: common.hold_snapshot,
         })
     }
 
@@ -368,6 +377,7 @@ impl Spec for KvSpec {
         if !out.json() {
             report::print_waits(lines);
             report::print_summary(lines, &summary);
+            report::print_snapshot_holds(lines);
         }
         if let Some(dir) = &self.plot {
             report::plot(dir, lines, &summary)?;
@@ -391,6 +401,7 @@ type PerSecond = Mutex<Vec<(u64, LatencyHistogram)>>;
 /// What one run's clients, watcher and device probe saw.
 struct Driven {
     clients: Vec<Result<(u64, LatencyHistogram)>>,
+    snapshot_hold: Option<store::SnapshotHold>,
     watched: Watched,
     probe: ProbeResult,
     elapsed: f64,
@@ -473,6 +484,7 @@ impl KvSpec {
             wait_per_op_us: report::wait_per_op(&before.stats, &engine_stats, ops),
             engine_stats,
             consistency,
+            snapshot_hold: driven.snapshot_hold,
         })
     }
 
@@ -492,7 +504,11 @@ impl KvSpec {
         let start = Instant::now();
         let deadline = start + Duration::from_secs_f64(self.seconds);
         let probe = sys::DeviceProbe::start(data_dir, start, secs);
-        let (clients, watched) = std::thread::scope(|scope| {
+        let done = AtomicBool::new(false);
+        let (clients, watched, snapshot_hold) = std::thread::scope(|scope| {
+            let holder = self
+                .hold_snapshot
+                .then(|| scope.spawn(|| store.hold_snapshot(&done)));
             let handles: Vec<_> = (0..self.clients)
                 .map(|id| {
                     let (shared, client) = (&shared, Client::new(id, self.seed_of(run)));
@@ -510,6 +526,7 @@ impl KvSpec {
                 deadline,
             };
             let watched = watch.run(device, secs, &|| handles.iter().all(|h| h.is_finished()));
+            done.store(true, Ordering::Release);
             let clients = handles
                 .into_iter()
                 .map(|h| {
@@ -517,13 +534,19 @@ impl KvSpec {
                         .unwrap_or_else(|_| Err(anyhow::anyhow!("a client panicked")))
                 })
                 .collect();
-            (clients, watched)
+            let hold = holder.map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("the snapshot holder panicked")))
+            });
+            (clients, watched, hold.transpose())
         });
+        let snapshot_hold = snapshot_hold?.flatten();
         let elapsed = start.elapsed().as_secs_f64();
         bar.finish_and_clear();
         let probe = probe.map(sys::DeviceProbe::finish).unwrap_or_default();
         Ok(Driven {
             clients,
+            snapshot_hold,
             watched,
             probe,
             elapsed,

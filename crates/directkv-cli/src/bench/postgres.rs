@@ -705,5 +705,6 @@ fn report(
         engine_stats,
         wait_per_op_us: Default::default(),
         consistency,
+        snapshot_hold: None,
     }
 }

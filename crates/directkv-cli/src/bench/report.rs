@@ -87,6 +87,9 @@ pub struct RunReport {
     pub wait_per_op_us: BTreeMap<String, f64>,
     /// The TPC-B consistency check (tpcb only).
     pub consistency: Option<Consistency>,
+    /// A read transaction held through the run (`--hold-snapshot`).
+    #[serde(default)]
+    pub snapshot_hold: Option<super::store::SnapshotHold>,
 }
 
 /// What an operation waited for, by cause, between two snapshots of this
@@ -313,6 +316,34 @@ pub fn print_summary(lines: &[Line<RunReport>], summary: &Summary) {
 /// Where an operation's time went, for the runs of this engine: its mean
 /// latency split into the foreground waits by cause and the rest (CPU,
 /// waiting to be scheduled, everything not counted as a wait).
+/// Prints what each run's held read transaction cost (`--hold-snapshot`).
+pub fn print_snapshot_holds(lines: &[Line<RunReport>]) {
+    let held: Vec<_> = lines
+        .iter()
+        .filter_map(|l| l.row.snapshot_hold.as_ref().map(|h| (l, h)))
+        .collect();
+    if held.is_empty() {
+        return;
+    }
+    println!();
+    println!("a read transaction held through the run:");
+    for (l, h) in held {
+        println!(
+            "{:<22} {:>3}  held {:.1} s: {}; version store peak {:.1} MiB of a {:.1} MiB cap; \
+             {} snapshot(s) given up; RSS peak {:.1} MiB, memory/cache {:.2}",
+            l.config,
+            l.round,
+            h.held_seconds,
+            h.outcome,
+            h.version_store_peak_bytes as f64 / f64::from(1 << 20),
+            h.version_store_cap_bytes as f64 / f64::from(1 << 20),
+            h.snapshots_too_old,
+            l.row.rss_peak_bytes as f64 / f64::from(1 << 20),
+            l.row.memory_per_cache,
+        );
+    }
+}
+
 pub fn print_waits(lines: &[Line<RunReport>]) {
     let ours: Vec<&Line<RunReport>> = lines
         .iter()

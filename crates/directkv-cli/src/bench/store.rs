@@ -7,11 +7,13 @@
 //!   build without them can say which feature would add them.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use anyhow::{bail, Result};
 use directkv::internals::io::{AioBackend, DirectIo, SyncVariant};
 use directkv::{Database, Durability, Options};
+use serde::{Deserialize, Serialize};
 
 /// One transaction's reads and writes.
 pub trait TxnOps {
@@ -46,7 +48,33 @@ pub trait Store: Send + Sync {
     fn finish_load(&self) -> Result<()>;
     /// The engine's own counters, as JSON.
     fn stats(&self) -> serde_json::Value;
+    /// Holds one read transaction from now until `done` is set, watching
+    /// what keeping its snapshot costs; `None` for engines that do not
+    /// report it.
+    fn hold_snapshot(&self, _done: &AtomicBool) -> Result<Option<SnapshotHold>> {
+        Ok(None)
+    }
 }
+
+/// What holding one read transaction through a run cost and how it ended.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct SnapshotHold {
+    /// Seconds it was held.
+    pub held_seconds: f64,
+    /// `kept`: its last read returned what its first did; `too_old`: the
+    /// engine gave it up (`Error::SnapshotTooOld`).
+    pub outcome: String,
+    /// The most the version store held while it was open (sampled every
+    /// 100 ms).
+    pub version_store_peak_bytes: u64,
+    /// The version store's cap.
+    pub version_store_cap_bytes: u64,
+    /// Snapshots the engine gave up during the run.
+    pub snapshots_too_old: u64,
+}
+
+/// How often a held snapshot samples the version store.
+const HOLD_SAMPLE: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Visits up to `limit` entries of `entries`; returns how many. Shared by the
 /// engines' `scan`.
@@ -382,6 +410,33 @@ impl Store for DirectkvStore {
             o.insert("cache_hit_ratio".into(), (hits / total).into());
         }
         v
+    }
+
+    fn hold_snapshot(&self, done: &AtomicBool) -> Result<Option<SnapshotHold>> {
+        let started = std::time::Instant::now();
+        let before = self.db.stats().snapshots.snapshots_too_old;
+        let r = self.db.begin_read()?;
+        let first = r.range::<std::ops::RangeFull>(..).next().transpose()?;
+        let mut peak = 0;
+        while !done.load(Ordering::Acquire) {
+            peak = peak.max(self.db.stats().snapshots.version_store_bytes);
+            std::thread::sleep(HOLD_SAMPLE);
+        }
+        let last = r.range::<std::ops::RangeFull>(..).next().transpose();
+        let outcome = match last {
+            Ok(last) if last == first => "kept",
+            Err(directkv::Error::SnapshotTooOld { .. }) => "too_old",
+            Ok(_) => bail!("a held snapshot read a different first entry"),
+            Err(e) => return Err(e.into()),
+        };
+        let s = self.db.stats().snapshots;
+        Ok(Some(SnapshotHold {
+            held_seconds: started.elapsed().as_secs_f64(),
+            outcome: outcome.into(),
+            version_store_peak_bytes: peak,
+            version_store_cap_bytes: s.version_store_cap_bytes,
+            snapshots_too_old: s.snapshots_too_old - before,
+        }))
     }
 }
 

@@ -83,15 +83,15 @@ impl<S: Storage> Database<S> {
         super::open::open(storage, path, opts)
     }
 
-    /// Begins a read transaction: every read sees only whole committed
-    /// transactions (read committed; see [`ReadTxn`]).
+    /// Begins a read transaction: a snapshot of the last commit, which
+    /// every read in it sees (see [`ReadTxn`]). It waits for no writer.
     ///
     /// # Errors
     /// [`Error::Poisoned`](crate::Error::Poisoned) once the database has
     /// failed.
     pub fn begin_read(&self) -> Result<ReadTxn<'_, S>> {
         self.inner.health.check()?;
-        Ok(ReadTxn::new(&self.inner))
+        ReadTxn::new(&self.inner)
     }
 
     /// Begins the write transaction, waiting (first come, first served) while

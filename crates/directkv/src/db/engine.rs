@@ -26,6 +26,7 @@ use super::control::ControlFile;
 use super::records::Meta;
 use super::stats::{Counters, RecoveryStats};
 use super::txn::TicketLock;
+use super::versions::VersionStore;
 use super::Options;
 use crate::buffer::{BufferPool, LogFlusher};
 use crate::error::Result;
@@ -143,6 +144,8 @@ pub(crate) struct Inner<S: Storage> {
     /// exclusively while it changes pages.
     pub(crate) tree: RwLock<Meta>,
     pub(super) writer: TicketLock,
+    /// Read transactions' snapshots and the before-images they need.
+    pub(super) versions: VersionStore,
     /// Page-sized buffers commits reuse.
     pub(super) spare_buffers: SpareBuffers,
     pub(super) control: Mutex<ControlFile<S>>,

@@ -25,12 +25,17 @@ mod records;
 mod recovery;
 mod stats;
 mod txn;
+mod versions;
 
 pub use access::FileAccess;
 pub use check::CheckReport;
 pub use checkpoint::WAL_HARD_LIMIT_FACTOR;
 pub use control::ControlFile;
 pub use database::Database;
-pub use options::{Durability, Options, WAL_BUFFERS_INCLUDED_FROM};
+pub use options::{
+    Durability, Options, VERSION_STORE_BYTES_MIN, VERSION_STORE_CACHE_FRACTION,
+    WAL_BUFFERS_INCLUDED_FROM,
+};
 pub use stats::{RecoveryStats, StallHistograms, Stalls, Stats, STATS_FILE};
 pub use txn::{RangeIter, ReadTxn, WriteTxn};
+pub use versions::SnapshotStats;

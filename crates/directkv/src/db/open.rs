@@ -33,10 +33,10 @@ use super::background::{self, stop_signal};
 use super::commit::SpareBuffers;
 use super::control::ControlFile;
 use super::engine::{EngineLog, Inner, Pool};
-use super::options::pool_bytes;
 use super::recovery::{self, Recovered};
 use super::stats::Counters;
 use super::txn::TicketLock;
+use super::versions::VersionStore;
 use super::{Database, Options};
 use crate::btree::node;
 use crate::buffer::BufferPool;
@@ -92,6 +92,7 @@ pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result
         stats,
     } = recovered;
     log.open(wal);
+    let version_cap = opts.version_store_cap();
     let mut inner = Inner {
         dir: path.to_path_buf(),
         wal_sync,
@@ -100,6 +101,7 @@ pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result
         pool,
         tree: RwLock::new(meta),
         writer: TicketLock::default(),
+        versions: VersionStore::new(version_cap),
         spare_buffers: SpareBuffers::default(),
         control: Mutex::new(control),
         checkpointing: Mutex::new(()),
@@ -300,7 +302,7 @@ fn open_pool<S: Storage>(
     let pool = BufferPool::new(
         data,
         c.page_bytes,
-        pool_bytes(opts.cache_bytes),
+        opts.pool_bytes(),
         c.db_id,
         Arc::clone(log),
     )?;

@@ -21,12 +21,35 @@ pub enum Durability {
 /// Caches this large and larger hold the WAL buffers inside `cache_bytes`.
 pub const WAL_BUFFERS_INCLUDED_FROM: usize = 32 << 20;
 
-/// The buffer pool's share of `cache_bytes`.
-pub(super) fn pool_bytes(cache_bytes: usize) -> usize {
-    if cache_bytes >= WAL_BUFFERS_INCLUDED_FROM {
-        cache_bytes - 2 * crate::wal::BUFFER_BYTES_DEFAULT
-    } else {
-        cache_bytes
+/// The version store's cap when `Options::version_store_bytes` is `None`:
+/// this fraction of `cache_bytes`...
+pub const VERSION_STORE_CACHE_FRACTION: usize = 32;
+
+/// ... but at least this many bytes.
+pub const VERSION_STORE_BYTES_MIN: usize = 256 << 10;
+
+impl Options {
+    /// The version store's cap: `version_store_bytes`, or by default
+    /// `cache_bytes / 32` (at least 256 KiB).
+    pub fn version_store_cap(&self) -> usize {
+        self.version_store_bytes.unwrap_or_else(|| {
+            (self.cache_bytes / VERSION_STORE_CACHE_FRACTION).max(VERSION_STORE_BYTES_MIN)
+        })
+    }
+
+    /// The buffer pool's share of `cache_bytes`: for caches of
+    /// [`WAL_BUFFERS_INCLUDED_FROM`] bytes and more, what the WAL buffers and
+    /// the version store's cap leave (at least half); smaller caches get
+    /// those on top.
+    pub(super) fn pool_bytes(&self) -> usize {
+        let cache = self.cache_bytes;
+        if cache < WAL_BUFFERS_INCLUDED_FROM {
+            return cache;
+        }
+        let rest = cache - 2 * crate::wal::BUFFER_BYTES_DEFAULT;
+        let pool = rest.saturating_sub(self.version_store_cap()).max(cache / 2);
+        assert!(pool <= cache, "the pool is inside the cache");
+        pool
     }
 }
 
@@ -35,8 +58,16 @@ pub(super) fn pool_bytes(cache_bytes: usize) -> usize {
 pub struct Options {
     /// The engine's memory for data: the buffer pool and, for caches of
     /// [`WAL_BUFFERS_INCLUDED_FROM`] bytes and more, the two 4 MiB WAL buffers
-    /// (smaller caches get them on top). Beyond it: per-transaction state.
+    /// and the version store's cap (smaller caches get them on top). Beyond
+    /// it: per-transaction state.
     pub cache_bytes: usize,
+    /// The most memory the version store may hold for read transactions'
+    /// snapshots (before-images of what commits changed since the oldest
+    /// snapshot began), counted inside `cache_bytes`. A read transaction
+    /// whose snapshot would need more is given up: its next read returns
+    /// [`Error::SnapshotTooOld`](crate::Error::SnapshotTooOld). `None` (the
+    /// default): `cache_bytes / 32`, at least 256 KiB.
+    pub version_store_bytes: Option<usize>,
     /// Page size, fixed at creation: 4096, 8192 or 16384.
     pub page_bytes: u32,
     /// Direct-I/O policy for the data file and the WAL.
@@ -117,6 +148,7 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             cache_bytes: 128 << 20,
+            version_store_bytes: None,
             page_bytes: 8192,
             direct_io: DirectIo::Auto,
             wal_sync: None,

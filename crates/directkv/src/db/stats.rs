@@ -157,6 +157,8 @@ pub struct Stats {
     pub torn_page_protection: &'static str,
     /// What recovery did when this database was opened.
     pub recovery: RecoveryStats,
+    /// Read transactions' snapshots and the version store that serves them.
+    pub snapshots: super::SnapshotStats,
     /// A warning: the database's directories and files that were readable
     /// beyond `Options::permissions` (by others, or by the group unless
     /// `GroupReadable`) when it was opened. Empty when all is private.
@@ -282,6 +284,7 @@ impl<S: Storage> Inner<S> {
             wal_sync: self.wal_sync,
             torn_page_protection: "full_page_images_after_checkpoint",
             recovery: self.recovery,
+            snapshots: self.versions.stats(),
             readable_by_others: self.readable_by_others.clone(),
         }
     }

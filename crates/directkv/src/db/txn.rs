@@ -2,11 +2,14 @@
 //!
 //! Isolation: one write transaction at a time (a first-come, first-served
 //! ticket lock, so no writer waits behind later arrivals); its writes are kept
-//! in memory and seen by its own reads, and applied to the tree at commit while
-//! readers wait. A read (each `get`, each leaf-sized step of a range) holds the
-//! tree shared, so it never sees part of a transaction: **read committed**. A
-//! `ReadTxn` does not freeze a snapshot: two reads in it may see different
-//! committed states.
+//! in memory and seen by its own reads, and applied to the tree at commit.
+//! A read (each `get`, each leaf-sized step of a range) holds the tree
+//! shared, so it never sees part of a transaction. A `ReadTxn` is a
+//! **snapshot**: it registers the last commit when it begins, and every read
+//! in it, and in the iterators it hands out, sees the database as of that
+//! commit, however long it lives, through the before-images of the version
+//! store ([`super::versions`]). Nothing a write transaction does waits for
+//! a reader.
 //!
 //! Commit: apply and log under the tree lock, release the tree and the writer
 //! lock, then wait for the commit record to be durable (early lock release: the
@@ -16,11 +19,12 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::ops::{Bound, RangeBounds};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
 use super::commit::{CachedPages, CommitCtx, PoolPages};
 use super::engine::Inner;
+use super::versions::{CommitVersions, Snapshot};
 use super::Durability;
 use crate::btree::tree;
 use crate::buffer::Access;
@@ -131,7 +135,7 @@ fn bounds<'k, R: RangeBounds<&'k [u8]>>(r: &R) -> (Bound<Vec<u8>>, Bound<Vec<u8>
 
 /// Whether `(from, to)` can hold any key; an inverted range is empty, never a
 /// panic.
-fn nonempty(from: &Bound<Vec<u8>>, to: &Bound<Vec<u8>>) -> bool {
+pub(super) fn nonempty(from: &Bound<Vec<u8>>, to: &Bound<Vec<u8>>) -> bool {
     match (from, to) {
         (Bound::Included(a), Bound::Included(b)) => a <= b,
         (Bound::Included(a) | Bound::Excluded(a), Bound::Excluded(b))
@@ -152,6 +156,16 @@ fn overlay_range(
         .range::<Vec<u8>, _>((from.clone(), to.clone()))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect()
+}
+
+/// The bound that ends a batch where the next one, starting at `next`,
+/// begins (the batches of a scan partition its range).
+fn batch_end(next: &Bound<Vec<u8>>) -> Bound<Vec<u8>> {
+    match next {
+        Bound::Included(k) => Bound::Excluded(k.clone()),
+        Bound::Excluded(k) => Bound::Included(k.clone()),
+        Bound::Unbounded => unreachable!("a scan's next batch starts at a key"),
+    }
 }
 
 fn prefix_bounds(prefix: &[u8]) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
@@ -215,37 +229,60 @@ pub(crate) fn get_committed<S: Storage>(inner: &Inner<S>, key: &[u8]) -> Result<
     })
 }
 
-/// A read transaction: `get`, `range`, `prefix` over committed data.
+/// A read transaction: `get`, `range`, `prefix` over one consistent
+/// committed state, the last commit when it began (a snapshot). Its
+/// iterators keep the snapshot while they live, also after the transaction
+/// is dropped. Holding one keeps the before-images of later commits in
+/// memory, up to `Options::version_store_bytes`; past that the oldest
+/// snapshot is given up and its next read returns
+/// [`Error::SnapshotTooOld`].
 pub struct ReadTxn<'db, S: Storage = crate::io::OsStorage> {
     inner: &'db Inner<S>,
+    snap: Arc<Snapshot<'db>>,
 }
 
 impl<'db, S: Storage> ReadTxn<'db, S> {
-    pub(crate) fn new(inner: &'db Inner<S>) -> Self {
-        ReadTxn { inner }
+    pub(crate) fn new(inner: &'db Inner<S>) -> Result<Self> {
+        let snap = Arc::new(Snapshot::take(&inner.versions)?);
+        Ok(ReadTxn { inner, snap })
     }
 
-    /// The value of `key`.
+    /// The value of `key` in the snapshot.
     ///
     /// # Errors
+    /// [`Error::SnapshotTooOld`] when the snapshot was given up;
     /// [`Error::Corruption`] naming the page when one fails verification; I/O errors.
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        get_committed(self.inner, key)
+        let latest = get_committed(self.inner, key)?;
+        self.snap.store().read_at(self.snap.csn(), key, latest)
     }
 
-    /// The entries in `range`, in key order; `.rev()` for descending.
+    /// The entries in `range` in the snapshot, in key order; `.rev()` for
+    /// descending.
     ///
     /// # Errors
     /// Errors arrive as items.
     pub fn range<'k, R: RangeBounds<&'k [u8]>>(&self, range: R) -> RangeIter<'db, S> {
         let (from, to) = bounds(&range);
-        RangeIter::new(self.inner, from, to, BTreeMap::new())
+        RangeIter::new(
+            self.inner,
+            from,
+            to,
+            BTreeMap::new(),
+            Some(self.snap.clone()),
+        )
     }
 
-    /// The entries whose key starts with `prefix`, in key order.
+    /// The entries whose key starts with `prefix` in the snapshot, in key order.
     pub fn prefix(&self, prefix: &[u8]) -> RangeIter<'db, S> {
         let (from, to) = prefix_bounds(prefix);
-        RangeIter::new(self.inner, from, to, BTreeMap::new())
+        RangeIter::new(
+            self.inner,
+            from,
+            to,
+            BTreeMap::new(),
+            Some(self.snap.clone()),
+        )
     }
 }
 
@@ -326,14 +363,14 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
     pub fn range<'k, R: RangeBounds<&'k [u8]>>(&self, range: R) -> RangeIter<'db, S> {
         let (from, to) = bounds(&range);
         let overlay = overlay_range(&self.writes, &from, &to);
-        RangeIter::new(self.inner, from, to, overlay)
+        RangeIter::new(self.inner, from, to, overlay, None)
     }
 
     /// The entries whose key starts with `prefix`, this transaction's writes included.
     pub fn prefix(&self, prefix: &[u8]) -> RangeIter<'db, S> {
         let (from, to) = prefix_bounds(prefix);
         let overlay = overlay_range(&self.writes, &from, &to);
-        RangeIter::new(self.inner, from, to, overlay)
+        RangeIter::new(self.inner, from, to, overlay, None)
     }
 
     /// Discards the transaction's writes.
@@ -388,11 +425,23 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
         inner.counters.tree_lock_wait.record(t.elapsed());
         let horizon = Lsn::new(inner.fpi_horizon.load(Ordering::Acquire));
         let mut ctx = CommitCtx::new(inner, *meta, inner.next_txn(), horizon);
+        // Before-images are kept only while a snapshot may need them (see
+        // the invariants of `super::versions`).
+        let versioned = inner.versions.versions_wanted();
+        let mut versions: CommitVersions = Vec::new();
         for (k, v) in &writes {
-            let r = match v {
-                Some(v) => tree::put(&mut ctx, k, v),
-                None => tree::delete(&mut ctx, k).map(|_| ()),
-            };
+            let r = versioned
+                .then(|| tree::get(&ctx, ctx.meta.root, k))
+                .transpose()
+                .and_then(|before| {
+                    if let Some(before) = before {
+                        versions.push((k.clone(), before));
+                    }
+                    match v {
+                        Some(v) => tree::put(&mut ctx, k, v),
+                        None => tree::delete(&mut ctx, k).map(|_| ()),
+                    }
+                });
             if let Err(e) = r {
                 let e = match e {
                     Error::CacheExhausted { frames } => Error::TransactionTooLarge {
@@ -410,6 +459,14 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
         let new_meta = ctx.meta;
         let lsn = ctx.commit()?;
         *meta = new_meta;
+        assert!(
+            !versioned || versions.len() == writes.len(),
+            "a version per key"
+        );
+        // Published before the tree lock is let go.
+        inner
+            .versions
+            .publish(inner.versions.visible() + 1, versions)?;
         inner
             .counters
             .full_images
@@ -441,6 +498,8 @@ pub struct RangeIter<'db, S: Storage = crate::io::OsStorage> {
     front: VecDeque<(Vec<u8>, Vec<u8>)>,
     back: VecDeque<(Vec<u8>, Vec<u8>)>,
     overlay: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    /// The snapshot read (a read transaction's); `None`: the latest commit.
+    snap: Option<Arc<Snapshot<'db>>>,
     /// The last key yielded from each end: the ends never cross.
     last_front: Option<Vec<u8>>,
     last_back: Option<Vec<u8>>,
@@ -457,6 +516,7 @@ impl<'db, S: Storage> RangeIter<'db, S> {
         lo: Bound<Vec<u8>>,
         hi: Bound<Vec<u8>>,
         overlay: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+        snap: Option<Arc<Snapshot<'db>>>,
     ) -> Self {
         let live = nonempty(&lo, &hi);
         RangeIter {
@@ -468,6 +528,7 @@ impl<'db, S: Storage> RangeIter<'db, S> {
             front: VecDeque::new(),
             back: VecDeque::new(),
             overlay,
+            snap,
             last_front: None,
             last_back: None,
             failed: false,
@@ -477,11 +538,19 @@ impl<'db, S: Storage> RangeIter<'db, S> {
     }
 
     fn fill_front(&mut self) -> Result<()> {
+        self.check_snapshot()?;
         while self.front.is_empty() {
             let Some(from) = self.front_from.take() else {
                 return Ok(());
             };
-            let (batch, next) = match self.scan_forward_unlocked(&from) {
+            let scanned = self.scan_forward_unlocked(&from).and_then(|(batch, next)| {
+                let hi = match &next {
+                    Some(b) => batch_end(b),
+                    None => self.hi.clone(),
+                };
+                Ok((self.at_snapshot(&from, &hi, batch, false)?, next))
+            });
+            let (batch, next) = match scanned {
                 Ok(b) => b,
                 Err(e) => {
                     self.front_from = Some(from);
@@ -534,6 +603,7 @@ impl<'db, S: Storage> RangeIter<'db, S> {
     }
 
     fn fill_back(&mut self) -> Result<()> {
+        self.check_snapshot()?;
         while self.back.is_empty() {
             let Some(to) = self.back_to.take() else {
                 return Ok(());
@@ -543,10 +613,46 @@ impl<'db, S: Storage> RangeIter<'db, S> {
                 tree::scan_reverse(&PoolPages { inner: self.inner }, meta.root, &self.lo, &to);
             let (batch, next) = self.inner.health.observe(scanned)?;
             drop(meta);
+            let lo = match &next {
+                Some(b) => batch_end(b),
+                None => self.lo.clone(),
+            };
+            let batch = match self.at_snapshot(&lo, &to, batch, true) {
+                Ok(b) => b,
+                Err(e) => {
+                    self.back_to = Some(to);
+                    return Err(e);
+                }
+            };
             self.back.extend(batch);
             self.back_to = next;
         }
         Ok(())
+    }
+
+    /// Fails once the iterator's snapshot was given up, also when the
+    /// rest of its range is buffered or empty: every read of a given-up
+    /// snapshot says so.
+    fn check_snapshot(&self) -> Result<()> {
+        match &self.snap {
+            Some(snap) => snap.store().check_live(snap.csn()),
+            None => Ok(()),
+        }
+    }
+
+    /// `batch`, what the tree held in `(lo, hi)`, as of the iterator's
+    /// snapshot (unchanged without one).
+    fn at_snapshot(
+        &self,
+        lo: &Bound<Vec<u8>>,
+        hi: &Bound<Vec<u8>>,
+        batch: tree::Entries,
+        rev: bool,
+    ) -> Result<tree::Entries> {
+        match &self.snap {
+            Some(snap) => snap.store().batch_at(snap.csn(), lo, hi, batch, rev),
+            None => Ok(batch),
+        }
     }
 
     /// The next committed entry from the front merged with the overlay.

@@ -1,0 +1,532 @@
+//! Snapshot reads: the version store of before-images and the registry of
+//! live snapshots (see `docs/mvcc.md` for the design).
+//!
+//! The B+tree holds the latest committed state, updated in place. Every
+//! commit gets a commit sequence number (CSN), one more than the last. While
+//! snapshots are live, a commit first records, for each key it changes, the
+//! key's value before it (`None`: absent) tagged with its CSN. A snapshot
+//! taken at CSN `s` reads a key as the before-image of the oldest version
+//! newer than `s`, or, when there is none, as the tree holds it: the oldest
+//! change after `s` is the first that snapshot must not see, and its
+//! before-image is what the key held at `s`.
+//!
+//! Invariants:
+//! - The published CSN only grows, and it moves (and the versions of its
+//!   commit are in the store) before the tree lock the commit changed pages
+//!   under is released: a reader that reads the tree, then the store, finds
+//!   every version newer than what the tree showed it.
+//! - A commit stores versions only if a snapshot is registered when it
+//!   checks, under the tree's write lock. A snapshot registered after that
+//!   check cannot read the tree until the commit released it, so it sees the
+//!   commit whole (its snapshot is, in effect, that commit): it never needs
+//!   the versions skipped.
+//! - Versions with CSN at or below the oldest live snapshot are dropped:
+//!   no snapshot can need them. When the store would exceed its cap, the
+//!   oldest snapshots are given up (their next read is
+//!   [`Error::SnapshotTooOld`]) until it fits: a snapshot never reads a wrong
+//!   value, and the store never grows past the cap for long (one commit's
+//!   versions at most, when no snapshot is left to give up).
+//! - Lock order: tree, then the store, then the registry.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::ops::Bound;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::health;
+
+/// What one version costs beyond its key and value bytes: the map entries
+/// that hold it (by key and by commit), counted against the cap.
+pub(super) const VERSION_OVERHEAD_BYTES: usize = 96;
+
+/// A key's value before a commit changed it.
+pub(super) type Before = Option<Vec<u8>>;
+
+/// The versions of one commit, as the commit path hands them over.
+pub(super) type CommitVersions = Vec<(Vec<u8>, Before)>;
+
+/// The before-images kept for live snapshots.
+#[derive(Default)]
+struct Store {
+    /// Key → (CSN of the commit that changed it, the value before), oldest first.
+    by_key: BTreeMap<Vec<u8>, VecDeque<(u64, Before)>>,
+    /// CSN → keys it changed, oldest first: what garbage collection drops.
+    by_csn: VecDeque<(u64, Vec<Vec<u8>>)>,
+    /// Bytes held, as counted against the cap.
+    bytes: usize,
+    /// Versions held.
+    versions: usize,
+}
+
+/// The live snapshots: CSN → (how many, when the first began).
+#[derive(Default)]
+struct Registry {
+    live: BTreeMap<u64, (usize, Instant)>,
+}
+
+/// Read transactions' snapshots and the version store that serves them
+/// (see `docs/mvcc.md`), as [`Stats::snapshots`](crate::Stats::snapshots) reports them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct SnapshotStats {
+    /// Read transactions (and their iterators) holding a snapshot now.
+    pub active_snapshots: u64,
+    /// How long the oldest live snapshot has been held, in milliseconds
+    /// (0 with none).
+    pub oldest_snapshot_ms: u64,
+    /// Bytes of before-images kept for live snapshots, counted against
+    /// `version_store_cap_bytes`.
+    pub version_store_bytes: u64,
+    /// Versions kept.
+    pub versions: u64,
+    /// Versions stored since open (each a key's before-image, kept because
+    /// a snapshot was live when a commit changed the key).
+    pub versions_stored: u64,
+    /// The cap (`Options::version_store_bytes`, or its default).
+    pub version_store_cap_bytes: u64,
+    /// Snapshots given up because keeping them would have passed the cap:
+    /// each one's next read returned `Error::SnapshotTooOld`.
+    pub snapshots_too_old: u64,
+    /// The commit sequence number of the last commit.
+    pub commit_seq: u64,
+}
+
+/// The version store and the snapshot registry of one database.
+pub(crate) struct VersionStore {
+    cap_bytes: usize,
+    /// The CSN of the last published commit.
+    visible: AtomicU64,
+    /// Snapshots below this CSN were given up.
+    too_old_below: AtomicU64,
+    store: RwLock<Store>,
+    registry: Mutex<Registry>,
+    given_up: AtomicU64,
+    stored: AtomicU64,
+}
+
+impl VersionStore {
+    /// An empty store holding at most `cap_bytes`.
+    pub(super) fn new(cap_bytes: usize) -> Self {
+        VersionStore {
+            cap_bytes,
+            visible: AtomicU64::new(0),
+            too_old_below: AtomicU64::new(0),
+            store: RwLock::new(Store::default()),
+            registry: Mutex::new(Registry::default()),
+            given_up: AtomicU64::new(0),
+            stored: AtomicU64::new(0),
+        }
+    }
+
+    /// The CSN of the last published commit.
+    pub(super) fn visible(&self) -> u64 {
+        self.visible.load(Ordering::Acquire)
+    }
+
+    /// Registers a snapshot of the last published commit.
+    ///
+    /// # Errors
+    /// [`Error::Poisoned`] when a thread panicked holding the registry.
+    pub(super) fn register(&self) -> Result<u64> {
+        let mut reg = health::lock(&self.registry)?;
+        let csn = self.visible();
+        assert!(
+            csn >= self.too_old_below.load(Ordering::Acquire),
+            "a new snapshot is never too old"
+        );
+        reg.live
+            .entry(csn)
+            .and_modify(|e| e.0 += 1)
+            .or_insert((1, Instant::now()));
+        Ok(csn)
+    }
+
+    /// Ends a snapshot taken at `csn` (a given-up one is no longer counted).
+    pub(super) fn release(&self, csn: u64) {
+        // Counting only: a panic cannot leave the registry half changed.
+        let mut reg = health::lock_even_poisoned(&self.registry);
+        if csn < self.too_old_below.load(Ordering::Acquire) {
+            assert!(!reg.live.contains_key(&csn), "a given-up snapshot is gone");
+            return;
+        }
+        let e = reg
+            .live
+            .get_mut(&csn)
+            .expect("a live snapshot is registered");
+        assert!(e.0 > 0, "a registered CSN counts its snapshots");
+        e.0 -= 1;
+        if e.0 == 0 {
+            reg.live.remove(&csn);
+        }
+    }
+
+    /// Whether a commit must store versions: a snapshot is live. Asked
+    /// under the tree's write lock (see the module invariants).
+    pub(super) fn versions_wanted(&self) -> bool {
+        !health::lock_even_poisoned(&self.registry).live.is_empty()
+    }
+
+    /// Publishes commit `csn` with the before-images of the keys it changed
+    /// (empty when no version was wanted), then drops what no snapshot
+    /// needs, giving up the oldest snapshots while over the cap. Called
+    /// under the tree's write lock, once per commit, in CSN order.
+    ///
+    /// # Errors
+    /// [`Error::Poisoned`] when a thread panicked holding the store.
+    pub(super) fn publish(&self, csn: u64, versions: CommitVersions) -> Result<()> {
+        let mut store = health::write(&self.store)?;
+        assert_eq!(csn, self.visible() + 1, "commits are published in order");
+        if !versions.is_empty() {
+            self.stored
+                .fetch_add(versions.len() as u64, Ordering::Relaxed);
+            let mut keys = Vec::with_capacity(versions.len());
+            for (key, before) in versions {
+                store.bytes += version_bytes(&key, &before);
+                store.versions += 1;
+                let chain = store.by_key.entry(key.clone()).or_default();
+                assert!(
+                    chain.back().is_none_or(|v| v.0 < csn),
+                    "a key's versions are in commit order"
+                );
+                chain.push_back((csn, before));
+                keys.push(key);
+            }
+            store.by_csn.push_back((csn, keys));
+        }
+        self.visible.store(csn, Ordering::Release);
+        self.collect(&mut store);
+        Ok(())
+    }
+
+    /// Drops versions no live snapshot needs; gives up the oldest snapshots
+    /// while the store is over its cap.
+    fn collect(&self, store: &mut Store) {
+        let mut reg = health::lock_even_poisoned(&self.registry);
+        loop {
+            let horizon = reg
+                .live
+                .keys()
+                .next()
+                .copied()
+                .unwrap_or_else(|| self.visible());
+            drop_through(store, horizon);
+            if store.bytes <= self.cap_bytes {
+                break;
+            }
+            let Some((&oldest, &(count, _))) = reg.live.iter().next() else {
+                break;
+            };
+            reg.live.remove(&oldest);
+            self.too_old_below.store(oldest + 1, Ordering::Release);
+            self.given_up.fetch_add(count as u64, Ordering::Relaxed);
+        }
+        assert!(
+            store.bytes <= self.cap_bytes || reg.live.is_empty(),
+            "over the cap only while no snapshot is left to give up"
+        );
+        assert_eq!(
+            store.versions == 0,
+            store.bytes == 0,
+            "bytes count versions"
+        );
+    }
+
+    /// Fails a read of the snapshot at `csn` if it was given up.
+    ///
+    /// # Errors
+    /// [`Error::SnapshotTooOld`] then.
+    pub(super) fn check_live(&self, csn: u64) -> Result<()> {
+        let below = self.too_old_below.load(Ordering::Acquire);
+        if csn < below {
+            return Err(Error::SnapshotTooOld {
+                snapshot: csn,
+                oldest_kept: below,
+                cap_bytes: self.cap_bytes,
+            });
+        }
+        Ok(())
+    }
+
+    /// The value of `key` at snapshot `csn`, given `latest`, what the tree
+    /// held when read (after the snapshot was registered, before this call).
+    ///
+    /// # Errors
+    /// [`Error::SnapshotTooOld`] when the snapshot was given up.
+    pub(super) fn read_at(&self, csn: u64, key: &[u8], latest: Before) -> Result<Before> {
+        if self.visible() == csn {
+            // Nothing committed since the snapshot: the tree read was it.
+            return Ok(latest);
+        }
+        let store = health::read(&self.store)?;
+        self.check_live(csn)?;
+        match store.by_key.get(key).and_then(|c| newer_than(c, csn)) {
+            Some(before) => Ok(before.clone()),
+            None => Ok(latest),
+        }
+    }
+
+    /// Turns `entries`, what the tree held in `(lo, hi)` when read (in key
+    /// order, or descending with `rev`), into what it held at snapshot `csn`.
+    ///
+    /// # Errors
+    /// [`Error::SnapshotTooOld`] when the snapshot was given up.
+    pub(super) fn batch_at(
+        &self,
+        csn: u64,
+        lo: &Bound<Vec<u8>>,
+        hi: &Bound<Vec<u8>>,
+        entries: Vec<(Vec<u8>, Vec<u8>)>,
+        rev: bool,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        if self.visible() == csn {
+            return Ok(entries);
+        }
+        let store = health::read(&self.store)?;
+        self.check_live(csn)?;
+        if !crate::db::txn::nonempty(lo, hi) {
+            return Ok(entries);
+        }
+        let changed: Vec<(&Vec<u8>, &Before)> = store
+            .by_key
+            .range::<Vec<u8>, _>((lo.clone(), hi.clone()))
+            .filter_map(|(k, chain)| newer_than(chain, csn).map(|b| (k, b)))
+            .collect();
+        if changed.is_empty() {
+            return Ok(entries);
+        }
+        let mut merged: BTreeMap<Vec<u8>, Vec<u8>> = entries.into_iter().collect();
+        for (k, before) in changed {
+            match before {
+                Some(v) => merged.insert(k.clone(), v.clone()),
+                None => merged.remove(k),
+            };
+        }
+        let out: Vec<_> = if rev {
+            merged.into_iter().rev().collect()
+        } else {
+            merged.into_iter().collect()
+        };
+        Ok(out)
+    }
+
+    /// What the store reports.
+    pub(super) fn stats(&self) -> SnapshotStats {
+        let (bytes, versions) = {
+            let s = health::read_even_poisoned(&self.store);
+            (s.bytes, s.versions)
+        };
+        let reg = health::lock_even_poisoned(&self.registry);
+        let active: usize = reg.live.values().map(|e| e.0).sum();
+        let oldest = reg
+            .live
+            .values()
+            .map(|e| e.1.elapsed())
+            .max()
+            .unwrap_or(Duration::ZERO);
+        SnapshotStats {
+            active_snapshots: active as u64,
+            oldest_snapshot_ms: oldest.as_millis() as u64,
+            version_store_bytes: bytes as u64,
+            versions: versions as u64,
+            versions_stored: self.stored.load(Ordering::Relaxed),
+            version_store_cap_bytes: self.cap_bytes as u64,
+            snapshots_too_old: self.given_up.load(Ordering::Relaxed),
+            commit_seq: self.visible(),
+        }
+    }
+}
+
+/// The before-image of the oldest version in `chain` newer than `csn`.
+fn newer_than(chain: &VecDeque<(u64, Before)>, csn: u64) -> Option<&Before> {
+    let i = chain.partition_point(|v| v.0 <= csn);
+    chain.get(i).map(|v| &v.1)
+}
+
+/// What a version of `key` holding `before` counts against the cap.
+fn version_bytes(key: &[u8], before: &Before) -> usize {
+    2 * key.len() + before.as_ref().map_or(0, Vec::len) + VERSION_OVERHEAD_BYTES
+}
+
+/// Drops every version with CSN at or below `horizon`.
+fn drop_through(store: &mut Store, horizon: u64) {
+    while store.by_csn.front().is_some_and(|c| c.0 <= horizon) {
+        let (csn, keys) = store.by_csn.pop_front().expect("front checked");
+        for key in keys {
+            let std::collections::btree_map::Entry::Occupied(mut e) = store.by_key.entry(key)
+            else {
+                unreachable!("a commit's keys have versions");
+            };
+            let (vcsn, before) = e.get_mut().pop_front().expect("a chain has versions");
+            assert_eq!(
+                vcsn, csn,
+                "the oldest version of a key is the oldest commit's"
+            );
+            store.bytes -= version_bytes(e.key(), &before);
+            store.versions -= 1;
+            if e.get().is_empty() {
+                e.remove();
+            }
+        }
+    }
+}
+
+/// A registered snapshot; dropping the last handle of it ends it.
+pub(crate) struct Snapshot<'db> {
+    store: &'db VersionStore,
+    csn: u64,
+}
+
+impl<'db> Snapshot<'db> {
+    /// Registers a snapshot of the last published commit.
+    ///
+    /// # Errors
+    /// [`Error::Poisoned`] when a thread panicked holding the registry.
+    pub(super) fn take(store: &'db VersionStore) -> Result<Self> {
+        Ok(Snapshot {
+            store,
+            csn: store.register()?,
+        })
+    }
+
+    /// The commit this snapshot sees.
+    pub(super) fn csn(&self) -> u64 {
+        self.csn
+    }
+
+    /// The store it reads.
+    pub(super) fn store(&self) -> &'db VersionStore {
+        self.store
+    }
+}
+
+impl Drop for Snapshot<'_> {
+    fn drop(&mut self) {
+        self.store.release(self.csn);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn some(v: &[u8]) -> Before {
+        Some(v.to_vec())
+    }
+
+    /// A snapshot reads the before-image of the oldest newer version; newer
+    /// snapshots read newer ones; versions go once no snapshot needs them.
+    #[test]
+    fn reads_at_a_snapshot_and_collects_behind_the_oldest() {
+        let vs = VersionStore::new(1 << 20);
+        let s0 = Snapshot::take(&vs).expect("registers");
+        vs.publish(1, vec![(b"a".to_vec(), None)]).expect("publish");
+        let s1 = Snapshot::take(&vs).expect("registers");
+        vs.publish(2, vec![(b"a".to_vec(), some(b"1"))])
+            .expect("publish");
+        // The tree now holds a = 2.
+        let latest = some(b"2");
+        assert_eq!(
+            vs.read_at(s0.csn(), b"a", latest.clone()).expect("reads"),
+            None
+        );
+        assert_eq!(
+            vs.read_at(s1.csn(), b"a", latest.clone()).expect("reads"),
+            some(b"1")
+        );
+        assert_eq!(
+            vs.read_at(2, b"a", latest.clone()).expect("reads"),
+            some(b"2")
+        );
+        assert_eq!(vs.stats().versions, 2);
+        drop(s0);
+        vs.publish(3, vec![]).expect("publish");
+        assert_eq!(vs.stats().versions, 1, "the version only s0 needed is gone");
+        assert_eq!(
+            vs.read_at(s1.csn(), b"a", latest).expect("reads"),
+            some(b"1")
+        );
+        drop(s1);
+        vs.publish(4, vec![]).expect("publish");
+        let st = vs.stats();
+        assert_eq!(
+            (st.versions, st.version_store_bytes, st.active_snapshots),
+            (0, 0, 0)
+        );
+    }
+
+    /// A range batch at a snapshot drops keys inserted since, restores keys
+    /// deleted since and old values of keys changed since, in either order.
+    #[test]
+    fn batches_are_rewritten_to_the_snapshot() {
+        let vs = VersionStore::new(1 << 20);
+        let s = Snapshot::take(&vs).expect("registers");
+        vs.publish(
+            1,
+            vec![
+                (b"b".to_vec(), None),       // inserted since
+                (b"c".to_vec(), some(b"3")), // deleted since
+                (b"d".to_vec(), some(b"4")), // changed since
+            ],
+        )
+        .expect("publish");
+        let now = vec![
+            (b"a".to_vec(), b"1".to_vec()),
+            (b"b".to_vec(), b"2".to_vec()),
+            (b"d".to_vec(), b"40".to_vec()),
+        ];
+        let (lo, hi) = (Bound::Unbounded, Bound::Excluded(b"z".to_vec()));
+        let fwd = vs
+            .batch_at(s.csn(), &lo, &hi, now.clone(), false)
+            .expect("reads");
+        let want = vec![
+            (b"a".to_vec(), b"1".to_vec()),
+            (b"c".to_vec(), b"3".to_vec()),
+            (b"d".to_vec(), b"4".to_vec()),
+        ];
+        assert_eq!(fwd, want);
+        let mut rev_now = now;
+        rev_now.reverse();
+        let rev = vs
+            .batch_at(s.csn(), &lo, &hi, rev_now, true)
+            .expect("reads");
+        assert_eq!(rev, want.into_iter().rev().collect::<Vec<_>>());
+        // Outside the batch's bounds nothing is added.
+        let narrow = vs
+            .batch_at(s.csn(), &Bound::Excluded(b"c".to_vec()), &hi, vec![], false)
+            .expect("reads");
+        assert_eq!(narrow, vec![(b"d".to_vec(), b"4".to_vec())]);
+    }
+
+    /// Over the cap the oldest snapshot is given up: its reads fail with
+    /// SnapshotTooOld, a newer one keeps reading, and the store fits again.
+    #[test]
+    fn over_the_cap_the_oldest_snapshot_is_given_up() {
+        let cap = 4 * (VERSION_OVERHEAD_BYTES + 100);
+        let vs = VersionStore::new(cap);
+        let old = Snapshot::take(&vs).expect("registers");
+        vs.publish(1, vec![(b"k".to_vec(), some(&[1; 90]))])
+            .expect("publish");
+        let young = Snapshot::take(&vs).expect("registers");
+        for csn in 2..20 {
+            vs.publish(csn, vec![(b"k".to_vec(), some(&[csn as u8; 90]))])
+                .expect("publish");
+            assert!(vs.stats().version_store_bytes <= cap as u64);
+        }
+        let err = vs.read_at(old.csn(), b"k", None).expect_err("given up");
+        assert!(matches!(err, Error::SnapshotTooOld { .. }), "{err}");
+        // The young snapshot was given up too once the store passed the cap
+        // for it; a snapshot taken now reads the tree.
+        let st = vs.stats();
+        assert!(st.snapshots_too_old >= 1);
+        let fresh = Snapshot::take(&vs).expect("registers");
+        assert_eq!(
+            vs.read_at(fresh.csn(), b"k", some(b"x")).expect("reads"),
+            some(b"x")
+        );
+        drop((old, young));
+        assert_eq!(vs.stats().active_snapshots, 1);
+    }
+}

@@ -1,0 +1,374 @@
+//! Read transactions are snapshots: every read in one sees the same
+//! committed state, while writers commit beside it, on real files.
+//!
+//! - The bank: writers move money between accounts (emptied accounts are
+//!   deleted, new ones inserted) while readers sum every balance inside one
+//!   read transaction, by prefix scan, by reverse range and by point gets:
+//!   no reader may ever see a total other than the money that exists.
+//! - An iterator held across thousands of commits yields exactly the
+//!   entries of its snapshot, in both directions, also after its
+//!   transaction is dropped.
+//! - A snapshot that would need more than the version store's cap is given
+//!   up: its next read is `SnapshotTooOld`, never a wrong value, and the
+//!   store stays within the cap.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use directkv::{Database, Durability, Error, Options};
+
+const ACCOUNTS: u64 = 1000;
+const START_BALANCE: u64 = 1000;
+const MONEY: u64 = ACCOUNTS * START_BALANCE;
+
+fn options() -> Options {
+    Options {
+        cache_bytes: 64 << 20,
+        durability: Durability::NoSyncNotDurable,
+        ..Options::default()
+    }
+}
+
+fn account(i: u64) -> Vec<u8> {
+    format!("acct/{i:05}").into_bytes()
+}
+
+fn balance(v: &[u8]) -> u64 {
+    u64::from_le_bytes(v.try_into().expect("an 8-byte balance"))
+}
+
+/// One transfer: up to `amount` from `from` to `to`; an account left at
+/// zero is deleted, and a missing destination is created. Returns whether
+/// it committed (a missing source aborts it).
+fn transfer(db: &Database, from: u64, to: u64, amount: u64) -> directkv::Result<bool> {
+    let mut w = db.begin_write()?;
+    let (fk, tk) = (account(from), account(to));
+    let Some(fv) = w.get(&fk)? else {
+        return Ok(false); // dropped: aborted
+    };
+    let have = balance(&fv);
+    let moved = amount.min(have);
+    let to_before = w.get(&tk)?.map_or(0, |v| balance(&v));
+    if have == moved {
+        w.delete(&fk)?;
+    } else {
+        w.put(&fk, &(have - moved).to_le_bytes())?;
+    }
+    w.put(&tk, &(to_before + moved).to_le_bytes())?;
+    w.commit()?;
+    Ok(true)
+}
+
+/// How a reader sums the balances.
+#[derive(Clone, Copy, Debug)]
+enum Sum {
+    Prefix,
+    ReverseRange,
+    PointGets,
+}
+
+fn sum_once(db: &Database, how: Sum) -> directkv::Result<u64> {
+    let r = db.begin_read()?;
+    let mut total = 0;
+    match how {
+        Sum::Prefix => {
+            for e in r.prefix(b"acct/") {
+                total += balance(&e?.1);
+            }
+        }
+        Sum::ReverseRange => {
+            let (lo, hi) = (b"acct/".as_slice(), b"acct0".as_slice());
+            for e in r.range(lo..hi).rev() {
+                total += balance(&e?.1);
+            }
+        }
+        Sum::PointGets => {
+            for i in 0..ACCOUNTS {
+                if let Some(v) = r.get(&account(i))? {
+                    total += balance(&v);
+                }
+            }
+        }
+    }
+    Ok(total)
+}
+
+/// A small deterministic generator (xorshift), one per thread.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+/// Runs the bank with `writers` and one reader per way of summing for
+/// `secs`; returns (read transactions, wrong totals, commits).
+fn run_bank(db: &Arc<Database>, writers: usize, secs: f64) -> (u64, u64, u64) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let (reads, wrong, commits) = (
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let mut handles = Vec::new();
+    for t in 0..writers {
+        let (db, stop, commits) = (db.clone(), stop.clone(), commits.clone());
+        handles.push(std::thread::spawn(move || {
+            let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (t as u64 + 1));
+            while !stop.load(Ordering::Relaxed) {
+                let (a, b) = (rng.next() % ACCOUNTS, rng.next() % ACCOUNTS);
+                if a != b && transfer(&db, a, b, 1 + rng.next() % 1500).expect("transfer") {
+                    commits.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }));
+    }
+    for how in [Sum::Prefix, Sum::ReverseRange, Sum::PointGets] {
+        let (db, stop, reads, wrong) = (db.clone(), stop.clone(), reads.clone(), wrong.clone());
+        handles.push(std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let total = sum_once(&db, how).expect("a snapshot read");
+                reads.fetch_add(1, Ordering::Relaxed);
+                if total != MONEY {
+                    eprintln!("{how:?} saw {total}, not {MONEY}");
+                    wrong.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }));
+    }
+    std::thread::sleep(Duration::from_secs_f64(secs));
+    stop.store(true, Ordering::Relaxed);
+    for h in handles {
+        h.join().expect("no thread panicked");
+    }
+    (
+        reads.load(Ordering::Relaxed),
+        wrong.load(Ordering::Relaxed),
+        commits.load(Ordering::Relaxed),
+    )
+}
+
+fn open_bank(dir: &std::path::Path) -> Arc<Database> {
+    let db = Database::open(dir, options()).expect("open");
+    let mut w = db.begin_write().expect("begin");
+    for i in 0..ACCOUNTS {
+        w.put(&account(i), &START_BALANCE.to_le_bytes())
+            .expect("put");
+    }
+    w.commit().expect("commit");
+    Arc::new(db)
+}
+
+/// Four writers move money (deleting emptied accounts, creating new ones)
+/// while three readers each sum it inside one read transaction: every sum
+/// is the money that exists. `DIRECTKV_BANK_SECS` runs it longer.
+#[test]
+fn the_bank_never_shows_a_torn_total() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = open_bank(dir.path());
+    let secs = std::env::var("DIRECTKV_BANK_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(4.0);
+    let (reads, wrong, commits) = run_bank(&db, 4, secs);
+    eprintln!("{reads} read transactions, {wrong} wrong totals, {commits} transfers");
+    assert_eq!(wrong, 0, "a read transaction saw a torn state");
+    assert!(reads >= 3, "every reader finished a sum");
+    assert!(commits > 0, "the writers committed");
+    // Readers overlapped commits, so before-images were kept; with every
+    // snapshot gone, the next commit drops them all.
+    let st = db.stats().snapshots;
+    assert_eq!(st.active_snapshots, 0);
+    assert!(
+        st.commit_seq > commits,
+        "every transfer has a commit number"
+    );
+    assert!(
+        st.versions_stored > 0,
+        "commits kept before-images for readers"
+    );
+    let from = (0..ACCOUNTS)
+        .find(|&i| transfer(&db, i, (i + 1) % ACCOUNTS, 1).expect("transfer"))
+        .expect("some account has money");
+    assert!(from < ACCOUNTS);
+    let st = db.stats().snapshots;
+    assert_eq!((st.versions, st.version_store_bytes), (0, 0));
+    assert_eq!(
+        st.snapshots_too_old, 0,
+        "the default cap holds these readers"
+    );
+    assert_eq!(sum_once(&db, Sum::Prefix).expect("sum"), MONEY);
+}
+
+fn load(db: &Database, n: u64) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    let mut model = BTreeMap::new();
+    let mut w = db.begin_write().expect("begin");
+    for i in 0..n {
+        let (k, v) = (
+            format!("k{i:06}").into_bytes(),
+            format!("v{i}-0").into_bytes(),
+        );
+        w.put(&k, &v).expect("put");
+        model.insert(k, v);
+    }
+    w.commit().expect("commit");
+    model
+}
+
+/// Iterators keep their snapshot across thousands of commits that change,
+/// delete and insert keys ahead of and behind them, also once their read
+/// transaction is dropped; a point read in the same snapshot agrees.
+#[test]
+fn iterators_keep_their_snapshot_across_thousands_of_commits() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = Database::open(dir.path(), options()).expect("open");
+    let model = load(&db, 2000);
+    let r = db.begin_read().expect("read");
+    let mut fwd = r.prefix(b"k");
+    let mut back = r.range(b"k".as_slice()..b"l".as_slice());
+    let mut seen_fwd = Vec::new();
+    let mut seen_back = Vec::new();
+    for _ in 0..300 {
+        seen_fwd.push(fwd.next().expect("entry").expect("read"));
+        seen_back.push(back.next_back().expect("entry").expect("read"));
+    }
+    let probe = r.get(b"k001000").expect("get");
+    let mut rng = Rng(7);
+    for c in 0..3000u64 {
+        let mut w = db.begin_write().expect("begin");
+        for _ in 0..3 {
+            let i = rng.next() % 2400;
+            let k = format!("k{i:06}").into_bytes();
+            match rng.next() % 3 {
+                0 => w.delete(&k).expect("delete"),
+                _ => w.put(&k, format!("v{i}-{c}").as_bytes()).expect("put"),
+            }
+        }
+        w.commit().expect("commit");
+        if c == 1500 {
+            assert_eq!(
+                r.get(b"k001000").expect("get"),
+                probe,
+                "a point read agrees"
+            );
+        }
+    }
+    drop(r);
+    assert!(
+        db.stats().snapshots.versions > 0,
+        "the iterators' snapshot keeps versions"
+    );
+    for e in fwd.by_ref() {
+        seen_fwd.push(e.expect("read"));
+    }
+    for e in back.by_ref().rev() {
+        seen_back.push(e.expect("read"));
+    }
+    let want: Vec<_> = model.into_iter().collect();
+    assert_eq!(seen_fwd, want, "forward: the snapshot, whole and in order");
+    seen_back.reverse();
+    assert_eq!(
+        seen_back, want,
+        "backward: the snapshot, whole and in order"
+    );
+    drop((fwd, back));
+    let mut w = db.begin_write().expect("begin");
+    w.put(b"k000000", b"last").expect("put");
+    w.commit().expect("commit");
+    let st = db.stats().snapshots;
+    assert_eq!((st.active_snapshots, st.versions), (0, 0), "{st:?}");
+}
+
+/// A snapshot that would need more than the cap is given up: its next read
+/// is SnapshotTooOld; the store stays within the cap; a new read
+/// transaction reads the latest state; a snapshot that fits is never
+/// given up.
+#[test]
+fn a_snapshot_past_the_cap_is_given_up_not_served_wrong() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cap = 64 << 10;
+    let opts = Options {
+        version_store_bytes: Some(cap),
+        ..options()
+    };
+    let db = Database::open(dir.path(), opts).expect("open");
+    load(&db, 100);
+    let old = db.begin_read().expect("read");
+    assert_eq!(old.get(b"k000005").expect("get"), Some(b"v5-0".to_vec()));
+    let value = vec![7u8; 1000];
+    for round in 0..2u8 {
+        for i in 0..100 {
+            let mut w = db.begin_write().expect("begin");
+            w.put(format!("k{i:06}").as_bytes(), &value).expect("put");
+            w.put(b"round", &[round]).expect("put");
+            w.commit().expect("commit");
+            let st = db.stats().snapshots;
+            assert!(st.version_store_bytes <= cap as u64, "{st:?}");
+        }
+    }
+    match old.get(b"k000005") {
+        Err(Error::SnapshotTooOld { cap_bytes, .. }) => assert_eq!(cap_bytes, cap),
+        other => panic!("expected SnapshotTooOld, got {other:?}"),
+    }
+    let e = old.prefix(b"k").next().expect("an item");
+    assert!(matches!(e, Err(Error::SnapshotTooOld { .. })), "{e:?}");
+    let st = db.stats().snapshots;
+    assert_eq!(st.snapshots_too_old, 1);
+    let fresh = db.begin_read().expect("read");
+    assert_eq!(fresh.get(b"k000005").expect("get"), Some(value.clone()));
+    // A snapshot whose versions fit keeps reading through small commits.
+    for i in 0..20 {
+        let mut w = db.begin_write().expect("begin");
+        w.put(format!("k{i:06}").as_bytes(), b"small").expect("put");
+        w.commit().expect("commit");
+    }
+    assert_eq!(fresh.get(b"k000005").expect("get"), Some(value));
+    assert_eq!(db.stats().snapshots.snapshots_too_old, 1);
+    drop((old, fresh));
+    assert_eq!(db.stats().snapshots.active_snapshots, 0);
+}
+
+/// A reader that begins while a writer commits sees that commit whole or
+/// not at all, across many short read transactions racing commits that
+/// change two keys together.
+#[test]
+fn a_snapshot_begun_during_a_commit_sees_it_whole_or_not_at_all() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = Arc::new(Database::open(dir.path(), options()).expect("open"));
+    let mut w = db.begin_write().expect("begin");
+    w.put(b"a", &0u64.to_le_bytes()).expect("put");
+    w.put(b"b", &0u64.to_le_bytes()).expect("put");
+    w.commit().expect("commit");
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (db, stop) = (db.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                n += 1;
+                let mut w = db.begin_write().expect("begin");
+                w.put(b"a", &n.to_le_bytes()).expect("put");
+                w.put(b"b", &n.to_le_bytes()).expect("put");
+                w.commit().expect("commit");
+            }
+        })
+    };
+    let until = Instant::now() + Duration::from_secs(2);
+    let mut reads = 0u64;
+    while Instant::now() < until || reads < 100 {
+        let r = db.begin_read().expect("read");
+        let a = r.get(b"a").expect("get").expect("a");
+        std::thread::yield_now();
+        let b = r.get(b"b").expect("get").expect("b");
+        assert_eq!(a, b, "both keys from one commit");
+        reads += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    writer.join().expect("writer");
+}
