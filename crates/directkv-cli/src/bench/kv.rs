@@ -407,6 +407,18 @@ struct Driven {
     elapsed: f64,
 }
 
+/// The operations the clients did, and their latencies in one histogram.
+fn merge_clients(clients: Vec<Result<(u64, LatencyHistogram)>>) -> Result<(u64, LatencyHistogram)> {
+    let mut hist = LatencyHistogram::new()?;
+    let mut ops = 0;
+    for r in clients {
+        let (n, h) = r?;
+        ops += n;
+        hist.add(&h)?;
+    }
+    Ok((ops, hist))
+}
+
 /// What the engine and the OS said before the run.
 struct Before {
     stats: serde_json::Value,
@@ -435,13 +447,7 @@ impl KvSpec {
         io.read_bytes = io.read_bytes.saturating_sub(driven.probe.bytes);
         io.rchar = io.rchar.saturating_sub(driven.probe.bytes);
         let cpu = Cpu::now().since(before.cpu);
-        let mut hist = LatencyHistogram::new()?;
-        let mut ops = 0;
-        for r in driven.clients {
-            let (n, h) = r?;
-            ops += n;
-            hist.add(&h)?;
-        }
+        let (ops, hist) = merge_clients(driven.clients)?;
         let rss_peak_bytes = sys::proc_status_kib("VmHWM:") * 1024;
         let rss_end_bytes = sys::proc_status_kib("VmRSS:") * 1024;
         let (db_bytes, db_cached_bytes) = sys::dir_size_and_cached(data_dir);
