@@ -17,7 +17,7 @@ use std::path::Path;
 use super::damage::{self, Outcome, Snapshot};
 use super::disk::SimStorage;
 use super::rng::Rng;
-use crate::db::{Database, Durability, Options};
+use crate::db::{Database, Durability, Options, ReadTxn};
 use crate::io::{DirectIo, FaultOp, FaultyStorage, Storage, SyncMethod, SyncVariant};
 
 /// What a passing seed did.
@@ -449,7 +449,8 @@ pub fn run_seed(seed: u64) -> Result<SeedReport, SeedFailure> {
             let used = disk.used_bytes();
             disk.set_capacity(Some(used + rng.range(0, 2 << 20)));
         }
-        let (now_acked, committed) = commit_round(&db, &mut rng, &mut log);
+        let (now_acked, committed) = commit_round(&db, &mut rng, &mut log)
+            .map_err(|w| fail(format!("round {round}: {w}")))?;
         if let Some(n) = now_acked {
             acked = n;
         }
@@ -467,18 +468,62 @@ pub fn run_seed(seed: u64) -> Result<SeedReport, SeedFailure> {
     })
 }
 
+/// Read transactions a round holds at once, at most.
+const HELD_SNAPSHOTS_MAX: usize = 3;
+
+/// Checks a read transaction begun after commit `upto` against the model:
+/// its whole scan and its counter are that commit's state. An error is no
+/// failure (reads meet injected faults, and a snapshot may be given up);
+/// a wrong value is.
+fn check_snapshot<S: Storage>(r: &ReadTxn<'_, S>, log: &[Txn], upto: u64) -> Result<(), String> {
+    let expect = model(log, upto);
+    let mut got = BTreeMap::new();
+    for e in r.range::<std::ops::RangeFull>(..) {
+        let Ok((k, v)) = e else { return Ok(()) };
+        got.insert(k, v);
+    }
+    if got != expect {
+        let diff: Vec<String> = expect
+            .keys()
+            .chain(got.keys())
+            .filter(|k| expect.get(*k) != got.get(*k))
+            .take(5)
+            .map(|k| String::from_utf8_lossy(k).into_owned())
+            .collect();
+        return Err(format!(
+            "a snapshot begun after commit {upto} read another state (keys {diff:?})"
+        ));
+    }
+    Ok(())
+}
+
 /// One round of `run_seed`: up to 80 random transactions, checkpoints now and
-/// then, until the first error. Returns the log length after the last
-/// acknowledged commit (if any was) and how many were acknowledged.
+/// then, until the first error, with read transactions begun between them
+/// and checked later against the state they began in. Returns the log length
+/// after the last acknowledged commit (if any was) and how many were
+/// acknowledged.
+///
+/// # Errors
+/// A held snapshot that read a state other than its own.
 fn commit_round<S: Storage>(
     db: &Database<S>,
     rng: &mut Rng,
     log: &mut Vec<Txn>,
-) -> (Option<u64>, u64) {
+) -> Result<(Option<u64>, u64), String> {
     let mut acked = None;
     let mut committed = 0;
+    let mut held: Vec<(ReadTxn<'_, S>, u64)> = Vec::new();
     for _ in 0..rng.range(1, 80) {
         let n = log.len() as u64;
+        if rng.chance(1, 6) && held.len() < HELD_SNAPSHOTS_MAX {
+            if let Ok(r) = db.begin_read() {
+                held.push((r, n));
+            }
+        }
+        if !held.is_empty() && rng.chance(1, 5) {
+            let (r, upto) = &held[rng.range(0, held.len() as u64) as usize];
+            check_snapshot(r, log, *upto)?;
+        }
         let txn = random_txn(rng, n);
         log.push(txn.clone());
         let result = db.begin_write().and_then(|mut w| {
@@ -504,5 +549,12 @@ fn commit_round<S: Storage>(
             break;
         }
     }
-    (acked, committed)
+    for (r, upto) in &held {
+        check_snapshot(r, log, *upto)?;
+    }
+    assert!(
+        held.len() <= HELD_SNAPSHOTS_MAX,
+        "a round holds few snapshots"
+    );
+    Ok((acked, committed))
 }
