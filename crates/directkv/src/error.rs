@@ -266,6 +266,44 @@ pub enum Error {
         cap_bytes: usize,
     },
 
+    /// A write transaction could not commit: another transaction committed
+    /// a change to what it read (Serializable) or wrote (both isolation
+    /// levels) after its snapshot. Nothing of it was applied; run it again
+    /// (`Database::transaction` does).
+    #[error(
+        "conflict: {reason} (key {key:?}); nothing of the transaction was applied. Run it          again: the next try reads the newer state"
+    )]
+    Conflict {
+        /// The key (lossily as text) or range where the conflict was found.
+        key: String,
+        /// What the other transaction changed.
+        reason: String,
+    },
+
+    /// Waiting for a row lock would have closed a cycle of transactions
+    /// each waiting for the next: this one is the victim. Its locks are
+    /// released and nothing of it will be applied; run it again.
+    #[error(
+        "deadlock: waiting for the lock on key {key:?} would close a cycle of waiting          transactions; this transaction was chosen to end it. Nothing of it will be          applied; run it again"
+    )]
+    Deadlock {
+        /// The key (lossily as text) it asked to lock.
+        key: String,
+    },
+
+    /// A row lock was not granted within the transaction's lock timeout
+    /// (`WriteOptions::lock_timeout`). The transaction is unchanged: it may
+    /// try again or end.
+    #[error(
+        "lock wait timeout: the lock on key {key:?} was not granted within {waited_ms} ms;          another transaction holds it. The transaction is unchanged"
+    )]
+    LockTimeout {
+        /// The key (lossily as text).
+        key: String,
+        /// How long it waited.
+        waited_ms: u64,
+    },
+
     /// An argument is outside what the engine accepts.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
@@ -343,6 +381,17 @@ impl Error {
                 source,
             },
         }
+    }
+
+    /// Whether running the transaction again may succeed: a
+    /// [`Conflict`](Error::Conflict), a [`Deadlock`](Error::Deadlock), or a
+    /// [`SnapshotTooOld`](Error::SnapshotTooOld) of a write transaction's
+    /// reads. `Database::transaction` retries exactly these.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            Error::Conflict { .. } | Error::Deadlock { .. } | Error::SnapshotTooOld { .. }
+        )
     }
 
     /// The errno behind this error, where there is one.

@@ -151,7 +151,7 @@ impl Drop for PanicGuard<'_> {
 }
 
 /// The error of a poisoned lock, before a database claims it.
-fn lock_poisoned() -> Error {
+pub(crate) fn lock_poisoned() -> Error {
     Error::Poisoned {
         path: PathBuf::from(ENGINE_STATE),
         cause: LOCK_POISONED.to_string(),

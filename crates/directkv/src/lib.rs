@@ -13,7 +13,8 @@
 //! | --- | --- |
 //! | open and close | [`Database::open`], [`Options`], [`Database::close`] |
 //! | read (snapshots) | [`Database::begin_read`], [`ReadTxn::get`], [`ReadTxn::range`], [`ReadTxn::prefix`], [`RangeIter`] |
-//! | write | [`Database::begin_write`], [`WriteTxn::put`], [`WriteTxn::delete`], [`WriteTxn::commit`], [`Durability`] |
+//! | write (many at once) | [`Database::begin_write`], [`WriteTxn::put`], [`WriteTxn::delete`], [`WriteTxn::get_for_update`], [`WriteTxn::commit`], [`Durability`] |
+//! | isolation and retries | [`Database::begin_write_with`], [`WriteOptions`], [`Isolation`], [`Database::transaction`], [`Error::is_retryable`] |
 //! | I/O policy | [`DirectIo`], [`SyncMethod`], [`SyncVariant`], [`AioOptions`], [`SchedOptions`] |
 //! | maintenance | [`Database::checkpoint`], [`Database::check`], [`CheckReport`] |
 //! | observe | [`Database::stats`], [`Stats`] and its parts ([`SnapshotStats`] among them), [`STATS_FILE`] |
@@ -53,6 +54,27 @@
 //! w.commit()?; // both or neither, after a crash too
 //! let w = db.begin_write()?;
 //! w.abort(); // or drop it: nothing of it is applied
+//! # Ok::<(), directkv::Error>(())
+//! ```
+//!
+//! # Many writers at once
+//!
+//! Write transactions run concurrently. Each reads a snapshot plus its own
+//! writes; `get_for_update` locks a row and reads its latest value. A
+//! commit that would break its isolation level is refused with
+//! [`Error::Conflict`] (nothing applied), and [`Database::transaction`]
+//! runs the closure again until it commits:
+//!
+//! ```no_run
+//! use directkv::{Database, Options, WriteOptions};
+//!
+//! let db = Database::open("bank.db", Options::default())?;
+//! db.transaction(&WriteOptions::default(), |tx| {
+//!     let from = tx.get_for_update(b"alice")?.unwrap_or_default();
+//!     let to = tx.get_for_update(b"bob")?.unwrap_or_default();
+//!     tx.put(b"alice", &from)?; // a real transfer would compute new balances
+//!     tx.put(b"bob", &to)
+//! })?;
 //! # Ok::<(), directkv::Error>(())
 //! ```
 //!
@@ -109,9 +131,10 @@ mod wal;
 
 pub use buffer::{PoolStats, WritesByCause};
 pub use db::{
-    CheckReport, Database, Durability, FileAccess, Options, RangeIter, ReadTxn, RecoveryStats,
-    SnapshotStats, StallHistograms, Stalls, Stats, WriteTxn, STATS_FILE, VERSION_STORE_BYTES_MIN,
-    VERSION_STORE_CACHE_FRACTION, WAL_BUFFERS_INCLUDED_FROM, WAL_HARD_LIMIT_FACTOR,
+    CheckReport, Database, Durability, FileAccess, Isolation, Options, RangeIter, ReadTxn,
+    RecoveryStats, SnapshotStats, StallHistograms, Stalls, Stats, TxnStats, WriteOptions, WriteTxn,
+    STATS_FILE, TRANSACTION_ATTEMPTS_MAX, VERSION_STORE_BYTES_MIN, VERSION_STORE_CACHE_FRACTION,
+    WAL_BUFFERS_INCLUDED_FROM, WAL_HARD_LIMIT_FACTOR,
 };
 pub use error::{Error, IoOp, Result};
 pub use io::{AioBackend, AioOptions, AioStats, DirectIo, IoPath, SyncMethod, SyncVariant};

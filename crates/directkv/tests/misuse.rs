@@ -1,7 +1,9 @@
-//! Misuse of the public API is an error, never a hang: a thread that holds
-//! the write transaction and asks for another gets `InvalidArgument` at
-//! once (it would otherwise wait for itself forever), and the transaction it
-//! holds still commits. Pins issue 17, case 7.
+//! Misuse of the public API is an error, never a hang. Write transactions
+//! run at once, so a thread may hold several; with
+//! `Options::serial_writers` (one at a time) a thread that holds the write
+//! transaction and asks for another gets `InvalidArgument` at once (it would
+//! otherwise wait for itself forever), and the transaction it holds still
+//! commits. Pins issue 17, case 7.
 
 use directkv::{Database, Error, Options, SyncMethod, SyncVariant};
 
@@ -17,9 +19,28 @@ fn opts() -> Options {
 }
 
 #[test]
-fn issue17_second_begin_write_on_one_thread_is_an_error() {
+fn a_thread_may_hold_two_write_transactions() {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = Database::open(dir.path(), opts()).expect("open");
+    let mut first = db.begin_write().expect("first");
+    let mut second = db.begin_write().expect("second, beside it");
+    first.put(b"a", b"1").expect("put");
+    second.put(b"b", b"2").expect("put");
+    second.commit().expect("commit");
+    first.commit().expect("commit");
+    let r = db.begin_read().expect("read");
+    assert_eq!(r.get(b"a").expect("get"), Some(b"1".to_vec()));
+    assert_eq!(r.get(b"b").expect("get"), Some(b"2".to_vec()));
+}
+
+#[test]
+fn issue17_second_begin_write_on_one_thread_is_an_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let serial = Options {
+        serial_writers: true,
+        ..opts()
+    };
+    let db = Database::open(dir.path(), serial).expect("open");
     let mut first = db.begin_write().expect("first");
     first.put(b"k", b"1").expect("put");
     match db.begin_write() {

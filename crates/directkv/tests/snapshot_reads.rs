@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use directkv::{Database, Durability, Error, Options};
+use directkv::{Database, Durability, Error, Options, WriteOptions};
 
 const ACCOUNTS: u64 = 1000;
 const START_BALANCE: u64 = 1000;
@@ -43,22 +43,25 @@ fn balance(v: &[u8]) -> u64 {
 /// zero is deleted, and a missing destination is created. Returns whether
 /// it committed (a missing source aborts it).
 fn transfer(db: &Database, from: u64, to: u64, amount: u64) -> directkv::Result<bool> {
-    let mut w = db.begin_write()?;
-    let (fk, tk) = (account(from), account(to));
-    let Some(fv) = w.get(&fk)? else {
-        return Ok(false); // dropped: aborted
-    };
-    let have = balance(&fv);
-    let moved = amount.min(have);
-    let to_before = w.get(&tk)?.map_or(0, |v| balance(&v));
-    if have == moved {
-        w.delete(&fk)?;
-    } else {
-        w.put(&fk, &(have - moved).to_le_bytes())?;
-    }
-    w.put(&tk, &(to_before + moved).to_le_bytes())?;
-    w.commit()?;
-    Ok(true)
+    // Writers run at once and read their snapshots; Serializable refuses a
+    // transfer whose balances changed since, and `transaction` runs it
+    // again, so money is neither made nor lost.
+    db.transaction(&WriteOptions::default(), |w| {
+        let (fk, tk) = (account(from), account(to));
+        let Some(fv) = w.get(&fk)? else {
+            return Ok(false); // nothing to move
+        };
+        let have = balance(&fv);
+        let moved = amount.min(have);
+        let to_before = w.get(&tk)?.map_or(0, |v| balance(&v));
+        if have == moved {
+            w.delete(&fk)?;
+        } else {
+            w.put(&fk, &(have - moved).to_le_bytes())?;
+        }
+        w.put(&tk, &(to_before + moved).to_le_bytes())?;
+        Ok(true)
+    })
 }
 
 /// How a reader sums the balances.

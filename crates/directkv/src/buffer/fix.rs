@@ -51,6 +51,21 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
         }
     }
 
+    /// Pins and exclusively latches `page` if it is in the pool; never reads.
+    pub fn try_write(&self, page: u64) -> Option<PageMut<'_, S, L>> {
+        match self.try_hit(page, Access::Normal, &Latch::Exclusive)? {
+            (frame, Fixed::Exclusive(guard)) => {
+                self.assert_fixed(frame, page);
+                Some(PageMut {
+                    pool: self,
+                    frame,
+                    guard,
+                })
+            }
+            (_, Fixed::Shared(_)) => unreachable!("asked for an exclusive latch"),
+        }
+    }
+
     /// Pins and exclusively latches `page`, reading it if needed.
     ///
     /// # Errors

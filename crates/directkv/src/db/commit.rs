@@ -1,6 +1,7 @@
 //! Applying one transaction to the tree, logging every page change.
 //!
-//! The protocol, under the tree's write lock (readers wait; there is one writer):
+//! The protocol, in the commit section under the tree's write lock (readers
+//! wait; one transaction applies at a time):
 //! 1. every page the tree changes is held in the pool (pinned, never written)
 //!    and its change logged as a page record: a full image at its first change
 //!    since the latest checkpoint began (torn-page protection), else the changed
@@ -15,6 +16,11 @@
 //!
 //! If anything fails before step 2, every held page gets its before-image back
 //! and an abort record is written, so the tree is as it was before the commit.
+//!
+//! The commit section never reads the disk: unless told to read through, a
+//! page not in the pool fails the attempt ([`CommitCtx::missed`] names it),
+//! which is rolled back so the caller can read the page outside the section
+//! and try again.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -120,10 +126,31 @@ struct HeldPage {
     before: Vec<u8>,
 }
 
+/// How an attempt to apply a transaction ended.
+pub(crate) enum Applied {
+    /// Applied and logged; the commit record ends at this LSN.
+    Done(Lsn),
+    /// Rolled back: this page was not in the pool.
+    Missed(u64),
+}
+
+/// The page records one commit logged, for the counters.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct RecordCounts {
+    pub full_images: u64,
+    pub full_image_bytes: u64,
+    pub deltas: u64,
+    pub logged_bytes: u64,
+}
+
 /// A transaction being applied.
 pub(crate) struct CommitCtx<'a, S: Storage> {
     inner: &'a Inner<S>,
     pub meta: Meta,
+    /// Read missing pages from disk; otherwise a miss fails the attempt.
+    pub read_through: bool,
+    /// The page whose absence failed this attempt.
+    missed: std::cell::Cell<Option<u64>>,
     txn: u64,
     horizon: Lsn,
     held: HashMap<u64, HeldPage>,
@@ -141,6 +168,8 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
         CommitCtx {
             inner,
             meta,
+            read_through: true,
+            missed: std::cell::Cell::new(None),
             txn,
             horizon,
             held: HashMap::new(),
@@ -158,9 +187,48 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
         self.inner.log.wal()
     }
 
-    /// Pages held so far.
-    pub fn held_pages(&self) -> usize {
-        self.held.len()
+    /// The page whose absence failed this attempt, if one did.
+    pub fn missed(&self) -> Option<u64> {
+        self.missed.get()
+    }
+
+    /// What it logged so far.
+    pub fn counts(&self) -> RecordCounts {
+        RecordCounts {
+            full_images: self.full_images,
+            full_image_bytes: self.full_image_bytes,
+            deltas: self.deltas,
+            logged_bytes: self.logged_bytes,
+        }
+    }
+
+    /// The miss of page `no`: remembered, and an error that ends the attempt.
+    fn miss(&self, no: u64) -> Error {
+        assert!(!self.read_through, "a read-through attempt never misses");
+        if self.missed.get().is_none() {
+            self.missed.set(Some(no));
+        }
+        Error::CacheExhausted { frames: 0 }
+    }
+
+    /// Page `no`, exclusively latched: created (`fresh`), found in the
+    /// pool, or read unless this attempt must not read.
+    fn fetch_mut(
+        &mut self,
+        no: u64,
+        fresh: bool,
+    ) -> Result<crate::buffer::PageMut<'a, S, super::engine::EngineLog<S>>> {
+        let pool = &self.inner.pool;
+        if fresh {
+            return pool.create(no);
+        }
+        if self.read_through {
+            return pool.write(no);
+        }
+        match pool.try_write(no) {
+            Some(p) => Ok(p),
+            None => Err(self.miss(no)),
+        }
     }
 
     /// Changes page `no` (fresh: not read from disk) and logs the change.
@@ -170,14 +238,10 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
             self.held.len(),
             "each held page is ordered once"
         );
-        let pool = &self.inner.pool;
-        let got = if fresh {
-            pool.create(no)
-        } else {
-            pool.write(no)
-        };
+        let got = self.fetch_mut(no, fresh);
+        let missed = self.missed.get().is_some();
         let mut p = got.map_err(|e| match e {
-            Error::CacheExhausted { frames } => Error::TransactionTooLarge {
+            Error::CacheExhausted { frames } if !missed => Error::TransactionTooLarge {
                 pages: self.held.len(),
                 frames,
             },
@@ -312,8 +376,14 @@ impl<S: Storage> Drop for CommitCtx<'_, S> {
 
 impl<S: Storage> Pages for CommitCtx<'_, S> {
     fn read<R>(&self, no: u64, access: Access, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
-        let p = self.inner.pool.read(no, access)?;
-        Ok(f(p.data()))
+        if self.read_through {
+            let p = self.inner.pool.read(no, access)?;
+            return Ok(f(p.data()));
+        }
+        match self.inner.pool.try_read(no, access) {
+            Some(p) => Ok(f(p.data())),
+            None => Err(self.miss(no)),
+        }
     }
     fn page_bytes(&self) -> usize {
         self.inner.pool.page_bytes()
@@ -328,11 +398,7 @@ impl<S: Storage> PagesMut for CommitCtx<'_, S> {
     fn allocate(&mut self, init: impl FnOnce(&mut [u8])) -> Result<u64> {
         let head = self.meta.freelist;
         if head != 0 {
-            let next = self
-                .inner
-                .pool
-                .read(head, Access::Normal)
-                .map(|p| crate::btree::tree::free_next(p.data()))?;
+            let next = self.read(head, Access::Normal, crate::btree::tree::free_next)?;
             self.meta.freelist = next;
             self.change(head, false, |p| {
                 p[page::PAGE_HEADER_BYTES..].fill(0);

@@ -17,11 +17,32 @@ use std::time::Instant;
 use super::background::{self, StopSignal};
 use super::engine::Inner;
 use super::stats::STATS_FILE;
-use super::txn::{self, ReadTxn, WriteTxn};
-use super::{CheckReport, Options, Stats};
+use super::txn::{self, ReadTxn};
+use super::write::WriteTxn;
+use super::{CheckReport, Options, Stats, WriteOptions};
 use crate::error::{Error, Result};
 use crate::health;
 use crate::io::{OsStorage, Storage};
+
+/// Attempts [`Database::transaction`] makes at most.
+pub const TRANSACTION_ATTEMPTS_MAX: usize = 64;
+
+/// The sleep before attempt `attempt` of a transaction: random, up to a
+/// ceiling that doubles from 50 µs to 10 ms, so transactions that collided
+/// spread out instead of colliding again.
+fn backoff(attempt: usize) -> std::time::Duration {
+    assert!(
+        attempt > 0 && attempt < TRANSACTION_ATTEMPTS_MAX,
+        "a retry's attempt"
+    );
+    let ceiling_us = (50u64 << attempt.min(8)).min(10_000);
+    // A cheap per-thread random number: the low bits of a hashed clock.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos() as u64);
+    let mixed = nanos.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32;
+    std::time::Duration::from_micros(ceiling_us / 2 + mixed % (ceiling_us / 2 + 1))
+}
 
 /// An open database. `Send + Sync`: share one handle between threads.
 ///
@@ -94,30 +115,77 @@ impl<S: Storage> Database<S> {
         ReadTxn::new(&self.inner)
     }
 
-    /// Begins the write transaction, waiting (first come, first served) while
-    /// another is open.
+    /// Begins a write transaction with the default [`WriteOptions`]
+    /// (Serializable). Many run at once: each reads a snapshot as of its
+    /// start plus its own writes, and its commit checks that what it read
+    /// and wrote blind is unchanged since (see [`WriteTxn`]).
     ///
     /// # Errors
     /// [`Error::Poisoned`](crate::Error::Poisoned) once the database has
     /// failed (after a WAL failure, for example);
-    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) when the
-    /// calling thread holds the write transaction already (waiting for it
-    /// would wait forever). A write transaction belongs to the thread that
-    /// began it until it ends, even if it is moved to another thread.
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) with
+    /// `Options::serial_writers` when the calling thread holds the write
+    /// transaction already (waiting for it would wait forever).
     pub fn begin_write(&self) -> Result<WriteTxn<'_, S>> {
+        self.begin_write_with(&WriteOptions::default())
+    }
+
+    /// Begins a write transaction with `opts` (its isolation level and lock
+    /// timeout).
+    ///
+    /// # Errors
+    /// As [`begin_write`](Self::begin_write).
+    pub fn begin_write_with(&self, opts: &WriteOptions) -> Result<WriteTxn<'_, S>> {
         self.inner.health.check()?;
+        self.inner.wait_for_log_space();
+        if !self.inner.opts.serial_writers {
+            return WriteTxn::new(&self.inner, *opts, None);
+        }
         if self.inner.writer.held_by_this_thread() {
             return Err(Error::InvalidArgument(
                 "this thread already holds the database's write transaction; commit or drop \
-                 it before beginning another (one write transaction runs at a time)"
+                 it before beginning another (Options::serial_writers runs one at a time)"
                     .into(),
             ));
         }
-        self.inner.wait_for_log_space();
         let t = Instant::now();
         let ticket = self.inner.writer.acquire();
         self.inner.counters.writer_lock_wait.record(t.elapsed());
-        Ok(WriteTxn::new(&self.inner, ticket))
+        WriteTxn::new(&self.inner, *opts, Some(ticket))
+    }
+
+    /// Runs `body` in a write transaction and commits it, running it again
+    /// (in a new transaction, after a short randomized backoff) when it or
+    /// its commit fails with a retryable error
+    /// ([`Error::is_retryable`](crate::Error::is_retryable): a conflict, a
+    /// deadlock, a snapshot given up), at most [`TRANSACTION_ATTEMPTS_MAX`]
+    /// times. `body` may run more than once: it should have no effect
+    /// outside the transaction.
+    ///
+    /// # Errors
+    /// The first error that is not retryable, from `body` or the commit; the
+    /// last retryable one when every attempt failed.
+    pub fn transaction<T>(
+        &self,
+        opts: &WriteOptions,
+        mut body: impl FnMut(&mut WriteTxn<'_, S>) -> Result<T>,
+    ) -> Result<T> {
+        let mut attempt = 0;
+        loop {
+            let mut w = self.begin_write_with(opts)?;
+            let r = body(&mut w).and_then(|v| w.commit().map(|()| v));
+            match r {
+                Err(e) if e.is_retryable() && attempt + 1 < TRANSACTION_ATTEMPTS_MAX => {
+                    attempt += 1;
+                    self.inner
+                        .counters
+                        .retries
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    std::thread::sleep(backoff(attempt));
+                }
+                r => return r,
+            }
+        }
     }
 
     /// Brings the pages that hold `keys` into the cache, holding no lock a

@@ -23,9 +23,10 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use super::commit::SpareBuffers;
 use super::control::ControlFile;
+use super::locks::LockTable;
 use super::records::Meta;
 use super::stats::{Counters, RecoveryStats};
-use super::txn::TicketLock;
+use super::ticket::TicketLock;
 use super::versions::VersionStore;
 use super::Options;
 use crate::buffer::{BufferPool, LogFlusher};
@@ -143,7 +144,13 @@ pub(crate) struct Inner<S: Storage> {
     /// The tree's root state; readers hold it shared per operation, a commit
     /// exclusively while it changes pages.
     pub(crate) tree: RwLock<Meta>,
+    /// The one writer lock of `Options::serial_writers`.
     pub(super) writer: TicketLock,
+    /// The commit section's gate: one transaction validates and applies at
+    /// a time, first come first served.
+    pub(super) committer: TicketLock,
+    /// Row locks of write transactions.
+    pub(super) locks: LockTable,
     /// Read transactions' snapshots and the before-images they need.
     pub(super) versions: VersionStore,
     /// Page-sized buffers commits reuse.

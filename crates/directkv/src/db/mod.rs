@@ -2,8 +2,11 @@
 //! engine around them, each in its own file.
 //!
 //! - [`database`]: `Database`, its operations and orderly drop.
-//! - [`txn`]: read and write transactions; [`commit`]: the commit path
-//!   (page records, apply, log); [`records`]: the engine's WAL records.
+//! - [`txn`]: read transactions and range iterators; [`write`]: write
+//!   transactions, many at once; [`locks`]: their row locks; [`ticket`]:
+//!   the first-come, first-served gate of the commit section; [`commit`]:
+//!   applying a transaction (page records, apply, log); [`records`]: the
+//!   engine's WAL records; [`versions`]: snapshots and the version store.
 //! - [`open`]: create or recover, and start the threads; [`recovery`]: the
 //!   replay of the WAL at open.
 //! - [`checkpoint`]: checkpoints and log-space pacing; [`background`]: the
@@ -19,23 +22,28 @@ mod commit;
 mod control;
 mod database;
 mod engine;
+mod locks;
 mod open;
 mod options;
 mod records;
 mod recovery;
 mod stats;
+mod ticket;
 mod txn;
 mod versions;
+mod write;
 
 pub use access::FileAccess;
 pub use check::CheckReport;
 pub use checkpoint::WAL_HARD_LIMIT_FACTOR;
 pub use control::ControlFile;
-pub use database::Database;
+pub use database::{Database, TRANSACTION_ATTEMPTS_MAX};
 pub use options::{
-    Durability, Options, VERSION_STORE_BYTES_MIN, VERSION_STORE_CACHE_FRACTION,
-    WAL_BUFFERS_INCLUDED_FROM,
+    Durability, Isolation, Options, WriteOptions, VERSION_STORE_BYTES_MIN,
+    VERSION_STORE_CACHE_FRACTION, WAL_BUFFERS_INCLUDED_FROM,
 };
+pub use stats::TxnStats;
 pub use stats::{RecoveryStats, StallHistograms, Stalls, Stats, STATS_FILE};
-pub use txn::{RangeIter, ReadTxn, WriteTxn};
+pub use txn::{RangeIter, ReadTxn};
 pub use versions::SnapshotStats;
+pub use write::WriteTxn;

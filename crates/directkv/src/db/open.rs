@@ -35,7 +35,7 @@ use super::control::ControlFile;
 use super::engine::{EngineLog, Inner, Pool};
 use super::recovery::{self, Recovered};
 use super::stats::Counters;
-use super::txn::TicketLock;
+use super::ticket::TicketLock;
 use super::versions::VersionStore;
 use super::{Database, Options};
 use crate::btree::node;
@@ -101,6 +101,8 @@ pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result
         pool,
         tree: RwLock::new(meta),
         writer: TicketLock::default(),
+        committer: TicketLock::default(),
+        locks: Default::default(),
         versions: VersionStore::new(version_cap),
         spare_buffers: SpareBuffers::default(),
         control: Mutex::new(control),

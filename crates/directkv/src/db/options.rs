@@ -142,6 +142,52 @@ pub struct Options {
     /// the path and its mode, because anyone who may write there may change
     /// or replace the data.
     pub accept_writable_by_others: bool,
+    /// Run write transactions one at a time, each holding one writer lock
+    /// from `begin_write` to its commit, as the engine did before it ran
+    /// them concurrently. Off (the default), write transactions run at once
+    /// and only their commits are serialized. For comparison and for
+    /// workloads that would only conflict.
+    pub serial_writers: bool,
+}
+
+/// How a write transaction is isolated from the write transactions that run
+/// beside it. Either way it reads one snapshot (as of its start) plus its
+/// own writes, and [`WriteTxn::get_for_update`](crate::WriteTxn::get_for_update)
+/// reads the latest committed value under a row lock.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Isolation {
+    /// The outcome is that of running the committed transactions one after
+    /// another in commit order: at commit, every key and range the
+    /// transaction read from its snapshot (not under a row lock) is checked
+    /// unchanged since, so a phantom counts; a change is
+    /// [`Error::Conflict`](crate::Error::Conflict). The default.
+    #[default]
+    Serializable,
+    /// Snapshot isolation: only writes are checked, the first committer of
+    /// a key wins and a later one gets
+    /// [`Error::Conflict`](crate::Error::Conflict). Reads are not checked,
+    /// so write skew can happen.
+    Snapshot,
+}
+
+/// The options of one write transaction
+/// ([`Database::begin_write_with`](crate::Database::begin_write_with)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteOptions {
+    /// Its isolation level (default [`Isolation::Serializable`]).
+    pub isolation: Isolation,
+    /// How long it waits for a row lock before
+    /// [`Error::LockTimeout`](crate::Error::LockTimeout) (default 10 s).
+    pub lock_timeout: std::time::Duration,
+}
+
+impl Default for WriteOptions {
+    fn default() -> Self {
+        WriteOptions {
+            isolation: Isolation::Serializable,
+            lock_timeout: std::time::Duration::from_secs(10),
+        }
+    }
 }
 
 impl Default for Options {
@@ -166,6 +212,7 @@ impl Default for Options {
             publish_stats: true,
             permissions: Permissions::Private,
             accept_writable_by_others: false,
+            serial_writers: false,
         }
     }
 }

@@ -40,10 +40,28 @@ pub(super) struct Counters {
     pub(super) wal_sync_wait: StallCounter,
     pub(super) writer_lock_wait: StallCounter,
     pub(super) tree_lock_wait: StallCounter,
+    pub(super) commit_wait: StallCounter,
+    pub(super) row_lock_wait: StallCounter,
+    pub(super) writers_begun: AtomicU64,
+    pub(super) conflicts: AtomicU64,
+    pub(super) commit_misses: AtomicU64,
+    pub(crate) retries: AtomicU64,
     pub(super) log_space_wait: StallCounter,
     pub(super) cleaner_writes: AtomicU64,
     pub(super) readahead_reads: AtomicU64,
     pub(super) next_txn: AtomicU64,
+}
+
+impl Counters {
+    /// Counts the page records of one commit.
+    pub(super) fn add_page_records(&self, r: super::commit::RecordCounts) {
+        self.full_images.fetch_add(r.full_images, Ordering::Relaxed);
+        self.deltas.fetch_add(r.deltas, Ordering::Relaxed);
+        self.full_image_bytes
+            .fetch_add(r.full_image_bytes, Ordering::Relaxed);
+        self.page_record_bytes
+            .fetch_add(r.logged_bytes, Ordering::Relaxed);
+    }
 }
 
 /// Waits over a millisecond in the foreground, counted by cause (DESIGN.md
@@ -56,8 +74,15 @@ pub(super) struct Counters {
 pub struct Stalls {
     /// Commits that waited over 1 ms for the WAL sync.
     pub wal_sync_wait: u64,
-    /// Transactions that waited over 1 ms for the writer lock.
+    /// Transactions that waited over 1 ms for the writer lock (only with
+    /// `Options::serial_writers`).
     pub writer_lock_wait: u64,
+    /// Commits that waited over 1 ms to enter the commit section (where
+    /// one transaction at a time validates, applies and logs).
+    pub commit_wait: u64,
+    /// Row-lock waits over 1 ms (`put`, `delete`, `get_for_update` on a key
+    /// another transaction holds).
+    pub row_lock_wait: u64,
     /// Commits that waited over 1 ms for the tree lock (readers or a checkpoint start).
     pub tree_lock_wait: u64,
     /// Foreground page reads (cache misses) that took over 1 ms.
@@ -79,6 +104,10 @@ pub struct StallHistograms {
     pub wal_sync_wait: StallHistogram,
     /// Writer-lock waits.
     pub writer_lock_wait: StallHistogram,
+    /// Waits to enter the commit section.
+    pub commit_wait: StallHistogram,
+    /// Row-lock waits.
+    pub row_lock_wait: StallHistogram,
     /// Tree-lock waits of commits.
     pub tree_lock_wait: StallHistogram,
     /// Foreground cache-miss reads.
@@ -87,6 +116,34 @@ pub struct StallHistograms {
     pub free_frame_wait: StallHistogram,
     /// Log-space waits.
     pub log_space_wait: StallHistogram,
+}
+
+/// Write transactions, as [`Stats::transactions`] reports them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct TxnStats {
+    /// Write transactions begun since open.
+    pub begun: u64,
+    /// Commits refused because another transaction committed a change to
+    /// what this one read or wrote (`Error::Conflict`), or because its
+    /// snapshot was given up.
+    pub conflicts: u64,
+    /// Transactions chosen as a deadlock's victim (`Error::Deadlock`).
+    pub deadlocks: u64,
+    /// Row-lock waits that ran out (`Error::LockTimeout`).
+    pub lock_timeouts: u64,
+    /// Row-lock waits (a key another transaction held), and their time.
+    pub lock_waits: u64,
+    /// Total time of the row-lock waits, in microseconds.
+    pub lock_wait_us: u64,
+    /// Keys locked now.
+    pub locked_keys: u64,
+    /// Transactions waiting for a row lock now.
+    pub waiting_for_locks: u64,
+    /// Attempts `Database::transaction` ran again after a retryable error.
+    pub retries: u64,
+    /// Commit sections that found a page missing, let go of the section to
+    /// read it and entered again (the section itself never reads the disk).
+    pub commit_misses: u64,
 }
 
 /// What `Database::stats` reports.
@@ -159,6 +216,8 @@ pub struct Stats {
     pub recovery: RecoveryStats,
     /// Read transactions' snapshots and the version store that serves them.
     pub snapshots: super::SnapshotStats,
+    /// Write transactions: how many ran, conflicted, deadlocked, waited.
+    pub transactions: TxnStats,
     /// A warning: the database's directories and files that were readable
     /// beyond `Options::permissions` (by others, or by the group unless
     /// `GroupReadable`) when it was opened. Empty when all is private.
@@ -218,6 +277,50 @@ impl<S: Storage> Inner<S> {
         }
     }
 
+    /// The foreground waits by cause.
+    fn stalls(&self) -> Stalls {
+        let c = &self.counters;
+        let h = StallHistograms {
+            wal_sync_wait: c.wal_sync_wait.snapshot(),
+            writer_lock_wait: c.writer_lock_wait.snapshot(),
+            commit_wait: c.commit_wait.snapshot(),
+            row_lock_wait: c.row_lock_wait.snapshot(),
+            tree_lock_wait: c.tree_lock_wait.snapshot(),
+            read_miss: self.pool.read_miss_stalls(),
+            free_frame_wait: self.pool.free_frame_stalls(),
+            log_space_wait: c.log_space_wait.snapshot(),
+        };
+        Stalls {
+            wal_sync_wait: h.wal_sync_wait.count,
+            writer_lock_wait: h.writer_lock_wait.count,
+            commit_wait: h.commit_wait.count,
+            row_lock_wait: h.row_lock_wait.count,
+            tree_lock_wait: h.tree_lock_wait.count,
+            read_miss: h.read_miss.count,
+            free_frame_wait: h.free_frame_wait.count,
+            log_space_wait: h.log_space_wait.count,
+            histograms: h,
+        }
+    }
+
+    /// The write transactions' counters.
+    fn txn_stats(&self) -> TxnStats {
+        let c = &self.counters;
+        let l = &self.locks.counters;
+        TxnStats {
+            begun: c.writers_begun.load(Ordering::Relaxed),
+            conflicts: c.conflicts.load(Ordering::Relaxed),
+            deadlocks: l.deadlocks.load(Ordering::Relaxed),
+            lock_timeouts: l.timeouts.load(Ordering::Relaxed),
+            lock_waits: l.waits.load(Ordering::Relaxed),
+            lock_wait_us: l.waited_us.load(Ordering::Relaxed),
+            locked_keys: self.locks.locked_keys() as u64,
+            waiting_for_locks: self.locks.waiting() as u64,
+            retries: c.retries.load(Ordering::Relaxed),
+            commit_misses: c.commit_misses.load(Ordering::Relaxed),
+        }
+    }
+
     pub(super) fn stats(&self) -> Stats {
         let cache = self.pool.stats();
         assert!(
@@ -261,30 +364,13 @@ impl<S: Storage> Inner<S> {
             data_extensions: cache.extensions,
             data_allocated_bytes: cache.allocated_pages * self.pool.page_bytes() as u64,
             eviction_writes: cache.eviction_writes,
-            stalls: {
-                let h = StallHistograms {
-                    wal_sync_wait: c.wal_sync_wait.snapshot(),
-                    writer_lock_wait: c.writer_lock_wait.snapshot(),
-                    tree_lock_wait: c.tree_lock_wait.snapshot(),
-                    read_miss: self.pool.read_miss_stalls(),
-                    free_frame_wait: self.pool.free_frame_stalls(),
-                    log_space_wait: c.log_space_wait.snapshot(),
-                };
-                Stalls {
-                    wal_sync_wait: h.wal_sync_wait.count,
-                    writer_lock_wait: h.writer_lock_wait.count,
-                    tree_lock_wait: h.tree_lock_wait.count,
-                    read_miss: h.read_miss.count,
-                    free_frame_wait: h.free_frame_wait.count,
-                    log_space_wait: h.log_space_wait.count,
-                    histograms: h,
-                }
-            },
+            stalls: self.stalls(),
             data_io: self.pool.file().io_path(),
             wal_sync: self.wal_sync,
             torn_page_protection: "full_page_images_after_checkpoint",
             recovery: self.recovery,
             snapshots: self.versions.stats(),
+            transactions: self.txn_stats(),
             readable_by_others: self.readable_by_others.clone(),
         }
     }

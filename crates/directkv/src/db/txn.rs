@@ -1,122 +1,26 @@
-//! Transactions.
+//! Read transactions, and the reads every transaction shares.
 //!
-//! Isolation: one write transaction at a time (a first-come, first-served
-//! ticket lock, so no writer waits behind later arrivals); its writes are kept
-//! in memory and seen by its own reads, and applied to the tree at commit.
 //! A read (each `get`, each leaf-sized step of a range) holds the tree
 //! shared, so it never sees part of a transaction. A `ReadTxn` is a
 //! **snapshot**: it registers the last commit when it begins, and every read
 //! in it, and in the iterators it hands out, sees the database as of that
 //! commit, however long it lives, through the before-images of the version
 //! store ([`super::versions`]). Nothing a write transaction does waits for
-//! a reader.
-//!
-//! Commit: apply and log under the tree lock, release the tree and the writer
-//! lock, then wait for the commit record to be durable (early lock release: the
-//! next writer runs while this commit's sync is in flight, and concurrent
-//! commits share a sync).
+//! a reader. Write transactions read the same way, from their own snapshot
+//! ([`super::write`]).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::ops::{Bound, RangeBounds};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
-use std::time::Instant;
+use std::sync::Arc;
 
-use super::commit::{CachedPages, CommitCtx, PoolPages};
+use super::commit::{CachedPages, PoolPages};
 use super::engine::Inner;
-use super::versions::{CommitVersions, Snapshot};
-use super::Durability;
+use super::versions::Snapshot;
 use crate::btree::tree;
 use crate::buffer::Access;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::health::{self, PanicGuard};
 use crate::io::Storage;
-use crate::lsn::Lsn;
-
-/// Condition variables a [`TicketLock`] spreads its waiters over.
-const TICKET_SLOTS: usize = 64;
-
-/// A first-come, first-served lock. A waiter sleeps on the condition
-/// variable of its ticket's slot, so a release wakes only the waiter whose
-/// turn it is (and any waiter 64 tickets behind it), not every waiter: with
-/// many writers queued, waking them all to find the one whose turn it is
-/// cost more than the transactions themselves on two cores.
-///
-/// It also remembers which thread holds it, so a thread that asks for it
-/// again while holding it gets an error instead of waiting for itself
-/// forever.
-pub(crate) struct TicketLock {
-    /// (next ticket to hand out, ticket being served).
-    state: Mutex<(u64, u64)>,
-    turn: Box<[Condvar]>,
-    /// The holder's [`thread_token`], 0 while free.
-    owner: AtomicU64,
-}
-
-impl Default for TicketLock {
-    fn default() -> Self {
-        TicketLock {
-            state: Mutex::new((0, 0)),
-            turn: (0..TICKET_SLOTS).map(|_| Condvar::new()).collect(),
-            owner: AtomicU64::new(0),
-        }
-    }
-}
-
-/// A number unique to the calling thread for the life of the process (never 0).
-fn thread_token() -> u64 {
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    thread_local! {
-        static TOKEN: u64 = NEXT.fetch_add(1, Ordering::Relaxed);
-    }
-    TOKEN.with(|t| *t)
-}
-
-impl TicketLock {
-    fn slot(&self, ticket: u64) -> &Condvar {
-        &self.turn[(ticket % TICKET_SLOTS as u64) as usize]
-    }
-
-    /// Whether the calling thread holds the lock.
-    pub fn held_by_this_thread(&self) -> bool {
-        self.owner.load(Ordering::Acquire) == thread_token()
-    }
-
-    /// Waits for the lock, first come first served; returns the ticket that
-    /// [`release`](Self::release) takes back.
-    pub fn acquire(&self) -> u64 {
-        assert!(
-            !self.held_by_this_thread(),
-            "a thread waits for its own lock"
-        );
-        // The ticket state's critical sections are counter arithmetic: a
-        // panic cannot leave it half changed.
-        let mut s = health::lock_even_poisoned(&self.state);
-        let mine = s.0;
-        s.0 += 1;
-        while s.1 != mine {
-            s = self.slot(mine).wait(s).unwrap_or_else(|p| p.into_inner());
-        }
-        assert_eq!(s.1, mine, "served in ticket order");
-        let before = self.owner.swap(thread_token(), Ordering::AcqRel);
-        assert_eq!(before, 0, "one holder at a time");
-        mine
-    }
-
-    pub fn release(&self, ticket: u64) {
-        // The ticket state's critical sections are counter arithmetic: a
-        // panic cannot leave it half changed.
-        let mut s = health::lock_even_poisoned(&self.state);
-        assert_eq!(s.1, ticket, "released by its holder");
-        let before = self.owner.swap(0, Ordering::AcqRel);
-        assert_ne!(before, 0, "released while held");
-        s.1 += 1;
-        let next = s.1;
-        if s.0 > next {
-            self.slot(next).notify_all();
-        }
-    }
-}
 
 fn owned(b: Bound<&[u8]>) -> Bound<Vec<u8>> {
     match b {
@@ -126,7 +30,7 @@ fn owned(b: Bound<&[u8]>) -> Bound<Vec<u8>> {
     }
 }
 
-fn bounds<'k, R: RangeBounds<&'k [u8]>>(r: &R) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
+pub(super) fn bounds<'k, R: RangeBounds<&'k [u8]>>(r: &R) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
     (
         owned(r.start_bound().cloned()),
         owned(r.end_bound().cloned()),
@@ -144,7 +48,7 @@ pub(super) fn nonempty(from: &Bound<Vec<u8>>, to: &Bound<Vec<u8>>) -> bool {
     }
 }
 
-fn overlay_range(
+pub(super) fn overlay_range(
     writes: &BTreeMap<Vec<u8>, Option<Vec<u8>>>,
     from: &Bound<Vec<u8>>,
     to: &Bound<Vec<u8>>,
@@ -168,7 +72,7 @@ fn batch_end(next: &Bound<Vec<u8>>) -> Bound<Vec<u8>> {
     }
 }
 
-fn prefix_bounds(prefix: &[u8]) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
+pub(super) fn prefix_bounds(prefix: &[u8]) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
     // The smallest key above every key with the prefix: the prefix with its
     // last non-0xFF byte incremented and the rest dropped.
     let mut end = prefix.to_vec();
@@ -229,13 +133,24 @@ pub(crate) fn get_committed<S: Storage>(inner: &Inner<S>, key: &[u8]) -> Result<
     })
 }
 
+/// Reads `key` as of snapshot `snap`: the tree first, then the versions
+/// committed since (see [`super::versions`] for why in that order).
+pub(super) fn get_at<S: Storage>(
+    inner: &Inner<S>,
+    snap: &Snapshot<'_>,
+    key: &[u8],
+) -> Result<Option<Vec<u8>>> {
+    let latest = get_committed(inner, key)?;
+    snap.store().read_at(snap.csn(), key, latest)
+}
+
 /// A read transaction: `get`, `range`, `prefix` over one consistent
 /// committed state, the last commit when it began (a snapshot). Its
 /// iterators keep the snapshot while they live, also after the transaction
 /// is dropped. Holding one keeps the before-images of later commits in
 /// memory, up to `Options::version_store_bytes`; past that the oldest
 /// snapshot is given up and its next read returns
-/// [`Error::SnapshotTooOld`].
+/// [`Error::SnapshotTooOld`](crate::Error::SnapshotTooOld).
 pub struct ReadTxn<'db, S: Storage = crate::io::OsStorage> {
     inner: &'db Inner<S>,
     snap: Arc<Snapshot<'db>>,
@@ -250,11 +165,10 @@ impl<'db, S: Storage> ReadTxn<'db, S> {
     /// The value of `key` in the snapshot.
     ///
     /// # Errors
-    /// [`Error::SnapshotTooOld`] when the snapshot was given up;
-    /// [`Error::Corruption`] naming the page when one fails verification; I/O errors.
+    /// [`Error::SnapshotTooOld`](crate::Error::SnapshotTooOld) when the snapshot was given up;
+    /// [`Error::Corruption`](crate::Error::Corruption) naming the page when one fails verification; I/O errors.
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        let latest = get_committed(self.inner, key)?;
-        self.snap.store().read_at(self.snap.csn(), key, latest)
+        get_at(self.inner, &self.snap, key)
     }
 
     /// The entries in `range` in the snapshot, in key order; `.rev()` for
@@ -286,205 +200,6 @@ impl<'db, S: Storage> ReadTxn<'db, S> {
     }
 }
 
-/// The write transaction. Dropping it without `commit` aborts it.
-pub struct WriteTxn<'db, S: Storage = crate::io::OsStorage> {
-    inner: &'db Inner<S>,
-    ticket: Option<u64>,
-    writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
-}
-
-impl<'db, S: Storage> WriteTxn<'db, S> {
-    pub(crate) fn new(inner: &'db Inner<S>, ticket: u64) -> Self {
-        assert!(
-            inner.writer.held_by_this_thread(),
-            "a write transaction holds the writer lock"
-        );
-        WriteTxn {
-            inner,
-            ticket: Some(ticket),
-            writes: BTreeMap::new(),
-        }
-    }
-
-    fn check_key(&self, key: &[u8]) -> Result<()> {
-        let max = tree::key_max(self.inner.pool.page_bytes());
-        if key.len() > max {
-            return Err(Error::InvalidArgument(format!(
-                "key of {} bytes exceeds the {max}-byte limit",
-                key.len()
-            )));
-        }
-        Ok(())
-    }
-
-    /// Sets `key` to `value`.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for a key over the limit (1024 bytes; less
-    /// with 4 KiB pages) or a value over [`tree::VALUE_MAX`]. The transaction is
-    /// unchanged then.
-    pub fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
-        self.inner.health.check()?;
-        self.check_key(key)?;
-        if value.len() > tree::VALUE_MAX {
-            return Err(Error::InvalidArgument(format!(
-                "value of {} bytes exceeds the {}-byte limit",
-                value.len(),
-                tree::VALUE_MAX
-            )));
-        }
-        self.writes.insert(key.to_vec(), Some(value.to_vec()));
-        Ok(())
-    }
-
-    /// Deletes `key`.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for a key over the limit.
-    pub fn delete(&mut self, key: &[u8]) -> Result<()> {
-        self.inner.health.check()?;
-        self.check_key(key)?;
-        self.writes.insert(key.to_vec(), None);
-        Ok(())
-    }
-
-    /// The value of `key`, this transaction's writes included.
-    ///
-    /// # Errors
-    /// As [`ReadTxn::get`].
-    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        match self.writes.get(key) {
-            Some(v) => Ok(v.clone()),
-            None => get_committed(self.inner, key),
-        }
-    }
-
-    /// The entries in `range`, this transaction's writes included.
-    pub fn range<'k, R: RangeBounds<&'k [u8]>>(&self, range: R) -> RangeIter<'db, S> {
-        let (from, to) = bounds(&range);
-        let overlay = overlay_range(&self.writes, &from, &to);
-        RangeIter::new(self.inner, from, to, overlay, None)
-    }
-
-    /// The entries whose key starts with `prefix`, this transaction's writes included.
-    pub fn prefix(&self, prefix: &[u8]) -> RangeIter<'db, S> {
-        let (from, to) = prefix_bounds(prefix);
-        let overlay = overlay_range(&self.writes, &from, &to);
-        RangeIter::new(self.inner, from, to, overlay, None)
-    }
-
-    /// Discards the transaction's writes.
-    pub fn abort(mut self) {
-        self.release();
-    }
-
-    fn release(&mut self) {
-        if let Some(t) = self.ticket.take() {
-            self.inner.writer.release(t);
-        }
-    }
-
-    /// Makes the transaction's writes durable (under `Durability::Sync`) and
-    /// visible, all or nothing.
-    ///
-    /// # Errors
-    /// [`Error::CommitOutcomeUnknown`] when the WAL sync failed (recovery
-    /// decides); [`Error::Poisoned`] after an earlier log failure; I/O and
-    /// corruption errors before the commit record, with nothing changed.
-    pub fn commit(mut self) -> Result<()> {
-        self.inner.health.check()?;
-        let _guard = PanicGuard(&self.inner.health);
-        let writes = std::mem::take(&mut self.writes);
-        if writes.is_empty() {
-            self.release();
-            return Ok(());
-        }
-        let lsn = self.apply(writes);
-        self.release();
-        assert!(
-            self.ticket.is_none(),
-            "the writer lock is released before the sync"
-        );
-        let lsn = self.inner.health.observe(lsn)?;
-        if self.inner.opts.durability == Durability::Sync {
-            let t = Instant::now();
-            self.inner
-                .health
-                .observe(self.inner.log.flush_to_wal(lsn))?;
-            self.inner.counters.wal_sync_wait.record(t.elapsed());
-        }
-        self.inner.counters.commits.fetch_add(1, Ordering::Relaxed);
-        self.inner.after_commit();
-        Ok(())
-    }
-
-    fn apply(&self, writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>) -> Result<Lsn> {
-        let inner = self.inner;
-        let t = Instant::now();
-        let mut meta = health::write(&inner.tree)?;
-        inner.counters.tree_lock_wait.record(t.elapsed());
-        let horizon = Lsn::new(inner.fpi_horizon.load(Ordering::Acquire));
-        let mut ctx = CommitCtx::new(inner, *meta, inner.next_txn(), horizon);
-        // Before-images are kept only while a snapshot may need them (see
-        // the invariants of `super::versions`).
-        let versioned = inner.versions.versions_wanted();
-        let mut versions: CommitVersions = Vec::new();
-        for (k, v) in &writes {
-            let r = versioned
-                .then(|| tree::get(&ctx, ctx.meta.root, k))
-                .transpose()
-                .and_then(|before| {
-                    if let Some(before) = before {
-                        versions.push((k.clone(), before));
-                    }
-                    match v {
-                        Some(v) => tree::put(&mut ctx, k, v),
-                        None => tree::delete(&mut ctx, k).map(|_| ()),
-                    }
-                });
-            if let Err(e) = r {
-                let e = match e {
-                    Error::CacheExhausted { frames } => Error::TransactionTooLarge {
-                        pages: ctx.held_pages(),
-                        frames,
-                    },
-                    e => e,
-                };
-                ctx.rollback();
-                return Err(e);
-            }
-        }
-        let (full, full_bytes, deltas) = (ctx.full_images, ctx.full_image_bytes, ctx.deltas);
-        let logged = ctx.logged_bytes;
-        let new_meta = ctx.meta;
-        let lsn = ctx.commit()?;
-        *meta = new_meta;
-        assert!(
-            !versioned || versions.len() == writes.len(),
-            "a version per key"
-        );
-        // Published before the tree lock is let go.
-        inner
-            .versions
-            .publish(inner.versions.visible() + 1, versions)?;
-        inner
-            .counters
-            .full_images
-            .fetch_add(full, Ordering::Relaxed);
-        inner.counters.deltas.fetch_add(deltas, Ordering::Relaxed);
-        let c = &inner.counters;
-        c.full_image_bytes.fetch_add(full_bytes, Ordering::Relaxed);
-        c.page_record_bytes.fetch_add(logged, Ordering::Relaxed);
-        Ok(lsn)
-    }
-}
-
-impl<S: Storage> Drop for WriteTxn<'_, S> {
-    fn drop(&mut self) {
-        self.release();
-    }
-}
-
 /// An iterator over a key range, forward or (with `.rev()`) backward. Reads a
 /// leaf at a time, each under the tree's shared lock.
 pub struct RangeIter<'db, S: Storage = crate::io::OsStorage> {
@@ -511,7 +226,7 @@ pub struct RangeIter<'db, S: Storage = crate::io::OsStorage> {
 }
 
 impl<'db, S: Storage> RangeIter<'db, S> {
-    fn new(
+    pub(super) fn new(
         inner: &'db Inner<S>,
         lo: Bound<Vec<u8>>,
         hi: Bound<Vec<u8>>,
@@ -759,46 +474,6 @@ impl<S: Storage> DoubleEndedIterator for RangeIter<'_, S> {
                 self.failed = true;
                 Some(Err(e))
             }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::sync::atomic::AtomicU64;
-    use std::sync::Arc;
-
-    /// Holders are mutually exclusive and served in ticket order, also with
-    /// more waiters than the lock has slots (two share a slot then).
-    #[test]
-    fn ticket_lock_excludes_and_serves_in_order() {
-        for threads in [4usize, 80] {
-            let lock = Arc::new(TicketLock::default());
-            let inside = Arc::new(AtomicU64::new(0));
-            let served = Arc::new(Mutex::new(Vec::new()));
-            let handles: Vec<_> = (0..threads)
-                .map(|_| {
-                    let (lock, inside, served) = (lock.clone(), inside.clone(), served.clone());
-                    std::thread::spawn(move || {
-                        for _ in 0..200 {
-                            let t = lock.acquire();
-                            // A second holder would see 1 here.
-                            assert_eq!(inside.swap(1, Ordering::SeqCst), 0);
-                            served.lock().expect("not poisoned").push(t);
-                            std::thread::yield_now();
-                            inside.store(0, Ordering::SeqCst);
-                            lock.release(t);
-                        }
-                    })
-                })
-                .collect();
-            for h in handles {
-                h.join().expect("no holder panicked");
-            }
-            let served = served.lock().expect("not poisoned");
-            let expected: Vec<u64> = (0..(threads * 200) as u64).collect();
-            assert_eq!(*served, expected, "{threads} threads");
         }
     }
 }

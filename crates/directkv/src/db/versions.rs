@@ -15,9 +15,11 @@
 //!   commit are in the store) before the tree lock the commit changed pages
 //!   under is released: a reader that reads the tree, then the store, finds
 //!   every version newer than what the tree showed it.
-//! - A commit stores versions only if a snapshot is registered when it
-//!   checks, under the tree's write lock. A snapshot registered after that
-//!   check cannot read the tree until the commit released it, so it sees the
+//! - A commit stores versions only if a snapshot other than its own
+//!   transaction's is registered when it checks, under the tree's write
+//!   lock (its own ends with the commit and never reads it). A snapshot
+//!   registered after that check cannot read the tree until the commit
+//!   released it, so it sees the
 //!   commit whole (its snapshot is, in effect, that commit): it never needs
 //!   the versions skipped.
 //! - Versions with CSN at or below the oldest live snapshot are dropped:
@@ -45,6 +47,9 @@ pub(super) const VERSION_OVERHEAD_BYTES: usize = 96;
 
 /// A key's value before a commit changed it.
 pub(super) type Before = Option<Vec<u8>>;
+
+/// A key range, by its bounds.
+pub(super) type KeyRange = (Bound<Vec<u8>>, Bound<Vec<u8>>);
 
 /// The versions of one commit, as the commit path hands them over.
 pub(super) type CommitVersions = Vec<(Vec<u8>, Before)>;
@@ -163,10 +168,18 @@ impl VersionStore {
         }
     }
 
-    /// Whether a commit must store versions: a snapshot is live. Asked
-    /// under the tree's write lock (see the module invariants).
-    pub(super) fn versions_wanted(&self) -> bool {
-        !health::lock_even_poisoned(&self.registry).live.is_empty()
+    /// Whether a commit must store versions: a snapshot is live besides the
+    /// committing transaction's own (registered at `own`, which ends with
+    /// the commit and never reads it). Asked under the tree's write lock
+    /// (see the module invariants).
+    pub(super) fn versions_wanted(&self, own: u64) -> bool {
+        let reg = health::lock_even_poisoned(&self.registry);
+        let mut live = reg.live.iter();
+        match (live.next(), live.next()) {
+            (None, _) => false,
+            (Some((&csn, &(count, _))), None) => csn != own || count > 1,
+            (Some(_), Some(_)) => true,
+        }
     }
 
     /// Publishes commit `csn` with the before-images of the keys it changed
@@ -310,6 +323,45 @@ impl VersionStore {
             merged.into_iter().collect()
         };
         Ok(out)
+    }
+
+    /// The first of `keys`, or of the keys in `ranges`, that a commit after
+    /// `csn` changed, with what it was ("the key" or "a key in a range it
+    /// read"); `None` when none was. Complete while the snapshot at `csn`
+    /// is live: every commit since stored a version of every key it changed
+    /// (see the module invariants).
+    ///
+    /// # Errors
+    /// [`Error::SnapshotTooOld`] when the snapshot was given up (what
+    /// changed since is no longer known).
+    pub(super) fn changed_since<'k>(
+        &self,
+        csn: u64,
+        mut keys: impl Iterator<Item = &'k [u8]>,
+        ranges: &[KeyRange],
+    ) -> Result<Option<(Vec<u8>, &'static str)>> {
+        self.check_live(csn)?;
+        if self.visible() == csn {
+            return Ok(None);
+        }
+        let store = health::read(&self.store)?;
+        let newer = |chain: &VecDeque<(u64, Before)>| chain.back().is_some_and(|v| v.0 > csn);
+        if let Some(k) = keys.find(|k| store.by_key.get(*k).is_some_and(newer)) {
+            return Ok(Some((k.to_vec(), "the key")));
+        }
+        for (lo, hi) in ranges {
+            if !crate::db::txn::nonempty(lo, hi) {
+                continue;
+            }
+            let hit = store
+                .by_key
+                .range::<Vec<u8>, _>((lo.clone(), hi.clone()))
+                .find(|(_, chain)| newer(chain));
+            if let Some((k, _)) = hit {
+                return Ok(Some((k.clone(), "a key in a range it read")));
+            }
+        }
+        Ok(None)
     }
 
     /// What the store reports.

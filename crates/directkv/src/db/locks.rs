@@ -1,0 +1,292 @@
+//! Row locks: exclusive locks on keys, taken by a write transaction's
+//! `put`, `delete` and `get_for_update` and held until its commit record is
+//! appended (or it ends without one).
+//!
+//! Each locked key has one holder and a first-come, first-served queue of
+//! waiters; a release hands the key to the first waiter, so no waiter is
+//! overtaken by a later arrival. A waiter sleeps on a condition variable of
+//! its own, so a release wakes only the transaction it hands the key to.
+//!
+//! Deadlocks: a transaction waits for the holder of its key and for every
+//! waiter ahead of it in that key's queue (they get the key first). Before
+//! it sleeps, a transaction follows those edges through every other waiting
+//! transaction; if they lead back to itself, it is the victim and gets
+//! [`Error::Deadlock`] instead of waiting. Every edge of the graph is made
+//! by a transaction starting to wait (a hand-off only turns an edge to a
+//! waiter ahead into an edge to the holder), so checking there finds every
+//! cycle when it closes.
+//!
+//! Invariants:
+//! - A key in the table has a holder; a holder is never also a waiter of the
+//!   same key; a transaction waits for at most one key at a time.
+//! - The queue is served in arrival order: the key passes only to the
+//!   queue's front.
+//! - A waiter that gives up (timeout) leaves the queue, and a key whose
+//!   holder leaves with no waiter leaves the table: nothing outlives its
+//!   transactions.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+use crate::health;
+
+/// Transactions a deadlock search visits at most (every waiting transaction
+/// once; a bound far above any thread count, asserted).
+const DEADLOCK_SEARCH_MAX: usize = 1 << 20;
+
+/// A transaction waiting for a key.
+struct Waiter {
+    txn: u64,
+    wake: Arc<Condvar>,
+}
+
+/// One locked key.
+struct KeyLock {
+    holder: u64,
+    queue: VecDeque<Waiter>,
+}
+
+#[derive(Default)]
+struct Table {
+    keys: HashMap<Vec<u8>, KeyLock>,
+    /// Waiting transaction → the key it waits for.
+    waiting: HashMap<u64, Vec<u8>>,
+}
+
+/// What the lock table counts, as `Stats::transactions` reports it.
+#[derive(Default)]
+pub(super) struct LockCounters {
+    pub(super) waits: AtomicU64,
+    pub(super) waited_us: AtomicU64,
+    pub(super) deadlocks: AtomicU64,
+    pub(super) timeouts: AtomicU64,
+}
+
+/// The row locks of one database.
+#[derive(Default)]
+pub(crate) struct LockTable {
+    table: Mutex<Table>,
+    pub(super) counters: LockCounters,
+}
+
+impl LockTable {
+    fn table(&self) -> Result<MutexGuard<'_, Table>> {
+        health::lock(&self.table)
+    }
+
+    /// Locks `key` for `txn`, waiting first come first served while another
+    /// transaction holds it, at most `timeout`. Returns whether it was newly
+    /// taken (false: `txn` held it already).
+    ///
+    /// # Errors
+    /// [`Error::Deadlock`] when waiting would close a cycle of waits (`txn`
+    /// is the victim and waits for nothing); [`Error::LockTimeout`] when
+    /// the wait ran out; [`Error::Poisoned`] when a thread panicked holding
+    /// the table.
+    pub(super) fn lock(&self, txn: u64, key: &[u8], timeout: Duration) -> Result<bool> {
+        let mut t = self.table()?;
+        assert!(!t.waiting.contains_key(&txn), "a transaction waits once");
+        let holder = match t.keys.get(key) {
+            None => {
+                let queue = VecDeque::new();
+                t.keys.insert(key.to_vec(), KeyLock { holder: txn, queue });
+                return Ok(true);
+            }
+            Some(l) if l.holder == txn => return Ok(false),
+            Some(l) => l.holder,
+        };
+        if closes_cycle(&t, txn, holder, key) {
+            self.counters.deadlocks.fetch_add(1, Ordering::Relaxed);
+            return Err(Error::Deadlock {
+                key: String::from_utf8_lossy(key).into_owned(),
+            });
+        }
+        let wake = Arc::new(Condvar::new());
+        let l = t.keys.get_mut(key).expect("looked up above");
+        l.queue.push_back(Waiter {
+            txn,
+            wake: wake.clone(),
+        });
+        t.waiting.insert(txn, key.to_vec());
+        let started = Instant::now();
+        let r = self.wait(t, txn, key, &wake, (started, timeout));
+        let waited = started.elapsed();
+        self.counters.waits.fetch_add(1, Ordering::Relaxed);
+        let us = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
+        self.counters.waited_us.fetch_add(us, Ordering::Relaxed);
+        r.map(|()| true).map_err(|e| {
+            if matches!(e, Error::LockTimeout { .. }) {
+                self.counters.timeouts.fetch_add(1, Ordering::Relaxed);
+            }
+            e
+        })
+    }
+
+    /// Sleeps until `key` is handed to `txn` or `deadline` passes.
+    fn wait(
+        &self,
+        mut t: MutexGuard<'_, Table>,
+        txn: u64,
+        key: &[u8],
+        wake: &Condvar,
+        (started, timeout): (Instant, Duration),
+    ) -> Result<()> {
+        let deadline = started + timeout;
+        loop {
+            let holder = t.keys.get(key).map(|l| l.holder);
+            assert!(holder.is_some(), "a waited-for key stays locked");
+            if holder == Some(txn) {
+                assert!(
+                    !t.waiting.contains_key(&txn),
+                    "a granted waiter waits no more"
+                );
+                return Ok(());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                let l = t.keys.get_mut(key).expect("checked above");
+                let before = l.queue.len();
+                l.queue.retain(|w| w.txn != txn);
+                assert_eq!(l.queue.len() + 1, before, "a waiter leaves its queue once");
+                t.waiting.remove(&txn);
+                return Err(Error::LockTimeout {
+                    key: String::from_utf8_lossy(key).into_owned(),
+                    waited_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                });
+            }
+            t = match wake.wait_timeout(t, deadline - now) {
+                Ok((g, _)) => g,
+                Err(_) => return Err(health::lock_poisoned()),
+            };
+        }
+    }
+
+    /// Releases the locks `txn` holds on `keys`, handing each to its first
+    /// waiter.
+    pub(super) fn release_all(&self, txn: u64, keys: &[Vec<u8>]) {
+        if keys.is_empty() {
+            return;
+        }
+        // Releasing must run even after a panic elsewhere: the table's
+        // critical sections leave it whole (they change it only in
+        // single map operations after every assertion).
+        let mut t = health::lock_even_poisoned(&self.table);
+        for key in keys {
+            let std::collections::hash_map::Entry::Occupied(mut e) = t.keys.entry(key.clone())
+            else {
+                panic!("a transaction releases only keys it locked");
+            };
+            assert_eq!(e.get().holder, txn, "released by its holder");
+            match e.get_mut().queue.pop_front() {
+                Some(next) => {
+                    e.get_mut().holder = next.txn;
+                    let was = t.waiting.remove(&next.txn);
+                    assert!(was.is_some(), "the next holder was waiting");
+                    next.wake.notify_one();
+                }
+                None => {
+                    e.remove();
+                }
+            }
+        }
+    }
+
+    /// Keys locked now (for stats and tests).
+    pub(super) fn locked_keys(&self) -> usize {
+        health::lock_even_poisoned(&self.table).keys.len()
+    }
+
+    /// Transactions waiting for a lock now.
+    pub(super) fn waiting(&self) -> usize {
+        health::lock_even_poisoned(&self.table).waiting.len()
+    }
+}
+
+/// Whether `txn` waiting for `key` (held by `holder`) would close a cycle:
+/// whether the transactions it would wait for lead back to it.
+fn closes_cycle(t: &Table, txn: u64, holder: u64, key: &[u8]) -> bool {
+    let mut seen = HashSet::new();
+    let mut stack = vec![holder];
+    if let Some(l) = t.keys.get(key) {
+        stack.extend(l.queue.iter().map(|w| w.txn));
+    }
+    while let Some(x) = stack.pop() {
+        if x == txn {
+            return true;
+        }
+        if !seen.insert(x) {
+            continue;
+        }
+        assert!(seen.len() <= DEADLOCK_SEARCH_MAX, "the search is bounded");
+        let Some(k) = t.waiting.get(&x) else { continue };
+        let l = t.keys.get(k).expect("a waited-for key is locked");
+        stack.push(l.holder);
+        stack.extend(l.queue.iter().take_while(|w| w.txn != x).map(|w| w.txn));
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    const LONG: Duration = Duration::from_secs(30);
+
+    /// A held key makes a second transaction wait until it is released,
+    /// then passes to it; a released key with no waiter leaves the table.
+    #[test]
+    fn a_key_passes_to_its_waiter() {
+        let locks = Arc::new(LockTable::default());
+        assert!(locks.lock(1, b"k", LONG).expect("free"));
+        assert!(!locks.lock(1, b"k", LONG).expect("held already"));
+        let l2 = locks.clone();
+        let waiter = std::thread::spawn(move || l2.lock(2, b"k", LONG));
+        while health::lock_even_poisoned(&locks.table).waiting.is_empty() {
+            std::thread::yield_now();
+        }
+        locks.release_all(1, &[b"k".to_vec()]);
+        assert!(waiter.join().expect("no panic").expect("granted"));
+        locks.release_all(2, &[b"k".to_vec()]);
+        assert_eq!(locks.locked_keys(), 0);
+    }
+
+    /// Two transactions each holding what the other asks for: the second to
+    /// ask is the victim, and the first gets its key once the victim's
+    /// locks go.
+    #[test]
+    fn a_cycle_of_waits_makes_a_victim() {
+        let locks = Arc::new(LockTable::default());
+        locks.lock(1, b"a", LONG).expect("free");
+        locks.lock(2, b"b", LONG).expect("free");
+        let l1 = locks.clone();
+        let first = std::thread::spawn(move || l1.lock(1, b"b", LONG));
+        while health::lock_even_poisoned(&locks.table).waiting.is_empty() {
+            std::thread::yield_now();
+        }
+        let err = locks.lock(2, b"a", LONG).expect_err("a deadlock");
+        assert!(matches!(err, Error::Deadlock { .. }), "{err}");
+        locks.release_all(2, &[b"b".to_vec()]);
+        assert!(first.join().expect("no panic").expect("granted"));
+        assert_eq!(locks.counters.deadlocks.load(Ordering::Relaxed), 1);
+    }
+
+    /// A wait that runs out leaves the queue, and the key goes to the next
+    /// waiter in line.
+    #[test]
+    fn a_timed_out_waiter_leaves_the_queue() {
+        let locks = LockTable::default();
+        locks.lock(1, b"k", LONG).expect("free");
+        let err = locks
+            .lock(2, b"k", Duration::from_millis(20))
+            .expect_err("times out");
+        assert!(matches!(err, Error::LockTimeout { .. }), "{err}");
+        assert!(health::lock_even_poisoned(&locks.table).waiting.is_empty());
+        locks.release_all(1, &[b"k".to_vec()]);
+        assert_eq!(locks.locked_keys(), 0);
+        assert_eq!(locks.counters.timeouts.load(Ordering::Relaxed), 1);
+    }
+}

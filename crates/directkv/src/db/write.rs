@@ -1,0 +1,487 @@
+//! Write transactions, many at once (see `docs/mvcc.md`, "Write
+//! transactions").
+//!
+//! A write transaction registers a snapshot when it begins and reads it
+//! (plus its own writes, kept in memory until commit). `put`, `delete` and
+//! `get_for_update` take the key's row lock ([`super::locks`]), held until
+//! the commit record is appended; `get_for_update` reads the latest
+//! committed value, which nobody else can change while the lock is held.
+//!
+//! Commit, in order:
+//! 1. *warm*: each key it writes is looked up outside every lock, so the
+//!    pages its change needs are in the pool (cache misses of many
+//!    transactions overlap here);
+//! 2. the *commit section*, one transaction at a time (a first-come,
+//!    first-served gate, then the tree's write lock): validate, apply to
+//!    the tree and the log, publish the new commit to snapshots. It never
+//!    reads the disk: a page found missing rolls the attempt back, the gate
+//!    is let go, the page read, and the section entered again;
+//! 3. the row locks go (early lock release), the snapshot ends, and the
+//!    commit waits for its record to be durable outside every lock.
+//!
+//! Validation: under [`Isolation::Serializable`] every key and range the
+//! transaction read from its snapshot must be unchanged since; under
+//! [`Isolation::Snapshot`] every key it writes (the first committer wins).
+//! Keys read under their row lock are the latest already. The version store holds a version for
+//! every key each commit since the snapshot changed, because the
+//! transaction's own snapshot is live ([`super::versions`]), so "changed
+//! since" is a look-up there. A committed transaction's reads then equal
+//! the state at its commit point: the order of commits is a serial order.
+//!
+//! Invariants:
+//! - A transaction holds its snapshot from begin until after its commit
+//!   section, and its row locks until its commit record is appended or it
+//!   ends.
+//! - Nothing of a transaction is applied unless it validated, in the same
+//!   commit section; a failed validation changes nothing.
+//! - With `Options::serial_writers` one writer lock is held from begin to
+//!   end, so no two write transactions overlap (and none conflicts).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::{Bound, RangeBounds};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use super::commit::{Applied, CommitCtx};
+use super::engine::Inner;
+use super::options::{Isolation, WriteOptions};
+use super::txn::{self, RangeIter};
+use super::versions::{CommitVersions, KeyRange, Snapshot};
+use super::Durability;
+use crate::btree::tree;
+use crate::buffer::Access;
+use crate::error::{Error, Result};
+use crate::health::{self, PanicGuard};
+use crate::io::Storage;
+use crate::lsn::Lsn;
+
+/// Commit sections a commit enters that each find a page missing, before
+/// its last try reads missing pages inside the section.
+const COMMIT_MISSES_MAX: usize = 8;
+
+/// The keys and ranges a transaction read from its snapshot.
+#[derive(Default)]
+struct ReadSet {
+    keys: BTreeSet<Vec<u8>>,
+    ranges: Vec<KeyRange>,
+}
+
+/// The write transaction. Dropping it without `commit` aborts it. Many run
+/// at once (see [`Database::begin_write`](crate::Database::begin_write)).
+pub struct WriteTxn<'db, S: Storage = crate::io::OsStorage> {
+    inner: &'db Inner<S>,
+    /// Its row locks' owner id.
+    id: u64,
+    opts: WriteOptions,
+    snap: Option<Arc<Snapshot<'db>>>,
+    /// The writer lock's ticket under `Options::serial_writers`.
+    serial: Option<u64>,
+    writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    /// Keys whose row lock it holds.
+    locked: Vec<Vec<u8>>,
+    /// Keys read by `get_for_update` (the latest value, under the lock).
+    for_update: BTreeSet<Vec<u8>>,
+    /// What it read from its snapshot (Serializable only).
+    read_set: Mutex<ReadSet>,
+    /// Set when it was a deadlock's victim: it can only end.
+    victim: Option<String>,
+}
+
+impl<'db, S: Storage> WriteTxn<'db, S> {
+    /// Begins a write transaction (with the writer lock's `serial` ticket
+    /// under `Options::serial_writers`).
+    pub(super) fn new(
+        inner: &'db Inner<S>,
+        opts: WriteOptions,
+        serial: Option<u64>,
+    ) -> Result<Self> {
+        assert_eq!(
+            serial.is_some(),
+            inner.opts.serial_writers,
+            "serial writers hold the writer lock"
+        );
+        let snap = Snapshot::take(&inner.versions).map(Arc::new);
+        let snap = match snap {
+            Ok(s) => s,
+            Err(e) => {
+                if let Some(t) = serial {
+                    inner.writer.release(t);
+                }
+                return Err(e);
+            }
+        };
+        inner.counters.writers_begun.fetch_add(1, Ordering::Relaxed);
+        Ok(WriteTxn {
+            inner,
+            id: inner.next_txn(),
+            opts,
+            snap: Some(snap),
+            serial,
+            writes: BTreeMap::new(),
+            locked: Vec::new(),
+            for_update: BTreeSet::new(),
+            read_set: Mutex::new(ReadSet::default()),
+            victim: None,
+        })
+    }
+
+    fn read_set(&self) -> Result<std::sync::MutexGuard<'_, ReadSet>> {
+        health::lock(&self.read_set)
+    }
+
+    fn snap(&self) -> &Arc<Snapshot<'db>> {
+        self.snap
+            .as_ref()
+            .expect("a live transaction holds its snapshot")
+    }
+
+    /// Fails every operation of a deadlock's victim.
+    fn check_alive(&self) -> Result<()> {
+        self.inner.health.check()?;
+        match &self.victim {
+            Some(key) => Err(Error::Deadlock { key: key.clone() }),
+            None => Ok(()),
+        }
+    }
+
+    fn check_key(&self, key: &[u8]) -> Result<()> {
+        let max = tree::key_max(self.inner.pool.page_bytes());
+        if key.len() > max {
+            return Err(Error::InvalidArgument(format!(
+                "key of {} bytes exceeds the {max}-byte limit",
+                key.len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Takes `key`'s row lock (waiting first come first served). A deadlock
+    /// makes this transaction the victim: its locks go at once.
+    fn lock(&mut self, key: &[u8]) -> Result<()> {
+        let t = Instant::now();
+        match self.inner.locks.lock(self.id, key, self.opts.lock_timeout) {
+            Ok(true) => {
+                self.locked.push(key.to_vec());
+                self.inner.counters.row_lock_wait.record(t.elapsed());
+                Ok(())
+            }
+            Ok(false) => Ok(()),
+            Err(e) => {
+                self.inner.counters.row_lock_wait.record(t.elapsed());
+                if let Error::Deadlock { key } = &e {
+                    self.victim = Some(key.clone());
+                    self.release_locks();
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Sets `key` to `value`, taking the key's row lock.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a key over the limit (1024 bytes; less
+    /// with 4 KiB pages) or a value over [`tree::VALUE_MAX`]: the transaction
+    /// is unchanged then. [`Error::Deadlock`] or [`Error::LockTimeout`]
+    /// waiting for the lock.
+    pub fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.check_alive()?;
+        self.check_key(key)?;
+        if value.len() > tree::VALUE_MAX {
+            return Err(Error::InvalidArgument(format!(
+                "value of {} bytes exceeds the {}-byte limit",
+                value.len(),
+                tree::VALUE_MAX
+            )));
+        }
+        self.lock(key)?;
+        self.writes.insert(key.to_vec(), Some(value.to_vec()));
+        Ok(())
+    }
+
+    /// Deletes `key`, taking the key's row lock.
+    ///
+    /// # Errors
+    /// As [`put`](Self::put).
+    pub fn delete(&mut self, key: &[u8]) -> Result<()> {
+        self.check_alive()?;
+        self.check_key(key)?;
+        self.lock(key)?;
+        self.writes.insert(key.to_vec(), None);
+        Ok(())
+    }
+
+    /// The value of `key`: this transaction's write, else the latest
+    /// committed value if it holds the key's lock from
+    /// [`get_for_update`](Self::get_for_update), else the snapshot's
+    /// (a read validated at commit under [`Isolation::Serializable`]).
+    ///
+    /// # Errors
+    /// As [`ReadTxn::get`](crate::ReadTxn::get).
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.check_alive()?;
+        if let Some(v) = self.writes.get(key) {
+            return Ok(v.clone());
+        }
+        if self.for_update.contains(key) {
+            return txn::get_committed(self.inner, key);
+        }
+        let v = txn::get_at(self.inner, self.snap(), key)?;
+        if self.opts.isolation == Isolation::Serializable {
+            self.read_set()?.keys.insert(key.to_vec());
+        }
+        Ok(v)
+    }
+
+    /// Locks `key` (as a write would) and returns its latest committed
+    /// value, or this transaction's own write: the `SELECT … FOR UPDATE`
+    /// of a read-modify-write. Another transaction writing or locking the
+    /// key waits until this one commits or ends, so the value read stays
+    /// the latest and is not validated at commit.
+    ///
+    /// # Errors
+    /// [`Error::Deadlock`] (this transaction is the victim: end it and run
+    /// it again), [`Error::LockTimeout`]; as [`get`](Self::get).
+    pub fn get_for_update(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.check_alive()?;
+        self.check_key(key)?;
+        self.lock(key)?;
+        self.for_update.insert(key.to_vec());
+        if let Some(v) = self.writes.get(key) {
+            return Ok(v.clone());
+        }
+        txn::get_committed(self.inner, key)
+    }
+
+    /// The entries in `range` in the snapshot, this transaction's writes
+    /// included (the range is validated at commit under
+    /// [`Isolation::Serializable`], so a key committed into it since by
+    /// another transaction is a conflict).
+    pub fn range<'k, R: RangeBounds<&'k [u8]>>(&self, range: R) -> RangeIter<'db, S> {
+        let (from, to) = txn::bounds(&range);
+        self.scan(from, to)
+    }
+
+    /// The entries whose key starts with `prefix`, as [`range`](Self::range).
+    pub fn prefix(&self, prefix: &[u8]) -> RangeIter<'db, S> {
+        let (from, to) = txn::prefix_bounds(prefix);
+        self.scan(from, to)
+    }
+
+    fn scan(&self, from: Bound<Vec<u8>>, to: Bound<Vec<u8>>) -> RangeIter<'db, S> {
+        let overlay = txn::overlay_range(&self.writes, &from, &to);
+        if self.opts.isolation == Isolation::Serializable {
+            // Only a panic while recording a read poisons the set; the
+            // database is stopped then, and the commit's validation says so.
+            if let Ok(mut set) = self.read_set() {
+                set.ranges.push((from.clone(), to.clone()));
+            }
+        }
+        RangeIter::new(self.inner, from, to, overlay, Some(self.snap().clone()))
+    }
+
+    /// Discards the transaction's writes and releases its locks.
+    pub fn abort(mut self) {
+        self.end();
+    }
+
+    fn release_locks(&mut self) {
+        let keys = std::mem::take(&mut self.locked);
+        self.inner.locks.release_all(self.id, &keys);
+    }
+
+    /// Ends the transaction: its locks, its snapshot, the writer lock.
+    fn end(&mut self) {
+        self.release_locks();
+        self.snap = None;
+        if let Some(t) = self.serial.take() {
+            self.inner.writer.release(t);
+        }
+    }
+
+    /// Makes the transaction's writes durable (under `Durability::Sync`) and
+    /// visible, all or nothing, if it validates (see the module docs).
+    ///
+    /// # Errors
+    /// [`Error::Conflict`] (nothing applied; run it again), the error of
+    /// a deadlock's victim; [`Error::CommitOutcomeUnknown`] when the WAL
+    /// sync failed (recovery decides); [`Error::Poisoned`] after an earlier
+    /// log failure; I/O and corruption errors before the commit record, with
+    /// nothing changed.
+    pub fn commit(mut self) -> Result<()> {
+        self.check_alive()?;
+        let _guard = PanicGuard(&self.inner.health);
+        let writes = std::mem::take(&mut self.writes);
+        if writes.is_empty() {
+            // Every read saw one snapshot: it serializes there.
+            self.end();
+            return Ok(());
+        }
+        for k in writes.keys() {
+            txn::get_committed(self.inner, k)?;
+        }
+        let lsn = self.commit_section(&writes);
+        self.end();
+        assert!(self.locked.is_empty(), "row locks go before the sync");
+        let lsn = match lsn {
+            Err(e) if e.is_retryable() => {
+                self.inner
+                    .counters
+                    .conflicts
+                    .fetch_add(1, Ordering::Relaxed);
+                return Err(e);
+            }
+            r => self.inner.health.observe(r)?,
+        };
+        if self.inner.opts.durability == Durability::Sync {
+            let t = Instant::now();
+            self.inner
+                .health
+                .observe(self.inner.log.flush_to_wal(lsn))?;
+            self.inner.counters.wal_sync_wait.record(t.elapsed());
+        }
+        self.inner.counters.commits.fetch_add(1, Ordering::Relaxed);
+        self.inner.after_commit();
+        Ok(())
+    }
+
+    /// Enters the commit section until an attempt needs no page it lacks;
+    /// returns the commit record's LSN.
+    fn commit_section(&self, writes: &BTreeMap<Vec<u8>, Option<Vec<u8>>>) -> Result<Lsn> {
+        let inner = self.inner;
+        for attempt in 0..=COMMIT_MISSES_MAX {
+            let read_through = attempt == COMMIT_MISSES_MAX;
+            let t = Instant::now();
+            let ticket = inner.committer.acquire();
+            inner.counters.commit_wait.record(t.elapsed());
+            let r = self.apply(writes, read_through);
+            inner.committer.release(ticket);
+            match r? {
+                Applied::Done(lsn) => return Ok(lsn),
+                Applied::Missed(page) => {
+                    assert!(!read_through, "the last try reads what it misses");
+                    inner.counters.commit_misses.fetch_add(1, Ordering::Relaxed);
+                    drop(
+                        inner
+                            .health
+                            .observe(inner.pool.read(page, Access::Normal))?,
+                    );
+                }
+            }
+        }
+        unreachable!("the last attempt reads through")
+    }
+
+    /// Validates and applies the transaction under the tree's write lock.
+    fn apply(
+        &self,
+        writes: &BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+        read_through: bool,
+    ) -> Result<Applied> {
+        let inner = self.inner;
+        let t = Instant::now();
+        let mut meta = health::write(&inner.tree)?;
+        inner.counters.tree_lock_wait.record(t.elapsed());
+        self.validate(writes)?;
+        let horizon = Lsn::new(inner.fpi_horizon.load(Ordering::Acquire));
+        let mut ctx = CommitCtx::new(inner, *meta, inner.next_txn(), horizon);
+        ctx.read_through = read_through;
+        // Before-images are kept only while a snapshot other than this
+        // transaction's own may need them (see `super::versions`).
+        let versioned = inner.versions.versions_wanted(self.snap().csn());
+        let mut versions: CommitVersions = Vec::new();
+        for (k, v) in writes {
+            if let Err(e) = apply_one(&mut ctx, versioned.then_some(&mut versions), k, v) {
+                let missed = ctx.missed();
+                ctx.rollback();
+                return match (missed, e) {
+                    (Some(page), _) => Ok(Applied::Missed(page)),
+                    (None, Error::CacheExhausted { frames }) => Err(Error::TransactionTooLarge {
+                        pages: writes.len(),
+                        frames,
+                    }),
+                    (None, e) => Err(e),
+                };
+            }
+        }
+        let counts = ctx.counts();
+        let new_meta = ctx.meta;
+        let lsn = ctx.commit()?;
+        *meta = new_meta;
+        assert!(
+            !versioned || versions.len() == writes.len(),
+            "a version per key"
+        );
+        // Published before the tree lock is let go.
+        inner
+            .versions
+            .publish(inner.versions.visible() + 1, versions)?;
+        inner.counters.add_page_records(counts);
+        Ok(Applied::Done(lsn))
+    }
+
+    /// Fails with [`Error::Conflict`] when a commit since the snapshot
+    /// changed what this transaction depends on: under Serializable, a key
+    /// or a range it read from its snapshot; under Snapshot, a key it
+    /// writes (the first committer wins). Keys read under their row lock
+    /// (`get_for_update`) are the latest already and are not checked. A
+    /// blind write needs no check under Serializable: it takes effect at
+    /// the commit point, which is where the transaction serializes. Called
+    /// in the commit section, where no commit runs beside it.
+    fn validate(&self, writes: &BTreeMap<Vec<u8>, Option<Vec<u8>>>) -> Result<()> {
+        let unlocked = |k: &&Vec<u8>| !self.for_update.contains(*k);
+        let set = self.read_set()?;
+        let (keys, ranges): (Vec<&[u8]>, &[KeyRange]) = match self.opts.isolation {
+            Isolation::Serializable => (
+                set.keys
+                    .iter()
+                    .filter(unlocked)
+                    .map(Vec::as_slice)
+                    .collect(),
+                &set.ranges,
+            ),
+            Isolation::Snapshot => (
+                writes.keys().filter(unlocked).map(Vec::as_slice).collect(),
+                &[],
+            ),
+        };
+        let snap = self.snap();
+        let found = snap
+            .store()
+            .changed_since(snap.csn(), keys.into_iter(), ranges)?;
+        match found {
+            None => Ok(()),
+            Some((key, what)) => Err(Error::Conflict {
+                key: String::from_utf8_lossy(&key).into_owned(),
+                reason: format!(
+                    "another transaction committed a change to {what} since this one began"
+                ),
+            }),
+        }
+    }
+}
+
+/// Applies one write, first keeping the key's before-image in `versions`
+/// when one is wanted.
+fn apply_one<S: Storage>(
+    ctx: &mut CommitCtx<'_, S>,
+    versions: Option<&mut CommitVersions>,
+    k: &[u8],
+    v: &Option<Vec<u8>>,
+) -> Result<()> {
+    if let Some(versions) = versions {
+        let before = tree::get(&*ctx, ctx.meta.root, k)?;
+        versions.push((k.to_vec(), before));
+    }
+    match v {
+        Some(v) => tree::put(ctx, k, v),
+        None => tree::delete(ctx, k).map(|_| ()),
+    }
+}
+
+impl<S: Storage> Drop for WriteTxn<'_, S> {
+    fn drop(&mut self) {
+        self.end();
+    }
+}
