@@ -488,6 +488,7 @@ impl KvSpec {
             io,
             cpu,
             wait_per_op_us: report::wait_per_op(&before.stats, &engine_stats, ops),
+            txn_per_sec: report::txn_per_sec(&before.stats, &engine_stats, driven.elapsed),
             engine_stats,
             consistency,
             snapshot_hold: driven.snapshot_hold,

@@ -704,6 +704,7 @@ fn report(
         cpu: server_cpu.plus(d.client_cpu),
         engine_stats,
         wait_per_op_us: Default::default(),
+        txn_per_sec: Default::default(),
         consistency,
         snapshot_hold: None,
     }

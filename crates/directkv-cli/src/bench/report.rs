@@ -79,12 +79,19 @@ pub struct RunReport {
     pub engine_stats: serde_json::Value,
     /// This engine only (empty for others): what an operation waited for in
     /// the foreground on average during the run, microseconds, by cause
-    /// (`read_miss`: data-file reads of cache misses; `writer_lock_wait`;
-    /// `tree_lock_wait`; `wal_sync_wait`: the commit's WAL sync;
+    /// (`read_miss`: data-file reads of cache misses; `writer_lock_wait`
+    /// (one writer at a time only); `commit_wait`: entering the commit
+    /// section; `row_lock_wait`; `tree_lock_wait`; `wal_sync_wait`: the
+    /// commit's WAL sync;
     /// `free_frame_wait`; `log_space_wait`). Set against `latency_us_mean`,
     /// it says where the time of a transaction went.
     #[serde(default)]
     pub wait_per_op_us: BTreeMap<String, f64>,
+    /// This engine only: write transactions' counters per second during
+    /// the run (`begun`, `conflicts`, `deadlocks`, `retries`, `lock_waits`,
+    /// `lock_timeouts`, `commit_misses`, `lock_wait_us`).
+    #[serde(default)]
+    pub txn_per_sec: BTreeMap<String, f64>,
     /// The TPC-B consistency check (tpcb only).
     pub consistency: Option<Consistency>,
     /// A read transaction held through the run (`--hold-snapshot`).
@@ -355,22 +362,75 @@ pub fn print_waits(lines: &[Line<RunReport>]) {
     println!();
     println!("where an operation's time went (mean, microseconds per operation):");
     println!(
-        "{:<22} {:>3} {:>8} {:>10} {:>10} {:>10} {:>10} {:>8}",
-        "config", "rnd", "latency", "data read", "writer lk", "WAL sync", "other wait", "rest"
+        "{:<22} {:>3} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>9}",
+        "config",
+        "rnd",
+        "latency",
+        "data read",
+        "writer lk",
+        "commit sec",
+        "row locks",
+        "WAL sync",
+        "other",
+        "rest",
+        "retries/s"
     );
     for l in ours {
         let r = &l.row;
         let w = |cause: &str| r.wait_per_op_us.get(cause).copied().unwrap_or(0.0);
-        let (read, writer, sync) = (w("read_miss"), w("writer_lock_wait"), w("wal_sync_wait"));
+        let named = [
+            "read_miss",
+            "writer_lock_wait",
+            "commit_wait",
+            "row_lock_wait",
+            "wal_sync_wait",
+        ]
+        .map(w);
         let waited: f64 = r.wait_per_op_us.values().sum();
-        let other = waited - read - writer - sync;
+        let other = waited - named.iter().sum::<f64>();
         let mean = r.latency.latency_us_mean;
-        let rest = mean - waited;
+        let [read, writer, commit, rows, sync] = named;
+        let retries = r.txn_per_sec.get("retries").copied().unwrap_or(0.0);
         println!(
-            "{:<22} {:>3} {:>8.0} {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>8.0}",
-            l.config, l.round, mean, read, writer, sync, other, rest
+            "{:<22} {:>3} {:>8.0} {:>9.0} {:>9.0} {:>9.0} {:>9.0} {:>9.0} {:>9.0} {:>8.0} {:>9.1}",
+            l.config,
+            l.round,
+            mean,
+            read,
+            writer,
+            commit,
+            rows,
+            sync,
+            other,
+            mean - waited,
+            retries
         );
     }
+}
+
+/// Write transactions' counters per second between two snapshots of this
+/// engine's stats (`Stats::transactions`: conflicts, deadlocks, retries,
+/// lock waits, ...); empty for an engine without them.
+pub fn txn_per_sec(
+    before: &serde_json::Value,
+    after: &serde_json::Value,
+    seconds: f64,
+) -> BTreeMap<String, f64> {
+    let Some(counters) = after["transactions"].as_object() else {
+        return BTreeMap::new();
+    };
+    counters
+        .iter()
+        .filter(|(name, _)| !matches!(name.as_str(), "locked_keys" | "waiting_for_locks"))
+        .filter_map(|(name, v)| {
+            let end = v.as_u64()?;
+            let start = before["transactions"][name].as_u64().unwrap_or(0);
+            Some((
+                name.clone(),
+                end.saturating_sub(start) as f64 / seconds.max(1e-9),
+            ))
+        })
+        .collect()
 }
 
 const COLORS: [plotters::style::RGBColor; 6] = [

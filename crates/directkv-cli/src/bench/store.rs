@@ -12,7 +12,7 @@ use std::sync::Mutex;
 
 use anyhow::{bail, Result};
 use directkv::internals::io::{AioBackend, DirectIo, SyncVariant};
-use directkv::{Database, Durability, Options};
+use directkv::{Database, Durability, Options, WriteOptions};
 use serde::{Deserialize, Serialize};
 
 /// One transaction's reads and writes.
@@ -21,6 +21,11 @@ pub trait TxnOps {
     fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>>;
     /// Sets `key` to `value`.
     fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()>;
+    /// The latest value of `key`, locked until the transaction ends (an
+    /// UPDATE's row lock); engines without row locks read as `get`.
+    fn get_for_update(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.get(key)
+    }
 }
 
 /// A transactional ordered key-value store under benchmark.
@@ -38,12 +43,6 @@ pub trait Store: Send + Sync {
     /// Runs `body` as one transaction and commits it (durably, unless the
     /// store was opened for loading). `body` may run again after a conflict.
     fn transact(&self, body: &mut dyn FnMut(&mut dyn TxnOps) -> Result<()>) -> Result<()>;
-    /// Warms the cache with the pages of `keys` before a transaction that
-    /// reads them (see `Database::prefetch`); engines whose writers run
-    /// concurrently need nothing.
-    fn prefetch(&self, _keys: &[&[u8]]) -> Result<()> {
-        Ok(())
-    }
     /// Makes everything loaded so far durable and compact (a checkpoint).
     fn finish_load(&self) -> Result<()>;
     /// The engine's own counters, as JSON.
@@ -114,6 +113,9 @@ pub enum Engine {
         aio: Option<AioBackend>,
         /// Full-page images in the WAL LZ4-compressed (the default) or whole.
         compress: bool,
+        /// One write transaction at a time (`Options::serial_writers`), the
+        /// engine before concurrent transactions.
+        serial: bool,
     },
     /// A peer engine, by its configuration name (see [`PEER_CONFIGS`]).
     Peer {
@@ -192,6 +194,10 @@ impl Engine {
             ),
             None => (name, None),
         };
+        let (base, serial) = match base.strip_suffix("-serial") {
+            Some(b) => (b, true),
+            None => (base, false),
+        };
         let (base, compress) = match base.strip_suffix("-whole-images") {
             Some(b) => (b, false),
             None => (base, true),
@@ -213,7 +219,7 @@ impl Engine {
             Some(b) => (b, false),
             None => (base, true),
         };
-        let plain = readahead && scheduled && aio.is_none() && compress;
+        let plain = readahead && scheduled && aio.is_none() && compress && !serial;
         Ok(match base {
             "direct" => Engine::Directkv {
                 direct: true,
@@ -222,6 +228,7 @@ impl Engine {
                 scheduled,
                 aio,
                 compress,
+                serial,
             },
             "buffered" => Engine::Directkv {
                 direct: false,
@@ -230,6 +237,7 @@ impl Engine {
                 scheduled,
                 aio,
                 compress,
+                serial,
             },
             peer if sync.is_none() && plain => match PEER_CONFIGS.iter().find(|p| p.0 == peer) {
                 Some(&(config, family, _)) => Engine::Peer { config, family },
@@ -271,7 +279,8 @@ impl Engine {
 /// What `--compare` accepts, for the error that names a wrong one.
 const CONFIG_NAMES: &str = "use direct, buffered, direct/METHOD (a WAL sync method), \
      direct-no-readahead, direct-fifo, direct-uring, direct-threads, direct-no-aio, \
-     direct-whole-images, rocksdb, rocksdb-direct, lmdb, sqlite, or for tpcb postgres \
+     direct-whole-images, direct-serial (one writer at a time), rocksdb, rocksdb-direct, lmdb, \
+     sqlite, or for tpcb postgres \
      (also called pgbench)";
 
 /// Settings of this engine a run may override.
@@ -300,10 +309,12 @@ pub fn open(
             scheduled,
             aio,
             compress,
+            serial,
         } => {
             let defaults = Options::default();
             let opts = Options {
                 compress_page_images: *compress,
+                serial_writers: *serial,
                 page_bytes: tuning.page_bytes.unwrap_or(defaults.page_bytes),
                 checkpoint_wal_bytes: tuning
                     .checkpoint_wal_bytes
@@ -355,16 +366,19 @@ pub struct DirectkvStore {
     db: Database,
 }
 
-struct DirectkvTxn<'a> {
-    w: directkv::WriteTxn<'a>,
+struct DirectkvTxn<'t, 'db> {
+    w: &'t mut directkv::WriteTxn<'db>,
 }
 
-impl TxnOps for DirectkvTxn<'_> {
+impl TxnOps for DirectkvTxn<'_, '_> {
     fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         Ok(self.w.get(key)?)
     }
     fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
         Ok(self.w.put(key, value)?)
+    }
+    fn get_for_update(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self.w.get_for_update(key)?)
     }
 }
 
@@ -385,16 +399,27 @@ impl Store for DirectkvStore {
     }
 
     fn transact(&self, body: &mut dyn FnMut(&mut dyn TxnOps) -> Result<()>) -> Result<()> {
-        let mut t = DirectkvTxn {
-            w: self.db.begin_write()?,
-        };
-        body(&mut t)?;
-        t.w.commit()?;
-        Ok(())
-    }
-
-    fn prefetch(&self, keys: &[&[u8]]) -> Result<()> {
-        Ok(self.db.prefetch(keys)?)
+        // The engine runs the body again on a conflict or a deadlock; an
+        // error of the bench's own (not the engine's) ends it, kept here.
+        let mut own: Option<anyhow::Error> = None;
+        let r = self.db.transaction(&WriteOptions::default(), |w| {
+            match body(&mut DirectkvTxn { w }) {
+                Ok(()) => Ok(()),
+                Err(e) => match e.downcast::<directkv::Error>() {
+                    Ok(engine) => Err(engine),
+                    Err(e) => {
+                        own = Some(e);
+                        Err(directkv::Error::InvalidArgument(
+                            "the bench's body failed".into(),
+                        ))
+                    }
+                },
+            }
+        });
+        match (r, own) {
+            (_, Some(e)) => Err(e),
+            (r, None) => Ok(r?),
+        }
     }
 
     fn finish_load(&self) -> Result<()> {
@@ -446,7 +471,7 @@ mod tests {
 
     #[test]
     fn configuration_names_take_their_suffixes_in_the_documented_order() {
-        let e = Engine::parse("direct-no-readahead-fifo-threads-whole-images/fdatasync")
+        let e = Engine::parse("direct-no-readahead-fifo-threads-whole-images-serial/fdatasync")
             .expect("every suffix, then a sync method");
         assert!(
             matches!(
@@ -458,6 +483,7 @@ mod tests {
                     scheduled: false,
                     aio: Some(AioBackend::Threads),
                     compress: false,
+                    serial: true,
                 }
             ),
             "{e:?}"

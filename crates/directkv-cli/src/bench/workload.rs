@@ -235,7 +235,6 @@ impl Shared {
                     tpcb_key(b'T', tid),
                     tpcb_key(b'B', bid),
                 ];
-                store.prefetch(&[&keys[0], &keys[1], &keys[2]])?;
                 store.transact(&mut |t| {
                     for key in &keys {
                         add_balance(t, key, delta, size)?;
@@ -384,7 +383,7 @@ impl Client {
 
 fn add_balance(t: &mut dyn TxnOps, key: &[u8], delta: i64, size: usize) -> Result<()> {
     let old = t
-        .get(key)?
+        .get_for_update(key)?
         .with_context(|| format!("tpcb row {key:?} is missing"))?;
     let balance = first_u64(&old) as i64 + delta;
     t.put(key, &balance_row(balance, size))
