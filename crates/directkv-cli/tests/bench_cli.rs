@@ -164,7 +164,7 @@ fn tpcb_runs_side_by_side_and_passes_its_consistency_check() {
         // Where a transaction's time went: every durable commit waited for
         // the WAL sync, and the waits lie inside the transactions.
         let waits = r["wait_per_op_us"].as_object().expect("wait_per_op_us");
-        for cause in ["read_miss", "writer_lock_wait", "wal_sync_wait"] {
+        for cause in ["read_miss", "commit_wait", "row_lock_wait", "wal_sync_wait"] {
             assert!(waits[cause].as_f64() >= Some(0.0), "{cause} in {r}");
         }
         assert!(waits["wal_sync_wait"].as_f64() > Some(0.0), "{r}");
@@ -196,6 +196,55 @@ fn tpcb_runs_side_by_side_and_passes_its_consistency_check() {
     };
     assert!(per_image(&lines[0]) < 4096, "{}", per_image(&lines[0]));
     assert!(per_image(&lines[2]) >= 8192, "{}", per_image(&lines[2]));
+}
+
+/// `--clients 1,4` sweeps: every configuration runs with each count, named
+/// CONFIG@CLIENTS, the configurations alternating within a count; the
+/// default runs concurrent writers, `-serial` one at a time (no
+/// commit-section wait is then a row lock's), and both pass the TPC-B check
+/// and report their transactions' counters.
+#[test]
+fn tpcb_sweeps_clients_beside_one_writer_at_a_time() {
+    let dir = scratch();
+    let (ok, lines, err) = bench(
+        dir.path(),
+        &[
+            "tpcb",
+            "--scale",
+            "1",
+            "--clients",
+            "1,4",
+            "--seconds",
+            "1",
+            "--cache",
+            "8M",
+            "--compare",
+            "direct,direct-serial",
+        ],
+    );
+    assert!(ok, "{err}");
+    let runs: Vec<&Value> = lines.iter().filter(|l| l["kind"] == "run").collect();
+    let names: Vec<&str> = runs.iter().filter_map(|r| r["config"].as_str()).collect();
+    assert_eq!(
+        names,
+        ["direct@1", "direct-serial@1", "direct@4", "direct-serial@4"]
+    );
+    for r in &runs {
+        assert_eq!(r["consistency"]["ok"], true, "{r}");
+        let want = if r["config"].as_str().is_some_and(|c| c.ends_with("@4")) {
+            4
+        } else {
+            1
+        };
+        assert_eq!(r["clients"], want, "{r}");
+        let txn = r["txn_per_sec"].as_object().expect("txn_per_sec");
+        assert!(txn["begun"].as_f64() > Some(0.0), "{r}");
+        let waits = r["wait_per_op_us"].as_object().expect("waits");
+        let serial = r["config"].as_str().is_some_and(|c| c.contains("-serial"));
+        if !serial {
+            assert_eq!(waits["writer_lock_wait"].as_f64(), Some(0.0), "{r}");
+        }
+    }
 }
 
 #[test]

@@ -49,9 +49,11 @@ pub struct Common {
     /// with the same data set; `--fresh` reloads).
     #[arg(long, default_value = DIR_DEFAULT)]
     pub dir: PathBuf,
-    /// Client threads (at least 1).
-    #[arg(long, default_value_t = CLIENTS_DEFAULT, value_parser = clap::value_parser!(u64).range(1..))]
-    pub clients: u64,
+    /// Client threads (at least 1); several, comma-separated (1,8,32,64),
+    /// sweep: every configuration runs with each, named CONFIG@CLIENTS,
+    /// and a table of throughput by clients follows.
+    #[arg(long, value_delimiter = ',', default_value = "8", value_parser = clap::value_parser!(u64).range(1..))]
+    pub clients: Vec<u64>,
     /// Seconds each configuration runs (more than 0).
     #[arg(long, default_value_t = SECONDS_DEFAULT, value_parser = super::args::parse_seconds)]
     pub seconds: f64,
@@ -110,7 +112,7 @@ impl Default for Common {
     fn default() -> Common {
         Common {
             dir: PathBuf::from(DIR_DEFAULT),
-            clients: CLIENTS_DEFAULT,
+            clients: vec![CLIENTS_DEFAULT],
             seconds: SECONDS_DEFAULT,
             keys: KEYS_DEFAULT,
             value_size: VALUE_SIZE_DEFAULT,
@@ -146,7 +148,8 @@ pub struct KvSpec {
     workload: Workload,
     shape: Shape,
     configs: Vec<String>,
-    clients: u64,
+    /// Client threads, one count or a sweep (see [`sweep`]).
+    clients: Vec<u64>,
     seconds: f64,
     seed: u64,
     cache_bytes: u64,
@@ -182,8 +185,9 @@ impl KvSpec {
         if configs.is_empty() || configs.iter().any(String::is_empty) {
             bail!("--compare needs at least one configuration, and no empty names");
         }
-        let configs = runnable(&workload, configs)?;
-        if common.clients == 0
+        let configs = sweep(runnable(&workload, configs)?, &common.clients);
+        if common.clients.is_empty()
+            || common.clients.contains(&0)
             || common.seconds.is_nan()
             || common.seconds <= 0.0
             || shape.keys == 0
@@ -207,7 +211,7 @@ impl KvSpec {
             workload,
             shape,
             configs,
-            clients: common.clients,
+            clients: common.clients.clone(),
             seconds: common.seconds,
             seed: common.seed,
             cache_bytes,
@@ -231,7 +235,11 @@ impl KvSpec {
         format!(
             "{}: {} clients, {} s per run, data set {data}, cache {} MiB{}, configurations {}",
             self.workload.name(),
-            self.clients,
+            self.clients
+                .iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(","),
             self.seconds,
             self.cache_bytes >> 20,
             memory_limit.map_or(String::new(), |l| format!(", memory limit {} MiB", l >> 20)),
@@ -315,16 +323,48 @@ fn runnable(workload: &Workload, configs: Vec<String>) -> Result<Vec<String>> {
     Ok(out)
 }
 
+/// The configurations to run: `configs` as they are for one client count;
+/// for a sweep, each with every count (`CONFIG@CLIENTS`), the configurations
+/// alternating within a count.
+fn sweep(configs: Vec<String>, clients: &[u64]) -> Vec<String> {
+    if clients.len() <= 1 {
+        return configs;
+    }
+    clients
+        .iter()
+        .flat_map(|c| configs.iter().map(move |n| format!("{n}@{c}")))
+        .collect()
+}
+
+/// A configuration's name without a sweep's `@CLIENTS`, and that count.
+pub fn split_clients(config: &str) -> (&str, Option<u64>) {
+    match config.rsplit_once('@') {
+        Some((name, c)) => match c.parse() {
+            Ok(c) => (name, Some(c)),
+            Err(_) => (config, None),
+        },
+        None => (config, None),
+    }
+}
+
 impl KvSpec {
+    /// The client threads of a run of `config`.
+    fn clients_of(&self, config: &str) -> u64 {
+        let first = self.clients.first().copied();
+        let c = split_clients(config).1.or(first).expect("a client count");
+        assert!(c > 0, "a run has a client");
+        c
+    }
+
     /// What a run of the PostgreSQL peer is told.
-    fn pg_run<'a>(&'a self, cgroup: Option<&'a Path>) -> Result<postgres::PgRun<'a>> {
+    fn pg_run<'a>(&'a self, run: &Run, cgroup: Option<&'a Path>) -> Result<postgres::PgRun<'a>> {
         let Workload::Tpcb { scale } = self.workload else {
             bail!("{} runs only tpcb", postgres::CONFIG);
         };
         Ok(postgres::PgRun {
             dir: &self.dir,
             scale,
-            clients: self.clients,
+            clients: self.clients_of(&run.config),
             seconds: self.seconds,
             cache_bytes: self.cache_bytes,
             check: self.check,
@@ -351,21 +391,23 @@ impl Spec for KvSpec {
 
     fn load(&self, run: &Run) -> Result<f64> {
         let fresh = self.fresh && run.round == 1;
-        if run.config == postgres::CONFIG {
-            return postgres::load(&self.pg_run(None)?, fresh);
+        let (config, _) = split_clients(&run.config);
+        if config == postgres::CONFIG {
+            return postgres::load(&self.pg_run(run, None)?, fresh);
         }
-        let engine = Engine::parse(&run.config)?;
-        Ok(self.data_set(&engine, &run.config, fresh)?.1)
+        let engine = Engine::parse(config)?;
+        Ok(self.data_set(&engine, config, fresh)?.1)
     }
 
     fn measure(&self, run: &Run) -> Result<Vec<RunReport>> {
-        if run.config == postgres::CONFIG {
-            let mut report = postgres::measure(&self.pg_run(run.cgroup.as_deref())?)?;
+        let (config, _) = split_clients(&run.config);
+        if config == postgres::CONFIG {
+            let mut report = postgres::measure(&self.pg_run(run, run.cgroup.as_deref())?)?;
             report.load_seconds = run.load_seconds;
             return Ok(vec![report]);
         }
-        let engine = Engine::parse(&run.config)?;
-        let (data_dir, _) = self.data_set(&engine, &run.config, false)?;
+        let engine = Engine::parse(config)?;
+        let (data_dir, _) = self.data_set(&engine, config, false)?;
         let mut report = self.run_measured(run, &engine, &data_dir)?;
         report.load_seconds = run.load_seconds;
         Ok(vec![report])
@@ -377,6 +419,9 @@ impl Spec for KvSpec {
         if !out.json() {
             report::print_waits(lines);
             report::print_summary(lines, &summary);
+            if self.clients.len() > 1 {
+                report::print_by_clients(lines, &self.clients);
+            }
             report::print_snapshot_holds(lines);
         }
         if let Some(dir) = &self.plot {
@@ -461,7 +506,7 @@ impl KvSpec {
         let per_second = per_second.into_inner().unwrap_or_else(|p| p.into_inner());
         let memory_bytes = rss_peak_bytes + db_cached_bytes;
         Ok(RunReport {
-            clients: self.clients,
+            clients: self.clients_of(&run.config),
             unit: self.workload.unit().into(),
             cache_bytes: self.cache_bytes,
             load_seconds: 0.0,
@@ -516,7 +561,7 @@ impl KvSpec {
             let holder = self
                 .hold_snapshot
                 .then(|| scope.spawn(|| store.hold_snapshot(&done)));
-            let handles: Vec<_> = (0..self.clients)
+            let handles: Vec<_> = (0..self.clients_of(&run.config))
                 .map(|id| {
                     let (shared, client) = (&shared, Client::new(id, self.seed_of(run)));
                     scope.spawn(move || {

@@ -408,6 +408,40 @@ pub fn print_waits(lines: &[Line<RunReport>]) {
     }
 }
 
+/// A sweep's throughput by clients: a row per configuration, a column per
+/// client count, each the mean over the rounds.
+pub fn print_by_clients(lines: &[Line<RunReport>], clients: &[u64]) {
+    let mut names: Vec<&str> = Vec::new();
+    for l in lines {
+        let name = super::kv::split_clients(&l.config).0;
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    println!();
+    println!("throughput by clients (ops/s, mean of the rounds):");
+    let head: Vec<String> = clients.iter().map(|c| format!("{c:>10}")).collect();
+    println!("{:<28} {}", "config", head.join(" "));
+    for name in names {
+        let cells: Vec<String> = clients
+            .iter()
+            .map(|&c| {
+                let runs: Vec<f64> = lines
+                    .iter()
+                    .filter(|l| l.error.is_none())
+                    .filter(|l| super::kv::split_clients(&l.config) == (name, Some(c)))
+                    .map(|l| l.row.ops_per_sec)
+                    .collect();
+                match runs.len() {
+                    0 => format!("{:>10}", "-"),
+                    n => format!("{:>10.0}", runs.iter().sum::<f64>() / n as f64),
+                }
+            })
+            .collect();
+        println!("{name:<28} {}", cells.join(" "));
+    }
+}
+
 /// Write transactions' counters per second between two snapshots of this
 /// engine's stats (`Stats::transactions`: conflicts, deadlocks, retries,
 /// lock waits, ...); empty for an engine without them.
