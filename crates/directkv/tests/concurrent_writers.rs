@@ -171,7 +171,7 @@ fn get_for_update_reads_the_latest_under_its_lock() {
     let (_dir, db) = open();
     put(&db, b"n", b"0");
     let mut t = db.begin_write().expect("t");
-    assert_eq!(t.get(b"n").expect("snapshot"), Some(b"0".to_vec()));
+    // Its snapshot holds n = 0; a later commit makes it 5.
     put(&db, b"n", b"5");
     let v = t.get_for_update(b"n").expect("locks");
     assert_eq!(v, Some(b"5".to_vec()), "the latest, not the snapshot");
@@ -184,6 +184,71 @@ fn get_for_update_reads_the_latest_under_its_lock() {
     t.commit().expect("a locked read is not validated");
     assert_eq!(read(&db, b"n"), Some(b"6".to_vec()));
     assert_eq!(db.stats().transactions.locked_keys, 0, "locks go at commit");
+}
+
+/// A transaction that writes nothing but mixed a snapshot read with a
+/// locked (latest) read saw two states; under Serializable its commit is
+/// refused like any other stale read.
+#[test]
+fn a_read_only_transaction_mixing_snapshot_and_locked_reads_is_validated() {
+    let (_dir, db) = open();
+    put(&db, b"x", b"0");
+    put(&db, b"y", b"0");
+    let mut t = db.begin_write().expect("t");
+    assert_eq!(t.get(b"x").expect("snapshot"), Some(b"0".to_vec()));
+    let mut both = db.begin_write().expect("both");
+    both.put(b"x", b"1").expect("put");
+    both.put(b"y", b"1").expect("put");
+    both.commit().expect("commit");
+    assert_eq!(t.get_for_update(b"y").expect("latest"), Some(b"1".to_vec()));
+    let err = t.commit().expect_err("x from before, y from after");
+    assert!(matches!(err, Error::Conflict { .. }), "{err}");
+    // Reading the snapshot alone is one state, and commits.
+    let r = db.begin_write().expect("r");
+    assert_eq!(r.get(b"x").expect("get"), Some(b"1".to_vec()));
+    put(&db, b"x", b"2");
+    r.commit()
+        .expect("a snapshot read alone serializes at the snapshot");
+}
+
+/// `get_for_update` of a key the transaction already wrote returns its own
+/// write, so it read nothing committed: the write is still checked. Both
+/// read x from their snapshots; B commits x; A writes x, locks it, and must
+/// not overwrite B's update (a lost update under either level).
+#[test]
+fn locking_a_key_after_writing_it_does_not_exempt_the_write() {
+    for level in [WriteOptions::default(), snapshot_level()] {
+        let (_dir, db) = open();
+        put(&db, b"x", b"0");
+        let mut a = db.begin_write_with(&level).expect("a");
+        let mut b = db.begin_write_with(&level).expect("b");
+        assert_eq!(a.get(b"x").expect("get"), Some(b"0".to_vec()));
+        assert_eq!(b.get(b"x").expect("get"), Some(b"0".to_vec()));
+        b.put(b"x", b"b").expect("put");
+        b.commit().expect("b");
+        a.put(b"x", b"a").expect("put");
+        assert_eq!(a.get_for_update(b"x").expect("own"), Some(b"a".to_vec()));
+        let err = a.commit().expect_err("a lost update");
+        assert!(matches!(err, Error::Conflict { .. }), "{level:?}: {err}");
+        assert_eq!(read(&db, b"x"), Some(b"b".to_vec()));
+    }
+}
+
+/// Serializable: a snapshot read of x stays in the read set when x is
+/// locked later and its latest (different) value read; the transaction saw
+/// two values of x and must not commit.
+#[test]
+fn a_snapshot_read_is_validated_even_after_the_key_is_locked() {
+    let (_dir, db) = open();
+    put(&db, b"x", b"1");
+    let mut a = db.begin_write().expect("a");
+    assert_eq!(a.get(b"x").expect("snapshot"), Some(b"1".to_vec()));
+    put(&db, b"x", b"b");
+    assert_eq!(a.get_for_update(b"x").expect("latest"), Some(b"b".to_vec()));
+    a.put(b"y", b"from-a").expect("put");
+    let err = a.commit().expect_err("two values of x");
+    assert!(matches!(err, Error::Conflict { .. }), "{err}");
+    assert_eq!(read(&db, b"y"), None);
 }
 
 /// A writer of a locked key waits until the holder commits, then proceeds:

@@ -21,8 +21,9 @@
 //!
 //! Validation: under [`Isolation::Serializable`] every key and range the
 //! transaction read from its snapshot must be unchanged since; under
-//! [`Isolation::Snapshot`] every key it writes (the first committer wins).
-//! Keys read under their row lock are the latest already. The version store holds a version for
+//! [`Isolation::Snapshot`] every key it writes (the first committer wins),
+//! except a key whose latest value it read under the row lock before
+//! writing it. The version store holds a version for
 //! every key each commit since the snapshot changed, because the
 //! transaction's own snapshot is live ([`super::versions`]), so "changed
 //! since" is a look-up there. A committed transaction's reads then equal
@@ -80,7 +81,9 @@ pub struct WriteTxn<'db, S: Storage = crate::io::OsStorage> {
     writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
     /// Keys whose row lock it holds.
     locked: Vec<Vec<u8>>,
-    /// Keys read by `get_for_update` (the latest value, under the lock).
+    /// Keys whose latest committed value `get_for_update` read under the
+    /// lock before this transaction wrote them: their writes are based on
+    /// the latest, not the snapshot.
     for_update: BTreeSet<Vec<u8>>,
     /// What it read from its snapshot (Serializable only).
     read_set: Mutex<ReadSet>,
@@ -247,10 +250,12 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
         self.check_alive()?;
         self.check_key(key)?;
         self.lock(key)?;
-        self.for_update.insert(key.to_vec());
         if let Some(v) = self.writes.get(key) {
+            // Its own write: nothing committed was read, so nothing the
+            // validation of its writes may skip.
             return Ok(v.clone());
         }
+        self.for_update.insert(key.to_vec());
         txn::get_committed(self.inner, key)
     }
 
@@ -314,9 +319,23 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
         let _guard = PanicGuard(&self.inner.health);
         let writes = std::mem::take(&mut self.writes);
         if writes.is_empty() {
-            // Every read saw one snapshot: it serializes there.
+            // Reads of the snapshot alone serialize at the snapshot; mixed
+            // with latest values read under row locks, they must still be
+            // the latest now (the locked ones cannot have changed).
+            let mixed = !self.for_update.is_empty();
+            let r = if mixed {
+                self.validate(&writes)
+            } else {
+                Ok(())
+            };
             self.end();
-            return Ok(());
+            if r.as_ref().is_err_and(Error::is_retryable) {
+                self.inner
+                    .counters
+                    .conflicts
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            return r;
         }
         for k in writes.keys() {
             txn::get_committed(self.inner, k)?;
@@ -423,26 +442,24 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
 
     /// Fails with [`Error::Conflict`] when a commit since the snapshot
     /// changed what this transaction depends on: under Serializable, a key
-    /// or a range it read from its snapshot; under Snapshot, a key it
-    /// writes (the first committer wins). Keys read under their row lock
-    /// (`get_for_update`) are the latest already and are not checked. A
-    /// blind write needs no check under Serializable: it takes effect at
-    /// the commit point, which is where the transaction serializes. Called
-    /// in the commit section, where no commit runs beside it.
+    /// or a range it read from its snapshot (also when it locked the key
+    /// later: the snapshot read saw the older value); under Snapshot, a key
+    /// it writes (the first committer wins), unless it read the key's latest
+    /// value under the row lock before writing it. A blind write needs no
+    /// check under Serializable: it takes effect at the commit point, which
+    /// is where the transaction serializes. Called in the commit section,
+    /// where no commit runs beside it (or, for a transaction that writes
+    /// nothing, anywhere: the store's lock makes the look-up one moment).
     fn validate(&self, writes: &BTreeMap<Vec<u8>, Option<Vec<u8>>>) -> Result<()> {
-        let unlocked = |k: &&Vec<u8>| !self.for_update.contains(*k);
         let set = self.read_set()?;
         let (keys, ranges): (Vec<&[u8]>, &[KeyRange]) = match self.opts.isolation {
-            Isolation::Serializable => (
-                set.keys
-                    .iter()
-                    .filter(unlocked)
+            Isolation::Serializable => (set.keys.iter().map(Vec::as_slice).collect(), &set.ranges),
+            Isolation::Snapshot => (
+                writes
+                    .keys()
+                    .filter(|k| !self.for_update.contains(*k))
                     .map(Vec::as_slice)
                     .collect(),
-                &set.ranges,
-            ),
-            Isolation::Snapshot => (
-                writes.keys().filter(unlocked).map(Vec::as_slice).collect(),
                 &[],
             ),
         };
