@@ -44,6 +44,7 @@ pub fn run(args: Args) -> Result<()> {
     };
     let start = Instant::now();
     let (mut acked, mut crashes, mut detected) = (0u64, 0u64, 0u64);
+    let (mut overlapped, mut refused) = (0u64, 0u64);
     for seed in args.from..args.from + args.seeds {
         let run = directkv::internals::sim::run_seed(seed).and_then(|r| {
             let d = match args.damage {
@@ -56,6 +57,8 @@ pub fn run(args: Args) -> Result<()> {
             Ok((r, d)) => {
                 acked += r.acked;
                 crashes += r.crashes;
+                overlapped += r.overlapped;
+                refused += r.refused;
                 detected += d;
             }
             Err(f) => {
@@ -77,14 +80,16 @@ pub fn run(args: Args) -> Result<()> {
             serde_json::json!({
                 "seeds": args.seeds, "from": args.from, "failures": 0, "seconds": secs,
                 "seeds_per_sec": rate, "acked_commits": acked, "crashes": crashes,
+                "overlapped_commits": overlapped, "refused_commits": refused,
                 "damaged_reopens": args.seeds * args.damage, "damage_detected": detected,
             })
         );
     } else {
         println!(
             "{} seeds from {} passed in {secs:.1} s ({rate:.0} seeds/s): {acked} acknowledged \
-             commits, {crashes} crashes, {} damaged reopens ({detected} refused, the rest \
-             read back whole or as reported), no invariant broken",
+             commits ({overlapped} beside another open write transaction, {refused} more \
+             refused as conflicts), {crashes} crashes, {} damaged reopens ({detected} \
+             refused, the rest read back whole or as reported), no invariant broken",
             args.seeds,
             args.from,
             args.seeds * args.damage
