@@ -1,13 +1,14 @@
-//! `directkv crash-workload DIR`: the child of the real-process crash test. It
-//! runs bank transfers (the sum of all balances never changes) and prints
-//! `acked N` after commit N returned, so a parent that kills it with SIGKILL
-//! knows exactly which commits were acknowledged.
+//! `directkv crash-workload DIR`: the child of the real-process crash test. Its
+//! threads run bank transfers at once (the sum of all balances never
+//! changes), and each prints `acked T N` after its commit N returned, so a
+//! parent that kills it with SIGKILL knows exactly which commits were
+//! acknowledged.
 
 use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::Result;
-use directkv::{Database, Options};
+use directkv::{Database, Options, WriteOptions};
 
 /// Accounts in the workload; each starts at [`START_BALANCE`].
 pub const ACCOUNTS: u64 = 200;
@@ -22,13 +23,33 @@ pub struct Args {
     /// Cache size in bytes (small, so pages are evicted and checkpoints run).
     #[arg(long, default_value_t = 1 << 20)]
     cache: usize,
+    /// Threads committing at once, each with its own counter and records.
+    #[arg(long, default_value_t = 1)]
+    threads: u64,
 }
+
+/// Threads the workload runs at most (each has a counter from the start).
+pub const THREADS_MAX: u64 = 8;
 
 fn key(a: u64) -> Vec<u8> {
     format!("acct{a:05}").into_bytes()
 }
 
+/// Thread `t`'s counter: the number of its commits.
+pub fn counter_key(t: u64) -> Vec<u8> {
+    format!("next{t:02}").into_bytes()
+}
+
+/// The record commit `n` of thread `t` writes.
+pub fn record_key(t: u64, n: u64) -> Vec<u8> {
+    format!("txn{t:02}-{n:08}").into_bytes()
+}
+
 pub fn run(args: Args) -> Result<()> {
+    anyhow::ensure!(
+        (1..=THREADS_MAX).contains(&args.threads),
+        "--threads is 1 to {THREADS_MAX}"
+    );
     let opts = Options {
         cache_bytes: args.cache,
         page_bytes: 4096,
@@ -38,42 +59,65 @@ pub fn run(args: Args) -> Result<()> {
         ..Options::default()
     };
     let db = Database::open(&args.dir, opts)?;
-    let next = match db.begin_read()?.get(b"next")? {
-        Some(v) => u64::from_le_bytes(v.as_slice().try_into()?),
-        None => {
-            let mut w = db.begin_write()?;
-            for a in 0..ACCOUNTS {
-                w.put(&key(a), &START_BALANCE.to_le_bytes())?;
-            }
-            w.put(b"next", &0u64.to_le_bytes())?;
-            w.commit()?;
-            0
+    if db.begin_read()?.get(&key(0))?.is_none() {
+        let mut w = db.begin_write()?;
+        for a in 0..ACCOUNTS {
+            w.put(&key(a), &START_BALANCE.to_le_bytes())?;
         }
-    };
+        for t in 0..THREADS_MAX {
+            w.put(&counter_key(t), &0u64.to_le_bytes())?;
+        }
+        w.commit()?;
+    }
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..args.threads)
+            .map(|t| {
+                let db = &db;
+                s.spawn(move || transfers(db, t))
+            })
+            .collect();
+        for h in handles {
+            match h.join() {
+                Ok(r) => r?,
+                Err(_) => anyhow::bail!("a workload thread panicked"),
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Thread `t`'s transfers, each one transaction (run again on a conflict),
+/// printing `acked T N` once commit `n` returned.
+fn transfers(db: &Database, t: u64) -> Result<()> {
+    let next = db
+        .begin_read()?
+        .get(&counter_key(t))?
+        .ok_or_else(|| anyhow::anyhow!("missing counter"))?;
+    let next = u64::from_le_bytes(next.as_slice().try_into()?);
     let out = std::io::stdout();
-    let mut x = next.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut x = (next ^ (t << 32)).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     for n in next.. {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
         let (from, to) = (x % ACCOUNTS, (x >> 20) % ACCOUNTS);
         let amount = (x >> 40) as i64 % 100;
-        let mut w = db.begin_write()?;
-        let bal = |w: &directkv::WriteTxn<'_>, a| -> Result<i64> {
-            let v = w
-                .get(&key(a))?
-                .ok_or_else(|| anyhow::anyhow!("missing account"))?;
-            Ok(i64::from_le_bytes(v.as_slice().try_into()?))
-        };
-        let (f, t) = (bal(&w, from)?, bal(&w, to)?);
-        if from != to {
-            w.put(&key(from), &(f - amount).to_le_bytes())?;
-            w.put(&key(to), &(t + amount).to_le_bytes())?;
-        }
-        w.put(format!("txn{n:08}").as_bytes(), &[0xAB; 64])?;
-        w.put(b"next", &(n + 1).to_le_bytes())?;
-        w.commit()?;
-        writeln!(out.lock(), "acked {n}")?;
+        db.transaction(&WriteOptions::default(), |w| {
+            // Snapshot reads, validated at commit: a lost update would show
+            // as money made or lost.
+            let bal = |w: &directkv::WriteTxn<'_>, a| -> directkv::Result<i64> {
+                let v = w.get(&key(a))?.unwrap_or_default();
+                Ok(v.as_slice().try_into().map_or(i64::MIN, i64::from_le_bytes))
+            };
+            let (f, to_bal) = (bal(w, from)?, bal(w, to)?);
+            if from != to {
+                w.put(&key(from), &(f - amount).to_le_bytes())?;
+                w.put(&key(to), &(to_bal + amount).to_le_bytes())?;
+            }
+            w.put(&record_key(t, n), &[0xAB; 64])?;
+            w.put(&counter_key(t), &(n + 1).to_le_bytes())
+        })?;
+        writeln!(out.lock(), "acked {t} {n}")?;
     }
     Ok(())
 }

@@ -1,9 +1,11 @@
 //! Real crashes (RELIABILITY.md F1, C9): a child process commits bank transfers
+//! from several threads at once (concurrent write transactions, Serializable)
 //! on a real directory with direct I/O and durable commits, printing each
 //! acknowledged commit; the parent kills it with SIGKILL after a random delay,
-//! reopens, and checks that every acknowledged commit is there, that no
-//! transfer is half applied (the balances still sum to the opening total), and
-//! that the commits present form a prefix with no holes. The child then resumes
+//! reopens, and checks that every acknowledged commit of every thread is
+//! there, that no transfer is half applied or lost to a concurrent one (the
+//! balances still sum to the opening total), and that each thread's commits
+//! present form a prefix with no holes. The child then resumes
 //! on the recovered database, so the cycles also crash during and right after
 //! recovery. `DIRECTKV_CRASH_CYCLES` sets the number of cycles (default 25).
 
@@ -17,7 +19,12 @@ use directkv::{Database, Options};
 const ACCOUNTS: u64 = 200;
 const START_BALANCE: i64 = 1000;
 
-fn check(dir: &std::path::Path, acked: Option<u64>) -> u64 {
+/// Threads the child commits from.
+const THREADS: u64 = 4;
+
+/// Checks the recovered database against what each thread had acknowledged
+/// (`acked[t]`: its last acknowledged commit); returns the commits present.
+fn check(dir: &std::path::Path, acked: &[Option<u64>]) -> u64 {
     let opts = Options {
         cache_bytes: 1 << 20,
         page_bytes: 4096,
@@ -25,34 +32,59 @@ fn check(dir: &std::path::Path, acked: Option<u64>) -> u64 {
     };
     let db = Database::open(dir, opts).expect("recovery opens the database");
     let r = db.begin_read().expect("read");
-    let next = r
-        .get(b"next")
-        .expect("get")
-        .map(|v| u64::from_le_bytes(v.as_slice().try_into().expect("8 bytes")))
-        .unwrap_or(0);
-    if let Some(a) = acked {
-        assert!(
-            next > a,
-            "acknowledged commit {a} lost: the database says next is {next}"
-        );
-    }
-    let txns: Vec<_> = r.prefix(b"txn").map(|e| e.expect("scan").0).collect();
-    assert_eq!(txns.len() as u64, next, "commits form a prefix 0..next");
-    for (i, k) in txns.iter().enumerate() {
-        assert_eq!(k, format!("txn{i:08}").as_bytes(), "no holes");
+    let mut total = 0;
+    for (t, acked) in acked.iter().enumerate() {
+        let next = r
+            .get(format!("next{t:02}").as_bytes())
+            .expect("get")
+            .map(|v| u64::from_le_bytes(v.as_slice().try_into().expect("8 bytes")))
+            .unwrap_or(0);
+        if let Some(a) = acked {
+            assert!(
+                next > *a,
+                "thread {t}: acknowledged commit {a} lost: its counter is {next}"
+            );
+        }
+        let prefix = format!("txn{t:02}-");
+        let txns: Vec<_> = r
+            .prefix(prefix.as_bytes())
+            .map(|e| e.expect("scan").0)
+            .collect();
+        assert_eq!(txns.len() as u64, next, "thread {t}: commits form a prefix");
+        for (i, k) in txns.iter().enumerate() {
+            assert_eq!(k, format!("{prefix}{i:08}").as_bytes(), "no holes");
+        }
+        total += next;
     }
     let sum: i64 = r
         .prefix(b"acct")
         .map(|e| i64::from_le_bytes(e.expect("scan").1.as_slice().try_into().expect("8")))
         .sum();
-    if next > 0 {
+    if total > 0 {
         assert_eq!(
             sum,
             ACCOUNTS as i64 * START_BALANCE,
-            "a transfer was half applied"
+            "a transfer was half applied, or an update lost"
         );
     }
-    next
+    total
+}
+
+/// Reads `acked T N` lines into `acked` until `deadline`; false when the
+/// child's output ended first.
+fn collect_acks(
+    rx: &mpsc::Receiver<(usize, u64)>,
+    acked: &mut [Option<u64>],
+    deadline: std::time::Instant,
+) -> bool {
+    while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+        match rx.recv_timeout(left) {
+            Ok((t, n)) => acked[t] = acked[t].max(Some(n)),
+            Err(mpsc::RecvTimeoutError::Timeout) => break,
+            Err(mpsc::RecvTimeoutError::Disconnected) => return false,
+        }
+    }
+    true
 }
 
 #[test]
@@ -68,6 +100,7 @@ fn sigkill_never_loses_an_acknowledged_commit() {
         let mut child = Command::new(env!("CARGO_BIN_EXE_directkv"))
             .arg("crash-workload")
             .arg(dir.path())
+            .args(["--threads", &THREADS.to_string()])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -77,8 +110,9 @@ fn sigkill_never_loses_an_acknowledged_commit() {
         let reader = std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
-                if let Some(n) = line.strip_prefix("acked ") {
-                    let _ = tx.send(n.parse::<u64>().expect("number"));
+                if let Some(rest) = line.strip_prefix("acked ") {
+                    let (t, n) = rest.split_once(' ').expect("acked T N");
+                    let _ = tx.send((t.parse().expect("thread"), n.parse().expect("number")));
                 }
             }
         });
@@ -86,32 +120,26 @@ fn sigkill_never_loses_an_acknowledged_commit() {
         seed ^= seed >> 7;
         seed ^= seed << 17;
         let delay = Duration::from_millis(10 + seed % 290);
-        let mut acked = None;
+        let mut acked = vec![None; THREADS as usize];
         let deadline = std::time::Instant::now() + delay;
-        while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
-            match rx.recv_timeout(left) {
-                Ok(n) => acked = Some(n),
-                Err(mpsc::RecvTimeoutError::Timeout) => break,
-                Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    let out = child.wait_with_output().expect("child output");
-                    panic!(
-                        "child exited early: {}",
-                        String::from_utf8_lossy(&out.stderr)
-                    );
-                }
-            }
+        if !collect_acks(&rx, &mut acked, deadline) {
+            let out = child.wait_with_output().expect("child output");
+            panic!(
+                "child exited early: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
         // SIGKILL: no destructor, no flush, no checkpoint.
         child.kill().expect("kill");
         let _ = child.wait();
         reader.join().expect("reader");
-        while let Ok(n) = rx.try_recv() {
-            acked = Some(n);
+        while let Ok((t, n)) = rx.try_recv() {
+            acked[t] = acked[t].max(Some(n));
         }
-        let next = check(dir.path(), acked);
-        total += acked.map_or(0, |a| a + 1);
+        let present = check(dir.path(), &acked);
+        total += acked.iter().flatten().map(|a| a + 1).sum::<u64>();
         eprintln!(
-            "cycle {cycle}: killed after {delay:?}, acked through {acked:?}, recovered next={next}"
+            "cycle {cycle}: killed after {delay:?}, acked through {acked:?}, recovered {present}"
         );
     }
     assert!(total > 0, "the child committed something");
