@@ -715,8 +715,11 @@ impl<S: Storage> Shared<S> {
             }
         };
         st.end_flush(out.buf, failure);
+        // Waiters wake after the state's lock is let go, so they do not
+        // all wake only to queue for the lock this thread still holds.
+        drop(st);
         self.flushed.notify_all();
-        st
+        lock(&self.state)
     }
 
     /// Writes `len` bytes of `buf` at `start` (both unit-aligned), split across
