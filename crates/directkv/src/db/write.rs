@@ -337,9 +337,7 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
             }
             return r;
         }
-        for k in writes.keys() {
-            txn::get_committed(self.inner, k)?;
-        }
+        self.warm(&writes)?;
         let lsn = self.commit_section(&writes);
         self.end();
         assert!(self.locked.is_empty(), "row locks go before the sync");
@@ -362,6 +360,21 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
         }
         self.inner.counters.commits.fetch_add(1, Ordering::Relaxed);
         self.inner.after_commit();
+        Ok(())
+    }
+
+    /// Brings the pages its writes will change into the pool, outside every
+    /// lock, looking up each key it has not read already (a key read in
+    /// this transaction had its path fixed moments ago; looking it up again
+    /// would lengthen the hold of its row lock for nothing).
+    fn warm(&self, writes: &BTreeMap<Vec<u8>, Option<Vec<u8>>>) -> Result<()> {
+        let set = self.read_set()?;
+        let unread = writes
+            .keys()
+            .filter(|k| !self.for_update.contains(*k) && !set.keys.contains(*k));
+        for k in unread {
+            txn::get_committed(self.inner, k)?;
+        }
         Ok(())
     }
 
