@@ -267,11 +267,13 @@ pub enum Error {
     },
 
     /// A write transaction could not commit: another transaction committed
-    /// a change to what it read (Serializable) or wrote (both isolation
-    /// levels) after its snapshot. Nothing of it was applied; run it again
+    /// a change, after its snapshot, to what it read from the snapshot
+    /// (Serializable) or to what it writes (Snapshot), or its snapshot was
+    /// given up. Nothing of it was applied; run it again
     /// (`Database::transaction` does).
     #[error(
-        "conflict: {reason} (key {key:?}); nothing of the transaction was applied. Run it          again: the next try reads the newer state"
+        "conflict: {reason} (key {key:?}); nothing of the transaction was applied. Run it \
+         again: the next try reads the newer state"
     )]
     Conflict {
         /// The key (lossily as text) or range where the conflict was found.
@@ -284,7 +286,9 @@ pub enum Error {
     /// each waiting for the next: this one is the victim. Its locks are
     /// released and nothing of it will be applied; run it again.
     #[error(
-        "deadlock: waiting for the lock on key {key:?} would close a cycle of waiting          transactions; this transaction was chosen to end it. Nothing of it will be          applied; run it again"
+        "deadlock: waiting for the lock on key {key:?} would close a cycle of waiting \
+         transactions; this transaction was chosen to end it. Nothing of it will be \
+         applied; run it again"
     )]
     Deadlock {
         /// The key (lossily as text) it asked to lock.
@@ -295,7 +299,8 @@ pub enum Error {
     /// (`WriteOptions::lock_timeout`). The transaction is unchanged: it may
     /// try again or end.
     #[error(
-        "lock wait timeout: the lock on key {key:?} was not granted within {waited_ms} ms;          another transaction holds it. The transaction is unchanged"
+        "lock wait timeout: the lock on key {key:?} was not granted within {waited_ms} ms; \
+         another transaction holds it. The transaction is unchanged"
     )]
     LockTimeout {
         /// The key (lossily as text).

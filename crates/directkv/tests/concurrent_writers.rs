@@ -251,6 +251,56 @@ fn a_snapshot_read_is_validated_even_after_the_key_is_locked() {
     assert_eq!(read(&db, b"y"), None);
 }
 
+/// An iterator of a write transaction keeps its snapshot after the
+/// transaction commits: a key the transaction wrote after making the
+/// iterator reads as it was, not as the commit left it.
+#[test]
+fn an_iterator_outliving_its_write_transaction_keeps_its_snapshot() {
+    let (_dir, db) = open();
+    put(&db, b"k", b"old");
+    let mut w = db.begin_write().expect("w");
+    let mut it = w.prefix(b"k");
+    w.put(b"k", b"new").expect("put");
+    w.commit().expect("commit");
+    let (k, v) = it.next().expect("an entry").expect("reads");
+    assert_eq!((k, v), (b"k".to_vec(), b"old".to_vec()));
+    assert_eq!(read(&db, b"k"), Some(b"new".to_vec()));
+}
+
+/// A write transaction whose snapshot was given up to the version store's
+/// cap can no longer know what changed since: its commit is refused
+/// (retryable), never validated against versions that are gone.
+#[test]
+fn a_write_transaction_past_the_version_cap_cannot_commit() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let small = Options {
+        version_store_bytes: Some(256 << 10),
+        ..opts()
+    };
+    let db = Database::open(dir.path(), small).expect("open");
+    put(&db, b"a", b"0");
+    put(&db, b"b", b"0");
+    for i in 0..64u32 {
+        put(&db, format!("big{i}").as_bytes(), &[1u8; 8000]);
+    }
+    let mut t = db.begin_write().expect("t");
+    assert_eq!(t.get(b"b").expect("snapshot"), Some(b"0".to_vec()));
+    let mut both = db.begin_write().expect("both");
+    both.put(b"a", b"1").expect("put");
+    both.put(b"b", b"1").expect("put");
+    both.commit().expect("commit");
+    assert_eq!(t.get_for_update(b"a").expect("latest"), Some(b"1".to_vec()));
+    // Overwrites whose before-images (64 x 8000 bytes) pass the cap while
+    // `t` holds its snapshot.
+    for i in 0..64u32 {
+        put(&db, format!("big{i}").as_bytes(), &[7u8; 8000]);
+    }
+    assert!(db.stats().snapshots.snapshots_too_old >= 1);
+    let err = t.commit().expect_err("nothing left to validate against");
+    assert!(err.is_retryable(), "{err}");
+    assert!(matches!(err, Error::SnapshotTooOld { .. }), "{err}");
+}
+
 /// A writer of a locked key waits until the holder commits, then proceeds:
 /// first come, first served.
 #[test]

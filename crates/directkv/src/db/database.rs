@@ -118,7 +118,10 @@ impl<S: Storage> Database<S> {
     /// Begins a write transaction with the default [`WriteOptions`]
     /// (Serializable). Many run at once: each reads a snapshot as of its
     /// start plus its own writes, and its commit checks that what it read
-    /// and wrote blind is unchanged since (see [`WriteTxn`]).
+    /// from the snapshot is unchanged since (see [`WriteTxn`]). A thread
+    /// that holds a key's row lock in one of its transactions and asks for
+    /// it in another waits for itself until the lock timeout
+    /// ([`Error::LockTimeout`](crate::Error::LockTimeout)).
     ///
     /// # Errors
     /// [`Error::Poisoned`](crate::Error::Poisoned) once the database has

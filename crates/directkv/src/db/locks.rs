@@ -147,11 +147,7 @@ impl LockTable {
             }
             let now = Instant::now();
             if now >= deadline {
-                let l = t.keys.get_mut(key).expect("checked above");
-                let before = l.queue.len();
-                l.queue.retain(|w| w.txn != txn);
-                assert_eq!(l.queue.len() + 1, before, "a waiter leaves its queue once");
-                t.waiting.remove(&txn);
+                leave(&mut t, txn, key);
                 return Err(Error::LockTimeout {
                     key: String::from_utf8_lossy(key).into_owned(),
                     waited_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
@@ -159,7 +155,18 @@ impl LockTable {
             }
             t = match wake.wait_timeout(t, deadline - now) {
                 Ok((g, _)) => g,
-                Err(_) => return Err(health::lock_poisoned()),
+                Err(p) => {
+                    // A thread panicked holding the table; the database is
+                    // stopping. Leave nothing behind: a granted key is
+                    // kept (the transaction releases it when it ends), a
+                    // place in the queue is given up.
+                    let (mut g, _) = p.into_inner();
+                    if g.keys.get(key).map(|l| l.holder) == Some(txn) {
+                        return Ok(());
+                    }
+                    leave(&mut g, txn, key);
+                    return Err(health::lock_poisoned());
+                }
             };
         }
     }
@@ -203,6 +210,17 @@ impl LockTable {
     pub(super) fn waiting(&self) -> usize {
         health::lock_even_poisoned(&self.table).waiting.len()
     }
+}
+
+/// Takes waiting `txn` out of `key`'s queue (it gave up).
+fn leave(t: &mut Table, txn: u64, key: &[u8]) {
+    let l = t.keys.get_mut(key).expect("a waited-for key is locked");
+    assert_ne!(l.holder, txn, "a holder does not leave a queue");
+    let before = l.queue.len();
+    l.queue.retain(|w| w.txn != txn);
+    assert_eq!(l.queue.len() + 1, before, "a waiter leaves its queue once");
+    let was = t.waiting.remove(&txn);
+    assert!(was.is_some(), "a waiter was waiting");
 }
 
 /// Whether `txn` waiting for `key` (held by `holder`) would close a cycle:

@@ -5,7 +5,7 @@
 //! - Holders are served in the order they asked (ticket order), one at a
 //!   time.
 //! - A thread that asks again while holding it is a bug (it would wait for
-//!   itself forever), asserted.
+//!   itself forever), asserted: it panics rather than hang.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
@@ -21,9 +21,9 @@ const TICKET_SLOTS: usize = 64;
 /// many writers queued, waking them all to find the one whose turn it is
 /// cost more than the transactions themselves on two cores.
 ///
-/// It also remembers which thread holds it, so a thread that asks for it
-/// again while holding it gets an error instead of waiting for itself
-/// forever.
+/// It also remembers which thread holds it, so that callers can refuse a
+/// thread that asks for it again while holding it (it would wait for itself
+/// forever; `acquire` asserts it never does).
 pub(crate) struct TicketLock {
     /// (next ticket to hand out, ticket being served).
     state: Mutex<(u64, u64)>,
@@ -51,7 +51,30 @@ fn thread_token() -> u64 {
     TOKEN.with(|t| *t)
 }
 
+/// A held [`TicketLock`], released when dropped: also while a panic
+/// unwinds, so the waiters behind a holder that panicked are never left
+/// asleep (they find the engine stopped instead).
+pub(crate) struct TicketGuard<'a> {
+    lock: &'a TicketLock,
+    ticket: u64,
+}
+
+impl Drop for TicketGuard<'_> {
+    fn drop(&mut self) {
+        self.lock.release(self.ticket);
+    }
+}
+
 impl TicketLock {
+    /// Waits for the lock, first come first served, and holds it until the
+    /// guard is dropped.
+    pub fn lock(&self) -> TicketGuard<'_> {
+        TicketGuard {
+            lock: self,
+            ticket: self.acquire(),
+        }
+    }
+
     fn slot(&self, ticket: u64) -> &Condvar {
         &self.turn[(ticket % TICKET_SLOTS as u64) as usize]
     }

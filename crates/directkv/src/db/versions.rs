@@ -169,15 +169,19 @@ impl VersionStore {
     }
 
     /// Whether a commit must store versions: a snapshot is live besides the
-    /// committing transaction's own (registered at `own`, which ends with
-    /// the commit and never reads it). Asked under the tree's write lock
-    /// (see the module invariants).
-    pub(super) fn versions_wanted(&self, own: u64) -> bool {
+    /// committing transaction's own (registered at `own`, when nothing but
+    /// the transaction holds it: it ends with the commit and never reads
+    /// it; `None` when an iterator of the transaction keeps it and may read
+    /// on). Asked under the tree's write lock (see the module invariants).
+    pub(super) fn versions_wanted(&self, own: Option<u64>) -> bool {
         let reg = health::lock_even_poisoned(&self.registry);
         let mut live = reg.live.iter();
         match (live.next(), live.next()) {
             (None, _) => false,
-            (Some((&csn, &(count, _))), None) => csn != own || count > 1,
+            (Some((&csn, &(count, _))), None) => {
+                assert!(count > 0, "a registered CSN counts its snapshots");
+                Some(csn) != own || count > 1
+            }
             (Some(_), Some(_)) => true,
         }
     }
@@ -340,11 +344,16 @@ impl VersionStore {
         mut keys: impl Iterator<Item = &'k [u8]>,
         ranges: &[KeyRange],
     ) -> Result<Option<(Vec<u8>, &'static str)>> {
+        // The store's lock first: a publish (which may give the snapshot up
+        // and drop versions it needs) cannot run between the liveness check
+        // and the look-up.
+        let store = health::read(&self.store)?;
         self.check_live(csn)?;
-        if self.visible() == csn {
+        let visible = self.visible();
+        assert!(csn <= visible, "a snapshot is of a published commit");
+        if visible == csn {
             return Ok(None);
         }
-        let store = health::read(&self.store)?;
         let newer = |chain: &VecDeque<(u64, Before)>| chain.back().is_some_and(|v| v.0 > csn);
         if let Some(k) = keys.find(|k| store.by_key.get(*k).is_some_and(newer)) {
             return Ok(Some((k.to_vec(), "the key")));

@@ -162,14 +162,24 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
     /// Takes `key`'s row lock (waiting first come first served). A deadlock
     /// makes this transaction the victim: its locks go at once.
     fn lock(&mut self, key: &[u8]) -> Result<()> {
+        let _guard = PanicGuard(&self.inner.health);
         let t = Instant::now();
+        let held = self.locked.len();
         match self.inner.locks.lock(self.id, key, self.opts.lock_timeout) {
             Ok(true) => {
                 self.locked.push(key.to_vec());
                 self.inner.counters.row_lock_wait.record(t.elapsed());
                 Ok(())
             }
-            Ok(false) => Ok(()),
+            Ok(false) => {
+                assert_eq!(
+                    self.locked.len(),
+                    held,
+                    "a lock held already is not taken again"
+                );
+                Ok(())
+            }
+            Err(e @ Error::Poisoned { .. }) => self.inner.health.observe(Err(e)),
             Err(e) => {
                 self.inner.counters.row_lock_wait.record(t.elapsed());
                 if let Error::Deadlock { key } = &e {
@@ -385,10 +395,10 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
         for attempt in 0..=COMMIT_MISSES_MAX {
             let read_through = attempt == COMMIT_MISSES_MAX;
             let t = Instant::now();
-            let ticket = inner.committer.acquire();
+            let section = inner.committer.lock();
             inner.counters.commit_wait.record(t.elapsed());
             let r = self.apply(writes, read_through);
-            inner.committer.release(ticket);
+            drop(section);
             match r? {
                 Applied::Done(lsn) => return Ok(lsn),
                 Applied::Missed(page) => {
@@ -421,7 +431,11 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
         ctx.read_through = read_through;
         // Before-images are kept only while a snapshot other than this
         // transaction's own may need them (see `super::versions`).
-        let versioned = inner.versions.versions_wanted(self.snap().csn());
+        // An iterator of this transaction holding its snapshot may read on
+        // after the commit: then the snapshot is not only its own.
+        let snap = self.snap();
+        let own = (Arc::strong_count(snap) == 1).then(|| snap.csn());
+        let versioned = inner.versions.versions_wanted(own);
         let mut versions: CommitVersions = Vec::new();
         for (k, v) in writes {
             if let Err(e) = apply_one(&mut ctx, versioned.then_some(&mut versions), k, v) {
