@@ -178,25 +178,18 @@ impl<'db, S: Storage> ReadTxn<'db, S> {
     /// Errors arrive as items.
     pub fn range<'k, R: RangeBounds<&'k [u8]>>(&self, range: R) -> RangeIter<'db, S> {
         let (from, to) = bounds(&range);
-        RangeIter::new(
-            self.inner,
-            from,
-            to,
-            BTreeMap::new(),
-            Some(self.snap.clone()),
-        )
+        self.scan(from, to)
     }
 
     /// The entries whose key starts with `prefix` in the snapshot, in key order.
     pub fn prefix(&self, prefix: &[u8]) -> RangeIter<'db, S> {
         let (from, to) = prefix_bounds(prefix);
-        RangeIter::new(
-            self.inner,
-            from,
-            to,
-            BTreeMap::new(),
-            Some(self.snap.clone()),
-        )
+        self.scan(from, to)
+    }
+
+    fn scan(&self, from: Bound<Vec<u8>>, to: Bound<Vec<u8>>) -> RangeIter<'db, S> {
+        let snap = Some(self.snap.clone());
+        RangeIter::new(self.inner, from, to, BTreeMap::new(), snap)
     }
 }
 

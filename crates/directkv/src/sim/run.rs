@@ -143,6 +143,21 @@ fn model(log: &[Txn], upto: u64) -> BTreeMap<Vec<u8>, Vec<u8>> {
     m
 }
 
+/// Up to five keys whose values differ between two states, for a failure's
+/// message.
+fn differing_keys(
+    expect: &BTreeMap<Vec<u8>, Vec<u8>>,
+    got: &BTreeMap<Vec<u8>, Vec<u8>>,
+) -> Vec<String> {
+    expect
+        .keys()
+        .chain(got.keys())
+        .filter(|k| expect.get(*k) != got.get(*k))
+        .take(5)
+        .map(|k| String::from_utf8_lossy(k).into_owned())
+        .collect()
+}
+
 /// Checks a recovered database against the log; returns how many transactions
 /// it holds.
 fn verify<S: Storage>(db: &Database<S>, log: &[Txn], acked: u64) -> Result<u64, String> {
@@ -174,13 +189,7 @@ fn verify<S: Storage>(db: &Database<S>, log: &[Txn], acked: u64) -> Result<u64, 
     }
     db.check().map_err(|e| format!("I4: {e}"))?;
     if got != expect {
-        let diff: Vec<String> = expect
-            .keys()
-            .chain(got.keys())
-            .filter(|k| expect.get(*k) != got.get(*k))
-            .take(5)
-            .map(|k| String::from_utf8_lossy(k).into_owned())
-            .collect();
+        let diff = differing_keys(&expect, &got);
         return Err(format!(
             "I2/I3: state differs from the state after commit {next} (keys {diff:?})"
         ));
@@ -494,13 +503,7 @@ fn check_snapshot<S: Storage>(r: &ReadTxn<'_, S>, log: &[Txn], upto: u64) -> Res
         got.insert(k, v);
     }
     if got != expect {
-        let diff: Vec<String> = expect
-            .keys()
-            .chain(got.keys())
-            .filter(|k| expect.get(*k) != got.get(*k))
-            .take(5)
-            .map(|k| String::from_utf8_lossy(k).into_owned())
-            .collect();
+        let diff = differing_keys(&expect, &got);
         return Err(format!(
             "a snapshot begun after commit {upto} read another state (keys {diff:?})"
         ));
