@@ -175,6 +175,10 @@ impl<S: Storage> Database<S> {
     ) -> Result<T> {
         let mut attempt = 0;
         loop {
+            assert!(
+                attempt < TRANSACTION_ATTEMPTS_MAX,
+                "the attempts are bounded"
+            );
             let mut w = self.begin_write_with(opts)?;
             let r = body(&mut w).and_then(|v| w.commit().map(|()| v));
             match r {

@@ -273,7 +273,9 @@ impl VersionStore {
     /// # Errors
     /// [`Error::SnapshotTooOld`] when the snapshot was given up.
     pub(super) fn read_at(&self, csn: u64, key: &[u8], latest: Before) -> Result<Before> {
-        if self.visible() == csn {
+        let visible = self.visible();
+        assert!(csn <= visible, "a snapshot is of a published commit");
+        if visible == csn {
             // Nothing committed since the snapshot: the tree read was it.
             return Ok(latest);
         }
@@ -298,7 +300,9 @@ impl VersionStore {
         entries: Vec<(Vec<u8>, Vec<u8>)>,
         rev: bool,
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        if self.visible() == csn {
+        let visible = self.visible();
+        assert!(csn <= visible, "a snapshot is of a published commit");
+        if visible == csn {
             return Ok(entries);
         }
         let store = health::read(&self.store)?;

@@ -382,9 +382,15 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
         let unread = writes
             .keys()
             .filter(|k| !self.for_update.contains(*k) && !set.keys.contains(*k));
+        let mut looked_up = 0;
         for k in unread {
             txn::get_committed(self.inner, k)?;
+            looked_up += 1;
         }
+        assert!(
+            looked_up <= writes.len(),
+            "each key is looked up once at most"
+        );
         Ok(())
     }
 
@@ -490,6 +496,10 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
                 &[],
             ),
         };
+        assert!(
+            self.opts.isolation == Isolation::Serializable || set.keys.is_empty(),
+            "only Serializable records its reads"
+        );
         let snap = self.snap();
         let found = snap
             .store()
