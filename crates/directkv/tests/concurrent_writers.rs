@@ -301,6 +301,49 @@ fn a_write_transaction_past_the_version_cap_cannot_commit() {
     assert!(matches!(err, Error::SnapshotTooOld { .. }), "{err}");
 }
 
+/// The before-images a commit keeps for a live snapshot come from the leaf
+/// it changes: values inline and in overflow chains, replaced and deleted,
+/// read back whole by the snapshot after the commit freed their pages.
+#[test]
+fn a_snapshot_reads_replaced_and_deleted_values_inline_and_overflowed() {
+    let (_dir, db) = open();
+    let big = |b: u8| vec![b; 20_000];
+    let mut w = db.begin_write().expect("load");
+    for (k, v) in [
+        (&b"inline-kept"[..], vec![1u8; 10]),
+        (b"inline-gone", vec![2; 10]),
+        (b"big-kept", big(3)),
+        (b"big-gone", big(4)),
+        (b"big-shrunk", big(5)),
+    ] {
+        w.put(k, &v).expect("put");
+    }
+    w.commit().expect("commit");
+    let r = db.begin_read().expect("snapshot");
+    let mut w = db.begin_write().expect("change");
+    w.put(b"inline-kept", b"new").expect("put");
+    w.delete(b"inline-gone").expect("delete");
+    w.put(b"big-kept", &big(6)).expect("put");
+    w.delete(b"big-gone").expect("delete");
+    w.put(b"big-shrunk", b"small").expect("put");
+    w.put(b"fresh", &big(7)).expect("put");
+    w.commit().expect("commit");
+    assert!(
+        db.stats().snapshots.versions >= 6,
+        "a version per key changed"
+    );
+    let got = |k: &[u8]| r.get(k).expect("snapshot read");
+    assert_eq!(got(b"inline-kept"), Some(vec![1; 10]));
+    assert_eq!(got(b"inline-gone"), Some(vec![2; 10]));
+    assert_eq!(got(b"big-kept"), Some(big(3)));
+    assert_eq!(got(b"big-gone"), Some(big(4)));
+    assert_eq!(got(b"big-shrunk"), Some(big(5)));
+    assert_eq!(got(b"fresh"), None);
+    assert_eq!(read(&db, b"big-kept"), Some(big(6)));
+    assert_eq!(read(&db, b"big-gone"), None);
+    db.check().expect("the tree and its free pages are whole");
+}
+
 /// A writer of a locked key waits until the holder commits, then proceeds:
 /// first come, first served.
 #[test]

@@ -16,7 +16,7 @@
 
 use super::descent::{descend, Step};
 use super::node::{self, Value};
-use super::overflow::free_overflow;
+use super::overflow::{free_overflow, read_overflow};
 use super::tree::{corrupt, PagesMut, DEPTH_MAX};
 use crate::buffer::Access;
 use crate::error::Result;
@@ -27,20 +27,41 @@ use crate::format::page::PageType;
 /// # Errors
 /// Page and logging errors.
 pub fn delete<P: PagesMut>(pages: &mut P, key: &[u8]) -> Result<bool> {
+    delete_keeping(pages, key, false).map(|(found, _)| found)
+}
+
+/// Deletes `key`, like [`delete`], and returns the value it held (`None`:
+/// absent), read from the leaf it changes.
+///
+/// # Errors
+/// As [`delete`].
+pub fn remove<P: PagesMut>(pages: &mut P, key: &[u8]) -> Result<Option<Vec<u8>>> {
+    delete_keeping(pages, key, true).map(|(_, before)| before)
+}
+
+/// [`delete`]: whether the key was there, and its value when `keep` asks.
+fn delete_keeping<P: PagesMut>(
+    pages: &mut P,
+    key: &[u8],
+    keep: bool,
+) -> Result<(bool, Option<Vec<u8>>)> {
     let root = pages.root();
     let d = descend(pages, root, key, Access::Normal)?;
     let found = pages.read(d.leaf, Access::Normal, |p| {
-        node::search(p, key).ok().map(|i| {
-            let ov = match node::value(p, i) {
-                Value::Overflow { len, page } => Some((len, page)),
-                Value::Inline(_) => None,
-            };
-            (i, ov)
+        node::search(p, key).ok().map(|i| match node::value(p, i) {
+            Value::Overflow { len, page } => (i, Some((len, page)), None),
+            Value::Inline(b) => (i, None, keep.then(|| b.to_vec())),
         })
     })?;
-    let Some((i, overflow)) = found else {
-        return Ok(false);
+    let Some((i, overflow, inline)) = found else {
+        return Ok((false, None));
     };
+    // The value, read before its overflow chain (if any) is freed.
+    let before = match overflow {
+        Some((len, page)) if keep => Some(read_overflow(&*pages, page, len as usize)?),
+        _ => inline,
+    };
+    assert!(keep || before.is_none(), "a value is kept only when asked");
     let now_empty = pages.modify(d.leaf, |p| {
         let n = node::count(p);
         node::remove(p, i);
@@ -55,7 +76,7 @@ pub fn delete<P: PagesMut>(pages: &mut P, key: &[u8]) -> Result<bool> {
         pages.free(d.leaf)?;
         unlink_child(pages, d.path)?;
     }
-    Ok(true)
+    Ok((true, before))
 }
 
 /// Removes the child reached by the last step of `path` from its branch,

@@ -14,7 +14,7 @@
 
 use super::descent::{descend, Descent, Step};
 use super::node::{self, Value};
-use super::overflow::{free_overflow, write_overflow};
+use super::overflow::{free_overflow, read_overflow, write_overflow};
 use super::tree::{cell_max, key_max, PagesMut, DEPTH_MAX, VALUE_MAX};
 use crate::buffer::Access;
 use crate::error::{Error, Result};
@@ -25,6 +25,26 @@ use crate::error::{Error, Result};
 /// [`Error::InvalidArgument`] for a key or value over the limits; page and
 /// logging errors.
 pub fn put<P: PagesMut>(pages: &mut P, key: &[u8], value: &[u8]) -> Result<()> {
+    put_keeping(pages, key, value, false).map(drop)
+}
+
+/// Sets `key` to `value`, like [`put`], and returns the value it replaces
+/// (`None`: the key was absent), read from the leaf it changes, so no
+/// second descent is needed.
+///
+/// # Errors
+/// As [`put`].
+pub fn replace<P: PagesMut>(pages: &mut P, key: &[u8], value: &[u8]) -> Result<Option<Vec<u8>>> {
+    put_keeping(pages, key, value, true)
+}
+
+/// [`put`], returning the replaced value when `keep` asks for it.
+fn put_keeping<P: PagesMut>(
+    pages: &mut P,
+    key: &[u8],
+    value: &[u8],
+    keep: bool,
+) -> Result<Option<Vec<u8>>> {
     check_sizes(pages.page_bytes(), key, value)?;
     let page_bytes = pages.page_bytes();
     let inline = node::leaf_cell_bytes(key, &Value::Inline(value)) <= cell_max(page_bytes);
@@ -42,14 +62,22 @@ pub fn put<P: PagesMut>(pages: &mut P, key: &[u8], value: &[u8]) -> Result<()> {
     );
     let root = pages.root();
     let d = descend(pages, root, key, Access::Normal)?;
-    let old_overflow = pages.read(d.leaf, Access::Normal, |p| {
-        node::search(p, key)
-            .ok()
-            .and_then(|i| match node::value(p, i) {
-                Value::Overflow { len, page } => Some((len, page)),
-                Value::Inline(_) => None,
-            })
+    let old = pages.read(d.leaf, Access::Normal, |p| {
+        node::search(p, key).ok().map(|i| match node::value(p, i) {
+            Value::Inline(b) => OldValue::Inline(keep.then(|| b.to_vec())),
+            Value::Overflow { len, page } => OldValue::Overflow(len, page),
+        })
     })?;
+    // The replaced value, read before its overflow chain (if any) is freed.
+    let before = match &old {
+        None => None,
+        Some(OldValue::Inline(v)) => v.clone(),
+        Some(OldValue::Overflow(len, page)) if keep => {
+            Some(read_overflow(&*pages, *page, *len as usize)?)
+        }
+        Some(OldValue::Overflow(..)) => None,
+    };
+    assert!(keep || before.is_none(), "a value is kept only when asked");
     // Replace (or insert) in one change of the leaf: one log record.
     let inserted = pages.modify(d.leaf, |p| {
         if let Ok(i) = node::search(p, key) {
@@ -61,13 +89,20 @@ pub fn put<P: PagesMut>(pages: &mut P, key: &[u8], value: &[u8]) -> Result<()> {
         let at = node::search(p, key).expect_err("removed above");
         node::leaf_insert(p, at, key, &stored)
     })?;
-    if let Some((len, page)) = old_overflow {
+    if let Some(OldValue::Overflow(len, page)) = old {
         free_overflow(pages, page, len as usize)?;
     }
-    if inserted {
-        return Ok(());
+    if !inserted {
+        insert_splitting(pages, d, key, &stored)?;
     }
-    insert_splitting(pages, d, key, &stored)
+    Ok(before)
+}
+
+/// The value a put replaces, as its leaf holds it: inline (copied only when
+/// asked for), or the length and first page of its overflow chain.
+enum OldValue {
+    Inline(Option<Vec<u8>>),
+    Overflow(u32, u64),
 }
 
 /// Refuses a key or value over the limits for pages of `page_bytes`.

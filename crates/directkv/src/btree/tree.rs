@@ -35,8 +35,8 @@ use crate::buffer::Access;
 use crate::error::{Error, Result};
 use crate::format::page::{PageType, PAGE_HEADER_BYTES, PAGE_SIZES};
 
-pub use super::delete::delete;
-pub use super::insert::put;
+pub use super::delete::{delete, remove};
+pub use super::insert::{put, replace};
 pub use super::scan::{following_leaves, scan_forward, scan_reverse};
 
 /// The deepest tree allowed. At 4 KiB pages and 1 KiB keys a branch holds at

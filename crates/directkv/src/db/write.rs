@@ -516,22 +516,28 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
     }
 }
 
-/// Applies one write, first keeping the key's before-image in `versions`
-/// when one is wanted.
+/// Applies one write, keeping the key's before-image in `versions` when one
+/// is wanted.
 fn apply_one<S: Storage>(
     ctx: &mut CommitCtx<'_, S>,
     versions: Option<&mut CommitVersions>,
     k: &[u8],
     v: &Option<Vec<u8>>,
 ) -> Result<()> {
-    if let Some(versions) = versions {
-        let before = tree::get(&*ctx, ctx.meta.root, k)?;
-        versions.push((k.to_vec(), before));
-    }
-    match v {
-        Some(v) => tree::put(ctx, k, v),
-        None => tree::delete(ctx, k).map(|_| ()),
-    }
+    let Some(versions) = versions else {
+        return match v {
+            Some(v) => tree::put(ctx, k, v),
+            None => tree::delete(ctx, k).map(drop),
+        };
+    };
+    // The tree hands back the value it replaces, read from the leaf it
+    // changes: no second descent in the commit section.
+    let before = match v {
+        Some(v) => tree::replace(ctx, k, v)?,
+        None => tree::remove(ctx, k)?,
+    };
+    versions.push((k.to_vec(), before));
+    Ok(())
 }
 
 impl<S: Storage> Drop for WriteTxn<'_, S> {
