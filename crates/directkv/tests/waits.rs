@@ -31,6 +31,8 @@ fn every_foreground_wait_is_summed_under_its_cause() {
         let after = db.stats().stalls.histograms;
         assert_eq!(after.wal_sync_wait.waits - before.wal_sync_wait.waits, 25);
         assert_eq!(after.commit_wait.waits - before.commit_wait.waits, 25);
+        // Each commit held the commit section while it applied 20 puts.
+        assert!(db.stats().transactions.commit_section_us > 0);
         assert_eq!(
             after.writer_lock_wait.waits, before.writer_lock_wait.waits,
             "no writer lock unless Options::serial_writers"

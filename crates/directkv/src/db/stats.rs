@@ -45,6 +45,7 @@ pub(super) struct Counters {
     pub(super) writers_begun: AtomicU64,
     pub(super) conflicts: AtomicU64,
     pub(super) commit_misses: AtomicU64,
+    pub(super) commit_section_ns: AtomicU64,
     pub(crate) retries: AtomicU64,
     pub(super) log_space_wait: StallCounter,
     pub(super) cleaner_writes: AtomicU64,
@@ -144,6 +145,10 @@ pub struct TxnStats {
     /// Commit sections that found a page missing, let go of the section to
     /// read it and entered again (the section itself never reads the disk).
     pub commit_misses: u64,
+    /// Time transactions held the commit section (the part of a commit that
+    /// runs one at a time: validate, apply, log, publish), in microseconds;
+    /// divided by the commits, what each one serializes.
+    pub commit_section_us: u64,
 }
 
 /// What `Database::stats` reports.
@@ -318,6 +323,7 @@ impl<S: Storage> Inner<S> {
             waiting_for_locks: self.locks.waiting() as u64,
             retries: c.retries.load(Ordering::Relaxed),
             commit_misses: c.commit_misses.load(Ordering::Relaxed),
+            commit_section_us: c.commit_section_ns.load(Ordering::Relaxed) / 1000,
         }
     }
 

@@ -402,9 +402,15 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
             let read_through = attempt == COMMIT_MISSES_MAX;
             let t = Instant::now();
             let section = inner.committer.lock();
-            inner.counters.commit_wait.record(t.elapsed());
+            let entered = Instant::now();
+            inner.counters.commit_wait.record(entered - t);
             let r = self.apply(writes, read_through);
             drop(section);
+            let held = u64::try_from(entered.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            inner
+                .counters
+                .commit_section_ns
+                .fetch_add(held, Ordering::Relaxed);
             match r? {
                 Applied::Done(lsn) => return Ok(lsn),
                 Applied::Missed(page) => {
