@@ -281,7 +281,8 @@ impl Shared {
                         let key = ycsb_key(self.choose(rng));
                         let size = self.shape.value_size;
                         store.transact(&mut |t| {
-                            let old = t.get(&key)?;
+                            // Read under the row lock, as an UPDATE would.
+                            let old = t.get_for_update(&key)?;
                             let n = old.as_deref().map_or(0, first_u64).wrapping_add(1);
                             t.put(&key, &value_bytes(n, size))
                         })?;
