@@ -279,13 +279,7 @@ impl Shared {
                     }
                     'f' => {
                         let key = ycsb_key(self.choose(rng));
-                        let size = self.shape.value_size;
-                        store.transact(&mut |t| {
-                            // Read under the row lock, as an UPDATE would.
-                            let old = t.get_for_update(&key)?;
-                            let n = old.as_deref().map_or(0, first_u64).wrapping_add(1);
-                            t.put(&key, &value_bytes(n, size))
-                        })?;
+                        read_modify_write(store, &key, self.shape.value_size)?;
                     }
                     _ => {
                         let key = ycsb_key(self.choose(rng));
@@ -380,6 +374,16 @@ impl Client {
             seq: 0,
         }
     }
+}
+
+/// YCSB F's read-modify-write of `key`: the read under the row lock, as an
+/// UPDATE would read it.
+fn read_modify_write(store: &dyn Store, key: &[u8], size: usize) -> Result<()> {
+    store.transact(&mut |t| {
+        let old = t.get_for_update(key)?;
+        let n = old.as_deref().map_or(0, first_u64).wrapping_add(1);
+        t.put(key, &value_bytes(n, size))
+    })
 }
 
 fn add_balance(t: &mut dyn TxnOps, key: &[u8], delta: i64, size: usize) -> Result<()> {
