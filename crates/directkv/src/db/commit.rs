@@ -187,6 +187,11 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
         self.inner.log.wal()
     }
 
+    /// Pages held so far.
+    pub fn held_pages(&self) -> usize {
+        self.held.len()
+    }
+
     /// The page whose absence failed this attempt, if one did.
     pub fn missed(&self) -> Option<u64> {
         self.missed.get()

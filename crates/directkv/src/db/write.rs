@@ -339,26 +339,14 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
                 Ok(())
             };
             self.end();
-            if r.as_ref().is_err_and(Error::is_retryable) {
-                self.inner
-                    .counters
-                    .conflicts
-                    .fetch_add(1, Ordering::Relaxed);
-            }
-            return r;
+            return self.count_refusal(r);
         }
         self.warm(&writes)?;
         let lsn = self.commit_section(&writes);
         self.end();
         assert!(self.locked.is_empty(), "row locks go before the sync");
-        let lsn = match lsn {
-            Err(e) if e.is_retryable() => {
-                self.inner
-                    .counters
-                    .conflicts
-                    .fetch_add(1, Ordering::Relaxed);
-                return Err(e);
-            }
+        let lsn = match self.count_refusal(lsn) {
+            Err(e) if e.is_retryable() => return Err(e),
             r => self.inner.health.observe(r)?,
         };
         if self.inner.opts.durability == Durability::Sync {
@@ -371,6 +359,18 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
         self.inner.counters.commits.fetch_add(1, Ordering::Relaxed);
         self.inner.after_commit();
         Ok(())
+    }
+
+    /// Counts a commit refused with a retryable error (a conflict, or a
+    /// snapshot given up) and passes the result on.
+    fn count_refusal<T>(&self, r: Result<T>) -> Result<T> {
+        if r.as_ref().is_err_and(Error::is_retryable) {
+            self.inner
+                .counters
+                .conflicts
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        r
     }
 
     /// Brings the pages its writes will change into the pool, outside every
@@ -451,12 +451,12 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
         let mut versions: CommitVersions = Vec::new();
         for (k, v) in writes {
             if let Err(e) = apply_one(&mut ctx, versioned.then_some(&mut versions), k, v) {
-                let missed = ctx.missed();
+                let (missed, held) = (ctx.missed(), ctx.held_pages());
                 ctx.rollback();
                 return match (missed, e) {
                     (Some(page), _) => Ok(Applied::Missed(page)),
                     (None, Error::CacheExhausted { frames }) => Err(Error::TransactionTooLarge {
-                        pages: writes.len(),
+                        pages: held,
                         frames,
                     }),
                     (None, e) => Err(e),
