@@ -169,6 +169,7 @@ fn appends_at_right_edge<P: PagesMut>(pages: &mut P, d: &Descent, key: &[u8]) ->
 /// separator.
 fn split_into<P: PagesMut>(pages: &mut P, left: u64, right: u64) -> Result<Vec<u8>> {
     assert_ne!(left, right, "a page splits into another");
+    pages.restructure();
     let mut moved = vec![0u8; pages.page_bytes()];
     let sep = pages.modify(left, |p| node::split(p, &mut moved))?;
     assert!(

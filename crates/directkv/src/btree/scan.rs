@@ -19,9 +19,10 @@ use std::ops::Bound;
 use super::descent::{descend, descend_below, descend_last};
 use super::node::{self, Value};
 use super::overflow::load_value;
-use super::tree::{Batch, Entries, Pages};
+use super::tree::{corrupt, Batch, Entries, Pages};
 use crate::buffer::Access;
 use crate::error::Result;
+use crate::format::page::PageType;
 
 fn in_lower(k: &[u8], b: &Bound<Vec<u8>>) -> bool {
     match b {
@@ -53,6 +54,11 @@ fn collect_leaf<P: Pages>(
     let mut pending = Vec::new();
     let mut beyond = false;
     pages.read(leaf, Access::Scan, |p| {
+        // Read again by number after the descent: a lock-free reader may
+        // find it changed since (its caller then runs again).
+        if !node::is_leaf(p) {
+            return Err(corrupt(leaf, "expected a leaf"));
+        }
         let n = node::count(p);
         let order: Box<dyn Iterator<Item = usize>> = if reverse {
             Box::new((0..n).rev())
@@ -82,7 +88,8 @@ fn collect_leaf<P: Pages>(
             }
         }
         assert!(out.len() <= n, "at most the leaf's entries");
-    })?;
+        Ok(())
+    })??;
     for (i, len, page) in pending {
         out[i].1 = load_value(pages, Value::Overflow { len, page })?;
     }
@@ -128,10 +135,13 @@ pub fn following_leaves<P: Pages>(pages: &P, root: u64, key: &[u8], n: usize) ->
     };
     let first = parent.slot.map_or(0, |i| i + 1);
     let leaves: Vec<u64> = pages.read(parent.page, Access::Normal, |p| {
-        (first..node::count(p).min(first + n))
+        if node::page_type(p) != Some(PageType::Branch) {
+            return Err(corrupt(parent.page, "expected a branch"));
+        }
+        Ok((first..node::count(p).min(first + n))
             .map(|j| node::child(p, j))
-            .collect()
-    })?;
+            .collect())
+    })??;
     assert!(leaves.len() <= n, "at most the leaves asked for");
     Ok(leaves)
 }

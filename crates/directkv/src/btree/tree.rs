@@ -89,6 +89,11 @@ pub trait PagesMut: Pages {
     /// # Errors
     /// As [`modify`](Self::modify).
     fn allocate(&mut self, init: impl FnOnce(&mut [u8])) -> Result<u64>;
+    /// Announces a change that moves keys from a page to another (a
+    /// split): readers descending without a lock must not trust a path
+    /// read before it. Page frees, root moves and branch changes are
+    /// known as such without it.
+    fn restructure(&mut self) {}
     /// Returns page `no` to the free list.
     ///
     /// # Errors
@@ -131,11 +136,16 @@ pub(super) fn corrupt(no: u64, what: &str) -> Error {
 pub fn get<P: Pages>(pages: &P, root: u64, key: &[u8]) -> Result<Option<Vec<u8>>> {
     let d = descend(pages, root, key, Access::Normal)?;
     let found = pages.read(d.leaf, Access::Normal, |p| {
-        node::search(p, key).ok().map(|i| match node::value(p, i) {
+        // Read again by number after the descent: a lock-free reader may
+        // find it changed since (its caller then runs again).
+        if !node::is_leaf(p) {
+            return Err(corrupt(d.leaf, "expected a leaf"));
+        }
+        Ok(node::search(p, key).ok().map(|i| match node::value(p, i) {
             Value::Inline(b) => Ok(b.to_vec()),
             Value::Overflow { len, page } => Err((len, page)),
-        })
-    })?;
+        }))
+    })??;
     match found {
         None => Ok(None),
         Some(Ok(v)) => Ok(Some(v)),

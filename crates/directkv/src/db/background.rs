@@ -339,7 +339,7 @@ mod tests {
     }
 
     #[test]
-    fn a_lock_poisoned_by_a_panicking_reader_stops_the_database() {
+    fn a_tree_lock_poisoned_by_a_panic_stops_the_database() {
         let dir = tempfile::tempdir().expect("tempdir");
         let db = Arc::new(small_db(dir.path()));
         let db2 = Arc::clone(&db);
@@ -348,14 +348,14 @@ mod tests {
             panic!("a bug while the tree lock is held");
         })
         .join();
-        match db
-            .begin_read()
-            .expect("the latch is not tripped yet")
-            .get(b"k")
-        {
+        // Readers take no tree lock: the next commit finds the poison.
+        let mut w = db.begin_write().expect("the latch is not tripped yet");
+        w.put(b"k", b"v").expect("put");
+        match w.commit() {
             Err(Error::Poisoned { path, .. }) => assert_eq!(path, dir.path()),
             other => panic!("expected Poisoned, got {other:?}"),
         }
         assert!(matches!(db.begin_read(), Err(Error::Poisoned { .. })));
+        assert!(matches!(db.begin_write(), Err(Error::Poisoned { .. })));
     }
 }

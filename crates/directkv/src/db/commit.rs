@@ -1,7 +1,9 @@
 //! Applying one transaction to the tree, logging every page change.
 //!
-//! The protocol, in the commit section under the tree's write lock (readers
-//! wait; one transaction applies at a time):
+//! The protocol, in the commit section under the tree's write lock (one
+//! transaction applies at a time; readers take no lock: they read each page
+//! under its latch and retry a descent a structure change crossed, see
+//! [`super::shape`]):
 //! 1. every page the tree changes is held in the pool (pinned, never written)
 //!    and its change logged as a page record: a full image at its first change
 //!    since the latest checkpoint began (torn-page protection), else the changed
@@ -21,12 +23,19 @@
 //! page not in the pool fails the attempt ([`CommitCtx::missed`] names it),
 //! which is rolled back so the caller can read the page outside the section
 //! and try again.
+//!
+//! Invariants:
+//! - A page change that splits a page, frees one, changes a branch or
+//!   moves the root happens inside a structure change of [`super::shape`],
+//!   which ends once the key that needed it is applied
+//!   ([`CommitCtx::settle`]), and at the latest when the context ends.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
 use super::engine::Inner;
 use super::records::{self, Meta};
+use crate::btree::node;
 use crate::btree::tree::{Pages, PagesMut};
 use crate::buffer::{Access, Held};
 use crate::error::{Error, Result};
@@ -49,38 +58,17 @@ impl<S: Storage> Pages for PoolPages<'_, S> {
     }
 }
 
-/// Page access that never reads: a page not in the pool is recorded in
-/// `missed` and the operation fails, so the caller can read it after letting
-/// go of its locks and try again. With `read_through`, missing pages are read
-/// like [`PoolPages`] does (the last try, so retries end).
+/// Page access that never reads: a page not in the pool fails the operation
+/// (readahead, a hint, gives up rather than read a branch).
 pub(crate) struct CachedPages<'a, S: Storage> {
     pub inner: &'a Inner<S>,
-    pub missed: std::cell::Cell<Option<u64>>,
-    pub read_through: bool,
-}
-
-impl<'a, S: Storage> CachedPages<'a, S> {
-    /// Access that records misses instead of reading.
-    pub fn new(inner: &'a Inner<S>) -> Self {
-        CachedPages {
-            inner,
-            missed: std::cell::Cell::new(None),
-            read_through: false,
-        }
-    }
 }
 
 impl<S: Storage> Pages for CachedPages<'_, S> {
     fn read<R>(&self, no: u64, access: Access, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
-        if self.read_through {
-            return PoolPages { inner: self.inner }.read(no, access, f);
-        }
         match self.inner.pool.try_read(no, access) {
             Some(p) => Ok(f(p.data())),
-            None => {
-                self.missed.set(Some(no));
-                Err(crate::Error::CacheExhausted { frames: 0 })
-            }
+            None => Err(crate::Error::CacheExhausted { frames: 0 }),
         }
     }
     fn page_bytes(&self) -> usize {
@@ -161,6 +149,10 @@ pub(crate) struct CommitCtx<'a, S: Storage> {
     pub full_image_bytes: u64,
     pub deltas: u64,
     pub logged_bytes: u64,
+    /// Inside a structure change begun by this transaction.
+    reshaping: bool,
+    /// The root when the transaction began applying.
+    root_before: u64,
 }
 
 impl<'a, S: Storage> CommitCtx<'a, S> {
@@ -180,6 +172,31 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
             full_image_bytes: 0,
             deltas: 0,
             logged_bytes: 0,
+            reshaping: false,
+            root_before: meta.root,
+        }
+    }
+
+    /// Begins a structure change, unless one of this transaction is under
+    /// way.
+    fn reshape(&mut self) {
+        if !self.reshaping {
+            self.inner.shape.begin();
+            self.reshaping = true;
+        }
+    }
+
+    /// Ends the structure change under way, if any: the key being applied
+    /// is in place, and readers may descend again.
+    pub fn settle(&mut self) {
+        if self.reshaping {
+            assert_eq!(
+                self.inner.shape.root(),
+                self.meta.root,
+                "readers descend from the root the tree has"
+            );
+            self.inner.shape.end();
+            self.reshaping = false;
         }
     }
 
@@ -252,6 +269,9 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
             },
             e => e,
         })?;
+        if node::page_type(p.data()) == Some(page::PageType::Branch) {
+            self.reshape();
+        }
         let first = !self.held.contains_key(&no);
         let imaged = first && {
             let mut before = self.inner.spare_buffers.take();
@@ -332,6 +352,7 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
 
     /// Writes the commit record and releases every held page at its LSN.
     pub fn commit(mut self) -> Result<Lsn> {
+        self.settle();
         let rec = records::encode_meta(self.txn, &self.meta);
         let lsn = match self.wal().append(records::COMMIT, &rec) {
             Ok(lsn) => lsn,
@@ -354,6 +375,8 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
 
     /// Puts every held page back as it was and logs an abort.
     pub fn rollback(mut self) {
+        // Pages go back one at a time: readers wait until all are back.
+        self.reshape();
         for no in std::mem::take(&mut self.order).into_iter().rev() {
             let h = self.held.remove(&no).expect("held page");
             if let Ok(mut p) = self.inner.pool.write(no) {
@@ -366,6 +389,9 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
             self.held.is_empty(),
             "a rollback releases every page it held"
         );
+        self.meta.root = self.root_before;
+        self.inner.shape.set_root(self.root_before);
+        self.settle();
         // Best effort: recovery ignores page records without a commit anyway.
         let _ = self.wal().append(records::ABORT, &self.txn.to_le_bytes());
     }
@@ -373,6 +399,12 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
 
 impl<S: Storage> Drop for CommitCtx<'_, S> {
     fn drop(&mut self) {
+        if self.reshaping {
+            // Ended early (an error past the apply): the pages are whole,
+            // committed or put back.
+            self.inner.shape.set_root(self.meta.root);
+            self.settle();
+        }
         let spare = &self.inner.spare_buffers;
         spare.give(std::mem::take(&mut self.scratch));
         spare.give(std::mem::take(&mut self.rec));
@@ -401,6 +433,8 @@ impl<S: Storage> PagesMut for CommitCtx<'_, S> {
     }
 
     fn allocate(&mut self, init: impl FnOnce(&mut [u8])) -> Result<u64> {
+        // A page off the free list or past the end is in no reader's path
+        // but a stale one, which the free that unlinked it already ended.
         let head = self.meta.freelist;
         if head != 0 {
             let next = self.read(head, Access::Normal, crate::btree::tree::free_next)?;
@@ -417,7 +451,12 @@ impl<S: Storage> PagesMut for CommitCtx<'_, S> {
         Ok(no)
     }
 
+    fn restructure(&mut self) {
+        self.reshape();
+    }
+
     fn free(&mut self, no: u64) -> Result<()> {
+        self.reshape();
         let next = self.meta.freelist;
         self.change(no, false, |p| crate::btree::tree::init_free(p, next))?;
         self.meta.freelist = no;
@@ -429,6 +468,8 @@ impl<S: Storage> PagesMut for CommitCtx<'_, S> {
     }
 
     fn set_root(&mut self, no: u64) {
+        self.reshape();
         self.meta.root = no;
+        self.inner.shape.set_root(no);
     }
 }

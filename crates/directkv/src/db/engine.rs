@@ -25,6 +25,7 @@ use super::commit::SpareBuffers;
 use super::control::ControlFile;
 use super::locks::LockTable;
 use super::records::Meta;
+use super::shape::TreeShape;
 use super::stats::{Counters, RecoveryStats};
 use super::ticket::TicketLock;
 use super::versions::VersionStore;
@@ -141,9 +142,12 @@ pub(crate) struct Inner<S: Storage> {
     pub(super) wal_sync: SyncVariant,
     pub(crate) log: Arc<EngineLog<S>>,
     pub(crate) pool: Pool<S>,
-    /// The tree's root state; readers hold it shared per operation, a commit
-    /// exclusively while it changes pages.
+    /// The tree's root state: a commit holds it exclusively while it changes
+    /// pages (the checkpoint, to start between commits); readers take it
+    /// shared only when the shape kept changing under them.
     pub(crate) tree: RwLock<Meta>,
+    /// The root and structure sequence readers descend by, lock-free.
+    pub(crate) shape: TreeShape,
     /// The one writer lock of `Options::serial_writers`.
     pub(super) writer: TicketLock,
     /// The commit section's gate: one transaction validates and applies at

@@ -6,7 +6,8 @@
 //!   transactions, many at once; [`locks`]: their row locks; [`ticket`]:
 //!   the first-come, first-served gate of the commit section; [`commit`]:
 //!   applying a transaction (page records, apply, log); [`records`]: the
-//!   engine's WAL records; [`versions`]: snapshots and the version store.
+//!   engine's WAL records; [`versions`]: snapshots and the version store;
+//!   [`shape`]: how readers descend while a commit changes the tree.
 //! - [`open`]: create or recover, and start the threads; [`recovery`]: the
 //!   replay of the WAL at open.
 //! - [`checkpoint`]: checkpoints and log-space pacing; [`background`]: the
@@ -27,6 +28,7 @@ mod open;
 mod options;
 mod records;
 mod recovery;
+mod shape;
 mod stats;
 mod ticket;
 mod txn;

@@ -34,6 +34,7 @@ use super::commit::SpareBuffers;
 use super::control::ControlFile;
 use super::engine::{EngineLog, Inner, Pool};
 use super::recovery::{self, Recovered};
+use super::shape::TreeShape;
 use super::stats::Counters;
 use super::ticket::TicketLock;
 use super::versions::VersionStore;
@@ -100,6 +101,7 @@ pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result
         log,
         pool,
         tree: RwLock::new(meta),
+        shape: TreeShape::new(meta.root),
         writer: TicketLock::default(),
         committer: TicketLock::default(),
         locks: Default::default(),

@@ -45,6 +45,7 @@ pub(super) struct Counters {
     pub(super) writers_begun: AtomicU64,
     pub(super) conflicts: AtomicU64,
     pub(super) commit_misses: AtomicU64,
+    pub(super) shape_retries: AtomicU64,
     pub(super) commit_section_ns: AtomicU64,
     pub(crate) retries: AtomicU64,
     pub(super) log_space_wait: StallCounter,
@@ -84,7 +85,8 @@ pub struct Stalls {
     /// Row-lock waits over 1 ms (`put`, `delete`, `get_for_update` on a key
     /// another transaction holds).
     pub row_lock_wait: u64,
-    /// Commits that waited over 1 ms for the tree lock (readers or a checkpoint start).
+    /// Commits that waited over 1 ms for the tree lock (a checkpoint start, or
+    /// a reader whose lock-free descents kept crossing structure changes).
     pub tree_lock_wait: u64,
     /// Foreground page reads (cache misses) that took over 1 ms.
     pub read_miss: u64,
@@ -145,6 +147,10 @@ pub struct TxnStats {
     /// Commit sections that found a page missing, let go of the section to
     /// read it and entered again (the section itself never reads the disk).
     pub commit_misses: u64,
+    /// Lock-free tree reads run again because a commit changed the tree's
+    /// structure (a split or a freed page) under them, or found one under
+    /// way (readers never wait for a commit otherwise).
+    pub shape_retries: u64,
     /// Time transactions held the commit section (the part of a commit that
     /// runs one at a time: validate, apply, log, publish), in microseconds;
     /// divided by the commits, what each one serializes.
@@ -323,6 +329,7 @@ impl<S: Storage> Inner<S> {
             waiting_for_locks: self.locks.waiting() as u64,
             retries: c.retries.load(Ordering::Relaxed),
             commit_misses: c.commit_misses.load(Ordering::Relaxed),
+            shape_retries: c.shape_retries.load(Ordering::Relaxed),
             commit_section_us: c.commit_section_ns.load(Ordering::Relaxed) / 1000,
         }
     }

@@ -1,7 +1,10 @@
 //! Read transactions, and the reads every transaction shares.
 //!
-//! A read (each `get`, each leaf-sized step of a range) holds the tree
-//! shared, so it never sees part of a transaction. A `ReadTxn` is a
+//! A read (each `get`, each leaf-sized step of a range) takes no lock: it
+//! descends under page latches, runs again when a commit changed the tree's
+//! structure under it ([`super::shape`]), and takes what a commit changed
+//! since its snapshot, or is changing now, from the version store. Readers
+//! never wait for a commit's apply. A `ReadTxn` is a
 //! **snapshot**: it registers the last commit when it begins, and every read
 //! in it, and in the iterators it hands out, sees the database as of that
 //! commit, however long it lives, through the before-images of the version
@@ -11,13 +14,13 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::ops::{Bound, RangeBounds};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::commit::{CachedPages, PoolPages};
 use super::engine::Inner;
 use super::versions::Snapshot;
 use crate::btree::tree;
-use crate::buffer::Access;
 use crate::error::Result;
 use crate::health::{self, PanicGuard};
 use crate::io::Storage;
@@ -87,50 +90,49 @@ pub(super) fn prefix_bounds(prefix: &[u8]) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
     (Bound::Included(prefix.to_vec()), Bound::Unbounded)
 }
 
-/// Misses a descent reads outside the tree lock before it reads under it.
-const UNLOCKED_READS_MAX: usize = 32;
+/// Descents a read runs again when a structure change crossed each,
+/// before it takes the tree's shared lock (under which no commit applies).
+const SHAPE_RETRIES_MAX: usize = 64;
 
-/// Runs `op` (a descent from the root it is given) under the tree's shared
-/// lock, with page reads outside it: when `op` finds a page missing, the lock
-/// is let go, the page read into the pool (as `access`) and `op` run again, so
-/// a cache miss never holds up a commit (which needs the lock exclusively) for
-/// the length of a disk read. After [`UNLOCKED_READS_MAX`] misses the last
-/// try reads under the lock.
-fn with_unlocked_reads<S: Storage, R>(
+/// Runs `op`, a descent from the root it is given, without a lock: it reads
+/// each page under that page's latch (reading a missing one from disk), and
+/// its result is kept only if no structure change began meanwhile (see
+/// [`super::shape`]); else it runs again. A commit applying beside it never
+/// holds it up: a key's value it changes is read from the version store.
+/// After [`SHAPE_RETRIES_MAX`] crossed descents the last runs under the
+/// tree's shared lock.
+fn read_tree<S: Storage, R>(
     inner: &Inner<S>,
-    access: Access,
-    op: impl Fn(&CachedPages<'_, S>, u64) -> Result<R>,
+    op: impl Fn(&PoolPages<'_, S>, u64) -> Result<R>,
 ) -> Result<R> {
     inner.health.check()?;
     let _guard = PanicGuard(&inner.health);
-    let mut misses = 0;
-    loop {
-        assert!(
-            misses <= UNLOCKED_READS_MAX,
-            "the last try reads under the lock"
-        );
-        let meta = inner.health.observe(health::read(&inner.tree))?;
-        let mut pages = CachedPages::new(inner);
-        pages.read_through = misses == UNLOCKED_READS_MAX;
-        let r = op(&pages, meta.root);
-        drop(meta);
-        match pages.missed.get() {
-            // The page was reachable a moment ago, so it is in the pool or
-            // on disk (a page leaves the pool only after being written).
-            // Reading it may write a dirty victim out: a failure of that
-            // write stops the database.
-            Some(page) => drop(inner.health.observe(inner.pool.read(page, access))?),
-            None => return inner.health.observe(r),
+    let pages = PoolPages { inner };
+    for _ in 0..SHAPE_RETRIES_MAX {
+        let Some((seq, root)) = inner.shape.stable() else {
+            inner.counters.shape_retries.fetch_add(1, Ordering::Relaxed);
+            std::thread::yield_now();
+            continue;
+        };
+        // An error may come of a path a change crossed: judged after.
+        let r = op(&pages, root);
+        if inner.shape.unchanged(seq) {
+            return inner.health.observe(r);
         }
-        misses += 1;
+        inner.counters.shape_retries.fetch_add(1, Ordering::Relaxed);
     }
+    let meta = inner.health.observe(health::read(&inner.tree))?;
+    assert_eq!(meta.root, inner.shape.root(), "no commit applies");
+    let r = op(&pages, meta.root);
+    drop(meta);
+    inner.health.observe(r)
 }
 
-/// Reads `key`, its missing pages read outside the tree lock.
+/// Reads `key` as the tree holds it: the latest committed value, or one a
+/// commit is applying (callers hold the key's row lock, or merge the
+/// version store as [`get_at`] does).
 pub(crate) fn get_committed<S: Storage>(inner: &Inner<S>, key: &[u8]) -> Result<Option<Vec<u8>>> {
-    with_unlocked_reads(inner, Access::Normal, |pages, root| {
-        tree::get(pages, root, key)
-    })
+    read_tree(inner, |pages, root| tree::get(pages, root, key))
 }
 
 /// Reads `key` as of snapshot `snap`: the tree first, then the versions
@@ -194,7 +196,7 @@ impl<'db, S: Storage> ReadTxn<'db, S> {
 }
 
 /// An iterator over a key range, forward or (with `.rev()`) backward. Reads a
-/// leaf at a time, each under the tree's shared lock.
+/// leaf at a time, each a lock-free descent.
 pub struct RangeIter<'db, S: Storage = crate::io::OsStorage> {
     inner: &'db Inner<S>,
     /// Where the next front batch starts; `None` when the front is exhausted.
@@ -279,10 +281,10 @@ impl<'db, S: Storage> RangeIter<'db, S> {
         Ok(())
     }
 
-    /// One leaf of a forward scan, its missing pages read outside the tree
-    /// lock (as [`get_committed`]).
+    /// One leaf of a forward scan, read without a lock (as
+    /// [`get_committed`]).
     fn scan_forward_unlocked(&self, from: &Bound<Vec<u8>>) -> Result<tree::Batch> {
-        with_unlocked_reads(self.inner, Access::Scan, |pages, root| {
+        read_tree(self.inner, |pages, root| {
             tree::scan_forward(pages, root, from, &self.hi)
         })
     }
@@ -298,14 +300,16 @@ impl<'db, S: Storage> RangeIter<'db, S> {
             return;
         }
         let inner = self.inner;
-        let leaves = {
-            let Ok(meta) = health::read(&inner.tree) else {
-                return;
-            };
-            tree::following_leaves(&CachedPages::new(inner), meta.root, at, window)
+        let Some((seq, root)) = inner.shape.stable() else {
+            return;
         };
-        // Best effort: a branch not in the cache means no readahead this time.
+        let leaves = tree::following_leaves(&CachedPages { inner }, root, at, window);
+        // Best effort: a branch not in the cache, or a structure change
+        // meanwhile, means no readahead this time.
         let Ok(leaves) = leaves else { return };
+        if !inner.shape.unchanged(seq) {
+            return;
+        }
         let queued = inner.read_ahead(&leaves);
         self.ahead_until = self.leaves + (queued.max(2) / 2);
     }
@@ -316,11 +320,10 @@ impl<'db, S: Storage> RangeIter<'db, S> {
             let Some(to) = self.back_to.take() else {
                 return Ok(());
             };
-            let meta = self.inner.health.observe(health::read(&self.inner.tree))?;
-            let scanned =
-                tree::scan_reverse(&PoolPages { inner: self.inner }, meta.root, &self.lo, &to);
-            let (batch, next) = self.inner.health.observe(scanned)?;
-            drop(meta);
+            let lo = &self.lo;
+            let (batch, next) = read_tree(self.inner, |pages, root| {
+                tree::scan_reverse(pages, root, lo, &to)
+            })?;
             let lo = match &next {
                 Some(b) => batch_end(b),
                 None => self.lo.clone(),
@@ -468,5 +471,52 @@ impl<S: Storage> DoubleEndedIterator for RangeIter<'_, S> {
                 Some(Err(e))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use crate::{Database, Options};
+
+    /// A commit holds the commit section's gate and the tree's write lock
+    /// for as long as it applies; reads of every kind finish meanwhile.
+    #[test]
+    fn reads_finish_while_a_commit_holds_the_tree() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let opts = Options {
+            cache_bytes: 4 << 20,
+            page_bytes: 4096,
+            ..Options::default()
+        };
+        let db = Database::open(dir.path(), opts).expect("open");
+        let mut w = db.begin_write().expect("begin");
+        for i in 0..2000u32 {
+            w.put(format!("k{i:05}").as_bytes(), &[7; 40]).expect("put");
+        }
+        w.commit().expect("commit");
+        let section = db.inner.committer.lock();
+        let tree = crate::health::write(&db.inner.tree).expect("tree lock");
+        let (tx, rx) = mpsc::channel();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let r = db.begin_read().expect("begin_read");
+                let got = r.get(b"k01234").expect("get");
+                let fwd = r.prefix(b"k0").count();
+                let rev = r.range(&b"k01"[..]..&b"k02"[..]).rev().count();
+                let mut w = db.begin_write().expect("begin_write");
+                let locked = w.get_for_update(b"k00042").expect("get_for_update");
+                tx.send((got, fwd, rev, locked)).expect("send");
+            });
+            let got = rx.recv_timeout(Duration::from_secs(60));
+            drop(tree);
+            drop(section);
+            let (got, fwd, rev, locked) = got.expect("the reads finished beside the commit");
+            assert_eq!(got, Some(vec![7; 40]));
+            assert_eq!((fwd, rev), (2000, 1000));
+            assert_eq!(locked, Some(vec![7; 40]));
+        });
     }
 }

@@ -11,17 +11,15 @@
 //! before-image is what the key held at `s`.
 //!
 //! Invariants:
-//! - The published CSN only grows, and it moves (and the versions of its
-//!   commit are in the store) before the tree lock the commit changed pages
-//!   under is released: a reader that reads the tree, then the store, finds
-//!   every version newer than what the tree showed it.
-//! - A commit stores versions only if a snapshot other than its own
-//!   transaction's is registered when it checks, under the tree's write
-//!   lock (its own ends with the commit and never reads it). A snapshot
-//!   registered after that check cannot read the tree until the commit
-//!   released it, so it sees the
-//!   commit whole (its snapshot is, in effect, that commit): it never needs
-//!   the versions skipped.
+//! - A commit stages the before-images of every key it changes, tagged
+//!   with its CSN (one more than the published one), before it changes a
+//!   page, and publishes its CSN after its last page change: a reader that
+//!   reads the tree, then the store, finds a version of every key the tree
+//!   showed it changed after its snapshot, committed or being applied (so
+//!   readers never wait for an apply, and never see one half done). A
+//!   commit that fails is retracted before another is staged.
+//! - The published CSN only grows; one commit is staged at a time (the
+//!   commit section's).
 //! - Versions with CSN at or below the oldest live snapshot are dropped:
 //!   no snapshot can need them. When the store would exceed its cap, the
 //!   oldest snapshots are given up (their next read is
@@ -104,6 +102,9 @@ pub(crate) struct VersionStore {
     cap_bytes: usize,
     /// The CSN of the last published commit.
     visible: AtomicU64,
+    /// The CSN of the newest commit whose versions are in the store: the
+    /// published one, or one more while a commit applies.
+    staged: AtomicU64,
     /// Snapshots below this CSN were given up.
     too_old_below: AtomicU64,
     store: RwLock<Store>,
@@ -118,6 +119,7 @@ impl VersionStore {
         VersionStore {
             cap_bytes,
             visible: AtomicU64::new(0),
+            staged: AtomicU64::new(0),
             too_old_below: AtomicU64::new(0),
             store: RwLock::new(Store::default()),
             registry: Mutex::new(Registry::default()),
@@ -168,66 +170,110 @@ impl VersionStore {
         }
     }
 
-    /// Whether a commit must store versions: a snapshot is live besides the
-    /// committing transaction's own (registered at `own`, when nothing but
-    /// the transaction holds it: it ends with the commit and never reads
-    /// it; `None` when an iterator of the transaction keeps it and may read
-    /// on). Asked under the tree's write lock (see the module invariants).
-    pub(super) fn versions_wanted(&self, own: Option<u64>) -> bool {
-        let reg = health::lock_even_poisoned(&self.registry);
-        let mut live = reg.live.iter();
-        match (live.next(), live.next()) {
-            (None, _) => false,
-            (Some((&csn, &(count, _))), None) => {
-                assert!(count > 0, "a registered CSN counts its snapshots");
-                Some(csn) != own || count > 1
-            }
-            (Some(_), Some(_)) => true,
-        }
-    }
-
-    /// Publishes commit `csn` with the before-images of the keys it changed
-    /// (empty when no version was wanted), then drops what no snapshot
-    /// needs, giving up the oldest snapshots while over the cap. Called
-    /// under the tree's write lock, once per commit, in CSN order.
+    /// Stages commit `csn`, the one after the published one: the
+    /// before-images of the keys it changes go into the store, before the
+    /// commit changes a page. Called in the commit section.
     ///
     /// # Errors
     /// [`Error::Poisoned`] when a thread panicked holding the store.
-    pub(super) fn publish(&self, csn: u64, versions: CommitVersions) -> Result<()> {
+    pub(super) fn stage(&self, csn: u64, versions: CommitVersions) -> Result<()> {
         let mut store = health::write(&self.store)?;
-        assert_eq!(csn, self.visible() + 1, "commits are published in order");
-        if !versions.is_empty() {
-            self.stored
-                .fetch_add(versions.len() as u64, Ordering::Relaxed);
-            let mut keys = Vec::with_capacity(versions.len());
-            for (key, before) in versions {
-                store.bytes += version_bytes(&key, &before);
-                store.versions += 1;
-                let chain = store.by_key.entry(key.clone()).or_default();
-                assert!(
-                    chain.back().is_none_or(|v| v.0 < csn),
-                    "a key's versions are in commit order"
-                );
-                chain.push_back((csn, before));
-                keys.push(key);
-            }
+        assert_eq!(csn, self.visible() + 1, "commits are staged in order");
+        assert_eq!(
+            self.staged.load(Ordering::Acquire),
+            csn - 1,
+            "one commit is staged at a time"
+        );
+        self.stored
+            .fetch_add(versions.len() as u64, Ordering::Relaxed);
+        let mut keys = Vec::with_capacity(versions.len());
+        for (key, before) in versions {
+            store.bytes += version_bytes(&key, &before);
+            store.versions += 1;
+            let chain = store.by_key.entry(key.clone()).or_default();
+            assert!(
+                chain.back().is_none_or(|v| v.0 < csn),
+                "a key's versions are in commit order"
+            );
+            chain.push_back((csn, before));
+            keys.push(key);
+        }
+        if !keys.is_empty() {
             store.by_csn.push_back((csn, keys));
         }
-        self.visible.store(csn, Ordering::Release);
-        self.collect(&mut store);
+        // Before the first page change: a reader that sees one sees this.
+        self.staged.store(csn, Ordering::Release);
         Ok(())
     }
 
-    /// Drops versions no live snapshot needs; gives up the oldest snapshots
-    /// while the store is over its cap.
-    fn collect(&self, store: &mut Store) {
+    /// Takes back staged commit `csn`, which failed: its pages are back as
+    /// they were.
+    pub(super) fn retract(&self, csn: u64) {
+        // A poisoned store fails every later stage and read: nothing to undo.
+        let Ok(mut guard) = health::write(&self.store) else {
+            return;
+        };
+        let store = &mut *guard;
+        assert_eq!(
+            self.staged.load(Ordering::Acquire),
+            csn,
+            "only the staged commit is retracted"
+        );
+        let keys = match store.by_csn.back() {
+            Some((last, _)) if *last == csn => store.by_csn.pop_back().expect("checked").1,
+            _ => Vec::new(),
+        };
+        for key in keys {
+            let std::collections::btree_map::Entry::Occupied(mut e) = store.by_key.entry(key)
+            else {
+                unreachable!("a staged key has a version");
+            };
+            let (vcsn, before) = e.get_mut().pop_back().expect("a chain has versions");
+            assert_eq!(vcsn, csn, "a key's newest version is the staged one");
+            store.bytes -= version_bytes(e.key(), &before);
+            store.versions -= 1;
+            if e.get().is_empty() {
+                e.remove();
+            }
+        }
+        self.staged.store(csn - 1, Ordering::Release);
+    }
+
+    /// Publishes staged commit `csn` (its pages all changed), then drops
+    /// what no snapshot needs, giving up the oldest snapshots while over the
+    /// cap. `own` is the committing transaction's snapshot when nothing
+    /// else holds it (no iterator of it may read on): it ends with the
+    /// commit and never reads again, so it keeps no version. Called in the
+    /// commit section, once per commit, in CSN order.
+    ///
+    /// # Errors
+    /// [`Error::Poisoned`] when a thread panicked holding the store.
+    pub(super) fn publish(&self, csn: u64, own: Option<u64>) -> Result<()> {
+        let mut store = health::write(&self.store)?;
+        assert_eq!(csn, self.visible() + 1, "commits are published in order");
+        assert_eq!(
+            self.staged.load(Ordering::Acquire),
+            csn,
+            "a commit is staged before it is published"
+        );
+        self.visible.store(csn, Ordering::Release);
+        self.collect(&mut store, own);
+        Ok(())
+    }
+
+    /// Drops versions no live snapshot (`own` not counted once) needs;
+    /// gives up the oldest snapshots while the store is over its cap.
+    fn collect(&self, store: &mut Store, own: Option<u64>) {
         let mut reg = health::lock_even_poisoned(&self.registry);
         loop {
+            let needed = |(&csn, &(count, _)): (&u64, &(usize, Instant))| {
+                assert!(count > 0, "a registered CSN counts its snapshots");
+                (Some(csn) != own || count > 1).then_some(csn)
+            };
             let horizon = reg
                 .live
-                .keys()
-                .next()
-                .copied()
+                .iter()
+                .find_map(needed)
                 .unwrap_or_else(|| self.visible());
             drop_through(store, horizon);
             if store.bytes <= self.cap_bytes {
@@ -273,10 +319,10 @@ impl VersionStore {
     /// # Errors
     /// [`Error::SnapshotTooOld`] when the snapshot was given up.
     pub(super) fn read_at(&self, csn: u64, key: &[u8], latest: Before) -> Result<Before> {
-        let visible = self.visible();
-        assert!(csn <= visible, "a snapshot is of a published commit");
-        if visible == csn {
-            // Nothing committed since the snapshot: the tree read was it.
+        assert!(csn <= self.visible(), "a snapshot is of a published commit");
+        if self.staged.load(Ordering::Acquire) == csn {
+            // Nothing committed or being applied since the snapshot: the
+            // tree read was it.
             return Ok(latest);
         }
         let store = health::read(&self.store)?;
@@ -300,9 +346,8 @@ impl VersionStore {
         entries: Vec<(Vec<u8>, Vec<u8>)>,
         rev: bool,
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        let visible = self.visible();
-        assert!(csn <= visible, "a snapshot is of a published commit");
-        if visible == csn {
+        assert!(csn <= self.visible(), "a snapshot is of a published commit");
+        if self.staged.load(Ordering::Acquire) == csn {
             return Ok(entries);
         }
         let store = health::read(&self.store)?;
@@ -358,7 +403,12 @@ impl VersionStore {
         if visible == csn {
             return Ok(None);
         }
-        let newer = |chain: &VecDeque<(u64, Before)>| chain.back().is_some_and(|v| v.0 > csn);
+        // A commit staged but not published (only while a transaction
+        // that writes nothing validates beside the commit section) has not
+        // changed anything yet.
+        let newer = |chain: &VecDeque<(u64, Before)>| {
+            chain.iter().rev().any(|v| v.0 > csn && v.0 <= visible)
+        };
         if let Some(k) = keys.find(|k| store.by_key.get(*k).is_some_and(newer)) {
             return Ok(Some((k.to_vec(), "the key")));
         }
@@ -477,6 +527,12 @@ impl Drop for Snapshot<'_> {
 mod tests {
     use super::*;
 
+    /// Stages and publishes commit `csn`.
+    fn commit(vs: &VersionStore, csn: u64, versions: CommitVersions) -> Result<()> {
+        vs.stage(csn, versions)?;
+        vs.publish(csn, None)
+    }
+
     fn some(v: &[u8]) -> Before {
         Some(v.to_vec())
     }
@@ -487,10 +543,9 @@ mod tests {
     fn reads_at_a_snapshot_and_collects_behind_the_oldest() {
         let vs = VersionStore::new(1 << 20);
         let s0 = Snapshot::take(&vs).expect("registers");
-        vs.publish(1, vec![(b"a".to_vec(), None)]).expect("publish");
+        commit(&vs, 1, vec![(b"a".to_vec(), None)]).expect("publish");
         let s1 = Snapshot::take(&vs).expect("registers");
-        vs.publish(2, vec![(b"a".to_vec(), some(b"1"))])
-            .expect("publish");
+        commit(&vs, 2, vec![(b"a".to_vec(), some(b"1"))]).expect("publish");
         // The tree now holds a = 2.
         let latest = some(b"2");
         assert_eq!(
@@ -507,14 +562,14 @@ mod tests {
         );
         assert_eq!(vs.stats().versions, 2);
         drop(s0);
-        vs.publish(3, vec![]).expect("publish");
+        commit(&vs, 3, vec![]).expect("publish");
         assert_eq!(vs.stats().versions, 1, "the version only s0 needed is gone");
         assert_eq!(
             vs.read_at(s1.csn(), b"a", latest).expect("reads"),
             some(b"1")
         );
         drop(s1);
-        vs.publish(4, vec![]).expect("publish");
+        commit(&vs, 4, vec![]).expect("publish");
         let st = vs.stats();
         assert_eq!(
             (st.versions, st.version_store_bytes, st.active_snapshots),
@@ -528,7 +583,8 @@ mod tests {
     fn batches_are_rewritten_to_the_snapshot() {
         let vs = VersionStore::new(1 << 20);
         let s = Snapshot::take(&vs).expect("registers");
-        vs.publish(
+        commit(
+            &vs,
             1,
             vec![
                 (b"b".to_vec(), None),       // inserted since
@@ -572,12 +628,10 @@ mod tests {
         let cap = 4 * (VERSION_OVERHEAD_BYTES + 100);
         let vs = VersionStore::new(cap);
         let old = Snapshot::take(&vs).expect("registers");
-        vs.publish(1, vec![(b"k".to_vec(), some(&[1; 90]))])
-            .expect("publish");
+        commit(&vs, 1, vec![(b"k".to_vec(), some(&[1; 90]))]).expect("publish");
         let young = Snapshot::take(&vs).expect("registers");
         for csn in 2..20 {
-            vs.publish(csn, vec![(b"k".to_vec(), some(&[csn as u8; 90]))])
-                .expect("publish");
+            commit(&vs, csn, vec![(b"k".to_vec(), some(&[csn as u8; 90]))]).expect("publish");
             assert!(vs.stats().version_store_bytes <= cap as u64);
         }
         let err = vs.read_at(old.csn(), b"k", None).expect_err("given up");

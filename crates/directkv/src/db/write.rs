@@ -8,12 +8,14 @@
 //! committed value, which nobody else can change while the lock is held.
 //!
 //! Commit, in order:
-//! 1. *warm*: each key it writes is looked up outside every lock, so the
-//!    pages its change needs are in the pool (cache misses of many
-//!    transactions overlap here);
+//! 1. *warm*: each key it writes is looked up outside every lock (unless
+//!    `get_for_update` read it), for its before-image, so the pages its
+//!    change needs are in the pool (cache misses of many transactions
+//!    overlap here);
 //! 2. the *commit section*, one transaction at a time (a first-come,
-//!    first-served gate, then the tree's write lock): validate, apply to
-//!    the tree and the log, publish the new commit to snapshots. It never
+//!    first-served gate, then the tree's write lock): validate, stage the
+//!    before-images for snapshots, apply to the tree and the log, publish
+//!    the new commit to snapshots. Readers do not wait for it. It never
 //!    reads the disk: a page found missing rolls the attempt back, the gate
 //!    is let go, the page read, and the section entered again;
 //! 3. the row locks go (early lock release), the snapshot ends, and the
@@ -48,7 +50,7 @@ use super::commit::{Applied, CommitCtx};
 use super::engine::Inner;
 use super::options::{Isolation, WriteOptions};
 use super::txn::{self, RangeIter};
-use super::versions::{CommitVersions, KeyRange, Snapshot};
+use super::versions::{Before, CommitVersions, KeyRange, Snapshot};
 use super::Durability;
 use crate::btree::tree;
 use crate::buffer::Access;
@@ -82,9 +84,10 @@ pub struct WriteTxn<'db, S: Storage = crate::io::OsStorage> {
     /// Keys whose row lock it holds.
     locked: Vec<Vec<u8>>,
     /// Keys whose latest committed value `get_for_update` read under the
-    /// lock before this transaction wrote them: their writes are based on
-    /// the latest, not the snapshot.
-    for_update: BTreeSet<Vec<u8>>,
+    /// lock before this transaction wrote them, with that value: their
+    /// writes are based on the latest, not the snapshot, and the value
+    /// stays the latest while the lock is held.
+    for_update: BTreeMap<Vec<u8>, Before>,
     /// What it read from its snapshot (Serializable only).
     read_set: Mutex<ReadSet>,
     /// Set when it was a deadlock's victim: it can only end.
@@ -123,7 +126,7 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
             serial,
             writes: BTreeMap::new(),
             locked: Vec::new(),
-            for_update: BTreeSet::new(),
+            for_update: BTreeMap::new(),
             read_set: Mutex::new(ReadSet::default()),
             victim: None,
         })
@@ -237,8 +240,8 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
         if let Some(v) = self.writes.get(key) {
             return Ok(v.clone());
         }
-        if self.for_update.contains(key) {
-            return txn::get_committed(self.inner, key);
+        if let Some(v) = self.for_update.get(key) {
+            return Ok(v.clone());
         }
         let v = txn::get_at(self.inner, self.snap(), key)?;
         if self.opts.isolation == Isolation::Serializable {
@@ -265,8 +268,12 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
             // validation of its writes may skip.
             return Ok(v.clone());
         }
-        self.for_update.insert(key.to_vec());
-        txn::get_committed(self.inner, key)
+        if let Some(v) = self.for_update.get(key) {
+            return Ok(v.clone());
+        }
+        let v = txn::get_committed(self.inner, key)?;
+        self.for_update.insert(key.to_vec(), v.clone());
+        Ok(v)
     }
 
     /// The entries in `range` in the snapshot, this transaction's writes
@@ -341,8 +348,8 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
             self.end();
             return self.count_refusal(r);
         }
-        self.warm(&writes)?;
-        let lsn = self.commit_section(&writes);
+        let befores = self.warm(&writes)?;
+        let lsn = self.commit_section(&writes, &befores);
         self.end();
         assert!(self.locked.is_empty(), "row locks go before the sync");
         let lsn = match self.count_refusal(lsn) {
@@ -373,30 +380,37 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
         r
     }
 
-    /// Brings the pages its writes will change into the pool, outside every
-    /// lock, looking up each key it has not read already (a key read in
-    /// this transaction had its path fixed moments ago; looking it up again
-    /// would lengthen the hold of its row lock for nothing).
-    fn warm(&self, writes: &BTreeMap<Vec<u8>, Option<Vec<u8>>>) -> Result<()> {
-        let set = self.read_set()?;
-        let unread = writes
-            .keys()
-            .filter(|k| !self.for_update.contains(*k) && !set.keys.contains(*k));
-        let mut looked_up = 0;
-        for k in unread {
-            txn::get_committed(self.inner, k)?;
-            looked_up += 1;
-        }
-        assert!(
-            looked_up <= writes.len(),
-            "each key is looked up once at most"
+    /// Reads, outside every lock, the latest committed value of each key
+    /// it writes: the before-images its commit stages for snapshots. A key
+    /// read with `get_for_update` is not read again. Each key's row lock is
+    /// held, so no other commit changes these values before this one; and
+    /// the pages the commit will change are brought into the pool here
+    /// (the cache misses of many transactions overlap).
+    fn warm(&self, writes: &BTreeMap<Vec<u8>, Option<Vec<u8>>>) -> Result<CommitVersions> {
+        assert_eq!(
+            self.locked.len(),
+            self.locked.iter().collect::<BTreeSet<_>>().len(),
+            "a row lock is held once"
         );
-        Ok(())
+        let mut befores = Vec::with_capacity(writes.len());
+        for k in writes.keys() {
+            let before = match self.for_update.get(k) {
+                Some(v) => v.clone(),
+                None => txn::get_committed(self.inner, k)?,
+            };
+            befores.push((k.clone(), before));
+        }
+        assert_eq!(befores.len(), writes.len(), "a before-image per key");
+        Ok(befores)
     }
 
     /// Enters the commit section until an attempt needs no page it lacks;
     /// returns the commit record's LSN.
-    fn commit_section(&self, writes: &BTreeMap<Vec<u8>, Option<Vec<u8>>>) -> Result<Lsn> {
+    fn commit_section(
+        &self,
+        writes: &BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+        befores: &CommitVersions,
+    ) -> Result<Lsn> {
         let inner = self.inner;
         for attempt in 0..=COMMIT_MISSES_MAX {
             let read_through = attempt == COMMIT_MISSES_MAX;
@@ -404,7 +418,7 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
             let section = inner.committer.lock();
             let entered = Instant::now();
             inner.counters.commit_wait.record(entered - t);
-            let r = self.apply(writes, read_through);
+            let r = self.apply(writes, befores, read_through);
             drop(section);
             let held = u64::try_from(entered.elapsed().as_nanos()).unwrap_or(u64::MAX);
             inner
@@ -427,10 +441,13 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
         unreachable!("the last attempt reads through")
     }
 
-    /// Validates and applies the transaction under the tree's write lock.
+    /// Validates and applies the transaction under the tree's write lock:
+    /// its before-images staged for snapshots first, then its pages
+    /// changed, then its commit published.
     fn apply(
         &self,
         writes: &BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+        befores: &CommitVersions,
         read_through: bool,
     ) -> Result<Applied> {
         let inner = self.inner;
@@ -441,18 +458,14 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
         let horizon = Lsn::new(inner.fpi_horizon.load(Ordering::Acquire));
         let mut ctx = CommitCtx::new(inner, *meta, inner.next_txn(), horizon);
         ctx.read_through = read_through;
-        // Before-images are kept only while a snapshot other than this
-        // transaction's own may need them (see `super::versions`).
-        // An iterator of this transaction holding its snapshot may read on
-        // after the commit: then the snapshot is not only its own.
-        let snap = self.snap();
-        let own = (Arc::strong_count(snap) == 1).then(|| snap.csn());
-        let versioned = inner.versions.versions_wanted(own);
-        let mut versions: CommitVersions = Vec::new();
-        for (k, v) in writes {
-            if let Err(e) = apply_one(&mut ctx, versioned.then_some(&mut versions), k, v) {
+        let csn = inner.versions.visible() + 1;
+        inner.versions.stage(csn, befores.clone())?;
+        for ((k, v), (bk, before)) in writes.iter().zip(befores) {
+            assert_eq!(k, bk, "before-images are in key order");
+            if let Err(e) = apply_one(&mut ctx, k, v, before) {
                 let (missed, held) = (ctx.missed(), ctx.held_pages());
                 ctx.rollback();
+                inner.versions.retract(csn);
                 return match (missed, e) {
                     (Some(page), _) => Ok(Applied::Missed(page)),
                     (None, Error::CacheExhausted { frames }) => Err(Error::TransactionTooLarge {
@@ -465,16 +478,20 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
         }
         let counts = ctx.counts();
         let new_meta = ctx.meta;
-        let lsn = ctx.commit()?;
+        let lsn = match ctx.commit() {
+            Ok(lsn) => lsn,
+            Err(e) => {
+                inner.versions.retract(csn);
+                return Err(e);
+            }
+        };
         *meta = new_meta;
-        assert!(
-            !versioned || versions.len() == writes.len(),
-            "a version per key"
-        );
-        // Published before the tree lock is let go.
-        inner
-            .versions
-            .publish(inner.versions.visible() + 1, versions)?;
+        // Published before the tree lock is let go. An iterator of this
+        // transaction holding its snapshot may read on after the commit:
+        // then the snapshot is not only its own.
+        let snap = self.snap();
+        let own = (Arc::strong_count(snap) == 1).then(|| snap.csn());
+        inner.versions.publish(csn, own)?;
         inner.counters.add_page_records(counts);
         Ok(Applied::Done(lsn))
     }
@@ -496,7 +513,7 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
             Isolation::Snapshot => (
                 writes
                     .keys()
-                    .filter(|k| !self.for_update.contains(*k))
+                    .filter(|k| !self.for_update.contains_key(*k))
                     .map(Vec::as_slice)
                     .collect(),
                 &[],
@@ -522,27 +539,32 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
     }
 }
 
-/// Applies one write, keeping the key's before-image in `versions` when one
-/// is wanted.
+/// Applies one write, whose key held `before` (staged already), and ends
+/// the structure change it needed, if any.
 fn apply_one<S: Storage>(
     ctx: &mut CommitCtx<'_, S>,
-    versions: Option<&mut CommitVersions>,
     k: &[u8],
     v: &Option<Vec<u8>>,
+    before: &Option<Vec<u8>>,
 ) -> Result<()> {
-    let Some(versions) = versions else {
-        return match v {
-            Some(v) => tree::put(ctx, k, v),
-            None => tree::delete(ctx, k).map(drop),
+    if cfg!(debug_assertions) {
+        // The tree hands back the value it replaces (copying it, and
+        // reading an overflow chain: too dear for release builds).
+        let old = match v {
+            Some(v) => tree::replace(ctx, k, v)?,
+            None => tree::remove(ctx, k)?,
         };
-    };
-    // The tree hands back the value it replaces, read from the leaf it
-    // changes: no second descent in the commit section.
-    let before = match v {
-        Some(v) => tree::replace(ctx, k, v)?,
-        None => tree::remove(ctx, k)?,
-    };
-    versions.push((k.to_vec(), before));
+        assert_eq!(
+            &old, before,
+            "the row lock kept the key at its before-image"
+        );
+    } else {
+        match v {
+            Some(v) => tree::put(ctx, k, v)?,
+            None => drop(tree::delete(ctx, k)?),
+        }
+    }
+    ctx.settle();
     Ok(())
 }
 
