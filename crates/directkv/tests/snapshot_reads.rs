@@ -5,6 +5,11 @@
 //!   deleted, new ones inserted) while readers sum every balance inside one
 //!   read transaction, by prefix scan, by reverse range and by point gets:
 //!   no reader may ever see a total other than the money that exists.
+//! - The bank under structure changes: with 4 KiB pages, a small cache,
+//!   balances carrying padding (some past a page, in overflow chains) and
+//!   a thread inserting and deleting runs of zero-balance entries among
+//!   the accounts, commits split and free pages and move the root while
+//!   readers descend without a lock: still no wrong total.
 //! - An iterator held across thousands of commits yields exactly the
 //!   entries of its snapshot, in both directions, also after its
 //!   transaction is dropped.
@@ -35,14 +40,33 @@ fn account(i: u64) -> Vec<u8> {
     format!("acct/{i:05}").into_bytes()
 }
 
+/// The balance an entry holds: its first 8 bytes (padding may follow).
 fn balance(v: &[u8]) -> u64 {
-    u64::from_le_bytes(v.try_into().expect("an 8-byte balance"))
+    u64::from_le_bytes(v[..8].try_into().expect("an 8-byte balance"))
+}
+
+/// `amount` as a stored balance, with `pad` bytes of padding after it.
+fn stored(amount: u64, pad: usize) -> Vec<u8> {
+    let mut v = amount.to_le_bytes().to_vec();
+    v.resize(8 + pad, 0xA5);
+    v
 }
 
 /// One transfer: up to `amount` from `from` to `to`; an account left at
 /// zero is deleted, and a missing destination is created. Returns whether
 /// it committed (a missing source aborts it).
 fn transfer(db: &Database, from: u64, to: u64, amount: u64) -> directkv::Result<bool> {
+    transfer_padded(db, from, to, amount, 0)
+}
+
+/// [`transfer`], the balances it writes padded with `pad` bytes.
+fn transfer_padded(
+    db: &Database,
+    from: u64,
+    to: u64,
+    amount: u64,
+    pad: usize,
+) -> directkv::Result<bool> {
     // Writers run at once and read their snapshots; Serializable refuses a
     // transfer whose balances changed since, and `transaction` runs it
     // again, so money is neither made nor lost.
@@ -57,9 +81,9 @@ fn transfer(db: &Database, from: u64, to: u64, amount: u64) -> directkv::Result<
         if have == moved {
             w.delete(&fk)?;
         } else {
-            w.put(&fk, &(have - moved).to_le_bytes())?;
+            w.put(&fk, &stored(have - moved, pad))?;
         }
-        w.put(&tk, &(to_before + moved).to_le_bytes())?;
+        w.put(&tk, &stored(to_before + moved, pad))?;
         Ok(true)
     })
 }
@@ -110,9 +134,30 @@ impl Rng {
     }
 }
 
+/// Inserts a run of zero-balance entries after a random account, then
+/// deletes them: leaves split, empty and are freed, branches with them.
+fn churn(db: &Database, rng: &mut Rng) {
+    let at = account(rng.next() % ACCOUNTS);
+    let n = 20 + rng.next() % 100;
+    let key = |j: u64| [at.as_slice(), format!("~{j:04}").as_bytes()].concat();
+    let opts = WriteOptions::default();
+    db.transaction(&opts, |w| {
+        (0..n).try_for_each(|j| w.put(&key(j), &stored(0, 300)))
+    })
+    .expect("insert a run");
+    db.transaction(&opts, |w| (0..n).try_for_each(|j| w.delete(&key(j))))
+        .expect("delete the run");
+}
+
 /// Runs the bank with `writers` and one reader per way of summing for
 /// `secs`; returns (read transactions, wrong totals, commits).
 fn run_bank(db: &Arc<Database>, writers: usize, secs: f64) -> (u64, u64, u64) {
+    run_bank_with(db, writers, secs, false)
+}
+
+/// [`run_bank`]; with `reshape`, transfers pad balances by up to 5 KiB and
+/// one more thread churns runs of entries (see [`churn`]).
+fn run_bank_with(db: &Arc<Database>, writers: usize, secs: f64, reshape: bool) -> (u64, u64, u64) {
     let stop = Arc::new(AtomicBool::new(false));
     let (reads, wrong, commits) = (
         Arc::new(AtomicU64::new(0)),
@@ -126,9 +171,24 @@ fn run_bank(db: &Arc<Database>, writers: usize, secs: f64) -> (u64, u64, u64) {
             let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (t as u64 + 1));
             while !stop.load(Ordering::Relaxed) {
                 let (a, b) = (rng.next() % ACCOUNTS, rng.next() % ACCOUNTS);
-                if a != b && transfer(&db, a, b, 1 + rng.next() % 1500).expect("transfer") {
+                let pad = if reshape {
+                    (rng.next() % 5000) as usize
+                } else {
+                    0
+                };
+                let amount = 1 + rng.next() % 1500;
+                if a != b && transfer_padded(&db, a, b, amount, pad).expect("transfer") {
                     commits.fetch_add(1, Ordering::Relaxed);
                 }
+            }
+        }));
+    }
+    if reshape {
+        let (db, stop) = (db.clone(), stop.clone());
+        handles.push(std::thread::spawn(move || {
+            let mut rng = Rng(0xD1B5_4A32_D192_ED03);
+            while !stop.load(Ordering::Relaxed) {
+                churn(&db, &mut rng);
             }
         }));
     }
@@ -158,7 +218,11 @@ fn run_bank(db: &Arc<Database>, writers: usize, secs: f64) -> (u64, u64, u64) {
 }
 
 fn open_bank(dir: &std::path::Path) -> Arc<Database> {
-    let db = Database::open(dir, options()).expect("open");
+    open_bank_with(dir, options())
+}
+
+fn open_bank_with(dir: &std::path::Path, opts: Options) -> Arc<Database> {
+    let db = Database::open(dir, opts).expect("open");
     let mut w = db.begin_write().expect("begin");
     for i in 0..ACCOUNTS {
         w.put(&account(i), &START_BALANCE.to_le_bytes())
@@ -206,6 +270,41 @@ fn the_bank_never_shows_a_torn_total() {
         st.snapshots_too_old, 0,
         "the default cap holds these readers"
     );
+    assert_eq!(sum_once(&db, Sum::Prefix).expect("sum"), MONEY);
+}
+
+/// The bank while commits keep changing the tree's structure under
+/// lock-free readers: splits (padding, runs of inserts), overflow chains
+/// made and freed, leaves emptied and freed, the root grown. Readers may
+/// run descents again, never return a wrong total, and never wait for an
+/// apply (they take no lock). `DIRECTKV_BANK_SECS` runs it longer.
+#[test]
+fn the_bank_holds_while_commits_split_and_free_pages() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let opts = Options {
+        page_bytes: 4096,
+        cache_bytes: 16 << 20,
+        version_store_bytes: Some(8 << 20),
+        ..options()
+    };
+    let db = open_bank_with(dir.path(), opts);
+    let secs = std::env::var("DIRECTKV_BANK_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(4.0);
+    let (reads, wrong, commits) = run_bank_with(&db, 3, secs, true);
+    let report = db.check().expect("the tree is whole");
+    eprintln!(
+        "{reads} read transactions, {wrong} wrong totals, {commits} transfers, \
+         {} descents run again; tree of depth {}, {} pages, {} free",
+        db.stats().transactions.shape_retries,
+        report.depth,
+        report.tree_pages,
+        report.free_pages
+    );
+    assert_eq!(wrong, 0, "a read transaction saw a torn state");
+    assert!(reads >= 3 && commits > 0, "readers and writers ran");
+    assert!(report.depth >= 2, "the root is a branch: splits happened");
     assert_eq!(sum_once(&db, Sum::Prefix).expect("sum"), MONEY);
 }
 
