@@ -4,7 +4,7 @@
 //! - [`database`]: `Database`, its operations and orderly drop.
 //! - [`txn`]: read transactions and range iterators; [`write`]: write
 //!   transactions, many at once; [`locks`]: their row locks; [`ticket`]:
-//!   the first-come, first-served gate of the commit section; [`commit`]:
+//!   the first-come, first-served writer lock of `serial_writers`; [`commit`]:
 //!   applying a transaction (page records, apply, log); [`records`]: the
 //!   engine's WAL records; [`versions`]: snapshots and the version store;
 //!   [`shape`]: how readers descend while a commit changes the tree.

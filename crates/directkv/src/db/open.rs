@@ -103,7 +103,7 @@ pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result
         tree: RwLock::new(meta),
         shape: TreeShape::new(meta.root),
         writer: TicketLock::default(),
-        committer: TicketLock::default(),
+        committer: Mutex::new(()),
         locks: Default::default(),
         versions: VersionStore::new(version_cap),
         spare_buffers: SpareBuffers::default(),

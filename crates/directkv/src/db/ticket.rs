@@ -1,5 +1,5 @@
-//! A first-come, first-served lock: the commit section's gate, and the one
-//! writer lock of `Options::serial_writers`.
+//! A first-come, first-served lock: the one writer lock of
+//! `Options::serial_writers`.
 //!
 //! Invariants:
 //! - Holders are served in the order they asked (ticket order), one at a
@@ -51,30 +51,7 @@ fn thread_token() -> u64 {
     TOKEN.with(|t| *t)
 }
 
-/// A held [`TicketLock`], released when dropped: also while a panic
-/// unwinds, so the waiters behind a holder that panicked are never left
-/// asleep (they find the engine stopped instead).
-pub(crate) struct TicketGuard<'a> {
-    lock: &'a TicketLock,
-    ticket: u64,
-}
-
-impl Drop for TicketGuard<'_> {
-    fn drop(&mut self) {
-        self.lock.release(self.ticket);
-    }
-}
-
 impl TicketLock {
-    /// Waits for the lock, first come first served, and holds it until the
-    /// guard is dropped.
-    pub fn lock(&self) -> TicketGuard<'_> {
-        TicketGuard {
-            lock: self,
-            ticket: self.acquire(),
-        }
-    }
-
     fn slot(&self, ticket: u64) -> &Condvar {
         &self.turn[(ticket % TICKET_SLOTS as u64) as usize]
     }

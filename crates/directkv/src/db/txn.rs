@@ -497,7 +497,7 @@ mod tests {
             w.put(format!("k{i:05}").as_bytes(), &[7; 40]).expect("put");
         }
         w.commit().expect("commit");
-        let section = db.inner.committer.lock();
+        let section = crate::health::lock(&db.inner.committer).expect("section");
         let tree = crate::health::write(&db.inner.tree).expect("tree lock");
         let (tx, rx) = mpsc::channel();
         std::thread::scope(|s| {

@@ -12,8 +12,8 @@
 //!    `get_for_update` read it), for its before-image, so the pages its
 //!    change needs are in the pool (cache misses of many transactions
 //!    overlap here);
-//! 2. the *commit section*, one transaction at a time (a first-come,
-//!    first-served gate, then the tree's write lock): validate, stage the
+//! 2. the *commit section*, one transaction at a time (a gate a running
+//!    thread takes when it is free, then the tree's write lock): validate, stage the
 //!    before-images for snapshots, apply to the tree and the log, publish
 //!    the new commit to snapshots. Readers do not wait for it. It never
 //!    reads the disk: a page found missing rolls the attempt back, the gate
@@ -415,7 +415,7 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
         for attempt in 0..=COMMIT_MISSES_MAX {
             let read_through = attempt == COMMIT_MISSES_MAX;
             let t = Instant::now();
-            let section = inner.committer.lock();
+            let section = health::lock(&inner.committer)?;
             let entered = Instant::now();
             inner.counters.commit_wait.record(entered - t);
             let r = self.apply(writes, befores, read_through);
