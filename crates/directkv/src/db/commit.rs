@@ -400,11 +400,25 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
 impl<S: Storage> Drop for CommitCtx<'_, S> {
     fn drop(&mut self) {
         if self.reshaping {
-            // Ended early (an error past the apply): the pages are whole,
-            // committed or put back.
+            if std::thread::panicking() {
+                // A panic mid-apply: the pages are neither committed nor put
+                // back. The sequence stays odd, so readers end up under the
+                // tree's lock, which the unwinding commit section poisons,
+                // and get an error instead of a torn tree.
+                return self.give_back_buffers();
+            }
+            // Every error path rolls back or commits, which settle; this
+            // is a context dropped unused past a structure change.
             self.inner.shape.set_root(self.meta.root);
             self.settle();
         }
+        self.give_back_buffers();
+    }
+}
+
+impl<S: Storage> CommitCtx<'_, S> {
+    /// Returns the context's page buffers to the spares.
+    fn give_back_buffers(&mut self) {
         let spare = &self.inner.spare_buffers;
         spare.give(std::mem::take(&mut self.scratch));
         spare.give(std::mem::take(&mut self.rec));

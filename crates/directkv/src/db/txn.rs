@@ -136,14 +136,20 @@ pub(crate) fn get_committed<S: Storage>(inner: &Inner<S>, key: &[u8]) -> Result<
 }
 
 /// Reads `key` as of snapshot `snap`: the tree first, then the versions
-/// committed since (see [`super::versions`] for why in that order).
+/// committed since (see [`super::versions`] for why in that order), both
+/// in one checked descent. A commit that fails after changing the key puts
+/// its pages back inside a structure change and only then retracts its
+/// versions, so a read that took the tree's value before the rollback and
+/// missed the versions after it sees the sequence moved, and runs again.
 pub(super) fn get_at<S: Storage>(
     inner: &Inner<S>,
     snap: &Snapshot<'_>,
     key: &[u8],
 ) -> Result<Option<Vec<u8>>> {
-    let latest = get_committed(inner, key)?;
-    snap.store().read_at(snap.csn(), key, latest)
+    read_tree(inner, |pages, root| {
+        let latest = tree::get(pages, root, key)?;
+        snap.store().read_at(snap.csn(), key, latest)
+    })
 }
 
 /// A read transaction: `get`, `range`, `prefix` over one consistent
@@ -253,14 +259,7 @@ impl<'db, S: Storage> RangeIter<'db, S> {
             let Some(from) = self.front_from.take() else {
                 return Ok(());
             };
-            let scanned = self.scan_forward_unlocked(&from).and_then(|(batch, next)| {
-                let hi = match &next {
-                    Some(b) => batch_end(b),
-                    None => self.hi.clone(),
-                };
-                Ok((self.at_snapshot(&from, &hi, batch, false)?, next))
-            });
-            let (batch, next) = match scanned {
+            let (batch, next) = match self.scan_forward_at(&from) {
                 Ok(b) => b,
                 Err(e) => {
                     self.front_from = Some(from);
@@ -281,11 +280,16 @@ impl<'db, S: Storage> RangeIter<'db, S> {
         Ok(())
     }
 
-    /// One leaf of a forward scan, read without a lock (as
-    /// [`get_committed`]).
-    fn scan_forward_unlocked(&self, from: &Bound<Vec<u8>>) -> Result<tree::Batch> {
+    /// One leaf of a forward scan as of the snapshot, read without a lock
+    /// and merged with the versions in one checked descent (as [`get_at`]).
+    fn scan_forward_at(&self, from: &Bound<Vec<u8>>) -> Result<tree::Batch> {
         read_tree(self.inner, |pages, root| {
-            tree::scan_forward(pages, root, from, &self.hi)
+            let (batch, next) = tree::scan_forward(pages, root, from, &self.hi)?;
+            let hi = match &next {
+                Some(b) => batch_end(b),
+                None => self.hi.clone(),
+            };
+            Ok((self.at_snapshot(from, &hi, batch, false)?, next))
         })
     }
 
@@ -314,21 +318,26 @@ impl<'db, S: Storage> RangeIter<'db, S> {
         self.ahead_until = self.leaves + (queued.max(2) / 2);
     }
 
+    /// One leaf of a reverse scan as of the snapshot (as
+    /// [`scan_forward_at`](Self::scan_forward_at)).
+    fn scan_reverse_at(&self, to: &Bound<Vec<u8>>) -> Result<tree::Batch> {
+        read_tree(self.inner, |pages, root| {
+            let (batch, next) = tree::scan_reverse(pages, root, &self.lo, to)?;
+            let lo = match &next {
+                Some(b) => batch_end(b),
+                None => self.lo.clone(),
+            };
+            Ok((self.at_snapshot(&lo, to, batch, true)?, next))
+        })
+    }
+
     fn fill_back(&mut self) -> Result<()> {
         self.check_snapshot()?;
         while self.back.is_empty() {
             let Some(to) = self.back_to.take() else {
                 return Ok(());
             };
-            let lo = &self.lo;
-            let (batch, next) = read_tree(self.inner, |pages, root| {
-                tree::scan_reverse(pages, root, lo, &to)
-            })?;
-            let lo = match &next {
-                Some(b) => batch_end(b),
-                None => self.lo.clone(),
-            };
-            let batch = match self.at_snapshot(&lo, &to, batch, true) {
+            let (batch, next) = match self.scan_reverse_at(&to) {
                 Ok(b) => b,
                 Err(e) => {
                     self.back_to = Some(to);
@@ -479,7 +488,11 @@ mod tests {
     use std::sync::mpsc;
     use std::time::Duration;
 
-    use crate::{Database, Options};
+    use std::sync::atomic::Ordering;
+
+    use crate::btree::tree;
+    use crate::db::commit::{CommitCtx, PoolPages};
+    use crate::{Database, Lsn, Options};
 
     /// A commit holds the commit section's gate and the tree's write lock
     /// for as long as it applies; reads of every kind finish meanwhile.
@@ -518,5 +531,53 @@ mod tests {
             assert_eq!((fwd, rev), (2000, 1000));
             assert_eq!(locked, Some(vec![7; 40]));
         });
+    }
+
+    /// A commit that changes a value and then fails puts the page back
+    /// inside a structure change, before it retracts its versions: a read
+    /// that took the changed value from the tree, and would find no
+    /// version of it after the retraction, sees the sequence moved and runs
+    /// its descent again, never returning a value that was not committed.
+    #[test]
+    fn a_rolled_back_change_moves_the_shape_before_its_versions_go() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = Database::open(dir.path(), Options::default()).expect("open");
+        let mut w = db.begin_write().expect("begin");
+        w.put(b"k", b"old").expect("put");
+        w.commit().expect("commit");
+        let r = db.begin_read().expect("begin_read");
+        let inner = &*db.inner;
+        let (seq, root) = inner.shape.stable().expect("no change under way");
+        let section = crate::health::lock(&inner.committer).expect("section");
+        let meta = crate::health::write(&inner.tree).expect("tree lock");
+        let horizon = Lsn::new(inner.fpi_horizon.load(Ordering::Acquire));
+        let mut ctx = CommitCtx::new(inner, *meta, inner.next_txn(), horizon);
+        let csn = inner.versions.visible() + 1;
+        let before = vec![(b"k".to_vec(), Some(b"old".to_vec()))];
+        inner.versions.stage(csn, before).expect("stage");
+        tree::replace(&mut ctx, b"k", b"new").expect("a value-only change");
+        let latest = tree::get(&PoolPages { inner }, root, b"k").expect("get");
+        assert_eq!(latest.as_deref(), Some(&b"new"[..]), "the tree's value");
+        assert!(
+            inner.shape.unchanged(seq),
+            "a value change is no structure change"
+        );
+        ctx.rollback();
+        inner.versions.retract(csn);
+        assert!(
+            !inner.shape.unchanged(seq),
+            "a read that took the rolled-back value runs again"
+        );
+        drop(meta);
+        drop(section);
+        assert_eq!(r.get(b"k").expect("get").as_deref(), Some(&b"old"[..]));
+        assert_eq!(
+            db.begin_read()
+                .expect("read")
+                .get(b"k")
+                .expect("get")
+                .as_deref(),
+            Some(&b"old"[..])
+        );
     }
 }
