@@ -4,7 +4,8 @@
 //! flip anywhere is never returned as data; an invalid record followed by a later
 //! flush is reported as corruption with its segment and offset; a failing write
 //! or sync poisons the log (outcome unknown for the commits in the failed flush,
-//! `Poisoned` after); concurrent committers are group-committed; segments are
+//! `Poisoned` after) and wakes every committer waiting for it; concurrent
+//! committers are group-committed; segments are
 //! recycled; a segment of another database is refused.
 
 use std::path::Path;
@@ -383,6 +384,59 @@ fn concurrent_committers_share_flushes() {
     names.sort();
     names.dedup();
     assert_eq!(names.len(), THREADS * COMMITS, "every commit exactly once");
+}
+
+/// Committers waiting for a flush that fails all wake with an error and
+/// none hangs; every commit acknowledged before is in the log after reopen.
+#[test]
+fn a_failed_flush_wakes_every_waiting_committer() {
+    const THREADS: usize = 12;
+    for op in [FaultOp::Write, FaultOp::Sync] {
+        let dir = scratch();
+        let storage = FaultyStorage::new(OsStorage);
+        let mut opts = options(dir.path());
+        opts.background_prepare = false;
+        let (wal, _, _) = open(storage.clone(), opts);
+        storage.fail_after(op, 40, false);
+        let wal = Arc::new(wal);
+        let handles: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let wal = Arc::clone(&wal);
+                std::thread::spawn(move || {
+                    let mut acked = Vec::new();
+                    for i in 0.. {
+                        let p = format!("{t}:{i}");
+                        let r = wal.append(30, p.as_bytes()).and_then(|lsn| wal.flush(lsn));
+                        match r {
+                            Ok(()) => acked.push(p.into_bytes()),
+                            Err(e) => return (acked, e),
+                        }
+                    }
+                    unreachable!("the loop ends with an error")
+                })
+            })
+            .collect();
+        let mut acked = Vec::new();
+        for h in handles {
+            let (mine, err) = h.join().expect("committer");
+            assert!(
+                matches!(
+                    err,
+                    Error::CommitOutcomeUnknown { .. } | Error::Poisoned { .. }
+                ),
+                "{op:?}: {err}"
+            );
+            acked.extend(mine);
+        }
+        assert!(!acked.is_empty(), "{op:?}: commits before the fault");
+        drop(wal);
+        storage.heal();
+        let (_, seen, _) = open(OsStorage, options(dir.path()));
+        let seen: std::collections::HashSet<_> = seen.into_iter().map(|r| r.payload).collect();
+        for p in &acked {
+            assert!(seen.contains(p), "{op:?}: acknowledged commit lost");
+        }
+    }
 }
 
 #[test]
