@@ -16,6 +16,8 @@
 //! - A snapshot that would need more than the version store's cap is given
 //!   up: its next read is `SnapshotTooOld`, never a wrong value, and the
 //!   store stays within the cap.
+//! - A commit too large for the cache, rolled back again and again, never
+//!   shows a reader one of its values.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -473,4 +475,102 @@ fn a_snapshot_begun_during_a_commit_sees_it_whole_or_not_at_all() {
     }
     stop.store(true, Ordering::Relaxed);
     writer.join().expect("writer");
+}
+
+/// The value `round` gives key `i` of the rolled-back test (1,000 bytes).
+fn big_value(i: u64, round: u64) -> Vec<u8> {
+    let mut v = format!("{i}:{round}:").into_bytes();
+    v.resize(1000, b'v');
+    v
+}
+
+/// A commit too large for the cache changes pages, then puts them back
+/// and retracts its versions (`TransactionTooLarge`), again and again,
+/// while readers read the keys it changes by point gets and by prefix
+/// scans, without the tree's lock: no reader ever sees one of its values.
+#[test]
+fn values_of_a_rolled_back_commit_are_never_read() {
+    const KEYS: u64 = 400;
+    const ROUNDS: u64 = 40;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let opts = Options {
+        page_bytes: 4096,
+        cache_bytes: 64 * 4096,
+        version_store_bytes: Some(4 << 20),
+        durability: Durability::NoSyncNotDurable,
+        ..Options::default()
+    };
+    let db = Database::open(dir.path(), opts).expect("open");
+    let key = |i: u64| format!("big/{i:04}").into_bytes();
+    for batch in 0..KEYS / 10 {
+        let mut w = db.begin_write().expect("begin");
+        for i in batch * 10..batch * 10 + 10 {
+            w.put(&key(i), &big_value(i, 0)).expect("put");
+        }
+        w.commit().expect("a small commit fits");
+    }
+    let stop = AtomicBool::new(false);
+    let reads = AtomicU64::new(0);
+    let check = |i: u64, v: Option<Vec<u8>>| {
+        assert_eq!(v, Some(big_value(i, 0)), "key {i}: a value never committed");
+    };
+    std::thread::scope(|s| {
+        for t in 0..2u64 {
+            let (db, stop, reads) = (&db, &stop, &reads);
+            s.spawn(move || {
+                let mut n = t;
+                while !stop.load(Ordering::Relaxed) {
+                    let r = db.begin_read().expect("begin_read");
+                    for _ in 0..50 {
+                        n = (n * 7 + 13) % (KEYS / 5);
+                        // The rolling-back commit may hold every frame: a
+                        // read may find none free, a clear error, never a
+                        // value.
+                        match r.get(&key(n)) {
+                            Ok(v) => check(n, v),
+                            Err(Error::CacheExhausted { .. }) => {}
+                            Err(e) => panic!("get: {e}"),
+                        }
+                    }
+                    let scans = reads.fetch_add(1, Ordering::Relaxed) % 8 == 0;
+                    for e in r.prefix(b"big/").take_while(|_| scans) {
+                        match e {
+                            Ok((k, v)) => {
+                                let i = std::str::from_utf8(&k[4..]).expect("utf8");
+                                check(i.parse().expect("a number"), Some(v));
+                            }
+                            Err(Error::CacheExhausted { .. }) => break,
+                            Err(e) => panic!("scan: {e}"),
+                        }
+                    }
+                }
+            });
+        }
+        for round in 1..=ROUNDS {
+            let mut w = db.begin_write().expect("begin");
+            for i in 0..KEYS {
+                w.put(&key(i), &big_value(i, round)).expect("put");
+            }
+            match w.commit() {
+                Err(Error::TransactionTooLarge { .. }) => {}
+                r => panic!("the commit cannot fit the cache: {r:?}"),
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    let st = db.stats();
+    assert!(reads.load(Ordering::Relaxed) > 0, "readers ran");
+    assert!(
+        st.transactions.commit_misses > 0,
+        "commits were rolled back"
+    );
+    let r = db.begin_read().expect("read");
+    for i in 0..KEYS {
+        check(i, r.get(&key(i)).expect("get"));
+    }
+    eprintln!(
+        "{} read transactions beside {ROUNDS} rolled-back commits ({} attempts rolled back)",
+        reads.load(Ordering::Relaxed),
+        st.transactions.commit_misses
+    );
 }
