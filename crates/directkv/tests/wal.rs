@@ -307,16 +307,22 @@ fn a_bad_record_followed_by_later_flushes_is_corruption() {
     assert!(matches!(err, Error::Corruption { .. }), "{err}");
 }
 
+/// A log on storage that fails on command. Spare segments are prepared on
+/// the caller's thread, so an injected fault meets a flush and not a
+/// background segment fill.
+fn open_faulty(dir: &Path) -> (Wal<FaultyStorage<OsStorage>>, FaultyStorage<OsStorage>) {
+    let storage = FaultyStorage::new(OsStorage);
+    let mut opts = options(dir);
+    opts.background_prepare = false;
+    let (wal, _, _) = open(storage.clone(), opts);
+    (wal, storage)
+}
+
 #[test]
 fn a_failed_write_poisons_the_log() {
     for op in [FaultOp::Write, FaultOp::Sync] {
         let dir = scratch();
-        let storage = FaultyStorage::new(OsStorage);
-        // Spare segments are prepared on the caller's thread, so the injected
-        // fault meets the flush and not a background segment fill.
-        let mut opts = options(dir.path());
-        opts.background_prepare = false;
-        let (wal, _, _) = open(storage.clone(), opts);
+        let (wal, storage) = open_faulty(dir.path());
         let ok = wal.append(20, b"durable").expect("append");
         wal.flush(ok).expect("first flush");
         storage.fail_after(op, 0, true);
@@ -393,10 +399,7 @@ fn a_failed_flush_wakes_every_waiting_committer() {
     const THREADS: usize = 12;
     for op in [FaultOp::Write, FaultOp::Sync] {
         let dir = scratch();
-        let storage = FaultyStorage::new(OsStorage);
-        let mut opts = options(dir.path());
-        opts.background_prepare = false;
-        let (wal, _, _) = open(storage.clone(), opts);
+        let (wal, storage) = open_faulty(dir.path());
         storage.fail_after(op, 40, false);
         let wal = Arc::new(wal);
         let handles: Vec<_> = (0..THREADS)
