@@ -485,10 +485,9 @@ impl<S: Storage> DoubleEndedIterator for RangeIter<'_, S> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::Ordering;
     use std::sync::mpsc;
     use std::time::Duration;
-
-    use std::sync::atomic::Ordering;
 
     use crate::btree::tree;
     use crate::db::commit::{CommitCtx, PoolPages};

@@ -414,11 +414,14 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
         let inner = self.inner;
         for attempt in 0..=COMMIT_MISSES_MAX {
             let read_through = attempt == COMMIT_MISSES_MAX;
+            // The versions to stage, copied before the gate: the section
+            // holds no allocation it can do without.
+            let staged = befores.clone();
             let t = Instant::now();
             let section = health::lock(&inner.committer)?;
             let entered = Instant::now();
             inner.counters.commit_wait.record(entered - t);
-            let r = self.apply(writes, befores, read_through);
+            let r = self.apply(writes, befores, staged, read_through);
             drop(section);
             let held = u64::try_from(entered.elapsed().as_nanos()).unwrap_or(u64::MAX);
             inner
@@ -442,12 +445,14 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
     }
 
     /// Validates and applies the transaction under the tree's write lock:
-    /// its before-images staged for snapshots first, then its pages
-    /// changed, then its commit published.
+    /// its before-images staged for snapshots first (`staged`, a copy of
+    /// `befores` made before the gate), then its pages changed, then its
+    /// commit published.
     fn apply(
         &self,
         writes: &BTreeMap<Vec<u8>, Option<Vec<u8>>>,
         befores: &CommitVersions,
+        staged: CommitVersions,
         read_through: bool,
     ) -> Result<Applied> {
         let inner = self.inner;
@@ -459,7 +464,7 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
         let mut ctx = CommitCtx::new(inner, *meta, inner.next_txn(), horizon);
         ctx.read_through = read_through;
         let csn = inner.versions.visible() + 1;
-        inner.versions.stage(csn, befores.clone())?;
+        inner.versions.stage(csn, staged)?;
         for ((k, v), (bk, before)) in writes.iter().zip(befores) {
             assert_eq!(k, bk, "before-images are in key order");
             if let Err(e) = apply_one(&mut ctx, k, v, before) {
