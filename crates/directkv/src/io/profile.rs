@@ -491,9 +491,17 @@ impl DeviceProfile {
     /// I/O errors; [`Error::Corruption`] when the file is not a profile of this
     /// schema version.
     pub fn load(path: &Path) -> Result<DeviceProfile> {
-        let bytes = crate::io::read_file(path)?;
+        Self::decode(&crate::io::read_file(path)?, path)
+    }
+
+    /// Decodes the bytes of a profile file; `path` only names it in errors.
+    ///
+    /// # Errors
+    /// [`Error::Corruption`] when the bytes are not a profile of this schema
+    /// version.
+    pub fn decode(bytes: &[u8], path: &Path) -> Result<DeviceProfile> {
         let profile: DeviceProfile =
-            serde_json::from_slice(&bytes).map_err(|e| Error::Corruption {
+            serde_json::from_slice(bytes).map_err(|e| Error::Corruption {
                 path: path.to_path_buf(),
                 offset: 0,
                 detail: format!("not a directkv device profile: {e}"),
