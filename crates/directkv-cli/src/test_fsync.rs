@@ -96,7 +96,7 @@ fn save_profile(
     });
     let profile = measure::profile_from_report(report)
         .context("no durable method was measured, so there is no profile to save")?;
-    profile.save(&target)?;
+    profile.save(&directkv::internals::io::At::cwd(&target))?;
     if !quiet {
         println!("\ndevice profile saved to {}", target.display());
     }

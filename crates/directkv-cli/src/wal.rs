@@ -151,7 +151,7 @@ pub fn run(cmd: Command) -> Result<()> {
 
 fn dump(args: DumpArgs) -> Result<()> {
     let dir = wal_dir(&args.dir);
-    let Some(oldest) = WalReader::open_oldest(OsStorage, &dir)
+    let Some(oldest) = WalReader::open_oldest(OsStorage::default(), &dir)
         .with_context(|| format!("reading {}", dir.display()))?
     else {
         bail!("{} holds no WAL segments", dir.display());
@@ -160,7 +160,7 @@ fn dump(args: DumpArgs) -> Result<()> {
         Some(from) => {
             let (seg, db_id) = (oldest.segment_bytes(), oldest.db_id());
             check_from(oldest, from)?;
-            WalReader::new(OsStorage, &dir, seg, db_id, from)
+            WalReader::new(OsStorage::default(), &dir, seg, db_id, from)
         }
         None => oldest,
     };

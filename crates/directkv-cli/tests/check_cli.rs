@@ -93,12 +93,12 @@ fn check_reports_a_discarded_torn_tail() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
     drop(common::database_with_commits(dir.path(), 50));
     let wal = dir.path().join("wal");
-    let redo = ControlFile::open(&OsStorage, &dir.path().join("CONTROL"))
+    let redo = ControlFile::open(&OsStorage::default(), &dir.path().join("CONTROL"))
         .expect("CONTROL")
         .current()
         .redo_lsn;
     let segment_bytes = directkv::Options::default().wal_segment_bytes;
-    let mut reader = WalReader::new(OsStorage, &wal, segment_bytes, None, redo);
+    let mut reader = WalReader::new(OsStorage::default(), &wal, segment_bytes, None, redo);
     let mut last = None;
     while let Some(rec) = reader.next_user_record().expect("read") {
         last = Some((rec.lsn, rec.payload.len()));

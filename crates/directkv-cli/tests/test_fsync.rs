@@ -169,7 +169,8 @@ fn save_profile_is_read_back_for_the_same_filesystem() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(dir.path().join(PROFILE_FILE_NAME).exists());
-    let profile = DeviceProfile::load_for_dir(dir.path()).expect("profile for this dir");
+    let profile = DeviceProfile::load_for_dir(&directkv::internals::io::At::cwd(dir.path()))
+        .expect("profile for this dir");
     assert!(profile.fastest_durable.method.is_durable());
     assert!(profile.sync_latency_us > 0.0);
     assert!(!profile.measured.is_empty());
@@ -180,11 +181,13 @@ fn save_profile_is_read_back_for_the_same_filesystem() {
             shm.path().join(PROFILE_FILE_NAME),
         )
         .expect("copy");
-        assert!(DeviceProfile::load_for_dir(shm.path()).is_none());
+        assert!(
+            DeviceProfile::load_for_dir(&directkv::internals::io::At::cwd(shm.path())).is_none()
+        );
     }
     // A damaged profile is ignored, never trusted.
     std::fs::write(dir.path().join(PROFILE_FILE_NAME), b"{ not json").expect("write");
-    assert!(DeviceProfile::load_for_dir(dir.path()).is_none());
+    assert!(DeviceProfile::load_for_dir(&directkv::internals::io::At::cwd(dir.path())).is_none());
 }
 
 #[test]

@@ -13,7 +13,7 @@ use directkv::Lsn;
 fn write_log(dir: &std::path::Path, flushes: usize) -> Vec<Lsn> {
     let mut o = WalOptions::new(dir.join("wal"), [3; 16]);
     o.segment_bytes = 256 * 1024;
-    let (wal, _) = Wal::open(OsStorage, o, Lsn::ZERO, |_| Ok(())).expect("open");
+    let (wal, _) = Wal::open(OsStorage::default(), o, Lsn::ZERO, |_| Ok(())).expect("open");
     let mut ends = Vec::new();
     for i in 0..flushes {
         let lsn = wal

@@ -343,6 +343,21 @@ pub enum Error {
         kind: String,
     },
 
+    /// A database or WAL directory is not a directory, or is a symbolic link
+    /// inside the database directory (the engine never follows one there;
+    /// `Options::wal_dir` puts the log elsewhere).
+    #[error(
+        "{path} is a {kind}, not a directory the engine may use: a directory inside the \
+         database directory is never reached through a symbolic link (set \
+         Options::wal_dir to keep the log elsewhere)"
+    )]
+    NotADirectory {
+        /// The path.
+        path: PathBuf,
+        /// What it is: `symbolic link`, `regular file`, ...
+        kind: String,
+    },
+
     /// Bytes read from disk do not decode to what was expected.
     #[error("corrupt data in {path} at offset {offset}: {detail}")]
     Corruption {

@@ -347,7 +347,7 @@ fn control_file_falls_back_to_the_older_slot() {
         freelist_head: 0,
         flags: 0,
     };
-    let mut cf = ControlFile::create(&OsStorage, &path, base).expect("create");
+    let mut cf = ControlFile::create(&OsStorage::default(), &path, base).expect("create");
     cf.write(Control {
         redo_lsn: Lsn::new(99),
         ..base
@@ -357,7 +357,7 @@ fn control_file_falls_back_to_the_older_slot() {
     assert_eq!(newest.redo_lsn, Lsn::new(99));
     drop(cf);
     assert_eq!(
-        ControlFile::open(&OsStorage, &path)
+        ControlFile::open(&OsStorage::default(), &path)
             .expect("open")
             .current(),
         newest
@@ -370,7 +370,7 @@ fn control_file_falls_back_to_the_older_slot() {
     let slot = newest.generation % 2;
     raw.write_all_at(&[0xFF; 16], slot * 4096 + 40)
         .expect("write");
-    let older = ControlFile::open(&OsStorage, &path)
+    let older = ControlFile::open(&OsStorage::default(), &path)
         .expect("open")
         .current();
     assert_eq!(older.generation, newest.generation - 1);
@@ -379,12 +379,12 @@ fn control_file_falls_back_to_the_older_slot() {
     raw.write_all_at(&[0xFF; 16], (1 - slot) * 4096 + 40)
         .expect("write");
     assert!(matches!(
-        ControlFile::open(&OsStorage, &path),
+        ControlFile::open(&OsStorage::default(), &path),
         Err(Error::NotADatabase { .. })
     ));
     // A newer format version is refused, not guessed at.
     let path2 = dir.path().join("CONTROL2");
-    ControlFile::create(&OsStorage, &path2, base).expect("create");
+    ControlFile::create(&OsStorage::default(), &path2, base).expect("create");
     let raw2 = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -399,7 +399,7 @@ fn control_file_falls_back_to_the_older_slot() {
         raw2.write_all_at(&b, slot * 4096).expect("write");
     }
     assert!(matches!(
-        ControlFile::open(&OsStorage, &path2),
+        ControlFile::open(&OsStorage::default(), &path2),
         Err(Error::FormatVersion {
             found: 2,
             supported: 1,

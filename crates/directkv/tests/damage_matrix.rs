@@ -391,11 +391,17 @@ fn newest_used_segment(dir: &Path) -> Option<PathBuf> {
     use directkv::internals::io::OsStorage;
     use directkv::internals::wal::format::{segment_file_name, Layout};
     use directkv::internals::wal::WalReader;
-    let redo = ControlFile::open(&OsStorage, &dir.join("CONTROL"))
+    let redo = ControlFile::open(&OsStorage::default(), &dir.join("CONTROL"))
         .expect("CONTROL")
         .current()
         .redo_lsn;
-    let mut reader = WalReader::new(OsStorage, &dir.join("wal"), SEGMENT_BYTES, None, redo);
+    let mut reader = WalReader::new(
+        OsStorage::default(),
+        &dir.join("wal"),
+        SEGMENT_BYTES,
+        None,
+        redo,
+    );
     let mut last = None;
     while let Some(rec) = reader.next_record().expect("read the log") {
         last = Some(rec.lsn);

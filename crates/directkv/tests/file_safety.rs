@@ -288,8 +288,11 @@ fn issue19_probe_leftovers_are_removed_at_the_next_open() {
 fn issue19_a_scratch_file_carries_the_magic_from_its_first_write() {
     let _serial = serial();
     let dir = tempfile::tempdir().expect("tempdir");
-    let path = profile::scratch_path(dir.path(), profile::SCRATCH_PREFIXES[0]);
-    profile::prepare(&path).expect("prepare");
+    let path = dir
+        .path()
+        .join(profile::scratch_name(profile::SCRATCH_PREFIXES[0]));
+    let at = directkv::internals::io::At::cwd(&path);
+    profile::prepare(&at).expect("prepare");
     let head = std::fs::read(&path).expect("read");
     assert_eq!(head.len() as u64, profile::TEST_FILE_BYTES);
     assert!(profile::is_scratch_header(&head, std::process::id()));
@@ -299,9 +302,9 @@ fn issue19_a_scratch_file_carries_the_magic_from_its_first_write() {
         "private"
     );
     // A second prepare never writes through what is there.
-    assert!(profile::prepare(&path).is_err(), "exclusive create");
+    assert!(profile::prepare(&at).is_err(), "exclusive create");
     // This process is alive: its scratch file is not a leftover.
-    let storage = directkv::internals::io::OsStorage;
+    let storage = directkv::internals::io::OsStorage::default();
     let removed = profile::remove_scratch_leftovers(&storage, dir.path()).expect("scan");
     assert!(removed.is_empty() && path.exists());
 }
@@ -328,4 +331,113 @@ fn issue19_a_copied_database_keeps_working() {
         );
         open.close().expect("close");
     }
+}
+
+/// Every entry under `dir`, recursively (empty when `dir` is empty).
+fn entries(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).expect("read dir") {
+        let p = e.expect("entry").path();
+        if p.is_dir() && !p.is_symlink() {
+            out.extend(entries(&p));
+        }
+        out.push(p);
+    }
+    out
+}
+
+#[test]
+fn issue19_directories_moved_after_open_are_still_the_ones_written() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (db_path, wal_path) = (tmp.path().join("db"), tmp.path().join("log"));
+    let o = Options {
+        wal_dir: Some(wal_path.clone()),
+        wal_segment_bytes: 1 << 20,
+        background_threads: true,
+        publish_stats: true,
+        ..opts()
+    };
+    let db = Database::open(&db_path, o.clone()).expect("create");
+    // Both directories move away; an empty directory takes the database's
+    // name and a symlink to another one the log's.
+    let (db_moved, wal_moved) = (tmp.path().join("db.moved"), tmp.path().join("log.moved"));
+    std::fs::rename(&db_path, &db_moved).expect("move db");
+    std::fs::rename(&wal_path, &wal_moved).expect("move log");
+    let decoy = tmp.path().join("decoy");
+    std::fs::create_dir(&db_path).expect("mkdir");
+    std::fs::create_dir(&decoy).expect("mkdir");
+    std::os::unix::fs::symlink(&decoy, &wal_path).expect("symlink");
+    // Enough log for several new segments, checkpoints (CONTROL rewritten
+    // through CONTROL.tmp and a rename) and a published stats file.
+    let value = vec![7u8; 2000];
+    for round in 0..40u32 {
+        let mut w = db.begin_write().expect("begin");
+        for i in 0..50u32 {
+            w.put(format!("r{round}-{i}").as_bytes(), &value)
+                .expect("put");
+        }
+        w.commit().expect("commit");
+        if round % 10 == 9 {
+            db.checkpoint().expect("checkpoint");
+        }
+    }
+    while !db_moved.join(directkv::STATS_FILE).exists() {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    db.close().expect("close");
+    assert_eq!(
+        entries(&db_path),
+        Vec::<PathBuf>::new(),
+        "nothing at the old name"
+    );
+    assert_eq!(
+        entries(&decoy),
+        Vec::<PathBuf>::new(),
+        "nothing through the symlink"
+    );
+    let segments = entries(&wal_moved)
+        .iter()
+        .filter(|p| p.extension().is_some_and(|x| x == "seg"))
+        .count();
+    assert!(
+        segments >= 3,
+        "the log grew in its own directory: {segments} segments"
+    );
+    let reopened = Options {
+        wal_dir: Some(wal_moved),
+        ..o
+    };
+    let db = Database::open(&db_moved, reopened).expect("reopen where it went");
+    let r = db.begin_read().expect("read");
+    assert_eq!(r.get(b"r39-49").expect("get").as_deref(), Some(&value[..]));
+    drop(r);
+    assert_eq!(db.check().expect("check").keys, 40 * 50);
+    db.close().expect("close");
+}
+
+#[test]
+fn issue19_a_wal_directory_that_is_a_symlink_is_refused() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let path = made(tmp.path());
+    let elsewhere = tmp.path().join("wal-elsewhere");
+    std::fs::rename(path.join("wal"), &elsewhere).expect("move");
+    std::os::unix::fs::symlink(&elsewhere, path.join("wal")).expect("symlink");
+    match Database::open(&path, opts()) {
+        Err(Error::NotADirectory { path: p, kind }) => {
+            assert_eq!(p, path.join("wal"));
+            assert_eq!(kind, "symbolic link");
+        }
+        Err(e) => panic!("expected NotADirectory, got {e}"),
+        Ok(_) => panic!("a symlinked wal/ was followed"),
+    }
+    // Given as `wal_dir`, the same directory is the user's choice and opens.
+    let o = Options {
+        wal_dir: Some(elsewhere),
+        ..opts()
+    };
+    let db = Database::open(&path, o).expect("open with wal_dir");
+    assert_eq!(db.check().expect("check").keys, 50);
+    db.close().expect("close");
 }

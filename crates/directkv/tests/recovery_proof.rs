@@ -95,7 +95,7 @@ fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
 }
 
 fn redo_lsn(dir: &Path) -> Lsn {
-    ControlFile::open(&OsStorage, &dir.join("CONTROL"))
+    ControlFile::open(&OsStorage::default(), &dir.join("CONTROL"))
         .expect("CONTROL")
         .current()
         .redo_lsn
@@ -112,7 +112,7 @@ fn segment_path(dir: &Path, lsn: Lsn) -> PathBuf {
 /// The LSN and payload length of the log's last caller record.
 fn last_record(dir: &Path) -> (Lsn, usize) {
     let mut reader = WalReader::new(
-        OsStorage,
+        OsStorage::default(),
         &dir.join("wal"),
         SEGMENT_BYTES,
         None,

@@ -49,7 +49,13 @@ fn open<S: Storage>(storage: S, opts: WalOptions) -> (Wal<S>, Vec<Record>, Lsn) 
 }
 
 fn read_all(dir: &Path) -> directkv::Result<Vec<Record>> {
-    let mut r = WalReader::new(OsStorage, &dir.join("wal"), SEGMENT, Some(DB), Lsn::ZERO);
+    let mut r = WalReader::new(
+        OsStorage::default(),
+        &dir.join("wal"),
+        SEGMENT,
+        Some(DB),
+        Lsn::ZERO,
+    );
     let mut out = Vec::new();
     while let Some(rec) = r.next_user_record()? {
         out.push(rec);
@@ -61,7 +67,7 @@ fn read_all(dir: &Path) -> directkv::Result<Vec<Record>> {
 fn write_log(dir: &Path, n: usize, per_flush: usize, sync: SyncVariant) -> Vec<(Vec<u8>, Lsn)> {
     let mut o = options(dir);
     o.sync = sync;
-    let (wal, seen, _) = open(OsStorage, o);
+    let (wal, seen, _) = open(OsStorage::default(), o);
     assert!(seen.is_empty());
     let mut out = Vec::new();
     for i in 0..n {
@@ -83,7 +89,7 @@ fn records_round_trip_under_every_sync_method() {
             let dir = scratch();
             let sync = SyncVariant { method, direct };
             let written = write_log(dir.path(), 300, 7, sync);
-            let (wal, seen, end) = open(OsStorage, {
+            let (wal, seen, end) = open(OsStorage::default(), {
                 let mut o = options(dir.path());
                 o.sync = sync;
                 o
@@ -225,7 +231,7 @@ fn a_cut_at_any_byte_recovers_exactly_the_records_before_it() {
         }
         // The log resumes after the cut, and the new records follow the old prefix.
         if checked % 97 == 0 || (mode == 2 && checked % 31 == 2) {
-            let (wal, seen, _) = open(OsStorage, options(dir.path()));
+            let (wal, seen, _) = open(OsStorage::default(), options(dir.path()));
             assert_eq!(seen.len(), got.len());
             let lsn = wal.append(99, b"after the cut").expect("append");
             wal.flush(lsn).expect("flush");
@@ -301,9 +307,11 @@ fn a_bad_record_followed_by_later_flushes_is_corruption() {
         }
         other => panic!("expected corruption, got {other:?}"),
     }
-    let err = Wal::open(OsStorage, options(dir.path()), Lsn::ZERO, |_| Ok(()))
-        .err()
-        .expect("open refuses a corrupt log");
+    let err = Wal::open(OsStorage::default(), options(dir.path()), Lsn::ZERO, |_| {
+        Ok(())
+    })
+    .err()
+    .expect("open refuses a corrupt log");
     assert!(matches!(err, Error::Corruption { .. }), "{err}");
 }
 
@@ -311,7 +319,7 @@ fn a_bad_record_followed_by_later_flushes_is_corruption() {
 /// the caller's thread, so an injected fault meets a flush and not a
 /// background segment fill.
 fn open_faulty(dir: &Path) -> (Wal<FaultyStorage<OsStorage>>, FaultyStorage<OsStorage>) {
-    let storage = FaultyStorage::new(OsStorage);
+    let storage = FaultyStorage::new(OsStorage::default());
     let mut opts = options(dir);
     opts.background_prepare = false;
     let (wal, _, _) = open(storage.clone(), opts);
@@ -349,7 +357,7 @@ fn a_failed_write_poisons_the_log() {
         assert!(wal.durable_lsn() < lost);
         drop(wal);
         // Reopening recovers: the acknowledged record is there.
-        let (_, seen, _) = open(OsStorage, options(dir.path()));
+        let (_, seen, _) = open(OsStorage::default(), options(dir.path()));
         assert_eq!(seen[0].payload, b"durable");
     }
 }
@@ -359,7 +367,7 @@ fn concurrent_committers_share_flushes() {
     const THREADS: usize = 16;
     const COMMITS: usize = 40;
     let dir = scratch();
-    let (wal, _, _) = open(OsStorage, options(dir.path()));
+    let (wal, _, _) = open(OsStorage::default(), options(dir.path()));
     let wal = Arc::new(wal);
     let handles: Vec<_> = (0..THREADS)
         .map(|t| {
@@ -434,7 +442,7 @@ fn a_failed_flush_wakes_every_waiting_committer() {
         assert!(!acked.is_empty(), "{op:?}: commits before the fault");
         drop(wal);
         storage.heal();
-        let (_, seen, _) = open(OsStorage, options(dir.path()));
+        let (_, seen, _) = open(OsStorage::default(), options(dir.path()));
         let seen: std::collections::HashSet<_> = seen.into_iter().map(|r| r.payload).collect();
         for p in &acked {
             assert!(seen.contains(p), "{op:?}: acknowledged commit lost");
@@ -445,7 +453,7 @@ fn a_failed_flush_wakes_every_waiting_committer() {
 #[test]
 fn segments_are_recycled_and_the_log_reads_on() {
     let dir = scratch();
-    let (wal, _, _) = open(OsStorage, options(dir.path()));
+    let (wal, _, _) = open(OsStorage::default(), options(dir.path()));
     let big = vec![7u8; 60_000];
     let mut last = Lsn::ZERO;
     for _ in 0..40 {
@@ -471,7 +479,7 @@ fn segments_are_recycled_and_the_log_reads_on() {
     // Reading from the last pre-recycling record start sees the new record.
     let mut seen = Vec::new();
     let start = Lsn::new(last.get() - big.len() as u64 - 16);
-    let (wal, _) = Wal::open(OsStorage, options(dir.path()), start, |r| {
+    let (wal, _) = Wal::open(OsStorage::default(), options(dir.path()), start, |r| {
         seen.push(r);
         Ok(())
     })
@@ -488,7 +496,7 @@ fn a_segment_of_another_database_is_refused() {
     write_log(dir.path(), 10, 10, SyncVariant::SAFE_DEFAULT);
     let mut o = options(dir.path());
     o.db_id = [1; 16];
-    let err = Wal::open(OsStorage, o, Lsn::ZERO, |_| Ok(()))
+    let err = Wal::open(OsStorage::default(), o, Lsn::ZERO, |_| Ok(()))
         .err()
         .expect("foreign log");
     assert!(
@@ -500,7 +508,7 @@ fn a_segment_of_another_database_is_refused() {
 #[test]
 fn records_over_the_limit_and_reserved_kinds_are_refused() {
     let dir = scratch();
-    let (wal, _, _) = open(OsStorage, options(dir.path()));
+    let (wal, _, _) = open(OsStorage::default(), options(dir.path()));
     let huge = vec![0u8; directkv::internals::wal::RECORD_PAYLOAD_MAX + 1];
     assert!(matches!(
         wal.append(16, &huge),
@@ -549,7 +557,7 @@ fn a_buffered_reader_sees_the_direct_writers_bytes() {
 #[test]
 fn running_out_of_space_is_a_clear_error_and_tears_nothing() {
     let dir = scratch();
-    let storage = FaultyStorage::new(OsStorage);
+    let storage = FaultyStorage::new(OsStorage::default());
     let mut o = options(dir.path());
     o.segment_bytes = 64 * 1024;
     o.spare_segments = 1;
@@ -574,7 +582,7 @@ fn running_out_of_space_is_a_clear_error_and_tears_nothing() {
     assert!(matches!(wal.append(50, b"x"), Err(Error::Poisoned { .. })));
     drop(wal);
     storage.heal();
-    let (_, seen, _) = open(OsStorage, o);
+    let (_, seen, _) = open(OsStorage::default(), o);
     assert_eq!(
         seen.len(),
         acked.len(),
@@ -605,7 +613,9 @@ fn issue17_a_segment_of_another_version_is_a_format_version_error() {
     let crc = crc32c::crc32c(&bytes[..56]);
     bytes[56..60].copy_from_slice(&crc.to_le_bytes());
     std::fs::write(&seg, &bytes).expect("write");
-    match Wal::open(OsStorage, options(dir.path()), Lsn::ZERO, |_| Ok(())) {
+    match Wal::open(OsStorage::default(), options(dir.path()), Lsn::ZERO, |_| {
+        Ok(())
+    }) {
         Err(Error::FormatVersion { path, found, .. }) => {
             assert_eq!(found, 99);
             assert_eq!(path, seg);

@@ -204,15 +204,21 @@ fn tpcb(args: TpcbArgs) -> Result<()> {
     kv::run(Workload::Tpcb { scale }, shape, &args.common)
 }
 
-/// The default benchmark: TPC-B, direct against buffered I/O, under the
-/// memory budget where a memory cgroup can be made. Its options are built
-/// here as values; the equivalent command line is printed so the run can be
-/// repeated and varied.
+/// The default benchmark: TPC-B, direct against buffered I/O and, where it
+/// is installed, PostgreSQL's own pgbench, all under the memory budget where
+/// a memory cgroup can be made. Its options are built here as values; the
+/// equivalent command line is printed so the run can be repeated and varied.
 fn default_bench(args: Args) -> Result<()> {
+    let mut compare: Vec<String> = vec!["direct".into(), "buffered".into()];
+    match postgres::find_binaries() {
+        Ok(_) => compare.push(postgres::CONFIG.into()),
+        Err(e) if !args.json => println!("PostgreSQL's row is left out: {e:#}"),
+        Err(_) => {}
+    }
     let mut common = Common {
         dir: args.dir,
         seconds: args.seconds,
-        compare: vec!["direct".into(), "buffered".into()],
+        compare,
         plot: args.plot,
         ..Common::default()
     };

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use directkv::internals::io::profile::{self, Outcome};
-use directkv::internals::io::{OsStorage, SyncVariant};
+use directkv::internals::io::{At, OsStorage, SyncVariant};
 use directkv::internals::wal::{Wal, WalOptions};
 use directkv::Lsn;
 use serde::{Deserialize, Serialize};
@@ -159,7 +159,7 @@ impl Spec for WalSpec {
             // padding to the I/O unit; test-fsync measures a write of that size.
             let block = (24 + 16 + size).next_multiple_of(4096);
             let raw = match profile::measure_one(
-                &scratch.path().join("raw.tmp"),
+                &At::cwd(&scratch.path().join("raw.tmp")),
                 variant,
                 block,
                 self.seconds,
@@ -215,7 +215,7 @@ fn measure(
     let dir = tempfile::tempdir_in(scratch)?;
     let mut opts = WalOptions::new(dir.path().join("wal"), *b"directkv-benchwl");
     opts.sync = variant;
-    let (wal, _) = Wal::open(OsStorage, opts, Lsn::ZERO, |_| Ok(()))?;
+    let (wal, _) = Wal::open(OsStorage::default(), opts, Lsn::ZERO, |_| Ok(()))?;
     wal.prepare_spares()?;
     let wal = Arc::new(wal);
     let stop = Arc::new(AtomicBool::new(false));

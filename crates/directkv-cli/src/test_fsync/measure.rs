@@ -25,7 +25,9 @@ use directkv::internals::io::profile::{
     fill_pattern, measure_sync, open_for, prepare, Clock, DeviceProfile, Outcome, Verdict,
     PROFILE_SCHEMA_VERSION,
 };
-use directkv::internals::io::{device_info, fs_info, AlignedBuf, Alignment, DeviceInfo, FsInfo};
+use directkv::internals::io::{
+    device_info, fs_info, AlignedBuf, Alignment, At, DeviceInfo, FsInfo,
+};
 use directkv::{Error, Result, SyncMethod, SyncVariant};
 use serde::{Deserialize, Serialize};
 
@@ -271,11 +273,11 @@ fn run_fd_sync(
     let clock = Clock::new(seconds);
     let mut ops = 0u64;
     loop {
-        let file = open_for(path, variant)?;
+        let file = open_for(&At::cwd(path), variant)?;
         file.write_all_at(buf.io_all(), 0)?;
         if close_before_sync {
             drop(file);
-            open_for(path, variant)?.sync_all()?;
+            open_for(&At::cwd(path), variant)?.sync_all()?;
         } else {
             file.sync_all()?;
         }
@@ -319,7 +321,7 @@ pub fn run(opts: &Options, observer: &dyn Observer) -> Result<Report> {
 }
 
 fn run_prepared(opts: &Options, observer: &dyn Observer) -> Result<Report> {
-    let (alignment, direct_io_unavailable) = prepare(&opts.path)?;
+    let (alignment, direct_io_unavailable) = prepare(&At::cwd(&opts.path))?;
     let filesystem = fs_info(&opts.path)?;
     let device = device_info(filesystem.dev);
     let specs = plan(opts.block_bytes);
@@ -333,7 +335,7 @@ fn run_prepared(opts: &Options, observer: &dyn Observer) -> Result<Report> {
                 writes,
                 write_bytes,
             } => measure_sync(
-                &opts.path,
+                &At::cwd(&opts.path),
                 variant,
                 writes,
                 write_bytes,

@@ -91,7 +91,7 @@ impl Database<OsStorage> {
     ///   of its files is a symbolic link, a FIFO, a device or a directory;
     /// - I/O errors.
     pub fn open(path: impl AsRef<Path>, opts: Options) -> Result<Self> {
-        Self::open_with(OsStorage, path.as_ref(), opts)
+        Self::open_with(OsStorage::default(), path.as_ref(), opts)
     }
 }
 
@@ -278,7 +278,10 @@ impl<S: Storage> Drop for Database<S> {
         }
         // Published stats describe an open database only.
         if self.inner.opts.publish_stats {
-            let _ = std::fs::remove_file(self.inner.dir.join(STATS_FILE));
+            let _ = self
+                .inner
+                .storage
+                .remove_file(&self.inner.dir.join(STATS_FILE));
         }
         // Closing the queue ends the readers once they finish their read.
         drop(health::lock_even_poisoned(&self.inner.readahead).take());

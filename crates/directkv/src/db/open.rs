@@ -67,7 +67,7 @@ pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result
             opts.page_bytes
         )));
     }
-    let (lock, audit) = claim(&storage, path, &opts)?;
+    let (storage, lock, audit) = claim(&storage, path, &opts)?;
     let control_path = path.join(CONTROL_NAME);
     assert!(
         storage.exists(&control_path),
@@ -83,7 +83,7 @@ pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result
     let log = Arc::new(EngineLog::replaying(c.redo_lsn));
     let (pool, aio) = open_pool(&storage, path, &opts, &c, &log, &sched)?;
     let reached = check_data_head(&pool, &c)?;
-    let wal_opts = wal_options(&storage, path, &opts, &c, reached, &sched)?;
+    let (storage, wal_opts) = wal_options(&storage, path, &opts, &c, reached, &sched)?;
     let wal_sync = wal_opts.sync;
     let recovered = recovery::recover(&storage, &pool, &log, wal_opts, &c)?;
     let Recovered {
@@ -131,26 +131,29 @@ pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result
 }
 
 /// Looks at `path` before writing anything (a refused open leaves no
-/// trace), creates the directory if it may, refuses one others may write,
-/// takes `LOCK`, creates the database if there is none yet, and removes the
-/// scratch files a killed sync probe left.
-fn claim<S: Storage>(storage: &S, path: &Path, opts: &Options) -> Result<(S::Lock, Audit)> {
+/// trace), creates the directory if it may, holds it open from then on
+/// (every file in it is reached through that handle: [`Storage::anchor`]),
+/// refuses one others may write, takes `LOCK`, creates the database if there
+/// is none yet, and removes the scratch files a killed sync probe left.
+/// Returns the storage holding the directory.
+fn claim<S: Storage>(storage: &S, path: &Path, opts: &Options) -> Result<(S, S::Lock, Audit)> {
     if look(storage, path, opts)? == Found::Creatable {
         storage.create_dirs(path, opts.permissions)?;
     }
-    let audit = access::audit(storage, path, opts)?;
+    let storage = storage.anchor(path)?;
+    let audit = access::audit(&storage, path, opts)?;
     let lock = storage.lock_exclusive(&path.join(LOCK_NAME), opts.permissions)?;
     // Again under the lock: another opener may have created it meanwhile.
-    if look(storage, path, opts)? == Found::Creatable {
-        create(storage, path, opts)?;
+    if look(&storage, path, opts)? == Found::Creatable {
+        create(&storage, path, opts)?;
     }
     let wal = access::wal_dir(path, opts);
     if storage.exists(&wal) {
-        crate::io::profile::remove_scratch_leftovers(storage, &wal)?;
+        crate::io::profile::remove_scratch_leftovers(&storage, &wal)?;
     }
-    crate::io::profile::remove_scratch_leftovers(storage, path)?;
+    crate::io::profile::remove_scratch_leftovers(&storage, path)?;
     assert!(!audit.entries.is_empty(), "the directory was looked at");
-    Ok((lock, audit))
+    Ok((storage, lock, audit))
 }
 
 /// Checkpoints before open returns, when it is the first open of a new
@@ -259,6 +262,7 @@ const HEAD_BYTES: usize = 512;
 /// before it accepts a transaction: so a `CONTROL` that names a checkpoint
 /// names a log that exists, and its directory or redo segment missing is damage,
 /// refused before anything is written.
+/// Returns the storage holding the WAL directory too.
 fn wal_options<S: Storage>(
     storage: &S,
     path: &Path,
@@ -266,7 +270,7 @@ fn wal_options<S: Storage>(
     c: &Control,
     head_reached: Lsn,
     sched: &Arc<Scheduler>,
-) -> Result<WalOptions> {
+) -> Result<(S, WalOptions)> {
     let wal_dir = access::wal_dir(path, opts);
     let creating = c.checkpoint_lsn == Lsn::ZERO;
     if creating {
@@ -274,15 +278,16 @@ fn wal_options<S: Storage>(
     } else if !storage.exists(&wal_dir) {
         return Err(crate::wal::missing_dir(&wal_dir, c.redo_lsn));
     }
+    let storage = storage.anchor(&wal_dir)?;
     let mut wal_opts = WalOptions::new(&wal_dir, c.db_id);
     wal_opts.create_if_missing = creating;
     wal_opts.must_reach = c.checkpoint_lsn.max(head_reached);
-    wal_opts.sync = choose_sync(opts, &wal_dir);
+    wal_opts.sync = choose_sync(opts, &storage.os_at(&wal_dir));
     wal_opts.segment_bytes = opts.wal_segment_bytes;
     wal_opts.background_prepare = opts.background_threads;
     wal_opts.sched = Some(Arc::clone(sched));
     wal_opts.permissions = opts.permissions;
-    Ok(wal_opts)
+    Ok((storage, wal_opts))
 }
 
 /// Opens the data file, the buffer pool over it and, where the storage has
@@ -399,7 +404,7 @@ fn random_id() -> DbId {
 /// among the buffered ones otherwise. A buffered log under a direct-I/O
 /// database would fill the page cache with log the engine never reads again
 /// and evict what others need (one cache, invariant 6).
-fn choose_sync(opts: &Options, wal_dir: &Path) -> SyncVariant {
+fn choose_sync(opts: &Options, wal_dir: &crate::io::At<'_>) -> SyncVariant {
     if let Some(v) = opts.wal_sync {
         return v;
     }

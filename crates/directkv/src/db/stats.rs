@@ -281,10 +281,13 @@ impl<S: Storage> Inner<S> {
                 .map_or(0, |d| d.as_millis() as u64),
             "stats": self.stats(),
         });
-        let tmp = self.dir.join(format!("{STATS_FILE}.tmp"));
+        let tmp = self
+            .storage
+            .os_at(&self.dir)
+            .join(format!("{STATS_FILE}.tmp"));
         let bytes = doc.to_string().into_bytes();
         if crate::io::write_new_file(&tmp, &bytes, self.opts.permissions).is_ok() {
-            let _ = std::fs::rename(&tmp, self.dir.join(STATS_FILE));
+            let _ = tmp.rename_to(&self.storage.os_at(&self.dir.join(STATS_FILE)));
         }
     }
 

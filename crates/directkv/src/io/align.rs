@@ -15,9 +15,9 @@
 //! An engine page of 8 KiB at page 3 sits at offset 24576 = 48 × 512, so it is
 //! aligned; a WAL tail block written at offset 1536 is aligned too (3 × 512).
 
+use super::dir::At;
 use std::collections::HashMap;
 use std::os::fd::AsFd;
-use std::path::Path;
 use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
@@ -178,7 +178,7 @@ static PROBE_CACHE: Mutex<Option<ProbeCache>> = Mutex::new(None);
 /// Returns `Ok(None)` when the kernel says direct I/O is not supported for it.
 pub(crate) fn detect(
     file: &impl AsFd,
-    dir: &Path,
+    dir: &At<'_>,
 ) -> std::io::Result<(Option<Alignment>, Option<AtomicWriteUnit>)> {
     let info = statx_direct_io(file)?;
     match info.alignment {
@@ -216,27 +216,25 @@ pub(crate) fn detect(
 /// Probes `dir`'s filesystem with `O_DIRECT` writes to a scratch file, smallest
 /// alignment first. Returns `None` when no probe write succeeds (including when
 /// the scratch file cannot be created), which leaves the caller at the default.
-pub fn probe(dir: &Path) -> Option<u32> {
-    let path = dir.join(format!(".directkv-align-probe-{}", std::process::id()));
-    let result = probe_file(&path);
-    let _ = std::fs::remove_file(&path);
+pub fn probe(dir: &At<'_>) -> Option<u32> {
+    let at = dir.join(format!(".directkv-align-probe-{}", std::process::id()));
+    let result = probe_file(&at);
+    let _ = at.unlink();
     result
 }
 
-fn probe_file(path: &Path) -> Option<u32> {
-    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+fn probe_file(at: &At<'_>) -> Option<u32> {
+    use std::os::unix::fs::FileExt;
     // Created as every engine file is: private, exclusive, never through a
     // symlink (O_EXCL alone already refuses one; O_NOFOLLOW says so).
     let mode = super::Permissions::Private.file_mode();
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .mode(mode)
-        .custom_flags(libc::O_DIRECT | super::perms::OPEN_FLAGS_ALWAYS)
-        .open(path)
-        .ok()?;
-    let file = super::perms::ensure_regular(file, path).ok()?;
+    let flags = libc::O_RDWR
+        | libc::O_CREAT
+        | libc::O_EXCL
+        | libc::O_DIRECT
+        | super::perms::OPEN_FLAGS_ALWAYS;
+    let file = at.open_raw(flags, mode).ok()?;
+    let file = super::perms::ensure_regular(file, at.path()).ok()?;
     let mut buf = super::buf::AlignedBuf::new(
         2 * DIRECT_IO_ALIGN_DEFAULT as usize,
         crate::constants::SECTOR_BYTES,

@@ -32,7 +32,7 @@
 
 use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
@@ -41,7 +41,8 @@ use serde::{Deserialize, Serialize};
 use super::aio::{Aio, BatchOp, Request, Target};
 use super::align::{self, Alignment, AlignmentSource, AtomicWriteUnit};
 use super::buf::{AlignedBuf, IoMut, IoRef};
-use super::fs::{fs_info, memory_backed_fs};
+use super::dir::At;
+use super::fs::memory_backed_fs;
 use super::perms::{ensure_regular, not_regular, open_error, Permissions, OPEN_FLAGS_ALWAYS};
 use super::sync::SyncMethod;
 use crate::constants::{SECTOR_BYTES, SHORT_IO_RETRIES_MAX, ZERO_FILL_CHUNK_BYTES};
@@ -156,17 +157,10 @@ pub(crate) fn page_bytes() -> u32 {
         .unwrap_or(4096)
 }
 
-fn parent_dir(path: &Path) -> &Path {
-    match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    }
-}
-
-/// `open(2)` as `opts` say, always with [`OPEN_FLAGS_ALWAYS`] (no symlink
+/// `openat(2)` as `opts` say, always with [`OPEN_FLAGS_ALWAYS`] (no symlink
 /// followed) and `opts.permissions`' mode for a created file. The caller
 /// checks the result with [`ensure_regular`].
-fn os_open(path: &Path, opts: &FileOptions, direct: bool) -> std::io::Result<File> {
+fn os_open(at: &At<'_>, opts: &FileOptions, direct: bool) -> std::io::Result<File> {
     let mut flags = OPEN_FLAGS_ALWAYS | opts.sync.open_flags();
     if direct {
         flags |= libc::O_DIRECT;
@@ -176,22 +170,27 @@ fn os_open(path: &Path, opts: &FileOptions, direct: bool) -> std::io::Result<Fil
         !opts.exclusive || opts.create,
         "exclusive is a kind of create"
     );
-    std::fs::OpenOptions::new()
-        .read(true)
-        .write(writable)
-        .create(opts.create && writable)
-        .create_new(opts.exclusive && writable)
-        .truncate(opts.truncate && writable && !opts.exclusive)
-        .mode(opts.permissions.file_mode())
-        .custom_flags(flags)
-        .open(path)
+    flags |= if writable {
+        libc::O_RDWR
+    } else {
+        libc::O_RDONLY
+    };
+    if writable && (opts.create || opts.exclusive) {
+        flags |= libc::O_CREAT;
+    }
+    if writable && opts.exclusive {
+        flags |= libc::O_EXCL;
+    } else if writable && opts.truncate {
+        flags |= libc::O_TRUNC;
+    }
+    at.open_raw(flags, opts.permissions.file_mode())
 }
 
 /// [`os_open`], its error typed (a symlink or other non-file named as such)
 /// and its result checked to be a regular file.
-fn open_checked(path: &Path, opts: &FileOptions, direct: bool) -> Result<File> {
-    let file = os_open(path, opts, direct).map_err(|e| open_error(path, e))?;
-    ensure_regular(file, path)
+fn open_checked(at: &At<'_>, opts: &FileOptions, direct: bool) -> Result<File> {
+    let file = os_open(at, opts, direct).map_err(|e| open_error(at, e))?;
+    ensure_regular(file, at.path())
 }
 
 /// Opens with `O_DIRECT`, reporting whether this call created the file. For a
@@ -199,14 +198,14 @@ fn open_checked(path: &Path, opts: &FileOptions, direct: bool) -> Result<File> {
 /// created with `O_EXCL`. That tells whether the call created the file without
 /// a `stat` beforehand, which costs more than it seems: on ext4 a `stat`
 /// between write and fsync slows an open-write-fsync-close loop by a third.
-fn open_direct_noting_creation(path: &Path, opts: &FileOptions) -> (std::io::Result<File>, bool) {
+fn open_direct_noting_creation(at: &At<'_>, opts: &FileOptions) -> (std::io::Result<File>, bool) {
     if !opts.create || opts.read_only {
-        return (os_open(path, opts, true), false);
+        return (os_open(at, opts, true), false);
     }
     if opts.exclusive {
         // O_EXCL fails on anything already there, so whatever the call left
         // behind (a file, or the half-made one of an EINVAL) is its own.
-        let created = os_open(path, opts, true);
+        let created = os_open(at, opts, true);
         let made = match &created {
             Ok(_) => true,
             Err(e) => e.raw_os_error() == Some(libc::EINVAL),
@@ -217,17 +216,17 @@ fn open_direct_noting_creation(path: &Path, opts: &FileOptions) -> (std::io::Res
         create: false,
         ..opts.clone()
     };
-    match os_open(path, &existing, true) {
+    match os_open(at, &existing, true) {
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
             let exclusive = FileOptions {
                 exclusive: true,
                 ..opts.clone()
             };
-            let created = os_open(path, &exclusive, true);
+            let created = os_open(at, &exclusive, true);
             match created {
                 // Another opener created it between the two calls: not ours.
                 Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
-                    (os_open(path, &existing, true), false)
+                    (os_open(at, &existing, true), false)
                 }
                 // EINVAL from a filesystem that refuses O_DIRECT may come after
                 // the file was created (ramfs does that).
@@ -259,19 +258,28 @@ impl DirectFile {
     /// # Ok::<(), directkv::Error>(())
     /// ```
     pub fn open(path: impl AsRef<Path>, opts: &FileOptions) -> Result<DirectFile> {
-        let path = path.as_ref();
+        Self::open_at(&At::cwd(path.as_ref()), opts)
+    }
+
+    /// [`open`](Self::open) of the file at `at` (an entry of a held
+    /// directory, or a plain path).
+    ///
+    /// # Errors
+    /// As [`open`](Self::open).
+    pub fn open_at(at: &At<'_>, opts: &FileOptions) -> Result<DirectFile> {
+        let path = at.path();
         if opts.direct_io == DirectIo::Off {
-            let file = open_checked(path, opts, false)?;
+            let file = open_checked(at, opts, false)?;
             return Ok(Self::buffered(file, path, opts, IoPath::Buffered));
         }
-        let (attempt, created) = open_direct_noting_creation(path, opts);
+        let (attempt, created) = open_direct_noting_creation(at, opts);
         let attempt = match attempt {
             Ok(file) => Ok(ensure_regular(file, path)?),
             Err(e) => Err(e),
         };
         let refused = match attempt {
             Ok(file) if memory_backed_fs(&file).is_some() => true,
-            Ok(file) => match align::detect(&file, parent_dir(path))
+            Ok(file) => match align::detect(&file, &at.parent())
                 .map_err(|e| Error::from_io(IoOp::Stat, path, None, e))?
             {
                 (Some(alignment), atomic_write) => {
@@ -292,22 +300,23 @@ impl DirectFile {
                 (None, _) => true,
             },
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => true,
-            Err(e) => return Err(open_error(path, e)),
+            Err(e) => return Err(open_error(at, e)),
         };
         assert!(refused);
-        Self::open_refused(path, opts, created)
+        Self::open_refused(at, opts, created)
     }
 
     /// The rest of [`open`](Self::open) once the filesystem refused
     /// `O_DIRECT` for `path` (`created`: by that attempt): the error for
     /// `DirectIo::On`, else the buffered fallback.
-    fn open_refused(path: &Path, opts: &FileOptions, created: bool) -> Result<DirectFile> {
+    fn open_refused(at: &At<'_>, opts: &FileOptions, created: bool) -> Result<DirectFile> {
         assert_ne!(
             opts.direct_io,
             DirectIo::Off,
             "only direct opens are refused"
         );
-        if let Some(kind) = not_regular(path) {
+        let path = at.path();
+        if let Some(kind) = not_regular(at) {
             // Not the filesystem refusing O_DIRECT: not a file at all.
             return Err(Error::NotARegularFile {
                 path: path.to_path_buf(),
@@ -316,13 +325,15 @@ impl DirectFile {
         }
         // The file may have been created by the refused open (ramfs creates it
         // before failing with EINVAL), so the directory still names its type.
-        let fs_type = fs_info(parent_dir(path))
+        let fs_type = at
+            .parent()
+            .fs_info()
             .map(|i| i.fs_type)
             .unwrap_or_else(|_| "unknown".to_string());
         if opts.direct_io == DirectIo::On {
             if created {
                 // Leave the directory as it was before the call (invariant 10).
-                let _ = std::fs::remove_file(path);
+                let _ = at.unlink();
             }
             return Err(Error::DirectIoUnsupported {
                 path: path.to_path_buf(),
@@ -335,7 +346,7 @@ impl DirectFile {
             exclusive: opts.exclusive && !created,
             ..opts.clone()
         };
-        let file = open_checked(path, &fallback, false)?;
+        let file = open_checked(at, &fallback, false)?;
         Ok(Self::buffered(
             file,
             path,

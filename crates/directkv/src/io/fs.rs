@@ -6,8 +6,6 @@
 //! of `test-fsync`; none of them is needed for correctness, so a missing sysfs
 //! entry is `None`, never an error.
 
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -80,27 +78,25 @@ pub(crate) fn memory_backed_fs(file: &impl std::os::fd::AsFd) -> Option<String> 
 /// # Errors
 /// [`Error::Io`] when `statfs` or `stat` fails, for example if `path` is missing.
 pub fn fs_info(path: &Path) -> Result<FsInfo> {
-    let c_path = CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| Error::InvalidArgument(format!("{} contains a NUL byte", path.display())))?;
-    let mut st = std::mem::MaybeUninit::<libc::statfs>::zeroed();
-    // SAFETY: `c_path` is NUL-terminated and outlives the call; `st` points to
-    // writable memory of the right size for `struct statfs`.
-    let rc = unsafe { libc::statfs(c_path.as_ptr(), st.as_mut_ptr()) };
-    if rc != 0 {
-        return Err(Error::from_io(
-            IoOp::Stat,
-            path,
-            None,
-            std::io::Error::last_os_error(),
-        ));
-    }
-    // SAFETY: `statfs` returned 0, so it filled the struct.
-    let st = unsafe { st.assume_init() };
-    let meta = std::fs::metadata(path).map_err(|e| Error::from_io(IoOp::Stat, path, None, e))?;
+    let file = std::fs::File::open(path).map_err(|e| Error::from_io(IoOp::Stat, path, None, e))?;
+    fs_info_of(&file, path)
+}
+
+/// [`fs_info`] of an open file or directory (`path` names it in errors).
+///
+/// # Errors
+/// [`Error::Io`] when `fstatfs` or `fstat` fails.
+pub(crate) fn fs_info_of(file: &std::fs::File, path: &Path) -> Result<FsInfo> {
+    let st = rustix::fs::fstatfs(file)
+        .map_err(|e| Error::from_io(IoOp::Stat, path, None, std::io::Error::from(e)))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| Error::from_io(IoOp::Stat, path, None, e))?;
     let dev = meta.dev();
     // The widths of these fields differ between targets.
     #[allow(clippy::unnecessary_cast)]
     let (magic, bsize, bavail) = (st.f_type as u64, st.f_bsize as u64, st.f_bavail as u64);
+    assert!(bsize > 0, "a filesystem has a block size");
     Ok(FsInfo {
         fs_type: fs_name(magic),
         magic,

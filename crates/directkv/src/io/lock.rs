@@ -11,6 +11,7 @@ use std::io::{Read, Seek, Write};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
+use super::dir::At;
 use super::perms::{ensure_regular, open_error, Permissions, OPEN_FLAGS_ALWAYS};
 use crate::error::{Error, IoOp, Result};
 
@@ -38,18 +39,15 @@ impl DirLock {
     /// # Errors
     /// [`Error::DatabaseLocked`] naming the holder when it is held;
     /// [`Error::NotARegularFile`]; I/O errors of opening or writing the file.
-    pub fn acquire(path: &Path, permissions: Permissions) -> Result<DirLock> {
-        use std::os::unix::fs::OpenOptionsExt;
+    pub fn acquire(at: &At<'_>, permissions: Permissions) -> Result<DirLock> {
+        let path = at.path();
         let io = |op, e| Error::from_io(op, path, None, e);
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(permissions.file_mode())
-            .custom_flags(OPEN_FLAGS_ALWAYS)
-            .open(path)
-            .map_err(|e| open_error(path, e))?;
+        let file = at
+            .open_raw(
+                libc::O_RDWR | libc::O_CREAT | OPEN_FLAGS_ALWAYS,
+                permissions.file_mode(),
+            )
+            .map_err(|e| open_error(at, e))?;
         let mut file = ensure_regular(file, path)?;
         // SAFETY: plain syscall on a descriptor we own.
         let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
@@ -107,8 +105,8 @@ mod tests {
     fn a_second_lock_in_the_same_process_fails_and_names_the_holder() {
         let dir = tempfile::tempdir().expect("dir");
         let path = dir.path().join("LOCK");
-        let first = DirLock::acquire(&path, Permissions::Private).expect("first");
-        let err = DirLock::acquire(&path, Permissions::Private).expect_err("second");
+        let first = DirLock::acquire(&At::cwd(&path), Permissions::Private).expect("first");
+        let err = DirLock::acquire(&At::cwd(&path), Permissions::Private).expect_err("second");
         match err {
             Error::DatabaseLocked { holder, .. } => {
                 assert!(
@@ -119,6 +117,6 @@ mod tests {
             other => panic!("{other}"),
         }
         drop(first);
-        DirLock::acquire(&path, Permissions::Private).expect("free again after drop");
+        DirLock::acquire(&At::cwd(&path), Permissions::Private).expect("free again after drop");
     }
 }

@@ -4,6 +4,7 @@
 mod aio;
 mod align;
 mod buf;
+mod dir;
 mod file;
 mod fs;
 mod lock;
@@ -17,6 +18,7 @@ pub use aio::{Aio, AioBackend, AioOptions, AioStats, BatchOp, IO_BACKEND_ENV};
 pub use align::{probe as probe_alignment, statx_direct_io, Alignment, AlignmentSource};
 pub use align::{AtomicWriteUnit, StatxDirectIo};
 pub use buf::{AlignedArena, AlignedBuf, IoMut, IoRef};
+pub use dir::{At, Dir};
 pub use file::{DirectFile, DirectIo, FileOptions, Fill, IoPath};
 pub use fs::{device_info, fs_info, sync_dir, DeviceInfo, FsInfo, MEMORY_BACKED_MAGICS};
 pub use lock::{DirLock, LOCK_HOLDER_PREFIX};

@@ -20,6 +20,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use super::dir::At;
 use crate::error::{Error, IoOp, Result};
 
 /// Who may read the files and directories a database creates.
@@ -176,29 +177,28 @@ impl FileMeta {
     }
 }
 
-/// Maps an `open(2)` error of `path`: a symlink refused by `O_NOFOLLOW`
+/// Maps an `open(2)` error of `at`: a symlink refused by `O_NOFOLLOW`
 /// (`ELOOP`), a directory opened for writing (`EISDIR`), or a FIFO, socket or
 /// device that cannot be opened (`ENXIO`, `ENODEV`) is
 /// [`Error::NotARegularFile`] naming what it is; anything else is the I/O
 /// error.
-pub(crate) fn open_error(path: &Path, e: std::io::Error) -> Error {
+pub(crate) fn open_error(at: &At<'_>, e: std::io::Error) -> Error {
     let maybe_not_regular = matches!(
         e.raw_os_error(),
         Some(libc::ELOOP | libc::EISDIR | libc::ENXIO | libc::ENODEV)
     );
     if maybe_not_regular {
-        if let Some(kind) = not_regular(path) {
-            return not_a_regular_file(path, kind);
+        if let Some(kind) = not_regular(at) {
+            return not_a_regular_file(at.path(), kind);
         }
     }
-    Error::from_io(IoOp::Open, path, None, e)
+    Error::from_io(IoOp::Open, at.path(), None, e)
 }
 
-/// What `path` is if it exists and is not a regular file (by `lstat`).
-pub(crate) fn not_regular(path: &Path) -> Option<FileKind> {
-    let kind = std::fs::symlink_metadata(path)
-        .ok()
-        .map(|m| FileKind::of(m.file_type()))?;
+/// What `at` is if it exists and is not a regular file (not following a
+/// symlink).
+pub(crate) fn not_regular(at: &At<'_>) -> Option<FileKind> {
+    let kind = at.lstat().ok()?.kind;
     (kind != FileKind::File).then_some(kind)
 }
 
@@ -246,7 +246,7 @@ pub(crate) fn ensure_regular(file: File, path: &Path) -> Result<File> {
 /// [`ensure_regular`]).
 pub(crate) const OPEN_FLAGS_ALWAYS: i32 = libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK;
 
-/// Writes `bytes` to a new file at `path` (a leftover there is removed
+/// Writes `bytes` to a new file at `at` (a leftover there is removed
 /// first: only the engine writes such names), created with `O_EXCL`,
 /// `O_NOFOLLOW` and `permissions`, and returns it open for a sync if the
 /// caller needs one. For the engine's small side files: the device profile
@@ -254,46 +254,34 @@ pub(crate) const OPEN_FLAGS_ALWAYS: i32 = libc::O_NOFOLLOW | libc::O_CLOEXEC | l
 ///
 /// # Errors
 /// I/O errors of the removal, creation or write.
-pub fn write_new_file(path: &Path, bytes: &[u8], permissions: Permissions) -> Result<File> {
+pub fn write_new_file(at: &At<'_>, bytes: &[u8], permissions: Permissions) -> Result<File> {
     use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
     assert_eq!(permissions.file_mode() & MODE_WRITABLE_BY_OTHERS, 0);
-    match std::fs::remove_file(path) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            return Err(Error::from_io(IoOp::Remove, path, None, e))
-        }
-        _ => {}
-    }
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(permissions.file_mode())
-        .custom_flags(OPEN_FLAGS_ALWAYS)
-        .open(path)
-        .map_err(|e| open_error(path, e))?;
-    let mut file = ensure_regular(file, path)?;
+    at.remove_if_present()?;
+    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | OPEN_FLAGS_ALWAYS;
+    let file = at
+        .open_raw(flags, permissions.file_mode())
+        .map_err(|e| open_error(at, e))?;
+    let mut file = ensure_regular(file, at.path())?;
     file.write_all(bytes)
-        .map_err(|e| Error::from_io(IoOp::Write, path, None, e))?;
+        .map_err(|e| Error::from_io(IoOp::Write, at.path(), None, e))?;
     Ok(file)
 }
 
-/// Reads the whole file at `path`, refusing a symlink or anything but a
+/// Reads the whole file at `at`, refusing a symlink or anything but a
 /// regular file.
 ///
 /// # Errors
 /// [`Error::NotARegularFile`]; I/O errors of the open or read.
-pub fn read_file(path: &Path) -> Result<Vec<u8>> {
+pub fn read_file(at: &At<'_>) -> Result<Vec<u8>> {
     use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(OPEN_FLAGS_ALWAYS)
-        .open(path)
-        .map_err(|e| open_error(path, e))?;
-    let mut file = ensure_regular(file, path)?;
+    let file = at
+        .open_raw(libc::O_RDONLY | OPEN_FLAGS_ALWAYS, 0)
+        .map_err(|e| open_error(at, e))?;
+    let mut file = ensure_regular(file, at.path())?;
     let mut bytes = Vec::new();
     file.read_to_end(&mut bytes)
-        .map_err(|e| Error::from_io(IoOp::Read, path, None, e))?;
+        .map_err(|e| Error::from_io(IoOp::Read, at.path(), None, e))?;
     Ok(bytes)
 }
 

@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::io::{
-    fs_info, AlignedBuf, Alignment, DirectFile, DirectIo, FileKind, FileOptions, Fill, FsInfo,
+    AlignedBuf, Alignment, At, DirectFile, DirectIo, FileKind, FileOptions, Fill, FsInfo,
     Permissions, Storage, StorageFile, SyncMethod, SyncVariant,
 };
 
@@ -57,13 +57,13 @@ const _: () = assert!(SCRATCH_HEADER_BYTES * 16 <= TEST_FILE_BYTES);
 /// made one follows.
 pub const SCRATCH_PREFIXES: [&str; 2] = [".directkv-sync-probe-", ".directkv-direct-probe-"];
 
-/// The scratch file of this process in `dir` for the probe of `prefix`.
-pub fn scratch_path(dir: &Path, prefix: &str) -> std::path::PathBuf {
+/// The name of this process's scratch file for the probe of `prefix`.
+pub fn scratch_name(prefix: &str) -> String {
     assert!(
         SCRATCH_PREFIXES.contains(&prefix),
         "one of the scratch names"
     );
-    dir.join(format!("{prefix}{}", std::process::id()))
+    format!("{prefix}{}", std::process::id())
 }
 
 /// The pid a scratch file's name carries, if `name` is one.
@@ -177,9 +177,9 @@ fn scratch_head_of<S: Storage>(storage: &S, path: &Path, pid: u32) -> Result<boo
 
 /// Whether a file in `dir` can be opened for direct I/O (and is not on a
 /// memory-backed filesystem): a scratch file made, stamped and removed.
-pub fn direct_io_works(dir: &Path) -> bool {
-    let probe = scratch_path(dir, SCRATCH_PREFIXES[1]);
-    let made = DirectFile::open(
+pub fn direct_io_works(dir: &At<'_>) -> bool {
+    let probe = dir.join(scratch_name(SCRATCH_PREFIXES[1]));
+    let made = DirectFile::open_at(
         &probe,
         &FileOptions {
             create: true,
@@ -193,7 +193,7 @@ pub fn direct_io_works(dir: &Path) -> bool {
         Ok(file) => stamp_scratch(&file).is_ok(),
         Err(_) => false,
     };
-    let _ = std::fs::remove_file(&probe);
+    let _ = probe.unlink();
     ok
 }
 
@@ -277,13 +277,13 @@ pub fn fill_pattern(bytes: &mut [u8]) {
     }
 }
 
-/// Opens `path` for `variant`: its sync method, with or without direct I/O.
+/// Opens `at` for `variant`: its sync method, with or without direct I/O.
 ///
 /// # Errors
 /// As [`DirectFile::open`].
-pub fn open_for(path: &Path, variant: SyncVariant) -> Result<DirectFile> {
-    DirectFile::open(
-        path,
+pub fn open_for(at: &At<'_>, variant: SyncVariant) -> Result<DirectFile> {
+    DirectFile::open_at(
+        at,
         &FileOptions {
             direct_io: if variant.direct {
                 DirectIo::On
@@ -303,7 +303,7 @@ pub fn open_for(path: &Path, variant: SyncVariant) -> Result<DirectFile> {
 /// # Errors
 /// I/O errors of a write or sync (a failed sync is an error, never a figure).
 pub fn measure_sync(
-    path: &Path,
+    at: &At<'_>,
     variant: SyncVariant,
     writes: usize,
     write_bytes: usize,
@@ -311,7 +311,7 @@ pub fn measure_sync(
 ) -> Result<Outcome> {
     assert!(writes >= 1 && write_bytes > 0, "an op writes something");
     assert!(seconds > 0.0, "a measurement takes time");
-    let file = match open_for(path, variant) {
+    let file = match open_for(at, variant) {
         Ok(f) => f,
         Err(Error::DirectIoUnsupported { fs_type, .. }) => {
             return Ok(Outcome::NotAvailable {
@@ -357,9 +357,9 @@ pub fn measure_sync(
 /// # Errors
 /// I/O errors of the creation (`EEXIST` when `path` exists), the header,
 /// the fill or the sync.
-pub fn prepare(path: &Path) -> Result<(Option<Alignment>, Option<String>)> {
-    let created = DirectFile::open(
-        path,
+pub fn prepare(at: &At<'_>) -> Result<(Option<Alignment>, Option<String>)> {
+    let created = DirectFile::open_at(
+        at,
         &FileOptions {
             create: true,
             exclusive: true,
@@ -391,16 +391,19 @@ pub fn prepare(path: &Path) -> Result<(Option<Alignment>, Option<String>)> {
 /// # Errors
 /// [`Error::InvalidArgument`] when `path` exists; I/O errors.
 pub fn measure_one(
-    path: &Path,
+    at: &At<'_>,
     variant: SyncVariant,
     block_bytes: usize,
     seconds: f64,
 ) -> Result<Outcome> {
-    if std::fs::symlink_metadata(path).is_ok() {
-        return Err(Error::InvalidArgument(format!("{} exists", path.display())));
+    if at.exists() {
+        return Err(Error::InvalidArgument(format!(
+            "{} exists",
+            at.path().display()
+        )));
     }
-    let result = prepare(path).and_then(|_| measure_sync(path, variant, 1, block_bytes, seconds));
-    let _ = std::fs::remove_file(path);
+    let result = prepare(at).and_then(|_| measure_sync(at, variant, 1, block_bytes, seconds));
+    let _ = at.unlink();
     result
 }
 
@@ -410,8 +413,8 @@ pub const QUICK_SECONDS: f64 = 0.15;
 /// Measures each candidate briefly (one 4 KiB write and its sync, repeated) in
 /// `dir`, saves the result as `dir`'s device profile, and returns the fastest.
 /// `None` when nothing could be measured (the caller falls back to a default).
-pub fn measure_and_save(dir: &Path, candidates: &[SyncVariant]) -> Option<SyncVariant> {
-    let scratch = scratch_path(dir, SCRATCH_PREFIXES[0]);
+pub fn measure_and_save(dir: &At<'_>, candidates: &[SyncVariant]) -> Option<SyncVariant> {
+    let scratch = dir.join(scratch_name(SCRATCH_PREFIXES[0]));
     let mut measured = Vec::new();
     for &v in candidates {
         if let Ok(Outcome::Measured { ops_per_sec, .. }) =
@@ -421,7 +424,7 @@ pub fn measure_and_save(dir: &Path, candidates: &[SyncVariant]) -> Option<SyncVa
         }
     }
     let &(best, ops) = measured.iter().max_by(|a, b| a.1.total_cmp(&b.1))?;
-    if let Ok(filesystem) = fs_info(dir) {
+    if let Ok(filesystem) = dir.fs_info() {
         let profile = DeviceProfile {
             schema_version: PROFILE_SCHEMA_VERSION,
             filesystem,
@@ -469,20 +472,21 @@ impl DeviceProfile {
     ///
     /// # Errors
     /// I/O errors of the write, sync or rename.
-    pub fn save(&self, path: &Path) -> Result<()> {
+    pub fn save(&self, at: &At<'_>) -> Result<()> {
         use crate::error::IoOp;
         let json = serde_json::to_vec_pretty(self)
             .map_err(|e| Error::InvalidArgument(format!("profile encoding: {e}")))?;
-        let tmp = path.with_extension("tmp");
+        let name = at
+            .path()
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let tmp = at.parent().join(format!("{name}.tmp"));
         crate::io::write_new_file(&tmp, &json, Permissions::Private)?
             .sync_all()
-            .map_err(|e| Error::from_io(IoOp::Sync, &tmp, None, e))?;
-        std::fs::rename(&tmp, path).map_err(|e| Error::from_io(IoOp::Rename, path, None, e))?;
-        let dir = match path.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p,
-            _ => Path::new("."),
-        };
-        crate::io::sync_dir(dir)
+            .map_err(|e| Error::from_io(IoOp::Sync, tmp.path(), None, e))?;
+        tmp.rename_to(at)?;
+        at.parent().sync_dir()
     }
 
     /// Reads a profile from `path`.
@@ -490,8 +494,8 @@ impl DeviceProfile {
     /// # Errors
     /// I/O errors; [`Error::Corruption`] when the file is not a profile of this
     /// schema version.
-    pub fn load(path: &Path) -> Result<DeviceProfile> {
-        Self::decode(&crate::io::read_file(path)?, path)
+    pub fn load(at: &At<'_>) -> Result<DeviceProfile> {
+        Self::decode(&crate::io::read_file(at)?, at.path())
     }
 
     /// Decodes the bytes of a profile file; `path` only names it in errors.
@@ -522,9 +526,9 @@ impl DeviceProfile {
     /// The profile saved in `dir`, if there is one and it describes the
     /// filesystem `dir` is on now (same device number and type). A stale or
     /// unreadable profile is ignored, never trusted.
-    pub fn load_for_dir(dir: &Path) -> Option<DeviceProfile> {
+    pub fn load_for_dir(dir: &At<'_>) -> Option<DeviceProfile> {
         let profile = Self::load(&dir.join(PROFILE_FILE_NAME)).ok()?;
-        let fs = fs_info(dir).ok()?;
+        let fs = dir.fs_info().ok()?;
         (fs.dev == profile.filesystem.dev && fs.magic == profile.filesystem.magic)
             .then_some(profile)
     }
@@ -549,6 +553,22 @@ mod tests {
         ] {
             assert_eq!(scratch_pid(name), None, "{name}");
         }
+    }
+
+    #[test]
+    fn a_profile_read_and_written_again_keeps_its_figures() {
+        // A figure with more digits than an f64 holds (found by the fuzz
+        // target): without exact float parsing, a second round trip moved
+        // its last digit.
+        let json = br#"{"schema_version":1,"filesystem":{"fs_type":"ext4","magic":61267,
+            "dev":[254,0],"block_bytes":4096,"available_bytes":1},"alignment":null,
+            "fastest_durable":{"method":"fdatasync","direct":false},"sync_latency_us":73.5,
+            "measured":[[{"method":"fdatasync","direct":false},128471.982649620044]],
+            "verdict":"unknown","measured_at_unix":0}"#;
+        let path = Path::new("profile.json");
+        let first = DeviceProfile::decode(json, path).expect("a profile");
+        let again = serde_json::to_vec(&first).expect("encode");
+        assert_eq!(DeviceProfile::decode(&again, path).expect("decode"), first);
     }
 
     #[test]

@@ -17,9 +17,11 @@
 //!   refuses an exclusive create the same way and answers [`Storage::stat`].
 
 use std::path::Path;
+use std::sync::Arc;
 
 use super::aio::{Aio, BatchOp};
 use super::buf::{IoMut, IoRef};
+use super::dir::{At, Dir};
 use super::file::{DirectFile, FileOptions, Fill, IoPath};
 use super::perms::{FileMeta, Permissions};
 use super::Alignment;
@@ -203,6 +205,24 @@ pub trait Storage: Clone + Send + Sync + 'static {
     fn sync_dir(&self, path: &Path) -> Result<()>;
     /// Whether a path exists (a symlink exists, wherever it points).
     fn exists(&self, path: &Path) -> bool;
+    /// This storage with the directory `dir` held open from now on: every
+    /// later operation on `dir` or on an entry directly inside it goes
+    /// through the handle, so renaming `dir` (or a parent) or putting a
+    /// symlink at its name redirects nothing. A `dir` directly inside a
+    /// directory already held is reached without following a symlink; any
+    /// other `dir` is the caller's path, resolved once, now.
+    ///
+    /// # Errors
+    /// [`Error::NotADirectory`](crate::Error::NotADirectory) naming `dir`
+    /// when it is not a directory, or a symlink inside a held directory; I/O
+    /// errors of opening it.
+    fn anchor(&self, dir: &Path) -> Result<Self>;
+    /// Where `path` is for the operating system's own calls that no other
+    /// storage has: the device probes and the published stats. Through a
+    /// held directory where `path` is in one; by default the plain path.
+    fn os_at(&self, path: &Path) -> At<'_> {
+        At::cwd(path)
+    }
     /// Whether its files put batches in flight through an attached [`Aio`]
     /// (see [`StorageFile::attach_aio`]); engines skip building one if not.
     fn supports_aio(&self) -> bool {
@@ -210,9 +230,40 @@ pub trait Storage: Clone + Send + Sync + 'static {
     }
 }
 
-/// The operating system's files, through [`DirectFile`].
-#[derive(Debug, Clone, Copy, Default)]
-pub struct OsStorage;
+/// The operating system's files, through [`DirectFile`], with the
+/// directories given to [`Storage::anchor`] held open (see [`Dir`]).
+#[derive(Debug, Clone, Default)]
+pub struct OsStorage {
+    held: Arc<[Arc<Dir>]>,
+}
+
+impl OsStorage {
+    /// Where `path` is opened from: through a held directory when `path` is
+    /// one or names an entry directly inside one, else the plain path.
+    fn at<'a>(&'a self, path: &Path) -> At<'a> {
+        for dir in self.held.iter() {
+            if path == dir.path() {
+                return dir.itself();
+            }
+            if let (Some(parent), Some(name)) = (path.parent(), path.file_name()) {
+                if parent == dir.path() {
+                    return dir.entry(name);
+                }
+            }
+        }
+        At::cwd(path)
+    }
+
+    /// The held directory `path` is, if it is one.
+    fn held(&self, path: &Path) -> Option<&Arc<Dir>> {
+        self.held.iter().find(|d| d.path() == path)
+    }
+
+    /// The held directories, in the order they were anchored.
+    pub fn held_dirs(&self) -> impl Iterator<Item = &Path> {
+        self.held.iter().map(|d| d.path())
+    }
+}
 
 impl StorageFile for DirectFile {
     fn path(&self) -> &Path {
@@ -255,43 +306,41 @@ impl Storage for OsStorage {
     type Lock = super::lock::DirLock;
 
     fn lock_exclusive(&self, path: &Path, permissions: Permissions) -> Result<Self::Lock> {
-        super::lock::DirLock::acquire(path, permissions)
+        super::lock::DirLock::acquire(&self.at(path), permissions)
     }
 
     fn open(&self, path: &Path, opts: &FileOptions) -> Result<DirectFile> {
-        DirectFile::open(path, opts)
+        DirectFile::open_at(&self.at(path), opts)
     }
 
     fn create_dirs(&self, path: &Path, permissions: Permissions) -> Result<()> {
-        super::perms::create_dirs(path, permissions)
+        let at = self.at(path);
+        if self.held.iter().any(|d| path.parent() == Some(d.path())) || self.held(path).is_some() {
+            // One level under a held directory: made through its handle.
+            at.mkdir(permissions)
+        } else {
+            super::perms::create_dirs(path, permissions)
+        }
     }
 
     fn stat(&self, path: &Path) -> Result<FileMeta> {
-        FileMeta::lstat(path)
+        self.at(path).lstat()
     }
 
     fn list_dir(&self, path: &Path) -> Result<Vec<String>> {
-        let entries =
-            std::fs::read_dir(path).map_err(|e| Error::from_io(IoOp::ListDir, path, None, e))?;
-        let mut names = Vec::new();
-        for entry in entries {
-            let entry = entry.map_err(|e| Error::from_io(IoOp::ListDir, path, None, e))?;
-            names.push(entry.file_name().to_string_lossy().into_owned());
-        }
-        names.sort();
-        Ok(names)
+        self.at(path).list()
     }
 
     fn rename(&self, from: &Path, to: &Path) -> Result<()> {
-        std::fs::rename(from, to).map_err(|e| Error::from_io(IoOp::Rename, from, None, e))
+        self.at(from).rename_to(&self.at(to))
     }
 
     fn remove_file(&self, path: &Path) -> Result<()> {
-        std::fs::remove_file(path).map_err(|e| Error::from_io(IoOp::Remove, path, None, e))
+        self.at(path).unlink()
     }
 
     fn sync_dir(&self, path: &Path) -> Result<()> {
-        super::fs::sync_dir(path)
+        self.at(path).sync_dir()
     }
 
     fn supports_aio(&self) -> bool {
@@ -299,7 +348,25 @@ impl Storage for OsStorage {
     }
 
     fn exists(&self, path: &Path) -> bool {
-        std::fs::symlink_metadata(path).is_ok()
+        self.at(path).exists()
+    }
+
+    fn os_at(&self, path: &Path) -> At<'_> {
+        self.at(path)
+    }
+
+    fn anchor(&self, dir: &Path) -> Result<Self> {
+        if self.held(dir).is_some() {
+            return Ok(self.clone());
+        }
+        let at = self.at(dir);
+        let inside_held = self.held.iter().any(|d| dir.parent() == Some(d.path()));
+        let opened = Arc::new(Dir::open(&at, !inside_held)?);
+        let mut held: Vec<Arc<Dir>> = self.held.iter().cloned().collect();
+        held.push(opened);
+        let anchored = OsStorage { held: held.into() };
+        assert!(anchored.held(dir).is_some(), "the directory is held");
+        Ok(anchored)
     }
 }
 
@@ -588,6 +655,17 @@ impl<S: Storage> Storage for FaultyStorage<S> {
     }
     fn exists(&self, path: &Path) -> bool {
         self.inner.exists(path)
+    }
+
+    fn os_at(&self, path: &Path) -> At<'_> {
+        self.inner.os_at(path)
+    }
+
+    fn anchor(&self, dir: &Path) -> Result<Self> {
+        Ok(FaultyStorage {
+            inner: self.inner.anchor(dir)?,
+            faults: std::sync::Arc::clone(&self.faults),
+        })
     }
     fn supports_aio(&self) -> bool {
         self.inner.supports_aio()

@@ -641,6 +641,20 @@ impl Storage for SimStorage {
         })
     }
 
+    /// The simulated disk has no symlinks and no renames of directories, so
+    /// a directory stays where it is found: anchoring only checks that it is
+    /// one, as the real storage does.
+    fn anchor(&self, dir: &Path) -> Result<Self> {
+        let kind = self.stat(dir)?.kind;
+        if kind != FileKind::Dir {
+            return Err(Error::NotADirectory {
+                path: dir.to_path_buf(),
+                kind: kind.name().to_string(),
+            });
+        }
+        Ok(self.clone())
+    }
+
     fn create_dirs(&self, path: &Path, _permissions: Permissions) -> Result<()> {
         let mut s = lock(&self.state);
         for a in path.ancestors() {

@@ -68,7 +68,7 @@ mod tests {
         let mut opts = WalOptions::new(dir.path(), [3; 16]);
         opts.segment_bytes = 1 << 20;
         opts.background_prepare = false;
-        let (wal, _) = Wal::open(OsStorage, opts, Lsn::ZERO, |_| Ok(())).expect("open");
+        let (wal, _) = Wal::open(OsStorage::default(), opts, Lsn::ZERO, |_| Ok(())).expect("open");
         let lsn = wal.append(20, b"before").expect("append");
         wal.flush(lsn).expect("flush");
         let mut rounds = 0;

@@ -306,7 +306,7 @@ pub(super) struct Shared<S: Storage> {
 /// use directkv::internals::io::OsStorage;
 /// use directkv::internals::wal::{Wal, WalOptions};
 /// let opts = WalOptions::new("db/wal", [7; 16]);
-/// let (wal, _end) = Wal::open(OsStorage, opts, directkv::Lsn::ZERO, |_record| Ok(()))?;
+/// let (wal, _end) = Wal::open(OsStorage::default(), opts, directkv::Lsn::ZERO, |_record| Ok(()))?;
 /// let lsn = wal.append(16, b"hello")?;
 /// wal.flush(lsn)?; // durable now
 /// # Ok::<(), directkv::Error>(())
