@@ -128,14 +128,16 @@ fn print_recovery(r: &directkv::RecoveryStats, open_seconds: f64) {
     } else {
         println!(
             "open: {open_seconds:.2} s; replayed {:.1} MiB of WAL in {:.2} s: {} transactions, \
-             {} page records; pages: {} installed from full images, {} read; end-of-recovery \
-             checkpoint {:.2} s",
+             {} page records; pages: {} installed from full images, {} read ({} read ahead, \
+             up to {} at once); end-of-recovery checkpoint {:.2} s",
             r.wal_bytes as f64 / (1 << 20) as f64,
             r.micros as f64 / 1e6,
             r.transactions,
             r.page_records,
             r.pages_from_images,
             r.pages_read,
+            r.read_ahead_pages,
+            r.read_ahead_batch_max,
             r.checkpoint_micros as f64 / 1e6,
         );
     }

@@ -242,7 +242,8 @@ fn copy_dir(from: &Path, to: &Path) {
 
 /// Replay through a cache far smaller than the pages it changes: it writes
 /// the coldest dirty pages out in batches as it goes, reads back the pages it
-/// evicted and meets again, and ends with every commit in place.
+/// evicted and meets again (those in its lookahead ahead of time, in batches
+/// in flight together), and ends with every commit in place.
 #[test]
 fn replay_through_a_small_cache_cleans_as_it_goes() {
     let dir = scratch();
@@ -268,6 +269,46 @@ fn replay_through_a_small_cache_cleans_as_it_goes() {
         "more pages than the cache holds: {r:?}"
     );
     assert!(r.pages_read > 0, "evicted pages met again are read: {r:?}");
+    assert_eq!(all(&db), expect);
+}
+
+/// Pages replay evicted and meets again in the deltas of commits still in
+/// its lookahead are read ahead of their apply, many in one batch in flight
+/// together, and the replay ends in the state that was committed.
+#[test]
+fn replay_reads_ahead_many_pages_at_once() {
+    let dir = scratch();
+    let o = Options {
+        cache_bytes: 256 * 4096,
+        ..options()
+    };
+    let db = Database::open(dir.path(), o.clone()).expect("open");
+    fill(&db, 20_000, 1);
+    db.checkpoint().expect("checkpoint");
+    // Two rounds over every leaf, two leaves a commit (a round is more
+    // commits than the lookahead holds): the first logs each leaf's image,
+    // the second a delta of a leaf replay has long evicted.
+    for round in 0..2u8 {
+        let keys: Vec<u32> = (0..20_000u32).step_by(18).collect();
+        for chunk in keys.chunks(2) {
+            let mut w = db.begin_write().expect("begin");
+            for i in chunk {
+                w.put(format!("key{i:05}").as_bytes(), &[20 + round; 200])
+                    .expect("put");
+            }
+            w.commit().expect("commit");
+        }
+    }
+    let expect = all(&db);
+    drop(db);
+    let db = Database::open(dir.path(), o).expect("reopen");
+    let r = db.stats().recovery;
+    assert!(
+        r.pages_from_images > 256,
+        "more leaves than the cache holds: {r:?}"
+    );
+    assert!(r.read_ahead_batch_max > 1, "reads went out together: {r:?}");
+    assert!(r.read_ahead_pages >= r.read_ahead_batch_max, "{r:?}");
     assert_eq!(all(&db), expect);
 }
 

@@ -118,10 +118,13 @@ pub fn run(args: Args) -> Result<()> {
     );
     println!(
         "reopen: {open_secs:.2} s; replay {replay_secs:.2} s of it: {:.1} MiB of WAL, {} \
-         transactions, {} pages read, {} from full images; end-of-recovery checkpoint {:.2} s",
+         transactions, {} pages read ({} read ahead, up to {} at once), {} from full images; \
+         end-of-recovery checkpoint {:.2} s",
         r.wal_bytes as f64 / (1 << 20) as f64,
         r.transactions,
         r.pages_read,
+        r.read_ahead_pages,
+        r.read_ahead_batch_max,
         r.pages_from_images,
         r.checkpoint_micros as f64 / 1e6,
     );

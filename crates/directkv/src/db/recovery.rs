@@ -78,6 +78,10 @@ pub(super) fn recover<S: Storage>(
         micros: started.elapsed().as_micros() as u64,
         ..replay.stats
     };
+    assert!(
+        stats.read_ahead_pages <= stats.pages_read,
+        "pages read ahead are pages read"
+    );
     Ok(Recovered {
         wal,
         meta,
@@ -184,7 +188,13 @@ impl<'a, S: Storage> Replay<'a, S> {
                     }
                 }
                 if self.wanted.len() >= REPLAY_READ_BATCH {
-                    self.pool.read_batch(&self.wanted, Access::Normal);
+                    let loaded = self.pool.read_batch(&self.wanted, Access::Normal) as u64;
+                    assert!(
+                        loaded <= self.wanted.len() as u64,
+                        "a batch reads what it is asked"
+                    );
+                    self.stats.read_ahead_pages += loaded;
+                    self.stats.read_ahead_batch_max = self.stats.read_ahead_batch_max.max(loaded);
                     self.wanted.clear();
                 }
                 self.queue.push_back(Committed {

@@ -253,6 +253,12 @@ pub struct RecoveryStats {
     /// Pages read from the data file: pages replay evicted and met again in
     /// a delta, and any whose first record since the redo point is a delta.
     pub pages_read: u64,
+    /// Of `pages_read`, pages read ahead: met in a delta of a commit still
+    /// in replay's lookahead, and read with others in one batch, all in
+    /// flight at once.
+    pub read_ahead_pages: u64,
+    /// The most pages one read-ahead batch had in flight together.
+    pub read_ahead_batch_max: u64,
     /// Wall time of the replay, in microseconds.
     pub micros: u64,
     /// Where the log ended in a torn flush whose records open found and
