@@ -38,6 +38,11 @@ struct Inner<S: Storage> {
     open: BTreeMap<u64, Arc<S::File>>,
     /// The segment the writer is in (or will start in).
     current: u64,
+    /// The segment the last [`Segments::writer_file`] call made sure of (the
+    /// one after its segment). Segments after the current one are only ever
+    /// added, so it stays there; the next call for the same segment need not
+    /// look again.
+    next_ready: Option<u64>,
     /// A preparation or recycling is under way.
     busy: bool,
     shutdown: bool,
@@ -85,6 +90,7 @@ impl<S: Storage> Segments<S> {
             inner: Mutex::new(Inner {
                 open: BTreeMap::new(),
                 current,
+                next_ready: None,
                 busy: false,
                 shutdown: false,
             }),
@@ -128,8 +134,11 @@ impl<S: Storage> Segments<S> {
     /// that held the log's end leaves a hole open sees.
     pub fn writer_file(&self, n: u64) -> Result<Arc<S::File>> {
         let file = self.writer_file_only(n)?;
-        self.ensure_prepared(n + 1)?;
-        assert!(self.exists(n + 1), "the next segment is ready");
+        if lock(&self.inner).next_ready != Some(n + 1) {
+            self.ensure_prepared(n + 1)?;
+            assert!(self.exists(n + 1), "the next segment is ready");
+            lock(&self.inner).next_ready = Some(n + 1);
+        }
         Ok(file)
     }
 
