@@ -347,9 +347,9 @@ pub enum Error {
     /// inside the database directory (the engine never follows one there;
     /// `Options::wal_dir` puts the log elsewhere).
     #[error(
-        "{path} is a {kind}, not a directory the engine may use: a directory inside the \
-         database directory is never reached through a symbolic link (set \
-         Options::wal_dir to keep the log elsewhere)"
+        "{path} is a {kind}, not a directory the engine may use: it keeps its files in \
+         directories it opens itself and never follows a symbolic link inside the \
+         database directory (Options::wal_dir may name a log directory elsewhere)"
     )]
     NotADirectory {
         /// The path.

@@ -424,6 +424,11 @@ fn issue19_a_wal_directory_that_is_a_symlink_is_refused() {
     let elsewhere = tmp.path().join("wal-elsewhere");
     std::fs::rename(path.join("wal"), &elsewhere).expect("move");
     std::os::unix::fs::symlink(&elsewhere, path.join("wal")).expect("symlink");
+    // A dead probe's leftover in the link's target: open must refuse before
+    // it reaches through the link to remove it.
+    let pid = dead_pid();
+    let leftover = elsewhere.join(format!(".directkv-sync-probe-{pid}"));
+    std::fs::write(&leftover, scratch_bytes(pid)).expect("leftover");
     match Database::open(&path, opts()) {
         Err(Error::NotADirectory { path: p, kind }) => {
             assert_eq!(p, path.join("wal"));
@@ -432,6 +437,10 @@ fn issue19_a_wal_directory_that_is_a_symlink_is_refused() {
         Err(e) => panic!("expected NotADirectory, got {e}"),
         Ok(_) => panic!("a symlinked wal/ was followed"),
     }
+    assert!(
+        leftover.exists(),
+        "nothing in the link's target was touched"
+    );
     // Given as `wal_dir`, the same directory is the user's choice and opens.
     let o = Options {
         wal_dir: Some(elsewhere),
@@ -439,5 +448,83 @@ fn issue19_a_wal_directory_that_is_a_symlink_is_refused() {
     };
     let db = Database::open(&path, o).expect("open with wal_dir");
     assert_eq!(db.check().expect("check").keys, 50);
+    db.close().expect("close");
+}
+
+#[test]
+fn issue19_the_default_wal_directory_moved_after_open_is_still_the_one_written() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let path = tmp.path().join("db");
+    let o = Options {
+        wal_segment_bytes: 1 << 20,
+        ..opts()
+    };
+    let db = Database::open(&path, o.clone()).expect("create");
+    // wal/ moves inside the database directory: first nothing has its name,
+    // then a symlink to a decoy. Every segment made and every directory
+    // sync after the move must go to the directory open holds.
+    let moved = path.join("wal.moved");
+    std::fs::rename(path.join("wal"), &moved).expect("move");
+    let decoy = tmp.path().join("decoy");
+    std::fs::create_dir(&decoy).expect("mkdir");
+    let value = vec![3u8; 2000];
+    for round in 0..30u32 {
+        if round == 15 {
+            std::os::unix::fs::symlink(&decoy, path.join("wal")).expect("symlink");
+        }
+        let mut w = db.begin_write().expect("begin");
+        for i in 0..50u32 {
+            w.put(format!("r{round}-{i}").as_bytes(), &value)
+                .expect("put");
+        }
+        w.commit().expect("commit");
+    }
+    db.checkpoint().expect("checkpoint");
+    db.close().expect("close");
+    assert_eq!(
+        entries(&decoy),
+        Vec::<PathBuf>::new(),
+        "nothing through the link"
+    );
+    let segments = entries(&moved)
+        .iter()
+        .filter(|p| p.extension().is_some_and(|x| x == "seg"))
+        .count();
+    assert!(
+        segments >= 3,
+        "the log grew where it was held: {segments} segments"
+    );
+    // Put back, it reopens with every commit.
+    std::fs::remove_file(path.join("wal")).expect("unlink");
+    std::fs::rename(&moved, path.join("wal")).expect("move back");
+    let db = Database::open(&path, o).expect("reopen");
+    assert_eq!(db.check().expect("check").keys, 30 * 50);
+    db.close().expect("close");
+}
+
+#[test]
+fn issue19_a_wal_directory_that_is_the_database_directory_works() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let path = tmp.path().join("db");
+    let o = Options {
+        wal_dir: Some(path.clone()),
+        ..opts()
+    };
+    let db = Database::open(&path, o.clone()).expect("create");
+    let mut w = db.begin_write().expect("begin");
+    w.put(b"k", b"v").expect("put");
+    w.commit().expect("commit");
+    db.checkpoint().expect("checkpoint");
+    db.close().expect("close");
+    assert!(
+        path.join("0000000000000000.seg").exists(),
+        "segments beside data"
+    );
+    let db = Database::open(&path, o).expect("reopen");
+    let r = db.begin_read().expect("read");
+    assert_eq!(r.get(b"k").expect("get").as_deref(), Some(&b"v"[..]));
+    drop(r);
     db.close().expect("close");
 }

@@ -89,7 +89,14 @@ impl Database<OsStorage> {
     ///   file in them (unless `Options::accept_writable_by_others`);
     /// - [`Error::NotARegularFile`](crate::Error::NotARegularFile) when one
     ///   of its files is a symbolic link, a FIFO, a device or a directory;
+    /// - [`Error::NotADirectory`](crate::Error::NotADirectory) when the
+    ///   database or WAL directory is not one, or the default `wal/` is a
+    ///   symbolic link;
     /// - I/O errors.
+    ///
+    /// The database directory and the WAL directory are resolved once and
+    /// held open for as long as the database is: moving or replacing either
+    /// afterwards redirects nothing.
     pub fn open(path: impl AsRef<Path>, opts: Options) -> Result<Self> {
         Self::open_with(OsStorage::default(), path.as_ref(), opts)
     }

@@ -141,13 +141,21 @@ fn claim<S: Storage>(storage: &S, path: &Path, opts: &Options) -> Result<(S, S::
         storage.create_dirs(path, opts.permissions)?;
     }
     let storage = storage.anchor(path)?;
+    // The WAL directory too, if it is there, before anything in it is
+    // looked at: a symlink at the default `wal/` is refused here, before
+    // the audit or the removal of leftovers could reach through it.
+    let wal = access::wal_dir(path, opts);
+    let storage = if storage.exists(&wal) {
+        storage.anchor(&wal)?
+    } else {
+        storage
+    };
     let audit = access::audit(&storage, path, opts)?;
     let lock = storage.lock_exclusive(&path.join(LOCK_NAME), opts.permissions)?;
     // Again under the lock: another opener may have created it meanwhile.
     if look(&storage, path, opts)? == Found::Creatable {
         create(&storage, path, opts)?;
     }
-    let wal = access::wal_dir(path, opts);
     if storage.exists(&wal) {
         crate::io::profile::remove_scratch_leftovers(&storage, &wal)?;
     }

@@ -83,7 +83,10 @@ pub struct Options {
     /// buffered ones otherwise; if nothing could be measured, `fdatasync`.
     pub wal_sync: Option<SyncVariant>,
     /// Where the WAL lives (default: `wal/` in the database directory). May be
-    /// another filesystem.
+    /// another filesystem. Open resolves it once and holds it open, as it
+    /// does the database directory; the default `wal/` must be a directory,
+    /// not a symbolic link ([`Error::NotADirectory`](crate::Error::NotADirectory)),
+    /// while a path given here may lead through one.
     pub wal_dir: Option<PathBuf>,
     /// Whether commits wait for durability.
     pub durability: Durability,

@@ -20,7 +20,7 @@
 
 use std::ffi::OsStr;
 use std::fs::File;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 
 use rustix::fs::{AtFlags, Mode, OFlags};
@@ -42,6 +42,15 @@ pub struct At<'a> {
     base: BorrowedFd<'a>,
     rel: PathBuf,
     path: PathBuf,
+}
+
+/// Whether `p` is one plain name (not `.`, `..`, a root or several parts).
+fn is_one_name(p: &Path) -> bool {
+    let mut parts = p.components();
+    matches!(
+        (parts.next(), parts.next()),
+        (Some(Component::Normal(_)), None)
+    )
 }
 
 fn os_err(e: rustix::io::Errno) -> std::io::Error {
@@ -70,12 +79,16 @@ impl Dir {
                 assert!(dir.itself().lstat()?.kind == FileKind::Dir, "O_DIRECTORY");
                 Ok(dir)
             }
-            Err(rustix::io::Errno::NOTDIR | rustix::io::Errno::LOOP) => {
-                let kind = at.lstat().map(|m| m.kind).unwrap_or(FileKind::Symlink);
-                Err(Error::NotADirectory {
-                    path: at.path.clone(),
-                    kind: kind.name().to_string(),
-                })
+            Err(e @ (rustix::io::Errno::NOTDIR | rustix::io::Errno::LOOP)) => {
+                // What is there, if the last component is what refused; a
+                // component before it (`file/wal`) gives the I/O error.
+                match at.lstat().map(|m| m.kind) {
+                    Ok(kind) if kind != FileKind::Dir => Err(Error::NotADirectory {
+                        path: at.path.clone(),
+                        kind: kind.name().to_string(),
+                    }),
+                    _ => Err(Error::from_io(IoOp::Open, &at.path, None, os_err(e))),
+                }
             }
             Err(e) => Err(Error::from_io(IoOp::Open, &at.path, None, os_err(e))),
         }
@@ -100,10 +113,7 @@ impl Dir {
     pub fn entry(&self, name: &OsStr) -> At<'_> {
         let rel = PathBuf::from(name);
         assert!(
-            matches!(
-                rel.components().collect::<Vec<_>>()[..],
-                [Component::Normal(_)]
-            ),
+            is_one_name(&rel),
             "an entry is one name under its directory: {}",
             rel.display()
         );
@@ -132,9 +142,17 @@ impl<'a> At<'a> {
         &self.path
     }
 
-    /// `name` under this one (which must be a directory).
+    /// `name` under this one (which must be a directory). Under a held
+    /// directory, only one name deep: nothing there is reached through a
+    /// second lookup of a directory's name.
     pub fn join(&self, name: impl AsRef<Path>) -> At<'a> {
         let name = name.as_ref();
+        assert!(
+            !self.in_held() || (self.rel == Path::new(".") && is_one_name(name)),
+            "one name under a held directory: {} under {}",
+            name.display(),
+            self.path.display()
+        );
         At {
             base: self.base,
             rel: if self.rel == Path::new(".") {
@@ -149,6 +167,10 @@ impl<'a> At<'a> {
     /// The directory this one is in (the base itself for an entry of a held
     /// directory).
     pub fn parent(&self) -> At<'a> {
+        assert!(
+            !(self.in_held() && self.rel == Path::new(".")),
+            "a held directory's parent is not reached through it"
+        );
         let up = |p: &Path| match p.parent() {
             Some(q) if !q.as_os_str().is_empty() => q.to_path_buf(),
             _ => PathBuf::from("."),
@@ -242,8 +264,17 @@ impl<'a> At<'a> {
             .map_err(|e| Error::from_io(IoOp::Rename, &self.path, None, os_err(e)))
     }
 
+    /// Whether this is reached through a held directory (not the current
+    /// one), where no symlink is followed.
+    fn in_held(&self) -> bool {
+        self.base.as_raw_fd() != rustix::fs::CWD.as_raw_fd()
+    }
+
     fn open_dir(&self, op: IoOp) -> Result<File> {
-        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        let mut flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        if self.in_held() {
+            flags |= OFlags::NOFOLLOW;
+        }
         rustix::fs::openat(self.base, &self.rel, flags, Mode::empty())
             .map(File::from)
             .map_err(|e| Error::from_io(op, &self.path, None, os_err(e)))
@@ -342,10 +373,12 @@ mod tests {
             .mkdir(Permissions::Private)
             .expect_err("a file");
         assert!(matches!(err, Error::NotADirectory { .. }), "{err}");
-        assert_eq!(
-            held.entry(OsStr::new("real")).join("z").path(),
-            real.join("z")
-        );
+        assert_eq!(At::cwd(&real).join("z").path(), real.join("z"));
         assert_eq!(held.entry(OsStr::new("real")).parent().path(), tmp.path());
+        let nested = std::panic::catch_unwind(|| held.entry(OsStr::new("real")).join("z"));
+        assert!(
+            nested.is_err(),
+            "never two names deep under a held directory"
+        );
     }
 }

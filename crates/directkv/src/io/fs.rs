@@ -78,7 +78,11 @@ pub(crate) fn memory_backed_fs(file: &impl std::os::fd::AsFd) -> Option<String> 
 /// # Errors
 /// [`Error::Io`] when `statfs` or `stat` fails, for example if `path` is missing.
 pub fn fs_info(path: &Path) -> Result<FsInfo> {
-    let file = std::fs::File::open(path).map_err(|e| Error::from_io(IoOp::Stat, path, None, e))?;
+    // O_PATH: no read permission needed, and a FIFO does not block the open.
+    let flags = rustix::fs::OFlags::PATH | rustix::fs::OFlags::CLOEXEC;
+    let file = rustix::fs::openat(rustix::fs::CWD, path, flags, rustix::fs::Mode::empty())
+        .map(std::fs::File::from)
+        .map_err(|e| Error::from_io(IoOp::Stat, path, None, std::io::Error::from(e)))?;
     fs_info_of(&file, path)
 }
 
@@ -96,7 +100,6 @@ pub(crate) fn fs_info_of(file: &std::fs::File, path: &Path) -> Result<FsInfo> {
     // The widths of these fields differ between targets.
     #[allow(clippy::unnecessary_cast)]
     let (magic, bsize, bavail) = (st.f_type as u64, st.f_bsize as u64, st.f_bavail as u64);
-    assert!(bsize > 0, "a filesystem has a block size");
     Ok(FsInfo {
         fs_type: fs_name(magic),
         magic,

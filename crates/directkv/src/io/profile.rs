@@ -476,11 +476,10 @@ impl DeviceProfile {
         use crate::error::IoOp;
         let json = serde_json::to_vec_pretty(self)
             .map_err(|e| Error::InvalidArgument(format!("profile encoding: {e}")))?;
-        let name = at
-            .path()
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
+        let name = at.path().file_name().map_or_else(
+            || "profile".to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        );
         let tmp = at.parent().join(format!("{name}.tmp"));
         crate::io::write_new_file(&tmp, &json, Permissions::Private)?
             .sync_all()

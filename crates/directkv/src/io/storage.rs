@@ -230,6 +230,9 @@ pub trait Storage: Clone + Send + Sync + 'static {
     }
 }
 
+/// Most directories one [`OsStorage`] holds: a database's and its log's.
+pub const HELD_DIRS_MAX: usize = 2;
+
 /// The operating system's files, through [`DirectFile`], with the
 /// directories given to [`Storage::anchor`] held open (see [`Dir`]).
 #[derive(Debug, Clone, Default)]
@@ -239,19 +242,23 @@ pub struct OsStorage {
 
 impl OsStorage {
     /// Where `path` is opened from: through a held directory when `path` is
-    /// one or names an entry directly inside one, else the plain path.
+    /// one (an exact match wins over everything else, so a held directory
+    /// inside another held one is reached through its own handle) or names
+    /// an entry directly inside one, else the plain path.
     fn at<'a>(&'a self, path: &Path) -> At<'a> {
-        for dir in self.held.iter() {
-            if path == dir.path() {
-                return dir.itself();
-            }
-            if let (Some(parent), Some(name)) = (path.parent(), path.file_name()) {
-                if parent == dir.path() {
-                    return dir.entry(name);
-                }
-            }
-        }
-        At::cwd(path)
+        let found = match self.held(path) {
+            Some(dir) => dir.itself(),
+            None => self.held_parent(path).unwrap_or_else(|| At::cwd(path)),
+        };
+        assert_eq!(found.path(), path, "resolved where asked");
+        found
+    }
+
+    /// `path` as the entry of the held directory it is directly inside.
+    fn held_parent<'a>(&'a self, path: &Path) -> Option<At<'a>> {
+        let (parent, name) = (path.parent()?, path.file_name()?);
+        let dir = self.held.iter().find(|d| d.path() == parent)?;
+        Some(dir.entry(name))
     }
 
     /// The held directory `path` is, if it is one.
@@ -314,12 +321,13 @@ impl Storage for OsStorage {
     }
 
     fn create_dirs(&self, path: &Path, permissions: Permissions) -> Result<()> {
-        let at = self.at(path);
-        if self.held.iter().any(|d| path.parent() == Some(d.path())) || self.held(path).is_some() {
+        if self.held(path).is_some() {
+            return Ok(());
+        }
+        match self.held_parent(path) {
             // One level under a held directory: made through its handle.
-            at.mkdir(permissions)
-        } else {
-            super::perms::create_dirs(path, permissions)
+            Some(at) => at.mkdir(permissions),
+            None => super::perms::create_dirs(path, permissions),
         }
     }
 
@@ -359,11 +367,18 @@ impl Storage for OsStorage {
         if self.held(dir).is_some() {
             return Ok(self.clone());
         }
-        let at = self.at(dir);
-        let inside_held = self.held.iter().any(|d| dir.parent() == Some(d.path()));
-        let opened = Arc::new(Dir::open(&at, !inside_held)?);
+        assert!(
+            self.held.len() < HELD_DIRS_MAX,
+            "a database holds its directory and its log's"
+        );
+        // Inside a held directory, a symlink is refused; the user's own path
+        // may lead through one.
+        let opened = match self.held_parent(dir) {
+            Some(at) => Dir::open(&at, false)?,
+            None => Dir::open(&At::cwd(dir), true)?,
+        };
         let mut held: Vec<Arc<Dir>> = self.held.iter().cloned().collect();
-        held.push(opened);
+        held.push(Arc::new(opened));
         let anchored = OsStorage { held: held.into() };
         assert!(anchored.held(dir).is_some(), "the directory is held");
         Ok(anchored)
