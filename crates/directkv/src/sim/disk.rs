@@ -750,6 +750,22 @@ mod tests {
     }
 
     #[test]
+    fn only_a_directory_is_anchored() {
+        let disk = SimStorage::new();
+        let dir = Path::new("/db");
+        let missing = disk.anchor(dir).expect_err("nothing there yet");
+        assert!(matches!(missing, Error::Io { .. }), "{missing}");
+        disk.create_dir_all(dir).expect("mkdir");
+        let held = disk.anchor(dir).expect("a directory");
+        drop(held.open(&dir.join("data"), &opts()).expect("create"));
+        let err = disk.anchor(&dir.join("data")).expect_err("a file");
+        assert!(
+            matches!(&err, Error::NotADirectory { kind, .. } if kind == "regular file"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn unsynced_writes_and_entries_may_vanish_synced_ones_stay() {
         let disk = SimStorage::new();
         let dir = Path::new("/db");
