@@ -194,10 +194,11 @@ impl<'a> At<'a> {
             .map_err(os_err)
     }
 
-    /// The kind, mode and owner, not following a symlink.
+    /// The kind, mode and owner, not following a symlink (`fstat` of an
+    /// `O_PATH | O_NOFOLLOW` descriptor).
     ///
     /// # Errors
-    /// I/O errors of `fstatat` (for example, no such path).
+    /// I/O errors of the open or the `fstat` (for example, no such path).
     pub fn lstat(&self) -> Result<FileMeta> {
         let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let file = rustix::fs::openat(self.base, &self.rel, flags, Mode::empty())
