@@ -8,7 +8,8 @@ For each database directory (closed or copied; nothing is written to it):
 - control_decoder: `CONTROL` whole;
 - wal_reader: the body of segment 0 after its 4 KiB header, in the 60 KiB
   windows the target reads (records there sit at the LSN the target reads at);
-- profile_decoder: the device profile saved beside the log.
+- profile_decoder: the device profile saved beside the log;
+- segment_header: the first 64 bytes of every segment.
 
 The corpus goes to fuzz/corpus/<target>/, one file per input, named by its
 SHA-1 as libFuzzer names its own.
@@ -38,7 +39,9 @@ def put(target, data):
 
 
 def seed(db):
-    counts = dict.fromkeys(["page_decoder", "control_decoder", "wal_reader", "profile_decoder"], 0)
+    counts = dict.fromkeys(
+        ["page_decoder", "control_decoder", "wal_reader", "profile_decoder", "segment_header"], 0
+    )
     data = os.path.join(db, "data")
     if os.path.exists(data):
         pages = os.path.getsize(data) // 4096
@@ -58,6 +61,11 @@ def seed(db):
             f.seek(SEGMENT_HEADER)
             for _ in range(WAL_WINDOWS):
                 counts["wal_reader"] += put("wal_reader", f.read(WAL_WINDOW))
+    if os.path.isdir(wal):
+        for name in sorted(os.listdir(wal)):
+            if name.endswith(".seg"):
+                with open(os.path.join(wal, name), "rb") as f:
+                    counts["segment_header"] += put("segment_header", f.read(64))
     profile = os.path.join(wal, ".directkv-device-profile.json")
     if os.path.exists(profile):
         with open(profile, "rb") as f:
