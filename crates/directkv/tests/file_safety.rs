@@ -346,6 +346,19 @@ fn entries(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// Asserts `dir` is empty and `log` holds at least three segments.
+fn assert_empty_and_log_grew(dir: &Path, log: &Path) {
+    assert_eq!(entries(dir), Vec::<PathBuf>::new(), "{}", dir.display());
+    let segments = entries(log)
+        .iter()
+        .filter(|p| p.extension().is_some_and(|x| x == "seg"))
+        .count();
+    assert!(
+        segments >= 3,
+        "the log grew where it is held: {segments} segments"
+    );
+}
+
 #[test]
 fn issue19_directories_moved_after_open_are_still_the_ones_written() {
     let _serial = serial();
@@ -391,19 +404,7 @@ fn issue19_directories_moved_after_open_are_still_the_ones_written() {
         Vec::<PathBuf>::new(),
         "nothing at the old name"
     );
-    assert_eq!(
-        entries(&decoy),
-        Vec::<PathBuf>::new(),
-        "nothing through the symlink"
-    );
-    let segments = entries(&wal_moved)
-        .iter()
-        .filter(|p| p.extension().is_some_and(|x| x == "seg"))
-        .count();
-    assert!(
-        segments >= 3,
-        "the log grew in its own directory: {segments} segments"
-    );
+    assert_empty_and_log_grew(&decoy, &wal_moved);
     let reopened = Options {
         wal_dir: Some(wal_moved),
         ..o
@@ -482,19 +483,7 @@ fn issue19_the_default_wal_directory_moved_after_open_is_still_the_one_written()
     }
     db.checkpoint().expect("checkpoint");
     db.close().expect("close");
-    assert_eq!(
-        entries(&decoy),
-        Vec::<PathBuf>::new(),
-        "nothing through the link"
-    );
-    let segments = entries(&moved)
-        .iter()
-        .filter(|p| p.extension().is_some_and(|x| x == "seg"))
-        .count();
-    assert!(
-        segments >= 3,
-        "the log grew where it was held: {segments} segments"
-    );
+    assert_empty_and_log_grew(&decoy, &moved);
     // Put back, it reopens with every commit.
     std::fs::remove_file(path.join("wal")).expect("unlink");
     std::fs::rename(&moved, path.join("wal")).expect("move back");
