@@ -265,11 +265,6 @@ impl OsStorage {
     fn held(&self, path: &Path) -> Option<&Arc<Dir>> {
         self.held.iter().find(|d| d.path() == path)
     }
-
-    /// The held directories, in the order they were anchored.
-    pub fn held_dirs(&self) -> impl Iterator<Item = &Path> {
-        self.held.iter().map(|d| d.path())
-    }
 }
 
 impl StorageFile for DirectFile {
