@@ -11,7 +11,11 @@
 //! one request at a time while foreground requests are in flight, except that
 //! it always gets a minimum share of the requests so it drains. The caps rise with the
 //! pressure the engine reports (WAL distance from the redo point, shortage of
-//! clean frames); at full pressure background writing runs uncapped.
+//! clean frames); at full pressure background writing runs uncapped. A
+//! backup's copy is lower still: one request at a time, started only while
+//! no foreground request is in flight, except that it gets
+//! [`BACKUP_MIN_SHARE`] of the requests so a busy database's backup still
+//! ends; pressure never lifts that.
 //!
 //! In [`SchedMode::Fifo`] every request is admitted at once, in arrival
 //! order, and background checkpoints are not paced: the behaviour without a
@@ -35,9 +39,15 @@ pub enum IoClass {
     Urgent = 2,
     /// The page cleaner's and background checkpoints' writes.
     Background = 3,
+    /// An online backup's reads and writes: the lowest class.
+    Backup = 4,
 }
 
-const CLASSES: usize = 4;
+const CLASSES: usize = 5;
+
+/// The share of requests a backup gets while foreground requests keep the
+/// device busy.
+pub const BACKUP_MIN_SHARE: f64 = 0.05;
 
 /// Whether the scheduler applies its policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
@@ -81,12 +91,12 @@ impl Default for SchedOptions {
 /// Requests per class and how Background was held back.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct SchedStats {
-    /// Requests admitted, by class (Wal, Read, Urgent, Background).
+    /// Requests admitted, by class (Wal, Read, Urgent, Background, Backup).
     pub admitted: [u64; CLASSES],
     /// Bytes admitted, by class.
     pub bytes: [u64; CLASSES],
-    /// Background requests that waited for foreground requests, the caps or
-    /// the rate (a background wait, never a foreground stall).
+    /// Background and Backup requests that waited for foreground requests,
+    /// the caps or the rate (a background wait, never a foreground stall).
     pub background_waits: u64,
     /// The pressure last reported, in thousandths.
     pub pressure_milli: u64,
@@ -97,6 +107,8 @@ struct State {
     inflight_bytes: [u64; CLASSES],
     /// Background's admissions and everyone's, over a sliding window.
     window_background: u64,
+    /// Backup's admissions over the same window.
+    window_backup: u64,
     window_total: u64,
     tokens: f64,
     refilled: Instant,
@@ -125,6 +137,7 @@ impl Scheduler {
                 inflight: [0; CLASSES],
                 inflight_bytes: [0; CLASSES],
                 window_background: 0,
+                window_backup: 0,
                 window_total: 0,
                 tokens: opts.background_rate_bytes as f64 / 10.0,
                 refilled: Instant::now(),
@@ -189,10 +202,15 @@ impl Scheduler {
     pub fn admit(&self, class: IoClass, bytes: u64) -> Permit<'_> {
         let c = class as usize;
         let mut st = self.lock();
-        if class == IoClass::Background && self.opts.mode == SchedMode::Classes {
+        let held_back = matches!(class, IoClass::Background | IoClass::Backup);
+        if held_back && self.opts.mode == SchedMode::Classes {
             let mut waited = false;
             loop {
-                let (ok, retry_in) = self.background_may_run(&mut st, bytes);
+                let (ok, retry_in) = if class == IoClass::Backup {
+                    Self::backup_may_run(&st)
+                } else {
+                    self.background_may_run(&mut st, bytes)
+                };
                 if ok {
                     break;
                 }
@@ -214,12 +232,16 @@ impl Scheduler {
             // Halve the window: the share follows recent traffic.
             st.window_total /= 2;
             st.window_background /= 2;
+            st.window_backup /= 2;
         }
         st.window_total += 1;
-        if class == IoClass::Background {
-            st.window_background += 1;
+        match class {
+            IoClass::Background => st.window_background += 1,
+            IoClass::Backup => st.window_backup += 1,
+            _ => {}
         }
         assert!(st.window_total <= SHARE_WINDOW && st.window_background <= st.window_total);
+        assert!(st.window_backup <= st.window_total);
         drop(st);
         self.admitted[c].fetch_add(1, Ordering::Relaxed);
         self.bytes[c].fetch_add(bytes, Ordering::Relaxed);
@@ -271,6 +293,22 @@ impl Scheduler {
         (true, Duration::ZERO)
     }
 
+    /// Whether a Backup request may start now; if not, how long until it is
+    /// worth asking again. One at a time; only while no foreground request
+    /// is in flight, unless Backup has fallen below its minimum share.
+    fn backup_may_run(st: &State) -> (bool, Duration) {
+        let b = IoClass::Backup as usize;
+        if st.inflight[b] > 0 {
+            return (false, Duration::from_millis(1));
+        }
+        let foreground: u64 = st.inflight[..IoClass::Background as usize].iter().sum();
+        let starved = (st.window_backup as f64) < BACKUP_MIN_SHARE * st.window_total as f64;
+        if foreground > 0 && !starved {
+            return (false, Duration::from_millis(1));
+        }
+        (true, Duration::ZERO)
+    }
+
     fn release(&self, class: IoClass, bytes: u64) {
         let c = class as usize;
         let mut st = self.lock();
@@ -294,7 +332,7 @@ impl Scheduler {
             .iter()
             .all(|&n| n == 0);
         drop(st);
-        if class == IoClass::Background || idle_foreground {
+        if matches!(class, IoClass::Background | IoClass::Backup) || idle_foreground {
             self.wake.notify_all();
         }
     }
@@ -459,6 +497,59 @@ mod tests {
         let _r = s.admit(IoClass::Read, 8192);
         let _u = s.admit(IoClass::Urgent, 8192);
         let st = s.stats();
-        assert_eq!(st.admitted, [1, 1, 1, 1]);
+        assert_eq!(st.admitted, [1, 1, 1, 1, 0]);
+    }
+
+    /// Foreground reads keep the device busy while two backup threads ask
+    /// for permits: backups run one at a time, and get about their minimum
+    /// share of the requests, never much more.
+    #[test]
+    fn backup_goes_one_at_a_time_below_the_foreground() {
+        let s = Arc::new(Scheduler::new(SchedOptions::default()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let inside = Arc::new(AtomicU64::new(0));
+        let mut handles = Vec::new();
+        for _ in 0..4 {
+            let (s, stop) = (Arc::clone(&s), Arc::clone(&stop));
+            handles.push(std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let _p = s.admit(IoClass::Read, 4096);
+                    std::thread::sleep(Duration::from_micros(300));
+                }
+            }));
+        }
+        for _ in 0..2 {
+            let (s, stop, inside) = (Arc::clone(&s), Arc::clone(&stop), Arc::clone(&inside));
+            handles.push(std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let _p = s.admit(IoClass::Backup, 1 << 20);
+                    assert_eq!(
+                        inside.fetch_add(1, Ordering::AcqRel),
+                        0,
+                        "one backup request"
+                    );
+                    std::thread::sleep(Duration::from_micros(300));
+                    inside.fetch_sub(1, Ordering::AcqRel);
+                }
+            }));
+        }
+        while s.stats().admitted[IoClass::Read as usize] < 2000 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        stop.store(true, Ordering::Relaxed);
+        for h in handles {
+            h.join().expect("thread");
+        }
+        let st = s.stats();
+        let (reads, backups) = (
+            st.admitted[IoClass::Read as usize] as f64,
+            st.admitted[IoClass::Backup as usize] as f64,
+        );
+        assert!(backups > 0.0, "a backup is never starved");
+        assert!(
+            backups / (reads + backups) < 4.0 * BACKUP_MIN_SHARE,
+            "backup took {backups} of {} requests",
+            reads + backups
+        );
     }
 }
