@@ -358,6 +358,17 @@ pub enum Error {
         kind: String,
     },
 
+    /// A backup that was never completed (no completion marker matching its
+    /// manifest): interrupted, or still being written. Open and restore
+    /// refuse it.
+    #[error("{path} is an incomplete backup: {detail}")]
+    IncompleteBackup {
+        /// The backup directory.
+        path: PathBuf,
+        /// What is missing.
+        detail: String,
+    },
+
     /// Bytes read from disk do not decode to what was expected.
     #[error("corrupt data in {path} at offset {offset}: {detail}")]
     Corruption {

@@ -114,6 +114,7 @@
 
 #![deny(missing_docs)]
 
+mod backup;
 mod btree;
 mod buffer;
 mod constants;
@@ -129,6 +130,10 @@ mod sim;
 mod stall;
 mod wal;
 
+pub use backup::manifest::{Manifest as BackupManifest, ManifestFile as BackupManifestFile};
+pub use backup::{
+    restore_backup, verify_backup, BackupOptions, BackupReport, RestoreReport, VerifyReport,
+};
 pub use buffer::{PoolStats, WritesByCause};
 pub use db::{
     CheckReport, Database, Durability, FileAccess, Isolation, Options, RangeIter, ReadTxn,

@@ -54,6 +54,17 @@ const LOG_SPACE_RECHECK: Duration = Duration::from_millis(50);
 /// before its start before it gives up (and reports the page held).
 const CHECKPOINT_IDLE_ROUNDS_MAX: u32 = 10_000;
 
+/// What a completed checkpoint names in `CONTROL`.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Checkpointed {
+    /// Its redo point: replay from here.
+    pub(super) redo: Lsn,
+    /// The end of its record.
+    pub(super) record_end: Lsn,
+    /// The tree at its start.
+    pub(super) meta: records::Meta,
+}
+
 impl<S: Storage> Inner<S> {
     /// Runs a checkpoint now, at full speed (see the module docs).
     pub(super) fn checkpoint(&self) -> Result<()> {
@@ -68,19 +79,19 @@ impl<S: Storage> Inner<S> {
         // instead of making this caller wait out its pace.
         self.hurry.fetch_add(1, Ordering::AcqRel);
         let done = health::lock(&self.checkpointing)
-            .and_then(|one| self.checkpoint_locked(&one, false, cause));
+            .and_then(|one| self.checkpoint_locked(&one, false, cause).map(drop));
         let before = self.hurry.fetch_sub(1, Ordering::AcqRel);
         assert!(before > 0, "every hurry is counted before it is taken back");
         self.health.observe(done)
     }
 
     /// The checkpoint itself, with `checkpointing` held.
-    fn checkpoint_locked(
+    pub(super) fn checkpoint_locked(
         &self,
         _one: &MutexGuard<'_, ()>,
         paced: bool,
         cause: WriteCause,
-    ) -> Result<()> {
+    ) -> Result<Checkpointed> {
         // The start: between commits, so every commit before it is in the
         // pages we are about to write and every one after it is in the log
         // from here on, with full images for pages it finds unchanged since.
@@ -114,23 +125,7 @@ impl<S: Storage> Inner<S> {
         let end = self.wal().append(records::CHECKPOINT, &rec)?;
         self.wal().flush(end)?;
         assert!(end > start, "the checkpoint record follows its redo point");
-        {
-            let mut control = health::lock(&self.control)?;
-            let c = control.current();
-            assert!(
-                c.redo_lsn.get() <= start.get(),
-                "CONTROL's redo point only moves forward"
-            );
-            let _permit = self.sched.admit(IoClass::Urgent, 0);
-            control.write(Control {
-                checkpoint_lsn: end,
-                redo_lsn: start,
-                root_page: meta.root,
-                page_count: meta.page_count,
-                freelist_head: meta.freelist,
-                ..c
-            })?;
-        }
+        self.name_checkpoint(start, end, &meta)?;
         // The checkpoint is complete once CONTROL names it: count it before
         // the log space it frees can be seen, so a writer that waited for
         // that space never finds the checkpoint uncounted.
@@ -141,8 +136,47 @@ impl<S: Storage> Inner<S> {
             let _held = health::lock_even_poisoned(&self.log_space.0);
             self.log_space.1.notify_all();
         }
-        self.wal().recycle_before(start)?;
-        Ok(())
+        // Segments a running backup still copies stay.
+        let keep = self.oldest_log_pin().map_or(start, |pin| pin.min(start));
+        self.wal().recycle_before(keep)?;
+        Ok(Checkpointed {
+            redo: start,
+            record_end: end,
+            meta,
+        })
+    }
+
+    /// Makes `CONTROL` name the checkpoint starting at `start` whose record
+    /// ends at `end`.
+    fn name_checkpoint(&self, start: Lsn, end: Lsn, meta: &records::Meta) -> Result<()> {
+        let mut control = health::lock(&self.control)?;
+        let c = control.current();
+        assert!(
+            c.redo_lsn.get() <= start.get(),
+            "CONTROL's redo point only moves forward"
+        );
+        let _permit = self.sched.admit(IoClass::Urgent, 0);
+        control.write(Control {
+            checkpoint_lsn: end,
+            redo_lsn: start,
+            root_page: meta.root,
+            page_count: meta.page_count,
+            freelist_head: meta.freelist,
+            // A database opened from a backup is one from its first
+            // checkpoint on.
+            flags: c.flags & !crate::format::control::FLAG_BACKUP,
+            ..c
+        })
+    }
+
+    /// The oldest LSN a running backup still needs the log from.
+    fn oldest_log_pin(&self) -> Option<Lsn> {
+        // Poisoned only after a panic under it, which failed the database;
+        // keeping every segment is the safe answer then.
+        match self.log_pins.lock() {
+            Ok(pins) => pins.iter().min().copied(),
+            Err(_) => Some(Lsn::ZERO),
+        }
     }
 
     /// Dirties the data file's head with `flushed_through` (the pages of a
@@ -294,7 +328,7 @@ impl<S: Storage> Inner<S> {
         let paced = self.opts.io_scheduler.mode == crate::sched::SchedMode::Classes;
         let done = self
             .checkpoint_locked(&one, paced, WriteCause::Checkpoint)
-            .map(|()| true);
+            .map(|_| true);
         self.health.observe(done)
     }
 

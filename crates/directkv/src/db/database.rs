@@ -231,6 +231,31 @@ impl<S: Storage> Database<S> {
         self.inner.checkpoint()
     }
 
+    /// Backs the database up into the directory `dest` (new, or empty)
+    /// while transactions go on: a checkpoint, a copy of the data file read
+    /// with direct I/O in the I/O scheduler's lowest class, every page
+    /// checked as it is read, and the log from the checkpoint to past the
+    /// copy's end; then a manifest and a completion marker. The backup is a
+    /// directory [`Database::open`] opens (recovering to the backup's end)
+    /// and [`crate::restore_backup`] copies; docs/backup.md has the design.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a
+    /// destination inside the database's directories or not empty;
+    /// [`Error::Corruption`](crate::Error::Corruption) naming a damaged page
+    /// of the database (the backup stops); I/O errors. A backup that fails
+    /// is left without its completion marker, which open and restore
+    /// refuse.
+    pub fn backup(
+        &self,
+        dest: impl AsRef<Path>,
+        opts: &crate::BackupOptions,
+    ) -> Result<crate::BackupReport> {
+        self.inner.health.check()?;
+        let _guard = health::PanicGuard(&self.inner.health);
+        self.inner.backup(dest.as_ref(), opts)
+    }
+
     /// Walks the whole database and proves its structure: pages verify, keys
     /// are ordered within their fences, overflow chains and the free list are
     /// well formed, and every page is in the tree or free exactly once.

@@ -188,6 +188,9 @@ pub(crate) struct Inner<S: Storage> {
     /// The storage the database's files are on, for the check's look at
     /// their modes.
     pub(super) storage: S,
+    /// Where running backups need the log from: no segment from the
+    /// oldest's on is recycled (a multiset: one entry per backup).
+    pub(super) log_pins: Mutex<Vec<Lsn>>,
     /// Callers of [`Database::checkpoint`](super::Database::checkpoint)
     /// waiting for the running one.
     pub(super) hurry: AtomicU64,

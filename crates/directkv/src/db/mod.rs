@@ -17,6 +17,7 @@
 
 mod access;
 mod background;
+mod backup;
 mod check;
 mod checkpoint;
 mod commit;

@@ -73,12 +73,8 @@ pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result
         storage.exists(&control_path),
         "an open database has CONTROL"
     );
-    let control = ControlFile::open(&storage, &control_path)?;
+    let control = read_control(&storage, path, &control_path)?;
     let c = control.current();
-    assert!(
-        page::PAGE_SIZES.contains(&c.page_bytes),
-        "CONTROL's page size is checked"
-    );
     let sched = Arc::new(Scheduler::new(opts.io_scheduler));
     let log = Arc::new(EngineLog::replaying(c.redo_lsn));
     let (pool, aio) = open_pool(&storage, path, &opts, &c, &log, &sched)?;
@@ -118,6 +114,7 @@ pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result
         readahead: Mutex::new(None),
         sched,
         hurry: AtomicU64::new(0),
+        log_pins: Mutex::new(Vec::new()),
         aio,
         recovery: stats,
         readable_by_others: audit.readable_by_others,
@@ -128,6 +125,25 @@ pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result
     inner.counters.next_txn.store(next_txn, Ordering::Relaxed);
     checkpoint_if_due(&mut inner, &c)?;
     Ok(start_threads(Arc::new(inner)))
+}
+
+/// Opens `CONTROL`; refuses a backup's copy that was never completed (its
+/// marker is written last; its first checkpoint makes it a database).
+fn read_control<S: Storage>(
+    storage: &S,
+    path: &Path,
+    control_path: &Path,
+) -> Result<ControlFile<S>> {
+    let control = ControlFile::open(storage, control_path)?;
+    let c = control.current();
+    assert!(
+        page::PAGE_SIZES.contains(&c.page_bytes),
+        "CONTROL's page size is checked"
+    );
+    if c.flags & crate::format::control::FLAG_BACKUP != 0 {
+        crate::backup::complete_manifest(storage, path)?;
+    }
+    Ok(control)
 }
 
 /// Looks at `path` before writing anything (a refused open leaves no
@@ -172,7 +188,8 @@ fn claim<S: Storage>(storage: &S, path: &Path, opts: &Options) -> Result<(S, S::
 /// dirty page, and the next crash replays nothing of this one).
 /// Its time goes in the recovery stats.
 fn checkpoint_if_due<S: Storage>(inner: &mut Inner<S>, c: &Control) -> Result<()> {
-    if c.checkpoint_lsn != Lsn::ZERO && inner.recovery.transactions == 0 {
+    let backup = c.flags & crate::format::control::FLAG_BACKUP != 0;
+    if c.checkpoint_lsn != Lsn::ZERO && inner.recovery.transactions == 0 && !backup {
         return Ok(());
     }
     let t = std::time::Instant::now();
@@ -391,7 +408,7 @@ fn start_threads<S: Storage>(inner: Arc<Inner<S>>) -> Database<S> {
     }
 }
 
-fn random_id() -> DbId {
+pub(super) fn random_id() -> DbId {
     let mut id = [0u8; 16];
     // SAFETY: `id` is a writable buffer of 16 bytes for the call.
     let n = unsafe { libc::getrandom(id.as_mut_ptr().cast(), id.len(), 0) };

@@ -33,6 +33,7 @@ pub const STATS_FILE: &str = "stats.json";
 pub(super) struct Counters {
     pub(super) commits: AtomicU64,
     pub(super) checkpoints: AtomicU64,
+    pub(super) backups: AtomicU64,
     pub(super) full_images: AtomicU64,
     pub(super) full_image_bytes: AtomicU64,
     pub(super) page_record_bytes: AtomicU64,
@@ -182,6 +183,8 @@ pub struct Stats {
     pub commits: u64,
     /// Completed checkpoints.
     pub checkpoints: u64,
+    /// Completed backups ([`Database::backup`](super::Database::backup)).
+    pub backups: u64,
     /// Whether a checkpoint is running now.
     pub checkpoint_running: bool,
     /// WAL bytes since the last checkpoint's redo point: what recovery would
@@ -364,6 +367,7 @@ impl<S: Storage> Inner<S> {
             wal_bytes: wal.bytes_written,
             commits: c.commits.load(Ordering::Relaxed),
             checkpoints: c.checkpoints.load(Ordering::Relaxed),
+            backups: c.backups.load(Ordering::Relaxed),
             checkpoint_running: self.checkpointing.try_lock().is_err(),
             wal_since_redo_bytes: self.wal_since_checkpoint(),
             full_page_images: c.full_images.load(Ordering::Relaxed),

@@ -29,6 +29,10 @@ use crate::lsn::Lsn;
 pub const CONTROL_MAGIC: [u8; 8] = *b"DKVCTRL1";
 /// The format version this build writes and reads.
 pub const FORMAT_VERSION: u32 = 1;
+/// Flag: the database is an online backup's copy, to be opened only with
+/// the backup's completion marker beside it (cleared by its first
+/// checkpoint).
+pub const FLAG_BACKUP: u64 = 1;
 /// Bytes per slot block.
 pub const SLOT_BYTES: usize = 4096;
 /// Bytes of a slot that carry data: the fields and their CRC.

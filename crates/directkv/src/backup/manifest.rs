@@ -1,0 +1,215 @@
+//! The backup manifest and the completion marker: what a backup holds, and
+//! the proof that it was finished.
+//!
+//! `backup_manifest` is JSON (the fields of [`Manifest`]) followed by one
+//! line `crc32c XXXXXXXX\n`, the CRC32C of every byte before that line.
+//! `backup_complete` is one line, `directkv-backup-complete ID XXXXXXXX\n`:
+//! the backup's id and its manifest's CRC. It is written last, after every
+//! file and the manifest are synced, so its presence (matching the
+//! manifest) is what makes a backup complete.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::lsn::Lsn;
+
+/// The manifest's file name inside a backup.
+pub const MANIFEST_NAME: &str = "backup_manifest";
+/// The completion marker's file name inside a backup.
+pub const COMPLETE_NAME: &str = "backup_complete";
+/// The manifest format this build writes and reads.
+pub const MANIFEST_FORMAT: u32 = 1;
+const MARKER_PREFIX: &str = "directkv-backup-complete";
+
+/// One file of a backup.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ManifestFile {
+    /// Its path inside the backup, `/`-separated.
+    pub path: String,
+    /// Its length in bytes.
+    pub len: u64,
+    /// The CRC32C of its bytes.
+    pub crc32c: u32,
+}
+
+/// What a backup holds (see the module docs for the file).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// The manifest format (this build writes 1).
+    pub format: u32,
+    /// This backup's identity (32 hex digits).
+    pub backup_id: String,
+    /// The database's identity (32 hex digits).
+    pub db_id: String,
+    /// The database's page size.
+    pub page_bytes: u32,
+    /// The backup this one is an increment of; `None` for a full backup.
+    pub parent_id: Option<String>,
+    /// Where the log replay of this backup starts: the redo point of the
+    /// checkpoint that began it.
+    pub start_lsn: u64,
+    /// The end of that checkpoint's record.
+    pub checkpoint_lsn: u64,
+    /// The log the backup carries ends here; opening it recovers to this
+    /// point at least.
+    pub end_lsn: u64,
+    /// Pages of the data file at the start.
+    pub page_count: u64,
+    /// The log's segment size.
+    pub wal_segment_bytes: u64,
+    /// When the backup began and ended, in milliseconds since the epoch.
+    pub started_unix_ms: u64,
+    /// See `started_unix_ms`.
+    pub finished_unix_ms: u64,
+    /// Every file the backup holds besides the manifest and the marker.
+    pub files: Vec<ManifestFile>,
+}
+
+impl Manifest {
+    /// The start LSN.
+    pub fn start(&self) -> Lsn {
+        Lsn::new(self.start_lsn)
+    }
+
+    /// The end LSN.
+    pub fn end(&self) -> Lsn {
+        Lsn::new(self.end_lsn)
+    }
+
+    /// The manifest file's bytes: the JSON, then its CRC line.
+    pub fn encode(&self) -> Vec<u8> {
+        assert!(
+            self.start_lsn <= self.checkpoint_lsn && self.checkpoint_lsn <= self.end_lsn,
+            "a backup's checkpoint lies between its start and its end"
+        );
+        let mut out = serde_json::to_vec_pretty(self).expect("a manifest serializes");
+        out.push(b'\n');
+        let crc = crc32c::crc32c(&out);
+        out.extend_from_slice(format!("crc32c {crc:08x}\n").as_bytes());
+        debug_assert_eq!(
+            Manifest::decode(&out, std::path::Path::new(""))
+                .ok()
+                .as_ref(),
+            Some(&(self.clone(), crc)),
+        );
+        out
+    }
+
+    /// Decodes a manifest file read from `path`; returns it with its CRC.
+    ///
+    /// # Errors
+    /// [`Error::Corruption`] naming what is wrong: a missing or wrong CRC
+    /// line (a truncated file has none), JSON that does not parse, another
+    /// format, or LSNs out of order.
+    pub fn decode(bytes: &[u8], path: &std::path::Path) -> Result<(Manifest, u32)> {
+        let bad = |detail: String| Error::Corruption {
+            path: path.to_path_buf(),
+            offset: 0,
+            detail,
+        };
+        let body_end = bytes[..bytes.len().saturating_sub(1)]
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map(|i| i + 1)
+            .ok_or_else(|| bad("the manifest has no CRC line (truncated?)".into()))?;
+        let (body, last) = bytes.split_at(body_end);
+        let crc = std::str::from_utf8(last)
+            .ok()
+            .and_then(|l| l.strip_prefix("crc32c "))
+            .and_then(|l| l.strip_suffix('\n'))
+            .and_then(|h| u32::from_str_radix(h, 16).ok())
+            .ok_or_else(|| bad("the manifest's last line is not its CRC (truncated?)".into()))?;
+        let actual = crc32c::crc32c(body);
+        if actual != crc {
+            return Err(bad(format!(
+                "the manifest's CRC is {actual:08x}, but its last line says {crc:08x}: it is \
+                 damaged"
+            )));
+        }
+        let m: Manifest = serde_json::from_slice(body)
+            .map_err(|e| bad(format!("the manifest does not parse: {e}")))?;
+        if m.format != MANIFEST_FORMAT {
+            return Err(bad(format!(
+                "manifest format {} (this build reads {MANIFEST_FORMAT})",
+                m.format
+            )));
+        }
+        if !(m.start_lsn <= m.checkpoint_lsn && m.checkpoint_lsn <= m.end_lsn) {
+            return Err(bad(format!(
+                "LSNs out of order: start {}, checkpoint {}, end {}",
+                m.start_lsn, m.checkpoint_lsn, m.end_lsn
+            )));
+        }
+        Ok((m, crc))
+    }
+}
+
+/// The completion marker's bytes for a backup whose manifest has `crc`.
+pub fn encode_marker(backup_id: &str, crc: u32) -> Vec<u8> {
+    format!("{MARKER_PREFIX} {backup_id} {crc:08x}\n").into_bytes()
+}
+
+/// The backup id and manifest CRC a marker names, or `None` for anything
+/// that is not a whole marker.
+pub fn decode_marker(bytes: &[u8]) -> Option<(String, u32)> {
+    let line = std::str::from_utf8(bytes).ok()?.strip_suffix('\n')?;
+    let mut parts = line.split(' ');
+    if parts.next()? != MARKER_PREFIX {
+        return None;
+    }
+    let id = parts.next()?.to_string();
+    let crc = u32::from_str_radix(parts.next()?, 16).ok()?;
+    parts.next().is_none().then_some((id, crc))
+}
+
+/// Lower-case hex of `bytes`.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Manifest {
+        Manifest {
+            format: MANIFEST_FORMAT,
+            backup_id: "00".repeat(16),
+            db_id: "ab".repeat(16),
+            page_bytes: 4096,
+            parent_id: None,
+            start_lsn: 100,
+            checkpoint_lsn: 200,
+            end_lsn: 300,
+            page_count: 9,
+            wal_segment_bytes: 1 << 20,
+            started_unix_ms: 1,
+            finished_unix_ms: 2,
+            files: vec![ManifestFile {
+                path: "data".into(),
+                len: 4096,
+                crc32c: 7,
+            }],
+        }
+    }
+
+    #[test]
+    fn manifest_round_trips_and_damage_is_named() {
+        let m = sample();
+        let bytes = m.encode();
+        let (back, crc) = Manifest::decode(&bytes, std::path::Path::new("m")).expect("decodes");
+        assert_eq!(back, m);
+        let marker = encode_marker(&m.backup_id, crc);
+        assert_eq!(decode_marker(&marker), Some((m.backup_id.clone(), crc)));
+        assert_eq!(decode_marker(&marker[..marker.len() - 1]), None);
+        for cut in [1, 10, bytes.len() / 2, bytes.len() - 1] {
+            let err = Manifest::decode(&bytes[..cut], std::path::Path::new("m"))
+                .expect_err("a truncated manifest is refused");
+            assert!(matches!(err, Error::Corruption { .. }), "{err}");
+        }
+        let mut flipped = bytes.clone();
+        flipped[20] ^= 1;
+        let err = Manifest::decode(&flipped, std::path::Path::new("m")).expect_err("damage");
+        assert!(err.to_string().contains("damaged"), "{err}");
+    }
+}

@@ -1,0 +1,164 @@
+//! Online backups: what a backup is on disk, how it is checked and
+//! restored. Taking one is the open database's work
+//! ([`Database::backup`](crate::Database::backup), in `db::backup`);
+//! docs/backup.md has the design.
+//!
+//! A backup is a directory that [`Database::open`](crate::Database::open)
+//! opens directly:
+//! - `CONTROL`, naming the checkpoint the backup began with and flagged as
+//!   a backup's;
+//! - `data`, a fuzzy copy of the data file whose page 0 says the log must
+//!   reach the backup's end before its pages are consistent;
+//! - `wal/`, the log from the checkpoint's redo point to that end;
+//! - `backup_manifest` and, written last, `backup_complete`
+//!   ([`manifest`]).
+//!
+//! Invariants:
+//! - A backup without a completion marker matching its manifest is refused
+//!   by open, restore and verify ([`Error::IncompleteBackup`]).
+//! - Every file a manifest lists is checked against its length and CRC32C
+//!   before restore copies it, and while it copies.
+
+pub(crate) mod files;
+pub mod manifest;
+mod restore;
+mod verify;
+
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::io::Storage;
+use crate::lsn::Lsn;
+use manifest::{Manifest, COMPLETE_NAME, MANIFEST_NAME};
+
+pub use restore::{restore_backup, RestoreReport};
+pub use verify::{verify_backup, VerifyReport};
+
+/// The log's directory inside a backup.
+pub const WAL_DIR_NAME: &str = "wal";
+/// `CONTROL` inside a backup.
+pub const CONTROL_NAME: &str = "CONTROL";
+/// The data file inside a backup.
+pub const DATA_NAME: &str = "data";
+/// The longest manifest read (a manifest lists a few files per GiB of log).
+const MANIFEST_BYTES_MAX: u64 = 64 << 20;
+
+/// How [`Database::backup`](crate::Database::backup) runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BackupOptions {
+    /// At most this many bytes per second read and written (`None`: as fast
+    /// as the I/O scheduler's lowest class goes).
+    pub rate_bytes: Option<u64>,
+    /// Pace the checkpoint that starts the backup like a background one
+    /// (gentler on commits, slower to start) instead of running it at full
+    /// speed.
+    pub spread_checkpoint: bool,
+}
+
+/// What a backup did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BackupReport {
+    /// The backup's identity, as its manifest names it.
+    pub backup_id: String,
+    /// Where its log starts (the redo point of its checkpoint).
+    pub start_lsn: Lsn,
+    /// The end of its checkpoint's record.
+    pub checkpoint_lsn: Lsn,
+    /// Where its log ends: the backup opens to this point at least.
+    pub end_lsn: Lsn,
+    /// Pages of the data file copied (page 0 included).
+    pub pages: u64,
+    /// Bytes of the data file copied.
+    pub data_bytes: u64,
+    /// Bytes of log copied.
+    pub wal_bytes: u64,
+    /// Pages that failed their check when first read and passed when read
+    /// again under their frame's latch (a write was under way).
+    pub pages_reread: u64,
+    /// Pages that failed both reads but had changed since the start: the
+    /// log the backup carries holds their image.
+    pub pages_covered_by_log: u64,
+    /// How long it took.
+    pub micros: u64,
+}
+
+/// Seals a backup whose files are written and synced: writes the manifest,
+/// syncs, then writes the completion marker and syncs again.
+pub(crate) fn seal<S: Storage>(storage: &S, dir: &Path, m: &Manifest) -> Result<()> {
+    let bytes = m.encode();
+    let (_, crc) = Manifest::decode(&bytes, &dir.join(MANIFEST_NAME))?;
+    files::write_small(storage, &dir.join(MANIFEST_NAME), &bytes)?;
+    storage.sync_dir(dir)?;
+    files::write_small(
+        storage,
+        &dir.join(COMPLETE_NAME),
+        &manifest::encode_marker(&m.backup_id, crc),
+    )?;
+    storage.sync_dir(dir)?;
+    assert!(storage.exists(&dir.join(COMPLETE_NAME)), "sealed last");
+    Ok(())
+}
+
+/// The manifest of the complete backup in `dir`.
+///
+/// # Errors
+/// [`Error::IncompleteBackup`] when the marker is missing or does not
+/// match the manifest (or the manifest is missing); [`Error::Corruption`]
+/// for a damaged manifest; I/O errors.
+pub(crate) fn complete_manifest<S: Storage>(storage: &S, dir: &Path) -> Result<Manifest> {
+    let incomplete = |detail: &str| Error::IncompleteBackup {
+        path: dir.to_path_buf(),
+        detail: detail.to_string(),
+    };
+    let marker_path = dir.join(COMPLETE_NAME);
+    if !storage.exists(&marker_path) {
+        return Err(incomplete(
+            "it has no completion marker (backup_complete): the backup was interrupted or is \
+             still running",
+        ));
+    }
+    let marker = files::read_small(storage, &marker_path, 4096)?;
+    let (id, crc) = manifest::decode_marker(&marker)
+        .ok_or_else(|| incomplete("its completion marker is damaged"))?;
+    let manifest_path = dir.join(MANIFEST_NAME);
+    if !storage.exists(&manifest_path) {
+        return Err(incomplete("its manifest (backup_manifest) is missing"));
+    }
+    let bytes = files::read_small(storage, &manifest_path, MANIFEST_BYTES_MAX)?;
+    let (m, found) = Manifest::decode(&bytes, &manifest_path)?;
+    if found != crc || m.backup_id != id {
+        return Err(incomplete(
+            "its manifest is not the one its completion marker completes",
+        ));
+    }
+    assert!(m.start_lsn <= m.end_lsn, "decode checks the order");
+    Ok(m)
+}
+
+/// Checks that every file `m` lists in `dir` has its length and CRC32C;
+/// returns the bytes checked.
+///
+/// # Errors
+/// [`Error::Corruption`] naming the first file missing or different.
+pub(crate) fn check_files<S: Storage>(storage: &S, dir: &Path, m: &Manifest) -> Result<u64> {
+    let mut buf = crate::io::AlignedBuf::new(files::CHUNK_BYTES, files::ALIGN_BYTES)?;
+    let mut bytes = 0;
+    for f in &m.files {
+        let path = dir.join(&f.path);
+        if !storage.exists(&path) {
+            return Err(Error::Corruption {
+                path,
+                offset: 0,
+                detail: "a file the backup's manifest lists is missing".into(),
+            });
+        }
+        let (len, crc) = files::crc_of(storage, &path, &mut buf)?;
+        if (len, crc) != (f.len, f.crc32c) {
+            return Err(files::mismatch(path, (len, crc), f));
+        }
+        bytes += len;
+    }
+    Ok(bytes)
+}

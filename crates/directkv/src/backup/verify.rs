@@ -1,0 +1,259 @@
+//! Verifying a backup without trusting it: the manifest and marker, every
+//! file's length and CRC32C, nothing unlisted, `CONTROL` and page 0 naming
+//! the manifest's LSNs, every page's checksum and structure, every log
+//! record from the start to past the end; then the backup is restored into
+//! a scratch directory, opened (replaying its log) and checked.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::files::{self, ALIGN_BYTES, CHUNK_BYTES};
+use super::manifest::{Manifest, COMPLETE_NAME, MANIFEST_NAME};
+use super::{CONTROL_NAME, DATA_NAME, WAL_DIR_NAME};
+use crate::db::{CheckReport, ControlFile, Database, Options};
+use crate::error::{Error, Result};
+use crate::format::control::FLAG_BACKUP;
+use crate::format::{data_head, page};
+use crate::io::{AlignedBuf, DirectIo, OsStorage, Storage};
+use crate::lsn::Lsn;
+use crate::wal::WalReader;
+
+/// What [`verify_backup`] checked.
+#[derive(Debug, Clone, Serialize)]
+pub struct VerifyReport {
+    /// The backup's identity.
+    pub backup_id: String,
+    /// Where its log starts.
+    pub start_lsn: Lsn,
+    /// Where its log ends.
+    pub end_lsn: Lsn,
+    /// Files checked against the manifest.
+    pub files: usize,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Pages checked.
+    pub pages: u64,
+    /// Log records read from the start to the end of the log.
+    pub log_records: u64,
+    /// The structural check of the scratch copy, opened.
+    pub check: CheckReport,
+}
+
+/// Verifies the backup in `dir` (see the module docs). The scratch copy is
+/// made beside `dir` and removed afterwards.
+///
+/// # Errors
+/// [`Error::IncompleteBackup`] for a backup never completed;
+/// [`Error::Corruption`] naming the first damage found; open's and the
+/// check's errors for the scratch copy; I/O errors.
+pub fn verify_backup(dir: impl AsRef<Path>) -> Result<VerifyReport> {
+    let dir = dir.as_ref();
+    let storage = OsStorage::default();
+    let m = super::complete_manifest(&storage, dir)?;
+    check_listing(&storage, dir, &m)?;
+    let bytes = super::check_files(&storage, dir, &m)?;
+    check_control(&storage, dir, &m)?;
+    let pages = check_pages(&storage, dir, &m)?;
+    let log_records = check_log(&storage, dir, &m)?;
+    let check = replay_scratch(dir)?;
+    Ok(VerifyReport {
+        backup_id: m.backup_id.clone(),
+        start_lsn: m.start(),
+        end_lsn: m.end(),
+        files: m.files.len(),
+        bytes,
+        pages,
+        log_records,
+        check,
+    })
+}
+
+/// Refuses a file in the backup that its manifest does not list.
+fn check_listing<S: Storage>(storage: &S, dir: &Path, m: &Manifest) -> Result<()> {
+    let listed = |p: &str| m.files.iter().any(|f| f.path == p);
+    let unlisted = |path: PathBuf| Error::Corruption {
+        path,
+        offset: 0,
+        detail: "the backup holds a file its manifest does not list".into(),
+    };
+    for name in storage.list_dir(dir)? {
+        let known = [MANIFEST_NAME, COMPLETE_NAME, WAL_DIR_NAME].contains(&name.as_str());
+        if !known && !listed(&name) {
+            return Err(unlisted(dir.join(name)));
+        }
+    }
+    let wal = dir.join(WAL_DIR_NAME);
+    for name in storage.list_dir(&wal)? {
+        if !listed(&format!("{WAL_DIR_NAME}/{name}")) {
+            return Err(unlisted(wal.join(name)));
+        }
+    }
+    Ok(())
+}
+
+/// `CONTROL` is a backup's, of the manifest's database, naming its start.
+fn check_control<S: Storage>(storage: &S, dir: &Path, m: &Manifest) -> Result<()> {
+    let path = dir.join(CONTROL_NAME);
+    let c = ControlFile::open(storage, &path)?.current();
+    let problem = if c.flags & FLAG_BACKUP == 0 {
+        Some(
+            "CONTROL is not flagged as a backup's: the directory was opened as a database since"
+                .to_string(),
+        )
+    } else if super::manifest::hex(&c.db_id) != m.db_id {
+        Some("CONTROL names another database than the manifest".to_string())
+    } else if c.redo_lsn != m.start() || c.checkpoint_lsn.get() != m.checkpoint_lsn {
+        Some(format!(
+            "CONTROL's checkpoint (redo {}, record end {}) is not the manifest's ({}, {})",
+            c.redo_lsn, c.checkpoint_lsn, m.start_lsn, m.checkpoint_lsn
+        ))
+    } else {
+        None
+    };
+    match problem {
+        Some(detail) => Err(Error::Corruption {
+            path,
+            offset: 0,
+            detail,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Every page verifies (checksum, identity, node structure); page 0 names
+/// the manifest's start and end. Returns the pages checked.
+fn check_pages<S: Storage>(storage: &S, dir: &Path, m: &Manifest) -> Result<u64> {
+    let path = dir.join(DATA_NAME);
+    let file = storage.open(&path, &files::read_options(DirectIo::Auto))?;
+    let mut buf = AlignedBuf::new(CHUNK_BYTES, ALIGN_BYTES)?;
+    let pb = m.page_bytes as usize;
+    if !page::PAGE_SIZES.contains(&m.page_bytes) || CHUNK_BYTES % pb != 0 {
+        return Err(Error::Corruption {
+            path: dir.join(MANIFEST_NAME),
+            offset: 0,
+            detail: format!("page size {} is not one a database has", m.page_bytes),
+        });
+    }
+    let mut db_id = [0u8; 16];
+    for (i, b) in db_id.iter_mut().enumerate() {
+        *b = u8::from_str_radix(m.db_id.get(2 * i..2 * i + 2).unwrap_or("zz"), 16).map_err(
+            |_| Error::Corruption {
+                path: dir.join(MANIFEST_NAME),
+                offset: 0,
+                detail: "the database id is not 32 hex digits".into(),
+            },
+        )?;
+    }
+    let mut pages = 0u64;
+    files::read_chunks(&file, &mut buf, |at, bytes| {
+        for (i, p) in bytes.chunks(pb).enumerate() {
+            let no = at / pb as u64 + i as u64;
+            check_backup_page(p, no, &db_id, m).map_err(|detail| Error::Corruption {
+                path: path.clone(),
+                offset: no * pb as u64,
+                detail: format!("page {no}: {detail}"),
+            })?;
+            pages += 1;
+        }
+        Ok(())
+    })?;
+    if pages != m.page_count {
+        return Err(Error::Corruption {
+            path,
+            offset: pages * pb as u64,
+            detail: format!("{pages} pages, but the manifest says {}", m.page_count),
+        });
+    }
+    Ok(pages)
+}
+
+fn check_backup_page(
+    p: &[u8],
+    no: u64,
+    db_id: &[u8; 16],
+    m: &Manifest,
+) -> std::result::Result<(), String> {
+    let header = page::verify(p, no, db_id).map_err(|e| e.to_string())?;
+    if no == data_head::DATA_HEAD_PAGE {
+        let want = data_head::DataHead {
+            flushed_through: m.start(),
+            log_reached: m.end(),
+        };
+        if data_head::decode(p) != Some(want) {
+            return Err("the data file's head does not name the backup's start and end".into());
+        }
+    }
+    crate::btree::node::validate(p)?;
+    if header.lsn > m.end() {
+        return Err(format!(
+            "its LSN {} is past the backup's end {}",
+            header.lsn,
+            m.end()
+        ));
+    }
+    Ok(())
+}
+
+/// Reads every log record from the start; the log must reach the end.
+/// Returns the records read.
+fn check_log<S: Storage>(storage: &S, dir: &Path, m: &Manifest) -> Result<u64> {
+    let wal = dir.join(WAL_DIR_NAME);
+    let mut reader = WalReader::new(storage.clone(), &wal, m.wal_segment_bytes, None, m.start());
+    let mut records = 0u64;
+    while reader.next_record()?.is_some() {
+        records += 1;
+    }
+    let end = reader.tail().map_or(m.start(), |t| t.end);
+    if end < m.end() {
+        return Err(Error::Corruption {
+            path: wal,
+            offset: 0,
+            detail: format!(
+                "the log ends at LSN {end}, before the backup's end {}: it is damaged",
+                m.end()
+            ),
+        });
+    }
+    Ok(records)
+}
+
+/// Restores the backup into a scratch directory beside it, opens it
+/// (replaying the log) and checks it; removes the scratch copy.
+fn replay_scratch(dir: &Path) -> Result<CheckReport> {
+    let name = dir
+        .file_name()
+        .map_or("backup".into(), |n| n.to_string_lossy().into_owned());
+    let scratch = dir.with_file_name(format!(".{name}.verify-{}", std::process::id()));
+    if scratch.exists() {
+        remove_scratch(&scratch)?;
+    }
+    let checked = super::restore_backup(dir, &scratch).and_then(|_| {
+        let db = Database::open(
+            &scratch,
+            Options {
+                create_if_missing: false,
+                cache_bytes: 16 << 20,
+                wal_sync: Some(crate::io::SyncVariant {
+                    method: crate::io::SyncMethod::Fdatasync,
+                    direct: false,
+                }),
+                publish_stats: false,
+                ..Options::default()
+            },
+        )?;
+        let report = db.check()?;
+        db.close()?;
+        Ok(report)
+    });
+    remove_scratch(&scratch)?;
+    checked
+}
+
+fn remove_scratch(path: &Path) -> Result<()> {
+    match std::fs::remove_dir_all(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::from_io(crate::error::IoOp::Remove, path, None, e)),
+    }
+}

@@ -1,0 +1,468 @@
+//! Taking an online backup of the open database (docs/backup.md): a fuzzy
+//! copy of the data file's pages plus the log from a checkpoint's redo
+//! point to past the last page copied, as `pg_basebackup` does.
+//!
+//! The steps:
+//! 1. A checkpoint runs (at full speed, or paced with
+//!    `BackupOptions::spread_checkpoint`); with its lock still held, the log
+//!    is pinned at its redo point R, so no later checkpoint recycles a
+//!    segment the backup needs.
+//! 2. `CONTROL` is written into the backup first, naming that checkpoint
+//!    and flagged [`FLAG_BACKUP`]: an interrupted backup is recognisably
+//!    one, and open refuses it without the completion marker.
+//! 3. Pages 1 to the checkpoint's page count are read in 1 MiB direct reads
+//!    in the scheduler's `Backup` class (below every other), each checked
+//!    (checksum, identity, node structure, LSN not past the durable log).
+//!    A page that fails is read again under its frame's shared latch (a
+//!    write-back holds the exclusive one for its whole write, so a torn
+//!    read cannot repeat); still failing, it is accepted only if the pool
+//!    holds it changed since R (its first change since R logged a full
+//!    image, which replay installs without reading the page). Otherwise the
+//!    backup fails, naming the page.
+//! 4. The log is flushed, and its durable end E taken. Segments from R's to
+//!    E's are copied, everything at and after E zeroed: bytes before E are
+//!    never rewritten (a flush ends on an I/O-unit boundary), so the copy
+//!    ends in a clean end of log exactly at E.
+//! 5. Page 0, the data file's head, is written last with `flushed_through`
+//!    R and `log_reached` E: open then refuses the backup unless its log
+//!    reaches E, the point where the fuzzy pages are consistent.
+//! 6. Every file and directory is synced; the manifest, then the
+//!    completion marker, are written and synced.
+//!
+//! Invariants:
+//! - R ≤ the checkpoint record's end ≤ E, and every page copied has an LSN
+//!   at most E.
+//! - While a backup runs, no log segment from R's on is recycled.
+
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::checkpoint::Checkpointed;
+use super::engine::Inner;
+use crate::backup::files::{self, Sink, ALIGN_BYTES, CHUNK_BYTES};
+use crate::backup::manifest::{self, Manifest, ManifestFile, MANIFEST_FORMAT};
+use crate::backup::{BackupOptions, BackupReport, WAL_DIR_NAME};
+use crate::buffer::{Access, WriteCause};
+use crate::error::{Error, Result};
+use crate::format::control::{Control, FLAG_BACKUP};
+use crate::format::{data_head, page};
+use crate::health;
+use crate::io::{AlignedBuf, Permissions, Storage, StorageFile};
+use crate::lsn::Lsn;
+use crate::sched::IoClass;
+use crate::wal::format::{segment_file_name, Layout};
+
+/// Holds the log from an LSN on while it lives.
+struct LogPin<'a, S: Storage> {
+    inner: &'a Inner<S>,
+    lsn: Lsn,
+}
+
+impl<S: Storage> Drop for LogPin<'_, S> {
+    fn drop(&mut self) {
+        let mut pins = health::lock_even_poisoned(&self.inner.log_pins);
+        let at = pins.iter().position(|&p| p == self.lsn);
+        let at = at.expect("a pin is removed once, by its holder");
+        pins.swap_remove(at);
+    }
+}
+
+/// How the pages were found while copying.
+#[derive(Default)]
+struct PageCounts {
+    reread: u64,
+    covered_by_log: u64,
+}
+
+/// The rate limit: sleeps so the bytes moved stay under `rate` per second.
+struct Pace {
+    rate: Option<u64>,
+    began: Instant,
+    moved: u64,
+}
+
+impl Pace {
+    fn moved(&mut self, bytes: usize) {
+        self.moved += bytes as u64;
+        let Some(rate) = self.rate.filter(|&r| r > 0) else {
+            return;
+        };
+        let due = Duration::from_secs_f64(self.moved as f64 / rate as f64);
+        let elapsed = self.began.elapsed();
+        if due > elapsed {
+            std::thread::sleep(due - elapsed);
+        }
+    }
+}
+
+impl<S: Storage> Inner<S> {
+    /// Backs the open database up into `dest` (see the module docs).
+    pub(super) fn backup(&self, dest: &Path, opts: &BackupOptions) -> Result<BackupReport> {
+        let began = Instant::now();
+        let started_unix_ms = unix_ms();
+        self.check_backup_dest(dest)?;
+        if !self.storage.exists(dest) {
+            self.storage.create_dirs(dest, Permissions::Private)?;
+        }
+        let wal_dest = dest.join(WAL_DIR_NAME);
+        self.storage.create_dirs(&wal_dest, Permissions::Private)?;
+        let (cp, _pin) = self.backup_start(opts)?;
+        let control_path = dest.join(crate::backup::CONTROL_NAME);
+        super::control::ControlFile::create_with(
+            &self.storage,
+            &control_path,
+            Permissions::Private,
+            self.backup_control(&cp)?,
+        )?;
+        let mut pace = Pace {
+            rate: opts.rate_bytes,
+            began,
+            moved: 0,
+        };
+        let mut buf = AlignedBuf::new(CHUNK_BYTES, ALIGN_BYTES)?;
+        let mut counts = PageCounts::default();
+        let data_path = dest.join(crate::backup::DATA_NAME);
+        let data = self.copy_pages(&data_path, &cp, &mut buf, &mut pace, &mut counts)?;
+        let end = {
+            let wal = self.wal();
+            wal.flush(wal.end_lsn())?;
+            wal.durable_lsn()
+        };
+        assert!(
+            cp.redo < cp.record_end && cp.record_end <= end,
+            "the backup's log holds its checkpoint"
+        );
+        let mut listed = vec![file_entry(
+            crate::backup::CONTROL_NAME,
+            files::crc_of(&self.storage, &control_path, &mut buf)?,
+        )];
+        let (len, crc) = self.finish_data(data, &cp, end)?;
+        listed.push(file_entry(crate::backup::DATA_NAME, (len, crc)));
+        let wal_bytes = self.copy_log(&wal_dest, cp.redo, end, &mut buf, &mut pace, &mut listed)?;
+        self.storage.sync_dir(&wal_dest)?;
+        self.storage.sync_dir(dest)?;
+        let m = self.manifest(&cp, end, started_unix_ms, listed)?;
+        crate::backup::seal(&self.storage, dest, &m)?;
+        self.counters.backups.fetch_add(1, Ordering::Relaxed);
+        Ok(BackupReport {
+            backup_id: m.backup_id,
+            start_lsn: cp.redo,
+            checkpoint_lsn: cp.record_end,
+            end_lsn: end,
+            pages: cp.meta.page_count,
+            data_bytes: len,
+            wal_bytes,
+            pages_reread: counts.reread,
+            pages_covered_by_log: counts.covered_by_log,
+            micros: began.elapsed().as_micros() as u64,
+        })
+    }
+
+    /// The manifest of a backup that began with `cp` and ends at `end`.
+    fn manifest(
+        &self,
+        cp: &Checkpointed,
+        end: Lsn,
+        started_unix_ms: u64,
+        files: Vec<ManifestFile>,
+    ) -> Result<Manifest> {
+        Ok(Manifest {
+            format: MANIFEST_FORMAT,
+            backup_id: manifest::hex(&super::open::random_id()),
+            db_id: manifest::hex(&self.pool_db_id()?),
+            page_bytes: self.pool.page_bytes() as u32,
+            parent_id: None,
+            start_lsn: cp.redo.get(),
+            checkpoint_lsn: cp.record_end.get(),
+            end_lsn: end.get(),
+            page_count: cp.meta.page_count,
+            wal_segment_bytes: self.wal().segment_bytes(),
+            started_unix_ms,
+            finished_unix_ms: unix_ms(),
+            files,
+        })
+    }
+
+    /// Refuses a destination inside the database's or its log's directory,
+    /// or one that holds anything.
+    fn check_backup_dest(&self, dest: &Path) -> Result<()> {
+        let abs = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+        let d = abs(dest);
+        for (what, dir) in [
+            ("database", &self.dir),
+            ("log", &self.wal().dir().to_path_buf()),
+        ] {
+            let dir = abs(dir);
+            if d.starts_with(&dir) || dir.starts_with(&d) {
+                return Err(Error::InvalidArgument(format!(
+                    "backup destination {} overlaps the {what} directory {}",
+                    dest.display(),
+                    dir.display()
+                )));
+            }
+        }
+        if self.storage.exists(dest) && !self.storage.list_dir(dest)?.is_empty() {
+            return Err(Error::InvalidArgument(format!(
+                "backup destination {} exists and is not empty",
+                dest.display()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Runs the backup's checkpoint and pins the log at its redo point
+    /// before any later checkpoint can recycle it.
+    fn backup_start(&self, opts: &BackupOptions) -> Result<(Checkpointed, LogPin<'_, S>)> {
+        if !opts.spread_checkpoint {
+            self.hurry.fetch_add(1, Ordering::AcqRel);
+        }
+        let started = health::lock(&self.checkpointing).and_then(|one| {
+            let cp =
+                self.checkpoint_locked(&one, opts.spread_checkpoint, WriteCause::Checkpoint)?;
+            health::lock(&self.log_pins)?.push(cp.redo);
+            Ok(cp)
+        });
+        if !opts.spread_checkpoint {
+            let before = self.hurry.fetch_sub(1, Ordering::AcqRel);
+            assert!(before > 0, "every hurry is counted before it is taken back");
+        }
+        let cp = self.health.observe(started)?;
+        Ok((
+            cp,
+            LogPin {
+                inner: self,
+                lsn: cp.redo,
+            },
+        ))
+    }
+
+    /// The backup's `CONTROL`: the checkpoint that began it, flagged.
+    fn backup_control(&self, cp: &Checkpointed) -> Result<Control> {
+        let c = health::lock(&self.control)?.current();
+        assert!(
+            c.redo_lsn >= cp.redo,
+            "CONTROL names this checkpoint or a later one"
+        );
+        Ok(Control {
+            generation: 0,
+            checkpoint_lsn: cp.record_end,
+            redo_lsn: cp.redo,
+            root_page: cp.meta.root,
+            page_count: cp.meta.page_count,
+            freelist_head: cp.meta.freelist,
+            flags: c.flags | FLAG_BACKUP,
+            ..c
+        })
+    }
+
+    fn pool_db_id(&self) -> Result<crate::format::DbId> {
+        Ok(health::lock(&self.control)?.current().db_id)
+    }
+
+    /// Copies pages 1 to the checkpoint's page count into a new file at
+    /// `path` (page 0 is [`finish_data`](Self::finish_data)'s), checking
+    /// each one (see the module docs).
+    fn copy_pages(
+        &self,
+        path: &Path,
+        cp: &Checkpointed,
+        buf: &mut AlignedBuf,
+        pace: &mut Pace,
+        counts: &mut PageCounts,
+    ) -> Result<Sink<S>> {
+        let pb = self.pool.page_bytes();
+        let per_chunk = (buf.len() / pb) as u64;
+        assert!(per_chunk >= 1, "a chunk holds a page");
+        let mut sink = Sink::create(&self.storage, path)?;
+        sink.skip(pb);
+        let mut no = 1u64;
+        while no < cp.meta.page_count {
+            let k = per_chunk.min(cp.meta.page_count - no);
+            let bytes = k as usize * pb;
+            {
+                let _permit = self.sched.admit(IoClass::Backup, bytes as u64);
+                self.pool
+                    .file()
+                    .read_exact_at(buf.io_mut(0..bytes)?, no * pb as u64)?;
+            }
+            for i in 0..k as usize {
+                let page = &mut buf.as_mut_slice()[i * pb..(i + 1) * pb];
+                self.check_copied(no + i as u64, page, cp.redo, counts)?;
+            }
+            {
+                let _permit = self.sched.admit(IoClass::Backup, bytes as u64);
+                sink.append(buf, bytes)?;
+            }
+            pace.moved(bytes);
+            no += k;
+        }
+        Ok(sink)
+    }
+
+    /// Checks page `no` as read into `page`; on failure reads it again
+    /// under its frame's latch into `page` (see the module docs).
+    fn check_copied(
+        &self,
+        no: u64,
+        page: &mut [u8],
+        redo: Lsn,
+        counts: &mut PageCounts,
+    ) -> Result<()> {
+        let durable = self.wal().durable_lsn();
+        let Err(first) = check_page(page, no, &self.pool_db_id()?, durable) else {
+            return Ok(());
+        };
+        let pb = self.pool.page_bytes();
+        let resident = self.pool.try_read(no, Access::Scan);
+        let mut one = AlignedBuf::new(pb, ALIGN_BYTES)?;
+        {
+            let _permit = self.sched.admit(IoClass::Backup, pb as u64);
+            self.pool
+                .file()
+                .read_exact_at(one.io_all_mut(), no * pb as u64)?;
+        }
+        page.copy_from_slice(one.as_slice());
+        let durable = self.wal().durable_lsn();
+        if check_page(page, no, &self.pool_db_id()?, durable).is_ok() {
+            counts.reread += 1;
+            return Ok(());
+        }
+        if resident.is_some_and(|r| page::page_lsn(r.data()) > redo) {
+            counts.covered_by_log += 1;
+            return Ok(());
+        }
+        Err(Error::Corruption {
+            path: self.pool.file().path().to_path_buf(),
+            offset: no * pb as u64,
+            detail: format!(
+                "page {no}: {first}; read again, it is still damaged, and the log since the \
+                 backup's start holds no image of it: the backup stops rather than copy damage"
+            ),
+        })
+    }
+
+    /// Writes the backup's page 0 (the data file's head: flushed through
+    /// the redo point, the log reaching `end`) and syncs the file.
+    fn finish_data(&self, mut data: Sink<S>, cp: &Checkpointed, end: Lsn) -> Result<(u64, u32)> {
+        let pb = self.pool.page_bytes();
+        let mut head = AlignedBuf::new(pb, ALIGN_BYTES)?;
+        let p = head.as_mut_slice();
+        crate::btree::tree::init_free(p, 0);
+        data_head::encode(
+            p,
+            data_head::DataHead {
+                flushed_through: cp.redo,
+                log_reached: end,
+            },
+        );
+        page::seal(
+            p,
+            &page::PageHeader {
+                page_type: page::PageType::Free,
+                flags: 0,
+                page_no: data_head::DATA_HEAD_PAGE,
+                lsn: cp.redo,
+                db_id: self.pool_db_id()?,
+            },
+        );
+        data.write_first(&head, pb)?;
+        data.finish()
+    }
+
+    /// Copies the log segments from `from`'s to `end`'s into `dest`, with
+    /// everything at and after `end` zeroed, listing each file. Returns the
+    /// bytes copied.
+    fn copy_log(
+        &self,
+        dest: &Path,
+        from: Lsn,
+        end: Lsn,
+        buf: &mut AlignedBuf,
+        pace: &mut Pace,
+        listed: &mut Vec<ManifestFile>,
+    ) -> Result<u64> {
+        let layout = Layout {
+            segment_bytes: self.wal().segment_bytes(),
+        };
+        let (first, last) = (layout.segment_of(from), layout.segment_of(end));
+        let mut copied = 0u64;
+        for n in first..=last {
+            let name = segment_file_name(n);
+            let src_path = self.wal().dir().join(&name);
+            if n == last && !self.storage.exists(&src_path) {
+                // The log ends exactly where segment `n` would begin.
+                assert_eq!(layout.segment_start(n), end, "the last segment is there");
+                break;
+            }
+            // Bytes of the segment file that hold log before `end`.
+            let keep = if n == last {
+                layout.file_offset(end)
+            } else {
+                layout.segment_bytes
+            };
+            let src = self
+                .storage
+                .open(&src_path, &crate::wal::reader_options())?;
+            let dest_path = dest.join(&name);
+            let mut sink = Sink::create(&self.storage, &dest_path)?;
+            let mut at = 0u64;
+            while at < layout.segment_bytes {
+                let n_bytes = (layout.segment_bytes - at).min(buf.len() as u64) as usize;
+                // Past `keep` nothing is read: the rest of the segment is
+                // zeros, written but not counted against the rate.
+                let read = keep.saturating_sub(at).min(n_bytes as u64) as usize;
+                if read > 0 {
+                    let _permit = self.sched.admit(IoClass::Backup, read as u64);
+                    let whole = read.next_multiple_of(ALIGN_BYTES as usize).min(n_bytes);
+                    src.read_exact_at(buf.io_mut(0..whole)?, at)?;
+                }
+                buf.as_mut_slice()[read..n_bytes].fill(0);
+                {
+                    let _permit = self.sched.admit(IoClass::Backup, n_bytes as u64);
+                    sink.append(buf, n_bytes)?;
+                }
+                pace.moved(read);
+                at += n_bytes as u64;
+            }
+            let (len, crc) = sink.finish()?;
+            copied += len;
+            listed.push(file_entry(&format!("{WAL_DIR_NAME}/{name}"), (len, crc)));
+        }
+        Ok(copied)
+    }
+}
+
+/// Checks one copied page: checksum, identity, node structure, and an LSN
+/// the durable log covers. Returns what is wrong.
+fn check_page(
+    page: &[u8],
+    no: u64,
+    db_id: &crate::format::DbId,
+    durable: Lsn,
+) -> std::result::Result<(), String> {
+    let header = page::verify(page, no, db_id).map_err(|e| e.to_string())?;
+    crate::btree::node::validate(page)?;
+    if header.lsn > durable {
+        return Err(format!(
+            "its LSN {} is past the durable log's end {durable}",
+            header.lsn
+        ));
+    }
+    Ok(())
+}
+
+fn file_entry(path: &str, (len, crc32c): (u64, u32)) -> ManifestFile {
+    ManifestFile {
+        path: path.to_string(),
+        len,
+        crc32c,
+    }
+}
+
+/// Milliseconds since the epoch (zero for a clock before it).
+pub(crate) fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}

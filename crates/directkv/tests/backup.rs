@@ -1,0 +1,361 @@
+//! Online backups on real files.
+//!
+//! - A backup taken while 8 threads commit bank transfers, with small log
+//!   segments and checkpoints forced meanwhile (so recycling would eat the
+//!   log the backup needs were it not pinned), verifies, restores, opens to
+//!   a state whose structure checks and whose money adds up, and holds at
+//!   least every transfer acknowledged before the backup began.
+//! - A backup never completed (marker missing), a truncated manifest, a
+//!   missing or damaged file: open, restore and verify each refuse, naming
+//!   what is wrong, and a failed restore leaves nothing at its destination.
+//! - A damaged page of the database fails the backup, naming the page.
+//! - Destinations inside the database, or not empty, are refused.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use directkv::{
+    restore_backup, verify_backup, BackupOptions, Database, Error, Options, WriteOptions,
+};
+
+const ACCOUNTS: u64 = 500;
+const START_BALANCE: u64 = 1000;
+
+fn scratch() -> tempfile::TempDir {
+    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir")
+}
+
+fn options() -> Options {
+    Options {
+        cache_bytes: 8 << 20,
+        wal_segment_bytes: 256 << 10,
+        checkpoint_wal_bytes: 512 << 10,
+        ..Options::default()
+    }
+}
+
+fn account(i: u64) -> Vec<u8> {
+    format!("acct/{i:05}").into_bytes()
+}
+
+fn balance(v: &[u8]) -> u64 {
+    u64::from_le_bytes(v[..8].try_into().expect("an 8-byte balance"))
+}
+
+fn fill(db: &Database) {
+    let mut w = db.begin_write().expect("begin");
+    for i in 0..ACCOUNTS {
+        // Padding makes the data span many pages.
+        let mut v = START_BALANCE.to_le_bytes().to_vec();
+        v.resize(200, 0x5A);
+        w.put(&account(i), &v).expect("put");
+    }
+    w.commit().expect("commit");
+}
+
+/// Moves `amount` (or what there is) from `from` to `to`.
+fn transfer(db: &Database, from: u64, to: u64, amount: u64) -> directkv::Result<()> {
+    db.transaction(&WriteOptions::default(), |w| {
+        let (fk, tk) = (account(from), account(to));
+        let have = w.get(&fk)?.map_or(0, |v| balance(&v));
+        let moved = amount.min(have);
+        let to_before = w.get(&tk)?.map_or(0, |v| balance(&v));
+        let mut a = (have - moved).to_le_bytes().to_vec();
+        a.resize(200, 0x5A);
+        let mut b = (to_before + moved).to_le_bytes().to_vec();
+        b.resize(200, 0x5A);
+        w.put(&fk, &a)?;
+        w.put(&tk, &b)?;
+        Ok(())
+    })
+}
+
+/// The money in the database, and how many transfers the `done/` counter
+/// keys say were made.
+fn total(db: &Database) -> u64 {
+    let r = db.begin_read().expect("read");
+    r.prefix(b"acct/")
+        .map(|e| balance(&e.expect("entry").1))
+        .sum()
+}
+
+fn marks(db: &Database) -> u64 {
+    let r = db.begin_read().expect("read");
+    r.prefix(b"mark/").count() as u64
+}
+
+#[test]
+fn backup_under_load_restores_a_consistent_state() {
+    for round in 0..3u64 {
+        let dir = scratch();
+        let src = dir.path().join("db");
+        let db = Arc::new(Database::open(&src, options()).expect("open"));
+        fill(&db);
+        let stop = Arc::new(AtomicBool::new(false));
+        let acked = Arc::new(AtomicU64::new(0));
+        let mut threads = Vec::new();
+        for t in 0..8u64 {
+            let (db, stop, acked) = (Arc::clone(&db), Arc::clone(&stop), Arc::clone(&acked));
+            threads.push(std::thread::spawn(move || {
+                let mut x = round * 1_000 + t * 7 + 1;
+                while !stop.load(Ordering::Relaxed) {
+                    x = x
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    let (a, b) = ((x >> 33) % ACCOUNTS, (x >> 13) % ACCOUNTS);
+                    if a == b {
+                        continue;
+                    }
+                    transfer(&db, a, b, x % 50).expect("transfer");
+                    // A mark per acknowledged transfer of thread 0, so the
+                    // restore can be shown to hold everything before the
+                    // backup began.
+                    if t == 0 {
+                        let n = acked.fetch_add(1, Ordering::AcqRel);
+                        let mut w = db.begin_write().expect("begin");
+                        w.put(format!("mark/{n:08}").as_bytes(), b"").expect("put");
+                        w.commit().expect("commit");
+                    }
+                }
+            }));
+        }
+        // Checkpoints keep coming while the backup runs.
+        let cp = {
+            let (db, stop) = (Arc::clone(&db), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    db.checkpoint().expect("checkpoint");
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            })
+        };
+        std::thread::sleep(Duration::from_millis(300));
+        let before = acked.load(Ordering::Acquire);
+        let dest = dir.path().join("backup");
+        // Paced, so the copy lasts while many checkpoints run.
+        let opts = BackupOptions {
+            spread_checkpoint: round == 1,
+            rate_bytes: Some(512 << 10),
+        };
+        let report = db.backup(&dest, &opts).expect("backup");
+        std::thread::sleep(Duration::from_millis(100));
+        stop.store(true, Ordering::Relaxed);
+        for t in threads {
+            t.join().expect("writer");
+        }
+        cp.join().expect("checkpointer");
+        assert!(report.end_lsn > report.start_lsn, "{report:?}");
+        assert!(report.wal_bytes > 0 && report.pages > 1, "{report:?}");
+        // The log the backup needed outgrew a segment while it ran.
+        assert!(report.wal_bytes > 256 << 10, "{report:?}");
+        eprintln!("round {round}: {report:?}");
+        assert!(
+            db.stats().wal.segments_recycled > 0,
+            "recycling ran meanwhile"
+        );
+        assert_eq!(
+            total(&db),
+            ACCOUNTS * START_BALANCE,
+            "the source is unharmed"
+        );
+        db.check().expect("source checks");
+
+        let verified = verify_backup(&dest).expect("verify");
+        assert_eq!(verified.end_lsn, report.end_lsn);
+        assert!(verified.log_records > 0);
+        let restored = dir.path().join("restored");
+        restore_backup(&dest, &restored).expect("restore");
+        let copy = Database::open(&restored, options()).expect("open restored");
+        copy.check().expect("restored checks");
+        assert_eq!(
+            total(&copy),
+            ACCOUNTS * START_BALANCE,
+            "round {round}: money adds up"
+        );
+        let m = marks(&copy);
+        assert!(
+            m >= before,
+            "round {round}: {m} marks restored, {before} acked before"
+        );
+        drop(copy);
+        // The backup itself opens too, and is then a database.
+        let opened = Database::open(&dest, options()).expect("open the backup in place");
+        assert_eq!(total(&opened), ACCOUNTS * START_BALANCE);
+        drop(opened);
+        let err = verify_backup(&dest).expect_err("no longer a backup");
+        assert!(matches!(err, Error::Corruption { .. }), "{err}");
+    }
+}
+
+/// A closed database with some data, and a backup of it.
+fn made_backup(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let src = dir.join("db");
+    let db = Database::open(&src, options()).expect("open");
+    fill(&db);
+    let dest = dir.join("backup");
+    db.backup(&dest, &BackupOptions::default()).expect("backup");
+    db.close().expect("close");
+    (src, dest)
+}
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for e in std::fs::read_dir(from).expect("list") {
+        let e = e.expect("entry");
+        let target = to.join(e.file_name());
+        if e.file_type().expect("type").is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), &target).expect("copy");
+        }
+    }
+}
+
+fn flip(path: &std::path::Path, at: u64) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .expect("open");
+    let mut b = [0u8; 1];
+    f.read_exact_at(&mut b, at).expect("read");
+    b[0] ^= 0x40;
+    f.write_all_at(&b, at).expect("write");
+}
+
+#[test]
+fn incomplete_or_damaged_backups_are_refused_by_name() {
+    let dir = scratch();
+    let (_, good) = made_backup(dir.path());
+    verify_backup(&good).expect("a good backup verifies");
+    let case = |name: &str, damage: &dyn Fn(&std::path::Path)| {
+        let b = dir.path().join(name);
+        copy_dir(&good, &b);
+        damage(&b);
+        let restored = dir.path().join(format!("{name}-restored"));
+        let errs = [
+            verify_backup(&b).map(drop).expect_err("verify refuses"),
+            restore_backup(&b, &restored)
+                .map(drop)
+                .expect_err("restore refuses"),
+        ];
+        assert!(
+            !restored.exists(),
+            "{name}: nothing left at the destination"
+        );
+        assert!(
+            !dir.path()
+                .join(format!("{name}-restored.restore-tmp"))
+                .exists(),
+            "{name}: no scratch left"
+        );
+        errs
+    };
+    let errs = case("no-marker", &|b| {
+        std::fs::remove_file(b.join("backup_complete")).expect("rm")
+    });
+    for e in &errs {
+        assert!(matches!(e, Error::IncompleteBackup { .. }), "{e}");
+    }
+    let b = dir.path().join("no-marker");
+    let err = Database::open(&b, options())
+        .map(drop)
+        .expect_err("open refuses");
+    assert!(matches!(err, Error::IncompleteBackup { .. }), "{err}");
+
+    let errs = case("cut-manifest", &|b| {
+        let p = b.join("backup_manifest");
+        let len = std::fs::metadata(&p).expect("stat").len();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&p)
+            .expect("open")
+            .set_len(len / 2)
+            .expect("cut");
+    });
+    for e in &errs {
+        assert!(e.to_string().contains("backup_manifest"), "{e}");
+    }
+    let errs = case("missing-segment", &|b| {
+        let seg = std::fs::read_dir(b.join("wal"))
+            .expect("list")
+            .next()
+            .expect("a segment");
+        std::fs::remove_file(seg.expect("entry").path()).expect("rm");
+    });
+    for e in &errs {
+        assert!(e.to_string().contains("missing"), "{e}");
+    }
+    let pb = u64::from(options().page_bytes);
+    let errs = case("flipped-data", &|b| flip(&b.join("data"), 3 * pb + 100));
+    for e in &errs {
+        assert!(
+            e.to_string().contains("data") && e.to_string().contains("damaged"),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn a_damaged_page_fails_the_backup_naming_it() {
+    let dir = scratch();
+    let src = dir.path().join("db");
+    let db = Database::open(&src, options()).expect("open");
+    fill(&db);
+    let pages = db.check().expect("check").pages;
+    db.close().expect("close");
+    assert!(pages > 4, "the data spans pages");
+    let victim = pages - 2;
+    let pb = u64::from(options().page_bytes);
+    flip(&src.join("data"), victim * pb + 200);
+    // Reopened, the damaged page is not in the cache: the backup reads it.
+    let db = Database::open(&src, options()).expect("reopen");
+    let dest = dir.path().join("backup");
+    let err = db
+        .backup(&dest, &BackupOptions::default())
+        .expect_err("damage stops the backup");
+    assert!(
+        matches!(err, Error::Corruption { .. })
+            && err.to_string().contains(&format!("page {victim}:")),
+        "{err}"
+    );
+    let err = Database::open(&dest, options())
+        .map(drop)
+        .expect_err("the partial backup");
+    assert!(matches!(err, Error::IncompleteBackup { .. }), "{err}");
+}
+
+#[test]
+fn backup_destinations_are_checked() {
+    let dir = scratch();
+    let src = dir.path().join("db");
+    let db = Database::open(&src, options()).expect("open");
+    fill(&db);
+    let inside = db
+        .backup(src.join("b"), &BackupOptions::default())
+        .expect_err("inside the database");
+    assert!(matches!(inside, Error::InvalidArgument(_)), "{inside}");
+    let busy = dir.path().join("busy");
+    std::fs::create_dir(&busy).expect("mkdir");
+    std::fs::write(busy.join("x"), b"x").expect("write");
+    let full = db
+        .backup(&busy, &BackupOptions::default())
+        .expect_err("not empty");
+    assert!(matches!(full, Error::InvalidArgument(_)), "{full}");
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).expect("mkdir");
+    let report = db
+        .backup(
+            &empty,
+            &BackupOptions {
+                rate_bytes: Some(64 << 20),
+                ..BackupOptions::default()
+            },
+        )
+        .expect("an empty directory will do");
+    assert_eq!(db.stats().backups, 1);
+    verify_backup(&empty).expect("verifies");
+    assert_eq!(report.pages_covered_by_log, 0);
+}
