@@ -3,6 +3,7 @@
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
+mod backup;
 mod bench;
 mod check;
 mod crash_child;
@@ -50,6 +51,14 @@ enum Command {
     /// Inspect a write-ahead log.
     #[command(subcommand)]
     Wal(wal::Command),
+    /// Back up a database while it runs (it must not be open elsewhere):
+    /// a checked page copy plus the log, openable as a database.
+    Backup(backup::BackupArgs),
+    /// Check a backup: manifest, every file's CRC, every page and log
+    /// record, then restore it into a scratch copy, open it and check it.
+    VerifyBackup(backup::VerifyArgs),
+    /// Restore a backup into a new database directory.
+    Restore(backup::RestoreArgs),
 }
 
 fn main() -> Result<()> {
@@ -65,5 +74,8 @@ fn main() -> Result<()> {
         Command::Check(args) => check::run(args),
         Command::Bench(args) => bench::run(*args),
         Command::CrashWorkload(args) => crash_child::run(args),
+        Command::Backup(args) => backup::backup(args),
+        Command::VerifyBackup(args) => backup::verify(args),
+        Command::Restore(args) => backup::restore(args),
     }
 }
