@@ -24,9 +24,10 @@ pub struct BackupArgs {
     /// below every other I/O of the engine).
     #[arg(long, value_parser = parse_bytes)]
     rate: Option<u64>,
-    /// Pace the starting checkpoint like a background one.
+    /// Run the starting checkpoint at full speed (sooner to start, harder on
+    /// commits) instead of paced like a background one.
     #[arg(long)]
-    spread_checkpoint: bool,
+    fast_checkpoint: bool,
     /// Cache to open the database with, e.g. 64M.
     #[arg(long, default_value = "64M", value_parser = parse_bytes)]
     cache: u64,
@@ -72,7 +73,7 @@ pub fn backup(args: BackupArgs) -> Result<()> {
             &args.dest,
             &BackupOptions {
                 rate_bytes: args.rate,
-                spread_checkpoint: args.spread_checkpoint,
+                fast_checkpoint: args.fast_checkpoint,
             },
         )
         .with_context(|| {

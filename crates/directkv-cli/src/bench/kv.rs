@@ -423,6 +423,7 @@ impl Spec for KvSpec {
                 report::print_by_clients(lines, &self.clients);
             }
             report::print_snapshot_holds(lines);
+            report::print_backups(lines);
         }
         if let Some(dir) = &self.plot {
             report::plot(dir, lines, &summary)?;
@@ -447,6 +448,7 @@ type PerSecond = Mutex<Vec<(u64, LatencyHistogram)>>;
 struct Driven {
     clients: Vec<Result<(u64, LatencyHistogram)>>,
     snapshot_hold: Option<store::SnapshotHold>,
+    backups: Option<store::BackupLoad>,
     watched: Watched,
     probe: ProbeResult,
     elapsed: f64,
@@ -537,6 +539,7 @@ impl KvSpec {
             engine_stats,
             consistency,
             snapshot_hold: driven.snapshot_hold,
+            backups: driven.backups,
         })
     }
 
@@ -557,10 +560,11 @@ impl KvSpec {
         let deadline = start + Duration::from_secs_f64(self.seconds);
         let probe = sys::DeviceProbe::start(data_dir, start, secs);
         let done = AtomicBool::new(false);
-        let (clients, watched, snapshot_hold) = std::thread::scope(|scope| {
+        let (clients, watched, snapshot_hold, backups, elapsed) = std::thread::scope(|scope| {
             let holder = self
                 .hold_snapshot
                 .then(|| scope.spawn(|| store.hold_snapshot(&done)));
+            let backer = scope.spawn(|| store.backups(&done));
             let handles: Vec<_> = (0..self.clients_of(&run.config))
                 .map(|id| {
                     let (shared, client) = (&shared, Client::new(id, self.seed_of(run)));
@@ -586,19 +590,25 @@ impl KvSpec {
                         .unwrap_or_else(|_| Err(anyhow::anyhow!("a client panicked")))
                 })
                 .collect();
+            // The clients' time: a backup under way finishes after it.
+            let elapsed = start.elapsed().as_secs_f64();
+            let backups = backer
+                .join()
+                .unwrap_or_else(|_| Err(anyhow::anyhow!("the backup thread panicked")));
             let hold = holder.map(|h| {
                 h.join()
                     .unwrap_or_else(|_| Err(anyhow::anyhow!("the snapshot holder panicked")))
             });
-            (clients, watched, hold.transpose())
+            (clients, watched, hold.transpose(), backups, elapsed)
         });
         let snapshot_hold = snapshot_hold?.flatten();
-        let elapsed = start.elapsed().as_secs_f64();
+        let backups = backups?;
         bar.finish_and_clear();
         let probe = probe.map(sys::DeviceProbe::finish).unwrap_or_default();
         Ok(Driven {
             clients,
             snapshot_hold,
+            backups,
             watched,
             probe,
             elapsed,

@@ -90,6 +90,10 @@ pub enum Command {
     /// A crash under the TPC-B load near the checkpoint distance, then the
     /// reopen: WAL replayed, time per phase, replay rate over commit rate.
     Recovery(recovery::Args),
+    /// TPC-B with and without full online backups taken back to back through
+    /// the run (each configuration beside its `-backup` twin): foreground
+    /// tps and latency, backup MB/s, and the page cache a backup added.
+    Backup(TpcbArgs),
     /// One child of a bench (started by the parent with its specification).
     #[command(hide = true)]
     Child {
@@ -281,6 +285,21 @@ pub fn run(args: Args) -> Result<()> {
     };
     match cmd {
         Command::Tpcb(a) => tpcb(a),
+        Command::Backup(mut a) => {
+            // Each configuration of this engine beside its twin taking backups.
+            let twins: Vec<String> = a
+                .common
+                .compare
+                .iter()
+                .filter(|c| c.starts_with("direct") || c.starts_with("buffered"))
+                .map(|c| match c.split_once('/') {
+                    Some((base, method)) => format!("{base}-backup/{method}"),
+                    None => format!("{c}-backup"),
+                })
+                .collect();
+            a.common.compare.extend(twins);
+            tpcb(a)
+        }
         Command::Ycsb(a) => {
             let kind = a.workload.chars().next().unwrap_or('a');
             let zipfian = a.distribution == Distribution::Zipfian;

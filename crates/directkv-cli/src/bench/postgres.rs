@@ -707,5 +707,6 @@ fn report(
         txn_per_sec: Default::default(),
         consistency,
         snapshot_hold: None,
+        backups: None,
     }
 }

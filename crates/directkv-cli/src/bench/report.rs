@@ -97,6 +97,9 @@ pub struct RunReport {
     /// A read transaction held through the run (`--hold-snapshot`).
     #[serde(default)]
     pub snapshot_hold: Option<super::store::SnapshotHold>,
+    /// Full backups taken back to back through the run (`-backup`).
+    #[serde(default)]
+    pub backups: Option<super::store::BackupLoad>,
 }
 
 /// What an operation waited for, by cause, between two snapshots of this
@@ -347,6 +350,35 @@ pub fn print_snapshot_holds(lines: &[Line<RunReport>]) {
             h.snapshots_too_old,
             l.row.rss_peak_bytes as f64 / f64::from(1 << 20),
             l.row.memory_per_cache,
+        );
+    }
+}
+
+/// Prints what the backups taken through each `-backup` run did.
+pub fn print_backups(lines: &[Line<RunReport>]) {
+    let runs: Vec<_> = lines
+        .iter()
+        .filter_map(|l| l.row.backups.as_ref().map(|b| (l, b)))
+        .collect();
+    if runs.is_empty() {
+        return;
+    }
+    println!();
+    println!("full backups taken back to back through the run:");
+    let mib = |b: u64| b as f64 / f64::from(1 << 20);
+    for (l, b) in runs {
+        println!(
+            "{:<22} {:>3}  {} done in {:.1} s, {:.0} MiB/s; page cache added at most {:.1} MiB \
+             ({:.2}% of the {:.0} MiB data file); {} pages read again or covered by the log",
+            l.config,
+            l.round,
+            b.completed,
+            b.seconds,
+            mib(b.bytes) / b.seconds.max(1e-9),
+            mib(b.cached_bytes_max),
+            100.0 * b.cached_bytes_max as f64 / b.data_bytes.max(1) as f64,
+            mib(b.data_bytes),
+            b.pages_reread,
         );
     }
 }

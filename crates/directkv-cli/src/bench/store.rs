@@ -6,7 +6,7 @@
 //!   opened; this module knows only their configuration names, so that a
 //!   build without them can say which feature would add them.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
@@ -53,6 +53,30 @@ pub trait Store: Send + Sync {
     fn hold_snapshot(&self, _done: &AtomicBool) -> Result<Option<SnapshotHold>> {
         Ok(None)
     }
+    /// Takes full online backups one after another until `done` is set,
+    /// each removed once measured; `None` for engines or configurations
+    /// that take none.
+    fn backups(&self, _done: &AtomicBool) -> Result<Option<BackupLoad>> {
+        Ok(None)
+    }
+}
+
+/// What the backups taken through a run did.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct BackupLoad {
+    /// Backups completed.
+    pub completed: u64,
+    /// Seconds they took, in all.
+    pub seconds: f64,
+    /// Bytes they copied (data file and log), in all.
+    pub bytes: u64,
+    /// The data file's size.
+    pub data_bytes: u64,
+    /// The most OS page cache one backup's files held right after it
+    /// finished (what the backup added to the page cache).
+    pub cached_bytes_max: u64,
+    /// Pages read again, or taken as covered by the log, in all.
+    pub pages_reread: u64,
 }
 
 /// What holding one read transaction through a run cost and how it ended.
@@ -116,6 +140,8 @@ pub enum Engine {
         /// One write transaction at a time (`Options::serial_writers`), the
         /// engine before concurrent transactions.
         serial: bool,
+        /// Full online backups back to back through the run (`-backup`).
+        backup: bool,
     },
     /// A peer engine, by its configuration name (see [`PEER_CONFIGS`]).
     Peer {
@@ -194,6 +220,10 @@ impl Engine {
             ),
             None => (name, None),
         };
+        let (base, backup) = match base.strip_suffix("-backup") {
+            Some(b) => (b, true),
+            None => (base, false),
+        };
         let (base, serial) = match base.strip_suffix("-serial") {
             Some(b) => (b, true),
             None => (base, false),
@@ -219,7 +249,7 @@ impl Engine {
             Some(b) => (b, false),
             None => (base, true),
         };
-        let plain = readahead && scheduled && aio.is_none() && compress && !serial;
+        let plain = readahead && scheduled && aio.is_none() && compress && !serial && !backup;
         Ok(match base {
             "direct" => Engine::Directkv {
                 direct: true,
@@ -229,6 +259,7 @@ impl Engine {
                 aio,
                 compress,
                 serial,
+                backup,
             },
             "buffered" => Engine::Directkv {
                 direct: false,
@@ -238,6 +269,7 @@ impl Engine {
                 aio,
                 compress,
                 serial,
+                backup,
             },
             peer if sync.is_none() && plain => match PEER_CONFIGS.iter().find(|p| p.0 == peer) {
                 Some(&(config, family, _)) => Engine::Peer { config, family },
@@ -279,7 +311,8 @@ impl Engine {
 /// What `--compare` accepts, for the error that names a wrong one.
 const CONFIG_NAMES: &str = "use direct, buffered, direct/METHOD (a WAL sync method), \
      direct-no-readahead, direct-fifo, direct-uring, direct-threads, direct-no-aio, \
-     direct-whole-images, direct-serial (one writer at a time), rocksdb, rocksdb-direct, lmdb, \
+     direct-whole-images, direct-serial (one writer at a time), direct-backup (full backups \
+     back to back through the run), rocksdb, rocksdb-direct, lmdb, \
      sqlite, or for tpcb postgres \
      (also called pgbench)";
 
@@ -310,6 +343,7 @@ pub fn open(
             aio,
             compress,
             serial,
+            backup,
         } => {
             let defaults = Options::default();
             let opts = Options {
@@ -350,6 +384,8 @@ pub fn open(
             };
             Ok(Box::new(DirectkvStore {
                 db: Database::open(dir, opts)?,
+                backup: *backup && !load,
+                dir: dir.to_path_buf(),
             }))
         }
         Engine::Peer { config, .. } => match registered_peer(config) {
@@ -364,6 +400,10 @@ pub fn open(
 /// This engine.
 pub struct DirectkvStore {
     db: Database,
+    /// Take backups through the run ([`Store::backups`]).
+    backup: bool,
+    /// The database directory (backups go beside it).
+    dir: PathBuf,
 }
 
 struct DirectkvTxn<'t, 'db> {
@@ -437,6 +477,27 @@ impl Store for DirectkvStore {
         v
     }
 
+    fn backups(&self, done: &AtomicBool) -> Result<Option<BackupLoad>> {
+        if !self.backup {
+            return Ok(None);
+        }
+        let mut load = BackupLoad::default();
+        let dest = self.dir.with_extension("backup");
+        while !done.load(Ordering::Acquire) {
+            remove_dir_if_there(&dest)?;
+            let r = self.db.backup(&dest, &directkv::BackupOptions::default())?;
+            let (_, cached) = super::sys::dir_size_and_cached(&dest);
+            load.completed += 1;
+            load.seconds += r.micros as f64 / 1e6;
+            load.bytes += r.data_bytes + r.wal_bytes;
+            load.data_bytes = r.data_bytes;
+            load.cached_bytes_max = load.cached_bytes_max.max(cached);
+            load.pages_reread += r.pages_reread + r.pages_covered_by_log;
+        }
+        remove_dir_if_there(&dest)?;
+        Ok(Some(load))
+    }
+
     fn hold_snapshot(&self, done: &AtomicBool) -> Result<Option<SnapshotHold>> {
         let started = std::time::Instant::now();
         let before = self.db.stats().snapshots.snapshots_too_old;
@@ -465,6 +526,15 @@ impl Store for DirectkvStore {
     }
 }
 
+fn remove_dir_if_there(dir: &Path) -> Result<()> {
+    match std::fs::remove_dir_all(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(anyhow::Error::new(e).context(format!("remove {}", dir.display())))
+        }
+        _ => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -484,6 +554,7 @@ mod tests {
                     aio: Some(AioBackend::Threads),
                     compress: false,
                     serial: true,
+                    backup: false,
                 }
             ),
             "{e:?}"

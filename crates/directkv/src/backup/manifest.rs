@@ -63,6 +63,10 @@ pub struct Manifest {
     pub finished_unix_ms: u64,
     /// Every file the backup holds besides the manifest and the marker.
     pub files: Vec<ManifestFile>,
+    /// Pages copied as zeros because they failed their check while being
+    /// written, and the log the backup carries holds their image.
+    #[serde(default)]
+    pub pages_from_log: Vec<u64>,
 }
 
 impl Manifest {
@@ -190,6 +194,7 @@ mod tests {
                 len: 4096,
                 crc32c: 7,
             }],
+            pages_from_log: vec![3],
         }
     }
 

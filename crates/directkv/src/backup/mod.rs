@@ -51,10 +51,10 @@ pub struct BackupOptions {
     /// At most this many bytes per second read and written (`None`: as fast
     /// as the I/O scheduler's lowest class goes).
     pub rate_bytes: Option<u64>,
-    /// Pace the checkpoint that starts the backup like a background one
-    /// (gentler on commits, slower to start) instead of running it at full
-    /// speed.
-    pub spread_checkpoint: bool,
+    /// Run the checkpoint that starts the backup at full speed (sooner to
+    /// start, harder on commits) instead of paced like a background one
+    /// (the default, as `pg_basebackup`'s).
+    pub fast_checkpoint: bool,
 }
 
 /// What a backup did.

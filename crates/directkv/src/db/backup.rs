@@ -3,8 +3,8 @@
 //! point to past the last page copied, as `pg_basebackup` does.
 //!
 //! The steps:
-//! 1. A checkpoint runs (at full speed, or paced with
-//!    `BackupOptions::spread_checkpoint`); with its lock still held, the log
+//! 1. A checkpoint runs (paced like a background one, or at full speed with
+//!    `BackupOptions::fast_checkpoint`); with its lock still held, the log
 //!    is pinned at its redo point R, so no later checkpoint recycles a
 //!    segment the backup needs.
 //! 2. `CONTROL` is written into the backup first, naming that checkpoint
@@ -17,8 +17,9 @@
 //!    write-back holds the exclusive one for its whole write, so a torn
 //!    read cannot repeat); still failing, it is accepted only if the pool
 //!    holds it changed since R (its first change since R logged a full
-//!    image, which replay installs without reading the page). Otherwise the
-//!    backup fails, naming the page.
+//!    image, which replay installs without reading the page); it is then
+//!    copied as zeros and listed in the manifest. Otherwise the backup
+//!    fails, naming the page.
 //! 4. The log is flushed, and its durable end E taken. Segments from R's to
 //!    E's are copied, everything at and after E zeroed: bytes before E are
 //!    never rewritten (a flush ends on an I/O-unit boundary), so the copy
@@ -72,7 +73,8 @@ impl<S: Storage> Drop for LogPin<'_, S> {
 #[derive(Default)]
 struct PageCounts {
     reread: u64,
-    covered_by_log: u64,
+    /// Pages left to the log's image of them (copied as zeros).
+    from_log: Vec<u64>,
 }
 
 /// The rate limit: sleeps so the bytes moved stay under `rate` per second.
@@ -142,7 +144,8 @@ impl<S: Storage> Inner<S> {
         let wal_bytes = self.copy_log(&wal_dest, cp.redo, end, &mut buf, &mut pace, &mut listed)?;
         self.storage.sync_dir(&wal_dest)?;
         self.storage.sync_dir(dest)?;
-        let m = self.manifest(&cp, end, started_unix_ms, listed)?;
+        let mut m = self.manifest(&cp, end, started_unix_ms, listed)?;
+        m.pages_from_log = std::mem::take(&mut counts.from_log);
         crate::backup::seal(&self.storage, dest, &m)?;
         self.counters.backups.fetch_add(1, Ordering::Relaxed);
         Ok(BackupReport {
@@ -154,7 +157,7 @@ impl<S: Storage> Inner<S> {
             data_bytes: len,
             wal_bytes,
             pages_reread: counts.reread,
-            pages_covered_by_log: counts.covered_by_log,
+            pages_covered_by_log: counts.from_log.len() as u64,
             micros: began.elapsed().as_micros() as u64,
         })
     }
@@ -181,6 +184,7 @@ impl<S: Storage> Inner<S> {
             started_unix_ms,
             finished_unix_ms: unix_ms(),
             files,
+            pages_from_log: Vec::new(),
         })
     }
 
@@ -214,16 +218,15 @@ impl<S: Storage> Inner<S> {
     /// Runs the backup's checkpoint and pins the log at its redo point
     /// before any later checkpoint can recycle it.
     fn backup_start(&self, opts: &BackupOptions) -> Result<(Checkpointed, LogPin<'_, S>)> {
-        if !opts.spread_checkpoint {
+        if opts.fast_checkpoint {
             self.hurry.fetch_add(1, Ordering::AcqRel);
         }
         let started = health::lock(&self.checkpointing).and_then(|one| {
-            let cp =
-                self.checkpoint_locked(&one, opts.spread_checkpoint, WriteCause::Checkpoint)?;
+            let cp = self.checkpoint_locked(&one, !opts.fast_checkpoint, WriteCause::Checkpoint)?;
             health::lock(&self.log_pins)?.push(cp.redo);
             Ok(cp)
         });
-        if !opts.spread_checkpoint {
+        if opts.fast_checkpoint {
             let before = self.hurry.fetch_sub(1, Ordering::AcqRel);
             assert!(before > 0, "every hurry is counted before it is taken back");
         }
@@ -329,7 +332,11 @@ impl<S: Storage> Inner<S> {
             return Ok(());
         }
         if resident.is_some_and(|r| page::page_lsn(r.data()) > redo) {
-            counts.covered_by_log += 1;
+            // Zeros, not the damaged bytes: the backup's files hold no page
+            // that fails its check, and replay installs the image without
+            // reading this one.
+            page.fill(0);
+            counts.from_log.push(no);
             return Ok(());
         }
         Err(Error::Corruption {
@@ -465,4 +472,71 @@ pub(crate) fn unix_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Database, Options};
+    use std::os::unix::fs::FileExt;
+
+    /// The three outcomes of a page that fails its first check: a read torn
+    /// by a write passes when read again; damage on disk fails, naming the
+    /// page; damage on disk of a page changed since the start is covered by
+    /// the log's image of it.
+    #[test]
+    fn a_failed_page_is_read_again_then_covered_or_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let opts = Options {
+            cache_bytes: 8 << 20,
+            background_threads: false,
+            ..Options::default()
+        };
+        let db = Database::open(dir.path(), opts).expect("open");
+        let mut w = db.begin_write().expect("begin");
+        for i in 0..10u32 {
+            w.put(format!("k{i:02}").as_bytes(), b"value").expect("put");
+        }
+        w.commit().expect("commit");
+        db.checkpoint().expect("checkpoint");
+        let inner = &db.inner;
+        let redo = Lsn::new(inner.last_redo.load(Ordering::Acquire));
+        let pb = inner.pool.page_bytes();
+        // Ten small keys: the root leaf is page 1, the only tree page.
+        let no = 1u64;
+        let mut counts = PageCounts::default();
+        let mut torn = vec![0xABu8; pb];
+        inner
+            .check_copied(no, &mut torn, redo, &mut counts)
+            .expect("a torn read passes when read again");
+        assert_eq!((counts.reread, counts.from_log.len()), (1, 0));
+        page::verify(&torn, no, &inner.pool_db_id().expect("id")).expect("the good copy");
+
+        let data = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(dir.path().join("data"))
+            .expect("data");
+        data.write_all_at(&[0x5A; 64], no * pb as u64 + 100)
+            .expect("damage");
+        let err = inner
+            .check_copied(no, &mut vec![0xABu8; pb], redo, &mut counts)
+            .expect_err("damage unchanged since the start");
+        assert!(err.to_string().contains("page 1:"), "{err}");
+
+        let mut w = db.begin_write().expect("begin");
+        w.put(b"new", b"value").expect("put");
+        w.commit().expect("commit");
+        let mut damaged = vec![0u8; pb];
+        data.read_exact_at(&mut damaged, no * pb as u64)
+            .expect("read");
+        inner
+            .check_copied(no, &mut damaged, redo, &mut counts)
+            .expect("a page changed since the start has its image in the log");
+        assert_eq!(
+            (counts.reread, counts.from_log.as_slice()),
+            (1, [no].as_slice())
+        );
+        assert!(damaged.iter().all(|&b| b == 0), "copied as zeros");
+    }
 }

@@ -282,7 +282,9 @@ impl<S: Storage> Inner<S> {
                 std::thread::sleep(Duration::from_millis(1));
                 continue;
             }
-            if paced {
+            // Paced only between writes: once the last page is out there is
+            // nothing left to spread, and the checkpoint completes.
+            if paced && self.pool.oldest_dirty_lsn().is_some_and(|l| l <= start) {
                 paced = self.pace(start, began, written as f64 / total as f64);
             }
         }
