@@ -28,6 +28,11 @@ pub struct BackupArgs {
     /// commits) instead of paced like a background one.
     #[arg(long)]
     fast_checkpoint: bool,
+    /// Make an incremental backup on top of this earlier backup (full or
+    /// incremental) of the same database: only pages changed since its
+    /// start are copied.
+    #[arg(long)]
+    incremental_from: Option<PathBuf>,
     /// Cache to open the database with, e.g. 64M.
     #[arg(long, default_value = "64M", value_parser = parse_bytes)]
     cache: u64,
@@ -49,10 +54,11 @@ pub struct VerifyArgs {
 /// Options of `directkv restore`.
 #[derive(clap::Args)]
 pub struct RestoreArgs {
-    /// The backup directory.
-    backup: PathBuf,
-    /// The database directory to make (must not exist).
-    dest: PathBuf,
+    /// The backup directories, then the database directory to make (which
+    /// must not exist): one full backup, or a chain (the full backup, then
+    /// each incremental one on top of it, oldest first).
+    #[arg(required = true, num_args = 2..)]
+    paths: Vec<PathBuf>,
     /// Print one JSON document instead of text.
     #[arg(long)]
     json: bool,
@@ -74,6 +80,7 @@ pub fn backup(args: BackupArgs) -> Result<()> {
             &BackupOptions {
                 rate_bytes: args.rate,
                 fast_checkpoint: args.fast_checkpoint,
+                incremental_from: args.incremental_from.clone(),
             },
         )
         .with_context(|| {
@@ -90,10 +97,21 @@ pub fn backup(args: BackupArgs) -> Result<()> {
     }
     let secs = report.micros as f64 / 1e6;
     let mib = (report.data_bytes + report.wal_bytes) as f64 / f64::from(1u32 << 20);
-    println!("backup {} of {}", report.backup_id, args.src.display());
+    let kind = if report.incremental {
+        "incremental backup"
+    } else {
+        "backup"
+    };
+    println!("{kind} {} of {}", report.backup_id, args.src.display());
+    if report.incremental {
+        println!(
+            "  {} of {} pages changed since the parent's start (found by reading every page's LSN)",
+            report.pages_copied, report.pages_scanned
+        );
+    }
     println!(
         "  {} pages ({:.1} MiB) and {:.1} MiB of log in {secs:.2} s ({:.1} MiB/s)",
-        report.pages,
+        report.pages_copied,
         report.data_bytes as f64 / f64::from(1u32 << 20),
         report.wal_bytes as f64 / f64::from(1u32 << 20),
         mib / secs.max(1e-9)
@@ -127,30 +145,34 @@ pub fn verify(args: VerifyArgs) -> Result<()> {
         report.start_lsn,
         report.end_lsn
     );
-    println!(
-        "  restored and opened: {} keys, {} pages, depth {}; structure checks",
-        report.check.keys, report.check.pages, report.check.depth
-    );
+    match &report.check {
+        Some(c) => println!(
+            "  restored and opened: {} keys, {} pages, depth {}; structure checks",
+            c.keys, c.pages, c.depth
+        ),
+        None => println!("  an incremental backup: it opens only restored with its chain"),
+    }
     Ok(())
 }
 
 pub fn restore(args: RestoreArgs) -> Result<()> {
-    let report = directkv::restore_backup(&args.backup, &args.dest).with_context(|| {
-        format!(
-            "restore {} into {}",
-            args.backup.display(),
-            args.dest.display()
-        )
-    })?;
+    let (dest, chain) = args
+        .paths
+        .split_last()
+        .context("a backup and a destination")?;
+    let report = directkv::restore_backup_chain(chain, dest)
+        .with_context(|| format!("restore into {}", dest.display()))?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(());
     }
     println!(
-        "restored backup {} into {} ({} files, {} bytes); its first open replays the log",
+        "restored backup {} ({} backup(s) combined, {} pages from increments) into {} ({} \
+         bytes); its first open replays the log",
         report.backup_id,
-        args.dest.display(),
-        report.files,
+        report.backups,
+        report.pages_from_increments,
+        dest.display(),
         report.bytes
     );
     Ok(())

@@ -358,6 +358,16 @@ pub enum Error {
         kind: String,
     },
 
+    /// Backups that do not form a chain: an incremental backup without its
+    /// parent, of another database, or given out of order.
+    #[error("{path}: not a link of this backup chain: {detail}")]
+    BackupChain {
+        /// The backup directory that does not fit.
+        path: PathBuf,
+        /// Why.
+        detail: String,
+    },
+
     /// A backup that was never completed (no completion marker matching its
     /// manifest): interrupted, or still being written. Open and restore
     /// refuse it.

@@ -132,7 +132,8 @@ mod wal;
 
 pub use backup::manifest::{Manifest as BackupManifest, ManifestFile as BackupManifestFile};
 pub use backup::{
-    restore_backup, verify_backup, BackupOptions, BackupReport, RestoreReport, VerifyReport,
+    restore_backup, restore_backup_chain, verify_backup, BackupOptions, BackupReport,
+    RestoreReport, VerifyReport,
 };
 pub use buffer::{PoolStats, WritesByCause};
 pub use db::{

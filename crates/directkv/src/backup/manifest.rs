@@ -63,6 +63,21 @@ pub struct Manifest {
     pub finished_unix_ms: u64,
     /// Every file the backup holds besides the manifest and the marker.
     pub files: Vec<ManifestFile>,
+    /// An incremental backup's parent's start: pages changed after it are
+    /// in this backup.
+    #[serde(default)]
+    pub parent_start_lsn: Option<u64>,
+    /// An incremental backup's pages, in the order `data.incr` holds them,
+    /// as runs `[first, count]`.
+    #[serde(default)]
+    pub incremental_pages: Vec<[u64; 2]>,
+    /// How an incremental backup found its pages (`page-lsn-scan`: every
+    /// page read, those with an LSN past the parent's start kept).
+    #[serde(default)]
+    pub changed_pages_method: Option<String>,
+    /// Pages read and checked to make the backup.
+    #[serde(default)]
+    pub pages_scanned: u64,
     /// Pages copied as zeros because they failed their check while being
     /// written, and the log the backup carries holds their image.
     #[serde(default)]
@@ -148,6 +163,32 @@ impl Manifest {
     }
 }
 
+/// The changed-page method that reads every page and keeps those whose LSN
+/// is past the parent's start.
+pub const PAGE_LSN_SCAN: &str = "page-lsn-scan";
+
+/// Page numbers, ascending, as runs `[first, count]`.
+pub fn runs(pages: impl IntoIterator<Item = u64>) -> Vec<[u64; 2]> {
+    let mut out: Vec<[u64; 2]> = Vec::new();
+    for p in pages {
+        match out.last_mut() {
+            Some([first, count]) if *first + *count == p => *count += 1,
+            Some([first, count]) => {
+                assert!(p >= *first + *count, "pages ascend");
+                out.push([p, 1]);
+            }
+            None => out.push([p, 1]),
+        }
+    }
+    out
+}
+
+/// The page numbers of runs, in order.
+pub fn pages_of(runs: &[[u64; 2]]) -> impl Iterator<Item = u64> + '_ {
+    runs.iter()
+        .flat_map(|&[first, count]| first..first.saturating_add(count))
+}
+
 /// The completion marker's bytes for a backup whose manifest has `crc`.
 pub fn encode_marker(backup_id: &str, crc: u32) -> Vec<u8> {
     format!("{MARKER_PREFIX} {backup_id} {crc:08x}\n").into_bytes()
@@ -195,12 +236,21 @@ mod tests {
                 crc32c: 7,
             }],
             pages_from_log: vec![3],
+            parent_start_lsn: Some(50),
+            incremental_pages: runs([0, 1, 2, 5, 6, 9]),
+            changed_pages_method: Some(PAGE_LSN_SCAN.into()),
+            pages_scanned: 8,
         }
     }
 
     #[test]
     fn manifest_round_trips_and_damage_is_named() {
         let m = sample();
+        assert_eq!(m.incremental_pages, vec![[0, 3], [5, 2], [9, 1]]);
+        assert_eq!(
+            pages_of(&m.incremental_pages).collect::<Vec<_>>(),
+            [0, 1, 2, 5, 6, 9]
+        );
         let bytes = m.encode();
         let (back, crc) = Manifest::decode(&bytes, std::path::Path::new("m")).expect("decodes");
         assert_eq!(back, m);

@@ -33,20 +33,23 @@ use crate::io::Storage;
 use crate::lsn::Lsn;
 use manifest::{Manifest, COMPLETE_NAME, MANIFEST_NAME};
 
-pub use restore::{restore_backup, RestoreReport};
+pub use restore::{restore_backup, restore_backup_chain, RestoreReport};
 pub use verify::{verify_backup, VerifyReport};
 
 /// The log's directory inside a backup.
 pub const WAL_DIR_NAME: &str = "wal";
 /// `CONTROL` inside a backup.
 pub const CONTROL_NAME: &str = "CONTROL";
-/// The data file inside a backup.
+/// The data file inside a full backup.
 pub const DATA_NAME: &str = "data";
+/// An incremental backup's changed pages (in place of `data`; the pages'
+/// numbers are in its manifest).
+pub const INCREMENT_NAME: &str = "data.incr";
 /// The longest manifest read (a manifest lists a few files per GiB of log).
 const MANIFEST_BYTES_MAX: u64 = 64 << 20;
 
 /// How [`Database::backup`](crate::Database::backup) runs.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BackupOptions {
     /// At most this many bytes per second read and written (`None`: as fast
     /// as the I/O scheduler's lowest class goes).
@@ -55,6 +58,10 @@ pub struct BackupOptions {
     /// start, harder on commits) instead of paced like a background one
     /// (the default, as `pg_basebackup`'s).
     pub fast_checkpoint: bool,
+    /// Make an incremental backup on top of this earlier backup of the
+    /// database (full or incremental): only the pages changed since that
+    /// backup's start are copied, found by reading every page's LSN.
+    pub incremental_from: Option<std::path::PathBuf>,
 }
 
 /// What a backup did.
@@ -68,8 +75,14 @@ pub struct BackupReport {
     pub checkpoint_lsn: Lsn,
     /// Where its log ends: the backup opens to this point at least.
     pub end_lsn: Lsn,
-    /// Pages of the data file copied (page 0 included).
+    /// Whether it is an incremental backup.
+    pub incremental: bool,
+    /// Pages of the data file at the start (page 0 included).
     pub pages: u64,
+    /// Pages read and checked.
+    pub pages_scanned: u64,
+    /// Pages copied into the backup (all of them, for a full backup).
+    pub pages_copied: u64,
     /// Bytes of the data file copied.
     pub data_bytes: u64,
     /// Bytes of log copied.

@@ -1,55 +1,80 @@
-//! Restoring a backup into a new database directory: every file is copied
-//! into `DEST.restore-tmp` with its CRC32C checked against the manifest as
-//! it is copied, synced, and the directory renamed to `DEST` last, so a
-//! restore that fails or is killed never leaves a `DEST` that looks whole.
-//! The restored directory is still a backup until it is first opened:
-//! open replays its log and its first checkpoint makes it a database.
+//! Restoring a backup, or a chain of backups (a full one and the
+//! incremental ones on top of it, oldest first), into a new database
+//! directory. Everything is built in `DEST.restore-tmp`, each file's CRC32C
+//! checked against its manifest, synced, and the directory renamed to
+//! `DEST` last, so a restore that fails or is killed never leaves a `DEST`
+//! that looks whole.
+//!
+//! A chain is combined as `pg_combinebackup` does: the full backup's data
+//! file, then each increment's pages written over it in chain order (the
+//! newest holder of a page wins), then `CONTROL` and the log of the last
+//! backup. The result is a backup of the last one's state, with a manifest
+//! of its own: its first open replays that log, and its first checkpoint
+//! makes it a database.
 
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
 use super::files::{self, Sink, ALIGN_BYTES, CHUNK_BYTES};
-use super::manifest::{COMPLETE_NAME, MANIFEST_NAME};
-use super::WAL_DIR_NAME;
+use super::manifest::{self, Manifest, COMPLETE_NAME, MANIFEST_NAME};
+use super::{CONTROL_NAME, DATA_NAME, INCREMENT_NAME, WAL_DIR_NAME};
 use crate::error::{Error, Result};
-use crate::io::{AlignedBuf, DirectIo, OsStorage, Permissions, Storage, StorageFile};
+use crate::io::{AlignedBuf, DirectIo, FileOptions, OsStorage, Permissions, Storage, StorageFile};
 
-/// What [`restore_backup`] did.
+/// What [`restore_backup`] or [`restore_backup_chain`] did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RestoreReport {
-    /// The backup restored.
+    /// The backup whose state was restored (the chain's last).
     pub backup_id: String,
-    /// Files copied (manifest and marker included).
-    pub files: usize,
-    /// Bytes copied.
+    /// Backups combined.
+    pub backups: usize,
+    /// Pages written from incremental backups over the full one's.
+    pub pages_from_increments: u64,
+    /// Bytes written.
     pub bytes: u64,
 }
 
-/// Restores the complete backup in `backup` into `dest`, which must not
+/// Restores the complete full backup in `backup` into `dest`, which must not
 /// exist (see the module docs).
 ///
 /// # Errors
-/// [`Error::IncompleteBackup`] for a backup never completed;
-/// [`Error::Corruption`] naming a file missing or damaged;
-/// [`Error::InvalidArgument`] when `dest` (or its scratch name) exists; I/O
-/// errors. On an error nothing is left at `dest`.
+/// As [`restore_backup_chain`]; an incremental backup needs its chain.
 pub fn restore_backup(backup: impl AsRef<Path>, dest: impl AsRef<Path>) -> Result<RestoreReport> {
-    let (backup, dest) = (backup.as_ref(), dest.as_ref());
+    restore_backup_chain(&[backup.as_ref()], dest)
+}
+
+/// Restores a chain of complete backups (a full one, then the incremental
+/// ones on top of it in order) into `dest`, which must not exist, as the
+/// state of the last.
+///
+/// # Errors
+/// [`Error::IncompleteBackup`] for a backup never completed;
+/// [`Error::BackupChain`] naming the link that does not fit (an increment
+/// first, a missing link, another database, the wrong order);
+/// [`Error::Corruption`] naming a file missing or damaged;
+/// [`Error::InvalidArgument`] for an empty chain or when `dest` (or its
+/// scratch name) exists; I/O errors. On an error nothing is left at `dest`.
+pub fn restore_backup_chain<P: AsRef<Path>>(
+    chain: &[P],
+    dest: impl AsRef<Path>,
+) -> Result<RestoreReport> {
+    let dest = dest.as_ref();
     let storage = OsStorage::default();
-    let m = super::complete_manifest(&storage, backup)?;
-    for taken in [dest.to_path_buf(), scratch_of(dest)] {
-        if storage.exists(&taken) {
+    let chain: Vec<&Path> = chain.iter().map(AsRef::as_ref).collect();
+    let ms = check_chain(&storage, &chain)?;
+    let tmp = scratch_of(dest);
+    for taken in [dest, tmp.as_path()] {
+        if storage.exists(taken) {
             return Err(Error::InvalidArgument(format!(
                 "restore destination {} exists; restore makes a new directory",
                 taken.display()
             )));
         }
     }
-    let tmp = scratch_of(dest);
-    let copied = copy_all(&storage, backup, &tmp, &m);
-    let bytes = match copied {
-        Ok(bytes) => bytes,
+    let built = build(&storage, &chain, &ms, &tmp);
+    let (bytes, pages_from_increments) = match built {
+        Ok(done) => done,
         Err(e) => {
             let _ = std::fs::remove_dir_all(&tmp);
             return Err(e);
@@ -59,11 +84,64 @@ pub fn restore_backup(backup: impl AsRef<Path>, dest: impl AsRef<Path>) -> Resul
     if let Some(parent) = dest.parent().filter(|p| !p.as_os_str().is_empty()) {
         storage.sync_dir(parent)?;
     }
+    let last = ms.last().expect("a chain has a backup");
     Ok(RestoreReport {
-        backup_id: m.backup_id.clone(),
-        files: m.files.len() + 2,
+        backup_id: last.backup_id.clone(),
+        backups: ms.len(),
+        pages_from_increments,
         bytes,
     })
+}
+
+/// The manifests of `chain`, once it is shown to be one: complete backups
+/// of one database, a full one first, each next one an increment of the
+/// one before.
+fn check_chain<S: Storage>(storage: &S, chain: &[&Path]) -> Result<Vec<Manifest>> {
+    let Some(&first) = chain.first() else {
+        return Err(Error::InvalidArgument("no backup to restore".into()));
+    };
+    let ms = chain
+        .iter()
+        .map(|d| super::complete_manifest(storage, d))
+        .collect::<Result<Vec<_>>>()?;
+    let broken = |path: &Path, detail: String| Error::BackupChain {
+        path: path.to_path_buf(),
+        detail,
+    };
+    if let Some(parent) = &ms[0].parent_id {
+        return Err(broken(
+            first,
+            format!(
+                "it is an incremental backup (of backup {parent}); a chain starts with the \
+                 full backup it builds on, then each increment in order"
+            ),
+        ));
+    }
+    for (i, m) in ms.iter().enumerate().skip(1) {
+        let prev = &ms[i - 1];
+        let detail = if m.db_id != ms[0].db_id || m.page_bytes != ms[0].page_bytes {
+            Some(format!(
+                "it is a backup of database {}, the chain's is {}",
+                m.db_id, ms[0].db_id
+            ))
+        } else {
+            match &m.parent_id {
+                None => Some("it is a full backup, which only starts a chain".to_string()),
+                Some(p) if *p != prev.backup_id || m.parent_start_lsn != Some(prev.start_lsn) => {
+                    Some(format!(
+                        "it is an increment of backup {p}, but the backup before it in the \
+                         chain is {}: a link is missing or the order is wrong",
+                        prev.backup_id
+                    ))
+                }
+                Some(_) => None,
+            }
+        };
+        if let Some(detail) = detail {
+            return Err(broken(chain[i], detail));
+        }
+    }
+    Ok(ms)
 }
 
 /// Where a restore into `dest` builds it.
@@ -73,49 +151,180 @@ fn scratch_of(dest: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// Copies every listed file, checking each, then the manifest and the
-/// marker (last); syncs the directories. Returns the bytes copied.
-fn copy_all<S: Storage>(
+/// Builds the restored directory at `to` from the checked chain; returns
+/// the bytes written and the pages taken from increments.
+fn build<S: Storage>(
     storage: &S,
-    from: &Path,
+    chain: &[&Path],
+    ms: &[Manifest],
     to: &Path,
-    m: &super::manifest::Manifest,
-) -> Result<u64> {
+) -> Result<(u64, u64)> {
+    for (dir, m) in chain.iter().zip(ms).skip(1) {
+        super::check_files(storage, dir, m)?;
+    }
     storage.create_dirs(to, Permissions::Private)?;
     storage.create_dirs(&to.join(WAL_DIR_NAME), Permissions::Private)?;
     let mut buf = AlignedBuf::new(CHUNK_BYTES, ALIGN_BYTES)?;
-    let mut bytes = 0;
-    for f in &m.files {
-        let src_path = from.join(&f.path);
-        if !storage.exists(&src_path) {
-            return Err(Error::Corruption {
-                path: src_path,
-                offset: 0,
-                detail: "a file the backup's manifest lists is missing".into(),
-            });
-        }
-        let src = storage.open(&src_path, &files::read_options(DirectIo::Auto))?;
-        let mut sink = Sink::create(storage, &to.join(&f.path))?;
-        let len = files::whole_blocks_len(&src)?;
-        let mut at = 0u64;
-        while at < len {
-            let n = (len - at).min(buf.len() as u64) as usize;
-            src.read_exact_at(buf.io_mut(0..n)?, at)?;
-            sink.append(&buf, n)?;
-            at += n as u64;
-        }
-        let (len, crc) = sink.finish()?;
-        if (len, crc) != (f.len, f.crc32c) {
-            return Err(files::mismatch(src_path, (len, crc), f));
-        }
-        bytes += len;
+    let (first, last) = (&ms[0], ms.last().expect("a chain has a backup"));
+    let mut bytes = copy_listed(storage, chain[0], to, first, DATA_NAME, &mut buf)?;
+    let mut from_increments = 0;
+    for (dir, m) in chain.iter().zip(ms).skip(1) {
+        from_increments += apply_increment(storage, dir, m, &to.join(DATA_NAME), &mut buf)?;
+    }
+    let data = storage.open(&to.join(DATA_NAME), &files::read_options(DirectIo::Auto))?;
+    let want = last.page_count * u64::from(last.page_bytes);
+    if data.len()? < want {
+        return Err(Error::Corruption {
+            path: to.join(DATA_NAME),
+            offset: data.len()?,
+            detail: format!("the combined data file is shorter than the {want} bytes of the last backup's pages"),
+        });
+    }
+    drop(data);
+    let last_dir = chain[chain.len() - 1];
+    for f in last
+        .files
+        .iter()
+        .filter(|f| f.path != DATA_NAME && f.path != INCREMENT_NAME)
+    {
+        bytes += copy_listed(storage, last_dir, to, last, &f.path, &mut buf)?;
     }
     storage.sync_dir(&to.join(WAL_DIR_NAME))?;
-    for name in [MANIFEST_NAME, COMPLETE_NAME] {
-        let b = files::read_small(storage, &from.join(name), 64 << 20)?;
-        files::write_small(storage, &to.join(name), &b)?;
-        bytes += b.len() as u64;
-    }
     storage.sync_dir(to)?;
-    Ok(bytes)
+    if ms.len() == 1 {
+        // One full backup: its own manifest and marker, as they were.
+        for name in [MANIFEST_NAME, COMPLETE_NAME] {
+            let b = files::read_small(storage, &last_dir.join(name), 64 << 20)?;
+            files::write_small(storage, &to.join(name), &b)?;
+            bytes += b.len() as u64;
+        }
+        storage.sync_dir(to)?;
+    } else {
+        super::seal(
+            storage,
+            to,
+            &combined_manifest(storage, to, last, &mut buf)?,
+        )?;
+    }
+    Ok((bytes, from_increments))
+}
+
+/// Copies the file `name` that `m` lists from `from` to `to`, checking its
+/// length and CRC32C as it goes; returns its length.
+fn copy_listed<S: Storage>(
+    storage: &S,
+    from: &Path,
+    to: &Path,
+    m: &Manifest,
+    name: &str,
+    buf: &mut AlignedBuf,
+) -> Result<u64> {
+    let src_path = from.join(name);
+    let Some(f) = m.files.iter().find(|f| f.path == name) else {
+        return Err(Error::Corruption {
+            path: from.join(MANIFEST_NAME),
+            offset: 0,
+            detail: format!("the manifest does not list {name}"),
+        });
+    };
+    if !storage.exists(&src_path) {
+        return Err(Error::Corruption {
+            path: src_path,
+            offset: 0,
+            detail: "a file the backup's manifest lists is missing".into(),
+        });
+    }
+    let src = storage.open(&src_path, &files::read_options(DirectIo::Auto))?;
+    let mut sink = Sink::create(storage, &to.join(name))?;
+    let len = files::whole_blocks_len(&src)?;
+    let mut at = 0u64;
+    while at < len {
+        let n = (len - at).min(buf.len() as u64) as usize;
+        src.read_exact_at(buf.io_mut(0..n)?, at)?;
+        sink.append(buf, n)?;
+        at += n as u64;
+    }
+    let (len, crc) = sink.finish()?;
+    if (len, crc) != (f.len, f.crc32c) {
+        return Err(files::mismatch(src_path, (len, crc), f));
+    }
+    Ok(len)
+}
+
+/// Writes the pages of the incremental backup in `dir` over the data file
+/// at `data`, each where its number says; returns how many.
+fn apply_increment<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    m: &Manifest,
+    data: &Path,
+    buf: &mut AlignedBuf,
+) -> Result<u64> {
+    let pb = u64::from(m.page_bytes);
+    let src = storage.open(
+        &dir.join(INCREMENT_NAME),
+        &files::read_options(DirectIo::Auto),
+    )?;
+    let out = storage.open(
+        data,
+        &FileOptions {
+            direct_io: DirectIo::Auto,
+            ..FileOptions::default()
+        },
+    )?;
+    let listed: u64 = m.incremental_pages.iter().map(|r| r[1]).sum();
+    if files::whole_blocks_len(&src)? != listed * pb {
+        return Err(Error::Corruption {
+            path: dir.join(INCREMENT_NAME),
+            offset: 0,
+            detail: format!("not the {listed} pages its manifest lists"),
+        });
+    }
+    let per_chunk = buf.len() as u64 / pb;
+    let mut at = 0u64;
+    for &[first, count] in &m.incremental_pages {
+        let mut done = 0;
+        while done < count {
+            let k = (count - done).min(per_chunk);
+            let n = (k * pb) as usize;
+            src.read_exact_at(buf.io_mut(0..n)?, at)?;
+            out.write_all_at(buf.io(0..n)?, (first + done) * pb)?;
+            at += n as u64;
+            done += k;
+        }
+    }
+    out.sync_all()?;
+    Ok(listed)
+}
+
+/// The manifest of a combined chain: the last backup's, as a full backup
+/// holding the files now in `dir`.
+fn combined_manifest<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    last: &Manifest,
+    buf: &mut AlignedBuf,
+) -> Result<Manifest> {
+    let mut m = last.clone();
+    m.parent_id = None;
+    m.parent_start_lsn = None;
+    m.incremental_pages = Vec::new();
+    m.changed_pages_method = None;
+    m.files = Vec::new();
+    let mut names = vec![CONTROL_NAME.to_string(), DATA_NAME.to_string()];
+    names.extend(
+        last.files
+            .iter()
+            .filter(|f| f.path.starts_with(WAL_DIR_NAME))
+            .map(|f| f.path.clone()),
+    );
+    for name in names {
+        let (len, crc32c) = files::crc_of(storage, &dir.join(&name), buf)?;
+        m.files.push(manifest::ManifestFile {
+            path: name,
+            len,
+            crc32c,
+        });
+    }
+    Ok(m)
 }

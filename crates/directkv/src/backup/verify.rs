@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use super::files::{self, ALIGN_BYTES, CHUNK_BYTES};
 use super::manifest::{Manifest, COMPLETE_NAME, MANIFEST_NAME};
-use super::{CONTROL_NAME, DATA_NAME, WAL_DIR_NAME};
+use super::{CONTROL_NAME, DATA_NAME, INCREMENT_NAME, WAL_DIR_NAME};
 use crate::db::{CheckReport, ControlFile, Database, Options};
 use crate::error::{Error, Result};
 use crate::format::control::FLAG_BACKUP;
@@ -36,8 +36,9 @@ pub struct VerifyReport {
     pub pages: u64,
     /// Log records read from the start to the end of the log.
     pub log_records: u64,
-    /// The structural check of the scratch copy, opened.
-    pub check: CheckReport,
+    /// The structural check of the scratch copy, opened; `None` for an
+    /// incremental backup, which opens only restored with its chain.
+    pub check: Option<CheckReport>,
 }
 
 /// Verifies the backup in `dir` (see the module docs). The scratch copy is
@@ -56,7 +57,10 @@ pub fn verify_backup(dir: impl AsRef<Path>) -> Result<VerifyReport> {
     check_control(&storage, dir, &m)?;
     let pages = check_pages(&storage, dir, &m)?;
     let log_records = check_log(&storage, dir, &m)?;
-    let check = replay_scratch(dir)?;
+    let check = match m.parent_id {
+        None => Some(replay_scratch(dir)?),
+        Some(_) => None,
+    };
     Ok(VerifyReport {
         backup_id: m.backup_id.clone(),
         start_lsn: m.start(),
@@ -122,9 +126,16 @@ fn check_control<S: Storage>(storage: &S, dir: &Path, m: &Manifest) -> Result<()
 }
 
 /// Every page verifies (checksum, identity, node structure); page 0 names
-/// the manifest's start and end. Returns the pages checked.
+/// the manifest's start and end. Returns the pages checked. An incremental
+/// backup's pages are numbered by its manifest.
 fn check_pages<S: Storage>(storage: &S, dir: &Path, m: &Manifest) -> Result<u64> {
-    let path = dir.join(DATA_NAME);
+    let incremental = m.parent_id.is_some();
+    let path = dir.join(if incremental {
+        INCREMENT_NAME
+    } else {
+        DATA_NAME
+    });
+    let mut numbers = super::manifest::pages_of(&m.incremental_pages);
     let file = storage.open(&path, &files::read_options(DirectIo::Auto))?;
     let mut buf = AlignedBuf::new(CHUNK_BYTES, ALIGN_BYTES)?;
     let pb = m.page_bytes as usize;
@@ -148,7 +159,12 @@ fn check_pages<S: Storage>(storage: &S, dir: &Path, m: &Manifest) -> Result<u64>
     let mut pages = 0u64;
     files::read_chunks(&file, &mut buf, |at, bytes| {
         for (i, p) in bytes.chunks(pb).enumerate() {
-            let no = at / pb as u64 + i as u64;
+            let at_no = at / pb as u64 + i as u64;
+            let no = if incremental {
+                numbers.next().unwrap_or(u64::MAX)
+            } else {
+                at_no
+            };
             check_backup_page(p, no, &db_id, m).map_err(|detail| Error::Corruption {
                 path: path.clone(),
                 offset: no * pb as u64,
@@ -158,11 +174,16 @@ fn check_pages<S: Storage>(storage: &S, dir: &Path, m: &Manifest) -> Result<u64>
         }
         Ok(())
     })?;
-    if pages != m.page_count {
+    let want = if incremental {
+        m.incremental_pages.iter().map(|r| r[1]).sum()
+    } else {
+        m.page_count
+    };
+    if pages != want {
         return Err(Error::Corruption {
             path,
             offset: pages * pb as u64,
-            detail: format!("{pages} pages, but the manifest says {}", m.page_count),
+            detail: format!("{pages} pages, but the manifest says {want}"),
         });
     }
     Ok(pages)

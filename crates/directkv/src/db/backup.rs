@@ -72,9 +72,24 @@ impl<S: Storage> Drop for LogPin<'_, S> {
 /// How the pages were found while copying.
 #[derive(Default)]
 struct PageCounts {
+    /// Pages read and checked.
+    scanned: u64,
+    /// An incremental backup's pages copied (page 0 aside), in order.
+    copied: Vec<u64>,
     reread: u64,
     /// Pages left to the log's image of them (copied as zeros).
     from_log: Vec<u64>,
+}
+
+/// What [`Inner::copy_files`] wrote.
+struct Copied {
+    /// The log's end in the backup.
+    end: Lsn,
+    /// The files, with their lengths and CRCs.
+    listed: Vec<ManifestFile>,
+    data_bytes: u64,
+    wal_bytes: u64,
+    counts: PageCounts,
 }
 
 /// The rate limit: sleeps so the bytes moved stay under `rate` per second.
@@ -107,25 +122,86 @@ impl<S: Storage> Inner<S> {
         if !self.storage.exists(dest) {
             self.storage.create_dirs(dest, Permissions::Private)?;
         }
+        let parent = opts
+            .incremental_from
+            .as_deref()
+            .map(|p| self.incremental_parent(p))
+            .transpose()?;
         let wal_dest = dest.join(WAL_DIR_NAME);
         self.storage.create_dirs(&wal_dest, Permissions::Private)?;
         let (cp, _pin) = self.backup_start(opts)?;
-        let control_path = dest.join(crate::backup::CONTROL_NAME);
-        super::control::ControlFile::create_with(
-            &self.storage,
-            &control_path,
-            Permissions::Private,
-            self.backup_control(&cp)?,
-        )?;
+        let since = parent.as_ref().map(Manifest::start);
         let mut pace = Pace {
             rate: opts.rate_bytes,
             began,
             moved: 0,
         };
+        let mut c = self.copy_files(dest, &cp, since, &mut pace)?;
+        let mut m = self.manifest(&cp, c.end, started_unix_ms, std::mem::take(&mut c.listed))?;
+        let from_log = c.counts.from_log.len() as u64;
+        m.pages_from_log = std::mem::take(&mut c.counts.from_log);
+        if let Some(p) = &parent {
+            m.parent_id = Some(p.backup_id.clone());
+            m.parent_start_lsn = Some(p.start_lsn);
+            m.incremental_pages =
+                manifest::runs(std::iter::once(0).chain(c.counts.copied.iter().copied()));
+            m.changed_pages_method = Some(manifest::PAGE_LSN_SCAN.into());
+        }
+        m.pages_scanned = c.counts.scanned;
+        crate::backup::seal(&self.storage, dest, &m)?;
+        self.counters.backups.fetch_add(1, Ordering::Relaxed);
+        Ok(BackupReport {
+            incremental: parent.is_some(),
+            pages_scanned: c.counts.scanned,
+            pages_copied: if since.is_some() {
+                1 + c.counts.copied.len() as u64
+            } else {
+                cp.meta.page_count
+            },
+            backup_id: m.backup_id,
+            start_lsn: cp.redo,
+            checkpoint_lsn: cp.record_end,
+            end_lsn: c.end,
+            pages: cp.meta.page_count,
+            data_bytes: c.data_bytes,
+            wal_bytes: c.wal_bytes,
+            pages_reread: c.counts.reread,
+            pages_covered_by_log: from_log,
+            micros: began.elapsed().as_micros() as u64,
+        })
+    }
+
+    /// Writes the backup's files into `dest` (see the module docs, steps 2
+    /// to 6 but the manifest): `CONTROL`, the pages (all, or those changed
+    /// after `since`), the log to its durable end, page 0; synced.
+    fn copy_files(
+        &self,
+        dest: &Path,
+        cp: &Checkpointed,
+        since: Option<Lsn>,
+        pace: &mut Pace,
+    ) -> Result<Copied> {
+        let control_path = dest.join(crate::backup::CONTROL_NAME);
+        super::control::ControlFile::create_with(
+            &self.storage,
+            &control_path,
+            Permissions::Private,
+            self.backup_control(cp)?,
+        )?;
         let mut buf = AlignedBuf::new(CHUNK_BYTES, ALIGN_BYTES)?;
         let mut counts = PageCounts::default();
-        let data_path = dest.join(crate::backup::DATA_NAME);
-        let data = self.copy_pages(&data_path, &cp, &mut buf, &mut pace, &mut counts)?;
+        let data_name = match since {
+            Some(_) => crate::backup::INCREMENT_NAME,
+            None => crate::backup::DATA_NAME,
+        };
+        let data = self.copy_pages(
+            &dest.join(data_name),
+            cp,
+            since,
+            &mut buf,
+            pace,
+            &mut counts,
+        )?;
         let end = {
             let wal = self.wal();
             wal.flush(wal.end_lsn())?;
@@ -139,26 +215,18 @@ impl<S: Storage> Inner<S> {
             crate::backup::CONTROL_NAME,
             files::crc_of(&self.storage, &control_path, &mut buf)?,
         )];
-        let (len, crc) = self.finish_data(data, &cp, end)?;
-        listed.push(file_entry(crate::backup::DATA_NAME, (len, crc)));
-        let wal_bytes = self.copy_log(&wal_dest, cp.redo, end, &mut buf, &mut pace, &mut listed)?;
+        let (data_bytes, crc) = self.finish_data(data, cp, end)?;
+        listed.push(file_entry(data_name, (data_bytes, crc)));
+        let wal_dest = dest.join(WAL_DIR_NAME);
+        let wal_bytes = self.copy_log(&wal_dest, cp.redo, end, &mut buf, pace, &mut listed)?;
         self.storage.sync_dir(&wal_dest)?;
         self.storage.sync_dir(dest)?;
-        let mut m = self.manifest(&cp, end, started_unix_ms, listed)?;
-        m.pages_from_log = std::mem::take(&mut counts.from_log);
-        crate::backup::seal(&self.storage, dest, &m)?;
-        self.counters.backups.fetch_add(1, Ordering::Relaxed);
-        Ok(BackupReport {
-            backup_id: m.backup_id,
-            start_lsn: cp.redo,
-            checkpoint_lsn: cp.record_end,
-            end_lsn: end,
-            pages: cp.meta.page_count,
-            data_bytes: len,
+        Ok(Copied {
+            end,
+            listed,
+            data_bytes,
             wal_bytes,
-            pages_reread: counts.reread,
-            pages_covered_by_log: counts.from_log.len() as u64,
-            micros: began.elapsed().as_micros() as u64,
+            counts,
         })
     }
 
@@ -185,7 +253,40 @@ impl<S: Storage> Inner<S> {
             finished_unix_ms: unix_ms(),
             files,
             pages_from_log: Vec::new(),
+            parent_start_lsn: None,
+            incremental_pages: Vec::new(),
+            changed_pages_method: None,
+            pages_scanned: 0,
         })
+    }
+
+    /// The manifest of `dir`, the complete backup of this database an
+    /// incremental backup is to build on.
+    fn incremental_parent(&self, dir: &Path) -> Result<Manifest> {
+        let m = crate::backup::complete_manifest(&self.storage, dir)?;
+        let ours = manifest::hex(&self.pool_db_id()?);
+        let durable = self.wal().durable_lsn();
+        let detail = if m.db_id != ours {
+            Some(format!(
+                "it is a backup of database {}, not of this one ({ours})",
+                m.db_id
+            ))
+        } else if m.end() > durable {
+            Some(format!(
+                "it ends at LSN {}, past this database's log ({durable}): it is not a backup of \
+                 this database's past",
+                m.end_lsn
+            ))
+        } else {
+            None
+        };
+        match detail {
+            Some(detail) => Err(Error::BackupChain {
+                path: dir.to_path_buf(),
+                detail,
+            }),
+            None => Ok(m),
+        }
     }
 
     /// Refuses a destination inside the database's or its log's directory,
@@ -263,13 +364,16 @@ impl<S: Storage> Inner<S> {
         Ok(health::lock(&self.control)?.current().db_id)
     }
 
-    /// Copies pages 1 to the checkpoint's page count into a new file at
-    /// `path` (page 0 is [`finish_data`](Self::finish_data)'s), checking
-    /// each one (see the module docs).
+    /// Reads pages 1 to the checkpoint's page count, checking each one (see
+    /// the module docs), and copies into a new file at `path` every page, or
+    /// for an incremental backup (`since`, its parent's start) every page
+    /// changed after `since`, in page order (page 0 is
+    /// [`finish_data`](Self::finish_data)'s).
     fn copy_pages(
         &self,
         path: &Path,
         cp: &Checkpointed,
+        since: Option<Lsn>,
         buf: &mut AlignedBuf,
         pace: &mut Pace,
         counts: &mut PageCounts,
@@ -289,13 +393,29 @@ impl<S: Storage> Inner<S> {
                     .file()
                     .read_exact_at(buf.io_mut(0..bytes)?, no * pb as u64)?;
             }
+            let mut kept = 0usize;
             for i in 0..k as usize {
                 let page = &mut buf.as_mut_slice()[i * pb..(i + 1) * pb];
-                self.check_copied(no + i as u64, page, cp.redo, counts)?;
+                let p = no + i as u64;
+                self.check_copied(p, page, cp.redo, counts)?;
+                counts.scanned += 1;
+                // A page left to the log (zeros) changed after the start.
+                let changed = since
+                    .is_none_or(|s| counts.from_log.last() == Some(&p) || page::page_lsn(page) > s);
+                if changed {
+                    if kept != i {
+                        buf.as_mut_slice()
+                            .copy_within(i * pb..(i + 1) * pb, kept * pb);
+                    }
+                    kept += 1;
+                    if since.is_some() {
+                        counts.copied.push(p);
+                    }
+                }
             }
-            {
-                let _permit = self.sched.admit(IoClass::Backup, bytes as u64);
-                sink.append(buf, bytes)?;
+            if kept > 0 {
+                let _permit = self.sched.admit(IoClass::Backup, (kept * pb) as u64);
+                sink.append(buf, kept * pb)?;
             }
             pace.moved(bytes);
             no += k;

@@ -141,7 +141,17 @@ fn read_control<S: Storage>(
         "CONTROL's page size is checked"
     );
     if c.flags & crate::format::control::FLAG_BACKUP != 0 {
-        crate::backup::complete_manifest(storage, path)?;
+        let m = crate::backup::complete_manifest(storage, path)?;
+        if let Some(parent) = m.parent_id {
+            return Err(Error::BackupChain {
+                path: path.to_path_buf(),
+                detail: format!(
+                    "it is an incremental backup (of backup {parent}) and holds only the pages \
+                     changed since; restore it with its chain (restore_backup_chain) and open \
+                     the result"
+                ),
+            });
+        }
     }
     Ok(control)
 }
