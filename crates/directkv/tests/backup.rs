@@ -159,8 +159,14 @@ fn backup_under_load_restores_a_consistent_state() {
         cp.join().expect("checkpointer");
         assert!(report.end_lsn > report.start_lsn, "{report:?}");
         assert!(report.wal_bytes > 0 && report.pages > 1, "{report:?}");
-        assert!(checkpoints > 1, "round {round}: no checkpoint during {report:?}");
-        assert!(report.wal_bytes > 64 << 10, "round {round}: one segment in {report:?}");
+        assert!(
+            checkpoints > 1,
+            "round {round}: no checkpoint during {report:?}"
+        );
+        assert!(
+            report.wal_bytes > 64 << 10,
+            "round {round}: one segment in {report:?}"
+        );
         assert_eq!(
             total(&db),
             ACCOUNTS * START_BALANCE,
