@@ -9,6 +9,9 @@
 //!   missing or damaged file: open, restore and verify each refuse, naming
 //!   what is wrong, and a failed restore leaves nothing at its destination.
 //! - A damaged page of the database fails the backup, naming the page.
+//! - A chain of a full backup and three increments restores, link by link,
+//!   to exactly the database's contents when each was taken; every broken
+//!   chain is refused naming the culprit.
 //! - Destinations inside the database, or not empty, are refused.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -291,6 +294,18 @@ fn incomplete_or_damaged_backups_are_refused_by_name() {
     for e in &errs {
         assert!(e.to_string().contains("backup_manifest"), "{e}");
     }
+    // A manifest whose CRC is right but whose fields are not.
+    let errs = case("bad-fields", &|b| {
+        let p = b.join("backup_manifest");
+        let text = std::fs::read_to_string(&p).expect("read");
+        let body = text[..text.trim_end().rfind('\n').expect("crc line") + 1]
+            .replace("\"page_bytes\": 8192", "\"page_bytes\": 0");
+        let crc = crc32c::crc32c(body.as_bytes());
+        std::fs::write(&p, format!("{body}crc32c {crc:08x}\n")).expect("write");
+    });
+    for e in &errs {
+        assert!(e.to_string().contains("page size 0"), "{e}");
+    }
     let errs = case("missing-segment", &|b| {
         let seg = std::fs::read_dir(b.join("wal"))
             .expect("list")
@@ -498,6 +513,8 @@ fn broken_chains_are_refused_naming_the_link() {
         .map(drop)
         .expect_err("an increment alone");
     assert!(matches!(err, Error::BackupChain { .. }), "{err}");
+    // The refused open left its LOCK file; the increment still verifies.
+    verify_backup(&b[1]).expect("verifies after a refused open");
     let err = restore_backup(&b[1], dir.path().join("r")).expect_err("alone");
     assert!(matches!(err, Error::BackupChain { .. }), "{err}");
 }

@@ -1,6 +1,10 @@
 //! The file work of backups: writing a backup's files (direct I/O where the
 //! destination has it, each one's CRC32C computed as it is written) and
 //! reading them back.
+//!
+//! Invariants:
+//! - Every file is created exclusively and private, written in whole
+//!   aligned blocks, and synced before its length and CRC are reported.
 
 use std::path::{Path, PathBuf};
 
@@ -88,7 +92,17 @@ impl<S: Storage> Sink<S> {
     pub fn finish(self) -> Result<(u64, u32)> {
         assert_eq!(self.skipped, 0, "the skipped start was written");
         self.file.sync_all()?;
-        assert_eq!(self.file.len()?, self.len, "the file is what was appended");
+        let len = self.file.len()?;
+        if len != self.len {
+            return Err(Error::Corruption {
+                path: self.file.path().to_path_buf(),
+                offset: len,
+                detail: format!(
+                    "{len} bytes after {} were written: something else writes it",
+                    self.len
+                ),
+            });
+        }
         Ok((self.len, self.crc))
     }
 }

@@ -7,11 +7,20 @@
 //! the backup's id and its manifest's CRC. It is written last, after every
 //! file and the manifest are synced, so its presence (matching the
 //! manifest) is what makes a backup complete.
+//!
+//! Invariants:
+//! - A manifest that decodes has been checked field by field (LSNs in
+//!   order, sizes a database has, page runs ascending from page 0 below the
+//!   page count, only a backup's file names), so readers act on it without
+//!   further doubt.
 
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::lsn::Lsn;
+use crate::wal::format::{
+    parse_segment_file_name, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, SEGMENT_HEADER_BYTES,
+};
 
 /// The manifest's file name inside a backup.
 pub const MANIFEST_NAME: &str = "backup_manifest";
@@ -95,6 +104,33 @@ impl Manifest {
         Lsn::new(self.end_lsn)
     }
 
+    /// The database identity the manifest names, as bytes.
+    pub fn db_id_bytes(&self) -> Option<crate::format::DbId> {
+        let mut id = [0u8; 16];
+        for (i, b) in id.iter_mut().enumerate() {
+            *b = u8::from_str_radix(self.db_id.get(2 * i..2 * i + 2)?, 16).ok()?;
+        }
+        (self.db_id.len() == 32).then_some(id)
+    }
+
+    /// Whether page `no`, as copied into the backup (`page`), is what the
+    /// backup says it is: a page of this database at that number, or zeros
+    /// left to the log.
+    pub fn page_ok(&self, page: &[u8], no: u64) -> std::result::Result<(), String> {
+        let id = self
+            .db_id_bytes()
+            .ok_or("the database id is not 32 hex digits")?;
+        match crate::format::page::verify(page, no, &id) {
+            Ok(_) => Ok(()),
+            Err(crate::format::page::PageError::NeverWritten)
+                if self.pages_from_log.contains(&no) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(format!("page {no}: {e}")),
+        }
+    }
+
     /// The manifest file's bytes: the JSON, then its CRC line.
     pub fn encode(&self) -> Vec<u8> {
         assert!(
@@ -153,13 +189,67 @@ impl Manifest {
                 m.format
             )));
         }
-        if !(m.start_lsn <= m.checkpoint_lsn && m.checkpoint_lsn <= m.end_lsn) {
-            return Err(bad(format!(
-                "LSNs out of order: start {}, checkpoint {}, end {}",
-                m.start_lsn, m.checkpoint_lsn, m.end_lsn
-            )));
-        }
+        m.check().map_err(bad)?;
         Ok((m, crc))
+    }
+
+    /// Checks every field a reader acts on, so a manifest that decodes can
+    /// be used without further doubt: LSNs in order, a page size and a
+    /// segment size a database has, runs of pages that ascend from page 0
+    /// below the page count, and file paths that name a backup's files.
+    fn check(&self) -> std::result::Result<(), String> {
+        if !(self.start_lsn <= self.checkpoint_lsn && self.checkpoint_lsn <= self.end_lsn) {
+            return Err(format!(
+                "LSNs out of order: start {}, checkpoint {}, end {}",
+                self.start_lsn, self.checkpoint_lsn, self.end_lsn
+            ));
+        }
+        if !crate::format::page::PAGE_SIZES.contains(&self.page_bytes) {
+            return Err(format!(
+                "page size {} is not one a database has",
+                self.page_bytes
+            ));
+        }
+        let seg = self.wal_segment_bytes;
+        let (min, max) = (SEGMENT_BYTES_MIN, SEGMENT_BYTES_MAX);
+        if !(min..=max).contains(&seg) || seg % SEGMENT_HEADER_BYTES != 0 {
+            return Err(format!("WAL segment size {seg} is not one a log has"));
+        }
+        let mut next = 0u64;
+        for &[first, count] in &self.incremental_pages {
+            let end = first.checked_add(count).filter(|&e| e <= self.page_count);
+            if first < next || count == 0 || end.is_none() || (next == 0 && first != 0) {
+                return Err(format!(
+                    "the page runs do not ascend from page 0 below the {} pages",
+                    self.page_count
+                ));
+            }
+            next = end.unwrap_or(u64::MAX);
+        }
+        if self.db_id_bytes().is_none() {
+            return Err("the database id is not 32 hex digits".into());
+        }
+        if self
+            .pages_from_log
+            .iter()
+            .any(|&p| p == 0 || p >= self.page_count)
+        {
+            return Err("a page left to the log is outside the data file".into());
+        }
+        match self.files.iter().find(|f| !is_backup_file(&f.path)) {
+            Some(f) => Err(format!("{:?} is not a file a backup holds", f.path)),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Whether `path` names a file a backup holds: `CONTROL`, the data file,
+/// the changed pages, or a log segment in `wal/`.
+fn is_backup_file(path: &str) -> bool {
+    match path.split_once('/') {
+        Some((super::WAL_DIR_NAME, name)) => parse_segment_file_name(name).is_some(),
+        Some(_) => false,
+        None => [super::CONTROL_NAME, super::DATA_NAME, super::INCREMENT_NAME].contains(&path),
     }
 }
 
@@ -226,7 +316,7 @@ mod tests {
             start_lsn: 100,
             checkpoint_lsn: 200,
             end_lsn: 300,
-            page_count: 9,
+            page_count: 10,
             wal_segment_bytes: 1 << 20,
             started_unix_ms: 1,
             finished_unix_ms: 2,
@@ -261,6 +351,58 @@ mod tests {
             let err = Manifest::decode(&bytes[..cut], std::path::Path::new("m"))
                 .expect_err("a truncated manifest is refused");
             assert!(matches!(err, Error::Corruption { .. }), "{err}");
+        }
+        for (bad, what) in [
+            (
+                Manifest {
+                    page_bytes: 0,
+                    ..sample()
+                },
+                "page size",
+            ),
+            (
+                Manifest {
+                    wal_segment_bytes: 5,
+                    ..sample()
+                },
+                "segment size",
+            ),
+            (
+                Manifest {
+                    incremental_pages: vec![[1, 2]],
+                    ..sample()
+                },
+                "page runs",
+            ),
+            (
+                Manifest {
+                    incremental_pages: vec![[0, 2], [1, 1]],
+                    ..sample()
+                },
+                "page runs",
+            ),
+            (
+                Manifest {
+                    incremental_pages: vec![[0, u64::MAX]],
+                    ..sample()
+                },
+                "page runs",
+            ),
+            (
+                Manifest {
+                    pages_from_log: vec![10],
+                    ..sample()
+                },
+                "left to the log",
+            ),
+        ] {
+            let err = bad.check().expect_err(what);
+            assert!(err.contains(what), "{err}");
+        }
+        for path in ["../x", "/etc/passwd", "wal/../../x", "wal/x.seg", "LOCK"] {
+            let mut m = sample();
+            m.files[0].path = path.into();
+            assert!(m.check().is_err(), "{path}");
         }
         let mut flipped = bytes.clone();
         flipped[20] ^= 1;

@@ -46,12 +46,12 @@ pub const DATA_NAME: &str = "data";
 /// numbers are in its manifest).
 pub const INCREMENT_NAME: &str = "data.incr";
 /// The longest manifest read (a manifest lists a few files per GiB of log).
-const MANIFEST_BYTES_MAX: u64 = 64 << 20;
+pub(crate) const MANIFEST_BYTES_MAX: u64 = 64 << 20;
 
 /// How [`Database::backup`](crate::Database::backup) runs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BackupOptions {
-    /// At most this many bytes per second read and written (`None`: as fast
+    /// At most this many bytes per second read (`None`: as fast
     /// as the I/O scheduler's lowest class goes).
     pub rate_bytes: Option<u64>,
     /// Run the checkpoint that starts the backup at full speed (sooner to
@@ -109,9 +109,7 @@ pub(crate) fn seal<S: Storage>(storage: &S, dir: &Path, m: &Manifest) -> Result<
         &dir.join(COMPLETE_NAME),
         &manifest::encode_marker(&m.backup_id, crc),
     )?;
-    storage.sync_dir(dir)?;
-    assert!(storage.exists(&dir.join(COMPLETE_NAME)), "sealed last");
-    Ok(())
+    storage.sync_dir(dir)
 }
 
 /// The manifest of the complete backup in `dir`.

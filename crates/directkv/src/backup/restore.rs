@@ -11,6 +11,12 @@
 //! backup. The result is a backup of the last one's state, with a manifest
 //! of its own: its first open replays that log, and its first checkpoint
 //! makes it a database.
+//!
+//! Invariants:
+//! - `DEST` appears only by the final rename, after every file and the
+//!   directory are synced; on an error the scratch directory is removed.
+//! - Every byte written was checked against a manifest's CRC32C, and every
+//!   page taken from an increment against the number its run gives it.
 
 use std::path::{Path, PathBuf};
 
@@ -64,13 +70,18 @@ pub fn restore_backup_chain<P: AsRef<Path>>(
     let chain: Vec<&Path> = chain.iter().map(AsRef::as_ref).collect();
     let ms = check_chain(&storage, &chain)?;
     let tmp = scratch_of(dest);
-    for taken in [dest, tmp.as_path()] {
-        if storage.exists(taken) {
-            return Err(Error::InvalidArgument(format!(
-                "restore destination {} exists; restore makes a new directory",
-                taken.display()
-            )));
-        }
+    if storage.exists(dest) {
+        return Err(Error::InvalidArgument(format!(
+            "restore destination {} exists; restore makes a new directory",
+            dest.display()
+        )));
+    }
+    if storage.exists(&tmp) {
+        return Err(Error::InvalidArgument(format!(
+            "{} exists: a restore into {} was interrupted; remove it and restore again",
+            tmp.display(),
+            dest.display()
+        )));
     }
     let built = build(&storage, &chain, &ms, &tmp);
     let (bytes, pages_from_increments) = match built {
@@ -81,9 +92,8 @@ pub fn restore_backup_chain<P: AsRef<Path>>(
         }
     };
     storage.rename(&tmp, dest)?;
-    if let Some(parent) = dest.parent().filter(|p| !p.as_os_str().is_empty()) {
-        storage.sync_dir(parent)?;
-    }
+    let parent = dest.parent().filter(|p| !p.as_os_str().is_empty());
+    storage.sync_dir(parent.unwrap_or(Path::new(".")))?;
     let last = ms.last().expect("a chain has a backup");
     Ok(RestoreReport {
         backup_id: last.backup_id.clone(),
@@ -177,7 +187,10 @@ fn build<S: Storage>(
         return Err(Error::Corruption {
             path: to.join(DATA_NAME),
             offset: data.len()?,
-            detail: format!("the combined data file is shorter than the {want} bytes of the last backup's pages"),
+            detail: format!(
+                "the combined data file is shorter than the {want} bytes of the last backup's \
+                 pages"
+            ),
         });
     }
     drop(data);
@@ -194,7 +207,7 @@ fn build<S: Storage>(
     if ms.len() == 1 {
         // One full backup: its own manifest and marker, as they were.
         for name in [MANIFEST_NAME, COMPLETE_NAME] {
-            let b = files::read_small(storage, &last_dir.join(name), 64 << 20)?;
+            let b = files::read_small(storage, &last_dir.join(name), super::MANIFEST_BYTES_MAX)?;
             files::write_small(storage, &to.join(name), &b)?;
             bytes += b.len() as u64;
         }
@@ -288,6 +301,15 @@ fn apply_increment<S: Storage>(
             let k = (count - done).min(per_chunk);
             let n = (k * pb) as usize;
             src.read_exact_at(buf.io_mut(0..n)?, at)?;
+            // Both sides of the disk: each page is the one its run says.
+            for (i, page) in buf.as_slice()[..n].chunks(pb as usize).enumerate() {
+                m.page_ok(page, first + done + i as u64)
+                    .map_err(|detail| Error::Corruption {
+                        path: dir.join(INCREMENT_NAME),
+                        offset: at + i as u64 * pb,
+                        detail,
+                    })?;
+            }
             out.write_all_at(buf.io(0..n)?, (first + done) * pb)?;
             at += n as u64;
             done += k;

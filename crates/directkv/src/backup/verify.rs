@@ -3,6 +3,12 @@
 //! the manifest's LSNs, every page's checksum and structure, every log
 //! record from the start to past the end; then the backup is restored into
 //! a scratch directory, opened (replaying its log) and checked.
+//!
+//! Invariants:
+//! - Nothing in the backup is written; the scratch copy is removed whether
+//!   the check passes or not.
+//! - An incremental backup is checked but not opened (it opens only
+//!   restored with its chain).
 
 use std::path::{Path, PathBuf};
 
@@ -82,7 +88,8 @@ fn check_listing<S: Storage>(storage: &S, dir: &Path, m: &Manifest) -> Result<()
         detail: "the backup holds a file its manifest does not list".into(),
     };
     for name in storage.list_dir(dir)? {
-        let known = [MANIFEST_NAME, COMPLETE_NAME, WAL_DIR_NAME].contains(&name.as_str());
+        // `LOCK` is what an open of the backup, refused, leaves.
+        let known = [MANIFEST_NAME, COMPLETE_NAME, WAL_DIR_NAME, "LOCK"].contains(&name.as_str());
         if !known && !listed(&name) {
             return Err(unlisted(dir.join(name)));
         }
@@ -138,24 +145,10 @@ fn check_pages<S: Storage>(storage: &S, dir: &Path, m: &Manifest) -> Result<u64>
     let mut numbers = super::manifest::pages_of(&m.incremental_pages);
     let file = storage.open(&path, &files::read_options(DirectIo::Auto))?;
     let mut buf = AlignedBuf::new(CHUNK_BYTES, ALIGN_BYTES)?;
+    // Decoding checked the page size and the id.
     let pb = m.page_bytes as usize;
-    if !page::PAGE_SIZES.contains(&m.page_bytes) || CHUNK_BYTES % pb != 0 {
-        return Err(Error::Corruption {
-            path: dir.join(MANIFEST_NAME),
-            offset: 0,
-            detail: format!("page size {} is not one a database has", m.page_bytes),
-        });
-    }
-    let mut db_id = [0u8; 16];
-    for (i, b) in db_id.iter_mut().enumerate() {
-        *b = u8::from_str_radix(m.db_id.get(2 * i..2 * i + 2).unwrap_or("zz"), 16).map_err(
-            |_| Error::Corruption {
-                path: dir.join(MANIFEST_NAME),
-                offset: 0,
-                detail: "the database id is not 32 hex digits".into(),
-            },
-        )?;
-    }
+    assert!(CHUNK_BYTES % pb == 0, "a chunk holds whole pages");
+    let db_id = m.db_id_bytes().expect("decoding checked the id");
     let mut pages = 0u64;
     files::read_chunks(&file, &mut buf, |at, bytes| {
         for (i, p) in bytes.chunks(pb).enumerate() {
@@ -167,7 +160,7 @@ fn check_pages<S: Storage>(storage: &S, dir: &Path, m: &Manifest) -> Result<u64>
             };
             check_backup_page(p, no, &db_id, m).map_err(|detail| Error::Corruption {
                 path: path.clone(),
-                offset: no * pb as u64,
+                offset: at + (i * pb) as u64,
                 detail: format!("page {no}: {detail}"),
             })?;
             pages += 1;

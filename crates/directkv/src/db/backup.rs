@@ -72,6 +72,8 @@ impl<S: Storage> Drop for LogPin<'_, S> {
 /// How the pages were found while copying.
 #[derive(Default)]
 struct PageCounts {
+    /// The database's identity, which every page names.
+    db_id: crate::format::DbId,
     /// Pages read and checked.
     scanned: u64,
     /// An incremental backup's pages copied (page 0 aside), in order.
@@ -131,9 +133,10 @@ impl<S: Storage> Inner<S> {
         self.storage.create_dirs(&wal_dest, Permissions::Private)?;
         let (cp, _pin) = self.backup_start(opts)?;
         let since = parent.as_ref().map(Manifest::start);
+        // The rate counts from the copy's start, not the checkpoint's.
         let mut pace = Pace {
             rate: opts.rate_bytes,
-            began,
+            began: Instant::now(),
             moved: 0,
         };
         let mut c = self.copy_files(dest, &cp, since, &mut pace)?;
@@ -189,7 +192,10 @@ impl<S: Storage> Inner<S> {
             self.backup_control(cp)?,
         )?;
         let mut buf = AlignedBuf::new(CHUNK_BYTES, ALIGN_BYTES)?;
-        let mut counts = PageCounts::default();
+        let mut counts = PageCounts {
+            db_id: self.pool_db_id()?,
+            ..PageCounts::default()
+        };
         let data_name = match since {
             Some(_) => crate::backup::INCREMENT_NAME,
             None => crate::backup::DATA_NAME,
@@ -266,7 +272,15 @@ impl<S: Storage> Inner<S> {
         let m = crate::backup::complete_manifest(&self.storage, dir)?;
         let ours = manifest::hex(&self.pool_db_id()?);
         let durable = self.wal().durable_lsn();
-        let detail = if m.db_id != ours {
+        let control = dir.join(crate::backup::CONTROL_NAME);
+        let opened = super::control::ControlFile::open(&self.storage, &control)?
+            .current()
+            .flags
+            & FLAG_BACKUP
+            == 0;
+        let detail = if opened {
+            Some("it was opened as a database since it was taken: it is no longer a backup".into())
+        } else if m.db_id != ours {
             Some(format!(
                 "it is a backup of database {}, not of this one ({ours})",
                 m.db_id
@@ -292,7 +306,16 @@ impl<S: Storage> Inner<S> {
     /// Refuses a destination inside the database's or its log's directory,
     /// or one that holds anything.
     fn check_backup_dest(&self, dest: &Path) -> Result<()> {
-        let abs = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+        // Resolved where they exist (`..` and symbolic links), else as given.
+        let abs = |p: &Path| {
+            let name = p.file_name().map(Path::new).unwrap_or(Path::new(""));
+            std::fs::canonicalize(p)
+                .or_else(|_| {
+                    let parent = p.parent().filter(|d| !d.as_os_str().is_empty());
+                    std::fs::canonicalize(parent.unwrap_or(Path::new("."))).map(|d| d.join(name))
+                })
+                .unwrap_or_else(|_| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()))
+        };
         let d = abs(dest);
         for (what, dir) in [
             ("database", &self.dir),
@@ -433,21 +456,22 @@ impl<S: Storage> Inner<S> {
         counts: &mut PageCounts,
     ) -> Result<()> {
         let durable = self.wal().durable_lsn();
-        let Err(first) = check_page(page, no, &self.pool_db_id()?, durable) else {
+        let Err(first) = check_page(page, no, &counts.db_id, durable) else {
             return Ok(());
         };
         let pb = self.pool.page_bytes();
-        let resident = self.pool.try_read(no, Access::Scan);
         let mut one = AlignedBuf::new(pb, ALIGN_BYTES)?;
-        {
-            let _permit = self.sched.admit(IoClass::Backup, pb as u64);
-            self.pool
-                .file()
-                .read_exact_at(one.io_all_mut(), no * pb as u64)?;
-        }
+        // The permit first: waiting for it while holding the latch would
+        // hold up a commit that needs the page.
+        let permit = self.sched.admit(IoClass::Backup, pb as u64);
+        let resident = self.pool.try_read(no, Access::Scan);
+        self.pool
+            .file()
+            .read_exact_at(one.io_all_mut(), no * pb as u64)?;
+        drop(permit);
         page.copy_from_slice(one.as_slice());
         let durable = self.wal().durable_lsn();
-        if check_page(page, no, &self.pool_db_id()?, durable).is_ok() {
+        if check_page(page, no, &counts.db_id, durable).is_ok() {
             counts.reread += 1;
             return Ok(());
         }
@@ -517,9 +541,8 @@ impl<S: Storage> Inner<S> {
         for n in first..=last {
             let name = segment_file_name(n);
             let src_path = self.wal().dir().join(&name);
-            if n == last && !self.storage.exists(&src_path) {
+            if n == last && !self.storage.exists(&src_path) && layout.segment_start(n) == end {
                 // The log ends exactly where segment `n` would begin.
-                assert_eq!(layout.segment_start(n), end, "the last segment is there");
                 break;
             }
             // Bytes of the segment file that hold log before `end`.
@@ -624,7 +647,10 @@ mod tests {
         let pb = inner.pool.page_bytes();
         // Ten small keys: the root leaf is page 1, the only tree page.
         let no = 1u64;
-        let mut counts = PageCounts::default();
+        let mut counts = PageCounts {
+            db_id: inner.pool_db_id().expect("id"),
+            ..PageCounts::default()
+        };
         let mut torn = vec![0xABu8; pb];
         inner
             .check_copied(no, &mut torn, redo, &mut counts)

@@ -73,12 +73,13 @@ pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result
         storage.exists(&control_path),
         "an open database has CONTROL"
     );
-    let control = read_control(&storage, path, &control_path)?;
+    let (control, backup_end) = read_control(&storage, path, &control_path)?;
     let c = control.current();
     let sched = Arc::new(Scheduler::new(opts.io_scheduler));
     let log = Arc::new(EngineLog::replaying(c.redo_lsn));
     let (pool, aio) = open_pool(&storage, path, &opts, &c, &log, &sched)?;
-    let reached = check_data_head(&pool, &c)?;
+    // A backup's log must reach its end, whatever its page 0 says.
+    let reached = check_data_head(&pool, &c)?.max(backup_end);
     let (storage, wal_opts) = wal_options(&storage, path, &opts, &c, reached, &sched)?;
     let wal_sync = wal_opts.sync;
     let recovered = recovery::recover(&storage, &pool, &log, wal_opts, &c)?;
@@ -128,32 +129,35 @@ pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result
 }
 
 /// Opens `CONTROL`; refuses a backup's copy that was never completed (its
-/// marker is written last; its first checkpoint makes it a database).
+/// marker is written last; its first checkpoint makes it a database) or an
+/// incremental one alone. Returns it with, for a backup, the end its log
+/// must reach (zero otherwise).
 fn read_control<S: Storage>(
     storage: &S,
     path: &Path,
     control_path: &Path,
-) -> Result<ControlFile<S>> {
+) -> Result<(ControlFile<S>, Lsn)> {
     let control = ControlFile::open(storage, control_path)?;
     let c = control.current();
     assert!(
         page::PAGE_SIZES.contains(&c.page_bytes),
         "CONTROL's page size is checked"
     );
-    if c.flags & crate::format::control::FLAG_BACKUP != 0 {
-        let m = crate::backup::complete_manifest(storage, path)?;
-        if let Some(parent) = m.parent_id {
-            return Err(Error::BackupChain {
-                path: path.to_path_buf(),
-                detail: format!(
-                    "it is an incremental backup (of backup {parent}) and holds only the pages \
-                     changed since; restore it with its chain (restore_backup_chain) and open \
-                     the result"
-                ),
-            });
-        }
+    if c.flags & crate::format::control::FLAG_BACKUP == 0 {
+        return Ok((control, Lsn::ZERO));
     }
-    Ok(control)
+    let m = crate::backup::complete_manifest(storage, path)?;
+    if let Some(parent) = &m.parent_id {
+        return Err(Error::BackupChain {
+            path: path.to_path_buf(),
+            detail: format!(
+                "it is an incremental backup (of backup {parent}) and holds only the pages \
+                 changed since; restore it with its chain (restore_backup_chain) and open \
+                 the result"
+            ),
+        });
+    }
+    Ok((control, m.end()))
 }
 
 /// Looks at `path` before writing anything (a refused open leaves no
