@@ -74,22 +74,35 @@ pub fn backup(args: BackupArgs) -> Result<()> {
     };
     let db =
         Database::open(&args.src, opts).with_context(|| format!("open {}", args.src.display()))?;
-    let report = db
-        .backup(
-            &args.dest,
-            &BackupOptions {
-                rate_bytes: args.rate,
-                fast_checkpoint: args.fast_checkpoint,
-                incremental_from: args.incremental_from.clone(),
-            },
+    let opts = BackupOptions {
+        rate_bytes: args.rate,
+        fast_checkpoint: args.fast_checkpoint,
+        incremental_from: args.incremental_from.clone(),
+    };
+    let report = std::thread::scope(|s| {
+        let running = s.spawn(|| db.backup(&args.dest, &opts));
+        let bar = progress_bar(args.json);
+        while !running.is_finished() {
+            let p = db.stats().backup;
+            bar.set_length(p.pages_total.max(1));
+            bar.set_position(p.pages_done);
+            bar.set_message(format!("{} MiB written", p.bytes_copied >> 20));
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        bar.finish_and_clear();
+        running.join().unwrap_or_else(|_| {
+            Err(directkv::Error::InvalidArgument(
+                "the backup panicked".into(),
+            ))
+        })
+    })
+    .with_context(|| {
+        format!(
+            "back up {} into {}",
+            args.src.display(),
+            args.dest.display()
         )
-        .with_context(|| {
-            format!(
-                "back up {} into {}",
-                args.src.display(),
-                args.dest.display()
-            )
-        })?;
+    })?;
     db.close().context("close")?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -121,6 +134,21 @@ pub fn backup(args: BackupArgs) -> Result<()> {
         report.start_lsn, report.end_lsn, report.pages_reread, report.pages_covered_by_log
     );
     Ok(())
+}
+
+/// A bar of pages read, on a terminal and without `--json`.
+fn progress_bar(json: bool) -> indicatif::ProgressBar {
+    use std::io::IsTerminal;
+    if json || !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(1);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("backup [{bar:40}] {pos}/{len} pages, {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    bar
 }
 
 pub fn verify(args: VerifyArgs) -> Result<()> {

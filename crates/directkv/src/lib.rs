@@ -137,10 +137,10 @@ pub use backup::{
 };
 pub use buffer::{PoolStats, WritesByCause};
 pub use db::{
-    CheckReport, Database, Durability, FileAccess, Isolation, Options, RangeIter, ReadTxn,
-    RecoveryStats, SnapshotStats, StallHistograms, Stalls, Stats, TxnStats, WriteOptions, WriteTxn,
-    STATS_FILE, TRANSACTION_ATTEMPTS_MAX, VERSION_STORE_BYTES_MIN, VERSION_STORE_CACHE_FRACTION,
-    WAL_BUFFERS_INCLUDED_FROM, WAL_HARD_LIMIT_FACTOR,
+    BackupProgress, CheckReport, Database, Durability, FileAccess, Isolation, Options, RangeIter,
+    ReadTxn, RecoveryStats, SnapshotStats, StallHistograms, Stalls, Stats, TxnStats, WriteOptions,
+    WriteTxn, STATS_FILE, TRANSACTION_ATTEMPTS_MAX, VERSION_STORE_BYTES_MIN,
+    VERSION_STORE_CACHE_FRACTION, WAL_BUFFERS_INCLUDED_FROM, WAL_HARD_LIMIT_FACTOR,
 };
 pub use error::{Error, IoOp, Result};
 pub use io::{AioBackend, AioOptions, AioStats, DirectIo, IoPath, SyncMethod, SyncVariant};

@@ -150,7 +150,20 @@ fn backup_under_load_restores_a_consistent_state() {
             ..BackupOptions::default()
         };
         let checkpoints = db.stats().checkpoints;
-        let report = db.backup(&dest, &opts).expect("backup");
+        // Progress is visible while the backup runs.
+        let (report, running_seen) = std::thread::scope(|s| {
+            let watcher = s.spawn(|| {
+                let mut seen = 0;
+                while db.stats().backups == 0 {
+                    seen = seen.max(db.stats().backup.running);
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                seen
+            });
+            let report = db.backup(&dest, &opts).expect("backup");
+            (report, watcher.join().expect("watcher"))
+        });
+        assert_eq!(running_seen, 1, "stats().backup showed the backup running");
         // Checkpoints ran while the backup did (besides its own): without
         // its pin, each would have recycled log it still had to copy.
         let checkpoints = db.stats().checkpoints - checkpoints;
@@ -384,6 +397,12 @@ fn backup_destinations_are_checked() {
         )
         .expect("an empty directory will do");
     assert_eq!(db.stats().backups, 1);
+    let p = db.stats().backup;
+    assert_eq!(p.running, 0, "{p:?}");
+    assert!(
+        p.pages_total > 0 && p.pages_done == p.pages_total && p.bytes_copied > 0,
+        "{p:?}"
+    );
     verify_backup(&empty).expect("verifies");
     assert_eq!(report.pages_covered_by_log, 0);
 }

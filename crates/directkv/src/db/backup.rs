@@ -69,6 +69,26 @@ impl<S: Storage> Drop for LogPin<'_, S> {
     }
 }
 
+/// Counts a running backup in `stats().backup` while it lives.
+struct Running<'a>(&'a super::stats::Counters);
+
+impl<'a> Running<'a> {
+    fn start(c: &'a super::stats::Counters, pages: u64) -> Running<'a> {
+        c.backup_pages_total.store(pages, Ordering::Relaxed);
+        c.backup_pages_done.store(0, Ordering::Relaxed);
+        c.backup_bytes.store(0, Ordering::Relaxed);
+        c.backup_running.fetch_add(1, Ordering::AcqRel);
+        Running(c)
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        let before = self.0.backup_running.fetch_sub(1, Ordering::AcqRel);
+        assert!(before > 0, "a running backup was counted");
+    }
+}
+
 /// How the pages were found while copying.
 #[derive(Default)]
 struct PageCounts {
@@ -132,6 +152,7 @@ impl<S: Storage> Inner<S> {
         let wal_dest = dest.join(WAL_DIR_NAME);
         self.storage.create_dirs(&wal_dest, Permissions::Private)?;
         let (cp, _pin) = self.backup_start(opts)?;
+        let _running = Running::start(&self.counters, cp.meta.page_count - 1);
         let since = parent.as_ref().map(Manifest::start);
         // The rate counts from the copy's start, not the checkpoint's.
         let mut pace = Pace {
@@ -440,6 +461,10 @@ impl<S: Storage> Inner<S> {
                 let _permit = self.sched.admit(IoClass::Backup, (kept * pb) as u64);
                 sink.append(buf, kept * pb)?;
             }
+            let c = &self.counters;
+            c.backup_pages_done.fetch_add(k, Ordering::Relaxed);
+            c.backup_bytes
+                .fetch_add((kept * pb) as u64, Ordering::Relaxed);
             pace.moved(bytes);
             no += k;
         }
@@ -573,6 +598,9 @@ impl<S: Storage> Inner<S> {
                     sink.append(buf, n_bytes)?;
                 }
                 pace.moved(read);
+                self.counters
+                    .backup_bytes
+                    .fetch_add(n_bytes as u64, Ordering::Relaxed);
                 at += n_bytes as u64;
             }
             let (len, crc) = sink.finish()?;

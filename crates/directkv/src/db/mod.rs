@@ -46,7 +46,7 @@ pub use options::{
     VERSION_STORE_CACHE_FRACTION, WAL_BUFFERS_INCLUDED_FROM,
 };
 pub use stats::TxnStats;
-pub use stats::{RecoveryStats, StallHistograms, Stalls, Stats, STATS_FILE};
+pub use stats::{BackupProgress, RecoveryStats, StallHistograms, Stalls, Stats, STATS_FILE};
 pub use txn::{RangeIter, ReadTxn};
 pub use versions::SnapshotStats;
 pub use write::WriteTxn;

@@ -34,6 +34,11 @@ pub(super) struct Counters {
     pub(super) commits: AtomicU64,
     pub(super) checkpoints: AtomicU64,
     pub(super) backups: AtomicU64,
+    /// The running backup's progress (see [`BackupProgress`]).
+    pub(super) backup_running: AtomicU64,
+    pub(super) backup_pages_total: AtomicU64,
+    pub(super) backup_pages_done: AtomicU64,
+    pub(super) backup_bytes: AtomicU64,
     pub(super) full_images: AtomicU64,
     pub(super) full_image_bytes: AtomicU64,
     pub(super) page_record_bytes: AtomicU64,
@@ -158,6 +163,19 @@ pub struct TxnStats {
     pub commit_section_us: u64,
 }
 
+/// How far the running backup is ([`Database::backup`](super::Database::backup)).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct BackupProgress {
+    /// Backups running now.
+    pub running: u64,
+    /// Pages of the data file the latest one reads.
+    pub pages_total: u64,
+    /// Pages it has read and checked.
+    pub pages_done: u64,
+    /// Bytes it has written (pages and log).
+    pub bytes_copied: u64,
+}
+
 /// What `Database::stats` reports.
 #[derive(Debug, Clone, Serialize)]
 pub struct Stats {
@@ -185,6 +203,8 @@ pub struct Stats {
     pub checkpoints: u64,
     /// Completed backups ([`Database::backup`](super::Database::backup)).
     pub backups: u64,
+    /// The progress of a running backup (the latest started, if several).
+    pub backup: BackupProgress,
     /// Whether a checkpoint is running now.
     pub checkpoint_running: bool,
     /// WAL bytes since the last checkpoint's redo point: what recovery would
@@ -368,6 +388,12 @@ impl<S: Storage> Inner<S> {
             commits: c.commits.load(Ordering::Relaxed),
             checkpoints: c.checkpoints.load(Ordering::Relaxed),
             backups: c.backups.load(Ordering::Relaxed),
+            backup: BackupProgress {
+                running: c.backup_running.load(Ordering::Relaxed),
+                pages_total: c.backup_pages_total.load(Ordering::Relaxed),
+                pages_done: c.backup_pages_done.load(Ordering::Relaxed),
+                bytes_copied: c.backup_bytes.load(Ordering::Relaxed),
+            },
             checkpoint_running: self.checkpointing.try_lock().is_err(),
             wal_since_redo_bytes: self.wal_since_checkpoint(),
             full_page_images: c.full_images.load(Ordering::Relaxed),
