@@ -79,24 +79,7 @@ pub fn backup(args: BackupArgs) -> Result<()> {
         fast_checkpoint: args.fast_checkpoint,
         incremental_from: args.incremental_from.clone(),
     };
-    let report = std::thread::scope(|s| {
-        let running = s.spawn(|| db.backup(&args.dest, &opts));
-        let bar = progress_bar(args.json);
-        while !running.is_finished() {
-            let p = db.stats().backup;
-            bar.set_length(p.pages_total.max(1));
-            bar.set_position(p.pages_done);
-            bar.set_message(format!("{} MiB written", p.bytes_copied >> 20));
-            std::thread::sleep(std::time::Duration::from_millis(200));
-        }
-        bar.finish_and_clear();
-        running.join().unwrap_or_else(|_| {
-            Err(directkv::Error::InvalidArgument(
-                "the backup panicked".into(),
-            ))
-        })
-    })
-    .with_context(|| {
+    let report = with_progress(&db, &args.dest, &opts, args.json).with_context(|| {
         format!(
             "back up {} into {}",
             args.src.display(),
@@ -134,6 +117,32 @@ pub fn backup(args: BackupArgs) -> Result<()> {
         report.start_lsn, report.end_lsn, report.pages_reread, report.pages_covered_by_log
     );
     Ok(())
+}
+
+/// Runs the backup while a bar follows `stats().backup`.
+fn with_progress(
+    db: &Database,
+    dest: &std::path::Path,
+    opts: &BackupOptions,
+    json: bool,
+) -> directkv::Result<directkv::BackupReport> {
+    std::thread::scope(|s| {
+        let running = s.spawn(|| db.backup(dest, opts));
+        let bar = progress_bar(json);
+        while !running.is_finished() {
+            let p = db.stats().backup;
+            bar.set_length(p.pages_total.max(1));
+            bar.set_position(p.pages_done);
+            bar.set_message(format!("{} MiB written", p.bytes_copied >> 20));
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        bar.finish_and_clear();
+        running.join().unwrap_or_else(|_| {
+            Err(directkv::Error::InvalidArgument(
+                "the backup panicked".into(),
+            ))
+        })
+    })
 }
 
 /// A bar of pages read, on a terminal and without `--json`.
