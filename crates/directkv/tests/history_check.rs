@@ -543,6 +543,7 @@ fn run_write(db: &Database, isolation: Isolation, id: u64, ops: &[Op]) -> DbResu
     let opts = WriteOptions {
         isolation,
         lock_timeout: LOCK_TIMEOUT,
+        ..WriteOptions::default()
     };
     let mut live = Live::new(Handle::Write(db.begin_write_with(&opts)?), id);
     for op in ops {
@@ -1224,6 +1225,7 @@ fn doctors_in_turn(db: &Database, isolation: Isolation, round: u32) -> [DbResult
     let opts = WriteOptions {
         isolation,
         lock_timeout: LOCK_TIMEOUT,
+        ..WriteOptions::default()
     };
     let mut a = db.begin_write_with(&opts).expect("begin doctor x");
     let mut b = db.begin_write_with(&opts).expect("begin doctor y");
@@ -1246,6 +1248,7 @@ fn doctors_at_once(db: &Database, isolation: Isolation) -> Vec<DbResult<()>> {
     let opts = WriteOptions {
         isolation,
         lock_timeout: LOCK_TIMEOUT,
+        ..WriteOptions::default()
     };
     let barrier = Barrier::new(2);
     std::thread::scope(|s| {

@@ -182,6 +182,11 @@ pub struct WriteOptions {
     /// How long it waits for a row lock before
     /// [`Error::LockTimeout`](crate::Error::LockTimeout) (default 10 s).
     pub lock_timeout: std::time::Duration,
+    /// Whether its commit waits for durability; `None` (the default) takes
+    /// [`Options::durability`]. A commit that does not wait is made durable
+    /// by the next one that does, or by a flush: the log is one sequence, so
+    /// a durable commit carries every commit before it.
+    pub durability: Option<Durability>,
 }
 
 impl Default for WriteOptions {
@@ -189,6 +194,7 @@ impl Default for WriteOptions {
         WriteOptions {
             isolation: Isolation::Serializable,
             lock_timeout: std::time::Duration::from_secs(10),
+            durability: None,
         }
     }
 }

@@ -322,7 +322,8 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
         }
     }
 
-    /// Makes the transaction's writes durable (under `Durability::Sync`) and
+    /// Makes the transaction's writes durable (under `Durability::Sync`, from
+    /// [`WriteOptions::durability`] or else `Options::durability`) and
     /// visible, all or nothing, if it validates (see the module docs).
     ///
     /// # Errors
@@ -356,7 +357,8 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
             Err(e) if e.is_retryable() => return Err(e),
             r => self.inner.health.observe(r)?,
         };
-        if self.inner.opts.durability == Durability::Sync {
+        let durability = self.opts.durability.unwrap_or(self.inner.opts.durability);
+        if durability == Durability::Sync {
             let t = Instant::now();
             self.inner
                 .health

@@ -620,6 +620,7 @@ fn begin_logical<'db, S: Storage>(
         // One thread runs every logical one: a key another holds is
         // skipped, never waited for.
         lock_timeout: std::time::Duration::ZERO,
+        durability: None,
     };
     let w = db.begin_write_with(&opts).ok()?;
     let mut plan = random_txn(rng, n);
