@@ -1,0 +1,92 @@
+//! directkv as the storage of an [openraft](https://docs.rs/openraft/0.9)
+//! node: the Raft log, the vote, the committed and purged log ids, and a
+//! replicated key-value state machine, all in one directkv database.
+//!
+//! - [`LogStore`] implements `RaftLogStorage`: entries keyed by index in
+//!   big-endian order; [`append`](openraft::storage::RaftLogStorage::append)
+//!   reports entries flushed only after its commit is durable (the engine's
+//!   group commit); truncate and purge delete in bounded transactions,
+//!   from the end and from the start, so the log stays contiguous at
+//!   every crash point.
+//! - [`StateMachine`] implements `RaftStateMachine`: puts, deletes and
+//!   compare-and-sets ([`Request`]), whose last applied log id and
+//!   membership commit in the same transaction as the entries they apply,
+//!   so a crash never applies an entry twice or skips one. Snapshots are
+//!   built from one snapshot read while entries keep being applied, carry
+//!   a CRC32C, and installing one replaces the state in one commit.
+//!
+//! [`open`] opens a database and returns the two halves; docs/raft.md
+//! describes the layout and the durability argument.
+//!
+//! ```no_run
+//! # fn main() -> Result<(), directkv_raft::Error> {
+//! let (log, sm) = directkv_raft::open("/var/lib/node1", directkv::Options::default())?;
+//! let reader = sm.reader();
+//! // `directkv_raft::Raft::new(id, config, network, log, sm)` then runs the
+//! // node; a read served after `raft.ensure_linearizable()` uses `reader`.
+//! println!("{:?}", reader.get(b"key")?);
+//! # drop(log);
+//! # Ok(()) }
+//! ```
+
+mod codec;
+mod keys;
+mod log_store;
+mod snapshot;
+mod state_machine;
+mod store;
+
+// The snapshot type `declare_raft_types!` names by default.
+use std::io::Cursor;
+use std::path::Path;
+
+pub use codec::{DecodeError, Entry, Request, Response, KEY_MAX, VALUE_MAX};
+pub use log_store::LogStore;
+pub use state_machine::{KvReader, SnapshotBuilder, StateMachine};
+
+openraft::declare_raft_types!(
+    /// The Raft types of a directkv-backed node: [`Request`] in,
+    /// [`Response`] out, `u64` node ids, [`openraft::BasicNode`] addresses,
+    /// snapshots as bytes in memory.
+    pub TypeConfig:
+        D = Request,
+        R = Response,
+);
+
+/// A node's id.
+pub type NodeId = u64;
+
+/// A Raft node over this storage.
+pub type Raft = openraft::Raft<TypeConfig>;
+
+/// What can go wrong below openraft.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The database failed.
+    #[error(transparent)]
+    Database(#[from] directkv::Error),
+    /// A stored record does not decode.
+    #[error(transparent)]
+    Decode(#[from] DecodeError),
+    /// A snapshot's bytes are damaged or do not match their metadata.
+    #[error("bad snapshot: {0}")]
+    Snapshot(String),
+}
+
+/// Opens (or creates) the database at `path` and returns the node's log
+/// store and state machine, which share it. Finishes what a crash
+/// interrupted: a purge of the log, a snapshot install (data of a
+/// generation not current), a snapshot being stored.
+///
+/// # Errors
+/// As [`directkv::Database::open`]; [`Error::Decode`] for a damaged record.
+pub fn open(
+    path: impl AsRef<Path>,
+    options: directkv::Options,
+) -> Result<(LogStore, StateMachine), Error> {
+    let cache_bytes = options.cache_bytes;
+    let db = store::Store::new(directkv::Database::open(path, options)?, cache_bytes);
+    let log = LogStore::load(db.clone())?;
+    let sm = StateMachine::load(db)?;
+    Ok((log, sm))
+}

@@ -1,0 +1,275 @@
+//! The Raft log, vote, committed and purged log ids in the database.
+//!
+//! Appends commit durably before openraft hears they are flushed; the vote
+//! commits durably before `save_vote` returns. A truncation deletes from
+//! the log's end down and a purge from its start up, each in bounded
+//! transactions, so a crash part way leaves the log contiguous; a purge
+//! records its log id first, in its first transaction, and the next open
+//! finishes it.
+
+use std::fmt::Debug;
+use std::ops::{Bound, RangeBounds};
+
+use openraft::storage::{LogFlushed, RaftLogStorage};
+use openraft::{
+    ErrorSubject, ErrorVerb, LogId, LogState, OptionalSend, RaftLogReader, StorageError, Vote,
+};
+
+use crate::codec::{decode_entry, encode_entry, entry_log_id};
+use crate::store::{blocking, delete_range, durable, from_json, lazy, put_json, runs, Db};
+use crate::{keys, Entry, Error, NodeId, TypeConfig};
+
+/// The log half of a node's storage (and its reader: a clone).
+#[derive(Clone)]
+pub struct LogStore {
+    db: Db,
+}
+
+impl LogStore {
+    /// The log store over `db`, finishing a purge a crash interrupted.
+    pub(crate) fn load(db: Db) -> Result<Self, Error> {
+        let purged: Option<LogId<NodeId>> =
+            from_json(db.begin_read()?.get(keys::PURGED)?, "purged log id")?;
+        if let Some(p) = purged {
+            delete_range(&db, &keys::log(0), &log_key_after(p.index), false, false)?;
+        }
+        Ok(LogStore { db })
+    }
+
+    /// The database this log lives in.
+    pub fn database(&self) -> &directkv::Database {
+        &self.db
+    }
+
+    fn state(&self) -> Result<LogState<TypeConfig>, Error> {
+        let r = self.db.begin_read()?;
+        let purged: Option<LogId<NodeId>> = from_json(r.get(keys::PURGED)?, "purged log id")?;
+        let last = match r
+            .range(keys::log(0).as_slice()..keys::log_end().as_slice())
+            .next_back()
+        {
+            Some(kv) => Some(entry_log_id(&kv?.1)?),
+            None => None,
+        };
+        // A log purged to its end keeps its last id in the purge record.
+        let last = match (last, purged) {
+            (Some(l), Some(p)) if p.index > l.index => Some(p),
+            (l, p) => l.or(p),
+        };
+        assert!(
+            purged.is_none() || last >= purged,
+            "the log does not end before its purge point"
+        );
+        Ok(LogState {
+            last_purged_log_id: purged,
+            last_log_id: last,
+        })
+    }
+
+    fn entries(&self, lo: Bound<u64>, hi: Bound<u64>) -> Result<Vec<Entry>, Error> {
+        let lo = match lo {
+            Bound::Included(i) => Bound::Included(keys::log(i).to_vec()),
+            Bound::Excluded(i) => Bound::Excluded(keys::log(i).to_vec()),
+            Bound::Unbounded => Bound::Included(keys::log(0).to_vec()),
+        };
+        let hi = match hi {
+            Bound::Included(i) => Bound::Included(keys::log(i).to_vec()),
+            Bound::Excluded(i) => Bound::Excluded(keys::log(i).to_vec()),
+            Bound::Unbounded => Bound::Excluded(keys::log_end().to_vec()),
+        };
+        let r = self.db.begin_read()?;
+        let mut out = Vec::new();
+        for kv in r.range((as_slice(&lo), as_slice(&hi))) {
+            let (k, v) = kv?;
+            let e = decode_entry(&v)?;
+            assert_eq!(
+                keys::log_index(&k),
+                Some(e.log_id.index),
+                "an entry is stored under its own index"
+            );
+            out.push(e);
+        }
+        assert!(
+            out.windows(2)
+                .all(|w| w[0].log_id.index < w[1].log_id.index),
+            "entries read come in index order"
+        );
+        Ok(out)
+    }
+
+    /// Writes `entries` in index order, in transactions of at most
+    /// `batch_bytes`; only the last waits for the log (and carries the
+    /// others). A crash part way keeps a prefix of them: a log that is
+    /// still contiguous, and none of them was reported flushed.
+    fn append_now(&self, entries: &[Entry]) -> Result<(), Error> {
+        let encoded: Vec<_> = entries
+            .iter()
+            .map(|e| (keys::log(e.log_id.index), encode_entry(e)))
+            .collect();
+        assert!(
+            entries
+                .windows(2)
+                .all(|w| w[0].log_id.index + 1 == w[1].log_id.index),
+            "appended entries are consecutive"
+        );
+        let mut batches =
+            runs(&encoded, self.db.batch_bytes, |(k, v)| k.len() + v.len()).peekable();
+        while let Some(batch) = batches.next() {
+            let opts = if batches.peek().is_none() {
+                durable()
+            } else {
+                lazy()
+            };
+            self.db.transaction(&opts, |w| {
+                for (k, v) in batch {
+                    w.put(k, v)?;
+                }
+                Ok(())
+            })?;
+        }
+        Ok(())
+    }
+
+    fn purge_now(&self, upto: LogId<NodeId>) -> Result<(), Error> {
+        // The record first: a crash after it leaves entries the next open
+        // deletes, never a log whose start is unknown.
+        let before: Option<LogId<NodeId>> =
+            from_json(self.db.begin_read()?.get(keys::PURGED)?, "purged log id")?;
+        assert!(
+            before.is_none_or(|b| b.index <= upto.index),
+            "a purge only moves the log's start forward: {upto} after {before:?}"
+        );
+        self.db
+            .transaction(&lazy(), |w| put_json(w, keys::PURGED, &upto))?;
+        delete_range(
+            &self.db,
+            &keys::log(0),
+            &log_key_after(upto.index),
+            false,
+            false,
+        )?;
+        Ok(())
+    }
+}
+
+/// The first log key past index `i`.
+fn log_key_after(i: u64) -> Vec<u8> {
+    match i.checked_add(1) {
+        Some(next) => keys::log(next).to_vec(),
+        None => keys::log_end().to_vec(),
+    }
+}
+
+fn as_slice(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
+    match b {
+        Bound::Included(v) => Bound::Included(v.as_slice()),
+        Bound::Excluded(v) => Bound::Excluded(v.as_slice()),
+        Bound::Unbounded => Bound::Unbounded,
+    }
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry>, StorageError<NodeId>> {
+        let me = self.clone();
+        let (lo, hi) = (range.start_bound().cloned(), range.end_bound().cloned());
+        blocking(ErrorSubject::Logs, ErrorVerb::Read, move || {
+            me.entries(lo, hi)
+        })
+        .await
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = LogStore;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError<NodeId>> {
+        let me = self.clone();
+        blocking(ErrorSubject::Logs, ErrorVerb::Read, move || me.state()).await
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError<NodeId>> {
+        let (db, vote) = (self.db.clone(), *vote);
+        blocking(ErrorSubject::Vote, ErrorVerb::Write, move || {
+            Ok(db.transaction(&durable(), |w| put_json(w, keys::VOTE, &vote))?)
+        })
+        .await
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, StorageError<NodeId>> {
+        let db = self.db.clone();
+        blocking(ErrorSubject::Vote, ErrorVerb::Read, move || {
+            from_json(db.begin_read()?.get(keys::VOTE)?, "vote")
+        })
+        .await
+    }
+
+    async fn save_committed(
+        &mut self,
+        committed: Option<LogId<NodeId>>,
+    ) -> Result<(), StorageError<NodeId>> {
+        let db = self.db.clone();
+        // Lost in a crash, it only means re-applying from an older id: the
+        // state machine's applied id is what counts.
+        blocking(ErrorSubject::Store, ErrorVerb::Write, move || {
+            Ok(db.transaction(&lazy(), |w| put_json(w, keys::COMMITTED, &committed))?)
+        })
+        .await
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId<NodeId>>, StorageError<NodeId>> {
+        let db = self.db.clone();
+        blocking(ErrorSubject::Store, ErrorVerb::Read, move || {
+            let c: Option<Option<LogId<NodeId>>> =
+                from_json(db.begin_read()?.get(keys::COMMITTED)?, "committed log id")?;
+            Ok(c.flatten())
+        })
+        .await
+    }
+
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: LogFlushed<TypeConfig>,
+    ) -> Result<(), StorageError<NodeId>>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let entries: Vec<Entry> = entries.into_iter().collect();
+        let me = self.clone();
+        let r = blocking(ErrorSubject::Logs, ErrorVerb::Write, move || {
+            me.append_now(&entries)
+        })
+        .await;
+        match &r {
+            Ok(()) => callback.log_io_completed(Ok(())),
+            Err(e) => callback.log_io_completed(Err(std::io::Error::other(e.to_string()))),
+        }
+        r
+    }
+
+    async fn truncate(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
+        let db = self.db.clone();
+        blocking(ErrorSubject::Logs, ErrorVerb::Delete, move || {
+            let lo = keys::log(log_id.index);
+            delete_range(&db, &lo, &keys::log_end(), true, true)?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn purge(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
+        let me = self.clone();
+        blocking(ErrorSubject::Logs, ErrorVerb::Delete, move || {
+            me.purge_now(log_id)
+        })
+        .await
+    }
+}

@@ -1,0 +1,469 @@
+//! The replicated key-value state machine.
+//!
+//! User data lives under a **generation** (`d` generation key). Applying a
+//! batch of entries is one transaction that changes the data and the
+//! applied state (`a`: last applied log id, membership, generation)
+//! together. Installing a snapshot writes its pairs under the next
+//! generation, where nothing reads them, then flips the applied state and
+//! the snapshot record in one durable commit, then deletes the old
+//! generation. Opening deletes the data of any other generation: what a
+//! crash in the middle of an install left.
+
+use std::io::Cursor;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use openraft::storage::RaftStateMachine;
+use openraft::{
+    BasicNode, EntryPayload, ErrorSubject, ErrorVerb, LogId, OptionalSend, RaftSnapshotBuilder,
+    Snapshot, StorageError, StoredMembership,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::snapshot::{self, Meta};
+use crate::store::{blocking, delete_range, durable, from_json, lazy, put_json, runs, Db};
+use crate::{keys, Entry, Error, NodeId, Request, Response, TypeConfig, KEY_MAX};
+
+/// How many times a snapshot build starts over when its read is given up
+/// (the version store filled while it read).
+const BUILD_ATTEMPTS: usize = 8;
+
+/// The applied state, stored under `a`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Applied {
+    /// The last entry applied.
+    pub(crate) last: Option<LogId<NodeId>>,
+    /// The last membership applied.
+    pub(crate) membership: StoredMembership<NodeId, BasicNode>,
+    /// The generation user data lives under.
+    pub(crate) generation: u64,
+}
+
+fn applied_in(r: &directkv::ReadTxn<'_>) -> Result<Applied, Error> {
+    Ok(from_json(r.get(keys::APPLIED)?, "applied state")?.unwrap_or_default())
+}
+
+/// What the state machine and its snapshot builders share.
+struct Shared {
+    db: Db,
+    /// Held while a snapshot is stored: one set of chunks at a time.
+    store_lock: Mutex<()>,
+    /// The sequence number of the next snapshot stored.
+    next_seq: AtomicU64,
+}
+
+impl Shared {
+    fn lock(&self) -> Result<MutexGuard<'_, ()>, Error> {
+        self.store_lock.lock().map_err(|_| {
+            Error::Snapshot("an earlier snapshot store panicked; reopen the database".into())
+        })
+    }
+
+    /// Stores `bytes` as the current snapshot, with `applied` in the same
+    /// commit when given (an install). A built snapshot older than the
+    /// current one is not stored. Returns whether it was.
+    fn store(&self, meta: &Meta, bytes: &[u8], applied: Option<&Applied>) -> Result<bool, Error> {
+        let _held = self.lock()?;
+        let current = snapshot::record(&self.db.begin_read()?)?;
+        if applied.is_none()
+            && current
+                .as_ref()
+                .is_some_and(|c| c.meta.last_log_id > meta.last_log_id)
+        {
+            return Ok(false);
+        }
+        let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
+        assert!(
+            current.as_ref().is_none_or(|c| c.seq < seq),
+            "snapshot sequence numbers only grow"
+        );
+        let stored = snapshot::write_chunks(&self.db, meta, seq, bytes)?;
+        self.db.transaction(&durable(), |w| {
+            put_json(w, keys::SNAPSHOT, &stored)?;
+            match applied {
+                Some(a) => put_json(w, keys::APPLIED, a),
+                None => Ok(()),
+            }
+        })?;
+        snapshot::delete_other_chunks(&self.db, Some(seq))?;
+        Ok(true)
+    }
+}
+
+/// The state-machine half of a node's storage.
+pub struct StateMachine {
+    applied: Applied,
+    shared: Arc<Shared>,
+}
+
+impl StateMachine {
+    /// The state machine over `db`, deleting what a crash left of an
+    /// install or of a snapshot being stored.
+    pub(crate) fn load(db: Db) -> Result<Self, Error> {
+        let r = db.begin_read()?;
+        let applied = applied_in(&r)?;
+        let stored = snapshot::record(&r)?;
+        drop(r);
+        let g = applied.generation;
+        delete_range(&db, keys::DATA_ANY, &keys::data_prefix(g), false, false)?;
+        let end = [keys::DATA_ANY[0] + 1];
+        let after = g.checked_add(1).map(keys::data_prefix);
+        if let Some(after) = after {
+            delete_range(&db, &after, &end, false, false)?;
+        }
+        snapshot::delete_other_chunks(&db, stored.as_ref().map(|s| s.seq))?;
+        let next_seq = stored.map_or(0, |s| s.seq + 1);
+        Ok(StateMachine {
+            applied,
+            shared: Arc::new(Shared {
+                db,
+                store_lock: Mutex::new(()),
+                next_seq: AtomicU64::new(next_seq),
+            }),
+        })
+    }
+
+    /// A reader of the applied state, for serving reads (after
+    /// `Raft::ensure_linearizable` for linearizable ones).
+    pub fn reader(&self) -> KvReader {
+        KvReader {
+            db: self.shared.db.clone(),
+        }
+    }
+
+    /// The database this state machine lives in.
+    pub fn database(&self) -> &directkv::Database {
+        &self.shared.db
+    }
+
+    /// Applies `entries` in transactions of about `batch_bytes` each; each
+    /// commits its entries' effects with the applied state they reach.
+    fn apply_now(
+        db: &Db,
+        base: &Applied,
+        entries: &[Entry],
+    ) -> Result<(Vec<Response>, Applied), Error> {
+        let mut applied = base.clone();
+        let mut out = Vec::with_capacity(entries.len());
+        for run in runs(entries, db.batch_bytes, entry_bytes) {
+            let (responses, next) = db.transaction(&lazy(), |w| apply_run(w, &applied, run))?;
+            out.extend(responses);
+            applied = next;
+        }
+        assert_eq!(out.len(), entries.len(), "one response per entry");
+        Ok((out, applied))
+    }
+
+    fn install_now(
+        shared: &Shared,
+        base: &Applied,
+        meta: &Meta,
+        bytes: &[u8],
+    ) -> Result<Applied, Error> {
+        let parsed = snapshot::parse(bytes)?;
+        if parsed.meta.last_log_id != meta.last_log_id
+            || parsed.meta.last_membership != meta.last_membership
+        {
+            return Err(Error::Snapshot(format!(
+                "its bytes are of {} but it is installed as {}",
+                parsed.meta, meta
+            )));
+        }
+        if let Some((k, _)) = parsed.pairs.iter().find(|(k, _)| k.len() > KEY_MAX) {
+            return Err(Error::Snapshot(format!("a key of {} bytes", k.len())));
+        }
+        let generation = base.generation + 1;
+        write_pairs(&shared.db, generation, &parsed.pairs)?;
+        let applied = Applied {
+            last: meta.last_log_id,
+            membership: meta.last_membership.clone(),
+            generation,
+        };
+        assert_eq!(
+            applied.generation,
+            base.generation + 1,
+            "an install moves to the next generation"
+        );
+        let stored = shared.store(meta, bytes, Some(&applied))?;
+        assert!(stored, "an install always stores its snapshot");
+        delete_range(
+            &shared.db,
+            &keys::data_prefix(base.generation),
+            &keys::data_prefix(generation),
+            false,
+            false,
+        )?;
+        Ok(applied)
+    }
+}
+
+/// About what applying `e` writes.
+fn entry_bytes(e: &Entry) -> usize {
+    match &e.payload {
+        EntryPayload::Normal(Request::Put { key, value }) => key.len() + value.len(),
+        EntryPayload::Normal(Request::CompareAndSet { key, new, .. }) => {
+            key.len() + new.as_ref().map_or(0, Vec::len)
+        }
+        EntryPayload::Normal(Request::Delete { key }) => key.len(),
+        EntryPayload::Blank | EntryPayload::Membership(_) => 0,
+    }
+}
+
+/// Applies `run` in `w` on top of `base` and records the applied state it
+/// reaches; returns the responses and that state.
+fn apply_run(
+    w: &mut directkv::WriteTxn<'_>,
+    base: &Applied,
+    run: &[Entry],
+) -> directkv::Result<(Vec<Response>, Applied)> {
+    let mut next = base.clone();
+    let mut out = Vec::with_capacity(run.len());
+    for e in run {
+        assert!(
+            next.last.is_none_or(|l| l.index < e.log_id.index),
+            "entries apply in log order, each once: {:?} after {:?}",
+            e.log_id,
+            next.last
+        );
+        next.last = Some(e.log_id);
+        out.push(match &e.payload {
+            EntryPayload::Blank => Response::Nothing,
+            EntryPayload::Normal(req) => execute(w, next.generation, req)?,
+            EntryPayload::Membership(m) => {
+                next.membership = StoredMembership::new(Some(e.log_id), m.clone());
+                Response::Nothing
+            }
+        });
+    }
+    put_json(w, keys::APPLIED, &next)?;
+    Ok((out, next))
+}
+
+/// Runs one command in `w` against data generation `generation`.
+fn execute(
+    w: &mut directkv::WriteTxn<'_>,
+    generation: u64,
+    req: &Request,
+) -> directkv::Result<Response> {
+    if let Err(reason) = req.check() {
+        return Ok(Response::Rejected { reason });
+    }
+    let key = keys::data(generation, req.key());
+    let current = w.get(&key)?;
+    Ok(match req {
+        Request::Put { value, .. } => {
+            w.put(&key, value)?;
+            Response::Done { previous: current }
+        }
+        Request::Delete { .. } => {
+            if current.is_some() {
+                w.delete(&key)?;
+            }
+            Response::Done { previous: current }
+        }
+        Request::CompareAndSet { expected, new, .. } if current == *expected => {
+            match new {
+                Some(v) => w.put(&key, v)?,
+                None if current.is_some() => w.delete(&key)?,
+                None => {}
+            }
+            Response::Done { previous: current }
+        }
+        Request::CompareAndSet { .. } => Response::Mismatch { current },
+    })
+}
+
+/// Writes a snapshot's pairs under `generation`, in bounded transactions
+/// that do not wait for the log (the install's flip does).
+fn write_pairs(db: &Db, generation: u64, pairs: &[(&[u8], &[u8])]) -> Result<(), Error> {
+    for batch in runs(pairs, db.batch_bytes, |(k, v)| k.len() + v.len()) {
+        db.transaction(&lazy(), |w| {
+            for (k, v) in batch {
+                w.put(&keys::data(generation, k), v)?;
+            }
+            Ok(())
+        })?;
+    }
+    Ok(())
+}
+
+/// Reads the applied state: the values every replica agrees on up to its
+/// last applied entry. Each call reads one snapshot of the database.
+#[derive(Clone)]
+pub struct KvReader {
+    db: Db,
+}
+
+impl KvReader {
+    /// The value of `key`.
+    ///
+    /// # Errors
+    /// Database errors; [`Error::Decode`] for a damaged applied state.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
+        let r = self.db.begin_read()?;
+        let a = applied_in(&r)?;
+        Ok(r.get(&keys::data(a.generation, key))?)
+    }
+
+    /// The last entry applied.
+    ///
+    /// # Errors
+    /// As [`get`](Self::get).
+    pub fn last_applied(&self) -> Result<Option<LogId<NodeId>>, Error> {
+        Ok(applied_in(&self.db.begin_read()?)?.last)
+    }
+
+    /// Every key and value, in key order, with the last entry applied: what
+    /// two replicas compare to agree.
+    ///
+    /// # Errors
+    /// As [`get`](Self::get).
+    #[allow(clippy::type_complexity)]
+    pub fn all(&self) -> Result<(Option<LogId<NodeId>>, Vec<(Vec<u8>, Vec<u8>)>), Error> {
+        let r = self.db.begin_read()?;
+        let a = applied_in(&r)?;
+        let mut out = Vec::new();
+        for kv in r.prefix(&keys::data_prefix(a.generation)) {
+            let (k, v) = kv?;
+            out.push((k[keys::DATA_PREFIX_BYTES..].to_vec(), v));
+        }
+        assert!(
+            out.windows(2).all(|w| w[0].0 < w[1].0),
+            "user keys come in order"
+        );
+        Ok((a.last, out))
+    }
+}
+
+/// Builds a snapshot from one snapshot read while entries keep being
+/// applied.
+pub struct SnapshotBuilder {
+    shared: Arc<Shared>,
+}
+
+impl SnapshotBuilder {
+    fn build_now(&self) -> Result<(Meta, Vec<u8>), Error> {
+        let mut attempt = 0;
+        loop {
+            match self.try_build() {
+                Err(Error::Database(e)) if e.is_retryable() && attempt + 1 < BUILD_ATTEMPTS => {
+                    attempt += 1;
+                }
+                Ok((meta, bytes)) => {
+                    self.shared.store(&meta, &bytes, None)?;
+                    return Ok((meta, bytes));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    fn try_build(&self) -> Result<(Meta, Vec<u8>), Error> {
+        let r = self.shared.db.begin_read()?;
+        let a = applied_in(&r)?;
+        // Unique: two builds at one log id get two ids.
+        let n = self.shared.next_seq.fetch_add(1, Ordering::Relaxed);
+        let id = match a.last {
+            Some(l) => format!("{}-{}-{n}", l.leader_id.term, l.index),
+            None => format!("empty-{n}"),
+        };
+        let meta = Meta {
+            last_log_id: a.last,
+            last_membership: a.membership,
+            snapshot_id: id,
+        };
+        let mut w = snapshot::Writer::new(&meta);
+        for kv in r.prefix(&keys::data_prefix(a.generation)) {
+            let (k, v) = kv?;
+            w.pair(&k[keys::DATA_PREFIX_BYTES..], &v);
+        }
+        Ok((meta, w.finish()))
+    }
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
+        let me = SnapshotBuilder {
+            shared: self.shared.clone(),
+        };
+        let (meta, bytes) = blocking(ErrorSubject::Snapshot(None), ErrorVerb::Write, move || {
+            me.build_now()
+        })
+        .await?;
+        Ok(Snapshot {
+            meta,
+            snapshot: Box::new(Cursor::new(bytes)),
+        })
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachine {
+    type SnapshotBuilder = SnapshotBuilder;
+
+    async fn applied_state(
+        &mut self,
+    ) -> Result<(Option<LogId<NodeId>>, StoredMembership<NodeId, BasicNode>), StorageError<NodeId>>
+    {
+        Ok((self.applied.last, self.applied.membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Response>, StorageError<NodeId>>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let entries: Vec<Entry> = entries.into_iter().collect();
+        let (db, base) = (self.shared.db.clone(), self.applied.clone());
+        let (out, next) = blocking(ErrorSubject::StateMachine, ErrorVerb::Write, move || {
+            Self::apply_now(&db, &base, &entries)
+        })
+        .await?;
+        self.applied = next;
+        Ok(out)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        SnapshotBuilder {
+            shared: self.shared.clone(),
+        }
+    }
+
+    async fn begin_receiving_snapshot(
+        &mut self,
+    ) -> Result<Box<Cursor<Vec<u8>>>, StorageError<NodeId>> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &Meta,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), StorageError<NodeId>> {
+        let (shared, base, m) = (self.shared.clone(), self.applied.clone(), meta.clone());
+        let sig = Some(meta.signature());
+        let next = blocking(ErrorSubject::Snapshot(sig), ErrorVerb::Write, move || {
+            Self::install_now(&shared, &base, &m, snapshot.get_ref())
+        })
+        .await?;
+        self.applied = next;
+        Ok(())
+    }
+
+    async fn get_current_snapshot(
+        &mut self,
+    ) -> Result<Option<Snapshot<TypeConfig>>, StorageError<NodeId>> {
+        let db = self.shared.db.clone();
+        blocking(ErrorSubject::Snapshot(None), ErrorVerb::Read, move || {
+            let r = db.begin_read()?;
+            let Some(stored) = snapshot::record(&r)? else {
+                return Ok(None);
+            };
+            let bytes = snapshot::read(&r, &stored)?;
+            Ok(Some(Snapshot {
+                meta: stored.meta,
+                snapshot: Box::new(Cursor::new(bytes)),
+            }))
+        })
+        .await
+    }
+}

@@ -1,0 +1,240 @@
+//! What the log store and the state machine share: running database work
+//! off the async runtime, turning errors into openraft's, JSON records,
+//! and deleting key ranges in bounded transactions.
+
+use std::ops::Bound;
+use std::sync::Arc;
+
+use directkv::{Database, Durability, Isolation, WriteOptions, WriteTxn};
+use openraft::{AnyError, ErrorSubject, ErrorVerb, StorageError, StorageIOError};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::{DecodeError, Error, NodeId};
+
+/// The database both halves share.
+pub(crate) type Db = Arc<Store>;
+
+/// The database, and how much one of this crate's transactions may write.
+pub(crate) struct Store {
+    db: Database,
+    /// Bytes of keys and values one transaction that writes many records
+    /// (an append, a cleanup, a snapshot's pairs or chunks) writes at
+    /// most, so that none outgrows the cache: a transaction's pages stay
+    /// in it until its commit.
+    pub(crate) batch_bytes: usize,
+}
+
+impl Store {
+    pub(crate) fn new(db: Database, cache_bytes: usize) -> Db {
+        // A record costs about twice its size in pages (half-full leaves,
+        // overflow rounding); this keeps one batch under an eighth of the
+        // cache.
+        let batch_bytes = (cache_bytes / 16).clamp(BATCH_BYTES_MIN, BATCH_BYTES_MAX);
+        assert!(
+            (BATCH_BYTES_MIN..=BATCH_BYTES_MAX).contains(&batch_bytes),
+            "a batch is bounded both ways"
+        );
+        Arc::new(Store { db, batch_bytes })
+    }
+}
+
+impl std::ops::Deref for Store {
+    type Target = Database;
+    fn deref(&self) -> &Database {
+        &self.db
+    }
+}
+
+/// Keys one cleanup transaction deletes at most.
+pub(crate) const DELETE_BATCH_KEYS: usize = 1024;
+
+/// The least [`Store::batch_bytes`]: one record of any size still goes in
+/// a transaction of its own.
+const BATCH_BYTES_MIN: usize = 64 << 10;
+
+/// The most [`Store::batch_bytes`].
+const BATCH_BYTES_MAX: usize = 4 << 20;
+
+/// Splits `items` into runs of at most `limit` bytes (as `size` counts
+/// them), each run at least one item.
+pub(crate) fn runs<'a, T>(
+    items: &'a [T],
+    limit: usize,
+    size: impl Fn(&T) -> usize + 'a,
+) -> impl Iterator<Item = &'a [T]> + 'a {
+    let mut rest = items;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let mut bytes = 0;
+        let n = rest
+            .iter()
+            .take_while(|it| {
+                bytes += size(it);
+                bytes <= limit
+            })
+            .count()
+            .max(1);
+        let (run, tail) = rest.split_at(n);
+        assert!(!run.is_empty(), "every run makes progress");
+        assert!(
+            run.len() == 1 || run.iter().map(&size).sum::<usize>() <= limit,
+            "a run of several items stays under the limit"
+        );
+        rest = tail;
+        Some(run)
+    })
+}
+
+/// A commit that waits for the log: what Raft must not forget (the vote,
+/// appended entries, an installed snapshot).
+pub(crate) fn durable() -> WriteOptions {
+    WriteOptions {
+        // Each half is the only writer of its keys: nothing to validate.
+        isolation: Isolation::Snapshot,
+        durability: Some(Durability::Sync),
+        ..WriteOptions::default()
+    }
+}
+
+/// A commit that does not wait: what the durable log can rebuild (applied
+/// entries), or what may be lost without harm (the committed id, cleanup).
+/// The next durable commit carries it: the log is one sequence.
+pub(crate) fn lazy() -> WriteOptions {
+    WriteOptions {
+        durability: Some(Durability::NoSyncNotDurable),
+        ..durable()
+    }
+}
+
+/// Runs `f` on the runtime's blocking pool: database calls wait for disk.
+/// A panic in `f` becomes an error (the database has stopped itself).
+pub(crate) async fn blocking<T, F>(
+    subject: ErrorSubject<NodeId>,
+    verb: ErrorVerb,
+    f: F,
+) -> Result<T, StorageError<NodeId>>
+where
+    T: Send + 'static,
+    F: FnOnce() -> Result<T, Error> + Send + 'static,
+{
+    match tokio::task::spawn_blocking(f).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(storage_error(subject, verb, &e)),
+        Err(join) => Err(storage_error(subject, verb, &join)),
+    }
+}
+
+/// openraft's error for `e`.
+pub(crate) fn storage_error<E: std::error::Error + 'static>(
+    subject: ErrorSubject<NodeId>,
+    verb: ErrorVerb,
+    e: &E,
+) -> StorageError<NodeId> {
+    StorageIOError::new(subject, verb, AnyError::new(e)).into()
+}
+
+/// The JSON record stored as `bytes`.
+pub(crate) fn from_json<T: DeserializeOwned>(
+    bytes: Option<Vec<u8>>,
+    what: &'static str,
+) -> Result<Option<T>, Error> {
+    bytes
+        .map(|b| {
+            serde_json::from_slice(&b).map_err(|e| {
+                Error::Decode(DecodeError {
+                    what,
+                    why: e.to_string(),
+                })
+            })
+        })
+        .transpose()
+}
+
+/// Stores `value` as JSON under `key`.
+pub(crate) fn put_json<T: Serialize>(
+    w: &mut WriteTxn<'_>,
+    key: &[u8],
+    value: &T,
+) -> directkv::Result<()> {
+    // The records stored are plain structs of numbers and maps with
+    // string or number keys: they serialize.
+    let bytes = serde_json::to_vec(value).expect("a record serializes");
+    w.put(key, &bytes)
+}
+
+/// Deletes every key in `[lo, hi)`, at most [`DELETE_BATCH_KEYS`] keys or
+/// [`Store::batch_bytes`] of values per transaction, from the highest key down
+/// when `from_top`. A crash part way leaves what is left contiguous at the
+/// end it did not start from. When `sync`, the last transaction waits for
+/// the log (and so carries the others). Returns the keys deleted.
+pub(crate) fn delete_range(
+    db: &Store,
+    lo: &[u8],
+    hi: &[u8],
+    from_top: bool,
+    sync: bool,
+) -> Result<u64, Error> {
+    assert!(lo < hi, "a range to delete is not empty or reversed");
+    let mut deleted = 0u64;
+    loop {
+        let (batch, more) = next_batch(db, lo, hi, from_top)?;
+        assert!(
+            batch
+                .iter()
+                .all(|k| lo <= k.as_slice() && k.as_slice() < hi),
+            "a batch holds only keys of the range"
+        );
+        if batch.is_empty() {
+            return Ok(deleted);
+        }
+        let opts = if sync && !more { durable() } else { lazy() };
+        db.transaction(&opts, |w| {
+            for k in &batch {
+                w.delete(k)?;
+            }
+            Ok(())
+        })?;
+        let before = deleted;
+        deleted += batch.len() as u64;
+        assert!(deleted > before, "each round deletes something");
+        if !more {
+            return Ok(deleted);
+        }
+    }
+}
+
+/// The next keys [`delete_range`] deletes, and whether any are left after
+/// them.
+fn next_batch(
+    db: &Store,
+    lo: &[u8],
+    hi: &[u8],
+    from_top: bool,
+) -> Result<(Vec<Vec<u8>>, bool), Error> {
+    let r = db.begin_read()?;
+    let mut it = r.range((Bound::Included(lo), Bound::Excluded(hi)));
+    let mut next = || if from_top { it.next_back() } else { it.next() };
+    let mut batch = Vec::new();
+    let mut bytes = 0usize;
+    while batch.len() < DELETE_BATCH_KEYS && bytes < db.batch_bytes {
+        let Some(kv) = next() else {
+            return Ok((batch, false));
+        };
+        let (k, v) = kv?;
+        bytes += k.len() + v.len();
+        batch.push(k);
+    }
+    let more = next().transpose()?.is_some();
+    assert!(
+        batch.len() <= DELETE_BATCH_KEYS,
+        "a batch is bounded in keys"
+    );
+    assert!(
+        batch.windows(2).all(|w| (w[0] < w[1]) != from_top),
+        "a batch comes in the order asked"
+    );
+    Ok((batch, more))
+}

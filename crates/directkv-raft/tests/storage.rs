@@ -1,0 +1,398 @@
+//! directkv-raft beyond openraft's suite: the key-value commands, snapshots
+//! built while entries apply and installed atomically, damaged snapshots
+//! refused, purge and truncate across a reopen, and SIGKILL at random
+//! points of a node's storage work (appends, applies, snapshot builds and
+//! installs) losing no acknowledged append and applying no entry twice.
+
+use std::io::{BufRead, BufReader, Cursor};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use directkv_raft::{Entry, LogStore, Request, Response, StateMachine, KEY_MAX, VALUE_MAX};
+use openraft::storage::{RaftLogStorage, RaftLogStorageExt, RaftStateMachine};
+use openraft::{CommittedLeaderId, EntryPayload, LogId, RaftLogReader, RaftSnapshotBuilder};
+
+fn options(page_bytes: u32) -> directkv::Options {
+    directkv::Options {
+        cache_bytes: 8 << 20,
+        page_bytes,
+        wal_sync: Some(directkv::SyncVariant {
+            method: directkv::SyncMethod::Fdatasync,
+            direct: true,
+        }),
+        wal_segment_bytes: 1 << 20,
+        data_extend_bytes: 0,
+        publish_stats: false,
+        ..directkv::Options::default()
+    }
+}
+
+fn scratch() -> tempfile::TempDir {
+    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("scratch dir")
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Runtime::new().expect("runtime")
+}
+
+fn id(index: u64) -> LogId<u64> {
+    LogId::new(CommittedLeaderId::new(1, 0), index)
+}
+
+fn normal(index: u64, req: Request) -> Entry {
+    Entry {
+        log_id: id(index),
+        payload: EntryPayload::Normal(req),
+    }
+}
+
+fn put(index: u64, key: &[u8], value: &[u8]) -> Entry {
+    normal(
+        index,
+        Request::Put {
+            key: key.to_vec(),
+            value: value.to_vec(),
+        },
+    )
+}
+
+#[test]
+fn commands_answer_as_a_key_value_store() {
+    let dir = scratch();
+    // The smallest page size: the key limit must fit it.
+    let (_log, mut sm) = directkv_raft::open(dir.path(), options(4096)).expect("open");
+    let reader = sm.reader();
+    let long_key = vec![b'k'; KEY_MAX];
+    let cas = |i, expected: Option<&[u8]>, new: Option<&[u8]>| {
+        normal(
+            i,
+            Request::CompareAndSet {
+                key: b"c".to_vec(),
+                expected: expected.map(<[u8]>::to_vec),
+                new: new.map(<[u8]>::to_vec),
+            },
+        )
+    };
+    let entries = vec![
+        put(1, b"a", b"1"),
+        put(2, b"a", b"2"),
+        normal(3, Request::Delete { key: b"a".to_vec() }),
+        normal(4, Request::Delete { key: b"a".to_vec() }),
+        cas(5, None, Some(b"x")),
+        cas(6, None, Some(b"y")),
+        cas(7, Some(b"x"), None),
+        put(8, &long_key, &vec![1; 3000]),
+        put(9, &vec![b'k'; KEY_MAX + 1], b"v"),
+        put(10, b"big", &vec![0; VALUE_MAX + 1]),
+    ];
+    let out = rt().block_on(sm.apply(entries)).expect("apply");
+    let done = |p: Option<&[u8]>| Response::Done {
+        previous: p.map(<[u8]>::to_vec),
+    };
+    assert_eq!(
+        out[..8].to_vec(),
+        vec![
+            done(None),
+            done(Some(b"1")),
+            done(Some(b"2")),
+            done(None),
+            done(None),
+            Response::Mismatch {
+                current: Some(b"x".to_vec())
+            },
+            done(Some(b"x")),
+            done(None),
+        ]
+    );
+    assert!(matches!(out[8], Response::Rejected { .. }), "{:?}", out[8]);
+    assert!(matches!(out[9], Response::Rejected { .. }), "{:?}", out[9]);
+    assert_eq!(reader.get(b"a").expect("get"), None);
+    assert_eq!(reader.get(b"c").expect("get"), None);
+    assert_eq!(reader.get(&long_key).expect("get"), Some(vec![1; 3000]));
+    assert_eq!(reader.get(b"big").expect("get"), None);
+    assert_eq!(reader.last_applied().expect("applied"), Some(id(10)));
+}
+
+/// Every key in the database's data family, of every generation.
+fn raw_data_keys(sm: &StateMachine) -> usize {
+    let r = sm.database().begin_read().expect("read");
+    r.prefix(b"d").count()
+}
+
+#[test]
+fn a_snapshot_is_built_while_entries_apply_and_installs_atomically() {
+    let (d1, d2) = (scratch(), scratch());
+    let (_l1, mut leader) = directkv_raft::open(d1.path(), options(4096)).expect("open");
+    let (l2, mut follower) = directkv_raft::open(d2.path(), options(4096)).expect("open");
+    let rt = rt();
+    let batch = |from: u64, n: u64, tag: u8| -> Vec<Entry> {
+        (from..from + n)
+            .map(|i| put(i, format!("key{:05}", i % 700).as_bytes(), &[tag; 200]))
+            .collect()
+    };
+    rt.block_on(leader.apply(batch(1, 1000, 1))).expect("apply");
+    // The builder reads one snapshot; entries applied meanwhile are not in it.
+    let mut builder = rt.block_on(leader.get_snapshot_builder());
+    let expected = leader.reader().all().expect("all");
+    let (snap, _) = rt.block_on(async {
+        tokio::join!(builder.build_snapshot(), leader.apply(batch(1001, 300, 2)))
+    });
+    let snap = snap.expect("build");
+    assert_eq!(snap.meta.last_log_id, Some(id(1000)));
+    // The follower holds older data of its own, which the install replaces.
+    rt.block_on(follower.apply(batch(1, 50, 9))).expect("apply");
+    let before = raw_data_keys(&follower);
+    assert_eq!(before, 50);
+    rt.block_on(follower.install_snapshot(&snap.meta, snap.snapshot.clone()))
+        .expect("install");
+    assert_eq!(follower.reader().all().expect("all"), expected);
+    assert_eq!(
+        raw_data_keys(&follower),
+        expected.1.len(),
+        "the old generation is gone"
+    );
+    let current = rt
+        .block_on(follower.get_current_snapshot())
+        .expect("current")
+        .expect("some");
+    assert_eq!(current.meta, snap.meta);
+    assert_eq!(current.snapshot.get_ref(), snap.snapshot.get_ref());
+    // Reopened, the follower has the installed state and applies on.
+    drop((l2, follower));
+    let (_l2, mut follower) = directkv_raft::open(d2.path(), options(4096)).expect("reopen");
+    let state = rt.block_on(follower.applied_state()).expect("state");
+    assert_eq!(state.0, Some(id(1000)));
+    rt.block_on(follower.apply(batch(1001, 300, 2)))
+        .expect("apply");
+    assert_eq!(
+        follower.reader().all().expect("all"),
+        leader.reader().all().expect("all")
+    );
+}
+
+#[test]
+fn a_damaged_snapshot_is_refused_and_changes_nothing() {
+    let (d1, d2) = (scratch(), scratch());
+    let (_l1, mut leader) = directkv_raft::open(d1.path(), options(4096)).expect("open");
+    let (_l2, mut follower) = directkv_raft::open(d2.path(), options(4096)).expect("open");
+    let rt = rt();
+    rt.block_on(leader.apply((1..=20).map(|i| put(i, &[i as u8], b"v"))))
+        .expect("apply");
+    rt.block_on(follower.apply([put(1, b"mine", b"x")]))
+        .expect("apply");
+    let snap = rt
+        .block_on(async { leader.get_snapshot_builder().await.build_snapshot().await })
+        .expect("build");
+    let bytes = snap.snapshot.get_ref().clone();
+    let before = follower.reader().all().expect("all");
+    for at in [0, 9, bytes.len() / 2, bytes.len() - 1] {
+        let mut bad = bytes.clone();
+        bad[at] ^= 0x40;
+        let r = rt.block_on(follower.install_snapshot(&snap.meta, Box::new(Cursor::new(bad))));
+        assert!(r.is_err(), "a flip at byte {at} is refused");
+        assert_eq!(follower.reader().all().expect("all"), before);
+    }
+    // Good bytes under another snapshot's metadata are refused too.
+    let mut other = snap.meta.clone();
+    other.last_log_id = Some(id(19));
+    let r = rt.block_on(follower.install_snapshot(&other, Box::new(Cursor::new(bytes))));
+    assert!(r.is_err());
+    assert_eq!(follower.reader().all().expect("all"), before);
+    assert!(rt
+        .block_on(follower.get_current_snapshot())
+        .expect("get")
+        .is_none());
+}
+
+fn log_indexes(log: &mut LogStore, rt: &tokio::runtime::Runtime) -> Vec<u64> {
+    rt.block_on(log.try_get_log_entries(0..))
+        .expect("read")
+        .iter()
+        .map(|e| e.log_id.index)
+        .collect()
+}
+
+#[test]
+fn purge_and_truncate_hold_across_a_reopen() {
+    let dir = scratch();
+    let rt = rt();
+    {
+        let (mut log, _sm) = directkv_raft::open(dir.path(), options(4096)).expect("open");
+        // Values big enough that both take several bounded transactions.
+        let entries: Vec<Entry> = (1..=3000).map(|i| put(i, b"k", &[1; 2000])).collect();
+        rt.block_on(log.blocking_append(entries)).expect("append");
+        rt.block_on(log.purge(id(1200))).expect("purge");
+        rt.block_on(log.truncate(id(2501))).expect("truncate");
+        assert_eq!(
+            log_indexes(&mut log, &rt),
+            (1201..=2500).collect::<Vec<_>>()
+        );
+    }
+    let (mut log, _sm) = directkv_raft::open(dir.path(), options(4096)).expect("reopen");
+    assert_eq!(
+        log_indexes(&mut log, &rt),
+        (1201..=2500).collect::<Vec<_>>()
+    );
+    let state = rt.block_on(log.get_log_state()).expect("state");
+    assert_eq!(state.last_purged_log_id, Some(id(1200)));
+    assert_eq!(state.last_log_id, Some(id(2500)));
+    // Purged to past its end, the log keeps its last id in the purge record.
+    rt.block_on(log.purge(id(2500))).expect("purge");
+    let state = rt.block_on(log.get_log_state()).expect("state");
+    assert_eq!(state.last_log_id, Some(id(2500)));
+    assert!(log_indexes(&mut log, &rt).is_empty());
+}
+
+const CHILD_ENV: &str = "DIRECTKV_RAFT_KILL_CHILD";
+
+/// The child of the kill test: appends entry i durably, says so, applies
+/// it (a compare-and-set of the counter from i-1 to i), and every
+/// 150 entries builds a snapshot and installs it (the same state, a new
+/// generation). Runs until killed.
+#[test]
+fn kill_child() {
+    let Ok(dir) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let rt = rt();
+    let (mut log, mut sm) = directkv_raft::open(&dir, options(4096)).expect("open");
+    let state = rt.block_on(log.get_log_state()).expect("state");
+    let mut next = state.last_log_id.map_or(1, |l| l.index + 1);
+    // Entries logged but not applied before the kill are applied first.
+    let applied = rt.block_on(sm.applied_state()).expect("applied").0;
+    let from = applied.map_or(1, |l| l.index + 1);
+    let pending = rt
+        .block_on(log.try_get_log_entries(from..next))
+        .expect("read");
+    rt.block_on(sm.apply(pending)).expect("apply pending");
+    loop {
+        let e = counter_entry(next);
+        rt.block_on(log.blocking_append([e.clone()]))
+            .expect("append");
+        println!("acked {next}");
+        let out = rt.block_on(sm.apply([e])).expect("apply");
+        assert!(
+            matches!(out[0], Response::Done { .. }),
+            "entry {next}: {:?}",
+            out[0]
+        );
+        if next % 150 == 0 {
+            let snap = rt
+                .block_on(async { sm.get_snapshot_builder().await.build_snapshot().await })
+                .expect("build");
+            rt.block_on(sm.install_snapshot(&snap.meta, snap.snapshot))
+                .expect("install");
+        }
+        next += 1;
+    }
+}
+
+/// Entry `i` moves the counter from `i - 1` to `i`: applied twice or
+/// skipped, it would not match.
+fn counter_entry(i: u64) -> Entry {
+    let enc = |n: u64| n.to_le_bytes().to_vec();
+    normal(
+        i,
+        Request::CompareAndSet {
+            key: b"counter".to_vec(),
+            expected: (i > 1).then(|| enc(i - 1)),
+            new: Some(enc(i)),
+        },
+    )
+}
+
+fn run_child_until_killed(dir: &Path, after: Duration) -> u64 {
+    let mut child = Command::new(std::env::current_exe().expect("test binary"))
+        .args(["--exact", "kill_child", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let stdout = child.stdout.take().expect("stdout");
+    let reader = std::thread::spawn(move || {
+        let mut acked = 0;
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if let Some(n) = line.strip_prefix("acked ") {
+                acked = n.parse().expect("a number");
+            }
+        }
+        acked
+    });
+    std::thread::sleep(after);
+    // SIGKILL: no destructor, no flush.
+    child.kill().expect("kill");
+    child.wait().expect("wait");
+    reader.join().expect("reader")
+}
+
+#[test]
+fn sigkill_loses_no_acknowledged_append_and_applies_no_entry_twice() {
+    let cycles: u64 = std::env::var("DIRECTKV_RAFT_KILLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(8);
+    let dir = scratch();
+    let rt = rt();
+    let mut acked_max = 0;
+    for cycle in 0..cycles {
+        let after = Duration::from_millis(300 + (cycle * 137) % 900);
+        let acked = run_child_until_killed(dir.path(), after);
+        acked_max = acked_max.max(acked);
+        let (mut log, sm) = directkv_raft::open(dir.path(), options(4096)).expect("reopen");
+        let state = rt.block_on(log.get_log_state()).expect("state");
+        let last = state.last_log_id.map_or(0, |l| l.index);
+        assert!(
+            last >= acked_max,
+            "cycle {cycle}: acked {acked_max}, log ends at {last}"
+        );
+        assert_eq!(log_indexes(&mut log, &rt), (1..=last).collect::<Vec<_>>());
+        let (applied, pairs) = sm.reader().all().expect("all");
+        let applied = applied.map_or(0, |l| l.index);
+        assert!(
+            applied <= last,
+            "cycle {cycle}: applied {applied} past the log's {last}"
+        );
+        let counter = sm.reader().get(b"counter").expect("get");
+        let expected = (applied > 0).then(|| applied.to_le_bytes().to_vec());
+        assert_eq!(
+            counter, expected,
+            "cycle {cycle}: each entry applied exactly once"
+        );
+        assert_eq!(pairs.len(), usize::from(applied > 0));
+        assert_eq!(
+            raw_data_keys(&sm),
+            pairs.len(),
+            "cycle {cycle}: no other generation left"
+        );
+    }
+    assert!(acked_max > 0, "the child made progress");
+}
+
+#[test]
+fn batches_of_the_largest_values_fit_a_small_cache() {
+    let dir = scratch();
+    let rt = rt();
+    let (mut log, mut sm) = directkv_raft::open(dir.path(), options(4096)).expect("open");
+    // 24 MiB in one append and one apply, through an 8 MiB cache.
+    let entries: Vec<Entry> = (1..=24)
+        .map(|i| put(i, format!("k{i}").as_bytes(), &vec![i as u8; VALUE_MAX]))
+        .collect();
+    rt.block_on(log.blocking_append(entries.clone()))
+        .expect("append");
+    let out = rt.block_on(sm.apply(entries)).expect("apply");
+    assert_eq!(out.len(), 24);
+    let snap = rt
+        .block_on(async { sm.get_snapshot_builder().await.build_snapshot().await })
+        .expect("build");
+    assert!(snap.snapshot.get_ref().len() > 24 * VALUE_MAX);
+    rt.block_on(sm.install_snapshot(&snap.meta, snap.snapshot))
+        .expect("install");
+    assert_eq!(
+        sm.reader().get(b"k7").expect("get"),
+        Some(vec![7; VALUE_MAX])
+    );
+    rt.block_on(log.purge(id(24))).expect("purge");
+}
