@@ -71,6 +71,9 @@ pub enum Error {
     /// A snapshot's bytes are damaged or do not match their metadata.
     #[error("bad snapshot: {0}")]
     Snapshot(String),
+    /// The storage stopped after a thread panicked in it.
+    #[error("stopped: {0}")]
+    Stopped(String),
 }
 
 /// Opens (or creates) the database at `path` and returns the node's log

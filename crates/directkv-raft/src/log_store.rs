@@ -16,8 +16,13 @@ use openraft::{
 };
 
 use crate::codec::{decode_entry, encode_entry, entry_log_id};
-use crate::store::{blocking, delete_range, durable, from_json, lazy, put_json, runs, Db};
+use crate::store::{
+    blocking, delete_range, durable, from_json, get_json, lazy, put_json, read, runs, Db,
+};
 use crate::{keys, Entry, Error, NodeId, TypeConfig};
+
+/// Entries one read transaction reads at most.
+const READ_CHUNK_ENTRIES: usize = 256;
 
 /// The log half of a node's storage (and its reader: a clone).
 #[derive(Clone)]
@@ -28,8 +33,7 @@ pub struct LogStore {
 impl LogStore {
     /// The log store over `db`, finishing a purge a crash interrupted.
     pub(crate) fn load(db: Db) -> Result<Self, Error> {
-        let purged: Option<LogId<NodeId>> =
-            from_json(db.begin_read()?.get(keys::PURGED)?, "purged log id")?;
+        let purged: Option<LogId<NodeId>> = get_json(&db, keys::PURGED, "purged log id")?;
         if let Some(p) = purged {
             delete_range(&db, &keys::log(0), &log_key_after(p.index), false, false)?;
         }
@@ -42,7 +46,10 @@ impl LogStore {
     }
 
     fn state(&self) -> Result<LogState<TypeConfig>, Error> {
-        let r = self.db.begin_read()?;
+        read(&self.db, Self::state_in)
+    }
+
+    fn state_in(r: &directkv::ReadTxn<'_>) -> Result<LogState<TypeConfig>, Error> {
         let purged: Option<LogId<NodeId>> = from_json(r.get(keys::PURGED)?, "purged log id")?;
         let last = match r
             .range(keys::log(0).as_slice()..keys::log_end().as_slice())
@@ -77,10 +84,48 @@ impl LogStore {
             Bound::Excluded(i) => Bound::Excluded(keys::log(i).to_vec()),
             Bound::Unbounded => Bound::Excluded(keys::log_end().to_vec()),
         };
-        let r = self.db.begin_read()?;
+        // Entries do not change once written (a truncation removes them
+        // from the end, on a follower, which does not read them), so the
+        // range is read in short read transactions, each started where the
+        // last stopped: none holds a snapshot long while writes go on.
+        let mut out: Vec<Entry> = Vec::new();
+        let mut from = lo;
+        loop {
+            let (chunk, more) = read(&self.db, |r| {
+                Self::entries_in(r, (as_slice(&from), as_slice(&hi)), self.db.batch_bytes)
+            })?;
+            if let (Some(prev), Some(first)) = (out.last(), chunk.first()) {
+                assert!(
+                    prev.log_id.index < first.log_id.index,
+                    "chunks follow one another"
+                );
+            }
+            if let Some(last) = chunk.last() {
+                from = Bound::Excluded(keys::log(last.log_id.index).to_vec());
+            }
+            out.extend(chunk);
+            if !more {
+                return Ok(out);
+            }
+        }
+    }
+
+    /// Up to [`READ_CHUNK_ENTRIES`] entries or about `limit` bytes of
+    /// `range`, and whether more follow.
+    fn entries_in(
+        r: &directkv::ReadTxn<'_>,
+        range: (Bound<&[u8]>, Bound<&[u8]>),
+        limit: usize,
+    ) -> Result<(Vec<Entry>, bool), Error> {
         let mut out = Vec::new();
-        for kv in r.range((as_slice(&lo), as_slice(&hi))) {
+        let mut bytes = 0;
+        let mut it = r.range(range);
+        while out.len() < READ_CHUNK_ENTRIES && bytes < limit {
+            let Some(kv) = it.next() else {
+                return Ok((out, false));
+            };
             let (k, v) = kv?;
+            bytes += v.len();
             let e = decode_entry(&v)?;
             assert_eq!(
                 keys::log_index(&k),
@@ -94,7 +139,7 @@ impl LogStore {
                 .all(|w| w[0].log_id.index < w[1].log_id.index),
             "entries read come in index order"
         );
-        Ok(out)
+        Ok((out, true))
     }
 
     /// Writes `entries` in index order, in transactions of at most
@@ -120,7 +165,7 @@ impl LogStore {
             } else {
                 lazy()
             };
-            self.db.transaction(&opts, |w| {
+            self.db.write(&opts, |w| {
                 for (k, v) in batch {
                     w.put(k, v)?;
                 }
@@ -133,14 +178,13 @@ impl LogStore {
     fn purge_now(&self, upto: LogId<NodeId>) -> Result<(), Error> {
         // The record first: a crash after it leaves entries the next open
         // deletes, never a log whose start is unknown.
-        let before: Option<LogId<NodeId>> =
-            from_json(self.db.begin_read()?.get(keys::PURGED)?, "purged log id")?;
+        let before: Option<LogId<NodeId>> = get_json(&self.db, keys::PURGED, "purged log id")?;
         assert!(
             before.is_none_or(|b| b.index <= upto.index),
             "a purge only moves the log's start forward: {upto} after {before:?}"
         );
         self.db
-            .transaction(&lazy(), |w| put_json(w, keys::PURGED, &upto))?;
+            .write(&lazy(), |w| put_json(w, keys::PURGED, &upto))?;
         delete_range(
             &self.db,
             &keys::log(0),
@@ -197,7 +241,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError<NodeId>> {
         let (db, vote) = (self.db.clone(), *vote);
         blocking(ErrorSubject::Vote, ErrorVerb::Write, move || {
-            Ok(db.transaction(&durable(), |w| put_json(w, keys::VOTE, &vote))?)
+            db.write(&durable(), |w| put_json(w, keys::VOTE, &vote))
         })
         .await
     }
@@ -205,7 +249,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, StorageError<NodeId>> {
         let db = self.db.clone();
         blocking(ErrorSubject::Vote, ErrorVerb::Read, move || {
-            from_json(db.begin_read()?.get(keys::VOTE)?, "vote")
+            get_json(&db, keys::VOTE, "vote")
         })
         .await
     }
@@ -218,7 +262,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         // Lost in a crash, it only means re-applying from an older id: the
         // state machine's applied id is what counts.
         blocking(ErrorSubject::Store, ErrorVerb::Write, move || {
-            Ok(db.transaction(&lazy(), |w| put_json(w, keys::COMMITTED, &committed))?)
+            db.write(&lazy(), |w| put_json(w, keys::COMMITTED, &committed))
         })
         .await
     }
@@ -227,7 +271,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let db = self.db.clone();
         blocking(ErrorSubject::Store, ErrorVerb::Read, move || {
             let c: Option<Option<LogId<NodeId>>> =
-                from_json(db.begin_read()?.get(keys::COMMITTED)?, "committed log id")?;
+                get_json(&db, keys::COMMITTED, "committed log id")?;
             Ok(c.flatten())
         })
         .await

@@ -156,7 +156,7 @@ pub(crate) fn write_chunks(db: &Db, meta: &Meta, seq: u64, bytes: &[u8]) -> Resu
         "the record's chunk count is the chunks written"
     );
     for (batch_no, batch) in chunks.chunks(per_txn).enumerate() {
-        db.transaction(&lazy(), |w| {
+        db.write(&lazy(), |w| {
             for (i, c) in batch.iter().enumerate() {
                 let n = u32::try_from(batch_no * per_txn + i).expect("under 4 Gi chunks");
                 w.put(&keys::chunk(seq, n), c)?;

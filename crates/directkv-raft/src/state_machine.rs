@@ -21,12 +21,13 @@ use openraft::{
 use serde::{Deserialize, Serialize};
 
 use crate::snapshot::{self, Meta};
-use crate::store::{blocking, delete_range, durable, from_json, lazy, put_json, runs, Db};
-use crate::{keys, Entry, Error, NodeId, Request, Response, TypeConfig, KEY_MAX};
+use crate::store::{
+    blocking, delete_range, durable, from_json, lazy, put_json, read, read_some, runs, Db,
+};
 
-/// How many times a snapshot build starts over when its read is given up
-/// (the version store filled while it read).
-const BUILD_ATTEMPTS: usize = 8;
+/// Snapshot builds beside the writes before one with the writes held back.
+const BUILD_ATTEMPTS: usize = 4;
+use crate::{keys, Entry, Error, NodeId, Request, Response, TypeConfig, KEY_MAX};
 
 /// The applied state, stored under `a`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -55,7 +56,7 @@ struct Shared {
 impl Shared {
     fn lock(&self) -> Result<MutexGuard<'_, ()>, Error> {
         self.store_lock.lock().map_err(|_| {
-            Error::Snapshot("an earlier snapshot store panicked; reopen the database".into())
+            Error::Stopped("an earlier snapshot store panicked; reopen the database".into())
         })
     }
 
@@ -64,7 +65,7 @@ impl Shared {
     /// current one is not stored. Returns whether it was.
     fn store(&self, meta: &Meta, bytes: &[u8], applied: Option<&Applied>) -> Result<bool, Error> {
         let _held = self.lock()?;
-        let current = snapshot::record(&self.db.begin_read()?)?;
+        let current = read(&self.db, snapshot::record)?;
         if applied.is_none()
             && current
                 .as_ref()
@@ -78,7 +79,7 @@ impl Shared {
             "snapshot sequence numbers only grow"
         );
         let stored = snapshot::write_chunks(&self.db, meta, seq, bytes)?;
-        self.db.transaction(&durable(), |w| {
+        self.db.write(&durable(), |w| {
             put_json(w, keys::SNAPSHOT, &stored)?;
             match applied {
                 Some(a) => put_json(w, keys::APPLIED, a),
@@ -100,10 +101,7 @@ impl StateMachine {
     /// The state machine over `db`, deleting what a crash left of an
     /// install or of a snapshot being stored.
     pub(crate) fn load(db: Db) -> Result<Self, Error> {
-        let r = db.begin_read()?;
-        let applied = applied_in(&r)?;
-        let stored = snapshot::record(&r)?;
-        drop(r);
+        let (applied, stored) = read(&db, |r| Ok((applied_in(r)?, snapshot::record(r)?)))?;
         let g = applied.generation;
         delete_range(&db, keys::DATA_ANY, &keys::data_prefix(g), false, false)?;
         let end = [keys::DATA_ANY[0] + 1];
@@ -146,7 +144,7 @@ impl StateMachine {
         let mut applied = base.clone();
         let mut out = Vec::with_capacity(entries.len());
         for run in runs(entries, db.batch_bytes, entry_bytes) {
-            let (responses, next) = db.transaction(&lazy(), |w| apply_run(w, &applied, run))?;
+            let (responses, next) = db.write(&lazy(), |w| apply_run(w, &applied, run))?;
             out.extend(responses);
             applied = next;
         }
@@ -277,7 +275,7 @@ fn execute(
 /// that do not wait for the log (the install's flip does).
 fn write_pairs(db: &Db, generation: u64, pairs: &[(&[u8], &[u8])]) -> Result<(), Error> {
     for batch in runs(pairs, db.batch_bytes, |(k, v)| k.len() + v.len()) {
-        db.transaction(&lazy(), |w| {
+        db.write(&lazy(), |w| {
             for (k, v) in batch {
                 w.put(&keys::data(generation, k), v)?;
             }
@@ -300,9 +298,10 @@ impl KvReader {
     /// # Errors
     /// Database errors; [`Error::Decode`] for a damaged applied state.
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
-        let r = self.db.begin_read()?;
-        let a = applied_in(&r)?;
-        Ok(r.get(&keys::data(a.generation, key))?)
+        read(&self.db, |r| {
+            let a = applied_in(r)?;
+            Ok(r.get(&keys::data(a.generation, key))?)
+        })
     }
 
     /// The last entry applied.
@@ -310,7 +309,7 @@ impl KvReader {
     /// # Errors
     /// As [`get`](Self::get).
     pub fn last_applied(&self) -> Result<Option<LogId<NodeId>>, Error> {
-        Ok(applied_in(&self.db.begin_read()?)?.last)
+        Ok(read(&self.db, applied_in)?.last)
     }
 
     /// Every key and value, in key order, with the last entry applied: what
@@ -320,8 +319,14 @@ impl KvReader {
     /// As [`get`](Self::get).
     #[allow(clippy::type_complexity)]
     pub fn all(&self) -> Result<(Option<LogId<NodeId>>, Vec<(Vec<u8>, Vec<u8>)>), Error> {
-        let r = self.db.begin_read()?;
-        let a = applied_in(&r)?;
+        read(&self.db, Self::all_in)
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn all_in(
+        r: &directkv::ReadTxn<'_>,
+    ) -> Result<(Option<LogId<NodeId>>, Vec<(Vec<u8>, Vec<u8>)>), Error> {
+        let a = applied_in(r)?;
         let mut out = Vec::new();
         for kv in r.prefix(&keys::data_prefix(a.generation)) {
             let (k, v) = kv?;
@@ -343,24 +348,23 @@ pub struct SnapshotBuilder {
 
 impl SnapshotBuilder {
     fn build_now(&self) -> Result<(Meta, Vec<u8>), Error> {
-        let mut attempt = 0;
-        loop {
-            match self.try_build() {
-                Err(Error::Database(e)) if e.is_retryable() && attempt + 1 < BUILD_ATTEMPTS => {
-                    attempt += 1;
-                }
-                Ok((meta, bytes)) => {
-                    self.shared.store(&meta, &bytes, None)?;
-                    return Ok((meta, bytes));
-                }
-                Err(e) => return Err(e),
+        let db = &self.shared.db;
+        // Optimistically beside the writes; if the read keeps being given
+        // up (writes outrun the version store during the build), once more
+        // with every write of this crate held back.
+        let built = match read_some(db, BUILD_ATTEMPTS, |r| self.build_in(r)) {
+            Err(Error::Database(e)) if e.is_retryable() => {
+                db.quiesced(|| read_some(db, 1, |r| self.build_in(r)))
             }
-        }
+            r => r,
+        };
+        let (meta, bytes) = built?;
+        self.shared.store(&meta, &bytes, None)?;
+        Ok((meta, bytes))
     }
 
-    fn try_build(&self) -> Result<(Meta, Vec<u8>), Error> {
-        let r = self.shared.db.begin_read()?;
-        let a = applied_in(&r)?;
+    fn build_in(&self, r: &directkv::ReadTxn<'_>) -> Result<(Meta, Vec<u8>), Error> {
+        let a = applied_in(r)?;
         // Unique: two builds at one log id get two ids.
         let n = self.shared.next_seq.fetch_add(1, Ordering::Relaxed);
         let id = match a.last {
@@ -454,15 +458,16 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     ) -> Result<Option<Snapshot<TypeConfig>>, StorageError<NodeId>> {
         let db = self.shared.db.clone();
         blocking(ErrorSubject::Snapshot(None), ErrorVerb::Read, move || {
-            let r = db.begin_read()?;
-            let Some(stored) = snapshot::record(&r)? else {
-                return Ok(None);
-            };
-            let bytes = snapshot::read(&r, &stored)?;
-            Ok(Some(Snapshot {
-                meta: stored.meta,
-                snapshot: Box::new(Cursor::new(bytes)),
-            }))
+            read(&db, |r| {
+                let Some(stored) = snapshot::record(r)? else {
+                    return Ok(None);
+                };
+                let bytes = snapshot::read(r, &stored)?;
+                Ok(Some(Snapshot {
+                    meta: stored.meta,
+                    snapshot: Box::new(Cursor::new(bytes)),
+                }))
+            })
         })
         .await
     }

@@ -3,9 +3,9 @@
 //! and deleting key ranges in bounded transactions.
 
 use std::ops::Bound;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
-use directkv::{Database, Durability, Isolation, WriteOptions, WriteTxn};
+use directkv::{Database, Durability, Isolation, ReadTxn, WriteOptions, WriteTxn};
 use openraft::{AnyError, ErrorSubject, ErrorVerb, StorageError, StorageIOError};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -18,6 +18,10 @@ pub(crate) type Db = Arc<Store>;
 /// The database, and how much one of this crate's transactions may write.
 pub(crate) struct Store {
     db: Database,
+    /// Every write of this crate holds it shared; a snapshot build whose
+    /// read keeps being given up holds it exclusively, so that nothing
+    /// writes while it reads (see [`Store::quiesced`]).
+    quiesce: RwLock<()>,
     /// Bytes of keys and values one transaction that writes many records
     /// (an append, a cleanup, a snapshot's pairs or chunks) writes at
     /// most, so that none outgrows the cache: a transaction's pages stay
@@ -35,8 +39,35 @@ impl Store {
             (BATCH_BYTES_MIN..=BATCH_BYTES_MAX).contains(&batch_bytes),
             "a batch is bounded both ways"
         );
-        Arc::new(Store { db, batch_bytes })
+        Arc::new(Store {
+            db,
+            quiesce: RwLock::new(()),
+            batch_bytes,
+        })
     }
+
+    /// Runs `body` in a write transaction (again, on a retryable error) and
+    /// commits it with `opts`.
+    pub(crate) fn write<T>(
+        &self,
+        opts: &WriteOptions,
+        body: impl FnMut(&mut WriteTxn<'_>) -> directkv::Result<T>,
+    ) -> Result<T, Error> {
+        let _shared = self.quiesce.read().map_err(|_| poisoned())?;
+        Ok(self.db.transaction(opts, body)?)
+    }
+
+    /// Runs `f` while no write of this crate runs: the database is this
+    /// crate's, so nothing changes under `f`'s reads and no snapshot of
+    /// them is given up.
+    pub(crate) fn quiesced<T>(&self, f: impl FnOnce() -> Result<T, Error>) -> Result<T, Error> {
+        let _exclusive = self.quiesce.write().map_err(|_| poisoned())?;
+        f()
+    }
+}
+
+fn poisoned() -> Error {
+    Error::Stopped("a thread panicked while writing; reopen the database".into())
 }
 
 impl std::ops::Deref for Store {
@@ -107,6 +138,50 @@ pub(crate) fn lazy() -> WriteOptions {
         durability: Some(Durability::NoSyncNotDurable),
         ..durable()
     }
+}
+
+/// How many times a read starts over when its snapshot is given up.
+const READ_ATTEMPTS: usize = 32;
+
+/// Runs `f` in a read transaction, in a new one when the snapshot is given
+/// up ([`directkv::Error::SnapshotTooOld`]: writes went on while it read
+/// and the versions it needed passed the version store's cap).
+pub(crate) fn read<T>(
+    db: &Store,
+    f: impl FnMut(&ReadTxn<'_>) -> Result<T, Error>,
+) -> Result<T, Error> {
+    read_some(db, READ_ATTEMPTS, f)
+}
+
+/// [`read`], at most `attempts` times.
+pub(crate) fn read_some<T>(
+    db: &Store,
+    attempts: usize,
+    mut f: impl FnMut(&ReadTxn<'_>) -> Result<T, Error>,
+) -> Result<T, Error> {
+    assert!(attempts > 0, "a read is tried at least once");
+    let mut attempt = 0;
+    loop {
+        assert!(attempt < attempts, "the attempts are bounded");
+        let r = db.begin_read()?;
+        match f(&r) {
+            Err(Error::Database(e)) if e.is_retryable() && attempt + 1 < attempts => {
+                attempt += 1;
+                drop(r);
+                std::thread::yield_now();
+            }
+            res => return res,
+        }
+    }
+}
+
+/// The JSON record under `key`, read on its own.
+pub(crate) fn get_json<T: DeserializeOwned>(
+    db: &Store,
+    key: &[u8],
+    what: &'static str,
+) -> Result<Option<T>, Error> {
+    read(db, |r| from_json(r.get(key)?, what))
 }
 
 /// Runs `f` on the runtime's blocking pool: database calls wait for disk.
@@ -191,7 +266,7 @@ pub(crate) fn delete_range(
             return Ok(deleted);
         }
         let opts = if sync && !more { durable() } else { lazy() };
-        db.transaction(&opts, |w| {
+        db.write(&opts, |w| {
             for k in &batch {
                 w.delete(k)?;
             }
@@ -214,12 +289,21 @@ fn next_batch(
     hi: &[u8],
     from_top: bool,
 ) -> Result<(Vec<Vec<u8>>, bool), Error> {
-    let r = db.begin_read()?;
+    read(db, |r| scan_batch(r, lo, hi, from_top, db.batch_bytes))
+}
+
+fn scan_batch(
+    r: &ReadTxn<'_>,
+    lo: &[u8],
+    hi: &[u8],
+    from_top: bool,
+    batch_bytes: usize,
+) -> Result<(Vec<Vec<u8>>, bool), Error> {
     let mut it = r.range((Bound::Included(lo), Bound::Excluded(hi)));
     let mut next = || if from_top { it.next_back() } else { it.next() };
     let mut batch = Vec::new();
     let mut bytes = 0usize;
-    while batch.len() < DELETE_BATCH_KEYS && bytes < db.batch_bytes {
+    while batch.len() < DELETE_BATCH_KEYS && bytes < batch_bytes {
         let Some(kv) = next() else {
             return Ok((batch, false));
         };

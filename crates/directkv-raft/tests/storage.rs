@@ -2,7 +2,9 @@
 //! built while entries apply and installed atomically, damaged snapshots
 //! refused, purge and truncate across a reopen, and SIGKILL at random
 //! points of a node's storage work (appends, applies, snapshot builds and
-//! installs) losing no acknowledged append and applying no entry twice.
+//! installs) losing no acknowledged append and applying no entry twice;
+//! log reads and snapshot builds that go on while writes outrun the
+//! version store.
 
 use std::io::{BufRead, BufReader, Cursor};
 use std::path::Path;
@@ -395,4 +397,67 @@ fn batches_of_the_largest_values_fit_a_small_cache() {
         Some(vec![7; VALUE_MAX])
     );
     rt.block_on(log.purge(id(24))).expect("purge");
+}
+
+#[test]
+fn reads_start_over_when_writes_outrun_the_version_store() {
+    let dir = scratch();
+    let opts = directkv::Options {
+        version_store_bytes: Some(directkv::VERSION_STORE_BYTES_MIN),
+        ..options(4096)
+    };
+    let (log, mut sm) = directkv_raft::open(dir.path(), opts).expect("open");
+    let rt = rt();
+    // 20 MB of entries, appended as fast as the disk syncs.
+    let writer = {
+        let mut log = log.clone();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Runtime::new().expect("runtime");
+            for b in 0..400u64 {
+                let batch: Vec<Entry> = (b * 50 + 1..=b * 50 + 50)
+                    .map(|j| put(j, format!("k{}", j % 4000).as_bytes(), &[j as u8; 1000]))
+                    .collect();
+                rt.block_on(log.blocking_append(batch)).expect("append");
+            }
+        })
+    };
+    // Meanwhile: build snapshots of the state being changed...
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let builder = {
+        let (mut b, stop) = (rt.block_on(sm.get_snapshot_builder()), stop.clone());
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Runtime::new().expect("runtime");
+            let mut built = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                rt.block_on(b.build_snapshot()).expect("a snapshot build");
+                built += 1;
+            }
+            built
+        })
+    };
+    // ... and read what was appended, in openraft's batches, and apply it.
+    let mut reader = log.clone();
+    let mut applied = 0;
+    let mut rounds = 0u64;
+    while applied < 20_000 {
+        let entries = rt
+            .block_on(reader.try_get_log_entries(applied + 1..applied + 301))
+            .expect("a log read");
+        assert!(entries
+            .iter()
+            .zip(applied + 1..)
+            .all(|(e, i)| e.log_id.index == i));
+        applied += entries.len() as u64;
+        rt.block_on(sm.apply(entries)).expect("apply");
+        rounds += 1;
+    }
+    writer.join().expect("writer");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(builder.join().expect("builder") > 0);
+    let given_up = sm.database().stats().snapshots.snapshots_too_old;
+    eprintln!("{rounds} rounds; {given_up} snapshots given up and read again");
+    assert_eq!(
+        sm.reader().last_applied().expect("applied"),
+        Some(id(20_000))
+    );
 }
