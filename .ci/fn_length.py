@@ -15,7 +15,7 @@ import re
 import sys
 
 LIMIT = 70
-ROOTS = ["crates/directkv/src", "crates/directkv-cli/src", "crates/directkv-raft/src"]
+ROOTS = ["crates/directkv/src", "crates/directkv-cli/src", "crates/directkv-raft/src", "crates/directkv-raft-node/src"]
 ALLOW = os.path.join(os.path.dirname(__file__), "fn_length_allow.txt")
 FN = re.compile(r"^\s*(?:pub(?:\([^)]*\))?\s+)?(?:const\s+)?(?:unsafe\s+)?(?:extern\s+\"C\"\s+)?fn\s+([A-Za-z_][A-Za-z0-9_]*)")
 

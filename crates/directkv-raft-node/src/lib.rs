@@ -1,0 +1,12 @@
+//! A replicated key-value server: [`directkv_raft`] under openraft, with
+//! openraft's network and a client API over HTTP ([`server`]), a client
+//! that follows the leader ([`client`]), node processes on loopback for
+//! tests and benchmarks ([`cluster`]), and the replication bench
+//! ([`bench`](mod@bench)). The `directkv-raft-node` program runs all of it.
+
+pub mod api;
+pub mod bench;
+pub mod client;
+pub mod cluster;
+pub mod network;
+pub mod server;

@@ -1,0 +1,245 @@
+//! A node: its Raft, its storage and its HTTP routes.
+//!
+//! | route                          | body                       | answer |
+//! |--------------------------------|----------------------------|--------|
+//! | `POST /raft/append`, `/raft/vote`, `/raft/snapshot` | openraft's RPCs | `Result` of the RPC |
+//! | `POST /kv/write`               | [`Request`]                | [`Reply`]`<`[`Written`]`>` |
+//! | `POST /kv/read`                | [`Read`]                   | [`Reply`]`<Option<bytes>>`, linearizable |
+//! | `POST /cluster/init`           | [`Init`]                   | [`Reply`]`<()>` |
+//! | `POST /cluster/add-learner`    | [`AddLearner`]             | [`Reply`]`<index>` |
+//! | `POST /cluster/change-membership` | [`ChangeMembership`]    | [`Reply`]`<index>` |
+//! | `GET /cluster/state`           |                            | [`NodeState`] |
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use axum::extract::State;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use directkv_raft::{KvReader, NodeId, Raft, Request, TypeConfig};
+use openraft::error::{
+    CheckIsLeaderError, ClientWriteError, ForwardToLeader, InstallSnapshotError, RaftError,
+};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, ClientWriteResponse, InstallSnapshotRequest,
+    InstallSnapshotResponse, VoteRequest, VoteResponse,
+};
+use openraft::{BasicNode, Config, SnapshotPolicy};
+
+use crate::api::{AddLearner, ChangeMembership, Init, NodeState, Read, Reply, Written};
+use crate::network::Network;
+
+/// How a node is started.
+#[derive(Debug, Clone)]
+pub struct NodeOptions {
+    /// Its id.
+    pub id: NodeId,
+    /// Where it listens (also its address in the cluster).
+    pub addr: String,
+    /// Its database directory.
+    pub dir: PathBuf,
+    /// The database's cache.
+    pub cache_bytes: usize,
+    /// The leader's heartbeat.
+    pub heartbeat: Duration,
+    /// A follower that hears no leader for a random time between this and
+    /// twice this starts an election.
+    pub election_timeout: Duration,
+    /// A snapshot is built once this many entries were applied since the
+    /// last one (then the log before it is purged).
+    pub snapshot_every: u64,
+}
+
+struct Node {
+    id: NodeId,
+    raft: Raft,
+    reader: KvReader,
+}
+
+/// Opens the node's storage, starts its Raft and serves its routes until
+/// the process is stopped.
+///
+/// # Errors
+/// The database does not open, the address cannot be bound, the Raft
+/// configuration is invalid.
+pub async fn serve(opts: NodeOptions) -> anyhow::Result<()> {
+    let db_opts = directkv::Options {
+        cache_bytes: opts.cache_bytes,
+        ..directkv::Options::default()
+    };
+    let dir = opts.dir.clone();
+    let (log, sm) = tokio::task::spawn_blocking(move || directkv_raft::open(dir, db_opts))
+        .await?
+        .with_context(|| format!("opening {}", opts.dir.display()))?;
+    let reader = sm.reader();
+    let election_ms = opts.election_timeout.as_millis() as u64;
+    let config = Config {
+        cluster_name: "directkv".into(),
+        heartbeat_interval: opts.heartbeat.as_millis() as u64,
+        election_timeout_min: election_ms,
+        election_timeout_max: election_ms * 2,
+        snapshot_policy: SnapshotPolicy::LogsSinceLast(opts.snapshot_every),
+        max_in_snapshot_log_to_keep: opts.snapshot_every / 2,
+        ..Config::default()
+    }
+    .validate()?;
+    let network = Network::new(Duration::from_secs(10))?;
+    let raft = Raft::new(opts.id, Arc::new(config), network, log, sm).await?;
+    let node = Arc::new(Node {
+        id: opts.id,
+        raft,
+        reader,
+    });
+    let app = Router::new()
+        .route("/raft/append", post(append))
+        .route("/raft/vote", post(vote))
+        .route("/raft/snapshot", post(snapshot))
+        .route("/kv/write", post(write))
+        .route("/kv/read", post(read))
+        .route("/cluster/init", post(init))
+        .route("/cluster/add-learner", post(add_learner))
+        .route("/cluster/change-membership", post(change_membership))
+        .route("/cluster/state", get(state))
+        .with_state(node.clone());
+    let listener = tokio::net::TcpListener::bind(&opts.addr)
+        .await
+        .with_context(|| format!("binding {}", opts.addr))?;
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await?;
+    node.raft.shutdown().await?;
+    Ok(())
+}
+
+type App = State<Arc<Node>>;
+
+async fn append(
+    State(n): App,
+    Json(rpc): Json<AppendEntriesRequest<TypeConfig>>,
+) -> Json<Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>>> {
+    Json(n.raft.append_entries(rpc).await)
+}
+
+async fn vote(
+    State(n): App,
+    Json(rpc): Json<VoteRequest<NodeId>>,
+) -> Json<Result<VoteResponse<NodeId>, RaftError<NodeId>>> {
+    Json(n.raft.vote(rpc).await)
+}
+
+async fn snapshot(
+    State(n): App,
+    Json(rpc): Json<InstallSnapshotRequest<TypeConfig>>,
+) -> Json<Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>> {
+    Json(n.raft.install_snapshot(rpc).await)
+}
+
+fn not_leader<T>(f: &ForwardToLeader<NodeId, BasicNode>) -> Reply<T> {
+    Reply::NotLeader {
+        leader: f.leader_id,
+        addr: f.leader_node.as_ref().map(|n| n.addr.clone()),
+    }
+}
+
+type WriteResult =
+    Result<ClientWriteResponse<TypeConfig>, RaftError<NodeId, ClientWriteError<NodeId, BasicNode>>>;
+
+fn written(r: WriteResult) -> Reply<Written> {
+    match r {
+        Ok(w) => Reply::Ok(Written {
+            index: w.log_id.index,
+            response: w.data,
+        }),
+        Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => not_leader(&f),
+        Err(e) => Reply::Failed(e.to_string()),
+    }
+}
+
+async fn write(State(n): App, Json(req): Json<Request>) -> Json<Reply<Written>> {
+    if let Err(why) = req.check() {
+        return Json(Reply::Failed(why));
+    }
+    Json(written(n.raft.client_write(req).await))
+}
+
+async fn read(State(n): App, Json(req): Json<Read>) -> Json<Reply<Option<Vec<u8>>>> {
+    // Linearizable: confirm leadership with a quorum and wait until the
+    // state machine has applied everything committed before the read.
+    match n.raft.ensure_linearizable().await {
+        Ok(_) => {}
+        Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => {
+            return Json(not_leader(&f))
+        }
+        Err(e) => return Json(Reply::Failed(e.to_string())),
+    }
+    let reader = n.reader.clone();
+    let got = tokio::task::spawn_blocking(move || reader.get(&req.key)).await;
+    Json(match got {
+        Ok(Ok(v)) => Reply::Ok(v),
+        Ok(Err(e)) => Reply::Failed(e.to_string()),
+        Err(e) => Reply::Failed(e.to_string()),
+    })
+}
+
+async fn init(State(n): App, Json(req): Json<Init>) -> Json<Reply<()>> {
+    let nodes: std::collections::BTreeMap<NodeId, BasicNode> = req
+        .nodes
+        .into_iter()
+        .map(|(id, addr)| (id, BasicNode { addr }))
+        .collect();
+    Json(match n.raft.initialize(nodes).await {
+        Ok(()) => Reply::Ok(()),
+        Err(e) => Reply::Failed(e.to_string()),
+    })
+}
+
+async fn add_learner(State(n): App, Json(req): Json<AddLearner>) -> Json<Reply<u64>> {
+    let node = BasicNode { addr: req.addr };
+    Json(index_of(written(
+        n.raft.add_learner(req.id, node, true).await,
+    )))
+}
+
+async fn change_membership(State(n): App, Json(req): Json<ChangeMembership>) -> Json<Reply<u64>> {
+    Json(index_of(written(
+        n.raft.change_membership(req.members, false).await,
+    )))
+}
+
+fn index_of(r: Reply<Written>) -> Reply<u64> {
+    match r {
+        Reply::Ok(w) => Reply::Ok(w.index),
+        Reply::NotLeader { leader, addr } => Reply::NotLeader { leader, addr },
+        Reply::Failed(e) => Reply::Failed(e),
+    }
+}
+
+async fn state(State(n): App) -> Json<Reply<NodeState>> {
+    let m = n.raft.metrics().borrow().clone();
+    let reader = n.reader.clone();
+    let all = tokio::task::spawn_blocking(move || reader.all()).await;
+    let (applied, pairs) = match all {
+        Ok(Ok(a)) => a,
+        Ok(Err(e)) => return Json(Reply::Failed(e.to_string())),
+        Err(e) => return Json(Reply::Failed(e.to_string())),
+    };
+    let mut digest = 0u32;
+    for (k, v) in &pairs {
+        for part in [&(k.len() as u64).to_le_bytes()[..], k, v] {
+            digest = crc32c::crc32c_append(digest, part);
+        }
+    }
+    Json(Reply::Ok(NodeState {
+        id: n.id,
+        leader: m.current_leader,
+        term: m.current_term,
+        applied: applied.map(|l| l.index),
+        voters: m.membership_config.membership().voter_ids().collect(),
+        keys: pairs.len() as u64,
+        digest,
+    }))
+}
