@@ -18,7 +18,7 @@ use anyhow::Context;
 use axum::extract::State;
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use directkv_raft::{KvReader, NodeId, Raft, Request, TypeConfig};
+use directkv_raft::{KvReader, NodeId, Raft, Request, Response, TypeConfig, BATCH_MAX_BYTES};
 use openraft::error::{
     CheckIsLeaderError, ClientWriteError, ForwardToLeader, InstallSnapshotError, RaftError,
 };
@@ -27,6 +27,7 @@ use openraft::raft::{
     InstallSnapshotResponse, VoteRequest, VoteResponse,
 };
 use openraft::{BasicNode, Config, SnapshotPolicy};
+use tokio::sync::{mpsc, oneshot};
 
 use crate::api::{AddLearner, ChangeMembership, Init, NodeState, Read, Reply, Written};
 use crate::network::Network;
@@ -56,6 +57,77 @@ struct Node {
     id: NodeId,
     raft: Raft,
     reader: KvReader,
+    /// Commands for the proposer, each with where its answer goes.
+    proposals: mpsc::Sender<Pending>,
+}
+
+/// A command waiting to be proposed and the client waiting for it.
+type Pending = (Request, oneshot::Sender<Reply<Written>>);
+
+/// Commands one proposal carries at most.
+const PROPOSAL_COMMANDS_MAX: usize = 1024;
+
+/// Commands queued for the proposer at most; a client beyond waits.
+const PROPOSAL_QUEUE: usize = 4096;
+
+/// Proposes the clients' commands, one proposal at a time, each carrying
+/// every command that arrived while the one before was being logged and
+/// committed (up to [`PROPOSAL_COMMANDS_MAX`] and [`BATCH_MAX_BYTES`]).
+/// openraft logs one proposal per durable append and waits for each
+/// append before the next, so this is what gives the cluster group
+/// commit.
+async fn proposer(raft: Raft, mut rx: mpsc::Receiver<Pending>) {
+    let mut carry: Option<Pending> = None;
+    loop {
+        let first = match carry.take() {
+            Some(p) => p,
+            None => match rx.recv().await {
+                Some(p) => p,
+                None => return,
+            },
+        };
+        let mut bytes = first.0.bytes();
+        let mut batch = vec![first];
+        while batch.len() < PROPOSAL_COMMANDS_MAX {
+            let Ok(p) = rx.try_recv() else { break };
+            if bytes + p.0.bytes() > BATCH_MAX_BYTES {
+                carry = Some(p);
+                break;
+            }
+            bytes += p.0.bytes();
+            batch.push(p);
+        }
+        propose(&raft, batch).await;
+    }
+}
+
+async fn propose(raft: &Raft, mut batch: Vec<Pending>) {
+    assert!(!batch.is_empty(), "a proposal carries a command");
+    if batch.len() == 1 {
+        let (req, tx) = batch.pop().expect("one command");
+        // The client may have gone; nobody to tell then.
+        let _ = tx.send(written(raft.client_write(req).await));
+        return;
+    }
+    let (reqs, txs): (Vec<Request>, Vec<_>) = batch.into_iter().unzip();
+    let n = reqs.len();
+    match written(raft.client_write(Request::Batch(reqs)).await) {
+        Reply::Ok(Written {
+            index,
+            response: Response::Batch(answers),
+        }) => {
+            assert_eq!(answers.len(), n, "one answer per command");
+            for (tx, response) in txs.into_iter().zip(answers) {
+                let _ = tx.send(Reply::Ok(Written { index, response }));
+            }
+        }
+        // Refused or failed whole: every command gets the same answer.
+        other => {
+            for tx in txs {
+                let _ = tx.send(other.clone());
+            }
+        }
+    }
 }
 
 /// Opens the node's storage, starts its Raft and serves its routes until
@@ -87,10 +159,13 @@ pub async fn serve(opts: NodeOptions) -> anyhow::Result<()> {
     .validate()?;
     let network = Network::new(Duration::from_secs(10))?;
     let raft = Raft::new(opts.id, Arc::new(config), network, log, sm).await?;
+    let (proposals, rx) = mpsc::channel(PROPOSAL_QUEUE);
+    tokio::spawn(proposer(raft.clone(), rx));
     let node = Arc::new(Node {
         id: opts.id,
         raft,
         reader,
+        proposals,
     });
     let app = Router::new()
         .route("/raft/append", post(append))
@@ -163,7 +238,18 @@ async fn write(State(n): App, Json(req): Json<Request>) -> Json<Reply<Written>> 
     if let Err(why) = req.check() {
         return Json(Reply::Failed(why));
     }
-    Json(written(n.raft.client_write(req).await))
+    if matches!(req, Request::Batch(_)) {
+        // A client's own batch is proposed as it is: batches do not nest.
+        return Json(written(n.raft.client_write(req).await));
+    }
+    let (tx, rx) = oneshot::channel();
+    if n.proposals.send((req, tx)).await.is_err() {
+        return Json(Reply::Failed("the node is shutting down".into()));
+    }
+    Json(
+        rx.await
+            .unwrap_or_else(|_| Reply::Failed("the node is shutting down".into())),
+    )
 }
 
 async fn read(State(n): App, Json(req): Json<Read>) -> Json<Reply<Option<Vec<u8>>>> {

@@ -24,6 +24,9 @@ pub const KEY_MAX: usize = 512;
 /// entry, which every node holds in memory while it replicates it.
 pub const VALUE_MAX: usize = 1 << 20;
 
+/// The most bytes of keys and values a [`Request::Batch`] may carry.
+pub const BATCH_MAX_BYTES: usize = 4 << 20;
+
 /// A command to the replicated key-value state machine.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Request {
@@ -49,6 +52,11 @@ pub enum Request {
         /// The value it gets, or `None` to remove it.
         new: Option<Vec<u8>>,
     },
+    /// Several commands (none a batch), applied in order in one entry,
+    /// answered by [`Response::Batch`]: a server gathers the commands that
+    /// arrive while an entry is being logged into the next one, so one
+    /// durable append carries many.
+    Batch(Vec<Request>),
 }
 
 /// The state machine's answer to one entry.
@@ -68,20 +76,36 @@ pub enum Response {
         /// The key's value.
         current: Option<Vec<u8>>,
     },
-    /// A command over the limits ([`KEY_MAX`], [`VALUE_MAX`]): nothing
-    /// changed. Every replica answers it the same way.
+    /// A command over the limits ([`KEY_MAX`], [`VALUE_MAX`],
+    /// [`BATCH_MAX_BYTES`], no batch in a batch): nothing changed. Every
+    /// replica answers it the same way.
     Rejected {
         /// Why.
         reason: String,
     },
+    /// The answers to a [`Request::Batch`], in its order.
+    Batch(Vec<Response>),
 }
 
 impl Request {
-    /// The key the command is about.
-    pub fn key(&self) -> &[u8] {
+    /// The key the command is about (`None` for a batch).
+    pub fn key(&self) -> Option<&[u8]> {
         match self {
-            Request::Put { key, .. } | Request::Delete { key } => key,
-            Request::CompareAndSet { key, .. } => key,
+            Request::Put { key, .. } | Request::Delete { key } => Some(key),
+            Request::CompareAndSet { key, .. } => Some(key),
+            Request::Batch(_) => None,
+        }
+    }
+
+    /// About how many bytes the command carries (keys and values).
+    pub fn bytes(&self) -> usize {
+        match self {
+            Request::Put { key, value } => key.len() + value.len(),
+            Request::Delete { key } => key.len(),
+            Request::CompareAndSet { key, expected, new } => {
+                key.len() + expected.as_ref().map_or(0, Vec::len) + new.as_ref().map_or(0, Vec::len)
+            }
+            Request::Batch(reqs) => reqs.iter().map(Request::bytes).sum(),
         }
     }
 
@@ -90,9 +114,13 @@ impl Request {
     /// [`Response::Rejected`]; a client checks before proposing.
     ///
     /// # Errors
-    /// A key over [`KEY_MAX`] bytes or a value over [`VALUE_MAX`].
+    /// A key over [`KEY_MAX`] bytes, a value over [`VALUE_MAX`], a batch
+    /// over [`BATCH_MAX_BYTES`] or holding a batch.
     pub fn check(&self) -> Result<(), String> {
-        let key = self.key().len();
+        let Some(key) = self.key() else {
+            return self.check_batch();
+        };
+        let key = key.len();
         if key > KEY_MAX {
             return Err(format!(
                 "key of {key} bytes exceeds the {KEY_MAX}-byte limit"
@@ -102,6 +130,7 @@ impl Request {
             Request::Put { value, .. } => [Some(value), None],
             Request::Delete { .. } => [None, None],
             Request::CompareAndSet { expected, new, .. } => [expected.as_ref(), new.as_ref()],
+            Request::Batch(_) => unreachable!("a batch has no key and was checked above"),
         };
         match values.into_iter().flatten().map(Vec::len).max() {
             Some(len) if len > VALUE_MAX => Err(format!(
@@ -109,6 +138,24 @@ impl Request {
             )),
             _ => Ok(()),
         }
+    }
+}
+
+impl Request {
+    fn check_batch(&self) -> Result<(), String> {
+        let Request::Batch(reqs) = self else {
+            unreachable!("only a batch has no key");
+        };
+        if reqs.iter().any(|r| matches!(r, Request::Batch(_))) {
+            return Err("a batch holds a batch".into());
+        }
+        let bytes = self.bytes();
+        if bytes > BATCH_MAX_BYTES {
+            return Err(format!(
+                "batch of {bytes} bytes exceeds the {BATCH_MAX_BYTES}-byte limit"
+            ));
+        }
+        reqs.iter().try_for_each(Request::check)
     }
 }
 
@@ -131,6 +178,7 @@ const KIND_MEMBERSHIP: u8 = 2;
 const TAG_PUT: u8 = 1;
 const TAG_DELETE: u8 = 2;
 const TAG_CAS: u8 = 3;
+const TAG_BATCH: u8 = 4;
 
 /// The bytes an entry is stored as.
 pub fn encode_entry(entry: &Entry) -> Vec<u8> {
@@ -213,11 +261,35 @@ fn encode_request(out: &mut Vec<u8>, req: &Request) {
             put_option(out, expected.as_deref());
             put_option(out, new.as_deref());
         }
+        Request::Batch(reqs) => {
+            out.push(TAG_BATCH);
+            let n = u32::try_from(reqs.len()).expect("a batch holds under 4 Gi commands");
+            out.extend_from_slice(&n.to_le_bytes());
+            for r in reqs {
+                encode_request(out, r);
+            }
+        }
     }
 }
 
 fn decode_request(r: &mut Reader<'_>) -> Result<Request, DecodeError> {
+    decode_request_in(r, false)
+}
+
+fn decode_request_in(r: &mut Reader<'_>, in_batch: bool) -> Result<Request, DecodeError> {
     Ok(match r.u8()? {
+        TAG_BATCH if !in_batch => {
+            let n = r.u32()? as usize;
+            // Each command takes at least a tag and a length.
+            if n > r.remaining() / 5 {
+                return Err(r.error(format!("{n} commands cannot fit")));
+            }
+            let mut reqs = Vec::with_capacity(n);
+            for _ in 0..n {
+                reqs.push(decode_request_in(r, true)?);
+            }
+            Request::Batch(reqs)
+        }
         TAG_PUT => Request::Put {
             key: r.bytes()?.to_vec(),
             value: r.bytes()?.to_vec(),
@@ -374,7 +446,14 @@ mod tests {
             },
             Entry {
                 log_id: id(2, 2, 8),
-                payload: EntryPayload::Normal(cas),
+                payload: EntryPayload::Normal(cas.clone()),
+            },
+            Entry {
+                log_id: id(2, 2, 10),
+                payload: EntryPayload::Normal(Request::Batch(vec![
+                    cas,
+                    Request::Delete { key: b"d".to_vec() },
+                ])),
             },
             Entry {
                 log_id: id(3, 1, 9),
@@ -430,5 +509,11 @@ mod tests {
             value: vec![0; VALUE_MAX],
         };
         assert!(ok.check().is_ok());
+        let nested = Request::Batch(vec![Request::Batch(vec![])]);
+        assert!(nested.check().is_err());
+        let heavy = Request::Batch(vec![ok.clone(); 5]);
+        assert!(heavy.check().is_err(), "5 MiB is over the batch limit");
+        let inner_bad = Request::Batch(vec![ok, long_key]);
+        assert!(inner_bad.check().is_err());
     }
 }

@@ -40,7 +40,7 @@ mod store;
 use std::io::Cursor;
 use std::path::Path;
 
-pub use codec::{DecodeError, Entry, Request, Response, KEY_MAX, VALUE_MAX};
+pub use codec::{DecodeError, Entry, Request, Response, BATCH_MAX_BYTES, KEY_MAX, VALUE_MAX};
 pub use log_store::LogStore;
 pub use state_machine::{KvReader, SnapshotBuilder, StateMachine};
 

@@ -198,11 +198,7 @@ impl StateMachine {
 /// About what applying `e` writes.
 fn entry_bytes(e: &Entry) -> usize {
     match &e.payload {
-        EntryPayload::Normal(Request::Put { key, value }) => key.len() + value.len(),
-        EntryPayload::Normal(Request::CompareAndSet { key, new, .. }) => {
-            key.len() + new.as_ref().map_or(0, Vec::len)
-        }
-        EntryPayload::Normal(Request::Delete { key }) => key.len(),
+        EntryPayload::Normal(req) => req.bytes(),
         EntryPayload::Blank | EntryPayload::Membership(_) => 0,
     }
 }
@@ -246,7 +242,18 @@ fn execute(
     if let Err(reason) = req.check() {
         return Ok(Response::Rejected { reason });
     }
-    let key = keys::data(generation, req.key());
+    let Some(key) = req.key() else {
+        let Request::Batch(reqs) = req else {
+            unreachable!("only a batch has no key");
+        };
+        let out = reqs
+            .iter()
+            .map(|r| execute(w, generation, r))
+            .collect::<directkv::Result<Vec<_>>>()?;
+        assert_eq!(out.len(), reqs.len(), "one answer per command");
+        return Ok(Response::Batch(out));
+    };
+    let key = keys::data(generation, key);
     let current = w.get(&key)?;
     Ok(match req {
         Request::Put { value, .. } => {
@@ -268,6 +275,7 @@ fn execute(
             Response::Done { previous: current }
         }
         Request::CompareAndSet { .. } => Response::Mismatch { current },
+        Request::Batch(_) => unreachable!("a batch has no key"),
     })
 }
 

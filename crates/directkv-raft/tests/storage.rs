@@ -11,28 +11,12 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+mod common;
+
+use common::{options, scratch};
 use directkv_raft::{Entry, LogStore, Request, Response, StateMachine, KEY_MAX, VALUE_MAX};
 use openraft::storage::{RaftLogStorage, RaftLogStorageExt, RaftStateMachine};
 use openraft::{CommittedLeaderId, EntryPayload, LogId, RaftLogReader, RaftSnapshotBuilder};
-
-fn options(page_bytes: u32) -> directkv::Options {
-    directkv::Options {
-        cache_bytes: 8 << 20,
-        page_bytes,
-        wal_sync: Some(directkv::SyncVariant {
-            method: directkv::SyncMethod::Fdatasync,
-            direct: true,
-        }),
-        wal_segment_bytes: 1 << 20,
-        data_extend_bytes: 0,
-        publish_stats: false,
-        ..directkv::Options::default()
-    }
-}
-
-fn scratch() -> tempfile::TempDir {
-    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("scratch dir")
-}
 
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Runtime::new().expect("runtime")
@@ -114,6 +98,32 @@ fn commands_answer_as_a_key_value_store() {
     assert_eq!(reader.get(&long_key).expect("get"), Some(vec![1; 3000]));
     assert_eq!(reader.get(b"big").expect("get"), None);
     assert_eq!(reader.last_applied().expect("applied"), Some(id(10)));
+    // A batch applies its commands in order, each answered; a batch in a
+    // batch is refused whole.
+    let batch = Request::Batch(vec![
+        Request::Put {
+            key: b"b".to_vec(),
+            value: b"1".to_vec(),
+        },
+        Request::CompareAndSet {
+            key: b"b".to_vec(),
+            expected: Some(b"1".to_vec()),
+            new: Some(b"2".to_vec()),
+        },
+        Request::Delete {
+            key: b"none".to_vec(),
+        },
+    ]);
+    let nested = Request::Batch(vec![Request::Batch(vec![])]);
+    let out = rt()
+        .block_on(sm.apply([normal(11, batch), normal(12, nested)]))
+        .expect("apply");
+    assert_eq!(
+        out[0],
+        Response::Batch(vec![done(None), done(Some(b"1")), done(None)])
+    );
+    assert!(matches!(out[1], Response::Rejected { .. }), "{:?}", out[1]);
+    assert_eq!(reader.get(b"b").expect("get"), Some(b"2".to_vec()));
 }
 
 /// Every key in the database's data family, of every generation.
