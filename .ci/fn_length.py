@@ -17,7 +17,7 @@ import sys
 LIMIT = 70
 ROOTS = ["crates/directkv/src", "crates/directkv-cli/src", "crates/directkv-raft/src", "crates/directkv-raft-node/src"]
 ALLOW = os.path.join(os.path.dirname(__file__), "fn_length_allow.txt")
-FN = re.compile(r"^\s*(?:pub(?:\([^)]*\))?\s+)?(?:const\s+)?(?:unsafe\s+)?(?:extern\s+\"C\"\s+)?fn\s+([A-Za-z_][A-Za-z0-9_]*)")
+FN = re.compile(r"^\s*(?:pub(?:\([^)]*\))?\s+)?(?:const\s+)?(?:async\s+)?(?:unsafe\s+)?(?:extern\s+\"C\"\s+)?fn\s+([A-Za-z_][A-Za-z0-9_]*)")
 
 
 def strip(line):

@@ -26,11 +26,11 @@ struct NodeFlags {
     #[arg(long, default_value_t = 64)]
     cache_mib: usize,
     /// The leader's heartbeat, in milliseconds.
-    #[arg(long, default_value_t = 50)]
+    #[arg(long, default_value_t = 100)]
     heartbeat_ms: u64,
     /// The election timeout's low end, in milliseconds (the high end is
     /// twice it).
-    #[arg(long, default_value_t = 300)]
+    #[arg(long, default_value_t = 400)]
     election_ms: u64,
     /// Entries applied between snapshots (the log before one is purged).
     #[arg(long, default_value_t = 1000)]
@@ -65,7 +65,8 @@ enum Cmd {
         node: NodeFlags,
     },
     /// Starts NODES node processes on loopback under DIR, makes them a
-    /// cluster, prints their addresses, and runs until interrupted.
+    /// cluster, prints their addresses, and runs until interrupted. DIR
+    /// must hold no earlier cluster: the ports are new each run.
     Cluster {
         /// Where the nodes' databases and logs go.
         #[arg(long)]
@@ -193,6 +194,31 @@ async fn main() -> anyhow::Result<()> {
             .await
         }
         Cmd::Cluster { dir, nodes, node } => run_cluster(dir, nodes, node.args()).await,
+        Cmd::Bench {
+            dir,
+            clients,
+            seconds,
+            value_bytes,
+            json,
+            node,
+        } => {
+            let opts = BenchOptions {
+                clients,
+                seconds,
+                value_bytes,
+                dir,
+                exe: std::env::current_exe()?,
+                node: node.args(),
+            };
+            run_bench(opts, json).await
+        }
+        cmd => run_client(cmd).await,
+    }
+}
+
+/// The client commands.
+async fn run_client(cmd: Cmd) -> anyhow::Result<()> {
+    match cmd {
         Cmd::Init { nodes } => {
             let nodes = parse_nodes(&nodes)?;
             Client::new(nodes.values().cloned().collect())
@@ -242,36 +268,31 @@ async fn main() -> anyhow::Result<()> {
             println!("voters {ids:?} from log index {index}");
             Ok(())
         }
-        Cmd::Bench {
-            dir,
-            clients,
-            seconds,
-            value_bytes,
-            json,
-            node,
-        } => {
-            if dir.exists() {
-                std::fs::remove_dir_all(&dir)
-                    .with_context(|| format!("emptying {}", dir.display()))?;
-            }
-            std::fs::create_dir_all(&dir)?;
-            let opts = BenchOptions {
-                clients,
-                seconds,
-                value_bytes,
-                dir,
-                exe: std::env::current_exe()?,
-                node: node.args(),
-            };
-            let rows = bench::run(&opts).await?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&rows)?);
-            } else {
-                print_rows(&rows);
-            }
-            Ok(())
+        Cmd::Serve { .. } | Cmd::Cluster { .. } | Cmd::Bench { .. } => {
+            unreachable!("main runs the node, cluster and bench commands")
         }
     }
+}
+
+async fn run_bench(opts: BenchOptions, json: bool) -> anyhow::Result<()> {
+    // Only a directory an earlier bench made (it holds the marker) is
+    // emptied; any other must be new or empty.
+    let dir = &opts.dir;
+    let marker = dir.join(".directkv-raft-bench");
+    if marker.exists() {
+        std::fs::remove_dir_all(dir).with_context(|| format!("emptying {}", dir.display()))?;
+    } else if dir.exists() && std::fs::read_dir(dir)?.next().is_some() {
+        anyhow::bail!("{} is not empty and not a bench directory", dir.display());
+    }
+    std::fs::create_dir_all(dir)?;
+    std::fs::write(&marker, b"")?;
+    let rows = bench::run(&opts).await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        print_rows(&rows);
+    }
+    Ok(())
 }
 
 fn print_rows(rows: &[bench::Row]) {
@@ -305,10 +326,9 @@ async fn run_cluster(dir: PathBuf, nodes: u64, args: NodeArgs) -> anyhow::Result
         cluster.start(id).await?;
     }
     let mut client = cluster.client();
-    // A cluster restarted over the same directories is initialized already.
-    if let Err(e) = client.init(cluster.addrs().clone()).await {
-        eprintln!("init: {e} (continuing: the nodes may hold a cluster already)");
-    }
+    // The nodes get new ports each run, so DIR must hold no earlier
+    // cluster (its members' stored addresses would be stale).
+    client.init(cluster.addrs().clone()).await?;
     let leader = cluster.leader(Duration::from_secs(30)).await?;
     let at: Vec<String> = cluster
         .addrs()
