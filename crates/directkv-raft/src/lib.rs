@@ -29,6 +29,8 @@
 //! # Ok(()) }
 //! ```
 
+#![deny(missing_docs)]
+
 mod codec;
 mod keys;
 mod log_store;

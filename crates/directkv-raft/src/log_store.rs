@@ -55,7 +55,12 @@ impl LogStore {
             .range(keys::log(0).as_slice()..keys::log_end().as_slice())
             .next_back()
         {
-            Some(kv) => Some(entry_log_id(&kv?.1)?),
+            Some(kv) => {
+                let (k, v) = kv?;
+                let id = entry_log_id(&v)?;
+                check_index(&k, id.index)?;
+                Some(id)
+            }
             None => None,
         };
         // A log purged to its end keeps its last id in the purge record.
@@ -127,11 +132,7 @@ impl LogStore {
             let (k, v) = kv?;
             bytes += v.len();
             let e = decode_entry(&v)?;
-            assert_eq!(
-                keys::log_index(&k),
-                Some(e.log_id.index),
-                "an entry is stored under its own index"
-            );
+            check_index(&k, e.log_id.index)?;
             out.push(e);
         }
         assert!(
@@ -193,6 +194,17 @@ impl LogStore {
             false,
         )?;
         Ok(())
+    }
+}
+
+/// Refuses an entry stored under another index's key (a damaged record).
+fn check_index(key: &[u8], index: u64) -> Result<(), Error> {
+    match keys::log_index(key) {
+        Some(i) if i == index => Ok(()),
+        other => Err(Error::Decode(crate::DecodeError {
+            what: "log entry",
+            why: format!("entry {index} stored under key {other:?}"),
+        })),
     }
 }
 

@@ -172,14 +172,18 @@ pub(crate) fn write_chunks(db: &Db, meta: &Meta, seq: u64, bytes: &[u8]) -> Resu
     })
 }
 
-/// Reads the current snapshot's bytes back and checks them against its
-/// record.
-pub(crate) fn read(r: &directkv::ReadTxn<'_>, stored: &Stored) -> Result<Vec<u8>, Error> {
-    let mut out = Vec::with_capacity(usize::try_from(stored.len).unwrap_or(0));
+/// Reads a stored snapshot's bytes back and checks them against its
+/// record. Each chunk is read in its own read transaction: the caller
+/// holds the snapshot store's lock, so the chunks of `stored` neither
+/// change nor go while they are read.
+pub(crate) fn read(db: &Db, stored: &Stored) -> Result<Vec<u8>, Error> {
+    // The length comes from disk: reserve no more than a few chunks ahead.
+    let reserve = stored.len.min(64 * CHUNK_BYTES as u64) as usize;
+    let mut out = Vec::with_capacity(reserve);
     for n in 0..stored.chunks() {
         let n = u32::try_from(n).map_err(|_| Error::Snapshot("too many chunks".into()))?;
-        let chunk = r
-            .get(&keys::chunk(stored.seq, n))?
+        let key = keys::chunk(stored.seq, n);
+        let chunk = crate::store::read(db, |r| Ok(r.get(&key)?))?
             .ok_or_else(|| Error::Snapshot(format!("chunk {n} of {} is missing", stored.seq)))?;
         out.extend_from_slice(&chunk);
     }

@@ -24,10 +24,10 @@ use crate::snapshot::{self, Meta};
 use crate::store::{
     blocking, delete_range, durable, from_json, lazy, put_json, read, read_some, runs, Db,
 };
+use crate::{keys, Entry, Error, NodeId, Request, Response, TypeConfig, KEY_MAX};
 
 /// Snapshot builds beside the writes before one with the writes held back.
 const BUILD_ATTEMPTS: usize = 4;
-use crate::{keys, Entry, Error, NodeId, Request, Response, TypeConfig, KEY_MAX};
 
 /// The applied state, stored under `a`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -464,18 +464,18 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     async fn get_current_snapshot(
         &mut self,
     ) -> Result<Option<Snapshot<TypeConfig>>, StorageError<NodeId>> {
-        let db = self.shared.db.clone();
+        let shared = self.shared.clone();
         blocking(ErrorSubject::Snapshot(None), ErrorVerb::Read, move || {
-            read(&db, |r| {
-                let Some(stored) = snapshot::record(r)? else {
-                    return Ok(None);
-                };
-                let bytes = snapshot::read(r, &stored)?;
-                Ok(Some(Snapshot {
-                    meta: stored.meta,
-                    snapshot: Box::new(Cursor::new(bytes)),
-                }))
-            })
+            // Held: no new snapshot replaces this one's chunks meanwhile.
+            let _held = shared.lock()?;
+            let Some(stored) = read(&shared.db, snapshot::record)? else {
+                return Ok(None);
+            };
+            let bytes = snapshot::read(&shared.db, &stored)?;
+            Ok(Some(Snapshot {
+                meta: stored.meta,
+                snapshot: Box::new(Cursor::new(bytes)),
+            }))
         })
         .await
     }

@@ -67,7 +67,9 @@ impl Store {
 }
 
 fn poisoned() -> Error {
-    Error::Stopped("a thread panicked while writing; reopen the database".into())
+    Error::Stopped(
+        "a snapshot build panicked while it held writes back; reopen the database".into(),
+    )
 }
 
 impl std::ops::Deref for Store {
