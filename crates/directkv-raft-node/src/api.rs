@@ -18,6 +18,9 @@ pub enum Reply<T> {
         /// The leader's address.
         addr: Option<String>,
     },
+    /// Refused before anything was done (over a limit; the node shutting
+    /// down).
+    Rejected(String),
     /// Failed. For a write, its outcome is unknown: it may yet commit.
     Failed(String),
 }

@@ -31,8 +31,8 @@ impl Default for NodeArgs {
     fn default() -> Self {
         NodeArgs {
             cache_mib: 64,
-            heartbeat_ms: 50,
-            election_ms: 300,
+            heartbeat_ms: 100,
+            election_ms: 400,
             snapshot_every: 1000,
         }
     }

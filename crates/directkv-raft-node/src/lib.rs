@@ -4,6 +4,8 @@
 //! tests and benchmarks ([`cluster`]), and the replication bench
 //! ([`bench`](mod@bench)). The `directkv-raft-node` program runs all of it.
 
+#![deny(missing_docs)]
+
 pub mod api;
 pub mod bench;
 pub mod client;

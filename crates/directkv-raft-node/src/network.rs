@@ -86,6 +86,14 @@ impl Peer {
             Err(e) if e.is_connect() => return Err(RPCError::Unreachable(Unreachable::new(&e))),
             Err(e) => return Err(RPCError::Network(NetworkError::new(&e))),
         };
+        let status = resp.status();
+        if !status.is_success() {
+            let e = openraft::AnyError::error(format!(
+                "{route} to node {}: HTTP {status}",
+                self.target
+            ));
+            return Err(RPCError::Network(NetworkError::new(&e)));
+        }
         let body: Result<Resp, E> = resp
             .json()
             .await

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use axum::extract::State;
+use axum::extract::{DefaultBodyLimit, State};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use directkv_raft::{KvReader, NodeId, Raft, Request, Response, TypeConfig, BATCH_MAX_BYTES};
@@ -63,6 +63,16 @@ struct Node {
 
 /// A command waiting to be proposed and the client waiting for it.
 type Pending = (Request, oneshot::Sender<Reply<Written>>);
+
+/// The largest request body a node takes: an append of
+/// [`APPEND_ENTRIES_MAX`] entries of [`BATCH_MAX_BYTES`] each, as JSON.
+const BODY_BYTES_MAX: usize = 1 << 30;
+
+/// Entries one append RPC carries at most.
+const APPEND_ENTRIES_MAX: u64 = 64;
+
+/// Bytes of snapshot one install RPC carries.
+const SNAPSHOT_CHUNK_BYTES: u64 = 1 << 20;
 
 /// Commands one proposal carries at most.
 const PROPOSAL_COMMANDS_MAX: usize = 1024;
@@ -154,13 +164,18 @@ pub async fn serve(opts: NodeOptions) -> anyhow::Result<()> {
         election_timeout_max: election_ms * 2,
         snapshot_policy: SnapshotPolicy::LogsSinceLast(opts.snapshot_every),
         max_in_snapshot_log_to_keep: opts.snapshot_every / 2,
+        // Bodies are JSON, about 3.5 bytes per byte carried: a chunk or an
+        // append stays well under the routes' body limit.
+        snapshot_max_chunk_size: SNAPSHOT_CHUNK_BYTES,
+        max_payload_entries: APPEND_ENTRIES_MAX,
+        install_snapshot_timeout: 10_000,
         ..Config::default()
     }
     .validate()?;
     let network = Network::new(Duration::from_secs(10))?;
     let raft = Raft::new(opts.id, Arc::new(config), network, log, sm).await?;
     let (proposals, rx) = mpsc::channel(PROPOSAL_QUEUE);
-    tokio::spawn(proposer(raft.clone(), rx));
+    let mut proposer = tokio::spawn(proposer(raft.clone(), rx));
     let node = Arc::new(Node {
         id: opts.id,
         raft,
@@ -177,17 +192,37 @@ pub async fn serve(opts: NodeOptions) -> anyhow::Result<()> {
         .route("/cluster/add-learner", post(add_learner))
         .route("/cluster/change-membership", post(change_membership))
         .route("/cluster/state", get(state))
+        .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))
         .with_state(node.clone());
     let listener = tokio::net::TcpListener::bind(&opts.addr)
         .await
         .with_context(|| format!("binding {}", opts.addr))?;
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
-        .await?;
+    let server = axum::serve(listener, app).with_graceful_shutdown(async {
+        let _ = tokio::signal::ctrl_c().await;
+    });
+    // A node whose Raft stopped (a storage error is fatal to it) or whose
+    // proposer ended serves nothing right: the process exits with the
+    // error instead of answering every request with one.
+    let stopped = tokio::select! {
+        r = server => r.map_err(anyhow::Error::from),
+        r = &mut proposer => Err(anyhow::anyhow!("the proposer stopped: {r:?}")),
+        e = raft_stopped(&node.raft) => Err(anyhow::anyhow!("Raft stopped: {e}")),
+    };
     node.raft.shutdown().await?;
-    Ok(())
+    stopped
+}
+
+/// Resolves when the node's Raft has stopped, with why.
+async fn raft_stopped(raft: &Raft) -> String {
+    let mut metrics = raft.metrics();
+    loop {
+        if let Err(e) = &metrics.borrow().running_state {
+            return e.to_string();
+        }
+        if metrics.changed().await.is_err() {
+            return "its metrics channel closed".into();
+        }
+    }
 }
 
 type App = State<Arc<Node>>;
@@ -236,7 +271,7 @@ fn written(r: WriteResult) -> Reply<Written> {
 
 async fn write(State(n): App, Json(req): Json<Request>) -> Json<Reply<Written>> {
     if let Err(why) = req.check() {
-        return Json(Reply::Failed(why));
+        return Json(Reply::Rejected(why));
     }
     if matches!(req, Request::Batch(_)) {
         // A client's own batch is proposed as it is: batches do not nest.
@@ -244,11 +279,12 @@ async fn write(State(n): App, Json(req): Json<Request>) -> Json<Reply<Written>> 
     }
     let (tx, rx) = oneshot::channel();
     if n.proposals.send((req, tx)).await.is_err() {
-        return Json(Reply::Failed("the node is shutting down".into()));
+        return Json(Reply::Rejected("the node is shutting down".into()));
     }
+    // The proposer gone with the command: proposed or not, nobody knows.
     Json(
         rx.await
-            .unwrap_or_else(|_| Reply::Failed("the node is shutting down".into())),
+            .unwrap_or_else(|_| Reply::Failed("the node's proposer stopped".into())),
     )
 }
 
@@ -300,6 +336,7 @@ fn index_of(r: Reply<Written>) -> Reply<u64> {
     match r {
         Reply::Ok(w) => Reply::Ok(w.index),
         Reply::NotLeader { leader, addr } => Reply::NotLeader { leader, addr },
+        Reply::Rejected(e) => Reply::Rejected(e),
         Reply::Failed(e) => Reply::Failed(e),
     }
 }

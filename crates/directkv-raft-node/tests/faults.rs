@@ -76,7 +76,16 @@ async fn converged(cluster: &Cluster) -> Vec<directkv_raft_node::api::NodeState>
     loop {
         let mut states = Vec::new();
         for addr in cluster.addrs().values() {
-            states.push(client.state(addr).await.expect("state"));
+            match client.state(addr).await {
+                Ok(s) => states.push(s),
+                // Busy (installing a snapshot, say): ask again.
+                Err(_) if Instant::now() < deadline => break,
+                Err(e) => panic!("no state from {addr}: {e}"),
+            }
+        }
+        if states.len() < cluster.addrs().len() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
         }
         let same = states
             .windows(2)
@@ -169,4 +178,58 @@ async fn no_acknowledged_write_is_lost_over_leader_kills_and_replicas_agree() {
         );
     }
     assert!(states[0].keys >= acked.len() as u64);
+}
+
+/// Values of the largest size a command may carry, and a snapshot of
+/// several MiB (more than one install chunk, more than a default HTTP body
+/// limit), reach a follower that was down while the log it missed was
+/// purged: it catches up by installing the snapshot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn large_values_and_snapshots_reach_a_follower_that_missed_them() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    let args = NodeArgs {
+        cache_mib: 16,
+        snapshot_every: 4,
+        ..NodeArgs::default()
+    };
+    let exe = std::path::Path::new(env!("CARGO_BIN_EXE_directkv-raft-node"));
+    let mut cluster = Cluster::new(exe, dir.path(), 3, args).expect("cluster");
+    for id in 1..=3 {
+        cluster.start(id).await.expect("start");
+    }
+    cluster
+        .client()
+        .init(cluster.addrs().clone())
+        .await
+        .expect("init");
+    let leader = cluster
+        .leader(Duration::from_secs(30))
+        .await
+        .expect("leader");
+    let follower = (1..=3).find(|&id| id != leader).expect("a follower");
+    cluster.kill(follower).expect("kill");
+    let mut client = cluster.client();
+    let big = |i: u8| vec![i; directkv_raft::VALUE_MAX];
+    for i in 0..12u8 {
+        let req = Request::Put {
+            key: vec![b'k', i],
+            value: big(i),
+        };
+        client
+            .write(&req)
+            .await
+            .expect("a write of the largest value");
+    }
+    cluster.start(follower).await.expect("restart");
+    let states = converged(&cluster).await;
+    for s in &states[1..] {
+        assert_eq!(
+            (s.applied, s.keys, s.digest),
+            (states[0].applied, states[0].keys, states[0].digest),
+            "replicas agree: {states:?}"
+        );
+    }
+    assert_eq!(states[0].keys, 12);
+    let got = client.read(&[b'k', 11]).await.expect("read");
+    assert_eq!(got, Some(big(11)));
 }
