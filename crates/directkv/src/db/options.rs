@@ -14,7 +14,9 @@ pub enum Durability {
     #[default]
     Sync,
     /// `commit()` returns at once; a crash may lose the latest commits (never
-    /// part of one). **Not durable**: for tests and bulk loads.
+    /// part of one). **Not durable** on its own: for tests and bulk loads,
+    /// or, per transaction ([`WriteOptions::durability`]), for commits a
+    /// later durable commit carries.
     NoSyncNotDurable,
 }
 
@@ -184,8 +186,9 @@ pub struct WriteOptions {
     pub lock_timeout: std::time::Duration,
     /// Whether its commit waits for durability; `None` (the default) takes
     /// [`Options::durability`]. A commit that does not wait is made durable
-    /// by the next one that does, or by a flush: the log is one sequence, so
-    /// a durable commit carries every commit before it.
+    /// by the next one that does (or by the log's own writer, when its
+    /// buffers fill or a checkpoint runs): the log is one sequence, so a
+    /// durable commit carries every commit before it.
     pub durability: Option<Durability>,
 }
 
