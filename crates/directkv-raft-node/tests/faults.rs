@@ -68,8 +68,8 @@ async fn kill_and_restart(cluster: &mut Cluster, id: u64) {
     cluster.start(id).await.expect("restart");
 }
 
-/// Waits until every node has applied the same entries; returns their
-/// states.
+/// Waits until every node has applied the same entries, asserts that
+/// their state machines agree, and returns their states.
 async fn converged(cluster: &Cluster) -> Vec<directkv_raft_node::api::NodeState> {
     let client = cluster.client();
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -91,10 +91,33 @@ async fn converged(cluster: &Cluster) -> Vec<directkv_raft_node::api::NodeState>
             .windows(2)
             .all(|w| (w[0].applied, w[0].digest) == (w[1].applied, w[1].digest));
         if same || Instant::now() > deadline {
+            for s in &states[1..] {
+                assert_eq!(
+                    (s.applied, s.keys, s.digest),
+                    (states[0].applied, states[0].keys, states[0].digest),
+                    "replicas agree: {states:?}"
+                );
+            }
             return states;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// Three node processes of the test's binary under `dir`, started and
+/// made one cluster.
+async fn three_nodes(dir: &std::path::Path, args: NodeArgs) -> Cluster {
+    let exe = std::path::Path::new(env!("CARGO_BIN_EXE_directkv-raft-node"));
+    let mut cluster = Cluster::new(exe, dir, 3, args).expect("cluster");
+    for id in 1..=3 {
+        cluster.start(id).await.expect("start");
+    }
+    cluster
+        .client()
+        .init(cluster.addrs().clone())
+        .await
+        .expect("init");
+    cluster
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -107,16 +130,7 @@ async fn no_acknowledged_write_is_lost_over_leader_kills_and_replicas_agree() {
         snapshot_every: 200,
         ..NodeArgs::default()
     };
-    let exe = std::path::Path::new(env!("CARGO_BIN_EXE_directkv-raft-node"));
-    let mut cluster = Cluster::new(exe, dir.path(), 3, args).expect("cluster");
-    for id in 1..=3 {
-        cluster.start(id).await.expect("start");
-    }
-    cluster
-        .client()
-        .init(cluster.addrs().clone())
-        .await
-        .expect("init");
+    let mut cluster = three_nodes(dir.path(), args).await;
     cluster
         .leader(Duration::from_secs(30))
         .await
@@ -170,13 +184,6 @@ async fn no_acknowledged_write_is_lost_over_leader_kills_and_replicas_agree() {
         );
     }
     let states = converged(&cluster).await;
-    for s in &states[1..] {
-        assert_eq!(
-            (s.applied, s.keys, s.digest),
-            (states[0].applied, states[0].keys, states[0].digest),
-            "replicas agree: {states:?}"
-        );
-    }
     assert!(states[0].keys >= acked.len() as u64);
 }
 
@@ -192,16 +199,7 @@ async fn large_values_and_snapshots_reach_a_follower_that_missed_them() {
         snapshot_every: 4,
         ..NodeArgs::default()
     };
-    let exe = std::path::Path::new(env!("CARGO_BIN_EXE_directkv-raft-node"));
-    let mut cluster = Cluster::new(exe, dir.path(), 3, args).expect("cluster");
-    for id in 1..=3 {
-        cluster.start(id).await.expect("start");
-    }
-    cluster
-        .client()
-        .init(cluster.addrs().clone())
-        .await
-        .expect("init");
+    let mut cluster = three_nodes(dir.path(), args).await;
     let leader = cluster
         .leader(Duration::from_secs(30))
         .await
@@ -222,13 +220,6 @@ async fn large_values_and_snapshots_reach_a_follower_that_missed_them() {
     }
     cluster.start(follower).await.expect("restart");
     let states = converged(&cluster).await;
-    for s in &states[1..] {
-        assert_eq!(
-            (s.applied, s.keys, s.digest),
-            (states[0].applied, states[0].keys, states[0].digest),
-            "replicas agree: {states:?}"
-        );
-    }
     assert_eq!(states[0].keys, 12);
     let got = client.read(&[b'k', 11]).await.expect("read");
     assert_eq!(got, Some(big(11)));
