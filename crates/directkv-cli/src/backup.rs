@@ -9,7 +9,7 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use directkv::{BackupOptions, Database, Options};
+use directkv::{BackupOptions, Database, Lsn, Options, RestoreTarget};
 
 use crate::size::parse_bytes;
 
@@ -59,9 +59,84 @@ pub struct RestoreArgs {
     /// each incremental one on top of it, oldest first).
     #[arg(required = true, num_args = 2..)]
     paths: Vec<PathBuf>,
+    /// A log archive (the database's `wal_archive`) to carry the restored
+    /// state forward from, to `--to-lsn`, `--to-time` or `--to-end`.
+    #[arg(long, requires = "target")]
+    archive: Option<PathBuf>,
+    /// Restore exactly the commits whose record ends at or before this LSN
+    /// (decimal, or `H/LLLLLLLL` hex as the tools print it).
+    #[arg(long, group = "target", value_parser = parse_lsn)]
+    to_lsn: Option<Lsn>,
+    /// Restore exactly the commits made at or before this time: UTC
+    /// `YYYY-MM-DDTHH:MM:SS[.ffffff]Z`, or microseconds since the epoch.
+    #[arg(long, group = "target", value_parser = parse_time_us)]
+    to_time: Option<u64>,
+    /// Restore every commit the archive holds.
+    #[arg(long, group = "target")]
+    to_end: bool,
     /// Print one JSON document instead of text.
     #[arg(long)]
     json: bool,
+}
+
+/// An LSN: decimal, or `H/LLLLLLLL` (high and low 32 bits in hex).
+fn parse_lsn(s: &str) -> std::result::Result<Lsn, String> {
+    let bad = || format!("{s:?} is not an LSN (decimal, or H/LLLLLLLL in hex)");
+    match s.split_once('/') {
+        Some((hi, lo)) => {
+            let hi = u64::from_str_radix(hi, 16).map_err(|_| bad())?;
+            let lo = u64::from_str_radix(lo, 16).map_err(|_| bad())?;
+            if hi > u64::from(u32::MAX) || lo > u64::from(u32::MAX) {
+                return Err(bad());
+            }
+            Ok(Lsn::new(hi << 32 | lo))
+        }
+        None => s.parse().map(Lsn::new).map_err(|_| bad()),
+    }
+}
+
+/// A UTC time `YYYY-MM-DDTHH:MM:SS[.ffffff]Z`, or microseconds since the
+/// epoch, as microseconds since the epoch.
+fn parse_time_us(s: &str) -> std::result::Result<u64, String> {
+    if let Ok(us) = s.parse::<u64>() {
+        return Ok(us);
+    }
+    let bad = || format!("{s:?} is not a time: YYYY-MM-DDTHH:MM:SS[.ffffff]Z (UTC) or µs");
+    let body = s.strip_suffix('Z').ok_or_else(bad)?;
+    let (date, time) = body.split_once('T').ok_or_else(bad)?;
+    let num = |p: &str| p.parse::<u64>().map_err(|_| bad());
+    let d: Vec<&str> = date.split('-').collect();
+    let (whole, frac) = time.split_once('.').unwrap_or((time, ""));
+    let t: Vec<&str> = whole.split(':').collect();
+    if d.len() != 3 || t.len() != 3 || frac.len() > 6 || !frac.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad());
+    }
+    let (y, m, day) = (num(d[0])?, num(d[1])?, num(d[2])?);
+    let (h, min, sec) = (num(t[0])?, num(t[1])?, num(t[2])?);
+    if !(1970..=9999).contains(&y) || !(1..=12).contains(&m) || !(1..=31).contains(&day) {
+        return Err(bad());
+    }
+    if h > 23 || min > 59 || sec > 60 {
+        return Err(bad());
+    }
+    let micros = if frac.is_empty() {
+        0
+    } else {
+        num(frac)? * 10u64.pow(6 - frac.len() as u32)
+    };
+    let days = days_from_civil(y, m, day);
+    Ok(((days * 86_400 + h * 3_600 + min * 60 + sec) * 1_000_000) + micros)
+}
+
+/// Days from 1970-01-01 to the given date (proleptic Gregorian calendar).
+fn days_from_civil(y: u64, m: u64, d: u64) -> u64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y / 400;
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
 }
 
 pub fn backup(args: BackupArgs) -> Result<()> {
@@ -197,8 +272,22 @@ pub fn restore(args: RestoreArgs) -> Result<()> {
         .paths
         .split_last()
         .context("a backup and a destination")?;
-    let report = directkv::restore_backup_chain(chain, dest)
-        .with_context(|| format!("restore into {}", dest.display()))?;
+    let target = match (args.to_lsn, args.to_time, args.to_end) {
+        (Some(l), _, _) => Some(RestoreTarget::Lsn(l)),
+        (_, Some(t), _) => Some(RestoreTarget::TimeUs(t)),
+        (_, _, true) => Some(RestoreTarget::End),
+        _ => None,
+    };
+    let report = match (&args.archive, target) {
+        (Some(archive), Some(target)) => {
+            directkv::restore_backup_chain_to(chain, archive, target, dest)
+        }
+        (None, None) => directkv::restore_backup_chain(chain, dest),
+        _ => anyhow::bail!(
+            "--to-lsn, --to-time and --to-end need --archive, and --archive one of them"
+        ),
+    }
+    .with_context(|| format!("restore into {}", dest.display()))?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(());
@@ -212,5 +301,52 @@ pub fn restore(args: RestoreArgs) -> Result<()> {
         dest.display(),
         report.bytes
     );
+    if let Some(r) = report.rolled_forward {
+        println!(
+            "  carried forward from the archive ({} segments): {} commits after the backup, the \
+             log ends at {}{}",
+            r.archived_segments,
+            r.commits,
+            r.log_end,
+            r.last_commit_time_us.map_or(String::new(), |t| format!(
+                ", its last commit at {t} µs since the epoch"
+            ))
+        );
+    }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restore_targets_parse_as_the_tools_print_them() {
+        assert_eq!(parse_lsn("1048576"), Ok(Lsn::new(1 << 20)));
+        assert_eq!(parse_lsn("1/000F0000"), Ok(Lsn::new((1 << 32) | 0xF_0000)));
+        assert_eq!(
+            parse_lsn(&Lsn::new(123_456_789).to_string()),
+            Ok(Lsn::new(123_456_789))
+        );
+        assert!(parse_lsn("1/2/3").is_err() && parse_lsn("x").is_err());
+        assert_eq!(parse_time_us("1970-01-01T00:00:00Z"), Ok(0));
+        assert_eq!(parse_time_us("1700000000000000"), Ok(1_700_000_000_000_000));
+        // 2026-11-25T22:13:20Z is 1,795,644,800 s since the epoch.
+        assert_eq!(
+            parse_time_us("2026-11-25T22:13:20.5Z"),
+            Ok(1_795_644_800_500_000)
+        );
+        assert_eq!(
+            parse_time_us("2000-03-01T00:00:00Z"),
+            Ok(951_868_800_000_000)
+        );
+        for bad in [
+            "2026-11-25 22:13:20Z",
+            "2026-13-01T00:00:00Z",
+            "2026-11-25T22:13:20",
+            "soon",
+        ] {
+            assert!(parse_time_us(bad).is_err(), "{bad}");
+        }
+    }
 }

@@ -157,3 +157,95 @@ fn backup_refuses_a_database_open_elsewhere() {
         "{doc}"
     );
 }
+
+/// `directkv restore --archive A --to-lsn L` and `--to-time T` restore
+/// exactly the commits up to the target from a backup and the log archive.
+#[test]
+fn restore_to_an_lsn_and_a_time_from_the_archive() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    let (src, archive, backup) = (
+        dir.path().join("db"),
+        dir.path().join("archive"),
+        dir.path().join("backup"),
+    );
+    let opts = Options {
+        wal_segment_bytes: 64 << 10,
+        wal_archive: Some(archive.clone()),
+        ..options()
+    };
+    let db = Database::open(&src, opts).expect("open");
+    db.backup(&backup, &directkv::BackupOptions::default())
+        .expect("backup");
+    let mut lsns = Vec::new();
+    for i in 0..40u32 {
+        let mut w = db.begin_write().expect("begin");
+        w.put(format!("k/{i:06}").as_bytes(), &[1u8; 3000])
+            .expect("put");
+        lsns.push(w.commit_lsn().expect("commit"));
+    }
+    // More log, so the segments holding those commits are complete.
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    for i in 0..100u32 {
+        // Values that do not compress: the log grows by their size.
+        let value: Vec<u8> = (0..3000)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        let mut w = db.begin_write().expect("begin");
+        w.put(format!("pad/{i:06}").as_bytes(), &value)
+            .expect("put");
+        w.commit().expect("commit");
+    }
+    db.close().expect("close");
+    let restore = |target: &[&str], dest: &Path| {
+        let out = bin()
+            .arg("restore")
+            .arg("--archive")
+            .arg(&archive)
+            .args(target)
+            .arg("--json")
+            .arg(&backup)
+            .arg(dest)
+            .output()
+            .expect("run");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("json")
+    };
+    let first = dir.path().join("r1");
+    let lsn = lsns[24].to_string();
+    let report = restore(&["--to-lsn", &lsn], &first);
+    assert_eq!(report["rolled_forward"]["commits"], 25, "{report}");
+    assert_eq!(keys(&first), 25, "the commits through the 25th");
+    let time = report["rolled_forward"]["last_commit_time_us"]
+        .as_u64()
+        .expect("a commit time");
+    let second = dir.path().join("r2");
+    let report = restore(&["--to-time", &time.to_string()], &second);
+    assert!(
+        report["rolled_forward"]["commits"].as_u64() >= Some(25),
+        "{report}"
+    );
+    assert!(
+        keys(&second) >= 25,
+        "at least the commits through that time"
+    );
+    // Without a target, --archive is refused.
+    let out = bin()
+        .arg("restore")
+        .arg("--archive")
+        .arg(&archive)
+        .arg(&backup)
+        .arg(dir.path().join("r3"))
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    assert!(!dir.path().join("r3").exists());
+}

@@ -132,15 +132,16 @@ mod wal;
 
 pub use backup::manifest::{Manifest as BackupManifest, ManifestFile as BackupManifestFile};
 pub use backup::{
-    restore_backup, restore_backup_chain, verify_backup, BackupOptions, BackupReport,
-    RestoreReport, VerifyReport,
+    restore_backup, restore_backup_chain, restore_backup_chain_to, verify_backup, BackupOptions,
+    BackupReport, RestoreReport, RestoreTarget, RolledForward, VerifyReport,
 };
 pub use buffer::{PoolStats, WritesByCause};
 pub use db::{
-    BackupProgress, CheckReport, Database, Durability, FileAccess, Isolation, Options, RangeIter,
-    ReadTxn, RecoveryStats, SnapshotStats, StallHistograms, Stalls, Stats, TxnStats, WriteOptions,
-    WriteTxn, STATS_FILE, TRANSACTION_ATTEMPTS_MAX, VERSION_STORE_BYTES_MIN,
-    VERSION_STORE_CACHE_FRACTION, WAL_BUFFERS_INCLUDED_FROM, WAL_HARD_LIMIT_FACTOR,
+    ArchiveStats, BackupProgress, CheckReport, Database, Durability, FileAccess, Isolation,
+    Options, RangeIter, ReadTxn, RecoveryStats, SnapshotStats, StallHistograms, Stalls, Stats,
+    TxnStats, WriteOptions, WriteTxn, STATS_FILE, TRANSACTION_ATTEMPTS_MAX,
+    VERSION_STORE_BYTES_MIN, VERSION_STORE_CACHE_FRACTION, WAL_BUFFERS_INCLUDED_FROM,
+    WAL_HARD_LIMIT_FACTOR,
 };
 pub use error::{Error, IoOp, Result};
 pub use io::{AioBackend, AioOptions, AioStats, DirectIo, IoPath, SyncMethod, SyncVariant};
@@ -186,6 +187,10 @@ pub mod internals {
     /// Foreground waits by cause.
     pub mod stall {
         pub use crate::stall::*;
+    }
+    /// Restoring backups on any storage (the simulated disk's tests).
+    pub mod backup {
+        pub use crate::backup::restore_chain_with;
     }
     /// The `CONTROL` file the checkpoint writes.
     pub mod db {

@@ -87,6 +87,10 @@ pub struct Manifest {
     /// Pages read and checked to make the backup.
     #[serde(default)]
     pub pages_scanned: u64,
+    /// The time of the last commit before the backup's start (µs since the
+    /// epoch, 0 for none): a restore to an earlier time is refused.
+    #[serde(default)]
+    pub start_commit_time_us: Option<u64>,
     /// Pages copied as zeros because they failed their check while being
     /// written, and the log the backup carries holds their image.
     #[serde(default)]
@@ -330,6 +334,7 @@ mod tests {
             incremental_pages: runs([0, 1, 2, 5, 6, 9]),
             changed_pages_method: Some(PAGE_LSN_SCAN.into()),
             pages_scanned: 8,
+            start_commit_time_us: Some(5),
         }
     }
 

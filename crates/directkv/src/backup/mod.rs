@@ -21,6 +21,7 @@
 
 pub(crate) mod files;
 pub mod manifest;
+mod pitr;
 mod restore;
 mod verify;
 
@@ -33,7 +34,11 @@ use crate::io::Storage;
 use crate::lsn::Lsn;
 use manifest::{Manifest, COMPLETE_NAME, MANIFEST_NAME};
 
-pub use restore::{restore_backup, restore_backup_chain, RestoreReport};
+pub use pitr::{RestoreTarget, RolledForward};
+pub use restore::{
+    restore_backup, restore_backup_chain, restore_backup_chain_to, restore_chain_with,
+    RestoreReport,
+};
 pub use verify::{verify_backup, VerifyReport};
 
 /// The log's directory inside a backup.

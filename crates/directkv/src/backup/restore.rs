@@ -39,6 +39,10 @@ pub struct RestoreReport {
     pub pages_from_increments: u64,
     /// Bytes written.
     pub bytes: u64,
+    /// Where the log was carried forward to from an archive
+    /// ([`restore_backup_chain_to`]); `None` for a restore of the backups
+    /// alone.
+    pub rolled_forward: Option<super::RolledForward>,
 }
 
 /// Restores the complete full backup in `backup` into `dest`, which must not
@@ -65,10 +69,53 @@ pub fn restore_backup_chain<P: AsRef<Path>>(
     chain: &[P],
     dest: impl AsRef<Path>,
 ) -> Result<RestoreReport> {
-    let dest = dest.as_ref();
-    let storage = OsStorage::default();
+    restore_chain(chain, dest.as_ref(), None)
+}
+
+fn restore_chain<P: AsRef<Path>>(
+    chain: &[P],
+    dest: &Path,
+    to: Option<(&Path, super::RestoreTarget)>,
+) -> Result<RestoreReport> {
+    restore_chain_with(&OsStorage::default(), chain, dest, to, |tmp| {
+        let _ = std::fs::remove_dir_all(tmp);
+    })
+}
+
+/// Restores a chain of complete backups as [`restore_backup_chain`] does,
+/// then carries its log forward from the log archive `archive` (see
+/// [`Options::wal_archive`](crate::Options::wal_archive)) to `target`: the
+/// restored database holds exactly the commits up to the target.
+///
+/// # Errors
+/// As [`restore_backup_chain`]; [`Error::InvalidArgument`] for a target
+/// before the last backup's end or beyond what the archive holds;
+/// [`Error::Corruption`] naming an archived segment that is damaged or of
+/// another database or history. On an error nothing is left at `dest`.
+pub fn restore_backup_chain_to<P: AsRef<Path>>(
+    chain: &[P],
+    archive: impl AsRef<Path>,
+    target: super::RestoreTarget,
+    dest: impl AsRef<Path>,
+) -> Result<RestoreReport> {
+    restore_chain(chain, dest.as_ref(), Some((archive.as_ref(), target)))
+}
+
+/// [`restore_backup_chain`] (`to` = `None`) or [`restore_backup_chain_to`]
+/// on `storage`; `remove_tree` removes the scratch directory of a restore
+/// that failed.
+///
+/// # Errors
+/// As [`restore_backup_chain_to`].
+pub fn restore_chain_with<S: Storage, P: AsRef<Path>>(
+    storage: &S,
+    chain: &[P],
+    dest: &Path,
+    to: Option<(&Path, super::RestoreTarget)>,
+    remove_tree: impl FnOnce(&Path),
+) -> Result<RestoreReport> {
     let chain: Vec<&Path> = chain.iter().map(AsRef::as_ref).collect();
-    let ms = check_chain(&storage, &chain)?;
+    let ms = check_chain(storage, &chain)?;
     let tmp = scratch_of(dest);
     if storage.exists(dest) {
         return Err(Error::InvalidArgument(format!(
@@ -83,23 +130,32 @@ pub fn restore_backup_chain<P: AsRef<Path>>(
             dest.display()
         )));
     }
-    let built = build(&storage, &chain, &ms, &tmp);
-    let (bytes, pages_from_increments) = match built {
+    let last = ms.last().expect("a chain has a backup");
+    let built = build(storage, &chain, &ms, &tmp).and_then(|done| {
+        let rolled = match to {
+            Some((archive, target)) => Some(super::pitr::roll_forward(
+                storage, &tmp, last, archive, target,
+            )?),
+            None => None,
+        };
+        Ok((done, rolled))
+    });
+    let ((bytes, pages_from_increments), rolled_forward) = match built {
         Ok(done) => done,
         Err(e) => {
-            let _ = std::fs::remove_dir_all(&tmp);
+            remove_tree(&tmp);
             return Err(e);
         }
     };
     storage.rename(&tmp, dest)?;
     let parent = dest.parent().filter(|p| !p.as_os_str().is_empty());
     storage.sync_dir(parent.unwrap_or(Path::new(".")))?;
-    let last = ms.last().expect("a chain has a backup");
     Ok(RestoreReport {
         backup_id: last.backup_id.clone(),
         backups: ms.len(),
         pages_from_increments,
         bytes,
+        rolled_forward,
     })
 }
 
@@ -319,9 +375,10 @@ fn apply_increment<S: Storage>(
     Ok(listed)
 }
 
-/// The manifest of a combined chain: the last backup's, as a full backup
-/// holding the files now in `dir`.
-fn combined_manifest<S: Storage>(
+/// The manifest of a restored chain in `dir`: the last backup's, as a full
+/// backup holding the files now in `dir` (`CONTROL`, `data` and the log's
+/// segments).
+pub(super) fn combined_manifest<S: Storage>(
     storage: &S,
     dir: &Path,
     last: &Manifest,
@@ -334,12 +391,10 @@ fn combined_manifest<S: Storage>(
     m.changed_pages_method = None;
     m.files = Vec::new();
     let mut names = vec![CONTROL_NAME.to_string(), DATA_NAME.to_string()];
-    names.extend(
-        last.files
-            .iter()
-            .filter(|f| f.path.starts_with(WAL_DIR_NAME))
-            .map(|f| f.path.clone()),
-    );
+    for n in crate::wal::list_segments(storage, &dir.join(WAL_DIR_NAME))? {
+        let name = crate::wal::format::segment_file_name(n);
+        names.push(format!("{WAL_DIR_NAME}/{name}"));
+    }
     for name in names {
         let (len, crc32c) = files::crc_of(storage, &dir.join(&name), buf)?;
         m.files.push(manifest::ManifestFile {

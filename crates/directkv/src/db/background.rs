@@ -268,6 +268,39 @@ pub(super) fn spawn_checkpointer<S: Storage>(
     })
 }
 
+/// How often the archiver looks for a completed log segment.
+const ARCHIVER_IDLE: Duration = Duration::from_millis(100);
+/// How long the archiver waits after a failed round before the next.
+const ARCHIVER_RETRY: Duration = Duration::from_secs(1);
+
+/// The log archiver ([`super::archive`]): copies each log segment into the
+/// archive once it is complete. Checkpoints archive what is pending too,
+/// before they recycle, so without this thread nothing is lost, only later.
+pub(super) fn spawn_archiver<S: Storage>(
+    weak: Weak<Inner<S>>,
+    signal: StopSignal,
+) -> Option<JoinHandle<()>> {
+    spawn("directkv-archiver", move || {
+        let mut wait = ARCHIVER_IDLE;
+        loop {
+            if wait_stop(&signal, wait) {
+                return;
+            }
+            let alive = run_guarded(&weak, "directkv-archiver", |inner| {
+                // A failure is counted and kept in the stats; the segment
+                // stays until a later round archives it.
+                wait = match inner.archive_complete_segments() {
+                    Ok(_) => ARCHIVER_IDLE,
+                    Err(_) => ARCHIVER_RETRY,
+                };
+            });
+            if !alive {
+                return;
+            }
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

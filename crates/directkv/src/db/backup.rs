@@ -284,6 +284,7 @@ impl<S: Storage> Inner<S> {
             incremental_pages: Vec::new(),
             changed_pages_method: None,
             pages_scanned: 0,
+            start_commit_time_us: Some(cp.commit_time_us),
         })
     }
 

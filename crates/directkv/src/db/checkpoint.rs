@@ -63,6 +63,9 @@ pub(super) struct Checkpointed {
     pub(super) record_end: Lsn,
     /// The tree at its start.
     pub(super) meta: records::Meta,
+    /// The time of the last commit before its start (µs since the epoch; 0
+    /// for none): every commit after it has this time or a later one.
+    pub(super) commit_time_us: u64,
 }
 
 impl<S: Storage> Inner<S> {
@@ -95,15 +98,16 @@ impl<S: Storage> Inner<S> {
         // The start: between commits, so every commit before it is in the
         // pages we are about to write and every one after it is in the log
         // from here on, with full images for pages it finds unchanged since.
-        let (start, meta) = {
+        let (start, meta, commit_time_us) = {
             let tree = health::write(&self.tree)?;
             let start = self.wal().end_lsn();
+            let commit_time_us = self.counters.commit_clock_us.load(Ordering::Acquire);
             let horizon = self.fpi_horizon.swap(start.get(), Ordering::AcqRel);
             assert!(
                 horizon <= start.get(),
                 "the image horizon only moves forward"
             );
-            (start, *tree)
+            (start, *tree, commit_time_us)
         };
         let redo_before = self.last_redo.load(Ordering::Acquire);
         assert!(
@@ -136,13 +140,20 @@ impl<S: Storage> Inner<S> {
             let _held = health::lock_even_poisoned(&self.log_space.0);
             self.log_space.1.notify_all();
         }
-        // Segments a running backup still copies stay.
-        let keep = self.oldest_log_pin().map_or(start, |pin| pin.min(start));
+        // Segments a running backup still copies stay, and those not yet
+        // archived (archived now if they can be: a failure is counted, and
+        // the segments wait for the archiver's next round).
+        let _ = self.archive_complete_segments();
+        let keep = [self.oldest_log_pin(), super::archive::archive_keep(self)]
+            .into_iter()
+            .flatten()
+            .fold(start, Lsn::min);
         self.wal().recycle_before(keep)?;
         Ok(Checkpointed {
             redo: start,
             record_end: end,
             meta,
+            commit_time_us,
         })
     }
 

@@ -353,7 +353,7 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
     /// Writes the commit record and releases every held page at its LSN.
     pub fn commit(mut self) -> Result<Lsn> {
         self.settle();
-        let rec = records::encode_meta(self.txn, &self.meta);
+        let rec = records::encode_commit(self.txn, &self.meta, self.inner.commit_time_us());
         let lsn = match self.wal().append(records::COMMIT, &rec) {
             Ok(lsn) => lsn,
             Err(e) => {

@@ -61,6 +61,9 @@ pub struct Database<S: Storage = OsStorage> {
     pub(super) checkpointer: Option<JoinHandle<()>>,
     pub(super) cleaner: Option<JoinHandle<()>>,
     pub(super) cleaner_stop: StopSignal,
+    /// The log archiver (with `Options::wal_archive`); stopped by
+    /// `cleaner_stop`.
+    pub(super) archiver: Option<JoinHandle<()>>,
     pub(super) readers: Vec<JoinHandle<()>>,
 }
 
@@ -308,6 +311,9 @@ impl<S: Storage> Drop for Database<S> {
         if let Some(h) = self.cleaner.take() {
             let _ = h.join();
         }
+        if let Some(h) = self.archiver.take() {
+            let _ = h.join();
+        }
         // Published stats describe an open database only.
         if self.inner.opts.publish_stats {
             let _ = self
@@ -320,7 +326,7 @@ impl<S: Storage> Drop for Database<S> {
         for h in self.readers.drain(..) {
             let _ = h.join();
         }
-        assert!(self.checkpointer.is_none() && self.cleaner.is_none());
+        assert!(self.checkpointer.is_none() && self.cleaner.is_none() && self.archiver.is_none());
         assert!(self.readers.is_empty(), "every background thread is joined");
     }
 }

@@ -191,6 +191,8 @@ pub(crate) struct Inner<S: Storage> {
     /// Where running backups need the log from: no segment from the
     /// oldest's on is recycled (a multiset: one entry per backup).
     pub(super) log_pins: Mutex<Vec<Lsn>>,
+    /// The log archiver's state (with `Options::wal_archive`).
+    pub(super) archive: Option<super::archive::Archive>,
     /// Callers of [`Database::checkpoint`](super::Database::checkpoint)
     /// waiting for the running one.
     pub(super) hurry: AtomicU64,
@@ -208,6 +210,22 @@ impl<S: Storage> Inner<S> {
     /// The open WAL.
     pub(super) fn wal(&self) -> &Wal<S> {
         self.log.wal()
+    }
+
+    /// The time a commit record written now carries: the wall clock in
+    /// µs, but never before the last commit's (called in the serial commit
+    /// section, so commit times rise with LSNs).
+    pub(crate) fn commit_time_us(&self) -> u64 {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+        let last = self
+            .counters
+            .commit_clock_us
+            .fetch_max(now, Ordering::AcqRel);
+        let t = now.max(last);
+        assert!(t >= last, "commit times never go backwards");
+        t
     }
 
     /// A new transaction id.

@@ -16,6 +16,7 @@
 //!   user sets and reads; [`check`]: the structural check.
 
 mod access;
+mod archive;
 mod background;
 mod backup;
 mod check;
@@ -37,6 +38,7 @@ mod versions;
 mod write;
 
 pub use access::FileAccess;
+pub use archive::ArchiveStats;
 pub use check::CheckReport;
 pub use checkpoint::WAL_HARD_LIMIT_FACTOR;
 pub use control::ControlFile;
@@ -45,6 +47,7 @@ pub use options::{
     Durability, Isolation, Options, WriteOptions, VERSION_STORE_BYTES_MIN,
     VERSION_STORE_CACHE_FRACTION, WAL_BUFFERS_INCLUDED_FROM,
 };
+pub(crate) use records::{decode_commit_time as commit_record_time, COMMIT as COMMIT_RECORD};
 pub use stats::TxnStats;
 pub use stats::{BackupProgress, RecoveryStats, StallHistograms, Stalls, Stats, STATS_FILE};
 pub use txn::{RangeIter, ReadTxn};

@@ -25,7 +25,7 @@
 //!   at the name is written through.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, RwLock};
 
 use super::access::{self, Audit};
@@ -87,8 +87,10 @@ pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result
         wal,
         meta,
         next_txn,
+        last_commit_us,
         stats,
     } = recovered;
+    let archive = open_archive(&storage, &opts, &wal)?;
     log.open(wal);
     let version_cap = opts.version_store_cap();
     let mut inner = Inner {
@@ -111,11 +113,12 @@ pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result
         fpi_horizon: AtomicU64::new(c.redo_lsn.get()),
         last_redo: AtomicU64::new(c.redo_lsn.get()),
         reach_stamped: AtomicU64::new(0),
-        counters: Counters::default(),
+        counters: Counters::starting_at(next_txn, last_commit_us),
         readahead: Mutex::new(None),
         sched,
         hurry: AtomicU64::new(0),
         log_pins: Mutex::new(Vec::new()),
+        archive,
         aio,
         recovery: stats,
         readable_by_others: audit.readable_by_others,
@@ -123,7 +126,6 @@ pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result
         health: Health::new(path),
         _lock: lock,
     };
-    inner.counters.next_txn.store(next_txn, Ordering::Relaxed);
     checkpoint_if_due(&mut inner, &c)?;
     Ok(start_threads(Arc::new(inner)))
 }
@@ -413,13 +415,33 @@ fn start_threads<S: Storage>(inner: Arc<Inner<S>>) -> Database<S> {
     } else {
         (None, None, Vec::new())
     };
+    let archiver = (inner.opts.background_threads && inner.archive.is_some())
+        .then(|| background::spawn_archiver(Arc::downgrade(&inner), Arc::clone(&cleaner_stop)))
+        .flatten();
     Database {
         inner,
         checkpointer,
         cleaner,
         cleaner_stop,
+        archiver,
         readers,
     }
+}
+
+/// The log archiver's state, with `Options::wal_archive`.
+fn open_archive<S: Storage>(
+    storage: &S,
+    opts: &Options,
+    wal: &crate::wal::Wal<S>,
+) -> Result<Option<super::archive::Archive>> {
+    let Some(dir) = &opts.wal_archive else {
+        return Ok(None);
+    };
+    let layout = crate::wal::format::Layout {
+        segment_bytes: wal.segment_bytes(),
+    };
+    let current = layout.segment_of(wal.end_lsn());
+    super::archive::Archive::open(storage, dir, wal.dir(), opts.permissions, current).map(Some)
 }
 
 pub(super) fn random_id() -> DbId {

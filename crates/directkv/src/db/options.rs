@@ -90,6 +90,15 @@ pub struct Options {
     /// not a symbolic link ([`Error::NotADirectory`](crate::Error::NotADirectory)),
     /// while a path given here may lead through one.
     pub wal_dir: Option<PathBuf>,
+    /// A directory every WAL segment is copied into once it is complete
+    /// (checked record by record, synced), before a checkpoint may recycle
+    /// it: with a backup, the archive restores the database to any later
+    /// commit ([`restore_backup_chain_to`](crate::restore_backup_chain_to)).
+    /// Created if missing. If archiving fails the segment is kept, the
+    /// failure counted in [`Stats::archive`](crate::Stats::archive) and
+    /// retried, and commits go on until the log's space runs out. Give each
+    /// database its own: the archive is never overwritten. Default: none.
+    pub wal_archive: Option<PathBuf>,
     /// Whether commits wait for durability.
     pub durability: Durability,
     /// WAL segment size.
@@ -211,6 +220,7 @@ impl Default for Options {
             direct_io: DirectIo::Auto,
             wal_sync: None,
             wal_dir: None,
+            wal_archive: None,
             durability: Durability::Sync,
             wal_segment_bytes: crate::wal::SEGMENT_BYTES_DEFAULT,
             checkpoint_wal_bytes: 256 << 20,

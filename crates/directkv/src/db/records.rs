@@ -3,7 +3,7 @@
 //! | kind | name | payload |
 //! |------|------|---------|
 //! | 20 | page | txn u64, page u64, flags u8 (1 = full image), n u16, then n × (offset u16, len u16, bytes); a full image is one range covering the page |
-//! | 21 | commit | txn u64, root u64, page count u64, free-list head u64 |
+//! | 21 | commit | txn u64, root u64, page count u64, free-list head u64, time µs u64 (since the epoch; absent in logs of older builds) |
 //! | 22 | checkpoint | redo LSN u64, root u64, page count u64, free-list head u64 |
 //! | 23 | abort | txn u64 |
 //!
@@ -249,6 +249,27 @@ pub fn encode_meta(first: u64, meta: &Meta) -> Vec<u8> {
     out
 }
 
+/// Encodes a commit record: [`encode_meta`]'s 32 bytes, then the commit's
+/// wall-clock time in microseconds since the epoch. Readers of the meta
+/// read only the first 32 bytes, so the time is an extension older builds
+/// skip.
+pub fn encode_commit(txn: u64, meta: &Meta, time_us: u64) -> Vec<u8> {
+    let mut out = encode_meta(txn, meta);
+    out.extend_from_slice(&time_us.to_le_bytes());
+    assert_eq!(out.len(), COMMIT_BYTES, "five u64s");
+    debug_assert_eq!(decode_commit_time(&out), Some(time_us));
+    out
+}
+
+/// Bytes of a commit record's payload (with its time).
+pub const COMMIT_BYTES: usize = 40;
+
+/// The wall-clock time (µs since the epoch) a commit record carries;
+/// `None` for a record written before commits carried one.
+pub fn decode_commit_time(b: &[u8]) -> Option<u64> {
+    le::get_u64(b, 32)
+}
+
 /// Decodes a commit or checkpoint record: (txn or redo LSN, meta).
 ///
 /// # Errors
@@ -443,6 +464,12 @@ mod tests {
         };
         assert_eq!(decode_meta(&encode_meta(42, &m)).expect("decode"), (42, m));
         assert!(decode_meta(&[1, 2, 3]).is_err());
+        // A commit carries its time after the meta; one without reads as
+        // having none.
+        let c = encode_commit(42, &m, 1_700_000_000_000_123);
+        assert_eq!(decode_meta(&c).expect("decode"), (42, m));
+        assert_eq!(decode_commit_time(&c), Some(1_700_000_000_000_123));
+        assert_eq!(decode_commit_time(&encode_meta(42, &m)), None);
         assert!(decode_page(&[0; 5]).is_err());
         let mut unknown = encode_page(1, 2, false, &[], &[]);
         unknown[16] = 7;

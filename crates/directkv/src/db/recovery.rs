@@ -38,6 +38,8 @@ pub(super) struct Recovered<S: Storage> {
     pub(super) wal: Wal<S>,
     pub(super) meta: Meta,
     pub(super) next_txn: u64,
+    /// The latest commit time replayed (0 for none).
+    pub(super) last_commit_us: u64,
     pub(super) stats: RecoveryStats,
 }
 
@@ -86,6 +88,7 @@ pub(super) fn recover<S: Storage>(
         wal,
         meta,
         next_txn: replay.max_txn + 1,
+        last_commit_us: replay.last_commit_us,
         stats,
     })
 }
@@ -104,6 +107,8 @@ struct Replay<'a, S: Storage> {
     log: &'a EngineLog<S>,
     pending: HashMap<u64, Vec<Vec<u8>>>,
     max_txn: u64,
+    /// The latest commit time seen.
+    last_commit_us: u64,
     /// The pages of the commit being queued, each once.
     commit_pages: HashSet<u64>,
     /// Pages a queued commit first changes with an image: how many such
@@ -143,6 +148,7 @@ impl<'a, S: Storage> Replay<'a, S> {
             log,
             pending: Default::default(),
             max_txn: 0,
+            last_commit_us: 0,
             commit_pages: HashSet::new(),
             queued_images: HashMap::new(),
             stats: RecoveryStats::default(),
@@ -166,6 +172,8 @@ impl<'a, S: Storage> Replay<'a, S> {
             records::COMMIT => {
                 let (txn, m) = records::decode_meta(&rec.payload)?;
                 self.max_txn = self.max_txn.max(txn);
+                let time = records::decode_commit_time(&rec.payload);
+                self.last_commit_us = self.last_commit_us.max(time.unwrap_or(0));
                 let payloads = self.pending.remove(&txn).unwrap_or_default();
                 // A page this commit changes first with a delta and the
                 // cache does not hold is read ahead, with others, while the

@@ -58,9 +58,22 @@ pub(super) struct Counters {
     pub(super) cleaner_writes: AtomicU64,
     pub(super) readahead_reads: AtomicU64,
     pub(super) next_txn: AtomicU64,
+    /// The time (µs since the epoch) of the last commit record written or
+    /// replayed: commit times never go backwards.
+    pub(super) commit_clock_us: AtomicU64,
 }
 
 impl Counters {
+    /// Counters of a database whose next transaction id is `next_txn` and
+    /// whose last commit (replayed) was at `commit_time_us`.
+    pub(super) fn starting_at(next_txn: u64, commit_time_us: u64) -> Counters {
+        Counters {
+            next_txn: AtomicU64::new(next_txn),
+            commit_clock_us: AtomicU64::new(commit_time_us),
+            ..Counters::default()
+        }
+    }
+
     /// Counts the page records of one commit.
     pub(super) fn add_page_records(&self, r: super::commit::RecordCounts) {
         self.full_images.fetch_add(r.full_images, Ordering::Relaxed);
@@ -205,6 +218,8 @@ pub struct Stats {
     pub backups: u64,
     /// The progress of a running backup (the latest started, if several).
     pub backup: BackupProgress,
+    /// Log archiving ([`Options::wal_archive`](super::Options::wal_archive)).
+    pub archive: super::ArchiveStats,
     /// Whether a checkpoint is running now.
     pub checkpoint_running: bool,
     /// WAL bytes since the last checkpoint's redo point: what recovery would
@@ -394,6 +409,11 @@ impl<S: Storage> Inner<S> {
                 pages_done: c.backup_pages_done.load(Ordering::Relaxed),
                 bytes_copied: c.backup_bytes.load(Ordering::Relaxed),
             },
+            archive: self
+                .archive
+                .as_ref()
+                .map(super::archive::Archive::stats)
+                .unwrap_or_default(),
             checkpoint_running: self.checkpointing.try_lock().is_err(),
             wal_since_redo_bytes: self.wal_since_checkpoint(),
             full_page_images: c.full_images.load(Ordering::Relaxed),

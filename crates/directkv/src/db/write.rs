@@ -332,7 +332,19 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
     /// sync failed (recovery decides); [`Error::Poisoned`] after an earlier
     /// log failure; I/O and corruption errors before the commit record, with
     /// nothing changed.
-    pub fn commit(mut self) -> Result<()> {
+    pub fn commit(self) -> Result<()> {
+        self.commit_lsn().map(drop)
+    }
+
+    /// [`commit`](Self::commit), returning the LSN at the end of the
+    /// commit record: the point `directkv restore --to-lsn` restores to for
+    /// exactly the commits up to and including this one. A transaction that
+    /// writes nothing writes no record; it returns the log's end, where
+    /// every commit it could have seen ends.
+    ///
+    /// # Errors
+    /// As [`commit`](Self::commit).
+    pub fn commit_lsn(mut self) -> Result<Lsn> {
         self.check_alive()?;
         let _guard = PanicGuard(&self.inner.health);
         let writes = std::mem::take(&mut self.writes);
@@ -347,7 +359,7 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
                 Ok(())
             };
             self.end();
-            return self.count_refusal(r);
+            return self.count_refusal(r).map(|()| self.inner.wal().end_lsn());
         }
         let befores = self.warm(&writes)?;
         let lsn = self.commit_section(&writes, &befores);
@@ -367,7 +379,7 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
         }
         self.inner.counters.commits.fetch_add(1, Ordering::Relaxed);
         self.inner.after_commit();
-        Ok(())
+        Ok(lsn)
     }
 
     /// Counts a commit refused with a retryable error (a conflict, or a

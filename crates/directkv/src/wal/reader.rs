@@ -309,7 +309,7 @@ impl<S: Storage> WalReader<S> {
     ///
     /// # Errors
     /// As [`next_record`](Self::next_record), for the segment's file.
-    pub(super) fn first_record_in_segment(&mut self, n: u64) -> Result<Option<Lsn>> {
+    pub(crate) fn first_record_in_segment(&mut self, n: u64) -> Result<Option<Lsn>> {
         let from = self.layout.segment_start(n);
         let to = Lsn::new(from.get() + RECORD_PAYLOAD_MAX as u64 + FORMAT_BLOCK_BYTES);
         let mut at = from;

@@ -1,0 +1,429 @@
+//! Restoring to a chosen commit: a restored backup chain whose log is
+//! carried forward from a log archive ([`Options::wal_archive`](crate::Options::wal_archive))
+//! and cut just after the last commit the target takes in, as PostgreSQL's
+//! `recovery_target_lsn` and `recovery_target_time` do.
+//!
+//! The steps, on the scratch directory a chain was built in:
+//! 1. The backup's last segment (the one holding its end E) and every later
+//!    one are taken from the archive in order, up to the first it lacks.
+//!    The archive's copy of E's segment must hold the backup's bytes up to
+//!    E: an archive of another database, or of another history of this
+//!    one, is refused there.
+//! 2. The log is read from the backup's start, every record checked. The
+//!    cut is the end of the last commit the target takes in, or E when
+//!    that is later (every commit before E is part of the backup's state).
+//! 3. Everything after the cut is zeroed and later segments removed: the
+//!    log ends cleanly there, so open replays exactly those commits.
+//! 4. The directory is sealed again with a manifest of the files it now
+//!    holds.
+//!
+//! Invariants:
+//! - The cut is a record's end, at or after E, and no commit record
+//!   before it lies past the target.
+//! - A target the archive cannot be shown to reach is refused, never
+//!   restored short: for an LSN, the log must reach it; for a time, a
+//!   commit after it must be in the log.
+
+use std::path::{Path, PathBuf};
+
+use super::files::{self, Sink, ALIGN_BYTES, CHUNK_BYTES};
+use super::manifest::{Manifest, COMPLETE_NAME, MANIFEST_NAME};
+use super::WAL_DIR_NAME;
+use crate::error::{Error, Result};
+use crate::io::{AlignedBuf, DirectIo, FileOptions, Storage, StorageFile};
+use crate::lsn::Lsn;
+use crate::wal::format::{segment_file_name, Layout};
+use crate::wal::{list_segments, WalReader};
+
+/// The point a restore with a log archive stops at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RestoreTarget {
+    /// The last commit whose record ends at or before this LSN (a commit's
+    /// LSN, as [`WriteTxn::commit_lsn`](crate::WriteTxn::commit_lsn)
+    /// returns it, restores exactly through that commit).
+    Lsn(Lsn),
+    /// The last commit whose time (µs since the epoch, as its commit
+    /// record carries it) is at or before this.
+    TimeUs(u64),
+    /// Every commit in the archive.
+    End,
+}
+
+/// Where a roll-forward stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct RolledForward {
+    /// Where the restored log ends: open replays through here.
+    pub log_end: Lsn,
+    /// The last commit taken in past the backup's end (its record's end),
+    /// if any.
+    pub last_commit_lsn: Option<Lsn>,
+    /// That commit's time (µs since the epoch), where its record has one.
+    pub last_commit_time_us: Option<u64>,
+    /// Commits taken in past the backup's end.
+    pub commits: u64,
+    /// Segments taken from the archive.
+    pub archived_segments: u64,
+}
+
+/// A commit found in the log.
+#[derive(Debug, Clone, Copy)]
+struct Commit {
+    end: Lsn,
+    time_us: Option<u64>,
+}
+
+/// Carries the restored backup in `dir` (sealed with `last`'s manifest)
+/// forward from `archive` to `target`, then seals it again.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for a target before the backup's end, or one
+/// the archive does not reach; [`Error::Corruption`] naming the archived
+/// segment that is damaged or belongs to another log; I/O errors.
+pub(super) fn roll_forward<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    last: &Manifest,
+    archive: &Path,
+    target: RestoreTarget,
+) -> Result<RolledForward> {
+    let layout = Layout {
+        segment_bytes: last.wal_segment_bytes,
+    };
+    let (start, end) = (last.start(), last.end());
+    if let RestoreTarget::Lsn(l) = target {
+        if l < end {
+            return Err(Error::InvalidArgument(format!(
+                "target LSN {l} is before the backup's end {end}: restore an earlier backup"
+            )));
+        }
+    }
+    let wal = dir.join(WAL_DIR_NAME);
+    let taken = take_archived(storage, &wal, archive, layout, end)?;
+    let sources = |p: &Path| source_of(p, &wal, archive, &taken);
+    let (cut, found) =
+        find_cut(storage, &wal, last, layout, target).map_err(|e| rename_path(e, &sources))?;
+    assert!(cut >= end && cut >= start, "the cut keeps the backup's log");
+    cut_log(storage, &wal, layout, cut)?;
+    reseal(storage, dir, last)?;
+    Ok(RolledForward {
+        log_end: cut,
+        last_commit_lsn: found.last.map(|c| c.end),
+        last_commit_time_us: found.last.and_then(|c| c.time_us),
+        commits: found.commits,
+        archived_segments: taken.len() as u64,
+    })
+}
+
+/// Copies the archive's segments from `end`'s on into `wal`, in order up
+/// to the first it lacks; returns their numbers.
+fn take_archived<S: Storage>(
+    storage: &S,
+    wal: &Path,
+    archive: &Path,
+    layout: Layout,
+    end: Lsn,
+) -> Result<Vec<u64>> {
+    if !storage.exists(archive) {
+        return Err(Error::InvalidArgument(format!(
+            "log archive {} does not exist",
+            archive.display()
+        )));
+    }
+    let first = layout.segment_of(end);
+    let mut buf = AlignedBuf::new(CHUNK_BYTES, ALIGN_BYTES)?;
+    let mut taken = Vec::new();
+    let mut n = first;
+    loop {
+        let name = segment_file_name(n);
+        let from = archive.join(&name);
+        if !storage.exists(&from) {
+            break;
+        }
+        let to = wal.join(&name);
+        if n == first && storage.exists(&to) {
+            same_prefix(storage, &to, &from, layout.file_offset(end), &mut buf)?;
+        }
+        if storage.exists(&to) {
+            storage.remove_file(&to)?;
+        }
+        copy_whole(storage, &from, &to, layout, &mut buf)?;
+        taken.push(n);
+        n += 1;
+    }
+    storage.sync_dir(wal)?;
+    assert!(
+        taken.windows(2).all(|w| w[1] == w[0] + 1),
+        "segments are taken in order, without a hole"
+    );
+    Ok(taken)
+}
+
+/// Fails unless the first `len` bytes of `ours` (the backup's segment) and
+/// `theirs` (the archive's) are the same.
+fn same_prefix<S: Storage>(
+    storage: &S,
+    ours: &Path,
+    theirs: &Path,
+    len: u64,
+    buf: &mut AlignedBuf,
+) -> Result<()> {
+    let opts = files::read_options(DirectIo::Auto);
+    let (a, b) = (storage.open(ours, &opts)?, storage.open(theirs, &opts)?);
+    let mut mine = AlignedBuf::new(CHUNK_BYTES, ALIGN_BYTES)?;
+    let mut at = 0u64;
+    while at < len {
+        let k = (len - at).min(CHUNK_BYTES as u64) as usize;
+        let whole = k.next_multiple_of(ALIGN_BYTES as usize);
+        a.read_exact_at(mine.io_mut(0..whole)?, at)?;
+        b.read_exact_at(buf.io_mut(0..whole)?, at)?;
+        if mine.as_slice()[..k] != buf.as_slice()[..k] {
+            return Err(Error::Corruption {
+                path: theirs.to_path_buf(),
+                offset: at,
+                detail: "the archived segment differs from the backup's log before the \
+                         backup's end: the archive is of another database or another history \
+                         of this one"
+                    .into(),
+            });
+        }
+        at += k as u64;
+    }
+    Ok(())
+}
+
+/// Copies the segment file `from` to the new file `to`.
+fn copy_whole<S: Storage>(
+    storage: &S,
+    from: &Path,
+    to: &Path,
+    layout: Layout,
+    buf: &mut AlignedBuf,
+) -> Result<()> {
+    let src = storage.open(from, &files::read_options(DirectIo::Auto))?;
+    let len = files::whole_blocks_len(&src)?;
+    if len != layout.segment_bytes {
+        return Err(Error::Corruption {
+            path: from.to_path_buf(),
+            offset: len,
+            detail: format!(
+                "{len} bytes: not a whole segment of {}",
+                layout.segment_bytes
+            ),
+        });
+    }
+    let mut sink = Sink::create(storage, to)?;
+    let mut at = 0u64;
+    while at < len {
+        let k = (len - at).min(buf.len() as u64) as usize;
+        src.read_exact_at(buf.io_mut(0..k)?, at)?;
+        sink.append(buf, k)?;
+        at += k as u64;
+    }
+    sink.finish().map(drop)
+}
+
+/// Commits seen past the backup's end.
+#[derive(Debug, Default)]
+struct Found {
+    last: Option<Commit>,
+    commits: u64,
+}
+
+/// Reads the log in `wal` from the backup's start and returns where to
+/// cut it for `target`.
+fn find_cut<S: Storage>(
+    storage: &S,
+    wal: &Path,
+    last: &Manifest,
+    layout: Layout,
+    target: RestoreTarget,
+) -> Result<(Lsn, Found)> {
+    let end = last.end();
+    let mut reader = WalReader::new(
+        storage.clone(),
+        wal,
+        layout.segment_bytes,
+        last.db_id_bytes(),
+        last.start(),
+    );
+    let mut found = Found::default();
+    let mut passed = false;
+    // The time of the backup's state: of its last commit.
+    let mut state_time = last.start_commit_time_us.unwrap_or(0);
+    while let Some(rec) = reader.next_record()? {
+        if rec.kind != crate::db::COMMIT_RECORD {
+            continue;
+        }
+        let c = Commit {
+            end: rec.end(),
+            time_us: crate::db::commit_record_time(&rec.payload),
+        };
+        let after = match target {
+            RestoreTarget::Lsn(l) => c.end > l,
+            RestoreTarget::TimeUs(t) => c.time_us.is_some_and(|ct| ct > t),
+            RestoreTarget::End => false,
+        };
+        if c.end <= end {
+            state_time = state_time.max(c.time_us.unwrap_or(0));
+            if after {
+                return Err(Error::InvalidArgument(format!(
+                    "target {} is before the backup's end {end} (a commit ending at {} \
+                     is past it): restore an earlier backup",
+                    describe(target),
+                    c.end
+                )));
+            }
+            continue;
+        }
+        if after {
+            passed = true;
+            break;
+        }
+        found.last = Some(c);
+        found.commits += 1;
+    }
+    if let RestoreTarget::TimeUs(t) = target {
+        if t < state_time {
+            return Err(Error::InvalidArgument(format!(
+                "target time {t} µs is before the backup's state (its last commit is at \
+                 {state_time} µs since the epoch): restore an earlier backup"
+            )));
+        }
+    }
+    let log_end = reader.tail().map_or(reader.position(), |t| t.end);
+    check_reached(target, passed, log_end, &found, layout)?;
+    let cut = match (target, found.last) {
+        (RestoreTarget::End, _) => log_end.max(end),
+        (_, Some(c)) => c.end.max(end),
+        (_, None) => end,
+    };
+    Ok((cut, found))
+}
+
+/// Fails unless the log, read to `log_end` (or `passed` the target), can
+/// be shown to reach `target`.
+fn check_reached(
+    target: RestoreTarget,
+    passed: bool,
+    log_end: Lsn,
+    found: &Found,
+    layout: Layout,
+) -> Result<()> {
+    let reached = match target {
+        RestoreTarget::Lsn(l) => passed || log_end >= l,
+        RestoreTarget::TimeUs(_) => passed,
+        RestoreTarget::End => true,
+    };
+    if !reached {
+        return Err(Error::InvalidArgument(format!(
+            "the archived log ends at {log_end} (in segment {}){}: it does not reach target \
+             {}; a later segment is missing from the archive or damaged",
+            segment_file_name(layout.segment_of(log_end)),
+            found
+                .last
+                .and_then(|c| c.time_us)
+                .map_or(String::new(), |t| format!(
+                    ", its last commit at {t} µs since the epoch"
+                )),
+            describe(target),
+        )));
+    }
+    Ok(())
+}
+
+/// The target in words.
+fn describe(target: RestoreTarget) -> String {
+    match target {
+        RestoreTarget::Lsn(l) => format!("LSN {l}"),
+        RestoreTarget::TimeUs(t) => format!("time {t} µs since the epoch"),
+        RestoreTarget::End => "the archive's end".into(),
+    }
+}
+
+/// Zeroes the log in `wal` from `cut` on and removes the segments after
+/// its segment.
+fn cut_log<S: Storage>(storage: &S, wal: &Path, layout: Layout, cut: Lsn) -> Result<()> {
+    let seg = layout.segment_of(cut);
+    for n in list_segments(storage, wal)? {
+        if n > seg {
+            storage.remove_file(&wal.join(segment_file_name(n)))?;
+        }
+    }
+    let path = wal.join(segment_file_name(seg));
+    if !storage.exists(&path) {
+        // The log ends exactly where this segment would begin.
+        assert_eq!(cut, layout.segment_start(seg), "only a segment's start");
+        return storage.sync_dir(wal);
+    }
+    let file = storage.open(
+        &path,
+        &FileOptions {
+            direct_io: DirectIo::Off,
+            ..FileOptions::default()
+        },
+    )?;
+    let from = layout.file_offset(cut);
+    // The block holding the cut keeps its bytes before it.
+    let block = from - from % u64::from(ALIGN_BYTES);
+    let mut buf = AlignedBuf::new(CHUNK_BYTES, ALIGN_BYTES)?;
+    let head = (from - block) as usize;
+    buf.as_mut_slice().fill(0);
+    file.read_exact_at(buf.io_mut(0..ALIGN_BYTES as usize)?, block)?;
+    buf.as_mut_slice()[head..ALIGN_BYTES as usize].fill(0);
+    let mut at = block;
+    while at < layout.segment_bytes {
+        let k = (layout.segment_bytes - at).min(buf.len() as u64) as usize;
+        file.write_all_at(buf.io(0..k)?, at)?;
+        if at == block {
+            buf.as_mut_slice()[..head].fill(0);
+        }
+        at += k as u64;
+    }
+    file.sync_all()?;
+    storage.sync_dir(wal)
+}
+
+/// Replaces the manifest and marker of the restored backup in `dir` with
+/// ones listing the files it holds now.
+fn reseal<S: Storage>(storage: &S, dir: &Path, last: &Manifest) -> Result<()> {
+    for name in [COMPLETE_NAME, MANIFEST_NAME] {
+        if storage.exists(&dir.join(name)) {
+            storage.remove_file(&dir.join(name))?;
+        }
+    }
+    storage.sync_dir(dir)?;
+    let mut buf = AlignedBuf::new(CHUNK_BYTES, ALIGN_BYTES)?;
+    let m = super::restore::combined_manifest(storage, dir, last, &mut buf)?;
+    super::seal(storage, dir, &m)
+}
+
+/// Where the segment at `path` in the scratch log came from: its archive
+/// path when it was taken from the archive.
+fn source_of(path: &Path, wal: &Path, archive: &Path, taken: &[u64]) -> Option<PathBuf> {
+    let name = path.file_name()?.to_str()?;
+    let n = crate::wal::format::parse_segment_file_name(name)?;
+    (path.parent() == Some(wal) && taken.contains(&n)).then(|| archive.join(name))
+}
+
+/// An error naming a scratch segment, made to name its archived source.
+fn rename_path(e: Error, source: &impl Fn(&Path) -> Option<PathBuf>) -> Error {
+    match e {
+        Error::Corruption {
+            path,
+            offset,
+            detail,
+        } => match source(&path) {
+            Some(archived) => Error::Corruption {
+                path: archived,
+                offset,
+                detail,
+            },
+            None => Error::Corruption {
+                path,
+                offset,
+                detail,
+            },
+        },
+        e => e,
+    }
+}

@@ -1,0 +1,311 @@
+//! Log archiving ([`Options::wal_archive`](super::Options::wal_archive)):
+//! every log segment is copied into an archive directory once it is
+//! complete, and no segment is recycled before its copy is there. With a
+//! backup, the archive restores the database to any commit after the
+//! backup's end (`restore_backup_chain_to`, docs/backup.md).
+//!
+//! Archiving one segment `n`:
+//! 1. Only once the durable log has passed into segment `n + 1`: nothing
+//!    is ever written to `n` again.
+//! 2. Its records are read and checked (each record's CRC, the segment's
+//!    header, the flush rules of the log reader) up to where segment
+//!    `n + 1` begins; damage fails the archiving, and is never copied.
+//! 3. It is copied in 1 MiB direct reads in the scheduler's `Backup` class
+//!    to `NAME.tmp` (created exclusively, private), synced, renamed to
+//!    `NAME`, and the directory synced.
+//! 4. A file `NAME` already in the archive with the same bytes counts as
+//!    archived (a copy made before a crash); with other bytes it is a
+//!    failure: the archive is never overwritten.
+//!
+//! A failure is counted ([`ArchiveStats`]), remembered, and retried on the
+//! next round; meanwhile the segment and every later one stay, and commits
+//! go on until the log's own space limits apply.
+//!
+//! Invariants:
+//! - `next` (the first segment not archived) only grows, and every segment
+//!   before it is in the archive, synced under its final name.
+//! - Checkpoints recycle no segment from `next` on (the archiver's pin).
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use super::engine::Inner;
+use crate::backup::files::{self, Sink, ALIGN_BYTES, CHUNK_BYTES};
+use crate::error::{Error, Result};
+use crate::health;
+use crate::io::{AlignedBuf, DirectIo, Permissions, Storage, StorageFile};
+use crate::lsn::Lsn;
+use crate::sched::IoClass;
+use crate::wal::format::{segment_file_name, Layout};
+use crate::wal::{list_segments, read_segment_header, WalReader};
+
+/// The suffix of a segment's copy before it is complete.
+const TMP_SUFFIX: &str = ".tmp";
+
+/// What log archiving has done (all zero when it is off).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ArchiveStats {
+    /// Whether an archive directory is set.
+    pub enabled: bool,
+    /// Segments copied into the archive since open (or found there, the
+    /// same bytes).
+    pub segments: u64,
+    /// Bytes copied.
+    pub bytes: u64,
+    /// Rounds that failed (each is retried); see `last_failure`.
+    pub failures: u64,
+    /// Why the last failed round failed, if one did since the last success.
+    pub last_failure: Option<String>,
+    /// The first segment not yet archived.
+    pub next_segment: u64,
+}
+
+/// The archiver's state, in the engine.
+pub(super) struct Archive {
+    dir: PathBuf,
+    /// The first segment not yet archived.
+    next: AtomicU64,
+    /// One round at a time.
+    round: Mutex<()>,
+    segments: AtomicU64,
+    bytes: AtomicU64,
+    failures: AtomicU64,
+    last_failure: Mutex<Option<String>>,
+}
+
+impl Archive {
+    /// The archiver of the log in `wal_dir`, into `dir` (created if
+    /// missing): it starts at the oldest segment the log holds.
+    ///
+    /// # Errors
+    /// I/O errors of creating or listing the directories.
+    pub(super) fn open<S: Storage>(
+        storage: &S,
+        dir: &Path,
+        wal_dir: &Path,
+        permissions: Permissions,
+        current: u64,
+    ) -> Result<Archive> {
+        storage.create_dirs(dir, permissions)?;
+        // The oldest segment at or before the current one (later numbers
+        // are spares) whose header has its number: a file re-headed for
+        // recycling but not yet renamed when the process stopped was
+        // archived before (or lies before the log's start) and is recycled
+        // again by the next checkpoint. Segments already archived are found
+        // so in the first round.
+        let mut oldest = current;
+        for n in list_segments(storage, wal_dir)? {
+            if n >= current {
+                break;
+            }
+            let file = storage.open(
+                &wal_dir.join(segment_file_name(n)),
+                &crate::wal::reader_options(),
+            )?;
+            if read_segment_header(&file).is_ok_and(|h| h.segment_no == n) {
+                oldest = n;
+                break;
+            }
+        }
+        assert!(oldest <= current, "the archive starts within the log");
+        Ok(Archive {
+            dir: dir.to_path_buf(),
+            next: AtomicU64::new(oldest),
+            round: Mutex::new(()),
+            segments: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+            last_failure: Mutex::new(None),
+        })
+    }
+
+    /// The first segment not yet archived: checkpoints keep it and every
+    /// later one.
+    pub(super) fn next_segment(&self) -> u64 {
+        self.next.load(Ordering::Acquire)
+    }
+
+    /// Its counters.
+    pub(super) fn stats(&self) -> ArchiveStats {
+        ArchiveStats {
+            enabled: true,
+            segments: self.segments.load(Ordering::Relaxed),
+            bytes: self.bytes.load(Ordering::Relaxed),
+            failures: self.failures.load(Ordering::Relaxed),
+            last_failure: health::lock_even_poisoned(&self.last_failure).clone(),
+            next_segment: self.next_segment(),
+        }
+    }
+}
+
+impl<S: Storage> Inner<S> {
+    /// Archives every complete segment not yet archived (a no-op without
+    /// an archive). A failure is counted and returned; the segment stays
+    /// for the next round.
+    ///
+    /// # Errors
+    /// The failure of the first segment that could not be archived.
+    pub(super) fn archive_complete_segments(&self) -> Result<u64> {
+        let Some(archive) = &self.archive else {
+            return Ok(0);
+        };
+        let _one = health::lock(&archive.round)?;
+        let layout = Layout {
+            segment_bytes: self.wal().segment_bytes(),
+        };
+        // Segments wholly before the durable end's are complete.
+        let complete_before = layout.segment_of(self.wal().durable_lsn());
+        let mut done = 0;
+        while archive.next_segment() < complete_before {
+            let n = archive.next_segment();
+            match self.archive_segment(archive, layout, n) {
+                Ok(bytes) => {
+                    archive.bytes.fetch_add(bytes, Ordering::Relaxed);
+                    archive.segments.fetch_add(1, Ordering::Relaxed);
+                    *health::lock_even_poisoned(&archive.last_failure) = None;
+                    let was = archive.next.fetch_add(1, Ordering::AcqRel);
+                    assert_eq!(was, n, "one round at a time moves `next`");
+                    done += 1;
+                }
+                Err(e) => {
+                    archive.failures.fetch_add(1, Ordering::Relaxed);
+                    *health::lock_even_poisoned(&archive.last_failure) =
+                        Some(format!("segment {}: {e}", segment_file_name(n)));
+                    return Err(e);
+                }
+            }
+        }
+        Ok(done)
+    }
+
+    /// Checks and copies segment `n` into the archive; returns the bytes
+    /// copied (0 when an identical copy was there).
+    fn archive_segment(&self, archive: &Archive, layout: Layout, n: u64) -> Result<u64> {
+        let name = segment_file_name(n);
+        let src_path = self.wal().dir().join(&name);
+        self.check_segment_records(layout, n)?;
+        let mut buf = AlignedBuf::new(CHUNK_BYTES, ALIGN_BYTES)?;
+        let dest = archive.dir.join(&name);
+        if self.storage.exists(&dest) {
+            let theirs = files::crc_of(&self.storage, &dest, &mut buf)?;
+            let ours = files::crc_of(&self.storage, &src_path, &mut buf)?;
+            if theirs != ours {
+                return Err(Error::Corruption {
+                    path: dest,
+                    offset: 0,
+                    detail: format!(
+                        "the archive holds another {name} than the log's (length and CRC32C \
+                         {theirs:?}, the log's {ours:?}); an archive is never overwritten: give \
+                         each database its own"
+                    ),
+                });
+            }
+            return Ok(0);
+        }
+        let tmp = archive.dir.join(format!("{name}{TMP_SUFFIX}"));
+        if self.storage.exists(&tmp) {
+            // A copy interrupted by a crash.
+            self.storage.remove_file(&tmp)?;
+        }
+        let src = self
+            .storage
+            .open(&src_path, &files::read_options(DirectIo::Auto))?;
+        let mut sink = Sink::create(&self.storage, &tmp)?;
+        let mut at = 0u64;
+        let total = files::whole_blocks_len(&src)?;
+        while at < total {
+            let k = (total - at).min(buf.len() as u64) as usize;
+            {
+                let _permit = self.sched.admit(IoClass::Backup, k as u64);
+                src.read_exact_at(buf.io_mut(0..k)?, at)?;
+            }
+            let _permit = self.sched.admit(IoClass::Backup, k as u64);
+            sink.append(&buf, k)?;
+            at += k as u64;
+        }
+        let (written, sink_crc) = sink.finish()?;
+        if written != total || total != layout.segment_bytes {
+            return Err(Error::Corruption {
+                path: src_path,
+                offset: 0,
+                detail: format!(
+                    "{total} bytes, {written} archived: not a whole segment of {} bytes",
+                    layout.segment_bytes
+                ),
+            });
+        }
+        debug_assert_eq!(
+            files::crc_of(&self.storage, &tmp, &mut buf).ok(),
+            Some((written, sink_crc)),
+            "the copy reads back as written"
+        );
+        self.storage.rename(&tmp, &dest)?;
+        self.storage.sync_dir(&archive.dir)?;
+        Ok(written)
+    }
+
+    /// Reads segment `n`'s records up to where segment `n + 1` begins,
+    /// each checked as recovery checks it.
+    ///
+    /// # Errors
+    /// [`Error::Corruption`] naming the segment and offset of damage, or a
+    /// log that ends inside segment `n` (which is complete).
+    fn check_segment_records(&self, layout: Layout, n: u64) -> Result<()> {
+        let to = layout.segment_start(n + 1);
+        let db_id = Some(self.pool_db_id_for_archive()?);
+        let reader_at = |lsn| {
+            WalReader::new(
+                self.storage.clone(),
+                self.wal().dir(),
+                layout.segment_bytes,
+                db_id,
+                lsn,
+            )
+        };
+        // A record may run on from the segment before: reading starts at
+        // the first record that starts in this one (that record's bytes
+        // here were checked with the segment it started in).
+        let Some(from) = reader_at(layout.segment_start(n)).first_record_in_segment(n)? else {
+            // One record spans the whole segment.
+            return Ok(());
+        };
+        if from >= to {
+            return Ok(());
+        }
+        let mut reader = reader_at(from);
+        let mut records = 0u64;
+        while let Some(rec) = reader.next_record()? {
+            if rec.lsn >= to {
+                return Ok(());
+            }
+            records += 1;
+        }
+        let end = reader.tail().map_or(reader.position(), |t| t.end);
+        if end >= to {
+            return Ok(());
+        }
+        Err(Error::Corruption {
+            path: self.wal().dir().join(segment_file_name(n)),
+            offset: layout.file_offset(end.max(from)),
+            detail: format!(
+                "the log ends at {end} after {records} records, inside a segment the durable \
+                 log has passed"
+            ),
+        })
+    }
+
+    /// The database's identity, as its log segments carry it.
+    fn pool_db_id_for_archive(&self) -> Result<crate::format::DbId> {
+        Ok(health::lock(&self.control)?.current().db_id)
+    }
+}
+
+/// The first LSN checkpoints must keep for the archiver, if archiving.
+pub(super) fn archive_keep<S: Storage>(inner: &Inner<S>) -> Option<Lsn> {
+    let archive = inner.archive.as_ref()?;
+    let layout = Layout {
+        segment_bytes: inner.wal().segment_bytes(),
+    };
+    Some(layout.segment_start(archive.next_segment()))
+}

@@ -1,0 +1,389 @@
+//! Log archiving and restore to a chosen commit, on real files: every
+//! segment reaches the archive before it is recycled, a backup plus the
+//! archive restores exactly the commits up to an LSN or a time, and a
+//! damaged, missing or foreign archived segment is named, never restored
+//! past.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use directkv::{
+    restore_backup_chain_to, BackupOptions, Database, Error, Lsn, Options, RestoreTarget,
+    SyncMethod, SyncVariant,
+};
+
+type Model = BTreeMap<Vec<u8>, Vec<u8>>;
+
+fn opts(archive: &Path) -> Options {
+    Options {
+        cache_bytes: 4 << 20,
+        page_bytes: 4096,
+        wal_sync: Some(SyncVariant {
+            method: SyncMethod::Fdatasync,
+            direct: false,
+        }),
+        wal_segment_bytes: 64 << 10,
+        checkpoint_wal_bytes: 256 << 10,
+        wal_archive: Some(archive.to_path_buf()),
+        publish_stats: false,
+        ..Options::default()
+    }
+}
+
+/// A small xorshift generator: the test's choices repeat from its seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// One commit of a few puts and deletes, applied to `model` too; returns
+/// the commit's LSN.
+fn commit_some(db: &Database, model: &mut Model, rng: &mut Rng) -> Lsn {
+    let mut w = db.begin_write().expect("begin");
+    for _ in 0..1 + rng.below(4) {
+        let key = format!("k{:04}", rng.below(400)).into_bytes();
+        if rng.below(5) == 0 {
+            w.delete(&key).expect("delete");
+            model.remove(&key);
+        } else {
+            let value = vec![rng.below(256) as u8; 20 + rng.below(300) as usize];
+            w.put(&key, &value).expect("put");
+            model.insert(key, value);
+        }
+    }
+    w.commit_lsn().expect("commit")
+}
+
+fn contents(db: &Database) -> Model {
+    let r = db.begin_read().expect("read");
+    r.range(..).map(|kv| kv.expect("row")).collect()
+}
+
+/// Writes big values under a key of their own until `n` more segments are
+/// complete, so every commit before is archived once a checkpoint runs.
+fn push_log_on(db: &Database, model: &mut Model, segments: u64) {
+    let seg = 64u64 << 10;
+    let until = db.stats().wal.end_lsn + segments * seg;
+    let mut i = 0u32;
+    while db.stats().wal.end_lsn < until {
+        let mut w = db.begin_write().expect("begin");
+        let key = format!("pad{:03}", i % 50).into_bytes();
+        let value = vec![i as u8; 3000];
+        w.put(&key, &value).expect("put");
+        w.commit().expect("commit");
+        model.insert(key, value);
+        i += 1;
+    }
+}
+
+struct Recorded {
+    lsn: Lsn,
+    state: Model,
+}
+
+/// A database with an archive and a full backup taken after a first batch
+/// of commits, then `n` recorded commits, then enough log for all of them
+/// to be archived. Returns (database dir, archive, backup, records).
+fn setup(root: &Path, n: usize, seed: u64) -> (PathBuf, PathBuf, PathBuf, Vec<Recorded>) {
+    let (db_dir, archive, backup) = (root.join("db"), root.join("archive"), root.join("backup"));
+    let db = Database::open(&db_dir, opts(&archive)).expect("open");
+    let mut rng = Rng(seed | 1);
+    let mut model = Model::new();
+    for _ in 0..200 {
+        commit_some(&db, &mut model, &mut rng);
+    }
+    db.backup(&backup, &BackupOptions::default())
+        .expect("backup");
+    let mut records = Vec::new();
+    for _ in 0..n {
+        let lsn = commit_some(&db, &mut model, &mut rng);
+        records.push(Recorded {
+            lsn,
+            state: model.clone(),
+        });
+    }
+    assert_eq!(contents(&db), model, "the database holds the model");
+    push_log_on(&db, &mut model, 2);
+    db.checkpoint().expect("checkpoint");
+    let s = db.stats().archive;
+    assert!(s.enabled && s.segments > 0 && s.failures == 0, "{s:?}");
+    db.close().expect("close");
+    (db_dir, archive, backup, records)
+}
+
+fn restored(root: &Path, backup: &Path, archive: &Path, target: RestoreTarget, i: usize) -> Model {
+    let dest = root.join(format!("restored{i}"));
+    let report = restore_backup_chain_to(&[backup], archive, target, &dest).expect("restore");
+    let rolled = report.rolled_forward.expect("rolled forward");
+    if let RestoreTarget::Lsn(l) = target {
+        assert!(rolled.log_end <= l.max(rolled.log_end), "{rolled:?}");
+    }
+    let db = Database::open(&dest, opts(&root.join(format!("archive-of-restored{i}"))))
+        .expect("open restored");
+    db.check().expect("check");
+    let got = contents(&db);
+    drop(db);
+    got
+}
+
+#[test]
+fn restoring_to_recorded_commits_gives_exactly_their_states() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path();
+    let (_db, archive, backup, records) = setup(root, 300, 7);
+    let mut rng = Rng(99);
+    for i in 0..20 {
+        let k = rng.below(records.len() as u64) as usize;
+        let got = restored(
+            root,
+            &backup,
+            &archive,
+            RestoreTarget::Lsn(records[k].lsn),
+            i,
+        );
+        assert!(
+            got == records[k].state,
+            "restore {i} to commit {k} at {}",
+            records[k].lsn
+        );
+    }
+}
+
+/// Commit times rise with LSNs; a time target takes every commit at or
+/// before it. Targets between two commits' times restore the earlier one.
+#[test]
+fn restoring_to_a_time_and_to_the_end() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path();
+    let (db_dir, archive, backup, records) = setup(root, 120, 11);
+    let times = commit_times(&db_dir, &archive, &records);
+    let mut rng = Rng(5);
+    let mut done = 0;
+    while done < 6 {
+        let k = rng.below(records.len() as u64 - 1) as usize;
+        // A time shared with the next commit would take that one in too.
+        if times[k] == times[k + 1] {
+            continue;
+        }
+        let got = restored(
+            root,
+            &backup,
+            &archive,
+            RestoreTarget::TimeUs(times[k]),
+            100 + done,
+        );
+        assert!(got == records[k].state, "restore to the time of commit {k}");
+        done += 1;
+    }
+    // The end: everything archived, padding included; at least the last
+    // recorded commit's keys as it left them.
+    let end = restored(root, &backup, &archive, RestoreTarget::End, 200);
+    let last = &records.last().expect("records").state;
+    for (k, v) in last.iter().filter(|(k, _)| !k.starts_with(b"pad")) {
+        assert_eq!(end.get(k), Some(v), "{}", String::from_utf8_lossy(k));
+    }
+}
+
+/// The commit time each recorded commit's record carries, read from the
+/// archive by restoring to each LSN and reading the report.
+fn commit_times(_db: &Path, archive: &Path, records: &[Recorded]) -> Vec<u64> {
+    let root = archive.parent().expect("root");
+    let backup = root.join("backup");
+    records
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let dest = root.join(format!("times{i}"));
+            let report =
+                restore_backup_chain_to(&[&backup], archive, RestoreTarget::Lsn(r.lsn), &dest)
+                    .expect("restore");
+            std::fs::remove_dir_all(&dest).expect("remove");
+            let rolled = report.rolled_forward.expect("rolled");
+            assert_eq!(
+                rolled.last_commit_lsn,
+                Some(r.lsn),
+                "the commit the LSN names"
+            );
+            rolled
+                .last_commit_time_us
+                .expect("commits carry their time")
+        })
+        .collect()
+}
+
+/// Every way a point-in-time restore cannot be done is refused with the
+/// reason, and leaves nothing at the destination.
+#[test]
+fn impossible_targets_and_damaged_archives_are_refused_by_name() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path();
+    let (_db, archive, backup, records) = setup(root, 60, 13);
+    let dest = root.join("dest");
+    let refuse = |archive: &Path, target: RestoreTarget| -> Error {
+        let e = restore_backup_chain_to(&[&backup], archive, target, &dest).expect_err("refused");
+        assert!(!dest.exists(), "nothing is left at the destination: {e}");
+        e
+    };
+    // Before the backup's end.
+    let e = refuse(&archive, RestoreTarget::Lsn(Lsn::new(1)));
+    assert!(
+        matches!(e, Error::InvalidArgument(ref m) if m.contains("before the backup")),
+        "{e}"
+    );
+    let e = refuse(&archive, RestoreTarget::TimeUs(1));
+    assert!(
+        matches!(e, Error::InvalidArgument(ref m) if m.contains("before the backup")),
+        "{e}"
+    );
+    // Beyond the archive.
+    let e = refuse(&archive, RestoreTarget::Lsn(Lsn::new(u64::MAX / 2)));
+    assert!(
+        matches!(e, Error::InvalidArgument(ref m) if m.contains("does not reach")),
+        "{e}"
+    );
+    let e = refuse(&archive, RestoreTarget::TimeUs(u64::MAX));
+    assert!(
+        matches!(e, Error::InvalidArgument(ref m) if m.contains("does not reach")),
+        "{e}"
+    );
+    // No archive at all.
+    let e = refuse(&root.join("nowhere"), RestoreTarget::End);
+    assert!(
+        matches!(e, Error::InvalidArgument(ref m) if m.contains("does not exist")),
+        "{e}"
+    );
+
+    let last_lsn = records.last().expect("records").lsn;
+    // Segments of 64 KiB hold 60 KiB of log each.
+    let seg_of = |lsn: Lsn| lsn.get() / (60 << 10);
+    // A segment missing in the middle: the log stops before it.
+    let broken = copy_archive(&archive, &root.join("holed"));
+    let hole = seg_of(last_lsn);
+    std::fs::remove_file(broken.join(seg_name(hole))).expect("remove");
+    let e = refuse(&broken, RestoreTarget::Lsn(last_lsn));
+    assert!(
+        matches!(e, Error::InvalidArgument(ref m) if m.contains("does not reach")),
+        "{e}"
+    );
+    // A damaged record inside an archived segment: named with its file.
+    let damaged = copy_archive(&archive, &root.join("damaged"));
+    let victim = damaged.join(seg_name(seg_of(records[40].lsn)));
+    flip(&victim, 4096 + (records[40].lsn.get() % (60 << 10)) - 100);
+    let e = refuse(&damaged, RestoreTarget::Lsn(last_lsn));
+    match &e {
+        Error::Corruption { path, .. } => assert_eq!(path, &victim, "{e}"),
+        other => panic!("unexpected {other}"),
+    }
+    // Another database's archive.
+    let other_root = root.join("other");
+    let (_o, other_archive, _ob, _or) = setup(&other_root, 10, 17);
+    let e = refuse(&other_archive, RestoreTarget::End);
+    assert!(matches!(e, Error::Corruption { .. }), "{e}");
+}
+
+fn seg_name(n: u64) -> String {
+    format!("{n:016X}.seg")
+}
+
+fn archived(archive: &Path) -> Vec<u64> {
+    let mut v: Vec<u64> = std::fs::read_dir(archive)
+        .expect("list")
+        .filter_map(|e| {
+            let name = e.expect("entry").file_name().into_string().ok()?;
+            u64::from_str_radix(name.strip_suffix(".seg")?, 16).ok()
+        })
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+fn copy_archive(from: &Path, to: &Path) -> PathBuf {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for e in std::fs::read_dir(from).expect("list") {
+        let e = e.expect("entry");
+        std::fs::copy(e.path(), to.join(e.file_name())).expect("copy");
+    }
+    to.to_path_buf()
+}
+
+fn flip(path: &Path, offset: u64) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .expect("open");
+    let mut b = [0u8; 1];
+    f.read_exact_at(&mut b, offset).expect("read");
+    b[0] ^= 0x5A;
+    f.write_all_at(&b, offset).expect("write");
+}
+
+/// An archive that refuses a segment (a different file under its name)
+/// keeps the segment and every later one in the log, counts the failure
+/// and lets commits go on; once the way is clear it catches up and the
+/// log is recycled again.
+#[test]
+fn a_failing_archive_keeps_the_log_and_catches_up() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path();
+    let (db_dir, archive) = (root.join("db"), root.join("archive"));
+    let db = Database::open(&db_dir, opts(&archive)).expect("open");
+    let mut model = Model::new();
+    let mut rng = Rng(3);
+    push_log_on(&db, &mut model, 1);
+    db.checkpoint().expect("checkpoint");
+    let next = db.stats().archive.next_segment;
+    // Someone else's file where the next segment goes.
+    let planted = archive.join(seg_name(next));
+    std::fs::write(&planted, vec![7u8; 64 << 10]).expect("plant");
+    push_log_on(&db, &mut model, 6);
+    db.checkpoint()
+        .expect("a checkpoint succeeds while archiving fails");
+    for _ in 0..20 {
+        commit_some(&db, &mut model, &mut rng);
+    }
+    let s = db.stats().archive;
+    assert!(s.failures > 0, "{s:?}");
+    assert_eq!(
+        s.next_segment, next,
+        "archiving stopped at the refused segment"
+    );
+    let why = s.last_failure.expect("a reason");
+    assert!(
+        why.contains(&seg_name(next)) && why.contains("never overwritten"),
+        "{why}"
+    );
+    let wal_segments = |db_dir: &Path| archived(&db_dir.join("wal"));
+    assert!(
+        wal_segments(&db_dir).first().is_some_and(|&f| f <= next),
+        "the refused segment is still in the log"
+    );
+    assert_eq!(
+        std::fs::read(&planted).expect("read"),
+        vec![7u8; 64 << 10],
+        "never overwritten"
+    );
+    // Clear the way: the archiver catches up, and checkpoints recycle.
+    std::fs::remove_file(&planted).expect("remove");
+    push_log_on(&db, &mut model, 1);
+    db.checkpoint().expect("checkpoint");
+    let s = db.stats().archive;
+    assert!(s.next_segment > next + 6, "{s:?}");
+    assert!(s.last_failure.is_none(), "{s:?}");
+    assert!(
+        wal_segments(&db_dir).first().is_some_and(|&f| f > next),
+        "archived segments were recycled"
+    );
+    assert_eq!(contents(&db), model);
+    db.close().expect("close");
+}
