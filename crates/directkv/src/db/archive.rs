@@ -37,7 +37,7 @@ use crate::health;
 use crate::io::{AlignedBuf, DirectIo, Permissions, Storage, StorageFile};
 use crate::lsn::Lsn;
 use crate::sched::IoClass;
-use crate::wal::format::{segment_file_name, Layout};
+use crate::wal::format::{segment_file_name, Layout, SEGMENT_HEADER_BYTES};
 use crate::wal::{list_segments, read_segment_header, WalReader};
 
 /// The suffix of a segment's copy before it is complete.
@@ -188,16 +188,16 @@ impl<S: Storage> Inner<S> {
         let mut buf = AlignedBuf::new(CHUNK_BYTES, ALIGN_BYTES)?;
         let dest = archive.dir.join(&name);
         if self.storage.exists(&dest) {
-            let theirs = files::crc_of(&self.storage, &dest, &mut buf)?;
-            let ours = files::crc_of(&self.storage, &src_path, &mut buf)?;
+            let theirs = segment_identity(&self.storage, &dest, &mut buf)?;
+            let ours = segment_identity(&self.storage, &src_path, &mut buf)?;
             if theirs != ours {
                 return Err(Error::Corruption {
                     path: dest,
                     offset: 0,
                     detail: format!(
-                        "the archive holds another {name} than the log's (length and CRC32C \
-                         {theirs:?}, the log's {ours:?}); an archive is never overwritten: give \
-                         each database its own"
+                        "the archive holds another {name} than the log's (header, length and \
+                         CRC32C {theirs:?}, the log's {ours:?}); an archive is never \
+                         overwritten: give each database its own"
                     ),
                 });
             }
@@ -299,6 +299,34 @@ impl<S: Storage> Inner<S> {
     fn pool_db_id_for_archive(&self) -> Result<crate::format::DbId> {
         Ok(health::lock(&self.control)?.current().db_id)
     }
+}
+
+/// A segment's (number, size) from its header if it decodes, then the
+/// length and CRC32C of the bytes after the header block.
+type SegmentIdentity = (Option<(u64, u64)>, u64, u32);
+
+/// What makes two copies of a segment the same: its decoded header, and
+/// the length and CRC32C of everything after the header block. The rest of
+/// the header block is not compared: a recycling that rewrote it (torn by a
+/// crash before the rename) leaves padding that differs.
+fn segment_identity<S: Storage>(
+    storage: &S,
+    path: &Path,
+    buf: &mut AlignedBuf,
+) -> Result<SegmentIdentity> {
+    let file = storage.open(path, &files::read_options(DirectIo::Auto))?;
+    let header = read_segment_header(&file)
+        .ok()
+        .map(|h| (h.segment_no, h.segment_bytes));
+    let mut crc = 0u32;
+    let len = files::read_chunks(&file, buf, |at, bytes| {
+        let skip = SEGMENT_HEADER_BYTES
+            .saturating_sub(at)
+            .min(bytes.len() as u64) as usize;
+        crc = crc32c::crc32c_append(crc, &bytes[skip..]);
+        Ok(())
+    })?;
+    Ok((header, len, crc))
 }
 
 /// The first LSN checkpoints must keep for the archiver, if archiving.
