@@ -112,7 +112,24 @@ impl<S: Storage> Sink<S> {
 /// # Errors
 /// I/O errors.
 pub fn write_small<S: Storage>(storage: &S, path: &Path, bytes: &[u8]) -> Result<()> {
-    let file = storage.open(path, &create_options(DirectIo::Off))?;
+    write_small_as(storage, path, bytes, Permissions::Private)
+}
+
+/// [`write_small`] with the mode `permissions` gives.
+///
+/// # Errors
+/// I/O errors.
+pub fn write_small_as<S: Storage>(
+    storage: &S,
+    path: &Path,
+    bytes: &[u8],
+    permissions: Permissions,
+) -> Result<()> {
+    let opts = FileOptions {
+        permissions,
+        ..create_options(DirectIo::Off)
+    };
+    let file = storage.open(path, &opts)?;
     let mut buf = AlignedBuf::new(bytes.len().max(1), 1)?;
     buf.as_mut_slice()[..bytes.len()].copy_from_slice(bytes);
     if !bytes.is_empty() {

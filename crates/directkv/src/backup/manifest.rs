@@ -260,6 +260,10 @@ fn is_backup_file(path: &str) -> bool {
 /// The changed-page method that reads every page and keeps those whose LSN
 /// is past the parent's start.
 pub const PAGE_LSN_SCAN: &str = "page-lsn-scan";
+/// The changed-page method that reads only the pages the changed-page
+/// summaries kept beside the database name (and keeps those whose LSN is
+/// past the parent's start).
+pub const WAL_SUMMARY: &str = "wal-summary";
 
 /// Page numbers, ascending, as runs `[first, count]`.
 pub fn runs(pages: impl IntoIterator<Item = u64>) -> Vec<[u64; 2]> {

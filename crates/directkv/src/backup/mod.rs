@@ -65,7 +65,11 @@ pub struct BackupOptions {
     pub fast_checkpoint: bool,
     /// Make an incremental backup on top of this earlier backup of the
     /// database (full or incremental): only the pages changed since that
-    /// backup's start are copied, found by reading every page's LSN.
+    /// backup's start are copied. They are found from the changed-page
+    /// summaries the checkpoints keep beside the database, reading only
+    /// those pages; where the summaries do not cover the range (a database
+    /// restored since, a summary lost), by reading every page's LSN. The
+    /// manifest's `changed_pages_method` says which.
     pub incremental_from: Option<std::path::PathBuf>,
 }
 

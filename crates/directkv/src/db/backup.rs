@@ -35,6 +35,7 @@
 //!   at most E.
 //! - While a backup runs, no log segment from R's on is recycled.
 
+use super::summary::PageSet;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -154,13 +155,19 @@ impl<S: Storage> Inner<S> {
         let (cp, _pin) = self.backup_start(opts)?;
         let _running = Running::start(&self.counters, cp.meta.page_count - 1);
         let since = parent.as_ref().map(Manifest::start);
+        // The pages changed since the parent's start, from the summaries
+        // when they cover the range; else every page is read.
+        let listed = match since {
+            Some(s) => super::summary::changed_pages(&self.storage, &self.dir, s, cp.redo)?,
+            None => None,
+        };
         // The rate counts from the copy's start, not the checkpoint's.
         let mut pace = Pace {
             rate: opts.rate_bytes,
             began: Instant::now(),
             moved: 0,
         };
-        let mut c = self.copy_files(dest, &cp, since, &mut pace)?;
+        let mut c = self.copy_files(dest, &cp, since, listed.as_ref(), &mut pace)?;
         let mut m = self.manifest(&cp, c.end, started_unix_ms, std::mem::take(&mut c.listed))?;
         let from_log = c.counts.from_log.len() as u64;
         m.pages_from_log = std::mem::take(&mut c.counts.from_log);
@@ -169,7 +176,13 @@ impl<S: Storage> Inner<S> {
             m.parent_start_lsn = Some(p.start_lsn);
             m.incremental_pages =
                 manifest::runs(std::iter::once(0).chain(c.counts.copied.iter().copied()));
-            m.changed_pages_method = Some(manifest::PAGE_LSN_SCAN.into());
+            m.changed_pages_method = Some(
+                match listed {
+                    Some(_) => manifest::WAL_SUMMARY,
+                    None => manifest::PAGE_LSN_SCAN,
+                }
+                .into(),
+            );
         }
         m.pages_scanned = c.counts.scanned;
         crate::backup::seal(&self.storage, dest, &m)?;
@@ -203,6 +216,7 @@ impl<S: Storage> Inner<S> {
         dest: &Path,
         cp: &Checkpointed,
         since: Option<Lsn>,
+        listed: Option<&PageSet>,
         pace: &mut Pace,
     ) -> Result<Copied> {
         let control_path = dest.join(crate::backup::CONTROL_NAME);
@@ -221,14 +235,13 @@ impl<S: Storage> Inner<S> {
             Some(_) => crate::backup::INCREMENT_NAME,
             None => crate::backup::DATA_NAME,
         };
-        let data = self.copy_pages(
-            &dest.join(data_name),
-            cp,
-            since,
-            &mut buf,
-            pace,
-            &mut counts,
-        )?;
+        let path = dest.join(data_name);
+        let data = match (since, listed) {
+            (Some(s), Some(pages)) => {
+                self.copy_listed_pages(&path, cp, s, pages, &mut buf, pace, &mut counts)?
+            }
+            _ => self.copy_pages(&path, cp, since, &mut buf, pace, &mut counts)?,
+        };
         let end = {
             let wal = self.wal();
             wal.flush(wal.end_lsn())?;
@@ -438,26 +451,7 @@ impl<S: Storage> Inner<S> {
                     .file()
                     .read_exact_at(buf.io_mut(0..bytes)?, no * pb as u64)?;
             }
-            let mut kept = 0usize;
-            for i in 0..k as usize {
-                let page = &mut buf.as_mut_slice()[i * pb..(i + 1) * pb];
-                let p = no + i as u64;
-                self.check_copied(p, page, cp.redo, counts)?;
-                counts.scanned += 1;
-                // A page left to the log (zeros) changed after the start.
-                let changed = since
-                    .is_none_or(|s| counts.from_log.last() == Some(&p) || page::page_lsn(page) > s);
-                if changed {
-                    if kept != i {
-                        buf.as_mut_slice()
-                            .copy_within(i * pb..(i + 1) * pb, kept * pb);
-                    }
-                    kept += 1;
-                    if since.is_some() {
-                        counts.copied.push(p);
-                    }
-                }
-            }
+            let kept = self.keep_changed(buf, no, k, since, cp.redo, counts)?;
             if kept > 0 {
                 let _permit = self.sched.admit(IoClass::Backup, (kept * pb) as u64);
                 sink.append(buf, kept * pb)?;
@@ -470,6 +464,96 @@ impl<S: Storage> Inner<S> {
             no += k;
         }
         Ok(sink)
+    }
+
+    /// An incremental backup's pages from the changed-page summaries:
+    /// reads only `pages` (page 0 aside), in runs, each checked, and
+    /// copies those changed after `since` (a summary may name a page whose
+    /// last change came before it: a merged summary's range starts
+    /// earlier).
+    #[allow(clippy::too_many_arguments)]
+    fn copy_listed_pages(
+        &self,
+        path: &Path,
+        cp: &Checkpointed,
+        since: Lsn,
+        pages: &PageSet,
+        buf: &mut AlignedBuf,
+        pace: &mut Pace,
+        counts: &mut PageCounts,
+    ) -> Result<Sink<S>> {
+        let pb = self.pool.page_bytes();
+        let per_chunk = (buf.len() / pb) as u64;
+        let mut sink = Sink::create(&self.storage, path)?;
+        sink.skip(pb);
+        let wanted: Vec<u64> = pages
+            .pages()
+            .filter(|&p| p >= 1 && p < cp.meta.page_count)
+            .collect();
+        let c = &self.counters;
+        c.backup_pages_total
+            .store(wanted.len() as u64, Ordering::Relaxed);
+        for [first, count] in manifest::runs(wanted) {
+            let mut done = 0;
+            while done < count {
+                let (no, k) = (first + done, per_chunk.min(count - done));
+                let bytes = k as usize * pb;
+                {
+                    let _permit = self.sched.admit(IoClass::Backup, bytes as u64);
+                    self.pool
+                        .file()
+                        .read_exact_at(buf.io_mut(0..bytes)?, no * pb as u64)?;
+                }
+                let kept = self.keep_changed(buf, no, k, Some(since), cp.redo, counts)?;
+                if kept > 0 {
+                    let _permit = self.sched.admit(IoClass::Backup, (kept * pb) as u64);
+                    sink.append(buf, kept * pb)?;
+                }
+                c.backup_pages_done.fetch_add(k, Ordering::Relaxed);
+                c.backup_bytes
+                    .fetch_add((kept * pb) as u64, Ordering::Relaxed);
+                pace.moved(bytes);
+                done += k;
+            }
+        }
+        Ok(sink)
+    }
+
+    /// Checks the `k` pages from `no` read into `buf` and moves those
+    /// changed after `since` (all, for a full backup) to its front, noting
+    /// an incremental backup's; returns how many.
+    fn keep_changed(
+        &self,
+        buf: &mut AlignedBuf,
+        no: u64,
+        k: u64,
+        since: Option<Lsn>,
+        redo: Lsn,
+        counts: &mut PageCounts,
+    ) -> Result<usize> {
+        let pb = self.pool.page_bytes();
+        let mut kept = 0usize;
+        for i in 0..k as usize {
+            let page = &mut buf.as_mut_slice()[i * pb..(i + 1) * pb];
+            let p = no + i as u64;
+            self.check_copied(p, page, redo, counts)?;
+            counts.scanned += 1;
+            // A page left to the log (zeros) changed after the start.
+            let changed = since
+                .is_none_or(|s| counts.from_log.last() == Some(&p) || page::page_lsn(page) > s);
+            if changed {
+                if kept != i {
+                    buf.as_mut_slice()
+                        .copy_within(i * pb..(i + 1) * pb, kept * pb);
+                }
+                kept += 1;
+                if since.is_some() {
+                    counts.copied.push(p);
+                }
+            }
+        }
+        assert!(kept <= k as usize, "a chunk keeps at most its pages");
+        Ok(kept)
     }
 
     /// Checks page `no` as read into `page`; on failure reads it again

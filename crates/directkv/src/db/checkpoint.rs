@@ -95,20 +95,7 @@ impl<S: Storage> Inner<S> {
         paced: bool,
         cause: WriteCause,
     ) -> Result<Checkpointed> {
-        // The start: between commits, so every commit before it is in the
-        // pages we are about to write and every one after it is in the log
-        // from here on, with full images for pages it finds unchanged since.
-        let (start, meta, commit_time_us) = {
-            let tree = health::write(&self.tree)?;
-            let start = self.wal().end_lsn();
-            let commit_time_us = self.counters.commit_clock_us.load(Ordering::Acquire);
-            let horizon = self.fpi_horizon.swap(start.get(), Ordering::AcqRel);
-            assert!(
-                horizon <= start.get(),
-                "the image horizon only moves forward"
-            );
-            (start, *tree, commit_time_us)
-        };
+        let (start, meta, commit_time_us) = self.checkpoint_start()?;
         let redo_before = self.last_redo.load(Ordering::Acquire);
         assert!(
             redo_before <= start.get(),
@@ -155,6 +142,37 @@ impl<S: Storage> Inner<S> {
             meta,
             commit_time_us,
         })
+    }
+
+    /// The checkpoint's start: between commits, so every commit before it
+    /// is in the pages about to be written and every one after it is in the
+    /// log from here on, with full images for pages it finds unchanged
+    /// since. Returns it, the tree then, and the last commit's time; ends
+    /// the changed-page summary there and writes it.
+    fn checkpoint_start(&self) -> Result<(Lsn, records::Meta, u64)> {
+        let (start, meta, commit_time_us, summary) = {
+            let tree = health::write(&self.tree)?;
+            let start = self.wal().end_lsn();
+            let summary = self.summaries.cut(start);
+            let commit_time_us = self.counters.commit_clock_us.load(Ordering::Acquire);
+            let horizon = self.fpi_horizon.swap(start.get(), Ordering::AcqRel);
+            assert!(
+                horizon <= start.get(),
+                "the image horizon only moves forward"
+            );
+            (start, *tree, commit_time_us, summary)
+        };
+        // Before any page is written, so a summary exists before CONTROL
+        // names this checkpoint. Not written, it leaves a gap that
+        // incremental backups spanning it fill by reading every page.
+        let _ = self.summaries.write(
+            &self.storage,
+            self.opts.permissions,
+            summary.0,
+            start,
+            &summary.1,
+        );
+        Ok((start, meta, commit_time_us))
     }
 
     /// Makes `CONTROL` name the checkpoint starting at `start` whose record

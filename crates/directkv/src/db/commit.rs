@@ -364,6 +364,7 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
         // Every page is stamped with the commit's end, which is past the
         // image horizon this transaction started under.
         assert!(lsn > self.horizon, "a commit ends past its image horizon");
+        self.inner.summaries.note(&self.order);
         for no in std::mem::take(&mut self.order) {
             let h = self.held.remove(&no).expect("held page");
             self.inner.pool.release_held(h.held, Some(lsn));

@@ -191,6 +191,9 @@ pub(crate) struct Inner<S: Storage> {
     /// Where running backups need the log from: no segment from the
     /// oldest's on is recycled (a multiset: one entry per backup).
     pub(super) log_pins: Mutex<Vec<Lsn>>,
+    /// The pages changed since the last checkpoint, and the summaries of
+    /// earlier ones ([`super::summary`]).
+    pub(super) summaries: super::summary::Summaries,
     /// The log archiver's state (with `Options::wal_archive`).
     pub(super) archive: Option<super::archive::Archive>,
     /// Callers of [`Database::checkpoint`](super::Database::checkpoint)

@@ -32,6 +32,7 @@ mod records;
 mod recovery;
 mod shape;
 mod stats;
+mod summary;
 mod ticket;
 mod txn;
 mod versions;

@@ -82,14 +82,14 @@ pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result
     let reached = check_data_head(&pool, &c)?.max(backup_end);
     let (storage, wal_opts) = wal_options(&storage, path, &opts, &c, reached, &sched)?;
     let wal_sync = wal_opts.sync;
-    let recovered = recovery::recover(&storage, &pool, &log, wal_opts, &c)?;
     let Recovered {
         wal,
         meta,
         next_txn,
         last_commit_us,
+        changed,
         stats,
-    } = recovered;
+    } = recovery::recover(&storage, &pool, &log, wal_opts, &c)?;
     let archive = open_archive(&storage, &opts, &wal)?;
     log.open(wal);
     let version_cap = opts.version_store_cap();
@@ -119,6 +119,7 @@ pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result
         hurry: AtomicU64::new(0),
         log_pins: Mutex::new(Vec::new()),
         archive,
+        summaries: super::summary::Summaries::new(path, c.redo_lsn, changed),
         aio,
         recovery: stats,
         readable_by_others: audit.readable_by_others,

@@ -40,6 +40,8 @@ pub(super) struct Recovered<S: Storage> {
     pub(super) next_txn: u64,
     /// The latest commit time replayed (0 for none).
     pub(super) last_commit_us: u64,
+    /// Pages the replayed commits changed.
+    pub(super) changed: super::summary::PageSet,
     pub(super) stats: RecoveryStats,
 }
 
@@ -89,6 +91,7 @@ pub(super) fn recover<S: Storage>(
         meta,
         next_txn: replay.max_txn + 1,
         last_commit_us: replay.last_commit_us,
+        changed: std::mem::take(&mut replay.changed),
         stats,
     })
 }
@@ -109,6 +112,8 @@ struct Replay<'a, S: Storage> {
     max_txn: u64,
     /// The latest commit time seen.
     last_commit_us: u64,
+    /// Pages the replayed commits changed.
+    changed: super::summary::PageSet,
     /// The pages of the commit being queued, each once.
     commit_pages: HashSet<u64>,
     /// Pages a queued commit first changes with an image: how many such
@@ -149,6 +154,7 @@ impl<'a, S: Storage> Replay<'a, S> {
             pending: Default::default(),
             max_txn: 0,
             last_commit_us: 0,
+            changed: Default::default(),
             commit_pages: HashSet::new(),
             queued_images: HashMap::new(),
             stats: RecoveryStats::default(),
@@ -156,6 +162,31 @@ impl<'a, S: Storage> Replay<'a, S> {
             queue: Default::default(),
             wanted: Vec::new(),
         }
+    }
+
+    /// Notes the pages of one commit's records: each as changed (for the
+    /// changed-page summary), and as wanted when the commit changes it
+    /// first with a delta and the cache does not hold it, so it is read
+    /// ahead, with others, while the commits before this one are applied
+    /// (not when a queued commit installs an image of it first). Returns
+    /// the pages it installs images of.
+    fn note_pages(&mut self, payloads: &[Vec<u8>]) -> Result<Vec<u64>> {
+        self.commit_pages.clear();
+        let mut images = Vec::new();
+        for payload in payloads {
+            let r = records::decode_page(payload)?;
+            if !self.commit_pages.insert(r.page) {
+                continue;
+            }
+            self.changed.insert(r.page);
+            if r.full {
+                *self.queued_images.entry(r.page).or_default() += 1;
+                images.push(r.page);
+            } else if !self.queued_images.contains_key(&r.page) && !self.pool.contains(r.page) {
+                self.wanted.push(r.page);
+            }
+        }
+        Ok(images)
     }
 
     fn record(&mut self, rec: &Record, meta: &mut Meta) -> Result<()> {
@@ -175,26 +206,7 @@ impl<'a, S: Storage> Replay<'a, S> {
                 let time = records::decode_commit_time(&rec.payload);
                 self.last_commit_us = self.last_commit_us.max(time.unwrap_or(0));
                 let payloads = self.pending.remove(&txn).unwrap_or_default();
-                // A page this commit changes first with a delta and the
-                // cache does not hold is read ahead, with others, while the
-                // commits before this one are applied.
-                // (Not when a queued commit installs an image of it first.)
-                self.commit_pages.clear();
-                let mut images = Vec::new();
-                for payload in &payloads {
-                    let r = records::decode_page(payload)?;
-                    if !self.commit_pages.insert(r.page) {
-                        continue;
-                    }
-                    if r.full {
-                        *self.queued_images.entry(r.page).or_default() += 1;
-                        images.push(r.page);
-                    } else if !self.queued_images.contains_key(&r.page)
-                        && !self.pool.contains(r.page)
-                    {
-                        self.wanted.push(r.page);
-                    }
-                }
+                let images = self.note_pages(&payloads)?;
                 if self.wanted.len() >= REPLAY_READ_BATCH {
                     let loaded = self.pool.read_batch(&self.wanted, Access::Normal) as u64;
                     assert!(

@@ -35,6 +35,13 @@ pub fn get_u16(b: &[u8], at: usize) -> Option<u16> {
     ))
 }
 
+/// The `u32` at `at`, or `None` when `b` is too short.
+pub fn get_u32(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(
+        b.get(at..at.checked_add(4)?)?.try_into().ok()?,
+    ))
+}
+
 /// The `u64` at `at`, or `None` when `b` is too short.
 pub fn get_u64(b: &[u8], at: usize) -> Option<u64> {
     Some(u64::from_le_bytes(
