@@ -125,8 +125,13 @@ fn restored(root: &Path, backup: &Path, archive: &Path, target: RestoreTarget, i
     let report = restore_backup_chain_to(&[backup], archive, target, &dest).expect("restore");
     let rolled = report.rolled_forward.expect("rolled forward");
     if let RestoreTarget::Lsn(l) = target {
-        assert!(rolled.log_end <= l.max(rolled.log_end), "{rolled:?}");
+        // Cut exactly after the commit the target names.
+        assert_eq!(rolled.last_commit_lsn, Some(l), "{rolled:?}");
+        assert_eq!(rolled.log_end, l, "{rolled:?}");
     }
+    // What a point-in-time restore makes is a complete backup of that
+    // point until it is opened.
+    directkv::verify_backup(&dest).expect("the restored directory verifies");
     let db = Database::open(&dest, opts(&root.join(format!("archive-of-restored{i}"))))
         .expect("open restored");
     db.check().expect("check");

@@ -120,6 +120,10 @@ struct Pace {
     rate: Option<u64>,
     began: Instant,
     moved: u64,
+    /// The destination is on the database's device: its writes take the
+    /// scheduler's Backup class too. On another device they do not wait
+    /// for it (and overlap the reads).
+    dest_shares_device: bool,
 }
 
 impl Pace {
@@ -166,6 +170,7 @@ impl<S: Storage> Inner<S> {
             rate: opts.rate_bytes,
             began: Instant::now(),
             moved: 0,
+            dest_shares_device: self.storage.stat(dest)?.dev == self.storage.stat(&self.dir)?.dev,
         };
         let mut c = self.copy_files(dest, &cp, since, listed.as_ref(), &mut pace)?;
         let mut m = self.manifest(&cp, c.end, started_unix_ms, std::mem::take(&mut c.listed))?;
@@ -240,7 +245,7 @@ impl<S: Storage> Inner<S> {
             (Some(s), Some(pages)) => {
                 self.copy_listed_pages(&path, cp, s, pages, &mut buf, pace, &mut counts)?
             }
-            _ => self.copy_pages(&path, cp, since, &mut buf, pace, &mut counts)?,
+            _ => self.copy_pages(&path, cp, since, &buf, pace, &mut counts)?,
         };
         let end = {
             let wal = self.wal();
@@ -427,43 +432,96 @@ impl<S: Storage> Inner<S> {
     /// for an incremental backup (`since`, its parent's start) every page
     /// changed after `since`, in page order (page 0 is
     /// [`finish_data`](Self::finish_data)'s).
+    ///
+    /// A reader thread reads the next chunk while this one checks and
+    /// writes the last: two buffers go round between them.
     fn copy_pages(
         &self,
         path: &Path,
         cp: &Checkpointed,
         since: Option<Lsn>,
-        buf: &mut AlignedBuf,
+        chunk: &AlignedBuf,
         pace: &mut Pace,
         counts: &mut PageCounts,
     ) -> Result<Sink<S>> {
         let pb = self.pool.page_bytes();
-        let per_chunk = (buf.len() / pb) as u64;
+        let per_chunk = (chunk.len() / pb) as u64;
         assert!(per_chunk >= 1, "a chunk holds a page");
         let mut sink = Sink::create(&self.storage, path)?;
         sink.skip(pb);
+        let first = AlignedBuf::new(chunk.len(), ALIGN_BYTES)?;
+        let second = AlignedBuf::new(chunk.len(), ALIGN_BYTES)?;
+        let (give, free) = std::sync::mpsc::sync_channel::<AlignedBuf>(2);
+        let (fill, filled) = std::sync::mpsc::sync_channel::<Result<(u64, u64, AlignedBuf)>>(2);
+        for b in [first, second] {
+            give.send(b).expect("the reader has not started");
+        }
+        std::thread::scope(|s| {
+            let pages = cp.meta.page_count;
+            s.spawn(move || self.read_chunks(pages, per_chunk, free, fill));
+            // Dropped on every return, which ends the reader.
+            let (give, filled) = (give, filled);
+            let mut next = 1u64;
+            while next < cp.meta.page_count {
+                let (no, k, mut b) = filled
+                    .recv()
+                    .map_err(|_| Error::InvalidArgument("the backup's reader stopped".into()))??;
+                assert_eq!(no, next, "chunks arrive in order");
+                let kept = self.keep_changed(&mut b, no, k, since, cp.redo, counts)?;
+                if kept > 0 {
+                    let _permit = self.write_permit(pace, kept * pb);
+                    sink.append(&b, kept * pb)?;
+                }
+                let c = &self.counters;
+                c.backup_pages_done.fetch_add(k, Ordering::Relaxed);
+                c.backup_bytes
+                    .fetch_add((kept * pb) as u64, Ordering::Relaxed);
+                pace.moved(k as usize * pb);
+                next += k;
+                // Once it has read every chunk the reader is gone, and the
+                // buffer is not needed back.
+                let _ = give.send(b);
+            }
+            assert_eq!(next, cp.meta.page_count.max(1), "every page was copied");
+            Ok(sink)
+        })
+    }
+
+    /// The scheduler's permit for a write of `bytes` to the backup, when its
+    /// destination shares the database's device.
+    fn write_permit(&self, pace: &Pace, bytes: usize) -> Option<crate::sched::Permit<'_>> {
+        pace.dest_shares_device
+            .then(|| self.sched.admit(IoClass::Backup, bytes as u64))
+    }
+
+    /// The reader of [`copy_pages`](Self::copy_pages): reads pages 1 to
+    /// `pages` in chunks of `per_chunk` into the buffers `free` gives and
+    /// sends them, in order, to `fill`; stops after an error, or when the
+    /// other side hangs up.
+    fn read_chunks(
+        &self,
+        pages: u64,
+        per_chunk: u64,
+        free: std::sync::mpsc::Receiver<AlignedBuf>,
+        fill: std::sync::mpsc::SyncSender<Result<(u64, u64, AlignedBuf)>>,
+    ) {
+        let pb = self.pool.page_bytes();
         let mut no = 1u64;
-        while no < cp.meta.page_count {
-            let k = per_chunk.min(cp.meta.page_count - no);
+        while no < pages {
+            let Ok(mut b) = free.recv() else { return };
+            let k = per_chunk.min(pages - no);
             let bytes = k as usize * pb;
-            {
+            let read = {
                 let _permit = self.sched.admit(IoClass::Backup, bytes as u64);
-                self.pool
-                    .file()
-                    .read_exact_at(buf.io_mut(0..bytes)?, no * pb as u64)?;
+                b.io_mut(0..bytes)
+                    .and_then(|io| self.pool.file().read_exact_at(io, no * pb as u64))
+            };
+            let failed = read.is_err();
+            if fill.send(read.map(|()| (no, k, b))).is_err() || failed {
+                return;
             }
-            let kept = self.keep_changed(buf, no, k, since, cp.redo, counts)?;
-            if kept > 0 {
-                let _permit = self.sched.admit(IoClass::Backup, (kept * pb) as u64);
-                sink.append(buf, kept * pb)?;
-            }
-            let c = &self.counters;
-            c.backup_pages_done.fetch_add(k, Ordering::Relaxed);
-            c.backup_bytes
-                .fetch_add((kept * pb) as u64, Ordering::Relaxed);
-            pace.moved(bytes);
             no += k;
         }
-        Ok(sink)
     }
 
     /// An incremental backup's pages from the changed-page summaries:
@@ -506,7 +564,7 @@ impl<S: Storage> Inner<S> {
                 }
                 let kept = self.keep_changed(buf, no, k, Some(since), cp.redo, counts)?;
                 if kept > 0 {
-                    let _permit = self.sched.admit(IoClass::Backup, (kept * pb) as u64);
+                    let _permit = self.write_permit(pace, kept * pb);
                     sink.append(buf, kept * pb)?;
                 }
                 c.backup_pages_done.fetch_add(k, Ordering::Relaxed);
@@ -679,7 +737,7 @@ impl<S: Storage> Inner<S> {
                 }
                 buf.as_mut_slice()[read..n_bytes].fill(0);
                 {
-                    let _permit = self.sched.admit(IoClass::Backup, n_bytes as u64);
+                    let _permit = self.write_permit(pace, n_bytes);
                     sink.append(buf, n_bytes)?;
                 }
                 pace.moved(read);

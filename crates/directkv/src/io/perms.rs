@@ -139,6 +139,10 @@ pub struct FileMeta {
     pub uid: u32,
     /// The owner's group id.
     pub gid: u32,
+    /// The device it is on (`st_dev`; 0 on the simulated disk, which is
+    /// one device).
+    #[serde(default)]
+    pub dev: u64,
 }
 
 impl FileMeta {
@@ -159,6 +163,7 @@ impl FileMeta {
             mode: m.mode() & 0o7777,
             uid: m.uid(),
             gid: m.gid(),
+            dev: m.dev(),
         };
         assert!(meta.mode <= 0o7777, "permission bits only");
         meta
@@ -310,6 +315,7 @@ mod tests {
             mode,
             uid: 0,
             gid: 0,
+            dev: 0,
         };
         assert!(meta(0o620).writable_by_others());
         assert!(meta(0o602).writable_by_others());

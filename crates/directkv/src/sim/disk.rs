@@ -638,6 +638,7 @@ impl Storage for SimStorage {
             mode,
             uid: 0,
             gid: 0,
+            dev: 0,
         })
     }
 
