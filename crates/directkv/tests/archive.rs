@@ -279,6 +279,12 @@ fn impossible_targets_and_damaged_archives_are_refused_by_name() {
         matches!(e, Error::InvalidArgument(ref m) if m.contains("does not reach")),
         "{e}"
     );
+    // To the end: the hole is named, never restored short.
+    let e = refuse(&broken, RestoreTarget::End);
+    match &e {
+        Error::Corruption { path, .. } => assert_eq!(path, &broken.join(seg_name(hole)), "{e}"),
+        other => panic!("unexpected {other}"),
+    }
     // A damaged record inside an archived segment: named with its file.
     let damaged = copy_archive(&archive, &root.join("damaged"));
     let victim = damaged.join(seg_name(seg_of(records[40].lsn)));
@@ -288,11 +294,54 @@ fn impossible_targets_and_damaged_archives_are_refused_by_name() {
         Error::Corruption { path, .. } => assert_eq!(path, &victim, "{e}"),
         other => panic!("unexpected {other}"),
     }
+    let e = refuse(&damaged, RestoreTarget::End);
+    assert!(matches!(e, Error::Corruption { .. }), "{e}");
     // Another database's archive.
     let other_root = root.join("other");
     let (_o, other_archive, _ob, _or) = setup(&other_root, 10, 17);
     let e = refuse(&other_archive, RestoreTarget::End);
     assert!(matches!(e, Error::Corruption { .. }), "{e}");
+}
+
+/// A backup taken after a clean close and reopen (whose replay meets no
+/// commit) still knows the time of its last commit: a time target before
+/// it is refused, not restored to the backup's later state. And an archive
+/// inside the database's directory is refused at open.
+#[test]
+fn a_time_before_a_backup_after_a_reopen_is_refused() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path();
+    let (db_dir, archive, backup) = (root.join("db"), root.join("archive"), root.join("backup"));
+    let db = Database::open(&db_dir, opts(&archive)).expect("open");
+    let (mut model, mut rng) = (Model::new(), Rng(21));
+    for _ in 0..50 {
+        commit_some(&db, &mut model, &mut rng);
+    }
+    db.close().expect("close");
+    let db = Database::open(&db_dir, opts(&archive)).expect("reopen");
+    db.backup(&backup, &BackupOptions::default())
+        .expect("backup");
+    push_log_on(&db, &mut model, 2);
+    db.close().expect("close");
+    let dest = root.join("early");
+    let e = restore_backup_chain_to(&[&backup], &archive, RestoreTarget::TimeUs(1), &dest)
+        .expect_err("a time before the backup");
+    assert!(
+        matches!(e, Error::InvalidArgument(ref m) if m.contains("before the backup")),
+        "{e}"
+    );
+    assert!(!dest.exists());
+    let inside = Options {
+        wal_archive: Some(db_dir.join("archive")),
+        ..opts(&archive)
+    };
+    let e = Database::open(&db_dir, inside)
+        .map(drop)
+        .expect_err("refused");
+    assert!(
+        matches!(e, Error::InvalidArgument(ref m) if m.contains("inside")),
+        "{e}"
+    );
 }
 
 fn seg_name(n: u64) -> String {
@@ -381,6 +430,14 @@ fn a_failing_archive_keeps_the_log_and_catches_up() {
     // Clear the way: the archiver catches up, and checkpoints recycle.
     std::fs::remove_file(&planted).expect("remove");
     push_log_on(&db, &mut model, 1);
+    // The archiver thread takes the backlog (a checkpoint takes only a
+    // few segments while it runs); waited for, up to a generous bound.
+    for _ in 0..600 {
+        if db.stats().archive.next_segment > next + 6 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     db.checkpoint().expect("checkpoint");
     let s = db.stats().archive;
     assert!(s.next_segment > next + 6, "{s:?}");

@@ -107,6 +107,26 @@ impl<S: Storage> Sink<S> {
     }
 }
 
+/// Creates directory `dir` (and missing parents) if it does not exist, and
+/// syncs its parent so that the new entry survives a power cut.
+///
+/// # Errors
+/// I/O errors.
+pub fn create_dir_synced<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    permissions: Permissions,
+) -> Result<()> {
+    if storage.exists(dir) {
+        return Ok(());
+    }
+    storage.create_dirs(dir, permissions)?;
+    match dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        Some(parent) => storage.sync_dir(parent),
+        None => storage.sync_dir(Path::new(".")),
+    }
+}
+
 /// Writes a small new file (exclusively, private, synced) holding `bytes`.
 ///
 /// # Errors

@@ -32,7 +32,7 @@ use super::WAL_DIR_NAME;
 use crate::error::{Error, Result};
 use crate::io::{AlignedBuf, DirectIo, FileOptions, Storage, StorageFile};
 use crate::lsn::Lsn;
-use crate::wal::format::{segment_file_name, Layout};
+use crate::wal::format::{segment_file_name, Layout, SEGMENT_HEADER_BYTES};
 use crate::wal::{list_segments, WalReader};
 
 /// The point a restore with a log archive stops at.
@@ -99,9 +99,12 @@ pub(super) fn roll_forward<S: Storage>(
     }
     let wal = dir.join(WAL_DIR_NAME);
     let taken = take_archived(storage, &wal, archive, layout, end)?;
-    let sources = |p: &Path| source_of(p, &wal, archive, &taken);
+    let sources = |p: &Path| source_of(p, &wal, archive, &taken.segments);
     let (cut, found) =
         find_cut(storage, &wal, last, layout, target).map_err(|e| rename_path(e, &sources))?;
+    if target == RestoreTarget::End {
+        check_whole(&taken, archive, &found)?;
+    }
     assert!(cut >= end && cut >= start, "the cut keeps the backup's log");
     cut_log(storage, &wal, layout, cut)?;
     reseal(storage, dir, last)?;
@@ -110,19 +113,19 @@ pub(super) fn roll_forward<S: Storage>(
         last_commit_lsn: found.last.map(|c| c.end),
         last_commit_time_us: found.last.and_then(|c| c.time_us),
         commits: found.commits,
-        archived_segments: taken.len() as u64,
+        archived_segments: taken.segments.len() as u64,
     })
 }
 
 /// Copies the archive's segments from `end`'s on into `wal`, in order up
-/// to the first it lacks; returns their numbers.
+/// to the first it lacks.
 fn take_archived<S: Storage>(
     storage: &S,
     wal: &Path,
     archive: &Path,
     layout: Layout,
     end: Lsn,
-) -> Result<Vec<u64>> {
+) -> Result<Taken> {
     if !storage.exists(archive) {
         return Err(Error::InvalidArgument(format!(
             "log archive {} does not exist",
@@ -131,31 +134,68 @@ fn take_archived<S: Storage>(
     }
     let first = layout.segment_of(end);
     let mut buf = AlignedBuf::new(CHUNK_BYTES, ALIGN_BYTES)?;
+    same_history(storage, wal, archive, layout, end, &mut buf)?;
+    let archived = list_segments(storage, archive)?;
     let mut taken = Vec::new();
-    let mut n = first;
-    loop {
+    for n in archived.iter().copied().filter(|&n| n >= first) {
         let name = segment_file_name(n);
-        let from = archive.join(&name);
-        if !storage.exists(&from) {
-            break;
+        let expected = first + taken.len() as u64;
+        if n != expected {
+            // The log stops at the hole; what lies after it is named.
+            return Ok(Taken {
+                segments: taken,
+                hole: Some((expected, n)),
+            });
         }
-        let to = wal.join(&name);
-        if n == first && storage.exists(&to) {
-            same_prefix(storage, &to, &from, layout.file_offset(end), &mut buf)?;
-        }
+        let (from, to) = (archive.join(&name), wal.join(&name));
         if storage.exists(&to) {
             storage.remove_file(&to)?;
         }
         copy_whole(storage, &from, &to, layout, &mut buf)?;
         taken.push(n);
-        n += 1;
     }
     storage.sync_dir(wal)?;
     assert!(
         taken.windows(2).all(|w| w[1] == w[0] + 1),
         "segments are taken in order, without a hole"
     );
-    Ok(taken)
+    Ok(Taken {
+        segments: taken,
+        hole: None,
+    })
+}
+
+/// What [`take_archived`] took.
+struct Taken {
+    /// The segments taken, in order.
+    segments: Vec<u64>,
+    /// The first segment missing, and the next one the archive holds.
+    hole: Option<(u64, u64)>,
+}
+
+/// Fails unless the archive's log is the backup's up to its end E: the
+/// archive's copy of E's segment holds the backup's bytes before E (or,
+/// when E is a segment's first byte, its copy of the segment before is the
+/// backup's whole). Checked where both copies exist.
+fn same_history<S: Storage>(
+    storage: &S,
+    wal: &Path,
+    archive: &Path,
+    layout: Layout,
+    end: Lsn,
+    buf: &mut AlignedBuf,
+) -> Result<()> {
+    let at_start = layout.file_offset(end) == SEGMENT_HEADER_BYTES;
+    let (n, len) = match (at_start, layout.segment_of(end)) {
+        (true, s) if s > 0 => (s - 1, layout.segment_bytes),
+        (_, s) => (s, layout.file_offset(end)),
+    };
+    let name = segment_file_name(n);
+    let (ours, theirs) = (wal.join(&name), archive.join(&name));
+    if storage.exists(&ours) && storage.exists(&theirs) {
+        same_prefix(storage, &ours, &theirs, len, buf)?;
+    }
+    Ok(())
 }
 
 /// Fails unless the first `len` bytes of `ours` (the backup's segment) and
@@ -222,11 +262,41 @@ fn copy_whole<S: Storage>(
     sink.finish().map(drop)
 }
 
-/// Commits seen past the backup's end.
+/// Commits seen past the backup's end, and how the log read ended.
 #[derive(Debug, Default)]
 struct Found {
     last: Option<Commit>,
     commits: u64,
+    /// The log read ended in invalid bytes (not zeros or a missing file).
+    torn: bool,
+}
+
+/// For a restore to the archive's end: fails unless every archived
+/// segment was taken and read to its end. Segments are archived complete,
+/// so a hole or a log that ends in invalid bytes is damage, never an end.
+fn check_whole(taken: &Taken, archive: &Path, found: &Found) -> Result<()> {
+    if let Some((missing, next)) = taken.hole {
+        return Err(Error::Corruption {
+            path: archive.join(segment_file_name(missing)),
+            offset: 0,
+            detail: format!(
+                "missing from the archive, which holds {} after it: the archive's end cannot be \
+                 reached",
+                segment_file_name(next)
+            ),
+        });
+    }
+    if found.torn {
+        let last = taken.segments.last().copied().unwrap_or(0);
+        return Err(Error::Corruption {
+            path: archive.join(segment_file_name(last)),
+            offset: 0,
+            detail: "the archived log ends in invalid bytes, but every archived segment was \
+                     complete: it is damaged"
+                .into(),
+        });
+    }
+    Ok(())
 }
 
 /// Reads the log in `wal` from the backup's start and returns where to
@@ -258,11 +328,7 @@ fn find_cut<S: Storage>(
             end: rec.end(),
             time_us: crate::db::commit_record_time(&rec.payload),
         };
-        let after = match target {
-            RestoreTarget::Lsn(l) => c.end > l,
-            RestoreTarget::TimeUs(t) => c.time_us.is_some_and(|ct| ct > t),
-            RestoreTarget::End => false,
-        };
+        let after = past(target, c);
         if c.end <= end {
             state_time = state_time.max(c.time_us.unwrap_or(0));
             if after {
@@ -282,16 +348,9 @@ fn find_cut<S: Storage>(
         found.last = Some(c);
         found.commits += 1;
     }
-    if let RestoreTarget::TimeUs(t) = target {
-        if t < state_time {
-            return Err(Error::InvalidArgument(format!(
-                "target time {t} µs is before the backup's state (its last commit is at \
-                 {state_time} µs since the epoch): restore an earlier backup"
-            )));
-        }
-    }
     let log_end = reader.tail().map_or(reader.position(), |t| t.end);
-    check_reached(target, passed, log_end, &found, layout)?;
+    found.torn = reader.tail().is_some_and(|t| t.torn);
+    check_reached(target, passed, log_end, &found, layout, state_time)?;
     let cut = match (target, found.last) {
         (RestoreTarget::End, _) => log_end.max(end),
         (_, Some(c)) => c.end.max(end),
@@ -300,15 +359,38 @@ fn find_cut<S: Storage>(
     Ok((cut, found))
 }
 
+/// Whether commit `c` lies past `target`.
+fn past(target: RestoreTarget, c: Commit) -> bool {
+    match target {
+        RestoreTarget::Lsn(l) => c.end > l,
+        RestoreTarget::TimeUs(t) => c.time_us.is_some_and(|ct| ct > t),
+        RestoreTarget::End => false,
+    }
+}
+
 /// Fails unless the log, read to `log_end` (or `passed` the target), can
-/// be shown to reach `target`.
+/// be shown to reach `target`, and a time target is not before the
+/// backup's state (its last commit, at `state_time`).
 fn check_reached(
     target: RestoreTarget,
     passed: bool,
     log_end: Lsn,
     found: &Found,
     layout: Layout,
+    state_time: u64,
 ) -> Result<()> {
+    if let RestoreTarget::TimeUs(t) = target {
+        if t < state_time {
+            return Err(Error::InvalidArgument(format!(
+                "target time {t} µs is before the backup's state (its last commit is at \
+                 {state_time} µs since the epoch): restore an earlier backup"
+            )));
+        }
+    }
+    assert!(
+        found.last.is_none_or(|c| !past(target, c)),
+        "no commit taken in lies past the target"
+    );
     let reached = match target {
         RestoreTarget::Lsn(l) => passed || log_end >= l,
         RestoreTarget::TimeUs(_) => passed,

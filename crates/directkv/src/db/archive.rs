@@ -23,7 +23,10 @@
 //!
 //! Invariants:
 //! - `next` (the first segment not archived) only grows, and every segment
-//!   before it is in the archive, synced under its final name.
+//!   this open archived before it is in the archive, synced under its
+//!   final name. At open it starts at the oldest segment the log holds,
+//!   which is the first not archived or one before it (found archived,
+//!   the same bytes, in the first round).
 //! - Checkpoints recycle no segment from `next` on (the archiver's pin).
 
 use std::path::{Path, PathBuf};
@@ -87,7 +90,7 @@ impl Archive {
         permissions: Permissions,
         current: u64,
     ) -> Result<Archive> {
-        storage.create_dirs(dir, permissions)?;
+        files::create_dir_synced(storage, dir, permissions)?;
         // The oldest segment at or before the current one (later numbers
         // are spares) whose header has its number: a file re-headed for
         // recycling but not yet renamed when the process stopped was
@@ -103,9 +106,14 @@ impl Archive {
                 &wal_dir.join(segment_file_name(n)),
                 &crate::wal::reader_options(),
             )?;
-            if read_segment_header(&file).is_ok_and(|h| h.segment_no == n) {
-                oldest = n;
-                break;
+            match read_segment_header(&file) {
+                Ok(h) if h.segment_no == n => {
+                    oldest = n;
+                    break;
+                }
+                // Another number (re-headed for recycling) or no header.
+                Ok(_) | Err(Error::Corruption { .. } | Error::FormatVersion { .. }) => continue,
+                Err(e) => return Err(e),
             }
         }
         assert!(oldest <= current, "the archive starts within the log");
@@ -141,23 +149,30 @@ impl Archive {
 
 impl<S: Storage> Inner<S> {
     /// Archives every complete segment not yet archived (a no-op without
-    /// an archive). A failure is counted and returned; the segment stays
-    /// for the next round.
+    /// an archive); with `limit`, at most that many, and none if a round
+    /// is under way (the archiver thread has the backlog). A failure is
+    /// counted and returned; the segment stays for the next round.
     ///
     /// # Errors
     /// The failure of the first segment that could not be archived.
-    pub(super) fn archive_complete_segments(&self) -> Result<u64> {
+    pub(super) fn archive_complete_segments(&self, limit: Option<u64>) -> Result<u64> {
         let Some(archive) = &self.archive else {
             return Ok(0);
         };
-        let _one = health::lock(&archive.round)?;
+        let _one = match limit {
+            None => health::lock(&archive.round)?,
+            Some(_) => match archive.round.try_lock() {
+                Ok(one) => one,
+                Err(_) => return Ok(0),
+            },
+        };
         let layout = Layout {
             segment_bytes: self.wal().segment_bytes(),
         };
         // Segments wholly before the durable end's are complete.
         let complete_before = layout.segment_of(self.wal().durable_lsn());
         let mut done = 0;
-        while archive.next_segment() < complete_before {
+        while archive.next_segment() < complete_before && limit.is_none_or(|l| done < l) {
             let n = archive.next_segment();
             match self.archive_segment(archive, layout, n) {
                 Ok(bytes) => {
@@ -190,18 +205,22 @@ impl<S: Storage> Inner<S> {
         if self.storage.exists(&dest) {
             let theirs = segment_identity(&self.storage, &dest, &mut buf)?;
             let ours = segment_identity(&self.storage, &src_path, &mut buf)?;
-            if theirs != ours {
-                return Err(Error::Corruption {
-                    path: dest,
-                    offset: 0,
-                    detail: format!(
-                        "the archive holds another {name} than the log's (header, length and \
-                         CRC32C {theirs:?}, the log's {ours:?}); an archive is never \
-                         overwritten: give each database its own"
-                    ),
-                });
+            if theirs == ours {
+                // A copy made before a crash, perhaps renamed but not yet
+                // synced: made durable before it counts.
+                storage_sync_file(&self.storage, &dest)?;
+                self.storage.sync_dir(&archive.dir)?;
+                return Ok(0);
             }
-            return Ok(0);
+            return Err(Error::Corruption {
+                path: dest,
+                offset: 0,
+                detail: format!(
+                    "the archive holds another {name} than the log's (header, length and \
+                     CRC32C {theirs:?}, the log's {ours:?}); an archive is never overwritten: \
+                     give each database its own"
+                ),
+            });
         }
         let tmp = archive.dir.join(format!("{name}{TMP_SUFFIX}"));
         if self.storage.exists(&tmp) {
@@ -253,7 +272,7 @@ impl<S: Storage> Inner<S> {
     /// log that ends inside segment `n` (which is complete).
     fn check_segment_records(&self, layout: Layout, n: u64) -> Result<()> {
         let to = layout.segment_start(n + 1);
-        let db_id = Some(self.pool_db_id_for_archive()?);
+        let db_id = Some(self.db_id_for_archive()?);
         let reader_at = |lsn| {
             WalReader::new(
                 self.storage.clone(),
@@ -296,9 +315,16 @@ impl<S: Storage> Inner<S> {
     }
 
     /// The database's identity, as its log segments carry it.
-    fn pool_db_id_for_archive(&self) -> Result<crate::format::DbId> {
+    fn db_id_for_archive(&self) -> Result<crate::format::DbId> {
         Ok(health::lock(&self.control)?.current().db_id)
     }
+}
+
+/// Syncs the file at `path` (data and metadata).
+fn storage_sync_file<S: Storage>(storage: &S, path: &Path) -> Result<()> {
+    storage
+        .open(path, &files::read_options(DirectIo::Auto))?
+        .sync_all()
 }
 
 /// A segment's (number, size) from its header if it decodes, then the

@@ -289,7 +289,7 @@ pub(super) fn spawn_archiver<S: Storage>(
             let alive = run_guarded(&weak, "directkv-archiver", |inner| {
                 // A failure is counted and kept in the stats; the segment
                 // stays until a later round archives it.
-                wait = match inner.archive_complete_segments() {
+                wait = match inner.archive_complete_segments(None) {
                     Ok(_) => ARCHIVER_IDLE,
                     Err(_) => ARCHIVER_RETRY,
                 };

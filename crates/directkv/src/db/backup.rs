@@ -302,6 +302,8 @@ impl<S: Storage> Inner<S> {
             incremental_pages: Vec::new(),
             changed_pages_method: None,
             pages_scanned: 0,
+            // 0: no commit yet (or, for a database whose last commit was
+            // written by a build whose records carried no time, unknown).
             start_commit_time_us: Some(cp.commit_time_us),
         })
     }

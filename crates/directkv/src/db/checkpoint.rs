@@ -44,6 +44,9 @@ const CHECKPOINT_COMPLETION_TARGET: f64 = 0.5;
 const CHECKPOINT_TIME_TARGET: Duration = Duration::from_secs(30);
 /// Pages a checkpoint writes between looks at its pace.
 const CHECKPOINT_STEP_PAGES: usize = 32;
+/// Segments a checkpoint archives at most when the archiver thread runs.
+const CHECKPOINT_ARCHIVE_MAX: u64 = 2;
+
 /// A committer waits at the hard limit at most this long, rather than hang
 /// behind a checkpoint that cannot finish (its error surfaces elsewhere).
 const LOG_SPACE_WAIT_MAX: Duration = Duration::from_secs(60);
@@ -112,7 +115,9 @@ impl<S: Storage> Inner<S> {
                 "checkpoint could not write a page held by a commit".into(),
             ));
         }
-        let rec = records::encode_meta(start.get(), &meta);
+        // With the time of the last commit before it: replay learns it from
+        // here when it meets no commit.
+        let rec = records::encode_commit(start.get(), &meta, commit_time_us);
         let end = self.wal().append(records::CHECKPOINT, &rec)?;
         self.wal().flush(end)?;
         assert!(end > start, "the checkpoint record follows its redo point");
@@ -130,7 +135,12 @@ impl<S: Storage> Inner<S> {
         // Segments a running backup still copies stay, and those not yet
         // archived (archived now if they can be: a failure is counted, and
         // the segments wait for the archiver's next round).
-        let _ = self.archive_complete_segments();
+        // With the archiver thread running, a checkpoint takes only a few
+        // (it must not hold its lock through a backlog); without it, and
+        // at close, all.
+        let limit = (self.opts.background_threads && cause != WriteCause::Shutdown)
+            .then_some(CHECKPOINT_ARCHIVE_MAX);
+        let _ = self.archive_complete_segments(limit);
         let keep = [self.oldest_log_pin(), super::archive::archive_keep(self)]
             .into_iter()
             .flatten()
@@ -165,13 +175,18 @@ impl<S: Storage> Inner<S> {
         // Before any page is written, so a summary exists before CONTROL
         // names this checkpoint. Not written, it leaves a gap that
         // incremental backups spanning it fill by reading every page.
-        let _ = self.summaries.write(
+        let written = self.summaries.write(
             &self.storage,
             self.opts.permissions,
             summary.0,
             start,
             &summary.1,
         );
+        if written.is_err() {
+            self.counters
+                .summary_failures
+                .fetch_add(1, Ordering::Relaxed);
+        }
         Ok((start, meta, commit_time_us))
     }
 

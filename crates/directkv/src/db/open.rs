@@ -90,7 +90,7 @@ pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result
         changed,
         stats,
     } = recovery::recover(&storage, &pool, &log, wal_opts, &c)?;
-    let archive = open_archive(&storage, &opts, &wal)?;
+    let archive = open_archive(&storage, path, &opts, &wal)?;
     log.open(wal);
     let version_cap = opts.version_store_cap();
     let mut inner = Inner {
@@ -119,7 +119,7 @@ pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result
         hurry: AtomicU64::new(0),
         log_pins: Mutex::new(Vec::new()),
         archive,
-        summaries: super::summary::Summaries::new(path, c.redo_lsn, changed),
+        summaries: super::summary::Summaries::open(&storage, path, c.redo_lsn, changed)?,
         aio,
         recovery: stats,
         readable_by_others: audit.readable_by_others,
@@ -432,12 +432,22 @@ fn start_threads<S: Storage>(inner: Arc<Inner<S>>) -> Database<S> {
 /// The log archiver's state, with `Options::wal_archive`.
 fn open_archive<S: Storage>(
     storage: &S,
+    path: &Path,
     opts: &Options,
     wal: &crate::wal::Wal<S>,
 ) -> Result<Option<super::archive::Archive>> {
     let Some(dir) = &opts.wal_archive else {
         return Ok(None);
     };
+    let abs = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    let (archive, db) = (abs(dir), abs(path));
+    if archive.starts_with(&db) || db.starts_with(&archive) || archive == abs(wal.dir()) {
+        return Err(Error::InvalidArgument(format!(
+            "the log archive {} is inside the database's directory or its log's (or holds \
+             them): give it a directory of its own",
+            dir.display()
+        )));
+    }
     let layout = crate::wal::format::Layout {
         segment_bytes: wal.segment_bytes(),
     };

@@ -4,7 +4,7 @@
 //! |------|------|---------|
 //! | 20 | page | txn u64, page u64, flags u8 (1 = full image), n u16, then n × (offset u16, len u16, bytes); a full image is one range covering the page |
 //! | 21 | commit | txn u64, root u64, page count u64, free-list head u64, time µs u64 (since the epoch; absent in logs of older builds) |
-//! | 22 | checkpoint | redo LSN u64, root u64, page count u64, free-list head u64 |
+//! | 22 | checkpoint | redo LSN u64, root u64, page count u64, free-list head u64, time µs u64 of the last commit before it (absent in logs of older builds) |
 //! | 23 | abort | txn u64 |
 //!
 //! Page records are physical: replaying one writes bytes at offsets. A page's
@@ -250,7 +250,8 @@ pub fn encode_meta(first: u64, meta: &Meta) -> Vec<u8> {
 }
 
 /// Encodes a commit record: [`encode_meta`]'s 32 bytes, then the commit's
-/// wall-clock time in microseconds since the epoch. Readers of the meta
+/// wall-clock time in microseconds since the epoch (for a checkpoint
+/// record, with the redo LSN first: the last commit's time). Readers of the meta
 /// read only the first 32 bytes, so the time is an extension older builds
 /// skip.
 pub fn encode_commit(txn: u64, meta: &Meta, time_us: u64) -> Vec<u8> {

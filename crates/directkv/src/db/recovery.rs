@@ -170,11 +170,22 @@ impl<'a, S: Storage> Replay<'a, S> {
     /// ahead, with others, while the commits before this one are applied
     /// (not when a queued commit installs an image of it first). Returns
     /// the pages it installs images of.
-    fn note_pages(&mut self, payloads: &[Vec<u8>]) -> Result<Vec<u64>> {
+    fn note_pages(&mut self, payloads: &[Vec<u8>], page_count: u64) -> Result<Vec<u64>> {
         self.commit_pages.clear();
         let mut images = Vec::new();
         for payload in payloads {
             let r = records::decode_page(payload)?;
+            if r.page >= page_count {
+                return Err(Error::Corruption {
+                    path: "wal".into(),
+                    offset: 0,
+                    detail: format!(
+                        "a page record names page {}, past the {page_count} pages its commit \
+                         leaves",
+                        r.page
+                    ),
+                });
+            }
             if !self.commit_pages.insert(r.page) {
                 continue;
             }
@@ -187,6 +198,14 @@ impl<'a, S: Storage> Replay<'a, S> {
             }
         }
         Ok(images)
+    }
+
+    /// Notes the time a commit or checkpoint record carries: a checkpoint's
+    /// is its last commit's, so a replay that meets no commit still learns
+    /// the time of the last one.
+    fn note_time(&mut self, payload: &[u8]) {
+        let time = records::decode_commit_time(payload).unwrap_or(0);
+        self.last_commit_us = self.last_commit_us.max(time);
     }
 
     fn record(&mut self, rec: &Record, meta: &mut Meta) -> Result<()> {
@@ -203,10 +222,9 @@ impl<'a, S: Storage> Replay<'a, S> {
             records::COMMIT => {
                 let (txn, m) = records::decode_meta(&rec.payload)?;
                 self.max_txn = self.max_txn.max(txn);
-                let time = records::decode_commit_time(&rec.payload);
-                self.last_commit_us = self.last_commit_us.max(time.unwrap_or(0));
+                self.note_time(&rec.payload);
                 let payloads = self.pending.remove(&txn).unwrap_or_default();
-                let images = self.note_pages(&payloads)?;
+                let images = self.note_pages(&payloads, m.page_count)?;
                 if self.wanted.len() >= REPLAY_READ_BATCH {
                     let loaded = self.pool.read_batch(&self.wanted, Access::Normal) as u64;
                     assert!(
@@ -231,6 +249,7 @@ impl<'a, S: Storage> Replay<'a, S> {
                     "the lookahead is bounded"
                 );
             }
+            records::CHECKPOINT => self.note_time(&rec.payload),
             records::ABORT => {
                 if let Ok(b) = <[u8; 8]>::try_from(rec.payload.as_slice()) {
                     self.pending.remove(&u64::from_le_bytes(b));

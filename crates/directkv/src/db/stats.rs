@@ -61,6 +61,7 @@ pub(super) struct Counters {
     /// The time (µs since the epoch) of the last commit record written or
     /// replayed: commit times never go backwards.
     pub(super) commit_clock_us: AtomicU64,
+    pub(super) summary_failures: AtomicU64,
 }
 
 impl Counters {
@@ -220,6 +221,9 @@ pub struct Stats {
     pub backup: BackupProgress,
     /// Log archiving ([`Options::wal_archive`](super::Options::wal_archive)).
     pub archive: super::ArchiveStats,
+    /// Checkpoints that could not write their changed-page summary: an
+    /// incremental backup spanning one reads every page.
+    pub summary_write_failures: u64,
     /// Whether a checkpoint is running now.
     pub checkpoint_running: bool,
     /// WAL bytes since the last checkpoint's redo point: what recovery would
@@ -414,6 +418,7 @@ impl<S: Storage> Inner<S> {
                 .as_ref()
                 .map(super::archive::Archive::stats)
                 .unwrap_or_default(),
+            summary_write_failures: c.summary_failures.load(Ordering::Relaxed),
             checkpoint_running: self.checkpointing.try_lock().is_err(),
             wal_since_redo_bytes: self.wal_since_checkpoint(),
             full_page_images: c.full_images.load(Ordering::Relaxed),

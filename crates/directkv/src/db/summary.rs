@@ -18,7 +18,11 @@
 //!   a gap (a summary that could not be written) makes an incremental
 //!   backup spanning it fall back to reading every page.
 //! - At most [`SUMMARIES_KEPT`] files are kept: beyond that the two oldest
-//!   are merged into one covering both ranges.
+//!   are merged into one covering both ranges when the ranges touch, and
+//!   the oldest is dropped when they do not (a merge never bridges a gap).
+//! - At open, summaries reaching past the redo point are removed: a
+//!   checkpoint that never completed wrote them, over log a crash may have
+//!   cut back.
 //!
 //! File: `DKVSUM01`, from LSN u64, to LSN u64, bits u64, then the bitmap
 //! (`ceil(bits / 64)` little-endian u64 words, bit `p` set for page `p`),
@@ -102,12 +106,36 @@ pub(crate) struct Summaries {
 
 impl Summaries {
     /// Gathering from `from` (the redo point replay started at), with the
-    /// pages replay found changed.
-    pub(crate) fn new(db_dir: &Path, from: Lsn, replayed: PageSet) -> Summaries {
-        Summaries {
-            dir: db_dir.join(SUMMARY_DIR_NAME),
-            current: Mutex::new((from, replayed)),
+    /// pages replay found changed. Summaries that reach past `from` are
+    /// removed: they were written by a checkpoint that never completed,
+    /// over log a crash may have cut back, and whose LSNs the log reuses.
+    /// The summary gathered now covers their range again.
+    ///
+    /// # Errors
+    /// I/O errors of listing and removing them.
+    pub(crate) fn open<S: Storage>(
+        storage: &S,
+        db_dir: &Path,
+        from: Lsn,
+        replayed: PageSet,
+    ) -> Result<Summaries> {
+        let dir = db_dir.join(SUMMARY_DIR_NAME);
+        if storage.exists(&dir) {
+            let stale: Vec<_> = list(storage, &dir)?
+                .into_iter()
+                .filter(|r| r.1 > from)
+                .collect();
+            for &r in &stale {
+                storage.remove_file(&dir.join(file_name(r)))?;
+            }
+            if !stale.is_empty() {
+                storage.sync_dir(&dir)?;
+            }
         }
+        Ok(Summaries {
+            dir,
+            current: Mutex::new((from, replayed)),
+        })
     }
 
     /// Notes the pages one commit changed (in the commit section).
@@ -142,7 +170,7 @@ impl Summaries {
         to: Lsn,
         set: &PageSet,
     ) -> Result<()> {
-        storage.create_dirs(&self.dir, permissions)?;
+        files::create_dir_synced(storage, &self.dir, permissions)?;
         write_file(storage, &self.dir, permissions, from, to, set)?;
         let mut listed = list(storage, &self.dir)?;
         while listed.len() > SUMMARIES_KEPT {
@@ -303,10 +331,9 @@ fn write_file<S: Storage>(
 ) -> Result<()> {
     let name = file_name((from, to));
     let (path, tmp) = (dir.join(&name), dir.join(format!("{name}.tmp")));
-    for p in [&tmp, &path] {
-        if storage.exists(p) {
-            storage.remove_file(p)?;
-        }
+    // A leftover of a crash; `path` itself is replaced by the rename.
+    if storage.exists(&tmp) {
+        storage.remove_file(&tmp)?;
     }
     files::write_small_as(storage, &tmp, &encode(from, to, set), permissions)?;
     storage.rename(&tmp, &path)?;
@@ -344,7 +371,7 @@ mod tests {
     fn summaries_cover_ranges_merge_and_refuse_gaps_and_damage() {
         let dir = tempfile::tempdir().expect("tempdir");
         let st = OsStorage::default();
-        let s = Summaries::new(dir.path(), Lsn::new(0), set(&[1]));
+        let s = Summaries::open(&st, dir.path(), Lsn::new(0), set(&[1])).expect("open");
         let l = Lsn::new;
         s.note(&[5, 70]);
         let (from, a) = s.cut(l(100));
