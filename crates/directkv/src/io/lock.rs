@@ -19,6 +19,10 @@ use crate::error::{Error, IoOp, Result};
 /// holder, and open recognises a lock file of this engine by it.
 pub const LOCK_HOLDER_PREFIX: &str = "held by pid ";
 
+/// Tries of a lock held with no holder named (see [`DirLock::acquire`]),
+/// 2 ms apart.
+const LOCK_RELEASE_RETRIES: u32 = 50;
+
 /// A held `LOCK` file; the lock is released when this is dropped.
 #[derive(Debug)]
 pub struct DirLock {
@@ -49,24 +53,38 @@ impl DirLock {
             )
             .map_err(|e| open_error(at, e))?;
         let mut file = ensure_regular(file, path)?;
-        // SAFETY: plain syscall on a descriptor we own.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-        if rc != 0 {
-            let err = std::io::Error::last_os_error();
-            if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
-                let mut holder = String::new();
-                let _ = file.read_to_string(&mut holder);
-                let holder = holder.trim();
-                return Err(Error::DatabaseLocked {
-                    path: path.to_path_buf(),
-                    holder: if holder.is_empty() {
-                        "holder unknown".into()
-                    } else {
-                        holder.to_string()
-                    },
-                });
+        let mut attempt = 0;
+        loop {
+            // SAFETY: plain syscall on a descriptor we own.
+            let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+            if rc == 0 {
+                break;
             }
-            return Err(io(IoOp::Lock, err));
+            let err = std::io::Error::last_os_error();
+            if err.raw_os_error() != Some(libc::EWOULDBLOCK) {
+                return Err(io(IoOp::Lock, err));
+            }
+            let mut holder = String::new();
+            let _ = file.seek(std::io::SeekFrom::Start(0));
+            let _ = file.read_to_string(&mut holder);
+            let holder = holder.trim();
+            // A holder clears its line before it lets go. Held with no
+            // holder named: a child process forked while the holder had the
+            // file open keeps the lock until its exec closes the descriptor
+            // (`O_CLOEXEC`), a moment later. Waited for briefly.
+            if holder.is_empty() && attempt < LOCK_RELEASE_RETRIES {
+                attempt += 1;
+                std::thread::sleep(std::time::Duration::from_millis(2));
+                continue;
+            }
+            return Err(Error::DatabaseLocked {
+                path: path.to_path_buf(),
+                holder: if holder.is_empty() {
+                    "holder unknown".into()
+                } else {
+                    holder.to_string()
+                },
+            });
         }
         let me = format!(
             "{LOCK_HOLDER_PREFIX}{} ({}), since unix time {}",
