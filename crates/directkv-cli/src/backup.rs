@@ -176,9 +176,20 @@ pub fn backup(args: BackupArgs) -> Result<()> {
     println!("{kind} {} of {}", report.backup_id, args.src.display());
     if report.incremental {
         println!(
-            "  {} of {} pages changed since the parent's start (found by reading every page's LSN)",
+            "  {} pages changed since the parent's start ({} read to find them)",
             report.pages_copied, report.pages_scanned
         );
+        match report.delta_chain {
+            Some(n) => println!(
+                "  {} stored as the bytes that differ from the chain of {n} backup(s) up to the \
+                 parent, the rest whole",
+                report.pages_as_deltas
+            ),
+            None => println!(
+                "  stored whole: the backups the parent builds on are not beside it, so there is \
+                 no page to store a difference from"
+            ),
+        }
     }
     println!(
         "  {} pages ({:.1} MiB) and {:.1} MiB of log in {secs:.2} s ({:.1} MiB/s)",

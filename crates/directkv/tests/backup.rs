@@ -524,6 +524,10 @@ fn a_chain_of_increments_restores_each_state_exactly() {
             .backup(&b, &increment_of(&chain[chain.len() - 1]))
             .expect("increment");
         assert!(r.incremental, "{r:?}");
+        // The chain up to the parent lies beside it: pages that changed in
+        // a few bytes are stored as those bytes.
+        assert_eq!(r.delta_chain, Some(i), "{r:?}");
+        assert!(r.pages_as_deltas > 0, "{r:?}");
         assert_eq!(
             method(&b),
             if scan { "page-lsn-scan" } else { "wal-summary" }
@@ -605,4 +609,48 @@ fn broken_chains_are_refused_naming_the_link() {
     verify_backup(&b[1]).expect("verifies after a refused open");
     let err = restore_backup(&b[1], dir.path().join("r")).expect_err("alone");
     assert!(matches!(err, Error::BackupChain { .. }), "{err}");
+}
+
+/// An increment whose parent's chain is not beside the parent stores its
+/// pages whole, and the chain, wherever its links lie, restores exactly;
+/// one whose chain is found stores deltas, and a fraction of the bytes.
+#[test]
+fn increments_store_deltas_only_against_a_chain_they_find() {
+    let dir = scratch();
+    let db = Database::open(dir.path().join("db"), options()).expect("open");
+    churn(&db, 1, 300);
+    let full = dir.path().join("x").join("b0");
+    let first = dir.path().join("y").join("b1");
+    let second = dir.path().join("z").join("b2");
+    for d in ["x", "y", "z"] {
+        std::fs::create_dir(dir.path().join(d)).expect("mkdir");
+    }
+    let f = db.backup(&full, &fast()).expect("full");
+    churn(&db, 7, 3);
+    // The parent is the full backup itself: the chain is found.
+    let r1 = db.backup(&first, &increment_of(&full)).expect("increment");
+    assert_eq!(r1.delta_chain, Some(1), "{r1:?}");
+    assert!(r1.pages_as_deltas > 0, "{r1:?}");
+    churn(&db, 8, 3);
+    // b1's parent lies in another directory: whole pages.
+    let r2 = db
+        .backup(&second, &increment_of(&first))
+        .expect("increment");
+    assert_eq!((r2.delta_chain, r2.pages_as_deltas), (None, 0), "{r2:?}");
+    let pb = f.data_bytes / f.pages;
+    assert!(r2.data_bytes >= r2.pages_copied * pb, "whole pages: {r2:?}");
+    assert!(
+        r1.data_bytes * 2 < r1.pages_copied * pb,
+        "deltas take less than half the pages' bytes: {r1:?}"
+    );
+    let state = contents(&db);
+    drop(db);
+    for b in [&full, &first, &second] {
+        verify_backup(b).expect("each backup verifies");
+    }
+    let restored = dir.path().join("restored");
+    restore_backup_chain(&[full, first, second], &restored).expect("restore");
+    let db = Database::open(&restored, options()).expect("open restored");
+    db.check().expect("restored checks");
+    assert!(contents(&db) == state, "the state at the last backup's end");
 }

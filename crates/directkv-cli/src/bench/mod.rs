@@ -90,9 +90,11 @@ pub enum Command {
     /// A crash under the TPC-B load near the checkpoint distance, then the
     /// reopen: WAL replayed, time per phase, replay rate over commit rate.
     Recovery(recovery::Args),
-    /// TPC-B with and without full online backups taken back to back through
-    /// the run (each configuration beside its `-backup` twin): foreground
-    /// tps and latency, backup MB/s, and the page cache a backup added.
+    /// TPC-B with and without online backups taken back to back through the
+    /// run, a full one then an increment of it in turn (each configuration
+    /// beside its `-backup` twin): foreground tps and latency, backup MB/s,
+    /// the page cache a backup added, and the increment's size against the
+    /// full one's.
     Backup(TpcbArgs),
     /// One child of a bench (started by the parent with its specification).
     #[command(hide = true)]

@@ -97,7 +97,8 @@ pub struct RunReport {
     /// A read transaction held through the run (`--hold-snapshot`).
     #[serde(default)]
     pub snapshot_hold: Option<super::store::SnapshotHold>,
-    /// Full backups taken back to back through the run (`-backup`).
+    /// Backups taken back to back through the run, a full one then an
+    /// increment of it in turn (`-backup`).
     #[serde(default)]
     pub backups: Option<super::store::BackupLoad>,
 }
@@ -364,7 +365,7 @@ pub fn print_backups(lines: &[Line<RunReport>]) {
         return;
     }
     println!();
-    println!("full backups taken back to back through the run:");
+    println!("backups taken back to back through the run (a full one, then an increment of it):");
     let mib = |b: u64| b as f64 / f64::from(1 << 20);
     for (l, b) in runs {
         println!(
@@ -380,6 +381,20 @@ pub fn print_backups(lines: &[Line<RunReport>]) {
             mib(b.data_bytes),
             b.pages_reread,
         );
+        if b.increments > 0 {
+            println!(
+                "{:<22} {:>3}  {} increments; the last, {:.1} s of load after its parent's start: \
+                 {} pages changed, {} as deltas, {:.1} MiB of data ({:.1}% of the full's)",
+                l.config,
+                l.round,
+                b.increments,
+                b.increment_after_seconds,
+                b.increment_pages,
+                b.increment_deltas,
+                mib(b.increment_data_bytes),
+                100.0 * b.increment_data_bytes as f64 / b.data_bytes.max(1) as f64,
+            );
+        }
     }
 }
 

@@ -77,6 +77,23 @@ pub struct BackupLoad {
     pub cached_bytes_max: u64,
     /// Pages read again, or taken as covered by the log, in all.
     pub pages_reread: u64,
+    /// Incremental backups completed (each of the full backup before it).
+    #[serde(default)]
+    pub increments: u64,
+    /// The last increment's data bytes (`data.incr`), against
+    /// `data_bytes`.
+    #[serde(default)]
+    pub increment_data_bytes: u64,
+    /// The last increment's pages changed since its parent's start.
+    #[serde(default)]
+    pub increment_pages: u64,
+    /// Of those, the pages it stored as deltas.
+    #[serde(default)]
+    pub increment_deltas: u64,
+    /// Seconds of load between the last increment's parent's start and its
+    /// own.
+    #[serde(default)]
+    pub increment_after_seconds: f64,
 }
 
 /// What holding one read transaction through a run cost and how it ended.
@@ -140,7 +157,8 @@ pub enum Engine {
         /// One write transaction at a time (`Options::serial_writers`), the
         /// engine before concurrent transactions.
         serial: bool,
-        /// Full online backups back to back through the run (`-backup`).
+        /// Online backups back to back through the run, a full one then an
+        /// increment of it in turn (`-backup`).
         backup: bool,
     },
     /// A peer engine, by its configuration name (see [`PEER_CONFIGS`]).
@@ -311,8 +329,8 @@ impl Engine {
 /// What `--compare` accepts, for the error that names a wrong one.
 const CONFIG_NAMES: &str = "use direct, buffered, direct/METHOD (a WAL sync method), \
      direct-no-readahead, direct-fifo, direct-uring, direct-threads, direct-no-aio, \
-     direct-whole-images, direct-serial (one writer at a time), direct-backup (full backups \
-     back to back through the run), rocksdb, rocksdb-direct, lmdb, \
+     direct-whole-images, direct-serial (one writer at a time), direct-backup (backups back to \
+     back through the run, a full one then an increment of it), rocksdb, rocksdb-direct, lmdb, \
      sqlite, or for tpcb postgres \
      (also called pgbench)";
 
@@ -482,19 +500,51 @@ impl Store for DirectkvStore {
             return Ok(None);
         }
         let mut load = BackupLoad::default();
-        let dest = self.dir.with_extension("backup");
+        // A full backup, then an increment of it, in turn; side by side, so
+        // the increment finds its parent's chain.
+        let full = self.dir.with_extension("backup");
+        let increment = self.dir.with_extension("backup-incr");
+        let mut parent_began = None;
         while !done.load(Ordering::Acquire) {
-            remove_dir_if_there(&dest)?;
-            let r = self.db.backup(&dest, &directkv::BackupOptions::default())?;
-            let (_, cached) = super::sys::dir_size_and_cached(&dest);
+            let began = std::time::Instant::now();
+            let (dest, opts) = match parent_began {
+                Some(_) => (
+                    &increment,
+                    directkv::BackupOptions {
+                        incremental_from: Some(full.clone()),
+                        ..directkv::BackupOptions::default()
+                    },
+                ),
+                None => (&full, directkv::BackupOptions::default()),
+            };
+            if parent_began.is_none() {
+                remove_dir_if_there(&increment)?;
+            }
+            remove_dir_if_there(dest)?;
+            let r = self.db.backup(dest, &opts)?;
+            let (_, cached) = super::sys::dir_size_and_cached(dest);
             load.completed += 1;
             load.seconds += r.micros as f64 / 1e6;
             load.bytes += r.data_bytes + r.wal_bytes;
-            load.data_bytes = r.data_bytes;
             load.cached_bytes_max = load.cached_bytes_max.max(cached);
             load.pages_reread += r.pages_reread + r.pages_covered_by_log;
+            parent_began = match parent_began {
+                Some(p) => {
+                    load.increments += 1;
+                    load.increment_data_bytes = r.data_bytes;
+                    load.increment_pages = r.pages_copied;
+                    load.increment_deltas = r.pages_as_deltas;
+                    load.increment_after_seconds = began.duration_since(p).as_secs_f64();
+                    None
+                }
+                None => {
+                    load.data_bytes = r.data_bytes;
+                    Some(began)
+                }
+            };
         }
-        remove_dir_if_there(&dest)?;
+        remove_dir_if_there(&full)?;
+        remove_dir_if_there(&increment)?;
         Ok(Some(load))
     }
 

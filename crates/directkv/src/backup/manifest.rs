@@ -95,6 +95,15 @@ pub struct Manifest {
     /// written, and the log the backup carries holds their image.
     #[serde(default)]
     pub pages_from_log: Vec<u64>,
+    /// How an incremental backup's `data.incr` holds its pages: 0, whole
+    /// pages (backups of older builds); 1, entries, each a whole page or a
+    /// delta against the chain's page (see `increment_format` in
+    /// docs/file_format.md).
+    #[serde(default)]
+    pub increment_format: u32,
+    /// An incremental backup's pages held as deltas.
+    #[serde(default)]
+    pub pages_as_deltas: u64,
 }
 
 impl Manifest {
@@ -230,6 +239,14 @@ impl Manifest {
             }
             next = end.unwrap_or(u64::MAX);
         }
+        let formats = [super::increment::WHOLE_PAGES, super::increment::ENTRIES];
+        let full = self.parent_id.is_none();
+        if !formats.contains(&self.increment_format) || (full && self.increment_format != 0) {
+            return Err(format!(
+                "increment format {} is not one this build reads (or this backup is full)",
+                self.increment_format
+            ));
+        }
         if self.db_id_bytes().is_none() {
             return Err("the database id is not 32 hex digits".into());
         }
@@ -320,7 +337,7 @@ mod tests {
             backup_id: "00".repeat(16),
             db_id: "ab".repeat(16),
             page_bytes: 4096,
-            parent_id: None,
+            parent_id: Some("cd".repeat(16)),
             start_lsn: 100,
             checkpoint_lsn: 200,
             end_lsn: 300,
@@ -339,6 +356,8 @@ mod tests {
             changed_pages_method: Some(PAGE_LSN_SCAN.into()),
             pages_scanned: 8,
             start_commit_time_us: Some(5),
+            increment_format: super::super::increment::ENTRIES,
+            pages_as_deltas: 2,
         }
     }
 
@@ -403,6 +422,20 @@ mod tests {
                     ..sample()
                 },
                 "left to the log",
+            ),
+            (
+                Manifest {
+                    increment_format: 7,
+                    ..sample()
+                },
+                "increment format",
+            ),
+            (
+                Manifest {
+                    parent_id: None,
+                    ..sample()
+                },
+                "increment format",
             ),
         ] {
             let err = bad.check().expect_err(what);

@@ -20,6 +20,7 @@
 //!   before restore copies it, and while it copies.
 
 pub(crate) mod files;
+pub(crate) mod increment;
 pub mod manifest;
 mod pitr;
 mod restore;
@@ -102,6 +103,13 @@ pub struct BackupReport {
     /// Pages that failed both reads but had changed since the start: the
     /// log the backup carries holds their image.
     pub pages_covered_by_log: u64,
+    /// An incremental backup's pages stored as the bytes that differ from
+    /// the chain's page (the rest are whole).
+    pub pages_as_deltas: u64,
+    /// The backups an incremental backup's deltas were made against, found
+    /// beside its parent: `None` when a link of the chain was not there,
+    /// and every page is stored whole.
+    pub delta_chain: Option<u64>,
     /// How long it took.
     pub micros: u64,
 }

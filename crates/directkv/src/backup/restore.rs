@@ -23,6 +23,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::files::{self, Sink, ALIGN_BYTES, CHUNK_BYTES};
+use super::increment;
 use super::manifest::{self, Manifest, COMPLETE_NAME, MANIFEST_NAME};
 use super::{CONTROL_NAME, DATA_NAME, INCREMENT_NAME, WAL_DIR_NAME};
 use crate::error::{Error, Result};
@@ -162,7 +163,7 @@ pub fn restore_chain_with<S: Storage, P: AsRef<Path>>(
 /// The manifests of `chain`, once it is shown to be one: complete backups
 /// of one database, a full one first, each next one an increment of the
 /// one before.
-fn check_chain<S: Storage>(storage: &S, chain: &[&Path]) -> Result<Vec<Manifest>> {
+pub(super) fn check_chain<S: Storage>(storage: &S, chain: &[&Path]) -> Result<Vec<Manifest>> {
     let Some(&first) = chain.first() else {
         return Err(Error::InvalidArgument("no backup to restore".into()));
     };
@@ -341,6 +342,9 @@ fn apply_increment<S: Storage>(
             ..FileOptions::default()
         },
     )?;
+    if m.increment_format == increment::ENTRIES {
+        return apply_entries(dir, m, src, &out, buf);
+    }
     let listed: u64 = m.incremental_pages.iter().map(|r| r[1]).sum();
     if files::whole_blocks_len(&src)? != listed * pb {
         return Err(Error::Corruption {
@@ -375,6 +379,99 @@ fn apply_increment<S: Storage>(
     Ok(listed)
 }
 
+/// [`apply_increment`] for a backup of [`increment::ENTRIES`]: page 0, then
+/// each entry's page, made over the data file's (a delta), checked and
+/// written, a window of up to a chunk of pages at a time.
+fn apply_entries<F: StorageFile>(
+    dir: &Path,
+    m: &Manifest,
+    src: F,
+    out: &F,
+    buf: &mut AlignedBuf,
+) -> Result<u64> {
+    let pb = m.page_bytes as usize;
+    let path = dir.join(INCREMENT_NAME);
+    let bad = |offset: u64, detail: String| Error::Corruption {
+        path: path.clone(),
+        offset,
+        detail,
+    };
+    src.read_exact_at(buf.io_mut(0..pb)?, 0)?;
+    m.page_ok(&buf.as_slice()[..pb], 0).map_err(|d| bad(0, d))?;
+    out.write_all_at(buf.io(0..pb)?, 0)?;
+    let mut numbers = manifest::pages_of(&m.incremental_pages).filter(|&p| p != 0);
+    let mut reader = increment::EntryReader::new(src, &path, m)?;
+    let per_chunk = (buf.len() / pb) as u64;
+    let mut window: Vec<(increment::Entry, Vec<u8>)> = Vec::new();
+    let mut next = reader.next_entry()?;
+    let mut made = 1u64;
+    while let Some(first) = next {
+        window.clear();
+        while let Some(e) = next.filter(|e| e.page < first.page + per_chunk) {
+            let want = numbers.next();
+            if want != Some(e.page) {
+                let d = format!(
+                    "an entry of page {}, where the manifest lists {want:?}",
+                    e.page
+                );
+                return Err(bad(e.offset, d));
+            }
+            window.push((e, reader.body.clone()));
+            next = reader.next_entry()?;
+        }
+        make_window(m, &path, out, &window, buf)?;
+        made += window.len() as u64;
+    }
+    if let Some(p) = numbers.next() {
+        return Err(bad(
+            0,
+            format!("no entry for page {p}, which the manifest lists"),
+        ));
+    }
+    out.sync_all()?;
+    Ok(made)
+}
+
+/// Makes the pages of `window` (entries in page order, at most a chunk
+/// apart, read from `path`) over the data file `out`'s, checks them, and
+/// writes the window back.
+fn make_window<F: StorageFile>(
+    m: &Manifest,
+    path: &Path,
+    out: &F,
+    window: &[(increment::Entry, Vec<u8>)],
+    buf: &mut AlignedBuf,
+) -> Result<()> {
+    let pb = m.page_bytes as usize;
+    let first = window.first().expect("a window holds an entry").0.page;
+    let last = window.last().expect("a window holds an entry").0.page;
+    let span = (last - first + 1) as usize;
+    assert!(span * pb <= buf.len(), "a window fits the buffer");
+    let in_file = (out.len()? / pb as u64).saturating_sub(first) as usize;
+    let have = span.min(in_file);
+    if have > 0 {
+        out.read_exact_at(buf.io_mut(0..have * pb)?, first * pb as u64)?;
+    }
+    buf.as_mut_slice()[have * pb..span * pb].fill(0);
+    for (e, body) in window {
+        let i = (e.page - first) as usize;
+        let bad = |detail: String| Error::Corruption {
+            path: path.to_path_buf(),
+            offset: e.offset,
+            detail,
+        };
+        if e.kind == increment::Kind::Delta && i >= have {
+            let d = format!("page {}: a delta, but no earlier backup holds it", e.page);
+            return Err(bad(d));
+        }
+        let page = &mut buf.as_mut_slice()[i * pb..(i + 1) * pb];
+        increment::make_page(path, e, body, page)?;
+        m.page_ok(page, e.page).map_err(bad)?;
+    }
+    out.write_all_at(buf.io(0..span * pb)?, first * pb as u64)?;
+    Ok(())
+}
+
 /// The manifest of a restored chain in `dir`: the last backup's, as a full
 /// backup holding the files now in `dir` (`CONTROL`, `data` and the log's
 /// segments).
@@ -389,6 +486,8 @@ pub(super) fn combined_manifest<S: Storage>(
     m.parent_start_lsn = None;
     m.incremental_pages = Vec::new();
     m.changed_pages_method = None;
+    m.increment_format = increment::WHOLE_PAGES;
+    m.pages_as_deltas = 0;
     m.files = Vec::new();
     let mut names = vec![CONTROL_NAME.to_string(), DATA_NAME.to_string()];
     for n in crate::wal::list_segments(storage, &dir.join(WAL_DIR_NAME))? {

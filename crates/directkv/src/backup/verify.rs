@@ -15,13 +15,14 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::files::{self, ALIGN_BYTES, CHUNK_BYTES};
+use super::increment;
 use super::manifest::{Manifest, COMPLETE_NAME, MANIFEST_NAME};
 use super::{CONTROL_NAME, DATA_NAME, INCREMENT_NAME, WAL_DIR_NAME};
 use crate::db::{CheckReport, ControlFile, Database, Options};
 use crate::error::{Error, Result};
 use crate::format::control::FLAG_BACKUP;
 use crate::format::{data_head, page};
-use crate::io::{AlignedBuf, DirectIo, OsStorage, Storage};
+use crate::io::{AlignedBuf, DirectIo, OsStorage, Storage, StorageFile};
 use crate::lsn::Lsn;
 use crate::wal::WalReader;
 
@@ -136,6 +137,9 @@ fn check_control<S: Storage>(storage: &S, dir: &Path, m: &Manifest) -> Result<()
 /// the manifest's start and end. Returns the pages checked. An incremental
 /// backup's pages are numbered by its manifest.
 fn check_pages<S: Storage>(storage: &S, dir: &Path, m: &Manifest) -> Result<u64> {
+    if m.increment_format == increment::ENTRIES {
+        return check_entries(storage, dir, m);
+    }
     let incremental = m.parent_id.is_some();
     let path = dir.join(if incremental {
         INCREMENT_NAME
@@ -178,6 +182,56 @@ fn check_pages<S: Storage>(storage: &S, dir: &Path, m: &Manifest) -> Result<u64>
             offset: pages * pb as u64,
             detail: format!("{pages} pages, but the manifest says {want}"),
         });
+    }
+    Ok(pages)
+}
+
+/// [`check_pages`] for an incremental backup of entries: page 0 and every
+/// whole page verify, every delta applies inside a page, and the entries
+/// are the pages the manifest lists. A delta's page is checked when the
+/// chain is restored (its CRC32C is in its entry).
+fn check_entries<S: Storage>(storage: &S, dir: &Path, m: &Manifest) -> Result<u64> {
+    let path = dir.join(INCREMENT_NAME);
+    let file = storage.open(&path, &files::read_options(DirectIo::Auto))?;
+    let pb = m.page_bytes as usize;
+    let db_id = m.db_id_bytes().expect("decoding checked the id");
+    let bad = |offset: u64, no: u64, detail: String| Error::Corruption {
+        path: path.clone(),
+        offset,
+        detail: format!("page {no}: {detail}"),
+    };
+    let mut head = AlignedBuf::new(pb, ALIGN_BYTES)?;
+    file.read_exact_at(head.io_all_mut(), 0)?;
+    check_backup_page(head.as_slice(), 0, &db_id, m).map_err(|d| bad(0, 0, d))?;
+    let mut numbers = super::manifest::pages_of(&m.incremental_pages).filter(|&p| p != 0);
+    let mut reader = increment::EntryReader::new(file, &path, m)?;
+    let mut page = vec![0u8; pb];
+    let mut pages = 1u64;
+    while let Some(e) = reader.next_entry()? {
+        let want = numbers.next();
+        if want != Some(e.page) {
+            let d = format!("an entry where the manifest lists {want:?}");
+            return Err(bad(e.offset, e.page, d));
+        }
+        match e.kind {
+            increment::Kind::Whole => {
+                increment::make_page(&path, &e, &reader.body, &mut page)?;
+                check_backup_page(&page, e.page, &db_id, m)
+                    .map_err(|d| bad(e.offset, e.page, d))?;
+            }
+            increment::Kind::Delta => {
+                increment::apply_delta(&reader.body, &mut page)
+                    .map_err(|d| bad(e.offset, e.page, d))?;
+            }
+        }
+        pages += 1;
+    }
+    if let Some(p) = numbers.next() {
+        return Err(bad(
+            0,
+            p,
+            "the manifest lists it, but no entry holds it".into(),
+        ));
     }
     Ok(pages)
 }

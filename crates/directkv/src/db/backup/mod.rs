@@ -35,17 +35,22 @@
 //!   at most E.
 //! - While a backup runs, no log segment from R's on is recycled.
 
-use super::summary::PageSet;
-use std::path::Path;
+mod pages;
+
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Instant;
+
+use self::pages::{Pace, PageCopy, PageCounts, PagesOut};
+use super::summary::PageSet;
+use crate::backup::increment::{ChainPages, EntryWriter};
 
 use super::checkpoint::Checkpointed;
 use super::engine::Inner;
 use crate::backup::files::{self, Sink, ALIGN_BYTES, CHUNK_BYTES};
 use crate::backup::manifest::{self, Manifest, ManifestFile, MANIFEST_FORMAT};
 use crate::backup::{BackupOptions, BackupReport, WAL_DIR_NAME};
-use crate::buffer::{Access, WriteCause};
+use crate::buffer::WriteCause;
 use crate::error::{Error, Result};
 use crate::format::control::{Control, FLAG_BACKUP};
 use crate::format::{data_head, page};
@@ -90,20 +95,6 @@ impl Drop for Running<'_> {
     }
 }
 
-/// How the pages were found while copying.
-#[derive(Default)]
-struct PageCounts {
-    /// The database's identity, which every page names.
-    db_id: crate::format::DbId,
-    /// Pages read and checked.
-    scanned: u64,
-    /// An incremental backup's pages copied (page 0 aside), in order.
-    copied: Vec<u64>,
-    reread: u64,
-    /// Pages left to the log's image of them (copied as zeros).
-    from_log: Vec<u64>,
-}
-
 /// What [`Inner::copy_files`] wrote.
 struct Copied {
     /// The log's end in the backup.
@@ -113,31 +104,8 @@ struct Copied {
     data_bytes: u64,
     wal_bytes: u64,
     counts: PageCounts,
-}
-
-/// The rate limit: sleeps so the bytes moved stay under `rate` per second.
-struct Pace {
-    rate: Option<u64>,
-    began: Instant,
-    moved: u64,
-    /// The destination is on the database's device: its writes take the
-    /// scheduler's Backup class too. On another device they do not wait
-    /// for it (and overlap the reads).
-    dest_shares_device: bool,
-}
-
-impl Pace {
-    fn moved(&mut self, bytes: usize) {
-        self.moved += bytes as u64;
-        let Some(rate) = self.rate.filter(|&r| r > 0) else {
-            return;
-        };
-        let due = Duration::from_secs_f64(self.moved as f64 / rate as f64);
-        let elapsed = self.began.elapsed();
-        if due > elapsed {
-            std::thread::sleep(due - elapsed);
-        }
-    }
+    /// An incremental backup's pages written as deltas.
+    deltas: u64,
 }
 
 impl<S: Storage> Inner<S> {
@@ -159,6 +127,11 @@ impl<S: Storage> Inner<S> {
         let (cp, _pin) = self.backup_start(opts)?;
         let _running = Running::start(&self.counters, cp.meta.page_count - 1);
         let since = parent.as_ref().map(Manifest::start);
+        // The backups the parent builds on, for deltas against its pages.
+        let chain = match &opts.incremental_from {
+            Some(p) => crate::backup::increment::find_chain(&self.storage, p)?,
+            None => None,
+        };
         // The pages changed since the parent's start, from the summaries
         // when they cover the range; else every page is read.
         let listed = match since {
@@ -166,28 +139,18 @@ impl<S: Storage> Inner<S> {
             None => None,
         };
         // The rate counts from the copy's start, not the checkpoint's.
-        let mut pace = Pace {
+        let pace = Pace {
             rate: opts.rate_bytes,
             began: Instant::now(),
             moved: 0,
             dest_shares_device: self.storage.stat(dest)?.dev == self.storage.stat(&self.dir)?.dev,
         };
-        let mut c = self.copy_files(dest, &cp, since, listed.as_ref(), &mut pace)?;
+        let mut c = self.copy_files(dest, &cp, since, listed.as_ref(), chain.as_deref(), pace)?;
         let mut m = self.manifest(&cp, c.end, started_unix_ms, std::mem::take(&mut c.listed))?;
         let from_log = c.counts.from_log.len() as u64;
         m.pages_from_log = std::mem::take(&mut c.counts.from_log);
         if let Some(p) = &parent {
-            m.parent_id = Some(p.backup_id.clone());
-            m.parent_start_lsn = Some(p.start_lsn);
-            m.incremental_pages =
-                manifest::runs(std::iter::once(0).chain(c.counts.copied.iter().copied()));
-            m.changed_pages_method = Some(
-                match listed {
-                    Some(_) => manifest::WAL_SUMMARY,
-                    None => manifest::PAGE_LSN_SCAN,
-                }
-                .into(),
-            );
+            note_increment(&mut m, p, &c, listed.is_some());
         }
         m.pages_scanned = c.counts.scanned;
         crate::backup::seal(&self.storage, dest, &m)?;
@@ -209,20 +172,24 @@ impl<S: Storage> Inner<S> {
             wal_bytes: c.wal_bytes,
             pages_reread: c.counts.reread,
             pages_covered_by_log: from_log,
+            pages_as_deltas: c.deltas,
+            delta_chain: chain.map(|c| c.len() as u64),
             micros: began.elapsed().as_micros() as u64,
         })
     }
 
     /// Writes the backup's files into `dest` (see the module docs, steps 2
     /// to 6 but the manifest): `CONTROL`, the pages (all, or those changed
-    /// after `since`), the log to its durable end, page 0; synced.
+    /// after `since`, as deltas against `chain` where it is given), the log
+    /// to its durable end, page 0; synced.
     fn copy_files(
         &self,
         dest: &Path,
         cp: &Checkpointed,
         since: Option<Lsn>,
         listed: Option<&PageSet>,
-        pace: &mut Pace,
+        chain: Option<&[PathBuf]>,
+        pace: Pace,
     ) -> Result<Copied> {
         let control_path = dest.join(crate::backup::CONTROL_NAME);
         super::control::ControlFile::create_with(
@@ -232,21 +199,31 @@ impl<S: Storage> Inner<S> {
             self.backup_control(cp)?,
         )?;
         let mut buf = AlignedBuf::new(CHUNK_BYTES, ALIGN_BYTES)?;
-        let mut counts = PageCounts {
-            db_id: self.pool_db_id()?,
-            ..PageCounts::default()
-        };
         let data_name = match since {
             Some(_) => crate::backup::INCREMENT_NAME,
             None => crate::backup::DATA_NAME,
         };
-        let path = dest.join(data_name);
-        let data = match (since, listed) {
-            (Some(s), Some(pages)) => {
-                self.copy_listed_pages(&path, cp, s, pages, &mut buf, pace, &mut counts)?
-            }
-            _ => self.copy_pages(&path, cp, since, &buf, pace, &mut counts)?,
+        let mut run = PageCopy {
+            cp,
+            since,
+            pace,
+            counts: PageCounts {
+                db_id: self.pool_db_id()?,
+                ..PageCounts::default()
+            },
+            out: self.pages_out(&dest.join(data_name), since.is_some(), chain)?,
         };
+        match listed.filter(|_| since.is_some()) {
+            Some(pages) => self.copy_listed_pages(&mut run, pages, &mut buf)?,
+            None => self.copy_pages(&mut run)?,
+        }
+        let PageCopy {
+            mut pace,
+            counts,
+            out,
+            ..
+        } = run;
+        let (data, deltas) = out.finish()?;
         let end = {
             let wal = self.wal();
             wal.flush(wal.end_lsn())?;
@@ -263,7 +240,7 @@ impl<S: Storage> Inner<S> {
         let (data_bytes, crc) = self.finish_data(data, cp, end)?;
         listed.push(file_entry(data_name, (data_bytes, crc)));
         let wal_dest = dest.join(WAL_DIR_NAME);
-        let wal_bytes = self.copy_log(&wal_dest, cp.redo, end, &mut buf, pace, &mut listed)?;
+        let wal_bytes = self.copy_log(&wal_dest, cp.redo, end, &mut buf, &mut pace, &mut listed)?;
         self.storage.sync_dir(&wal_dest)?;
         self.storage.sync_dir(dest)?;
         Ok(Copied {
@@ -272,6 +249,30 @@ impl<S: Storage> Inner<S> {
             data_bytes,
             wal_bytes,
             counts,
+            deltas,
+        })
+    }
+
+    /// Where the pages go: a new file at `path`, page 0 left for last,
+    /// holding whole pages, or an incremental backup's entries (deltas
+    /// against `chain` where it is given).
+    fn pages_out(
+        &self,
+        path: &Path,
+        incremental: bool,
+        chain: Option<&[PathBuf]>,
+    ) -> Result<PagesOut<S>> {
+        let mut sink = Sink::create(&self.storage, path)?;
+        sink.skip(self.pool.page_bytes());
+        if !incremental {
+            return Ok(PagesOut::Whole(sink));
+        }
+        Ok(PagesOut::Entries {
+            writer: EntryWriter::new(sink)?,
+            chain: chain
+                .map(|c| ChainPages::open(&self.storage, c))
+                .transpose()?,
+            base: Vec::new(),
         })
     }
 
@@ -305,6 +306,8 @@ impl<S: Storage> Inner<S> {
             // 0: no commit yet (or, for a database whose last commit was
             // written by a build whose records carried no time, unknown).
             start_commit_time_us: Some(cp.commit_time_us),
+            increment_format: crate::backup::increment::WHOLE_PAGES,
+            pages_as_deltas: 0,
         })
     }
 
@@ -429,240 +432,6 @@ impl<S: Storage> Inner<S> {
         Ok(health::lock(&self.control)?.current().db_id)
     }
 
-    /// Reads pages 1 to the checkpoint's page count, checking each one (see
-    /// the module docs), and copies into a new file at `path` every page, or
-    /// for an incremental backup (`since`, its parent's start) every page
-    /// changed after `since`, in page order (page 0 is
-    /// [`finish_data`](Self::finish_data)'s).
-    ///
-    /// A reader thread reads the next chunk while this one checks and
-    /// writes the last: two buffers go round between them.
-    fn copy_pages(
-        &self,
-        path: &Path,
-        cp: &Checkpointed,
-        since: Option<Lsn>,
-        chunk: &AlignedBuf,
-        pace: &mut Pace,
-        counts: &mut PageCounts,
-    ) -> Result<Sink<S>> {
-        let pb = self.pool.page_bytes();
-        let per_chunk = (chunk.len() / pb) as u64;
-        assert!(per_chunk >= 1, "a chunk holds a page");
-        let mut sink = Sink::create(&self.storage, path)?;
-        sink.skip(pb);
-        let first = AlignedBuf::new(chunk.len(), ALIGN_BYTES)?;
-        let second = AlignedBuf::new(chunk.len(), ALIGN_BYTES)?;
-        let (give, free) = std::sync::mpsc::sync_channel::<AlignedBuf>(2);
-        let (fill, filled) = std::sync::mpsc::sync_channel::<Result<(u64, u64, AlignedBuf)>>(2);
-        for b in [first, second] {
-            give.send(b).expect("the reader has not started");
-        }
-        std::thread::scope(|s| {
-            let pages = cp.meta.page_count;
-            s.spawn(move || self.read_chunks(pages, per_chunk, free, fill));
-            // Dropped on every return, which ends the reader.
-            let (give, filled) = (give, filled);
-            let mut next = 1u64;
-            while next < cp.meta.page_count {
-                let (no, k, mut b) = filled
-                    .recv()
-                    .map_err(|_| Error::InvalidArgument("the backup's reader stopped".into()))??;
-                assert_eq!(no, next, "chunks arrive in order");
-                let kept = self.keep_changed(&mut b, no, k, since, cp.redo, counts)?;
-                if kept > 0 {
-                    let _permit = self.write_permit(pace, kept * pb);
-                    sink.append(&b, kept * pb)?;
-                }
-                let c = &self.counters;
-                c.backup_pages_done.fetch_add(k, Ordering::Relaxed);
-                c.backup_bytes
-                    .fetch_add((kept * pb) as u64, Ordering::Relaxed);
-                pace.moved(k as usize * pb);
-                next += k;
-                // Once it has read every chunk the reader is gone, and the
-                // buffer is not needed back.
-                let _ = give.send(b);
-            }
-            assert_eq!(next, cp.meta.page_count.max(1), "every page was copied");
-            Ok(sink)
-        })
-    }
-
-    /// The scheduler's permit for a write of `bytes` to the backup, when its
-    /// destination shares the database's device.
-    fn write_permit(&self, pace: &Pace, bytes: usize) -> Option<crate::sched::Permit<'_>> {
-        pace.dest_shares_device
-            .then(|| self.sched.admit(IoClass::Backup, bytes as u64))
-    }
-
-    /// The reader of [`copy_pages`](Self::copy_pages): reads pages 1 to
-    /// `pages` in chunks of `per_chunk` into the buffers `free` gives and
-    /// sends them, in order, to `fill`; stops after an error, or when the
-    /// other side hangs up.
-    fn read_chunks(
-        &self,
-        pages: u64,
-        per_chunk: u64,
-        free: std::sync::mpsc::Receiver<AlignedBuf>,
-        fill: std::sync::mpsc::SyncSender<Result<(u64, u64, AlignedBuf)>>,
-    ) {
-        let pb = self.pool.page_bytes();
-        let mut no = 1u64;
-        while no < pages {
-            let Ok(mut b) = free.recv() else { return };
-            let k = per_chunk.min(pages - no);
-            let bytes = k as usize * pb;
-            let read = {
-                let _permit = self.sched.admit(IoClass::Backup, bytes as u64);
-                b.io_mut(0..bytes)
-                    .and_then(|io| self.pool.file().read_exact_at(io, no * pb as u64))
-            };
-            let failed = read.is_err();
-            if fill.send(read.map(|()| (no, k, b))).is_err() || failed {
-                return;
-            }
-            no += k;
-        }
-    }
-
-    /// An incremental backup's pages from the changed-page summaries:
-    /// reads only `pages` (page 0 aside), in runs, each checked, and
-    /// copies those changed after `since` (a summary may name a page whose
-    /// last change came before it: a merged summary's range starts
-    /// earlier).
-    #[allow(clippy::too_many_arguments)]
-    fn copy_listed_pages(
-        &self,
-        path: &Path,
-        cp: &Checkpointed,
-        since: Lsn,
-        pages: &PageSet,
-        buf: &mut AlignedBuf,
-        pace: &mut Pace,
-        counts: &mut PageCounts,
-    ) -> Result<Sink<S>> {
-        let pb = self.pool.page_bytes();
-        let per_chunk = (buf.len() / pb) as u64;
-        let mut sink = Sink::create(&self.storage, path)?;
-        sink.skip(pb);
-        let wanted: Vec<u64> = pages
-            .pages()
-            .filter(|&p| p >= 1 && p < cp.meta.page_count)
-            .collect();
-        let c = &self.counters;
-        c.backup_pages_total
-            .store(wanted.len() as u64, Ordering::Relaxed);
-        for [first, count] in manifest::runs(wanted) {
-            let mut done = 0;
-            while done < count {
-                let (no, k) = (first + done, per_chunk.min(count - done));
-                let bytes = k as usize * pb;
-                {
-                    let _permit = self.sched.admit(IoClass::Backup, bytes as u64);
-                    self.pool
-                        .file()
-                        .read_exact_at(buf.io_mut(0..bytes)?, no * pb as u64)?;
-                }
-                let kept = self.keep_changed(buf, no, k, Some(since), cp.redo, counts)?;
-                if kept > 0 {
-                    let _permit = self.write_permit(pace, kept * pb);
-                    sink.append(buf, kept * pb)?;
-                }
-                c.backup_pages_done.fetch_add(k, Ordering::Relaxed);
-                c.backup_bytes
-                    .fetch_add((kept * pb) as u64, Ordering::Relaxed);
-                pace.moved(bytes);
-                done += k;
-            }
-        }
-        Ok(sink)
-    }
-
-    /// Checks the `k` pages from `no` read into `buf` and moves those
-    /// changed after `since` (all, for a full backup) to its front, noting
-    /// an incremental backup's; returns how many.
-    fn keep_changed(
-        &self,
-        buf: &mut AlignedBuf,
-        no: u64,
-        k: u64,
-        since: Option<Lsn>,
-        redo: Lsn,
-        counts: &mut PageCounts,
-    ) -> Result<usize> {
-        let pb = self.pool.page_bytes();
-        let mut kept = 0usize;
-        for i in 0..k as usize {
-            let page = &mut buf.as_mut_slice()[i * pb..(i + 1) * pb];
-            let p = no + i as u64;
-            self.check_copied(p, page, redo, counts)?;
-            counts.scanned += 1;
-            // A page left to the log (zeros) changed after the start.
-            let changed = since
-                .is_none_or(|s| counts.from_log.last() == Some(&p) || page::page_lsn(page) > s);
-            if changed {
-                if kept != i {
-                    buf.as_mut_slice()
-                        .copy_within(i * pb..(i + 1) * pb, kept * pb);
-                }
-                kept += 1;
-                if since.is_some() {
-                    counts.copied.push(p);
-                }
-            }
-        }
-        assert!(kept <= k as usize, "a chunk keeps at most its pages");
-        Ok(kept)
-    }
-
-    /// Checks page `no` as read into `page`; on failure reads it again
-    /// under its frame's latch into `page` (see the module docs).
-    fn check_copied(
-        &self,
-        no: u64,
-        page: &mut [u8],
-        redo: Lsn,
-        counts: &mut PageCounts,
-    ) -> Result<()> {
-        let durable = self.wal().durable_lsn();
-        let Err(first) = check_page(page, no, &counts.db_id, durable) else {
-            return Ok(());
-        };
-        let pb = self.pool.page_bytes();
-        let mut one = AlignedBuf::new(pb, ALIGN_BYTES)?;
-        // The permit first: waiting for it while holding the latch would
-        // hold up a commit that needs the page.
-        let permit = self.sched.admit(IoClass::Backup, pb as u64);
-        let resident = self.pool.try_read(no, Access::Scan);
-        self.pool
-            .file()
-            .read_exact_at(one.io_all_mut(), no * pb as u64)?;
-        drop(permit);
-        page.copy_from_slice(one.as_slice());
-        let durable = self.wal().durable_lsn();
-        if check_page(page, no, &counts.db_id, durable).is_ok() {
-            counts.reread += 1;
-            return Ok(());
-        }
-        if resident.is_some_and(|r| page::page_lsn(r.data()) > redo) {
-            // Zeros, not the damaged bytes: the backup's files hold no page
-            // that fails its check, and replay installs the image without
-            // reading this one.
-            page.fill(0);
-            counts.from_log.push(no);
-            return Ok(());
-        }
-        Err(Error::Corruption {
-            path: self.pool.file().path().to_path_buf(),
-            offset: no * pb as u64,
-            detail: format!(
-                "page {no}: {first}; read again, it is still damaged, and the log since the \
-                 backup's start holds no image of it: the backup stops rather than copy damage"
-            ),
-        })
-    }
-
     /// Writes the backup's page 0 (the data file's head: flushed through
     /// the redo point, the log reaching `end`) and syncs the file.
     fn finish_data(&self, mut data: Sink<S>, cp: &Checkpointed, end: Lsn) -> Result<(u64, u32)> {
@@ -756,23 +525,19 @@ impl<S: Storage> Inner<S> {
     }
 }
 
-/// Checks one copied page: checksum, identity, node structure, and an LSN
-/// the durable log covers. Returns what is wrong.
-fn check_page(
-    page: &[u8],
-    no: u64,
-    db_id: &crate::format::DbId,
-    durable: Lsn,
-) -> std::result::Result<(), String> {
-    let header = page::verify(page, no, db_id).map_err(|e| e.to_string())?;
-    crate::btree::node::validate(page)?;
-    if header.lsn > durable {
-        return Err(format!(
-            "its LSN {} is past the durable log's end {durable}",
-            header.lsn
-        ));
-    }
-    Ok(())
+/// Fills in the manifest `m` of an incremental backup of `parent` that
+/// wrote `c`, its pages found from the summaries or by a scan.
+fn note_increment(m: &mut Manifest, parent: &Manifest, c: &Copied, from_summaries: bool) {
+    m.parent_id = Some(parent.backup_id.clone());
+    m.parent_start_lsn = Some(parent.start_lsn);
+    m.incremental_pages = manifest::runs(std::iter::once(0).chain(c.counts.copied.iter().copied()));
+    m.increment_format = crate::backup::increment::ENTRIES;
+    m.pages_as_deltas = c.deltas;
+    let method = match from_summaries {
+        true => manifest::WAL_SUMMARY,
+        false => manifest::PAGE_LSN_SCAN,
+    };
+    m.changed_pages_method = Some(method.into());
 }
 
 fn file_entry(path: &str, (len, crc32c): (u64, u32)) -> ManifestFile {
@@ -788,74 +553,4 @@ pub(crate) fn unix_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::{Database, Options};
-    use std::os::unix::fs::FileExt;
-
-    /// The three outcomes of a page that fails its first check: a read torn
-    /// by a write passes when read again; damage on disk fails, naming the
-    /// page; damage on disk of a page changed since the start is covered by
-    /// the log's image of it.
-    #[test]
-    fn a_failed_page_is_read_again_then_covered_or_refused() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let opts = Options {
-            cache_bytes: 8 << 20,
-            background_threads: false,
-            ..Options::default()
-        };
-        let db = Database::open(dir.path(), opts).expect("open");
-        let mut w = db.begin_write().expect("begin");
-        for i in 0..10u32 {
-            w.put(format!("k{i:02}").as_bytes(), b"value").expect("put");
-        }
-        w.commit().expect("commit");
-        db.checkpoint().expect("checkpoint");
-        let inner = &db.inner;
-        let redo = Lsn::new(inner.last_redo.load(Ordering::Acquire));
-        let pb = inner.pool.page_bytes();
-        // Ten small keys: the root leaf is page 1, the only tree page.
-        let no = 1u64;
-        let mut counts = PageCounts {
-            db_id: inner.pool_db_id().expect("id"),
-            ..PageCounts::default()
-        };
-        let mut torn = vec![0xABu8; pb];
-        inner
-            .check_copied(no, &mut torn, redo, &mut counts)
-            .expect("a torn read passes when read again");
-        assert_eq!((counts.reread, counts.from_log.len()), (1, 0));
-        page::verify(&torn, no, &inner.pool_db_id().expect("id")).expect("the good copy");
-
-        let data = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(dir.path().join("data"))
-            .expect("data");
-        data.write_all_at(&[0x5A; 64], no * pb as u64 + 100)
-            .expect("damage");
-        let err = inner
-            .check_copied(no, &mut vec![0xABu8; pb], redo, &mut counts)
-            .expect_err("damage unchanged since the start");
-        assert!(err.to_string().contains("page 1:"), "{err}");
-
-        let mut w = db.begin_write().expect("begin");
-        w.put(b"new", b"value").expect("put");
-        w.commit().expect("commit");
-        let mut damaged = vec![0u8; pb];
-        data.read_exact_at(&mut damaged, no * pb as u64)
-            .expect("read");
-        inner
-            .check_copied(no, &mut damaged, redo, &mut counts)
-            .expect("a page changed since the start has its image in the log");
-        assert_eq!(
-            (counts.reread, counts.from_log.as_slice()),
-            (1, [no].as_slice())
-        );
-        assert!(damaged.iter().all(|&b| b == 0), "copied as zeros");
-    }
 }

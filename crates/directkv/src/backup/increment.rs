@@ -1,0 +1,626 @@
+//! The changed pages of an incremental backup, `data.incr`, and the chain
+//! of backups they build on.
+//!
+//! A page that changed since the parent backup's start usually changed in
+//! a few bytes: a balance, a slot, the page LSN and checksum. So where the
+//! backup can read the page as the chain up to its parent holds it, it
+//! stores only the bytes that differ (a delta); elsewhere the whole page.
+//!
+//! Layout of `data.incr` ([`ENTRIES`], the manifest's `increment_format`):
+//!
+//! | bytes | what |
+//! |-------|------|
+//! | page size | page 0, the backup's head, whole |
+//! | 17 + body | one entry per other page, ascending: kind u8 (1 whole, 2 delta), page u64, CRC32C u32 of the page it makes, body length u32, body |
+//! | to 4 KiB | zeros (kind 0 ends the entries) |
+//!
+//! A whole page's body is the page. A delta's body is ranges, each offset
+//! u16, length u16 and the bytes, ascending without overlap, to be written
+//! over the page the chain up to the parent holds. Backups of older builds
+//! ([`WHOLE_PAGES`]) hold whole pages only, in the manifest's page order.
+//!
+//! Invariants:
+//! - Entries ascend by page, each page at most once: exactly the pages the
+//!   manifest lists, page 0 aside.
+//! - The page an entry makes has the CRC32C the entry carries; restore
+//!   checks it and the page's own check before writing the page.
+//! - A delta is made only against the chain's bytes of the page, read from
+//!   backups whose links [`find_chain`] checked; otherwise the page is
+//!   stored whole.
+
+use std::path::{Path, PathBuf};
+
+use super::files::{self, Sink, ALIGN_BYTES, CHUNK_BYTES};
+use super::manifest::Manifest;
+use super::{DATA_NAME, INCREMENT_NAME};
+use crate::error::{Error, Result};
+use crate::format::le;
+use crate::io::{AlignedBuf, DirectIo, Storage, StorageFile};
+
+/// `increment_format` of backups that hold whole pages, in the manifest's
+/// page order, page 0 first.
+pub const WHOLE_PAGES: u32 = 0;
+/// `increment_format` of backups that hold page 0, then entries.
+pub const ENTRIES: u32 = 1;
+
+const KIND_END: u8 = 0;
+const KIND_WHOLE: u8 = 1;
+const KIND_DELTA: u8 = 2;
+/// Bytes of an entry before its body.
+const ENTRY_HEADER: usize = 17;
+/// Bytes of a delta range before its bytes.
+const RANGE_HEADER: usize = 4;
+
+/// What an entry holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// The whole page.
+    Whole,
+    /// The ranges that differ from the chain's page.
+    Delta,
+}
+
+/// One entry, read: its body is in the reader's `body` buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry {
+    /// The page it makes.
+    pub page: u64,
+    /// What the body holds.
+    pub kind: Kind,
+    /// CRC32C of the page it makes.
+    pub crc: u32,
+    /// Where it starts in the file.
+    pub offset: u64,
+}
+
+fn damaged(path: &Path, offset: u64, detail: String) -> Error {
+    Error::Corruption {
+        path: path.to_path_buf(),
+        offset,
+        detail,
+    }
+}
+
+/// Writes `delta` (a delta entry's body) over `page`.
+///
+/// # Errors
+/// A description of the damage when a range is cut short or leaves the page.
+pub fn apply_delta(delta: &[u8], page: &mut [u8]) -> std::result::Result<(), String> {
+    let mut at = 0usize;
+    let mut floor = 0usize;
+    while at < delta.len() {
+        let head = delta
+            .get(at..at + RANGE_HEADER)
+            .ok_or("a delta range's header is cut short")?;
+        let field = |at| le::get_u16(head, at).expect("the header was taken whole");
+        let (off, len) = (usize::from(field(0)), usize::from(field(2)));
+        let bytes = delta
+            .get(at + RANGE_HEADER..at + RANGE_HEADER + len)
+            .ok_or("a delta range's bytes are cut short")?;
+        if off < floor || off + len > page.len() || len == 0 {
+            return Err(format!(
+                "a delta range {off}+{len} is empty, out of order or outside the page"
+            ));
+        }
+        page[off..off + len].copy_from_slice(bytes);
+        floor = off + len;
+        at += RANGE_HEADER + len;
+    }
+    assert_eq!(at, delta.len(), "every range was read");
+    Ok(())
+}
+
+/// Appends to `out` the entry for page `no` holding `page`: a delta
+/// against `base` when one is given and the delta is at most half a page,
+/// else the whole page. Returns whether it is a delta.
+pub fn encode_entry(out: &mut Vec<u8>, no: u64, page: &[u8], base: Option<&[u8]>) -> bool {
+    assert!(page.len() <= usize::from(u16::MAX), "offsets fit in u16");
+    let ranges = base.map(|b| crate::db::records::diff(b, page));
+    let delta_len = ranges
+        .as_ref()
+        .map(|r| r.iter().map(|&(_, len)| RANGE_HEADER + len).sum::<usize>());
+    let as_delta = delta_len.is_some_and(|n| n <= page.len() / 2);
+    let start = out.len();
+    out.push(if as_delta { KIND_DELTA } else { KIND_WHOLE });
+    out.extend_from_slice(&no.to_le_bytes());
+    out.extend_from_slice(&crc32c::crc32c(page).to_le_bytes());
+    let body_len = if as_delta {
+        delta_len.expect("a delta has a length")
+    } else {
+        page.len()
+    };
+    out.extend_from_slice(&(body_len as u32).to_le_bytes());
+    match ranges.filter(|_| as_delta) {
+        Some(ranges) => {
+            for (off, len) in ranges {
+                out.extend_from_slice(&(off as u16).to_le_bytes());
+                out.extend_from_slice(&(len as u16).to_le_bytes());
+                out.extend_from_slice(&page[off..off + len]);
+            }
+        }
+        None => out.extend_from_slice(page),
+    }
+    assert_eq!(
+        out.len() - start,
+        ENTRY_HEADER + body_len,
+        "an entry is its header and body"
+    );
+    as_delta
+}
+
+/// Writes the entries of a new `data.incr` after page 0, through a
+/// buffer of whole aligned blocks.
+pub struct EntryWriter<S: Storage> {
+    sink: Sink<S>,
+    buf: AlignedBuf,
+    used: usize,
+    entry: Vec<u8>,
+    /// Entries written as deltas.
+    pub deltas: u64,
+    /// Entries written as whole pages.
+    pub wholes: u64,
+}
+
+impl<S: Storage> EntryWriter<S> {
+    /// Writes after what `sink` holds (page 0 skipped, to be written last).
+    ///
+    /// # Errors
+    /// An allocation error of the buffer.
+    pub fn new(sink: Sink<S>) -> Result<EntryWriter<S>> {
+        Ok(EntryWriter {
+            sink,
+            buf: AlignedBuf::new(CHUNK_BYTES, ALIGN_BYTES)?,
+            used: 0,
+            entry: Vec::new(),
+            deltas: 0,
+            wholes: 0,
+        })
+    }
+
+    /// Adds page `no` (see [`encode_entry`]); returns the bytes it took.
+    ///
+    /// # Errors
+    /// I/O errors of a write.
+    pub fn push(&mut self, no: u64, page: &[u8], base: Option<&[u8]>) -> Result<usize> {
+        self.entry.clear();
+        if encode_entry(&mut self.entry, no, page, base) {
+            self.deltas += 1;
+        } else {
+            self.wholes += 1;
+        }
+        let n = self.entry.len();
+        assert!(n <= self.buf.len() - ALIGN_BYTES as usize, "an entry fits");
+        if self.used + n > self.buf.len() {
+            self.flush_whole_blocks()?;
+        }
+        self.buf.as_mut_slice()[self.used..self.used + n].copy_from_slice(&self.entry);
+        self.used += n;
+        Ok(n)
+    }
+
+    /// Writes the buffer's whole blocks and moves the rest to its front.
+    fn flush_whole_blocks(&mut self) -> Result<()> {
+        let whole = self.used / ALIGN_BYTES as usize * ALIGN_BYTES as usize;
+        self.sink.append(&self.buf, whole)?;
+        self.buf.as_mut_slice().copy_within(whole..self.used, 0);
+        self.used -= whole;
+        assert!(
+            self.used < ALIGN_BYTES as usize,
+            "less than a block is left"
+        );
+        Ok(())
+    }
+
+    /// Writes what is left, zeros to the next block, and returns the sink.
+    ///
+    /// # Errors
+    /// I/O errors of the write.
+    pub fn into_sink(mut self) -> Result<Sink<S>> {
+        let end = self.used.next_multiple_of(ALIGN_BYTES as usize);
+        self.buf.as_mut_slice()[self.used..end].fill(KIND_END);
+        self.used = end;
+        self.flush_whole_blocks()?;
+        Ok(self.sink)
+    }
+}
+
+/// Reads the entries of a `data.incr`, in order.
+pub struct EntryReader<F: StorageFile> {
+    file: F,
+    path: PathBuf,
+    page_bytes: usize,
+    len: u64,
+    /// The next file offset to read.
+    at: u64,
+    chunk: AlignedBuf,
+    window: Vec<u8>,
+    pos: usize,
+    /// The page numbers of a backup of [`WHOLE_PAGES`], still to come.
+    numbers: Option<std::vec::IntoIter<u64>>,
+    /// The body of the last entry read.
+    pub body: Vec<u8>,
+}
+
+impl<F: StorageFile> EntryReader<F> {
+    /// A reader of `file` (at `path`), the `data.incr` of the backup `m`
+    /// describes, from its first entry after page 0.
+    ///
+    /// # Errors
+    /// I/O errors; [`Error::Corruption`] for a file that is not whole blocks.
+    pub fn new(file: F, path: &Path, m: &Manifest) -> Result<EntryReader<F>> {
+        let numbers = (m.increment_format == WHOLE_PAGES).then(|| {
+            super::manifest::pages_of(&m.incremental_pages)
+                .filter(|&p| p != 0)
+                .collect::<Vec<_>>()
+        });
+        EntryReader::with(file, path, m.page_bytes as usize, numbers)
+    }
+
+    /// [`new`](Self::new) for pages of `page_bytes`, of [`WHOLE_PAGES`]
+    /// numbered `numbers` (page 0 aside) when given, else of [`ENTRIES`].
+    fn with(file: F, path: &Path, pb: usize, numbers: Option<Vec<u64>>) -> Result<EntryReader<F>> {
+        let len = files::whole_blocks_len(&file)?;
+        Ok(EntryReader {
+            file,
+            path: path.to_path_buf(),
+            page_bytes: pb,
+            len,
+            at: pb as u64,
+            chunk: AlignedBuf::new(CHUNK_BYTES, ALIGN_BYTES)?,
+            window: Vec::new(),
+            pos: 0,
+            numbers: numbers.map(Vec::into_iter),
+            body: Vec::new(),
+        })
+    }
+
+    /// The file offset of the next unread byte.
+    fn offset(&self) -> u64 {
+        self.at - (self.window.len() - self.pos) as u64
+    }
+
+    /// Makes `n` bytes available from `pos`, unless the file ends first;
+    /// returns whether they are.
+    fn fill(&mut self, n: usize) -> Result<bool> {
+        while self.window.len() - self.pos < n && self.at < self.len {
+            self.window.drain(..self.pos);
+            self.pos = 0;
+            let k = (self.len - self.at).min(self.chunk.len() as u64) as usize;
+            self.file.read_exact_at(self.chunk.io_mut(0..k)?, self.at)?;
+            self.window.extend_from_slice(&self.chunk.as_slice()[..k]);
+            self.at += k as u64;
+        }
+        Ok(self.window.len() - self.pos >= n)
+    }
+
+    /// The next entry, its body in [`body`](Self::body); `None` after the
+    /// last.
+    ///
+    /// # Errors
+    /// I/O errors; [`Error::Corruption`] for an entry that is cut short,
+    /// of an unknown kind, or out of page order is left to the caller.
+    pub fn next_entry(&mut self) -> Result<Option<Entry>> {
+        let offset = self.offset();
+        if let Some(numbers) = &mut self.numbers {
+            let Some(page) = numbers.next() else {
+                return Ok(None);
+            };
+            if !self.fill(self.page_bytes)? {
+                return Err(damaged(&self.path, offset, "cut short".into()));
+            }
+            self.body.clear();
+            self.body
+                .extend_from_slice(&self.window[self.pos..self.pos + self.page_bytes]);
+            self.pos += self.page_bytes;
+            let crc = crc32c::crc32c(&self.body);
+            return Ok(Some(Entry {
+                page,
+                kind: Kind::Whole,
+                crc,
+                offset,
+            }));
+        }
+        if !self.fill(1)? || self.window[self.pos] == KIND_END {
+            return Ok(None);
+        }
+        if !self.fill(ENTRY_HEADER)? {
+            return Err(damaged(&self.path, offset, "an entry is cut short".into()));
+        }
+        let head = &self.window[self.pos..self.pos + ENTRY_HEADER];
+        let kind = match head[0] {
+            KIND_WHOLE => Kind::Whole,
+            KIND_DELTA => Kind::Delta,
+            k => return Err(damaged(&self.path, offset, format!("entry kind {k}"))),
+        };
+        const WHOLE: &str = "the header was taken whole";
+        let page = le::get_u64(head, 1).expect(WHOLE);
+        let crc = le::get_u32(head, 9).expect(WHOLE);
+        let body_len = le::get_u32(head, 13).expect(WHOLE) as usize;
+        let fits = match kind {
+            Kind::Whole => body_len == self.page_bytes,
+            Kind::Delta => body_len <= self.page_bytes,
+        };
+        if !fits || !self.fill(ENTRY_HEADER + body_len)? {
+            return Err(damaged(
+                &self.path,
+                offset,
+                format!("the entry of page {page} ({body_len} bytes) does not fit"),
+            ));
+        }
+        let body_at = self.pos + ENTRY_HEADER;
+        self.body.clear();
+        self.body
+            .extend_from_slice(&self.window[body_at..body_at + body_len]);
+        self.pos = body_at + body_len;
+        Ok(Some(Entry {
+            page,
+            kind,
+            crc,
+            offset,
+        }))
+    }
+
+    /// Makes the page of `entry` (just read) in `page` (see [`make_page`]).
+    ///
+    /// # Errors
+    /// As [`make_page`].
+    pub fn make_page(&self, entry: &Entry, page: &mut [u8]) -> Result<()> {
+        make_page(&self.path, entry, &self.body, page)
+    }
+}
+
+/// Makes the page of `entry`, whose body is `body`, in `page`: the body, or
+/// the body written over what `page` holds (the chain's page); checks it
+/// against the entry's CRC32C. `path` names the file in errors.
+///
+/// # Errors
+/// [`Error::Corruption`] for a delta that does not apply or a page whose
+/// CRC differs.
+pub fn make_page(path: &Path, entry: &Entry, body: &[u8], page: &mut [u8]) -> Result<()> {
+    match entry.kind {
+        Kind::Whole if body.len() == page.len() => page.copy_from_slice(body),
+        Kind::Whole => {
+            return Err(damaged(
+                path,
+                entry.offset,
+                format!("page {}: a whole page of {} bytes", entry.page, body.len()),
+            ))
+        }
+        Kind::Delta => apply_delta(body, page)
+            .map_err(|d| damaged(path, entry.offset, format!("page {}: {d}", entry.page)))?,
+    }
+    if crc32c::crc32c(page) != entry.crc {
+        return Err(damaged(
+            path,
+            entry.offset,
+            format!(
+                "page {}: the page its entry makes has another CRC32C than the entry says",
+                entry.page
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Finds the chain of complete backups that ends with the one in `parent`:
+/// each earlier link among `parent`'s sibling directories, by the backup id
+/// its child names. Returns `None` when a link is not there (the backups
+/// were moved apart).
+///
+/// # Errors
+/// I/O errors listing the directory; a chain whose links do not hold.
+pub fn find_chain<S: Storage>(storage: &S, parent: &Path) -> Result<Option<Vec<PathBuf>>> {
+    let mut chain = vec![parent.to_path_buf()];
+    let mut m = super::complete_manifest(storage, parent)?;
+    let Some(root) = parent.parent() else {
+        return Ok((m.parent_id.is_none()).then_some(chain));
+    };
+    let mut siblings: Option<Vec<PathBuf>> = None;
+    while let Some(want) = m.parent_id.clone() {
+        let names = match &siblings {
+            Some(s) => s,
+            None => siblings.insert(
+                storage
+                    .list_dir(root)?
+                    .into_iter()
+                    .map(|n| root.join(n))
+                    .collect(),
+            ),
+        };
+        let found = names.iter().find_map(|dir| {
+            let mm = super::complete_manifest(storage, dir).ok()?;
+            (mm.backup_id == want).then(|| (dir.clone(), mm))
+        });
+        let Some((dir, mm)) = found else {
+            return Ok(None);
+        };
+        assert!(chain.len() < 1 << 20, "a chain's ids do not cycle");
+        chain.push(dir);
+        m = mm;
+    }
+    chain.reverse();
+    let links: Vec<&Path> = chain.iter().map(PathBuf::as_path).collect();
+    super::restore::check_chain(storage, &links)?;
+    Ok(Some(chain))
+}
+
+/// The pages as the chain of backups holds them, read in ascending page
+/// order: the full backup's page with each increment's entry for it
+/// applied in turn, without log replay.
+pub struct ChainPages<S: Storage> {
+    page_bytes: usize,
+    full: S::File,
+    full_pages: u64,
+    /// A run of the full backup's pages read ahead: its first page, count.
+    ahead: (u64, u64),
+    ahead_buf: AlignedBuf,
+    increments: Vec<(EntryReader<S::File>, Option<Entry>)>,
+    /// The last page asked for.
+    last: Option<u64>,
+}
+
+impl<S: Storage> ChainPages<S> {
+    /// Opens the backups of `chain` (a checked chain, full backup first).
+    ///
+    /// # Errors
+    /// I/O errors; a link that is not complete.
+    pub fn open(storage: &S, chain: &[PathBuf]) -> Result<ChainPages<S>> {
+        let opts = files::read_options(DirectIo::Auto);
+        let first = super::complete_manifest(storage, &chain[0])?;
+        assert!(
+            first.parent_id.is_none(),
+            "a chain starts with a full backup"
+        );
+        let mut increments = Vec::new();
+        for dir in &chain[1..] {
+            let m = super::complete_manifest(storage, dir)?;
+            let path = dir.join(INCREMENT_NAME);
+            let file = storage.open(&path, &opts)?;
+            let mut reader = EntryReader::new(file, &path, &m)?;
+            let next = reader.next_entry()?;
+            increments.push((reader, next));
+        }
+        Ok(ChainPages {
+            page_bytes: first.page_bytes as usize,
+            full: storage.open(&chain[0].join(DATA_NAME), &opts)?,
+            full_pages: first.page_count,
+            ahead: (0, 0),
+            ahead_buf: AlignedBuf::new(CHUNK_BYTES, ALIGN_BYTES)?,
+            increments,
+            last: None,
+        })
+    }
+
+    /// Page `no` as the chain holds it, into `out`; `false` when no backup
+    /// of the chain holds it (it is newer). Pages are asked for in
+    /// ascending order.
+    ///
+    /// # Errors
+    /// I/O errors; [`Error::Corruption`] for an entry that does not make
+    /// its page, or a delta with nothing under it.
+    pub fn page(&mut self, no: u64, out: &mut [u8]) -> Result<bool> {
+        assert!(self.last.is_none_or(|l| l < no), "pages are asked in order");
+        assert_eq!(out.len(), self.page_bytes, "a page");
+        self.last = Some(no);
+        let pb = self.page_bytes;
+        let mut held = no < self.full_pages;
+        if held {
+            let (first, count) = self.ahead;
+            if !(first..first + count).contains(&no) {
+                let k = (self.ahead_buf.len() / pb) as u64;
+                let k = k.min(self.full_pages - no);
+                let n = k as usize * pb;
+                self.full
+                    .read_exact_at(self.ahead_buf.io_mut(0..n)?, no * pb as u64)?;
+                self.ahead = (no, k);
+            }
+            let at = (no - self.ahead.0) as usize * pb;
+            out.copy_from_slice(&self.ahead_buf.as_slice()[at..at + pb]);
+        }
+        for (reader, next) in &mut self.increments {
+            while next.is_some_and(|e| e.page < no) {
+                *next = reader.next_entry()?;
+            }
+            let Some(e) = next.filter(|e| e.page == no) else {
+                continue;
+            };
+            if e.kind == Kind::Delta && !held {
+                return Err(damaged(
+                    &reader.path,
+                    e.offset,
+                    format!("page {no} is a delta, but no earlier backup of the chain holds it"),
+                ));
+            }
+            reader.make_page(&e, out)?;
+            held = true;
+            *next = reader.next_entry()?;
+        }
+        Ok(held)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_make_their_pages_and_deltas_are_small() {
+        let base: Vec<u8> = (0..8192u32).map(|i| (i * 7) as u8).collect();
+        let mut page = base.clone();
+        page[100..108].copy_from_slice(&[9; 8]);
+        page[5000] ^= 0xff;
+        let mut out = Vec::new();
+        assert!(encode_entry(&mut out, 7, &page, Some(&base)));
+        assert!(out.len() < 64, "two small ranges: {} bytes", out.len());
+        let body = &out[ENTRY_HEADER..];
+        let mut made = base.clone();
+        apply_delta(body, &mut made).expect("applies");
+        assert_eq!(made, page);
+        // Nothing to diff against, or too much changed: whole.
+        out.clear();
+        assert!(!encode_entry(&mut out, 7, &page, None));
+        assert_eq!(out.len(), ENTRY_HEADER + page.len());
+        let other: Vec<u8> = page.iter().map(|b| b ^ 0x55).collect();
+        out.clear();
+        assert!(!encode_entry(&mut out, 7, &other, Some(&base)));
+    }
+
+    /// Entries written through the block buffer (more than one buffer's
+    /// worth) read back as the pages they were made from; a delta over
+    /// another base than its own fails its CRC.
+    #[test]
+    fn written_entries_read_back_and_a_wrong_base_is_caught() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let storage = crate::io::OsStorage::default();
+        let path = dir.path().join(INCREMENT_NAME);
+        let pb = 4096;
+        let mut sink = Sink::create(&storage, &path).expect("create");
+        sink.skip(pb);
+        let mut w = EntryWriter::new(sink).expect("writer");
+        let base = vec![1u8; pb];
+        let mut pages = Vec::new();
+        for no in 1..400u64 {
+            let mut p = base.clone();
+            p[(no as usize * 13) % pb] = no as u8 ^ 0x80;
+            w.push(no, &p, (no % 3 != 0).then_some(&base[..]))
+                .expect("push");
+            pages.push((no, p));
+        }
+        assert_eq!((w.deltas, w.wholes), (266, 133));
+        let mut sink = w.into_sink().expect("flush");
+        sink.write_first(&AlignedBuf::new(pb, ALIGN_BYTES).expect("buf"), pb)
+            .expect("page 0");
+        sink.finish().expect("finish");
+        let opts = files::read_options(DirectIo::Auto);
+        let file = storage.open(&path, &opts).expect("open");
+        let mut r = EntryReader::with(file, &path, pb, None).expect("reader");
+        for (no, want) in &pages {
+            let e = r.next_entry().expect("read").expect("an entry");
+            assert_eq!(e.page, *no);
+            assert_eq!(e.kind == Kind::Delta, no % 3 != 0);
+            let mut made = base.clone();
+            r.make_page(&e, &mut made).expect("makes its page");
+            assert!(made == *want, "page {no}");
+            if e.kind == Kind::Delta {
+                let mut other = vec![2u8; pb];
+                let err = r.make_page(&e, &mut other).expect_err("another base");
+                assert!(err.to_string().contains("CRC32C"), "{err}");
+            }
+        }
+        assert!(r.next_entry().expect("read").is_none(), "zeros end it");
+    }
+
+    #[test]
+    fn damaged_deltas_are_refused() {
+        let mut page = vec![0u8; 4096];
+        // Cut short, past the page, out of order, empty.
+        for bad in [
+            vec![1u8, 0, 5],
+            [&4095u16.to_le_bytes()[..], &2u16.to_le_bytes(), &[1, 2]].concat(),
+            [&[10u8, 0, 1, 0, 1][..], &[5u8, 0, 1, 0, 1][..]].concat(),
+            vec![3u8, 0, 0, 0],
+        ] {
+            assert!(apply_delta(&bad, &mut page).is_err(), "{bad:?}");
+        }
+    }
+}
