@@ -179,7 +179,7 @@ pub fn backup(args: BackupArgs) -> Result<()> {
             "  {} pages changed since the parent's start ({} read to find them)",
             report.pages_copied, report.pages_scanned
         );
-        match report.delta_chain {
+        match report.delta_chain_links {
             Some(n) => println!(
                 "  {} stored as the bytes that differ from the chain of {n} backup(s) up to the \
                  parent, the rest whole",
@@ -268,6 +268,13 @@ pub fn verify(args: VerifyArgs) -> Result<()> {
         report.start_lsn,
         report.end_lsn
     );
+    if report.deltas > 0 {
+        println!(
+            "  {} pages held as deltas apply inside a page; the pages they make are checked when \
+             the chain is restored",
+            report.deltas
+        );
+    }
     match &report.check {
         Some(c) => println!(
             "  restored and opened: {} keys, {} pages, depth {}; structure checks",

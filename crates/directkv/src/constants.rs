@@ -35,3 +35,8 @@ const _: () = assert!(DIRECT_IO_ALIGN_MAX % DIRECT_IO_ALIGN_DEFAULT == 0);
 const _: () = assert!(ARENA_ALIGN_MIN >= DIRECT_IO_ALIGN_DEFAULT);
 const _: () = assert!(ZERO_FILL_CHUNK_BYTES % DIRECT_IO_ALIGN_MAX as usize == 0);
 const _: () = assert!(ARENA_SLOTS_MAX <= u32::MAX as usize);
+
+/// The most backups a chain an incremental backup stores deltas against
+/// may hold (each one read alongside the copy holds a few MiB of
+/// buffers); a longer chain makes it store whole pages.
+pub const DELTA_CHAIN_LINKS_MAX: usize = 64;

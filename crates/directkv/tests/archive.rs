@@ -449,3 +449,56 @@ fn a_failing_archive_keeps_the_log_and_catches_up() {
     assert_eq!(contents(&db), model);
     db.close().expect("close");
 }
+
+/// A database restored to an earlier commit archives into the same archive
+/// without a clash: its line of history goes into a directory of its own,
+/// beside the first line's segments, and a backup of it restores to the end
+/// of its line from there.
+#[test]
+fn a_restored_database_archives_its_own_history_beside_the_first() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path();
+    let (_db, archive, backup, records) = setup(root, 30, 17);
+    let first_line = std::fs::read_dir(&archive).expect("archive").count();
+    let dest = root.join("pitr");
+    restore_backup_chain_to(
+        &[&backup],
+        &archive,
+        RestoreTarget::Lsn(records[9].lsn),
+        &dest,
+    )
+    .expect("restore");
+    let mut model = records[9].state.clone();
+    let db = Database::open(&dest, opts(&archive)).expect("open with the same archive");
+    let mut rng = Rng(99);
+    for _ in 0..100 {
+        commit_some(&db, &mut model, &mut rng);
+    }
+    let backup2 = root.join("backup2");
+    db.backup(&backup2, &BackupOptions::default())
+        .expect("backup of the new line");
+    let mut recorded = Vec::new();
+    for _ in 0..50 {
+        let lsn = commit_some(&db, &mut model, &mut rng);
+        recorded.push((lsn, model.clone()));
+    }
+    push_log_on(&db, &mut model, 2);
+    db.checkpoint().expect("checkpoint");
+    let s = db.stats().archive;
+    assert!(s.segments > 0 && s.failures == 0, "{s:?}");
+    db.close().expect("close");
+    let text = std::fs::read_to_string(backup2.join("backup_manifest")).expect("manifest");
+    let json: serde_json::Value =
+        serde_json::from_str(text.rsplit_once("crc32c ").expect("CRC line").0).expect("JSON");
+    let history = json["history_id"].as_str().expect("history");
+    assert_ne!(history, "0".repeat(32), "a new line");
+    let line = archive.join(history);
+    assert!(line.is_dir(), "the new line's segments apart");
+    assert!(
+        std::fs::read_dir(&archive).expect("archive").count() == first_line + 1,
+        "the first line's segments untouched"
+    );
+    let (lsn, state) = &recorded[25];
+    let got = restored(root, &backup2, &archive, RestoreTarget::Lsn(*lsn), 300);
+    assert!(got == *state, "the new line's state at a recorded commit");
+}

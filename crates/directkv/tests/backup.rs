@@ -526,7 +526,7 @@ fn a_chain_of_increments_restores_each_state_exactly() {
         assert!(r.incremental, "{r:?}");
         // The chain up to the parent lies beside it: pages that changed in
         // a few bytes are stored as those bytes.
-        assert_eq!(r.delta_chain, Some(i), "{r:?}");
+        assert_eq!(r.delta_chain_links, Some(i), "{r:?}");
         assert!(r.pages_as_deltas > 0, "{r:?}");
         assert_eq!(
             method(&b),
@@ -629,14 +629,18 @@ fn increments_store_deltas_only_against_a_chain_they_find() {
     churn(&db, 7, 3);
     // The parent is the full backup itself: the chain is found.
     let r1 = db.backup(&first, &increment_of(&full)).expect("increment");
-    assert_eq!(r1.delta_chain, Some(1), "{r1:?}");
+    assert_eq!(r1.delta_chain_links, Some(1), "{r1:?}");
     assert!(r1.pages_as_deltas > 0, "{r1:?}");
     churn(&db, 8, 3);
     // b1's parent lies in another directory: whole pages.
     let r2 = db
         .backup(&second, &increment_of(&first))
         .expect("increment");
-    assert_eq!((r2.delta_chain, r2.pages_as_deltas), (None, 0), "{r2:?}");
+    assert_eq!(
+        (r2.delta_chain_links, r2.pages_as_deltas),
+        (None, 0),
+        "{r2:?}"
+    );
     let pb = f.data_bytes / f.pages;
     assert!(r2.data_bytes >= r2.pages_copied * pb, "whole pages: {r2:?}");
     assert!(
@@ -653,4 +657,52 @@ fn increments_store_deltas_only_against_a_chain_they_find() {
     let db = Database::open(&restored, options()).expect("open restored");
     db.check().expect("restored checks");
     assert!(contents(&db) == state, "the state at the last backup's end");
+}
+
+/// A copy opened from a backup is on a line of history of its own: its
+/// backups say so, and an increment of it on a backup of the original's
+/// line is refused (the pages the copy changed on its own would be
+/// missed), while one on a backup of its own line is taken.
+#[test]
+fn a_restored_copy_starts_its_own_history() {
+    let dir = scratch();
+    let db = Database::open(dir.path().join("db"), options()).expect("open");
+    churn(&db, 1, 100);
+    let b0 = dir.path().join("b0");
+    db.backup(&b0, &fast()).expect("full");
+    let history = |b: &std::path::Path| {
+        manifest(b)["history_id"]
+            .as_str()
+            .expect("a history")
+            .to_string()
+    };
+    assert_eq!(history(&b0), "0".repeat(32), "the line it was created on");
+    churn(&db, 2, 50);
+    let b1 = dir.path().join("b1");
+    db.backup(&b1, &increment_of(&b0)).expect("same line");
+    assert_eq!(history(&b1), history(&b0));
+    drop(db);
+    let copy = dir.path().join("copy");
+    restore_backup(&b0, &copy).expect("restore");
+    let db = Database::open(&copy, options()).expect("open the copy");
+    churn(&db, 3, 100);
+    let c0 = dir.path().join("c0");
+    db.backup(&c0, &fast()).expect("full of the copy");
+    assert_ne!(history(&c0), history(&b0), "a new line");
+    let err = db
+        .backup(dir.path().join("c1"), &increment_of(&b0))
+        .expect_err("a parent of another line");
+    assert!(
+        matches!(err, Error::BackupChain { .. }) && err.to_string().contains("history"),
+        "{err}"
+    );
+    churn(&db, 4, 20);
+    let c2 = dir.path().join("c2");
+    db.backup(&c2, &increment_of(&c0)).expect("its own line");
+    let state = contents(&db);
+    drop(db);
+    let again = dir.path().join("again");
+    restore_backup_chain(&[c0, c2], &again).expect("restore the copy's chain");
+    let db = Database::open(&again, options()).expect("open");
+    assert!(contents(&db) == state, "the copy's state");
 }

@@ -346,6 +346,7 @@ fn control_file_falls_back_to_the_older_slot() {
         page_count: 2,
         freelist_head: 0,
         flags: 0,
+        history: [7; 16],
     };
     let mut cf = ControlFile::create(&OsStorage::default(), &path, base).expect("create");
     cf.write(Control {

@@ -505,7 +505,10 @@ impl Store for DirectkvStore {
         let full = self.dir.with_extension("backup");
         let increment = self.dir.with_extension("backup-incr");
         let mut parent_began = None;
-        while !done.load(Ordering::Acquire) {
+        // Until the run ends; then an increment of the last full backup if
+        // none was taken (the foreground has stopped, so only its size is
+        // measured).
+        while !done.load(Ordering::Acquire) || (parent_began.is_some() && load.increments == 0) {
             let began = std::time::Instant::now();
             let (dest, opts) = match parent_began {
                 Some(_) => (

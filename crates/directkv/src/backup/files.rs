@@ -255,6 +255,35 @@ pub fn read_chunks<F: StorageFile>(
     Ok(len)
 }
 
+/// Appends the first `len` bytes of `src` (whole blocks) to `sink` through
+/// `buf`, a chunk at a time; `admit` is asked for each chunk's read and
+/// write in turn (a scheduler's permit, held while its guard lives).
+///
+/// # Errors
+/// I/O errors of the reads and writes.
+pub fn copy_into<S: Storage, F: StorageFile, G>(
+    src: &F,
+    len: u64,
+    sink: &mut Sink<S>,
+    buf: &mut AlignedBuf,
+    mut admit: impl FnMut(u64) -> G,
+) -> Result<()> {
+    assert!(len % ALIGN_BYTES as u64 == 0, "whole blocks");
+    let mut at = 0u64;
+    while at < len {
+        let k = (len - at).min(buf.len() as u64) as usize;
+        {
+            let _read = admit(k as u64);
+            src.read_exact_at(buf.io_mut(0..k)?, at)?;
+        }
+        let _write = admit(k as u64);
+        sink.append(buf, k)?;
+        at += k as u64;
+    }
+    assert_eq!(at, len, "every chunk was copied");
+    Ok(())
+}
+
 /// The length and CRC32C of the file at `path`.
 ///
 /// # Errors

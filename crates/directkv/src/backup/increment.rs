@@ -12,7 +12,7 @@
 //! |-------|------|
 //! | page size | page 0, the backup's head, whole |
 //! | 17 + body | one entry per other page, ascending: kind u8 (1 whole, 2 delta), page u64, CRC32C u32 of the page it makes, body length u32, body |
-//! | to 4 KiB | zeros (kind 0 ends the entries) |
+//! | to 4 KiB | zeros (kind 0 ends the entries; none when they end on a block) |
 //!
 //! A whole page's body is the page. A delta's body is ranges, each offset
 //! u16, length u16 and the bytes, ascending without overlap, to be written
@@ -33,6 +33,7 @@ use std::path::{Path, PathBuf};
 use super::files::{self, Sink, ALIGN_BYTES, CHUNK_BYTES};
 use super::manifest::Manifest;
 use super::{DATA_NAME, INCREMENT_NAME};
+use crate::constants::DELTA_CHAIN_LINKS_MAX;
 use crate::error::{Error, Result};
 use crate::format::le;
 use crate::io::{AlignedBuf, DirectIo, Storage, StorageFile};
@@ -50,6 +51,17 @@ const KIND_DELTA: u8 = 2;
 const ENTRY_HEADER: usize = 17;
 /// Bytes of a delta range before its bytes.
 const RANGE_HEADER: usize = 4;
+
+const _: () = assert!(ENTRY_HEADER == 1 + 8 + 4 + 4, "kind, page, CRC32C, length");
+// Range offsets and lengths are u16: every page size fits.
+const _: () = {
+    let sizes = crate::format::page::PAGE_SIZES;
+    let mut i = 0;
+    while i < sizes.len() {
+        assert!(sizes[i] <= u16::MAX as u32, "a page's offsets fit in u16");
+        i += 1;
+    }
+};
 
 /// What an entry holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,8 +126,7 @@ pub fn apply_delta(delta: &[u8], page: &mut [u8]) -> std::result::Result<(), Str
 /// against `base` when one is given and the delta is at most half a page,
 /// else the whole page. Returns whether it is a delta.
 pub fn encode_entry(out: &mut Vec<u8>, no: u64, page: &[u8], base: Option<&[u8]>) -> bool {
-    assert!(page.len() <= usize::from(u16::MAX), "offsets fit in u16");
-    let ranges = base.map(|b| crate::db::records::diff(b, page));
+    let ranges = base.map(|b| crate::format::diff::diff(b, page));
     let delta_len = ranges
         .as_ref()
         .map(|r| r.iter().map(|&(_, len)| RANGE_HEADER + len).sum::<usize>());
@@ -144,6 +155,13 @@ pub fn encode_entry(out: &mut Vec<u8>, no: u64, page: &[u8], base: Option<&[u8]>
         out.len() - start,
         ENTRY_HEADER + body_len,
         "an entry is its header and body"
+    );
+    debug_assert!(
+        !as_delta || {
+            let mut made = base.expect("a delta has a base").to_vec();
+            apply_delta(&out[start + ENTRY_HEADER..], &mut made).is_ok() && made == page
+        },
+        "a delta applied to its base makes the page"
     );
     as_delta
 }
@@ -297,30 +315,29 @@ impl<F: StorageFile> EntryReader<F> {
     /// last.
     ///
     /// # Errors
-    /// I/O errors; [`Error::Corruption`] for an entry that is cut short,
-    /// of an unknown kind, or out of page order is left to the caller.
+    /// I/O errors; [`Error::Corruption`] for an entry that is cut short or
+    /// of an unknown kind, or padding that is not zeros. Whether entries
+    /// are in page order is the caller's to check.
     pub fn next_entry(&mut self) -> Result<Option<Entry>> {
         let offset = self.offset();
-        if let Some(numbers) = &mut self.numbers {
-            let Some(page) = numbers.next() else {
-                return Ok(None);
-            };
-            if !self.fill(self.page_bytes)? {
-                return Err(damaged(&self.path, offset, "cut short".into()));
-            }
-            self.body.clear();
-            self.body
-                .extend_from_slice(&self.window[self.pos..self.pos + self.page_bytes]);
-            self.pos += self.page_bytes;
-            let crc = crc32c::crc32c(&self.body);
-            return Ok(Some(Entry {
-                page,
-                kind: Kind::Whole,
-                crc,
-                offset,
-            }));
+        if self.numbers.is_some() {
+            return self.next_whole_page(offset);
         }
-        if !self.fill(1)? || self.window[self.pos] == KIND_END {
+        if !self.fill(1)? {
+            return Ok(None);
+        }
+        if self.window[self.pos] == KIND_END {
+            // Padding to the block: zeros, less than a block, to the end.
+            let rest = (self.len - offset) as usize;
+            let padding = rest < ALIGN_BYTES as usize
+                && self.fill(rest)?
+                && self.window[self.pos..self.pos + rest]
+                    .iter()
+                    .all(|&b| b == 0);
+            if !padding {
+                let d = "bytes after the last entry are not its padding".to_string();
+                return Err(damaged(&self.path, offset, d));
+            }
             return Ok(None);
         }
         if !self.fill(ENTRY_HEADER)? {
@@ -356,6 +373,28 @@ impl<F: StorageFile> EntryReader<F> {
             page,
             kind,
             crc,
+            offset,
+        }))
+    }
+
+    /// [`next_entry`](Self::next_entry) for a backup of [`WHOLE_PAGES`]:
+    /// the next page, numbered by the manifest, from `offset`.
+    fn next_whole_page(&mut self, offset: u64) -> Result<Option<Entry>> {
+        let numbers = self.numbers.as_mut().expect("a backup of whole pages");
+        let Some(page) = numbers.next() else {
+            return Ok(None);
+        };
+        if !self.fill(self.page_bytes)? {
+            return Err(damaged(&self.path, offset, "cut short".into()));
+        }
+        self.body.clear();
+        self.body
+            .extend_from_slice(&self.window[self.pos..self.pos + self.page_bytes]);
+        self.pos += self.page_bytes;
+        Ok(Some(Entry {
+            page,
+            kind: Kind::Whole,
+            crc: crc32c::crc32c(&self.body),
             offset,
         }))
     }
@@ -404,44 +443,66 @@ pub fn make_page(path: &Path, entry: &Entry, body: &[u8], page: &mut [u8]) -> Re
 
 /// Finds the chain of complete backups that ends with the one in `parent`:
 /// each earlier link among `parent`'s sibling directories, by the backup id
-/// its child names. Returns `None` when a link is not there (the backups
-/// were moved apart).
+/// its child names. Only backups not yet opened count (a copy opened as a
+/// database has other bytes under the same id), and no hidden or
+/// restore-scratch directory. Returns `None`, and the backup then stores
+/// whole pages, when a link is not there (the backups were moved apart),
+/// the links do not hold, the ids cycle, or the chain is longer than
+/// [`DELTA_CHAIN_LINKS_MAX`].
 ///
 /// # Errors
-/// I/O errors listing the directory; a chain whose links do not hold.
+/// The parent's own manifest's errors (it was checked before).
 pub fn find_chain<S: Storage>(storage: &S, parent: &Path) -> Result<Option<Vec<PathBuf>>> {
     let mut chain = vec![parent.to_path_buf()];
     let mut m = super::complete_manifest(storage, parent)?;
-    let Some(root) = parent.parent() else {
-        return Ok((m.parent_id.is_none()).then_some(chain));
+    let root = match parent.parent() {
+        Some(r) if r.as_os_str().is_empty() => Path::new("."),
+        Some(r) => r,
+        None => return Ok(m.parent_id.is_none().then_some(chain)),
     };
+    let mut seen = std::collections::HashSet::from([m.backup_id.clone()]);
     let mut siblings: Option<Vec<PathBuf>> = None;
     while let Some(want) = m.parent_id.clone() {
+        if !seen.insert(want.clone()) || chain.len() >= DELTA_CHAIN_LINKS_MAX {
+            return Ok(None);
+        }
         let names = match &siblings {
             Some(s) => s,
-            None => siblings.insert(
-                storage
-                    .list_dir(root)?
-                    .into_iter()
-                    .map(|n| root.join(n))
-                    .collect(),
-            ),
+            None => match storage.list_dir(root) {
+                Ok(names) => siblings.insert(
+                    names
+                        .into_iter()
+                        .filter(|n| !n.starts_with('.') && !n.ends_with(".restore-tmp"))
+                        .map(|n| root.join(n))
+                        .collect(),
+                ),
+                Err(_) => return Ok(None),
+            },
         };
         let found = names.iter().find_map(|dir| {
             let mm = super::complete_manifest(storage, dir).ok()?;
-            (mm.backup_id == want).then(|| (dir.clone(), mm))
+            (mm.backup_id == want && unopened(storage, dir)).then(|| (dir.clone(), mm))
         });
         let Some((dir, mm)) = found else {
             return Ok(None);
         };
-        assert!(chain.len() < 1 << 20, "a chain's ids do not cycle");
         chain.push(dir);
         m = mm;
     }
+    assert!(chain.len() <= DELTA_CHAIN_LINKS_MAX, "the chain is bounded");
     chain.reverse();
     let links: Vec<&Path> = chain.iter().map(PathBuf::as_path).collect();
-    super::restore::check_chain(storage, &links)?;
-    Ok(Some(chain))
+    Ok(super::restore::check_chain(storage, &links)
+        .ok()
+        .map(|_| chain))
+}
+
+/// Whether the backup in `dir` was never opened as a database (its
+/// `CONTROL` still carries the backup flag).
+fn unopened<S: Storage>(storage: &S, dir: &Path) -> bool {
+    let path = dir.join(super::CONTROL_NAME);
+    crate::db::ControlFile::open(storage, &path)
+        .is_ok_and(|c| c.current().flags & crate::format::control::FLAG_BACKUP != 0)
 }
 
 /// The pages as the chain of backups holds them, read in ascending page
@@ -449,6 +510,7 @@ pub fn find_chain<S: Storage>(storage: &S, parent: &Path) -> Result<Option<Vec<P
 /// applied in turn, without log replay.
 pub struct ChainPages<S: Storage> {
     page_bytes: usize,
+    db_id: crate::format::DbId,
     full: S::File,
     full_pages: u64,
     /// A run of the full backup's pages read ahead: its first page, count.
@@ -457,7 +519,13 @@ pub struct ChainPages<S: Storage> {
     increments: Vec<(EntryReader<S::File>, Option<Entry>)>,
     /// The last page asked for.
     last: Option<u64>,
+    /// Bytes read from the full backup's data file.
+    pub bytes_read: u64,
 }
+
+/// Pages the first read-ahead of the full backup takes after a jump; each
+/// read that continues the last doubles it, up to a chunk.
+const AHEAD_PAGES_MIN: u64 = 4;
 
 impl<S: Storage> ChainPages<S> {
     /// Opens the backups of `chain` (a checked chain, full backup first).
@@ -465,6 +533,10 @@ impl<S: Storage> ChainPages<S> {
     /// # Errors
     /// I/O errors; a link that is not complete.
     pub fn open(storage: &S, chain: &[PathBuf]) -> Result<ChainPages<S>> {
+        assert!(
+            !chain.is_empty() && chain.len() <= DELTA_CHAIN_LINKS_MAX,
+            "a chain has a full backup and is bounded"
+        );
         let opts = files::read_options(DirectIo::Auto);
         let first = super::complete_manifest(storage, &chain[0])?;
         assert!(
@@ -482,18 +554,21 @@ impl<S: Storage> ChainPages<S> {
         }
         Ok(ChainPages {
             page_bytes: first.page_bytes as usize,
+            db_id: first.db_id_bytes().expect("decoding checked the id"),
             full: storage.open(&chain[0].join(DATA_NAME), &opts)?,
             full_pages: first.page_count,
             ahead: (0, 0),
             ahead_buf: AlignedBuf::new(CHUNK_BYTES, ALIGN_BYTES)?,
             increments,
             last: None,
+            bytes_read: 0,
         })
     }
 
     /// Page `no` as the chain holds it, into `out`; `false` when no backup
-    /// of the chain holds it (it is newer). Pages are asked for in
-    /// ascending order.
+    /// of the chain holds it (it is newer) or what they hold does not pass
+    /// the page's check (a page left to the log as zeros): a page to
+    /// store whole. Pages are asked for in ascending order.
     ///
     /// # Errors
     /// I/O errors; [`Error::Corruption`] for an entry that does not make
@@ -502,20 +577,9 @@ impl<S: Storage> ChainPages<S> {
         assert!(self.last.is_none_or(|l| l < no), "pages are asked in order");
         assert_eq!(out.len(), self.page_bytes, "a page");
         self.last = Some(no);
-        let pb = self.page_bytes;
         let mut held = no < self.full_pages;
         if held {
-            let (first, count) = self.ahead;
-            if !(first..first + count).contains(&no) {
-                let k = (self.ahead_buf.len() / pb) as u64;
-                let k = k.min(self.full_pages - no);
-                let n = k as usize * pb;
-                self.full
-                    .read_exact_at(self.ahead_buf.io_mut(0..n)?, no * pb as u64)?;
-                self.ahead = (no, k);
-            }
-            let at = (no - self.ahead.0) as usize * pb;
-            out.copy_from_slice(&self.ahead_buf.as_slice()[at..at + pb]);
+            self.read_full(no, out)?;
         }
         for (reader, next) in &mut self.increments {
             while next.is_some_and(|e| e.page < no) {
@@ -535,7 +599,31 @@ impl<S: Storage> ChainPages<S> {
             held = true;
             *next = reader.next_entry()?;
         }
-        Ok(held)
+        Ok(held && crate::format::page::verify(out, no, &self.db_id).is_ok())
+    }
+
+    /// The full backup's page `no` into `out`, through the read-ahead.
+    fn read_full(&mut self, no: u64, out: &mut [u8]) -> Result<()> {
+        let pb = self.page_bytes;
+        let (first, count) = self.ahead;
+        if !(first..first + count).contains(&no) {
+            let most = (self.ahead_buf.len() / pb) as u64;
+            // Sequential (within a window of the last): grow; else start small.
+            let k = match no < first + 2 * count.max(1) {
+                true => (2 * count).clamp(AHEAD_PAGES_MIN, most),
+                false => AHEAD_PAGES_MIN.min(most),
+            };
+            let k = k.min(self.full_pages - no);
+            let n = k as usize * pb;
+            self.full
+                .read_exact_at(self.ahead_buf.io_mut(0..n)?, no * pb as u64)?;
+            self.bytes_read += n as u64;
+            self.ahead = (no, k);
+        }
+        let at = (no - self.ahead.0) as usize * pb;
+        assert!(at + pb <= self.ahead.1 as usize * pb, "the page was read");
+        out.copy_from_slice(&self.ahead_buf.as_slice()[at..at + pb]);
+        Ok(())
     }
 }
 
@@ -608,6 +696,51 @@ mod tests {
             }
         }
         assert!(r.next_entry().expect("read").is_none(), "zeros end it");
+    }
+
+    /// Arbitrary bytes in `data.incr` give entries or errors, never a
+    /// panic, and never an entry whose body does not fit a page.
+    #[test]
+    fn arbitrary_files_read_without_panics() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let storage = crate::io::OsStorage::default();
+        let pb = 4096usize;
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for round in 0..64 {
+            let path = dir.path().join(format!("f{round}"));
+            let blocks = 1 + (next() % 6) as usize;
+            let mut bytes: Vec<u8> = (0..blocks * 4096).map(|_| next() as u8).collect();
+            // Some rounds: plausible headers, so bodies and deltas are read.
+            if round % 2 == 0 {
+                let mut at = pb;
+                while at + ENTRY_HEADER < bytes.len() {
+                    bytes[at] = 1 + (next() % 2) as u8;
+                    let len = (next() % 300) as u32;
+                    bytes[at + 13..at + 17].copy_from_slice(&len.to_le_bytes());
+                    at += ENTRY_HEADER + len as usize;
+                }
+            }
+            std::fs::write(&path, &bytes).expect("write");
+            let opts = files::read_options(DirectIo::Auto);
+            let file = storage.open(&path, &opts).expect("open");
+            let mut r = EntryReader::with(file, &path, pb, None).expect("reader");
+            let mut page = vec![0u8; pb];
+            for _ in 0..10_000 {
+                match r.next_entry() {
+                    Ok(Some(e)) => {
+                        assert!(r.body.len() <= pb, "a body fits a page");
+                        let _ = r.make_page(&e, &mut page);
+                    }
+                    Ok(None) | Err(_) => break,
+                }
+            }
+        }
     }
 
     #[test]

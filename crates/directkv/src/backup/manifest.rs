@@ -26,8 +26,13 @@ use crate::wal::format::{
 pub const MANIFEST_NAME: &str = "backup_manifest";
 /// The completion marker's file name inside a backup.
 pub const COMPLETE_NAME: &str = "backup_complete";
-/// The manifest format this build writes and reads.
+/// The manifest format of backups whose files builds before incremental
+/// entries read as well (full backups, increments of whole pages).
 pub const MANIFEST_FORMAT: u32 = 1;
+/// The manifest format of an increment of entries (`increment_format` 1):
+/// builds that knew only format 1 refuse it rather than read its entries
+/// as whole pages.
+pub const MANIFEST_FORMAT_ENTRIES: u32 = 2;
 const MARKER_PREFIX: &str = "directkv-backup-complete";
 
 /// One file of a backup.
@@ -104,6 +109,11 @@ pub struct Manifest {
     /// An incremental backup's pages held as deltas.
     #[serde(default)]
     pub pages_as_deltas: u64,
+    /// The line of the database's history the backup was taken on (32 hex
+    /// digits; `None` in backups of older builds). A copy restored from a
+    /// backup starts a history of its own when first opened.
+    #[serde(default)]
+    pub history_id: Option<String>,
 }
 
 impl Manifest {
@@ -196,9 +206,10 @@ impl Manifest {
         }
         let m: Manifest = serde_json::from_slice(body)
             .map_err(|e| bad(format!("the manifest does not parse: {e}")))?;
-        if m.format != MANIFEST_FORMAT {
+        if ![MANIFEST_FORMAT, MANIFEST_FORMAT_ENTRIES].contains(&m.format) {
             return Err(bad(format!(
-                "manifest format {} (this build reads {MANIFEST_FORMAT})",
+                "manifest format {} (this build reads {MANIFEST_FORMAT} and \
+                 {MANIFEST_FORMAT_ENTRIES})",
                 m.format
             )));
         }
@@ -239,13 +250,31 @@ impl Manifest {
             }
             next = end.unwrap_or(u64::MAX);
         }
-        let formats = [super::increment::WHOLE_PAGES, super::increment::ENTRIES];
+        use super::increment::{ENTRIES, WHOLE_PAGES};
         let full = self.parent_id.is_none();
-        if !formats.contains(&self.increment_format) || (full && self.increment_format != 0) {
+        let want_format = match self.increment_format {
+            ENTRIES => MANIFEST_FORMAT_ENTRIES,
+            _ => MANIFEST_FORMAT,
+        };
+        let ok = match self.increment_format {
+            WHOLE_PAGES => self.pages_as_deltas == 0,
+            // Page 0 is never a delta.
+            ENTRIES => {
+                !full && self.pages_as_deltas < self.incremental_pages.iter().map(|r| r[1]).sum()
+            }
+            _ => false,
+        };
+        if !ok || self.format != want_format {
             return Err(format!(
-                "increment format {} is not one this build reads (or this backup is full)",
-                self.increment_format
+                "increment format {} with {} deltas in manifest format {} is not one this \
+                 build reads (or this backup is full)",
+                self.increment_format, self.pages_as_deltas, self.format
             ));
+        }
+        let hex32 =
+            |h: &str| h.len() == 32 && h.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+        if self.history_id.as_deref().is_some_and(|h| !hex32(h)) {
+            return Err("the history id is not 32 hex digits".into());
         }
         if self.db_id_bytes().is_none() {
             return Err("the database id is not 32 hex digits".into());
@@ -333,7 +362,7 @@ mod tests {
 
     fn sample() -> Manifest {
         Manifest {
-            format: MANIFEST_FORMAT,
+            format: MANIFEST_FORMAT_ENTRIES,
             backup_id: "00".repeat(16),
             db_id: "ab".repeat(16),
             page_bytes: 4096,
@@ -358,6 +387,7 @@ mod tests {
             start_commit_time_us: Some(5),
             increment_format: super::super::increment::ENTRIES,
             pages_as_deltas: 2,
+            history_id: Some("12".repeat(16)),
         }
     }
 
@@ -422,6 +452,13 @@ mod tests {
                     ..sample()
                 },
                 "left to the log",
+            ),
+            (
+                Manifest {
+                    history_id: Some("../../etc".into()),
+                    ..sample()
+                },
+                "history id",
             ),
             (
                 Manifest {

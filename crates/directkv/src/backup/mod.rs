@@ -109,9 +109,26 @@ pub struct BackupReport {
     /// The backups an incremental backup's deltas were made against, found
     /// beside its parent: `None` when a link of the chain was not there,
     /// and every page is stored whole.
-    pub delta_chain: Option<u64>,
+    pub delta_chain_links: Option<u64>,
     /// How long it took.
     pub micros: u64,
+}
+
+/// Where a log archive rooted at `root` keeps the segments of history
+/// `history` (32 hex digits): the root for the line a database was created
+/// on (or a history not recorded), a directory named by the history for
+/// every later one, so two lines never share a segment's name.
+pub(crate) fn archive_dir_of(root: &Path, history: Option<&str>) -> std::path::PathBuf {
+    match history {
+        Some(h) if h.bytes().any(|b| b != b'0') => {
+            assert!(
+                h.len() == 32 && h.bytes().all(|b| b.is_ascii_hexdigit()),
+                "a history is 32 hex digits"
+            );
+            root.join(h)
+        }
+        _ => root.to_path_buf(),
+    }
 }
 
 /// Seals a backup whose files are written and synced: writes the manifest,

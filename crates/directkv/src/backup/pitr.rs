@@ -98,6 +98,8 @@ pub(super) fn roll_forward<S: Storage>(
         }
     }
     let wal = dir.join(WAL_DIR_NAME);
+    // The segments of the line of history the backup was taken on.
+    let archive = &super::archive_dir_of(archive, last.history_id.as_deref());
     let taken = take_archived(storage, &wal, archive, layout, end)?;
     let sources = |p: &Path| source_of(p, &wal, archive, &taken.segments);
     let (cut, found) =
@@ -252,13 +254,7 @@ fn copy_whole<S: Storage>(
         });
     }
     let mut sink = Sink::create(storage, to)?;
-    let mut at = 0u64;
-    while at < len {
-        let k = (len - at).min(buf.len() as u64) as usize;
-        src.read_exact_at(buf.io_mut(0..k)?, at)?;
-        sink.append(buf, k)?;
-        at += k as u64;
-    }
+    files::copy_into(&src, len, &mut sink, buf, |_| ())?;
     sink.finish().map(drop)
 }
 

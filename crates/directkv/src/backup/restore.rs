@@ -201,6 +201,17 @@ pub(super) fn check_chain<S: Storage>(storage: &S, chain: &[&Path]) -> Result<Ve
                         prev.backup_id
                     ))
                 }
+                Some(_)
+                    if m.history_id.is_some()
+                        && prev.history_id.is_some()
+                        && m.history_id != prev.history_id =>
+                {
+                    Some(format!(
+                        "it was taken on history {:?} of the database, the backup before it \
+                         on {:?}",
+                        m.history_id, prev.history_id
+                    ))
+                }
                 Some(_) => None,
             }
         };
@@ -307,13 +318,7 @@ fn copy_listed<S: Storage>(
     let src = storage.open(&src_path, &files::read_options(DirectIo::Auto))?;
     let mut sink = Sink::create(storage, &to.join(name))?;
     let len = files::whole_blocks_len(&src)?;
-    let mut at = 0u64;
-    while at < len {
-        let n = (len - at).min(buf.len() as u64) as usize;
-        src.read_exact_at(buf.io_mut(0..n)?, at)?;
-        sink.append(buf, n)?;
-        at += n as u64;
-    }
+    files::copy_into(&src, len, &mut sink, buf, |_| ())?;
     let (len, crc) = sink.finish()?;
     if (len, crc) != (f.len, f.crc32c) {
         return Err(files::mismatch(src_path, (len, crc), f));
@@ -407,7 +412,10 @@ fn apply_entries<F: StorageFile>(
     let mut made = 1u64;
     while let Some(first) = next {
         window.clear();
-        while let Some(e) = next.filter(|e| e.page < first.page + per_chunk) {
+        // Page numbers are checked against the manifest's (below its page
+        // count) as they come; the first one before this sum.
+        let end = first.page.saturating_add(per_chunk);
+        while let Some(e) = next.filter(|e| window.is_empty() || e.page < end) {
             let want = numbers.next();
             if want != Some(e.page) {
                 let d = format!(
@@ -487,6 +495,7 @@ pub(super) fn combined_manifest<S: Storage>(
     m.incremental_pages = Vec::new();
     m.changed_pages_method = None;
     m.increment_format = increment::WHOLE_PAGES;
+    m.format = manifest::MANIFEST_FORMAT;
     m.pages_as_deltas = 0;
     m.files = Vec::new();
     let mut names = vec![CONTROL_NAME.to_string(), DATA_NAME.to_string()];

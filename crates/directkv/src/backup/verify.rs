@@ -39,8 +39,12 @@ pub struct VerifyReport {
     pub files: usize,
     /// Their bytes.
     pub bytes: u64,
-    /// Pages checked.
+    /// Pages checked (an incremental backup's deltas not counted: they
+    /// are checked when its chain is restored).
     pub pages: u64,
+    /// An incremental backup's pages held as deltas: each applies inside a
+    /// page, and the page it makes is checked when the chain is restored.
+    pub deltas: u64,
     /// Log records read from the start to the end of the log.
     pub log_records: u64,
     /// The structural check of the scratch copy, opened; `None` for an
@@ -75,6 +79,7 @@ pub fn verify_backup(dir: impl AsRef<Path>) -> Result<VerifyReport> {
         files: m.files.len(),
         bytes,
         pages,
+        deltas: m.pages_as_deltas,
         log_records,
         check,
     })
@@ -187,8 +192,9 @@ fn check_pages<S: Storage>(storage: &S, dir: &Path, m: &Manifest) -> Result<u64>
 }
 
 /// [`check_pages`] for an incremental backup of entries: page 0 and every
-/// whole page verify, every delta applies inside a page, and the entries
-/// are the pages the manifest lists. A delta's page is checked when the
+/// whole page verify, every delta applies inside a page, the entries are
+/// the pages the manifest lists, as many deltas as it says. Returns the
+/// pages checked, deltas not counted: a delta's page is checked when the
 /// chain is restored (its CRC32C is in its entry).
 fn check_entries<S: Storage>(storage: &S, dir: &Path, m: &Manifest) -> Result<u64> {
     let path = dir.join(INCREMENT_NAME);
@@ -206,7 +212,7 @@ fn check_entries<S: Storage>(storage: &S, dir: &Path, m: &Manifest) -> Result<u6
     let mut numbers = super::manifest::pages_of(&m.incremental_pages).filter(|&p| p != 0);
     let mut reader = increment::EntryReader::new(file, &path, m)?;
     let mut page = vec![0u8; pb];
-    let mut pages = 1u64;
+    let (mut pages, mut deltas) = (1u64, 0u64);
     while let Some(e) = reader.next_entry()? {
         let want = numbers.next();
         if want != Some(e.page) {
@@ -222,6 +228,8 @@ fn check_entries<S: Storage>(storage: &S, dir: &Path, m: &Manifest) -> Result<u6
             increment::Kind::Delta => {
                 increment::apply_delta(&reader.body, &mut page)
                     .map_err(|d| bad(e.offset, e.page, d))?;
+                deltas += 1;
+                continue;
             }
         }
         pages += 1;
@@ -232,6 +240,16 @@ fn check_entries<S: Storage>(storage: &S, dir: &Path, m: &Manifest) -> Result<u6
             p,
             "the manifest lists it, but no entry holds it".into(),
         ));
+    }
+    if deltas != m.pages_as_deltas {
+        return Err(Error::Corruption {
+            path,
+            offset: 0,
+            detail: format!(
+                "{deltas} deltas, but the manifest says {}",
+                m.pages_as_deltas
+            ),
+        });
     }
     Ok(pages)
 }

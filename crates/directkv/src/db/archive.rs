@@ -66,7 +66,10 @@ pub struct ArchiveStats {
 
 /// The archiver's state, in the engine.
 pub(super) struct Archive {
+    /// The archive's root (see [`crate::backup::archive_dir_of`]).
     dir: PathBuf,
+    /// The modes of the directories it makes.
+    permissions: Permissions,
     /// The first segment not yet archived.
     next: AtomicU64,
     /// One round at a time.
@@ -119,6 +122,7 @@ impl Archive {
         assert!(oldest <= current, "the archive starts within the log");
         Ok(Archive {
             dir: dir.to_path_buf(),
+            permissions,
             next: AtomicU64::new(oldest),
             round: Mutex::new(()),
             segments: AtomicU64::new(0),
@@ -201,7 +205,13 @@ impl<S: Storage> Inner<S> {
         let src_path = self.wal().dir().join(&name);
         self.check_segment_records(layout, n)?;
         let mut buf = AlignedBuf::new(CHUNK_BYTES, ALIGN_BYTES)?;
-        let dest = archive.dir.join(&name);
+        // Read each time: a copy opened from a backup starts a history of
+        // its own at its first checkpoint, and archives apart from then on.
+        let history = health::lock(&self.control)?.current().history;
+        let history = crate::backup::manifest::hex(&history);
+        let dir = crate::backup::archive_dir_of(&archive.dir, Some(&history));
+        files::create_dir_synced(&self.storage, &dir, archive.permissions)?;
+        let dest = dir.join(&name);
         if self.storage.exists(&dest) {
             let theirs = segment_identity(&self.storage, &dest, &mut buf)?;
             let ours = segment_identity(&self.storage, &src_path, &mut buf)?;
@@ -209,7 +219,7 @@ impl<S: Storage> Inner<S> {
                 // A copy made before a crash, perhaps renamed but not yet
                 // synced: made durable before it counts.
                 storage_sync_file(&self.storage, &dest)?;
-                self.storage.sync_dir(&archive.dir)?;
+                self.storage.sync_dir(&dir)?;
                 return Ok(0);
             }
             return Err(Error::Corruption {
@@ -222,7 +232,7 @@ impl<S: Storage> Inner<S> {
                 ),
             });
         }
-        let tmp = archive.dir.join(format!("{name}{TMP_SUFFIX}"));
+        let tmp = dir.join(format!("{name}{TMP_SUFFIX}"));
         if self.storage.exists(&tmp) {
             // A copy interrupted by a crash.
             self.storage.remove_file(&tmp)?;
@@ -231,18 +241,10 @@ impl<S: Storage> Inner<S> {
             .storage
             .open(&src_path, &files::read_options(DirectIo::Auto))?;
         let mut sink = Sink::create(&self.storage, &tmp)?;
-        let mut at = 0u64;
         let total = files::whole_blocks_len(&src)?;
-        while at < total {
-            let k = (total - at).min(buf.len() as u64) as usize;
-            {
-                let _permit = self.sched.admit(IoClass::Backup, k as u64);
-                src.read_exact_at(buf.io_mut(0..k)?, at)?;
-            }
-            let _permit = self.sched.admit(IoClass::Backup, k as u64);
-            sink.append(&buf, k)?;
-            at += k as u64;
-        }
+        files::copy_into(&src, total, &mut sink, &mut buf, |n| {
+            self.sched.admit(IoClass::Backup, n)
+        })?;
         let (written, sink_crc) = sink.finish()?;
         if written != total || total != layout.segment_bytes {
             return Err(Error::Corruption {
@@ -260,7 +262,7 @@ impl<S: Storage> Inner<S> {
             "the copy reads back as written"
         );
         self.storage.rename(&tmp, &dest)?;
-        self.storage.sync_dir(&archive.dir)?;
+        self.storage.sync_dir(&dir)?;
         Ok(written)
     }
 

@@ -207,8 +207,13 @@ impl<S: Storage> Inner<S> {
             page_count: meta.page_count,
             freelist_head: meta.freelist,
             // A database opened from a backup is one from its first
-            // checkpoint on.
+            // checkpoint on, on a history of its own: its log from here
+            // differs from the original's at the same LSNs.
             flags: c.flags & !crate::format::control::FLAG_BACKUP,
+            history: match c.flags & crate::format::control::FLAG_BACKUP {
+                0 => c.history,
+                _ => super::open::random_id(),
+            },
             ..c
         })
     }

@@ -569,6 +569,9 @@ fn create<S: Storage>(storage: &S, path: &Path, opts: &Options) -> Result<()> {
             page_count: 2,
             freelist_head: 0,
             flags: 0,
+            // The line it is created on; a copy opened from a backup
+            // starts another.
+            history: crate::format::control::HISTORY_ZERO,
         },
     )?;
     storage.rename(&tmp, &path.join(CONTROL_NAME))?;

@@ -18,6 +18,14 @@
 //! | 72 | 8  | free-list head page (0: none) |
 //! | 80 | 8  | flags |
 //! | 88 | 4  | CRC32C of bytes 0..88 |
+//! | 92 | 16 | history identity |
+//! | 108 | 4 | CRC32C of bytes 92..108 |
+//!
+//! The history identity names one line of the database's history: zero
+//! for the line it was created on, and a new random one each time a
+//! backup's copy is first opened as a database (from then on the copy's
+//! log and the original's differ at the same LSNs). Slots written by
+//! builds before it hold zeros at 92..112: the zero history.
 
 use std::path::Path;
 
@@ -35,8 +43,14 @@ pub const FORMAT_VERSION: u32 = 1;
 pub const FLAG_BACKUP: u64 = 1;
 /// Bytes per slot block.
 pub const SLOT_BYTES: usize = 4096;
-/// Bytes of a slot that carry data: the fields and their CRC.
-pub const SLOT_USED_BYTES: usize = 92;
+/// Bytes of a slot that carry data: the fields and their CRCs.
+pub const SLOT_USED_BYTES: usize = 112;
+/// The history a database is created on (and that of databases whose
+/// `CONTROL` was written by builds that recorded none).
+pub const HISTORY_ZERO: HistoryId = [0; 16];
+
+/// The identity of one line of a database's history (see the module docs).
+pub type HistoryId = [u8; 16];
 
 const _: () = assert!(SLOT_USED_BYTES <= SLOT_BYTES);
 
@@ -61,6 +75,8 @@ pub struct Control {
     pub freelist_head: u64,
     /// Feature flags.
     pub flags: u64,
+    /// The line of history this database is on.
+    pub history: HistoryId,
 }
 
 impl Control {
@@ -105,6 +121,9 @@ impl Control {
         }
         let crc = crc32c::crc32c(&out[..88]);
         le::put_u32(out, 88, crc);
+        out[92..108].copy_from_slice(&self.history);
+        let crc = crc32c::crc32c(&out[92..108]);
+        le::put_u32(out, 108, crc);
         assert_eq!(le::u64_at(out, 16), self.generation);
         assert!(out[SLOT_USED_BYTES..SLOT_BYTES].iter().all(|&b| b == 0));
         debug_assert!(
@@ -137,6 +156,12 @@ impl Control {
         }
         let mut db_id = [0u8; 16];
         db_id.copy_from_slice(&b[24..40]);
+        let mut history = HISTORY_ZERO;
+        history.copy_from_slice(&b[92..108]);
+        let unrecorded = b[92..112].iter().all(|&x| x == 0);
+        if !unrecorded && u32_at(108) != crc32c::crc32c(&b[92..108]) {
+            return Ok(None);
+        }
         Ok(Some(Control {
             page_bytes: u32_at(12),
             generation: u64_at(16),
@@ -147,6 +172,7 @@ impl Control {
             page_count: u64_at(64),
             freelist_head: u64_at(72),
             flags: u64_at(80),
+            history,
         }))
     }
 }

@@ -5,6 +5,7 @@
 
 pub mod control;
 pub mod data_head;
+pub mod diff;
 mod ids;
 pub mod le;
 pub mod page;

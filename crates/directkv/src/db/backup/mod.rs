@@ -173,7 +173,7 @@ impl<S: Storage> Inner<S> {
             pages_reread: c.counts.reread,
             pages_covered_by_log: from_log,
             pages_as_deltas: c.deltas,
-            delta_chain: chain.map(|c| c.len() as u64),
+            delta_chain_links: chain.map(|c| c.len() as u64),
             micros: began.elapsed().as_micros() as u64,
         })
     }
@@ -267,11 +267,16 @@ impl<S: Storage> Inner<S> {
         if !incremental {
             return Ok(PagesOut::Whole(sink));
         }
+        let chain_shares_device = match chain {
+            Some(c) => self.storage.stat(&c[0])?.dev == self.storage.stat(&self.dir)?.dev,
+            None => false,
+        };
         Ok(PagesOut::Entries {
             writer: EntryWriter::new(sink)?,
             chain: chain
-                .map(|c| ChainPages::open(&self.storage, c))
+                .map(|c| ChainPages::open(&self.storage, c).map(Box::new))
                 .transpose()?,
+            chain_shares_device,
             base: Vec::new(),
         })
     }
@@ -308,6 +313,7 @@ impl<S: Storage> Inner<S> {
             start_commit_time_us: Some(cp.commit_time_us),
             increment_format: crate::backup::increment::WHOLE_PAGES,
             pages_as_deltas: 0,
+            history_id: Some(manifest::hex(&self.history()?)),
         })
     }
 
@@ -323,12 +329,20 @@ impl<S: Storage> Inner<S> {
             .flags
             & FLAG_BACKUP
             == 0;
+        let history = manifest::hex(&self.history()?);
         let detail = if opened {
             Some("it was opened as a database since it was taken: it is no longer a backup".into())
         } else if m.db_id != ours {
             Some(format!(
                 "it is a backup of database {}, not of this one ({ours})",
                 m.db_id
+            ))
+        } else if m.history_id.as_ref().is_some_and(|h| *h != history) {
+            Some(format!(
+                "it was taken on history {} of this database, and the database is on history \
+                 {history} (a copy restored from a backup starts a history of its own): pages \
+                 changed on the other line would be missed; take a full backup",
+                m.history_id.as_deref().unwrap_or_default()
             ))
         } else if m.end() > durable {
             Some(format!(
@@ -426,6 +440,11 @@ impl<S: Storage> Inner<S> {
             flags: c.flags | FLAG_BACKUP,
             ..c
         })
+    }
+
+    /// The line of history the database is on.
+    fn history(&self) -> Result<crate::format::control::HistoryId> {
+        Ok(health::lock(&self.control)?.current().history)
     }
 
     fn pool_db_id(&self) -> Result<crate::format::DbId> {
@@ -532,6 +551,7 @@ fn note_increment(m: &mut Manifest, parent: &Manifest, c: &Copied, from_summarie
     m.parent_start_lsn = Some(parent.start_lsn);
     m.incremental_pages = manifest::runs(std::iter::once(0).chain(c.counts.copied.iter().copied()));
     m.increment_format = crate::backup::increment::ENTRIES;
+    m.format = manifest::MANIFEST_FORMAT_ENTRIES;
     m.pages_as_deltas = c.deltas;
     let method = match from_summaries {
         true => manifest::WAL_SUMMARY,

@@ -76,7 +76,10 @@ pub(super) enum PagesOut<S: Storage> {
     /// where it was found, else whole pages.
     Entries {
         writer: EntryWriter<S>,
-        chain: Option<ChainPages<S>>,
+        chain: Option<Box<ChainPages<S>>>,
+        /// The chain lies on the database's device: its reads take the
+        /// scheduler's Backup class.
+        chain_shares_device: bool,
         /// The chain's page, read for the delta.
         base: Vec<u8>,
     },
@@ -96,6 +99,7 @@ impl<S: Storage> PagesOut<S> {
                 writer,
                 chain,
                 base,
+                ..
             } => {
                 assert_eq!(nos.len(), kept, "every kept page is numbered");
                 base.resize(pb, 0);
@@ -113,9 +117,25 @@ impl<S: Storage> PagesOut<S> {
         }
     }
 
-    /// Whether writing a page also reads the chain's.
-    fn reads_chain(&self) -> bool {
-        matches!(self, PagesOut::Entries { chain: Some(_), .. })
+    /// Whether writing a page also reads the chain's, on the database's
+    /// device.
+    fn reads_chain_here(&self) -> bool {
+        matches!(
+            self,
+            PagesOut::Entries {
+                chain: Some(_),
+                chain_shares_device: true,
+                ..
+            }
+        )
+    }
+
+    /// Bytes read from the chain so far.
+    fn chain_bytes(&self) -> u64 {
+        match self {
+            PagesOut::Entries { chain: Some(c), .. } => c.bytes_read,
+            _ => 0,
+        }
     }
 
     /// The file, every page written (page 0 still to write), and the pages
@@ -276,16 +296,22 @@ impl<S: Storage> Inner<S> {
         let listed = run.counts.copied.len();
         let kept = self.keep_changed(buf, no, k, run.since, run.cp.redo, &mut run.counts)?;
         let mut written = 0;
+        let chain_before = run.out.chain_bytes();
         if kept > 0 {
-            let reads = if run.out.reads_chain() { 2 } else { 1 };
-            let _permit = self.write_permit(&run.pace, reads * kept * pb);
+            // One permit for the writes and the chain's reads (at most a
+            // page each per page kept) that share the database's device.
+            let here =
+                usize::from(run.pace.dest_shares_device) + usize::from(run.out.reads_chain_here());
+            let _permit =
+                (here > 0).then(|| self.sched.admit(IoClass::Backup, (here * kept * pb) as u64));
             let nos = &run.counts.copied[listed..];
             written = run.out.put(buf, kept, nos, pb)?;
         }
         let c = &self.counters;
         c.backup_pages_done.fetch_add(k, Ordering::Relaxed);
         c.backup_bytes.fetch_add(written as u64, Ordering::Relaxed);
-        run.pace.moved(k as usize * pb);
+        let chain_read = run.out.chain_bytes() - chain_before;
+        run.pace.moved(k as usize * pb + chain_read as usize);
         Ok(())
     }
 
