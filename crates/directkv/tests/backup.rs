@@ -706,3 +706,43 @@ fn a_restored_copy_starts_its_own_history() {
     let db = Database::open(&again, options()).expect("open");
     assert!(contents(&db) == state, "the copy's state");
 }
+
+/// A `CONTROL` that a build recording no history wrote after one that did
+/// (the flag kept, the id zeroed) has lost its line: the next open starts
+/// a new one, and no backup of the line it may have been on is taken as an
+/// increment's parent.
+#[test]
+fn a_lost_history_starts_a_new_line_at_open() {
+    use std::os::unix::fs::FileExt;
+    let dir = scratch();
+    let path = dir.path().join("db");
+    let db = Database::open(&path, options()).expect("open");
+    churn(&db, 1, 50);
+    let b0 = dir.path().join("b0");
+    db.backup(&b0, &fast()).expect("full");
+    db.close().expect("close");
+    let control = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path.join("CONTROL"))
+        .expect("CONTROL");
+    for slot in [0u64, 4096] {
+        control
+            .write_all_at(&[0u8; 20], slot + 92)
+            .expect("zero the history");
+    }
+    control.sync_all().expect("sync");
+    let db = Database::open(&path, options()).expect("reopen");
+    let b1 = dir.path().join("b1");
+    let err = db
+        .backup(&b1, &increment_of(&b0))
+        .expect_err("the line is not known to be b0's");
+    assert!(err.to_string().contains("history"), "{err}");
+    let b2 = dir.path().join("b2");
+    db.backup(&b2, &fast()).expect("full");
+    let h = manifest(&b2)["history_id"]
+        .as_str()
+        .expect("history")
+        .to_string();
+    assert_ne!(h, "0".repeat(32), "a new line");
+}

@@ -345,8 +345,9 @@ fn control_file_falls_back_to_the_older_slot() {
         root_page: 1,
         page_count: 2,
         freelist_head: 0,
-        flags: 0,
+        flags: directkv::internals::format::control::FLAG_HISTORY,
         history: [7; 16],
+        history_lost: false,
     };
     let mut cf = ControlFile::create(&OsStorage::default(), &path, base).expect("create");
     cf.write(Control {

@@ -292,6 +292,11 @@ impl<F: StorageFile> EntryReader<F> {
         })
     }
 
+    /// Bytes read from the file so far.
+    pub fn bytes_read(&self) -> u64 {
+        self.at - self.page_bytes as u64
+    }
+
     /// The file offset of the next unread byte.
     fn offset(&self) -> u64 {
         self.at - (self.window.len() - self.pos) as u64
@@ -520,7 +525,7 @@ pub struct ChainPages<S: Storage> {
     /// The last page asked for.
     last: Option<u64>,
     /// Bytes read from the full backup's data file.
-    pub bytes_read: u64,
+    full_bytes_read: u64,
 }
 
 /// Pages the first read-ahead of the full backup takes after a jump; each
@@ -561,7 +566,7 @@ impl<S: Storage> ChainPages<S> {
             ahead_buf: AlignedBuf::new(CHUNK_BYTES, ALIGN_BYTES)?,
             increments,
             last: None,
-            bytes_read: 0,
+            full_bytes_read: 0,
         })
     }
 
@@ -602,6 +607,12 @@ impl<S: Storage> ChainPages<S> {
         Ok(held && crate::format::page::verify(out, no, &self.db_id).is_ok())
     }
 
+    /// Bytes read from the chain's files so far.
+    pub fn bytes_read(&self) -> u64 {
+        let increments: u64 = self.increments.iter().map(|(r, _)| r.bytes_read()).sum();
+        self.full_bytes_read + increments
+    }
+
     /// The full backup's page `no` into `out`, through the read-ahead.
     fn read_full(&mut self, no: u64, out: &mut [u8]) -> Result<()> {
         let pb = self.page_bytes;
@@ -617,7 +628,7 @@ impl<S: Storage> ChainPages<S> {
             let n = k as usize * pb;
             self.full
                 .read_exact_at(self.ahead_buf.io_mut(0..n)?, no * pb as u64)?;
-            self.bytes_read += n as u64;
+            self.full_bytes_read += n as u64;
             self.ahead = (no, k);
         }
         let at = (no - self.ahead.0) as usize * pb;

@@ -127,6 +127,13 @@ impl Manifest {
         Lsn::new(self.end_lsn)
     }
 
+    /// The line of history the backup was taken on; a backup of a build
+    /// that recorded none was taken from a `CONTROL` that held none, which
+    /// reads as the line the database was created on.
+    pub fn history(&self) -> String {
+        self.history_id.clone().unwrap_or_else(|| "0".repeat(32))
+    }
+
     /// The database identity the manifest names, as bytes.
     pub fn db_id_bytes(&self) -> Option<crate::format::DbId> {
         let mut id = [0u8; 16];

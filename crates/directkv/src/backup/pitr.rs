@@ -99,7 +99,15 @@ pub(super) fn roll_forward<S: Storage>(
     }
     let wal = dir.join(WAL_DIR_NAME);
     // The segments of the line of history the backup was taken on.
-    let archive = &super::archive_dir_of(archive, last.history_id.as_deref());
+    let line = super::archive_dir_of(archive, last.history_id.as_deref());
+    if storage.exists(archive) && !storage.exists(&line) {
+        return Err(Error::InvalidArgument(format!(
+            "log archive {} holds no segment of history {}, the line the backup was taken on",
+            archive.display(),
+            last.history()
+        )));
+    }
+    let archive = &line;
     let taken = take_archived(storage, &wal, archive, layout, end)?;
     let sources = |p: &Path| source_of(p, &wal, archive, &taken.segments);
     let (cut, found) =

@@ -201,17 +201,11 @@ pub(super) fn check_chain<S: Storage>(storage: &S, chain: &[&Path]) -> Result<Ve
                         prev.backup_id
                     ))
                 }
-                Some(_)
-                    if m.history_id.is_some()
-                        && prev.history_id.is_some()
-                        && m.history_id != prev.history_id =>
-                {
-                    Some(format!(
-                        "it was taken on history {:?} of the database, the backup before it \
-                         on {:?}",
-                        m.history_id, prev.history_id
-                    ))
-                }
+                Some(_) if m.history() != prev.history() => Some(format!(
+                    "it was taken on history {} of the database, the backup before it on {}",
+                    m.history(),
+                    prev.history()
+                )),
                 Some(_) => None,
             }
         };

@@ -205,12 +205,7 @@ impl<S: Storage> Inner<S> {
         let src_path = self.wal().dir().join(&name);
         self.check_segment_records(layout, n)?;
         let mut buf = AlignedBuf::new(CHUNK_BYTES, ALIGN_BYTES)?;
-        // Read each time: a copy opened from a backup starts a history of
-        // its own at its first checkpoint, and archives apart from then on.
-        let history = health::lock(&self.control)?.current().history;
-        let history = crate::backup::manifest::hex(&history);
-        let dir = crate::backup::archive_dir_of(&archive.dir, Some(&history));
-        files::create_dir_synced(&self.storage, &dir, archive.permissions)?;
+        let dir = self.line_dir(archive)?;
         let dest = dir.join(&name);
         if self.storage.exists(&dest) {
             let theirs = segment_identity(&self.storage, &dest, &mut buf)?;
@@ -264,6 +259,24 @@ impl<S: Storage> Inner<S> {
         self.storage.rename(&tmp, &dest)?;
         self.storage.sync_dir(&dir)?;
         Ok(written)
+    }
+
+    /// The directory of the archive that takes the segments of the line of
+    /// history the database is on, made (and its entry synced) if missing.
+    fn line_dir(&self, archive: &Archive) -> Result<PathBuf> {
+        // Read each time: a copy opened from a backup starts a history of
+        // its own at its first checkpoint, and archives apart from then on.
+        let history = health::lock(&self.control)?.current().history;
+        let history = crate::backup::manifest::hex(&history);
+        let dir = crate::backup::archive_dir_of(&archive.dir, Some(&history));
+        files::create_dir_synced(&self.storage, &dir, archive.permissions)?;
+        if dir != archive.dir {
+            // The line's directory may have been made just before a crash
+            // that lost the root's sync: its entry is durable before a
+            // segment in it lets the log recycle one.
+            self.storage.sync_dir(&archive.dir)?;
+        }
+        Ok(dir)
     }
 
     /// Reads segment `n`'s records up to where segment `n + 1` begins,

@@ -26,7 +26,7 @@ use super::engine::Inner;
 use super::records;
 use crate::buffer::WriteCause;
 use crate::error::{Error, Result};
-use crate::format::control::Control;
+use crate::format::control::{Control, FLAG_BACKUP, FLAG_HISTORY};
 use crate::format::data_head;
 use crate::health;
 use crate::io::Storage;
@@ -208,12 +208,14 @@ impl<S: Storage> Inner<S> {
             freelist_head: meta.freelist,
             // A database opened from a backup is one from its first
             // checkpoint on, on a history of its own: its log from here
-            // differs from the original's at the same LSNs.
-            flags: c.flags & !crate::format::control::FLAG_BACKUP,
-            history: match c.flags & crate::format::control::FLAG_BACKUP {
-                0 => c.history,
-                _ => super::open::random_id(),
+            // differs from the original's at the same LSNs. So is one
+            // whose line was lost (see `Control::history_lost`).
+            flags: (c.flags & !FLAG_BACKUP) | FLAG_HISTORY,
+            history: match c.flags & FLAG_BACKUP != 0 || c.history_lost {
+                false => c.history,
+                true => super::open::random_id(),
             },
+            history_lost: false,
             ..c
         })
     }

@@ -205,8 +205,10 @@ fn claim<S: Storage>(storage: &S, path: &Path, opts: &Options) -> Result<(S, S::
 /// dirty page, and the next crash replays nothing of this one).
 /// Its time goes in the recovery stats.
 fn checkpoint_if_due<S: Storage>(inner: &mut Inner<S>, c: &Control) -> Result<()> {
-    let backup = c.flags & crate::format::control::FLAG_BACKUP != 0;
-    if c.checkpoint_lsn != Lsn::ZERO && inner.recovery.transactions == 0 && !backup {
+    // A copy of a backup, or a database whose line of history was lost,
+    // starts a line of its own at this checkpoint.
+    let new_line = c.flags & crate::format::control::FLAG_BACKUP != 0 || c.history_lost;
+    if c.checkpoint_lsn != Lsn::ZERO && inner.recovery.transactions == 0 && !new_line {
         return Ok(());
     }
     let t = std::time::Instant::now();
@@ -568,10 +570,11 @@ fn create<S: Storage>(storage: &S, path: &Path, opts: &Options) -> Result<()> {
             root_page: 1,
             page_count: 2,
             freelist_head: 0,
-            flags: 0,
+            flags: crate::format::control::FLAG_HISTORY,
             // The line it is created on; a copy opened from a backup
             // starts another.
             history: crate::format::control::HISTORY_ZERO,
+            history_lost: false,
         },
     )?;
     storage.rename(&tmp, &path.join(CONTROL_NAME))?;

@@ -25,7 +25,10 @@
 //! for the line it was created on, and a new random one each time a
 //! backup's copy is first opened as a database (from then on the copy's
 //! log and the original's differ at the same LSNs). Slots written by
-//! builds before it hold zeros at 92..112: the zero history.
+//! builds before it hold zeros at 92..112: the zero history, unless the
+//! slot carries [`FLAG_HISTORY`] (a build that records histories wrote it
+//! before): then the line is lost, and the next checkpoint starts a new
+//! one.
 
 use std::path::Path;
 
@@ -41,6 +44,10 @@ pub const FORMAT_VERSION: u32 = 1;
 /// the backup's completion marker beside it (cleared by its first
 /// checkpoint).
 pub const FLAG_BACKUP: u64 = 1;
+/// Flag: bytes 92..112 hold the history identity. Builds that record none
+/// keep the flag (they keep flags they do not know) but write zeros there:
+/// a slot with the flag and zeros has lost its line of history.
+pub const FLAG_HISTORY: u64 = 2;
 /// Bytes per slot block.
 pub const SLOT_BYTES: usize = 4096;
 /// Bytes of a slot that carry data: the fields and their CRCs.
@@ -77,6 +84,10 @@ pub struct Control {
     pub flags: u64,
     /// The line of history this database is on.
     pub history: HistoryId,
+    /// The slot has [`FLAG_HISTORY`] but no history identity: a build that
+    /// records none wrote it after one that did (or a write tore between
+    /// the two). The line is unknown; the next checkpoint starts a new one.
+    pub history_lost: bool,
 }
 
 impl Control {
@@ -99,6 +110,10 @@ impl Control {
         assert!(
             self.freelist_head < self.page_count,
             "free-list head past the end"
+        );
+        assert!(
+            self.flags & FLAG_HISTORY != 0 && !self.history_lost,
+            "a slot is written with its history"
         );
         out[..SLOT_BYTES].fill(0);
         out[0..8].copy_from_slice(&CONTROL_MAGIC);
@@ -162,6 +177,7 @@ impl Control {
         if !unrecorded && u32_at(108) != crc32c::crc32c(&b[92..108]) {
             return Ok(None);
         }
+        let history_lost = unrecorded && u64_at(80) & FLAG_HISTORY != 0;
         Ok(Some(Control {
             page_bytes: u32_at(12),
             generation: u64_at(16),
@@ -173,6 +189,68 @@ impl Control {
             freelist_head: u64_at(72),
             flags: u64_at(80),
             history,
+            history_lost,
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Control {
+        Control {
+            page_bytes: 8192,
+            generation: 3,
+            db_id: [9; 16],
+            checkpoint_lsn: Lsn::new(200),
+            redo_lsn: Lsn::new(100),
+            root_page: 1,
+            page_count: 5,
+            freelist_head: 0,
+            flags: FLAG_HISTORY,
+            history: [4; 16],
+            history_lost: false,
+        }
+    }
+
+    /// The history round-trips; a slot of a build that records none reads
+    /// as the first line, and one such a build wrote over a newer one's (the
+    /// flag kept, the id zeroed) reads as a lost line; damaged history bytes
+    /// make the slot invalid.
+    #[test]
+    fn histories_read_back_and_lost_ones_are_told_apart() {
+        let path = Path::new("CONTROL");
+        let mut slot = vec![0u8; SLOT_BYTES];
+        sample().encode(&mut slot);
+        let back = Control::decode(&slot, path)
+            .expect("version")
+            .expect("valid");
+        assert_eq!(back, sample());
+        // The first line, recorded: zeros with their CRC.
+        let first = Control {
+            history: HISTORY_ZERO,
+            ..sample()
+        };
+        first.encode(&mut slot);
+        assert!(slot[108..112].iter().any(|&b| b != 0), "a CRC of zeros");
+        assert_eq!(Control::decode(&slot, path).expect("ok"), Some(first));
+        // An older build's slot: no flag, zeros.
+        let mut old = slot.clone();
+        old[92..112].fill(0);
+        le::put_u64(&mut old, 80, 0);
+        let crc = crc32c::crc32c(&old[..88]);
+        le::put_u32(&mut old, 88, crc);
+        let got = Control::decode(&old, path).expect("ok").expect("valid");
+        assert_eq!((got.history, got.history_lost), (HISTORY_ZERO, false));
+        // An older build wrote it after a newer one: the flag, no id.
+        let mut lost = slot.clone();
+        lost[92..112].fill(0);
+        let got = Control::decode(&lost, path).expect("ok").expect("valid");
+        assert!(got.history_lost, "{got:?}");
+        // Damage in the history bytes.
+        let mut damaged = slot.clone();
+        damaged[95] ^= 1;
+        assert_eq!(Control::decode(&damaged, path).expect("ok"), None);
     }
 }

@@ -268,7 +268,10 @@ impl<S: Storage> Inner<S> {
             return Ok(PagesOut::Whole(sink));
         }
         let chain_shares_device = match chain {
-            Some(c) => self.storage.stat(&c[0])?.dev == self.storage.stat(&self.dir)?.dev,
+            Some(c) => {
+                let (theirs, ours) = (self.storage.stat(&c[0]), self.storage.stat(&self.dir));
+                matches!((theirs, ours), (Ok(t), Ok(o)) if t.dev == o.dev)
+            }
             None => false,
         };
         Ok(PagesOut::Entries {
@@ -337,12 +340,12 @@ impl<S: Storage> Inner<S> {
                 "it is a backup of database {}, not of this one ({ours})",
                 m.db_id
             ))
-        } else if m.history_id.as_ref().is_some_and(|h| *h != history) {
+        } else if m.history() != history {
             Some(format!(
                 "it was taken on history {} of this database, and the database is on history \
                  {history} (a copy restored from a backup starts a history of its own): pages \
                  changed on the other line would be missed; take a full backup",
-                m.history_id.as_deref().unwrap_or_default()
+                m.history()
             ))
         } else if m.end() > durable {
             Some(format!(

@@ -133,7 +133,7 @@ impl<S: Storage> PagesOut<S> {
     /// Bytes read from the chain so far.
     fn chain_bytes(&self) -> u64 {
         match self {
-            PagesOut::Entries { chain: Some(c), .. } => c.bytes_read,
+            PagesOut::Entries { chain: Some(c), .. } => c.bytes_read(),
             _ => 0,
         }
     }
