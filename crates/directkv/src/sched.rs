@@ -50,6 +50,12 @@ const CLASSES: usize = 5;
 /// The foreground counts as busy this long after its last request was
 /// admitted (a committer between two syncs is still busy).
 pub const BUSY_WINDOW: Duration = Duration::from_millis(20);
+/// A Backup request's bytes on an idle device
+/// ([`Scheduler::backup_request_bytes`]).
+pub const BACKUP_IDLE_BYTES: u64 = 1 << 20;
+/// A Backup request's bytes while the foreground is busy.
+pub const BACKUP_BUSY_BYTES: u64 = 256 << 10;
+const _: () = assert!(BACKUP_BUSY_BYTES <= BACKUP_IDLE_BYTES && BACKUP_BUSY_BYTES % 4096 == 0);
 
 /// Whether the scheduler applies its policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
@@ -205,6 +211,20 @@ impl Scheduler {
         match class {
             IoClass::Background => (base as f64 * (1.0 + 3.0 * self.pressure())) as u64,
             _ => base.saturating_mul(4),
+        }
+    }
+
+    /// The most bytes a Backup request should move now: [`BACKUP_IDLE_BYTES`]
+    /// on an idle device, where large requests run at the disk's sequential
+    /// speed; [`BACKUP_BUSY_BYTES`] while the foreground is busy, so a
+    /// foreground request that arrives behind one waits for less (the
+    /// share of device time the class gets is the same either way).
+    pub fn backup_request_bytes(&self) -> u64 {
+        let busy = self.opts.mode == SchedMode::Classes
+            && Self::foreground_busy(&self.lock(), Instant::now());
+        match busy {
+            true => BACKUP_BUSY_BYTES,
+            false => BACKUP_IDLE_BYTES,
         }
     }
 

@@ -216,9 +216,11 @@ impl<S: Storage> Inner<S> {
     }
 
     /// The reader of [`copy_pages`](Self::copy_pages): reads pages 1 to
-    /// `pages` in chunks of `per_chunk` into the buffers `free` gives and
-    /// sends them, in order, to `fill`; stops after an error, or when the
-    /// other side hangs up.
+    /// `pages` in chunks of at most `per_chunk` (the scheduler's
+    /// [`backup_request_bytes`](crate::sched::Scheduler::backup_request_bytes):
+    /// smaller while the foreground is busy) into the buffers `free` gives
+    /// and sends them, in order, to `fill`; stops after an error, or when
+    /// the other side hangs up.
     fn read_chunks(
         &self,
         pages: u64,
@@ -230,7 +232,8 @@ impl<S: Storage> Inner<S> {
         let mut no = 1u64;
         while no < pages {
             let Ok(mut b) = free.recv() else { return };
-            let k = per_chunk.min(pages - no);
+            let request = (self.sched.backup_request_bytes() / pb as u64).max(1);
+            let k = per_chunk.min(request).min(pages - no);
             let bytes = k as usize * pb;
             let read = {
                 let _permit = self.sched.admit(IoClass::Backup, bytes as u64);
@@ -268,7 +271,8 @@ impl<S: Storage> Inner<S> {
         for [first, count] in manifest::runs(wanted) {
             let mut done = 0;
             while done < count {
-                let (no, k) = (first + done, per_chunk.min(count - done));
+                let request = (self.sched.backup_request_bytes() / pb as u64).max(1);
+                let (no, k) = (first + done, per_chunk.min(request).min(count - done));
                 let bytes = k as usize * pb;
                 {
                     let _permit = self.sched.admit(IoClass::Backup, bytes as u64);
