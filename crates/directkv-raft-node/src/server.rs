@@ -12,7 +12,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use axum::extract::{DefaultBodyLimit, State};
@@ -59,6 +59,54 @@ struct Node {
     reader: KvReader,
     /// Commands for the proposer, each with where its answer goes.
     proposals: mpsc::Sender<Pending>,
+    /// Holds elections off while a snapshot streams in.
+    snapshot_hold: SnapshotHold,
+}
+
+/// Holds off this node's elections while a snapshot streams in from the
+/// leader. openraft takes word from the leader only with a snapshot's last
+/// chunk, so a transfer longer than the election timeout would make the
+/// receiver stand for election half way: the leader steps down, the next
+/// one starts the transfer again, and the receiver times out again, for
+/// ever. Elections are held from a chunk until the last one, a refused one,
+/// or a silence of the longest election timeout (the sender is gone).
+struct SnapshotHold {
+    /// When the last chunk came while held; `None`: elections allowed.
+    last: std::sync::Mutex<Option<Instant>>,
+    /// The silence after which elections are allowed again.
+    quiet: Duration,
+}
+
+impl SnapshotHold {
+    fn last(&self) -> std::sync::MutexGuard<'_, Option<Instant>> {
+        // The guarded value is a time: nothing half-written to fear.
+        match self.last.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    fn hold(&self, raft: &Raft) {
+        *self.last() = Some(Instant::now());
+        raft.runtime_config().elect(false);
+    }
+
+    fn release(&self, raft: &Raft) {
+        *self.last() = None;
+        raft.runtime_config().elect(true);
+    }
+
+    /// Allows elections again once no chunk has come for `quiet`.
+    async fn watch(node: Arc<Node>) {
+        let hold = &node.snapshot_hold;
+        loop {
+            tokio::time::sleep(hold.quiet / 4).await;
+            let silent = hold.last().is_some_and(|t| t.elapsed() >= hold.quiet);
+            if silent {
+                hold.release(&node.raft);
+            }
+        }
+    }
 }
 
 /// A command waiting to be proposed and the client waiting for it.
@@ -181,7 +229,12 @@ pub async fn serve(opts: NodeOptions) -> anyhow::Result<()> {
         raft,
         reader,
         proposals,
+        snapshot_hold: SnapshotHold {
+            last: std::sync::Mutex::new(None),
+            quiet: Duration::from_millis(2 * election_ms),
+        },
     });
+    tokio::spawn(SnapshotHold::watch(node.clone()));
     let app = Router::new()
         .route("/raft/append", post(append))
         .route("/raft/vote", post(vote))
@@ -245,7 +298,16 @@ async fn snapshot(
     State(n): App,
     Json(rpc): Json<InstallSnapshotRequest<TypeConfig>>,
 ) -> Json<Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>> {
-    Json(n.raft.install_snapshot(rpc).await)
+    let (vote, done) = (rpc.vote, rpc.done);
+    n.snapshot_hold.hold(&n.raft);
+    let r = n.raft.install_snapshot(rpc).await;
+    // After the last chunk (whose install took word from the leader), or a
+    // chunk refused (a stale leader's, or a failure), elections may run.
+    let refused = !matches!(&r, Ok(resp) if resp.vote <= vote);
+    if done || refused {
+        n.snapshot_hold.release(&n.raft);
+    }
+    Json(r)
 }
 
 fn not_leader<T>(f: &ForwardToLeader<NodeId, BasicNode>) -> Reply<T> {
