@@ -498,6 +498,7 @@ fn a_restored_database_archives_its_own_history_beside_the_first() {
         std::fs::read_dir(&archive).expect("archive").count() == first_line + 1,
         "the first line's segments untouched"
     );
+    directkv::verify_backup(&backup2).expect("the new line's backup verifies");
     let (lsn, state) = &recorded[25];
     let got = restored(root, &backup2, &archive, RestoreTarget::Lsn(*lsn), 300);
     assert!(got == *state, "the new line's state at a recorded commit");

@@ -745,4 +745,6 @@ fn a_lost_history_starts_a_new_line_at_open() {
         .expect("history")
         .to_string();
     assert_ne!(h, "0".repeat(32), "a new line");
+    drop(db);
+    verify_backup(&b2).expect("the backup verifies");
 }
