@@ -158,6 +158,26 @@ fn print_io(s: &Value) {
         n("full_page_images"),
         n("full_page_image_bytes")
     );
+    // Every request of the database's files passes the scheduler.
+    let sched = &s["io_scheduler"];
+    let by_class = |k: &str| -> Vec<u64> {
+        sched[k]
+            .as_array()
+            .map(|a| a.iter().map(|v| v.as_u64().unwrap_or(0)).collect())
+            .unwrap_or_default()
+    };
+    let (requests, permits) = (by_class("requests"), by_class("admitted"));
+    let classes = ["wal", "read", "urgent", "background", "backup"];
+    let each: Vec<String> = classes
+        .iter()
+        .zip(requests.iter().zip(&permits))
+        .map(|(c, (r, p))| format!("{c} {r} ({p} permits)"))
+        .collect();
+    println!(
+        "scheduler  requests by class: {}; {} background waits",
+        each.join(", "),
+        sched["background_waits"].as_u64().unwrap_or(0)
+    );
 }
 
 /// Foreground waits by cause, with their stall histograms.

@@ -70,6 +70,11 @@ fn an_open_database_publishes_its_stats() {
         "{text}"
     );
     assert!(text.contains("WAL sync"), "{text}");
+    // Every request passed the scheduler: 50 commits made at least 50 WAL
+    // requests (a write and a sync each), and the text shows them.
+    let wal_requests = doc["stats"]["io_scheduler"]["requests"][0].as_u64();
+    assert!(wal_requests >= Some(50), "{wal_requests:?}");
+    assert!(text.contains("requests by class: wal "), "{text}");
     // An orderly close withdraws them.
     drop(db);
     let out = stats(dir.path(), false);

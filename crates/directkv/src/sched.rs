@@ -29,6 +29,10 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+mod file;
+
+pub use file::{Admitted, ScheduledFile};
+
 /// What a disk request is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum IoClass {
@@ -107,6 +111,10 @@ pub struct SchedStats {
     pub admitted: [u64; CLASSES],
     /// Bytes admitted, by class.
     pub bytes: [u64; CLASSES],
+    /// Calls made to files under the permits (reads, writes, syncs,
+    /// allocations; each request of a batch), by class: one permit may
+    /// cover several, as a flush's writes and its sync.
+    pub requests: [u64; CLASSES],
     /// Background and Backup requests that waited for foreground requests,
     /// the caps or the rate (a background wait, never a foreground stall).
     pub background_waits: u64,
@@ -136,6 +144,7 @@ pub struct Scheduler {
     pressure_milli: AtomicU64,
     admitted: [AtomicU64; CLASSES],
     bytes: [AtomicU64; CLASSES],
+    requests: [AtomicU64; CLASSES],
     background_waits: AtomicU64,
 }
 
@@ -163,8 +172,20 @@ impl Scheduler {
             pressure_milli: AtomicU64::new(0),
             admitted: Default::default(),
             bytes: Default::default(),
+            requests: Default::default(),
             background_waits: AtomicU64::new(0),
         }
+    }
+
+    /// A scheduler that admits every request at once, in arrival order
+    /// ([`SchedMode::Fifo`]), for files no database schedules (tools that
+    /// read a log or a backup offline, tests of one layer): their requests
+    /// still pass a scheduler and are counted.
+    pub fn fifo() -> std::sync::Arc<Scheduler> {
+        std::sync::Arc::new(Scheduler::new(SchedOptions {
+            mode: SchedMode::Fifo,
+            ..SchedOptions::default()
+        }))
     }
 
     /// The options in effect.
@@ -394,6 +415,7 @@ impl Scheduler {
         SchedStats {
             admitted: std::array::from_fn(|i| self.admitted[i].load(Ordering::Relaxed)),
             bytes: std::array::from_fn(|i| self.bytes[i].load(Ordering::Relaxed)),
+            requests: std::array::from_fn(|i| self.requests[i].load(Ordering::Relaxed)),
             background_waits: self.background_waits.load(Ordering::Relaxed),
             pressure_milli: self.pressure_milli.load(Ordering::Relaxed),
         }

@@ -15,7 +15,7 @@ use directkv::internals::db::ControlFile;
 use directkv::internals::format::control::Control;
 use directkv::internals::format::page::{self, PageType, PAGE_HEADER_BYTES};
 use directkv::internals::io::{DirectFile, DirectIo, FileOptions, OsStorage, SyncMethod};
-use directkv::internals::sched::{IoClass, Scheduler};
+use directkv::internals::sched::{IoClass, ScheduledFile, Scheduler};
 use directkv::{Error, Lsn};
 
 const DB: [u8; 16] = *b"buffer-pool-test";
@@ -51,6 +51,10 @@ fn reopened_log() -> Arc<FakeLog> {
 type Pool = BufferPool<OsStorage, FakeLog>;
 
 fn pool(dir: &Path, frames: usize, log: Arc<FakeLog>) -> Pool {
+    pool_scheduled(dir, frames, log, Scheduler::fifo())
+}
+
+fn pool_scheduled(dir: &Path, frames: usize, log: Arc<FakeLog>, sched: Arc<Scheduler>) -> Pool {
     let file = DirectFile::open(
         dir.join("data"),
         &FileOptions {
@@ -61,6 +65,7 @@ fn pool(dir: &Path, frames: usize, log: Arc<FakeLog>) -> Pool {
         },
     )
     .expect("data file");
+    let file = ScheduledFile::new(file, sched);
     BufferPool::new(file, PAGE, frames * PAGE as usize, DB, log).expect("pool")
 }
 
@@ -109,8 +114,8 @@ fn pages_survive_eviction_and_reopen_and_obey_the_wal_rule() {
 
 /// A pool of 1100 frames holding pages 0..1000, written back, and then ten
 /// pages (0, 100, … 900) changed at LSNs 5000 + page number.
-fn pool_with_ten_dirty(dir: &Path) -> Pool {
-    let p = pool(dir, 1100, Arc::new(FakeLog::default()));
+fn pool_with_ten_dirty(dir: &Path, sched: Arc<Scheduler>) -> Pool {
+    let p = pool_scheduled(dir, 1100, Arc::new(FakeLog::default()), sched);
     for no in 0..1000u64 {
         put_pattern(&p, no, no, 1 + no);
     }
@@ -127,7 +132,7 @@ fn pool_with_ten_dirty(dir: &Path) -> Pool {
 #[test]
 fn flushing_visits_only_dirty_pages() {
     let dir = scratch();
-    let p = pool_with_ten_dirty(dir.path());
+    let p = pool_with_ten_dirty(dir.path(), Scheduler::fifo());
     let before = p.stats();
     assert_eq!(p.stats().dirty_pages, 10);
     assert_eq!(p.oldest_dirty_lsn(), Some(Lsn::new(5000)));
@@ -144,13 +149,21 @@ fn flushing_visits_only_dirty_pages() {
 #[test]
 fn a_checkpoint_writes_only_pages_dirtied_before_it_and_the_cleaner_only_cold_ones() {
     let dir = scratch();
-    let p = pool_with_ten_dirty(dir.path());
+    // Every request goes through the scheduler under its class.
+    let sched = Arc::new(Scheduler::default());
+    let p = pool_with_ten_dirty(dir.path(), Arc::clone(&sched));
     // A checkpoint starting at 5400 owes the five changed by then (the one
     // whose change ends exactly there included).
     assert_eq!(p.dirty_through(Lsn::new(5400)), 5);
-    // Every request goes through the scheduler under its class.
-    let sched = Arc::new(Scheduler::default());
-    p.set_scheduler(Arc::clone(&sched));
+    let base = sched.stats();
+    let since = |class: IoClass| {
+        let st = sched.stats();
+        let c = class as usize;
+        (
+            st.admitted[c] - base.admitted[c],
+            st.bytes[c] - base.bytes[c],
+        )
+    };
     let before = p.stats();
     let bg = IoClass::Background;
     assert_eq!(
@@ -170,8 +183,7 @@ fn a_checkpoint_writes_only_pages_dirtied_before_it_and_the_cleaner_only_cold_on
     );
     // Written in groups: one admission per group, for all its bytes.
     let page = p.page_bytes() as u64;
-    assert_eq!(sched.stats().admitted[bg as usize], 2);
-    assert_eq!(sched.stats().bytes[bg as usize], 5 * page);
+    assert_eq!(since(bg), (2, 5 * page));
     let after = p.stats();
     assert_eq!(after.pages_written - before.pages_written, 5);
     assert_eq!(after.flush_list_visits - before.flush_list_visits, 5);
@@ -192,21 +204,12 @@ fn a_checkpoint_writes_only_pages_dirtied_before_it_and_the_cleaner_only_cold_on
     );
     assert_eq!(p.clean_cold(p.frames()).expect("clean"), 5);
     assert_eq!(p.stats().dirty_pages, 0);
-    let st = sched.stats();
-    assert_eq!(
-        st.bytes[bg as usize],
-        10 * page,
-        "cleaner writes are Background"
-    );
-    assert_eq!(st.admitted[IoClass::Urgent as usize], 0);
+    assert_eq!(since(bg).1, 10 * page, "cleaner writes are Background");
+    assert_eq!(since(IoClass::Urgent).0, 0);
     // An explicit flush is Urgent, a miss is a Read.
     put_pattern(&p, 7, 7, 9000);
     p.flush_all().expect("flush");
-    assert_eq!(
-        sched.stats().admitted[IoClass::Urgent as usize],
-        2,
-        "a write and a sync"
-    );
+    assert_eq!(since(IoClass::Urgent).0, 2, "a write and a sync");
 }
 
 #[test]
@@ -435,14 +438,14 @@ fn crc32c_of(b: &[u8]) -> u32 {
 #[test]
 fn growth_ahead_of_use_races_writes_past_the_end_and_loses_nothing() {
     let dir = scratch();
-    let p = Arc::new(pool(dir.path(), 64, Arc::new(FakeLog::default())));
     // A tight scheduler: one Background request in flight, a low rate.
     let sched = Arc::new(Scheduler::new(directkv::internals::sched::SchedOptions {
         background_inflight_bytes: 64 << 10,
         background_rate_bytes: 8 << 20,
         ..directkv::internals::sched::SchedOptions::default()
     }));
-    p.set_scheduler(Arc::clone(&sched));
+    let log = Arc::new(FakeLog::default());
+    let p = Arc::new(pool_scheduled(dir.path(), 64, log, Arc::clone(&sched)));
     p.set_extension(256);
     let pages = 3_000u64;
     let made = Arc::new(AtomicU64::new(0));

@@ -7,11 +7,13 @@
 //!   aligned blocks, and synced before its length and CRC are reported.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use super::manifest::ManifestFile;
 
 use crate::error::{Error, Result};
 use crate::io::{AlignedBuf, DirectIo, FileOptions, Permissions, Storage, StorageFile, SyncMethod};
+use crate::sched::{IoClass, ScheduledFile, Scheduler};
 
 /// Bytes moved per request: large enough for sequential speed, small enough
 /// that a request of the backup's class holds the device briefly.
@@ -145,17 +147,33 @@ pub fn write_small_as<S: Storage>(
     bytes: &[u8],
     permissions: Permissions,
 ) -> Result<()> {
+    let io = (&Scheduler::fifo(), IoClass::Backup);
+    write_small_admitted(storage, path, bytes, permissions, io)
+}
+
+/// [`write_small_as`], the write and sync one `class` request of `sched`.
+///
+/// # Errors
+/// I/O errors.
+pub fn write_small_admitted<S: Storage>(
+    storage: &S,
+    path: &Path,
+    bytes: &[u8],
+    permissions: Permissions,
+    (sched, class): (&Arc<Scheduler>, IoClass),
+) -> Result<()> {
     let opts = FileOptions {
         permissions,
         ..create_options(DirectIo::Off)
     };
-    let file = storage.open(path, &opts)?;
+    let file = ScheduledFile::new(storage.open(path, &opts)?, Arc::clone(sched));
     let mut buf = AlignedBuf::new(bytes.len().max(1), 1)?;
     buf.as_mut_slice()[..bytes.len()].copy_from_slice(bytes);
+    let io = file.admit(class, bytes.len() as u64);
     if !bytes.is_empty() {
-        file.write_all_at(buf.io(0..bytes.len())?, 0)?;
+        io.write_all_at(buf.io(0..bytes.len())?, 0)?;
     }
-    file.sync_all()
+    io.sync_all()
 }
 
 /// Reads a whole small file (at most `max` bytes).
@@ -163,7 +181,23 @@ pub fn write_small_as<S: Storage>(
 /// # Errors
 /// I/O errors; [`Error::Corruption`] for a file longer than `max`.
 pub fn read_small<S: Storage>(storage: &S, path: &Path, max: u64) -> Result<Vec<u8>> {
-    let file = storage.open(path, &read_options(DirectIo::Off))?;
+    read_small_admitted(storage, path, max, (&Scheduler::fifo(), IoClass::Backup))
+}
+
+/// [`read_small`], the read one `class` request of `sched`.
+///
+/// # Errors
+/// As [`read_small`].
+pub fn read_small_admitted<S: Storage>(
+    storage: &S,
+    path: &Path,
+    max: u64,
+    (sched, class): (&Arc<Scheduler>, IoClass),
+) -> Result<Vec<u8>> {
+    let file = ScheduledFile::new(
+        storage.open(path, &read_options(DirectIo::Off))?,
+        Arc::clone(sched),
+    );
     let len = file.len()?;
     if len > max {
         return Err(Error::Corruption {
@@ -176,7 +210,7 @@ pub fn read_small<S: Storage>(storage: &S, path: &Path, max: u64) -> Result<Vec<
         return Ok(Vec::new());
     }
     let mut buf = AlignedBuf::new(len as usize, 1)?;
-    file.read_exact_at(buf.io_all_mut(), 0)?;
+    file.read_exact_at(class, buf.io_all_mut(), 0)?;
     Ok(buf.as_slice().to_vec())
 }
 
@@ -201,13 +235,18 @@ fn create_options(direct_io: DirectIo) -> FileOptions {
 pub fn whole_blocks_len<F: StorageFile>(file: &F) -> Result<u64> {
     let len = file.len()?;
     if len % u64::from(ALIGN_BYTES) != 0 {
-        return Err(Error::Corruption {
-            path: file.path().to_path_buf(),
-            offset: len,
-            detail: format!("{len} bytes is not a whole number of {ALIGN_BYTES}-byte blocks"),
-        });
+        return Err(not_whole_blocks(file.path(), len));
     }
     Ok(len)
+}
+
+/// The error for a file at `path` of `len` bytes, not whole blocks.
+pub fn not_whole_blocks(path: &Path, len: u64) -> Error {
+    Error::Corruption {
+        path: path.to_path_buf(),
+        offset: len,
+        detail: format!("{len} bytes is not a whole number of {ALIGN_BYTES}-byte blocks"),
+    }
 }
 
 /// The error for a file whose length and CRC32C (`found`) are not the
@@ -256,27 +295,25 @@ pub fn read_chunks<F: StorageFile>(
 }
 
 /// Appends the first `len` bytes of `src` (whole blocks) to `sink` through
-/// `buf`, a chunk at a time; `admit` is asked for each chunk's read and
-/// write in turn (a scheduler's permit, held while its guard lives).
+/// `buf`, a chunk at a time: each chunk's read a `class` request of
+/// `src`'s scheduler, then its write under `admit_write`'s guard (a permit
+/// of the sink's own pacing, or none).
 ///
 /// # Errors
 /// I/O errors of the reads and writes.
 pub fn copy_into<S: Storage, F: StorageFile, G>(
-    src: &F,
+    (src, class): (&ScheduledFile<F>, IoClass),
     len: u64,
     sink: &mut Sink<S>,
     buf: &mut AlignedBuf,
-    mut admit: impl FnMut(u64) -> G,
+    mut admit_write: impl FnMut(u64) -> G,
 ) -> Result<()> {
     assert!(len % ALIGN_BYTES as u64 == 0, "whole blocks");
     let mut at = 0u64;
     while at < len {
         let k = (len - at).min(buf.len() as u64) as usize;
-        {
-            let _read = admit(k as u64);
-            src.read_exact_at(buf.io_mut(0..k)?, at)?;
-        }
-        let _write = admit(k as u64);
+        src.read_exact_at(class, buf.io_mut(0..k)?, at)?;
+        let _write = admit_write(k as u64);
         sink.append(buf, k)?;
         at += k as u64;
     }

@@ -32,6 +32,7 @@ use super::WAL_DIR_NAME;
 use crate::error::{Error, Result};
 use crate::io::{AlignedBuf, DirectIo, FileOptions, Storage, StorageFile};
 use crate::lsn::Lsn;
+use crate::sched::{IoClass, ScheduledFile, Scheduler};
 use crate::wal::format::{segment_file_name, Layout, SEGMENT_HEADER_BYTES};
 use crate::wal::{list_segments, WalReader};
 
@@ -262,7 +263,8 @@ fn copy_whole<S: Storage>(
         });
     }
     let mut sink = Sink::create(storage, to)?;
-    files::copy_into(&src, len, &mut sink, buf, |_| ())?;
+    let src = ScheduledFile::new(src, Scheduler::fifo());
+    files::copy_into((&src, IoClass::Backup), len, &mut sink, buf, |_| ())?;
     sink.finish().map(drop)
 }
 

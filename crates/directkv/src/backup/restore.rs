@@ -28,6 +28,7 @@ use super::manifest::{self, Manifest, COMPLETE_NAME, MANIFEST_NAME};
 use super::{CONTROL_NAME, DATA_NAME, INCREMENT_NAME, WAL_DIR_NAME};
 use crate::error::{Error, Result};
 use crate::io::{AlignedBuf, DirectIo, FileOptions, OsStorage, Permissions, Storage, StorageFile};
+use crate::sched::{IoClass, ScheduledFile, Scheduler};
 
 /// What [`restore_backup`] or [`restore_backup_chain`] did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -312,7 +313,8 @@ fn copy_listed<S: Storage>(
     let src = storage.open(&src_path, &files::read_options(DirectIo::Auto))?;
     let mut sink = Sink::create(storage, &to.join(name))?;
     let len = files::whole_blocks_len(&src)?;
-    files::copy_into(&src, len, &mut sink, buf, |_| ())?;
+    let src = ScheduledFile::new(src, Scheduler::fifo());
+    files::copy_into((&src, IoClass::Backup), len, &mut sink, buf, |_| ())?;
     let (len, crc) = sink.finish()?;
     if (len, crc) != (f.len, f.crc32c) {
         return Err(files::mismatch(src_path, (len, crc), f));

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use super::pool::*;
 use super::replacer::Access;
 use crate::format::page::{self};
-use crate::io::{BatchOp, Storage, StorageFile};
+use crate::io::{BatchOp, Storage};
 use crate::sched::IoClass;
 
 impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
@@ -55,8 +55,8 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
                     bufs: head.iter_mut().map(|(_, _, g)| g.io_all_mut()).collect(),
                 });
             }
-            let _permit = self.sched().admit(IoClass::Read, bytes);
-            self.file.run_batch(ops)
+            assert_eq!(ops.iter().map(|op| op.len() as u64).sum::<u64>(), bytes);
+            self.file.run_batch(IoClass::Read, ops)
         };
         let mut loaded = 0;
         let mut outcome = runs.iter().zip(results).flat_map(|(run, r)| {

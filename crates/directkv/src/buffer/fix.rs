@@ -17,7 +17,7 @@ use super::pool::*;
 use super::replacer::Access;
 use crate::error::{Error, Result};
 use crate::format::page::{self, PageError};
-use crate::io::{AlignedBuf, Storage, StorageFile};
+use crate::io::{AlignedBuf, Storage};
 use crate::lsn::Lsn;
 use crate::sched::IoClass;
 
@@ -323,8 +323,8 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     pub(super) fn load(&self, page: u64, buf: &mut AlignedBuf) -> Result<()> {
         assert_eq!(buf.len(), self.page_bytes, "a frame is one page");
         let offset = page * self.page_bytes as u64;
-        let _permit = self.sched().admit(IoClass::Read, self.page_bytes as u64);
-        self.file.read_exact_at(buf.io_all_mut(), offset)?;
+        self.file
+            .read_exact_at(IoClass::Read, buf.io_all_mut(), offset)?;
         self.counters.pages_read.fetch_add(1, Ordering::Relaxed);
         page::verify(buf.as_slice(), page, &self.db_id).map_err(|e| self.corruption(page, &e))?;
         self.check_read_lsn(page, buf.as_slice())
@@ -415,6 +415,7 @@ mod tests {
             ..FileOptions::default()
         };
         let file = disk.open(Path::new("/db/data"), &opts).expect("data file");
+        let file = crate::sched::ScheduledFile::new(file, crate::sched::Scheduler::fifo());
         BufferPool::new(file, 4096, 16 * 4096, [7; 16], Arc::new(DurableLog)).expect("pool")
     }
 

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use super::pool::*;
 use crate::error::Result;
-use crate::io::{AlignedBuf, Fill, Storage, StorageFile};
-use crate::sched::IoClass;
+use crate::io::{AlignedBuf, Fill, Storage};
+use crate::sched::{Admitted, IoClass};
 
 /// The smallest extension of the data file, in pages (1 MiB of 8 KiB pages).
 const EXTEND_MIN_PAGES: u64 = 128;
@@ -69,8 +69,9 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
             // nothing is poisoned, rather than in a zero write, which would
             // poison the file for a speculative extension.
             {
-                let _permit = self.sched().admit(class, 0);
-                self.file.allocate(target * pb, Fill::Reserve)?;
+                self.file
+                    .admit(class, 0)
+                    .allocate(target * pb, Fill::Reserve)?;
             }
             self.extend_target.fetch_max(target, Ordering::AcqRel);
         }
@@ -89,14 +90,14 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
             if !urgent && !self.extend_paced(step * pb) {
                 return Ok(at.saturating_sub(start));
             }
-            let _permit = self.sched().admit(class, step * pb);
+            let io = self.file.admit(class, step * pb);
             let _one = lock(&self.extend);
             let at = self.extended.load(Ordering::Acquire);
             if at >= target {
                 break;
             }
             let n = (target - at).min(step);
-            self.fill_locked(&zeros, at, n)?;
+            self.fill_locked(&io, &zeros, at, n)?;
         }
         // One caller finishes the extension: syncs and counts it.
         if self
@@ -104,8 +105,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
             .compare_exchange(target, 0, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
         {
-            let _permit = self.sched().admit(class, 0);
-            self.file.sync_all()?;
+            self.file.admit(class, 0).sync_all()?;
             self.counters.extensions.fetch_add(1, Ordering::Relaxed);
         }
         Ok(self.extended.load(Ordering::Acquire).saturating_sub(start))
@@ -132,11 +132,16 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
 
     /// Zero-fills `n` pages from `at`, the allocated end (none of them
     /// written yet), and moves the end past them. Under the extension lock.
-    pub(super) fn fill_locked(&self, zeros: &AlignedBuf, at: u64, n: u64) -> Result<()> {
+    pub(super) fn fill_locked(
+        &self,
+        io: &Admitted<'_, S::File>,
+        zeros: &AlignedBuf,
+        at: u64,
+        n: u64,
+    ) -> Result<()> {
         let pb = self.page_bytes as u64;
         debug_assert_eq!(at, self.extended.load(Ordering::Acquire));
-        self.file
-            .write_all_at(zeros.io(0..(n * pb) as usize)?, at * pb)?;
+        io.write_all_at(zeros.io(0..(n * pb) as usize)?, at * pb)?;
         self.extended.store(at + n, Ordering::Release);
         Ok(())
     }

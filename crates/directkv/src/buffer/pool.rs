@@ -32,9 +32,9 @@ use super::replacer::Replacer;
 use crate::error::{Error, Result};
 use crate::format::page::{PAGE_HEADER_BYTES, PAGE_SIZES};
 use crate::format::DbId;
-use crate::io::{Aio, AlignedArena, AlignedBuf, Storage, StorageFile};
+use crate::io::{Aio, AlignedArena, AlignedBuf, Storage};
 use crate::lsn::Lsn;
-use crate::sched::{SchedMode, SchedOptions, Scheduler};
+use crate::sched::{ScheduledFile, Scheduler};
 
 /// The fewest frames a pool may have: a B+tree operation pins a root-to-leaf
 /// path plus a sibling and a new page at once.
@@ -180,7 +180,7 @@ pub(super) struct Frame {
 
 /// A pool of page frames over one data file.
 pub struct BufferPool<S: Storage, L: LogFlusher> {
-    pub(super) file: S::File,
+    pub(super) file: ScheduledFile<S::File>,
     pub(super) path: PathBuf,
     pub(super) page_bytes: usize,
     pub(super) db_id: DbId,
@@ -191,8 +191,6 @@ pub struct BufferPool<S: Storage, L: LogFlusher> {
     pub(super) flush_list: Mutex<BTreeSet<(u64, u32)>>,
     pub(super) free: Mutex<Vec<u32>>,
     pub(super) counters: Counters,
-    /// The I/O scheduler every read and write asks; unset, a FIFO one.
-    pub(super) sched: std::sync::OnceLock<std::sync::Arc<Scheduler>>,
     /// Pages below this are allocated on disk (zero-filled or written);
     /// changed only under `extend`.
     pub(super) extended: AtomicU64,
@@ -208,22 +206,15 @@ pub struct BufferPool<S: Storage, L: LogFlusher> {
     pub(super) _arena: AlignedArena,
 }
 
-/// The scheduler of pools not given one: admits everything at once.
-pub(super) static UNSCHEDULED: std::sync::LazyLock<Scheduler> = std::sync::LazyLock::new(|| {
-    Scheduler::new(SchedOptions {
-        mode: SchedMode::Fifo,
-        ..SchedOptions::default()
-    })
-});
-
 impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
-    /// A pool of `cache_bytes / page_bytes` frames over `file`.
+    /// A pool of `cache_bytes / page_bytes` frames over `file`, whose
+    /// scheduler admits every read and write of the pool.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a page size that is not 4, 8 or 16 KiB or
     /// a cache smaller than [`FRAMES_MIN`] pages; allocation failure.
     pub fn new(
-        file: S::File,
+        file: ScheduledFile<S::File>,
         page_bytes: u32,
         cache_bytes: usize,
         db_id: DbId,
@@ -276,7 +267,6 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
             flush_list: Mutex::new(BTreeSet::new()),
             free: Mutex::new((0..n as u32).rev().collect()),
             counters: Counters::default(),
-            sched: std::sync::OnceLock::new(),
             extended: AtomicU64::new(allocated),
             extend: Mutex::new(()),
             extend_pages: AtomicU64::new(0),
@@ -297,7 +287,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     }
 
     /// The data file.
-    pub fn file(&self) -> &S::File {
+    pub fn file(&self) -> &ScheduledFile<S::File> {
         &self.file
     }
 
@@ -309,12 +299,6 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     /// Foreground waits over a millisecond for a free frame.
     pub fn free_frame_stalls(&self) -> crate::stall::StallHistogram {
         self.counters.free_frame_stalls.snapshot()
-    }
-
-    /// Routes this pool's reads and writes through `sched` (once; later calls
-    /// are ignored).
-    pub fn set_scheduler(&self, sched: std::sync::Arc<Scheduler>) {
-        let _ = self.sched.set(sched);
     }
 
     /// Sends the pool's batched reads and writes through `aio`: the data
@@ -329,7 +313,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     }
 
     pub(super) fn sched(&self) -> &Scheduler {
-        self.sched.get().map_or(&UNSCHEDULED, |s| s)
+        self.file.scheduler()
     }
 
     /// Whether `page` is in the pool (or being read into it).

@@ -10,9 +10,9 @@ use super::page::*;
 use super::pool::*;
 use crate::error::Result;
 use crate::format::page::{self};
-use crate::io::{AlignedBuf, BatchOp, Storage, StorageFile};
+use crate::io::{AlignedBuf, BatchOp, Storage};
 use crate::lsn::Lsn;
-use crate::sched::IoClass;
+use crate::sched::{Admitted, IoClass};
 
 impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     /// Writes frame `f` back if it is dirty: WAL first, then the sealed page.
@@ -24,8 +24,9 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
         }
         let page_no = frame.page.load(Ordering::Acquire);
         assert_ne!(page_no, NO_PAGE, "a dirty frame holds a page");
-        let _permit = self.sched().admit(class, self.page_bytes as u64);
-        self.write_held(&mut [(f, page_no, guard)], cause).map(drop)
+        let io = self.file.admit(class, self.page_bytes as u64);
+        self.write_held(&io, &mut [(f, page_no, guard)], cause)
+            .map(drop)
     }
 
     /// Writes `page` back now if it is cached and dirty (WAL first, as
@@ -169,8 +170,8 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
         take: Take,
         mut busy: Option<&mut Vec<u32>>,
     ) -> Result<usize> {
-        let permit = self
-            .sched()
+        let io = self
+            .file
             .admit(class, (group.len() * self.page_bytes) as u64);
         let mut held: Vec<(u32, u64, RwLockWriteGuard<'_, AlignedBuf>)> = Vec::new();
         for &f in group {
@@ -216,8 +217,8 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
             held.len() <= group.len(),
             "a group writes only its own frames"
         );
-        let result = self.write_held(&mut held, cause);
-        drop(permit);
+        let result = self.write_held(&io, &mut held, cause);
+        drop(io);
         for (f, _, guard) in held {
             drop(guard);
             self.unpin(f);
@@ -229,6 +230,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     /// and the bookkeeping of the pages that made it.
     pub(super) fn write_held(
         &self,
+        io: &Admitted<'_, S::File>,
         held: &mut [(u32, u64, RwLockWriteGuard<'_, AlignedBuf>)],
         cause: WriteCause,
     ) -> Result<usize> {
@@ -259,7 +261,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
                     .collect(),
             })
             .collect();
-        let results = self.file.run_batch(ops);
+        let results = io.run_batch(ops);
         let mut written = 0;
         let mut failed = None;
         for (run, r) in runs.into_iter().zip(results) {
@@ -428,8 +430,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     /// # Errors
     /// The sync's error.
     pub fn sync(&self) -> Result<()> {
-        let _permit = self.sched().admit(IoClass::Urgent, 0);
-        self.file.sync_all()
+        self.file.admit(IoClass::Urgent, 0).sync_all()
     }
 
     /// Writes back every dirty page not held by a commit under way (one walk of

@@ -11,6 +11,7 @@
 //!    header, the flush rules of the log reader) up to where segment
 //!    `n + 1` begins; damage fails the archiving, and is never copied.
 //! 3. It is copied in 1 MiB direct reads in the scheduler's `Backup` class
+//!    (every read of the archiver is of that class, its checks included)
 //!    to `NAME.tmp` (created exclusively, private), synced, renamed to
 //!    `NAME`, and the directory synced.
 //! 4. A file `NAME` already in the archive with the same bytes counts as
@@ -31,15 +32,15 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use super::engine::Inner;
 use crate::backup::files::{self, Sink, ALIGN_BYTES, CHUNK_BYTES};
 use crate::error::{Error, Result};
 use crate::health;
-use crate::io::{AlignedBuf, DirectIo, Permissions, Storage, StorageFile};
+use crate::io::{AlignedBuf, DirectIo, Permissions, Storage};
 use crate::lsn::Lsn;
-use crate::sched::IoClass;
+use crate::sched::{IoClass, ScheduledFile, Scheduler};
 use crate::wal::format::{segment_file_name, Layout, SEGMENT_HEADER_BYTES};
 use crate::wal::{list_segments, read_segment_header, WalReader};
 
@@ -92,6 +93,7 @@ impl Archive {
         wal_dir: &Path,
         permissions: Permissions,
         current: u64,
+        sched: &Arc<Scheduler>,
     ) -> Result<Archive> {
         files::create_dir_synced(storage, dir, permissions)?;
         // The oldest segment at or before the current one (later numbers
@@ -105,11 +107,14 @@ impl Archive {
             if n >= current {
                 break;
             }
-            let file = storage.open(
-                &wal_dir.join(segment_file_name(n)),
-                &crate::wal::reader_options(),
-            )?;
-            match read_segment_header(&file) {
+            let file = ScheduledFile::new(
+                storage.open(
+                    &wal_dir.join(segment_file_name(n)),
+                    &crate::wal::reader_options(),
+                )?,
+                Arc::clone(sched),
+            );
+            match read_segment_header(&file, IoClass::Backup) {
                 Ok(h) if h.segment_no == n => {
                     oldest = n;
                     break;
@@ -208,12 +213,14 @@ impl<S: Storage> Inner<S> {
         let dir = self.line_dir(archive)?;
         let dest = dir.join(&name);
         if self.storage.exists(&dest) {
-            let theirs = segment_identity(&self.storage, &dest, &mut buf)?;
-            let ours = segment_identity(&self.storage, &src_path, &mut buf)?;
+            let theirs = self.segment_identity(&dest, &mut buf)?;
+            let ours = self.segment_identity(&src_path, &mut buf)?;
             if theirs == ours {
                 // A copy made before a crash, perhaps renamed but not yet
                 // synced: made durable before it counts.
-                storage_sync_file(&self.storage, &dest)?;
+                self.open_for_archive(&dest)?
+                    .admit(IoClass::Backup, 0)
+                    .sync_all()?;
                 self.storage.sync_dir(&dir)?;
                 return Ok(0);
             }
@@ -232,12 +239,13 @@ impl<S: Storage> Inner<S> {
             // A copy interrupted by a crash.
             self.storage.remove_file(&tmp)?;
         }
-        let src = self
-            .storage
-            .open(&src_path, &files::read_options(DirectIo::Auto))?;
+        let src = self.open_for_archive(&src_path)?;
         let mut sink = Sink::create(&self.storage, &tmp)?;
-        let total = files::whole_blocks_len(&src)?;
-        files::copy_into(&src, total, &mut sink, &mut buf, |n| {
+        let total = src.len()?;
+        if total % u64::from(ALIGN_BYTES) != 0 {
+            return Err(files::not_whole_blocks(&src_path, total));
+        }
+        files::copy_into((&src, IoClass::Backup), total, &mut sink, &mut buf, |n| {
             self.sched.admit(IoClass::Backup, n)
         })?;
         let (written, sink_crc) = sink.finish()?;
@@ -296,6 +304,7 @@ impl<S: Storage> Inner<S> {
                 db_id,
                 lsn,
             )
+            .scheduled(Arc::clone(&self.sched), IoClass::Backup)
         };
         // A record may run on from the segment before: reading starts at
         // the first record that starts in this one (that record's bytes
@@ -335,39 +344,45 @@ impl<S: Storage> Inner<S> {
     }
 }
 
-/// Syncs the file at `path` (data and metadata).
-fn storage_sync_file<S: Storage>(storage: &S, path: &Path) -> Result<()> {
-    storage
-        .open(path, &files::read_options(DirectIo::Auto))?
-        .sync_all()
-}
-
 /// A segment's (number, size) from its header if it decodes, then the
 /// length and CRC32C of the bytes after the header block.
 type SegmentIdentity = (Option<(u64, u64)>, u64, u32);
 
-/// What makes two copies of a segment the same: its decoded header, and
-/// the length and CRC32C of everything after the header block. The rest of
-/// the header block is not compared: a recycling that rewrote it (torn by a
-/// crash before the rename) leaves padding that differs.
-fn segment_identity<S: Storage>(
-    storage: &S,
-    path: &Path,
-    buf: &mut AlignedBuf,
-) -> Result<SegmentIdentity> {
-    let file = storage.open(path, &files::read_options(DirectIo::Auto))?;
-    let header = read_segment_header(&file)
-        .ok()
-        .map(|h| (h.segment_no, h.segment_bytes));
-    let mut crc = 0u32;
-    let len = files::read_chunks(&file, buf, |at, bytes| {
-        let skip = SEGMENT_HEADER_BYTES
-            .saturating_sub(at)
-            .min(bytes.len() as u64) as usize;
-        crc = crc32c::crc32c_append(crc, &bytes[skip..]);
-        Ok(())
-    })?;
-    Ok((header, len, crc))
+impl<S: Storage> Inner<S> {
+    /// Opens `path` (a segment of the log or of the archive) for the
+    /// archiver's reads and syncs, which ask the database's scheduler.
+    fn open_for_archive(&self, path: &Path) -> Result<ScheduledFile<S::File>> {
+        Ok(ScheduledFile::new(
+            self.storage
+                .open(path, &files::read_options(DirectIo::Auto))?,
+            Arc::clone(&self.sched),
+        ))
+    }
+
+    /// What makes two copies of a segment the same: its decoded header, and
+    /// the length and CRC32C of everything after the header block. The rest
+    /// of the header block is not compared: a recycling that rewrote it
+    /// (torn by a crash before the rename) leaves padding that differs.
+    fn segment_identity(&self, path: &Path, buf: &mut AlignedBuf) -> Result<SegmentIdentity> {
+        let file = self.open_for_archive(path)?;
+        let header = read_segment_header(&file, IoClass::Backup)
+            .ok()
+            .map(|h| (h.segment_no, h.segment_bytes));
+        let len = file.len()?;
+        if len % u64::from(ALIGN_BYTES) != 0 {
+            return Err(files::not_whole_blocks(path, len));
+        }
+        let mut crc = 0u32;
+        let mut at = 0u64;
+        while at < len {
+            let n = (len - at).min(buf.len() as u64) as usize;
+            file.read_exact_at(IoClass::Backup, buf.io_mut(0..n)?, at)?;
+            let skip = SEGMENT_HEADER_BYTES.saturating_sub(at).min(n as u64) as usize;
+            crc = crc32c::crc32c_append(crc, &buf.as_slice()[skip..n]);
+            at += n as u64;
+        }
+        Ok((header, len, crc))
+    }
 }
 
 /// The first LSN checkpoints must keep for the archiver, if archiving.

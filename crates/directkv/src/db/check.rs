@@ -20,7 +20,7 @@ use crate::buffer::Access;
 use crate::error::{Error, Result};
 use crate::format::le;
 use crate::format::page::{self, PageType, PAGE_HEADER_BYTES};
-use crate::io::{Storage, StorageFile};
+use crate::io::Storage;
 
 /// What the check found.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]

@@ -199,7 +199,6 @@ impl<S: Storage> Inner<S> {
             c.redo_lsn.get() <= start.get(),
             "CONTROL's redo point only moves forward"
         );
-        let _permit = self.sched.admit(IoClass::Urgent, 0);
         control.write(Control {
             checkpoint_lsn: end,
             redo_lsn: start,

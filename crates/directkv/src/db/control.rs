@@ -11,18 +11,23 @@
 //!   the generation's parity, so the other slot always holds the previous
 //!   control.
 //! - `current()` is the control most recently made durable.
+//!
+//! Its reads are [`IoClass::Read`] and its writes [`IoClass::Urgent`]
+//! requests of the database's scheduler: a checkpoint is not done, and the
+//! log behind it not free, until its control is durable.
 
 use std::path::Path;
 
 use crate::error::{Error, Result};
 use crate::format::control::{Control, SLOT_BYTES, SLOT_USED_BYTES};
-use crate::io::{
-    AlignedBuf, DirectIo, FileOptions, Fill, Permissions, Storage, StorageFile, SyncMethod,
-};
+use std::sync::Arc;
+
+use crate::io::{AlignedBuf, DirectIo, FileOptions, Fill, Permissions, Storage, SyncMethod};
+use crate::sched::{IoClass, ScheduledFile, Scheduler};
 
 /// The open control file.
 pub struct ControlFile<S: Storage> {
-    file: S::File,
+    file: ScheduledFile<S::File>,
     buf: AlignedBuf,
     current: Control,
 }
@@ -45,11 +50,17 @@ impl<S: Storage> ControlFile<S> {
     /// # Errors
     /// I/O errors; [`Error::InvalidArgument`] if the file exists already.
     pub fn create(storage: &S, path: &Path, control: Control) -> Result<ControlFile<S>> {
-        Self::create_with(storage, path, Permissions::Private, control)
+        Self::create_with(
+            storage,
+            path,
+            Permissions::Private,
+            control,
+            Scheduler::fifo(),
+        )
     }
 
     /// As [`create`](Self::create), the file created (exclusively) with
-    /// `permissions`' mode.
+    /// `permissions`' mode, its requests asking `sched`.
     ///
     /// # Errors
     /// As [`create`](Self::create).
@@ -58,12 +69,14 @@ impl<S: Storage> ControlFile<S> {
         path: &Path,
         permissions: Permissions,
         control: Control,
+        sched: Arc<Scheduler>,
     ) -> Result<ControlFile<S>> {
         if storage.exists(path) {
             return Err(Error::InvalidArgument(format!("{} exists", path.display())));
         }
-        let file = storage.open(path, &options(true, permissions))?;
-        file.allocate(2 * SLOT_BYTES as u64, Fill::Zero)?;
+        let file = ScheduledFile::new(storage.open(path, &options(true, permissions))?, sched);
+        file.admit(IoClass::Urgent, 2 * SLOT_BYTES as u64)
+            .allocate(2 * SLOT_BYTES as u64, Fill::Zero)?;
         let unit = file.alignment().io_unit_bytes();
         let mut cf = ControlFile {
             file,
@@ -85,12 +98,27 @@ impl<S: Storage> ControlFile<S> {
     /// [`Error::NotADatabase`] when neither slot is a control slot;
     /// [`Error::FormatVersion`] for another format version; I/O errors.
     pub fn open(storage: &S, path: &Path) -> Result<ControlFile<S>> {
-        let file = storage.open(path, &options(false, Permissions::Private))?;
+        Self::open_scheduled(storage, path, Scheduler::fifo())
+    }
+
+    /// As [`open`](Self::open), its requests asking `sched`.
+    ///
+    /// # Errors
+    /// As [`open`](Self::open).
+    pub fn open_scheduled(
+        storage: &S,
+        path: &Path,
+        sched: Arc<Scheduler>,
+    ) -> Result<ControlFile<S>> {
+        let file = ScheduledFile::new(
+            storage.open(path, &options(false, Permissions::Private))?,
+            sched,
+        );
         let unit = file.alignment().io_unit_bytes();
         let mut buf = AlignedBuf::new(SLOT_BYTES, unit)?;
         let mut best: Option<Control> = None;
         for slot in 0..2u64 {
-            let got = file.read_at(buf.io_all_mut(), slot * SLOT_BYTES as u64)?;
+            let got = file.read_at(IoClass::Read, buf.io_all_mut(), slot * SLOT_BYTES as u64)?;
             if got < SLOT_USED_BYTES {
                 continue;
             }
@@ -127,9 +155,9 @@ impl<S: Storage> ControlFile<S> {
         );
         next.encode(self.buf.as_mut_slice());
         let slot = next.generation % 2;
-        self.file
-            .write_all_at(self.buf.io_all(), slot * SLOT_BYTES as u64)?;
-        self.file.sync_all()?;
+        let io = self.file.admit(IoClass::Urgent, SLOT_BYTES as u64);
+        io.write_all_at(self.buf.io_all(), slot * SLOT_BYTES as u64)?;
+        io.sync_all()?;
         self.current = next;
         assert_eq!(
             self.current.generation % 2,

@@ -36,6 +36,7 @@ use super::engine::{EngineLog, Inner, Pool};
 use super::recovery::{self, Recovered};
 use super::shape::TreeShape;
 use super::stats::Counters;
+use super::summary::Summaries;
 use super::ticket::TicketLock;
 use super::versions::VersionStore;
 use super::{Database, Options};
@@ -47,11 +48,9 @@ use crate::format::data_head;
 use crate::format::page;
 use crate::format::DbId;
 use crate::health::{self, Health};
-use crate::io::{
-    Aio, AioBackend, DirectIo, FileOptions, Storage, StorageFile, SyncMethod, SyncVariant,
-};
+use crate::io::{Aio, AioBackend, DirectIo, FileOptions, Storage, SyncMethod, SyncVariant};
 use crate::lsn::Lsn;
-use crate::sched::Scheduler;
+use crate::sched::{IoClass, ScheduledFile, Scheduler};
 use crate::wal::WalOptions;
 
 const CONTROL_NAME: &str = "CONTROL";
@@ -61,21 +60,18 @@ const CONTROL_TMP_NAME: &str = "CONTROL.tmp";
 
 /// Opens (creating or recovering) the database in `path` on `storage`.
 pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result<Database<S>> {
-    if !page::PAGE_SIZES.contains(&opts.page_bytes) {
-        return Err(Error::InvalidArgument(format!(
-            "page size {} is not one of 4096, 8192, 16384",
-            opts.page_bytes
-        )));
-    }
-    let (storage, lock, audit) = claim(&storage, path, &opts)?;
+    check_page_size(opts.page_bytes)?;
+    // Every request of the database's files asks this scheduler, the ones
+    // that judge and create the directory included.
+    let sched = Arc::new(Scheduler::new(opts.io_scheduler));
+    let (storage, lock, audit) = claim(&storage, path, &opts, &sched)?;
     let control_path = path.join(CONTROL_NAME);
     assert!(
         storage.exists(&control_path),
         "an open database has CONTROL"
     );
-    let (control, backup_end) = read_control(&storage, path, &control_path)?;
+    let (control, backup_end) = read_control(&storage, path, &control_path, &sched)?;
     let c = control.current();
-    let sched = Arc::new(Scheduler::new(opts.io_scheduler));
     let log = Arc::new(EngineLog::replaying(c.redo_lsn));
     let (pool, aio) = open_pool(&storage, path, &opts, &c, &log, &sched)?;
     // A backup's log must reach its end, whatever its page 0 says.
@@ -90,7 +86,8 @@ pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result
         changed,
         stats,
     } = recovery::recover(&storage, &pool, &log, wal_opts, &c)?;
-    let archive = open_archive(&storage, path, &opts, &wal)?;
+    let archive = open_archive(&storage, path, &opts, &wal, &sched)?;
+    let summaries = Summaries::open(&storage, path, c.redo_lsn, changed, Arc::clone(&sched))?;
     log.open(wal);
     let version_cap = opts.version_store_cap();
     let mut inner = Inner {
@@ -115,11 +112,11 @@ pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result
         reach_stamped: AtomicU64::new(0),
         counters: Counters::starting_at(next_txn, last_commit_us),
         readahead: Mutex::new(None),
-        sched,
+        sched: Arc::clone(&sched),
         hurry: AtomicU64::new(0),
         log_pins: Mutex::new(Vec::new()),
         archive,
-        summaries: super::summary::Summaries::open(&storage, path, c.redo_lsn, changed)?,
+        summaries,
         aio,
         recovery: stats,
         readable_by_others: audit.readable_by_others,
@@ -131,6 +128,16 @@ pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result
     Ok(start_threads(Arc::new(inner)))
 }
 
+/// Refuses a page size the engine does not make.
+fn check_page_size(page_bytes: u32) -> Result<()> {
+    if !page::PAGE_SIZES.contains(&page_bytes) {
+        return Err(Error::InvalidArgument(format!(
+            "page size {page_bytes} is not one of 4096, 8192, 16384"
+        )));
+    }
+    Ok(())
+}
+
 /// Opens `CONTROL`; refuses a backup's copy that was never completed (its
 /// marker is written last; its first checkpoint makes it a database) or an
 /// incremental one alone. Returns it with, for a backup, the end its log
@@ -139,8 +146,9 @@ fn read_control<S: Storage>(
     storage: &S,
     path: &Path,
     control_path: &Path,
+    sched: &Arc<Scheduler>,
 ) -> Result<(ControlFile<S>, Lsn)> {
-    let control = ControlFile::open(storage, control_path)?;
+    let control = ControlFile::open_scheduled(storage, control_path, Arc::clone(sched))?;
     let c = control.current();
     assert!(
         page::PAGE_SIZES.contains(&c.page_bytes),
@@ -169,8 +177,13 @@ fn read_control<S: Storage>(
 /// refuses one others may write, takes `LOCK`, creates the database if there
 /// is none yet, and removes the scratch files a killed sync probe left.
 /// Returns the storage holding the directory.
-fn claim<S: Storage>(storage: &S, path: &Path, opts: &Options) -> Result<(S, S::Lock, Audit)> {
-    if look(storage, path, opts)? == Found::Creatable {
+fn claim<S: Storage>(
+    storage: &S,
+    path: &Path,
+    opts: &Options,
+    sched: &Arc<Scheduler>,
+) -> Result<(S, S::Lock, Audit)> {
+    if look(storage, path, opts, sched)? == Found::Creatable {
         storage.create_dirs(path, opts.permissions)?;
     }
     let storage = storage.anchor(path)?;
@@ -186,8 +199,8 @@ fn claim<S: Storage>(storage: &S, path: &Path, opts: &Options) -> Result<(S, S::
     let audit = access::audit(&storage, path, opts)?;
     let lock = storage.lock_exclusive(&path.join(LOCK_NAME), opts.permissions)?;
     // Again under the lock: another opener may have created it meanwhile.
-    if look(&storage, path, opts)? == Found::Creatable {
-        create(&storage, path, opts)?;
+    if look(&storage, path, opts, sched)? == Found::Creatable {
+        create(&storage, path, opts, sched)?;
     }
     if storage.exists(&wal) {
         crate::io::profile::remove_scratch_leftovers(&storage, &wal)?;
@@ -237,7 +250,12 @@ enum Found {
 /// naming its holder, `data` starting with a page of this engine,
 /// `CONTROL.tmp` with the control magic, or any of them empty. Anything else
 /// is someone else's, and open refuses, naming it.
-fn look<S: Storage>(storage: &S, path: &Path, opts: &Options) -> Result<Found> {
+fn look<S: Storage>(
+    storage: &S,
+    path: &Path,
+    opts: &Options,
+    sched: &Arc<Scheduler>,
+) -> Result<Found> {
     let refuse = |detail: String| Error::NotADatabase {
         path: path.to_path_buf(),
         detail,
@@ -254,7 +272,7 @@ fn look<S: Storage>(storage: &S, path: &Path, opts: &Options) -> Result<Found> {
         return Ok(Found::Database);
     }
     for name in storage.list_dir(path)? {
-        if !left_by_creation(storage, path, &name)? {
+        if !left_by_creation(storage, path, &name, sched)? {
             return Err(refuse(format!(
                 "the directory has no CONTROL file and holds {name:?}, which this engine did \
                  not write; refusing to create a database over it"
@@ -271,26 +289,34 @@ fn look<S: Storage>(storage: &S, path: &Path, opts: &Options) -> Result<Found> {
 
 /// Whether `name` in `path` is a file an interrupted creation of this
 /// engine leaves (see [`look`]).
-fn left_by_creation<S: Storage>(storage: &S, path: &Path, name: &str) -> Result<bool> {
+fn left_by_creation<S: Storage>(
+    storage: &S,
+    path: &Path,
+    name: &str,
+    sched: &Arc<Scheduler>,
+) -> Result<bool> {
     let (at, magic): (usize, &[u8]) = match name {
         LOCK_NAME => (0, crate::io::LOCK_HOLDER_PREFIX.as_bytes()),
         DATA_NAME => (4, &page::PAGE_MAGIC),
         CONTROL_TMP_NAME => (0, &crate::format::control::CONTROL_MAGIC),
         _ => return Ok(false),
     };
-    let file = storage.open(
-        &path.join(name),
-        &FileOptions {
-            read_only: true,
-            direct_io: DirectIo::Off,
-            ..FileOptions::default()
-        },
-    )?;
-    if file.len()? == 0 {
+    let file = ScheduledFile::new(
+        storage.open(
+            &path.join(name),
+            &FileOptions {
+                read_only: true,
+                direct_io: DirectIo::Off,
+                ..FileOptions::default()
+            },
+        )?,
+        Arc::clone(sched),
+    );
+    if file.is_empty()? {
         return Ok(true);
     }
     let mut head = crate::io::AlignedBuf::new(HEAD_BYTES, HEAD_BYTES as u32)?;
-    let n = file.read_at(head.io_all_mut(), 0)?;
+    let n = file.read_at(IoClass::Read, head.io_all_mut(), 0)?;
     assert!(n <= HEAD_BYTES, "a read fills at most its buffer");
     Ok(head.as_slice().get(at..at + magic.len()) == Some(magic) && n >= at + magic.len())
 }
@@ -329,7 +355,7 @@ fn wal_options<S: Storage>(
     wal_opts.sync = choose_sync(opts, &storage.os_at(&wal_dir));
     wal_opts.segment_bytes = opts.wal_segment_bytes;
     wal_opts.background_prepare = opts.background_threads;
-    wal_opts.sched = Some(Arc::clone(sched));
+    wal_opts.sched = Arc::clone(sched);
     wal_opts.permissions = opts.permissions;
     Ok((storage, wal_opts))
 }
@@ -344,14 +370,17 @@ fn open_pool<S: Storage>(
     log: &Arc<EngineLog<S>>,
     sched: &Arc<Scheduler>,
 ) -> Result<(Pool<S>, Option<Arc<Aio>>)> {
-    let data = storage.open(
-        &path.join(DATA_NAME),
-        &FileOptions {
-            direct_io: opts.direct_io,
-            sync: SyncMethod::Fsync,
-            ..FileOptions::default()
-        },
-    )?;
+    let data = ScheduledFile::new(
+        storage.open(
+            &path.join(DATA_NAME),
+            &FileOptions {
+                direct_io: opts.direct_io,
+                sync: SyncMethod::Fsync,
+                ..FileOptions::default()
+            },
+        )?,
+        Arc::clone(sched),
+    );
     let pool = BufferPool::new(
         data,
         c.page_bytes,
@@ -359,7 +388,6 @@ fn open_pool<S: Storage>(
         c.db_id,
         Arc::clone(log),
     )?;
-    pool.set_scheduler(Arc::clone(sched));
     pool.set_extension(opts.data_extend_bytes / u64::from(c.page_bytes));
     let aio_opts = opts.async_io;
     let aio = if storage.supports_aio() && aio_opts.backend != AioBackend::Off {
@@ -437,6 +465,7 @@ fn open_archive<S: Storage>(
     path: &Path,
     opts: &Options,
     wal: &crate::wal::Wal<S>,
+    sched: &Arc<Scheduler>,
 ) -> Result<Option<super::archive::Archive>> {
     let Some(dir) = &opts.wal_archive else {
         return Ok(None);
@@ -454,7 +483,8 @@ fn open_archive<S: Storage>(
         segment_bytes: wal.segment_bytes(),
     };
     let current = layout.segment_of(wal.end_lsn());
-    super::archive::Archive::open(storage, dir, wal.dir(), opts.permissions, current).map(Some)
+    super::archive::Archive::open(storage, dir, wal.dir(), opts.permissions, current, sched)
+        .map(Some)
 }
 
 pub(super) fn random_id() -> DbId {
@@ -516,28 +546,15 @@ fn choose_sync(opts: &Options, wal_dir: &crate::io::At<'_>) -> SyncVariant {
         .unwrap_or(fallback)
 }
 
-fn create<S: Storage>(storage: &S, path: &Path, opts: &Options) -> Result<()> {
-    let db_id = random_id();
-    let data_path = path.join(DATA_NAME);
-    // What `look` let through is an interrupted creation's `data`.
-    if storage.exists(&data_path) {
-        storage.remove_file(&data_path)?;
-    }
-    let data = storage.open(
-        &data_path,
-        &FileOptions {
-            create: true,
-            exclusive: true,
-            permissions: opts.permissions,
-            direct_io: opts.direct_io,
-            sync: SyncMethod::Fsync,
-            ..FileOptions::default()
-        },
-    )?;
-    // Page 0 is reserved; page 1 is the empty root leaf.
-    let unit = data.alignment().io_unit_bytes();
-    let mut buf = crate::io::AlignedBuf::new(2 * opts.page_bytes as usize, unit)?;
-    let pb = opts.page_bytes as usize;
+/// A new database's first two pages, sealed: page 0 is reserved (the
+/// data file's head), page 1 the empty root leaf.
+fn first_pages(page_bytes: u32, unit: u32, db_id: &DbId) -> Result<crate::io::AlignedBuf> {
+    assert!(
+        page::PAGE_SIZES.contains(&page_bytes),
+        "open checked the page size"
+    );
+    let mut buf = crate::io::AlignedBuf::new(2 * page_bytes as usize, unit)?;
+    let pb = page_bytes as usize;
     for no in 0..2u64 {
         let p = &mut buf.as_mut_slice()[no as usize * pb..(no as usize + 1) * pb];
         if no == 0 {
@@ -545,14 +562,42 @@ fn create<S: Storage>(storage: &S, path: &Path, opts: &Options) -> Result<()> {
         } else {
             node::init_leaf(p);
         }
-        page::seal_in_place(p, no, &db_id);
+        page::seal_in_place(p, no, db_id);
     }
-    assert!(
-        page::PAGE_SIZES.contains(&opts.page_bytes),
-        "open checked the page size"
+    Ok(buf)
+}
+
+fn create<S: Storage>(
+    storage: &S,
+    path: &Path,
+    opts: &Options,
+    sched: &Arc<Scheduler>,
+) -> Result<()> {
+    let db_id = random_id();
+    let data_path = path.join(DATA_NAME);
+    // What `look` let through is an interrupted creation's `data`.
+    if storage.exists(&data_path) {
+        storage.remove_file(&data_path)?;
+    }
+    let data = ScheduledFile::new(
+        storage.open(
+            &data_path,
+            &FileOptions {
+                create: true,
+                exclusive: true,
+                permissions: opts.permissions,
+                direct_io: opts.direct_io,
+                sync: SyncMethod::Fsync,
+                ..FileOptions::default()
+            },
+        )?,
+        Arc::clone(sched),
     );
-    data.write_all_at(buf.io_all(), 0)?;
-    data.sync_all()?;
+    let buf = first_pages(opts.page_bytes, data.alignment().io_unit_bytes(), &db_id)?;
+    let io = data.admit(IoClass::Urgent, buf.len() as u64);
+    io.write_all_at(buf.io_all(), 0)?;
+    io.sync_all()?;
+    drop(io);
     let tmp = path.join(CONTROL_TMP_NAME);
     if storage.exists(&tmp) {
         storage.remove_file(&tmp)?;
@@ -576,6 +621,7 @@ fn create<S: Storage>(storage: &S, path: &Path, opts: &Options) -> Result<()> {
             history: crate::format::control::HISTORY_ZERO,
             history_lost: false,
         },
+        Arc::clone(sched),
     )?;
     storage.rename(&tmp, &path.join(CONTROL_NAME))?;
     storage.sync_dir(path)?;

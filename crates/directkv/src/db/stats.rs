@@ -15,7 +15,7 @@ use serde::Serialize;
 
 use super::engine::Inner;
 use crate::buffer::PoolStats;
-use crate::io::{AioBackend, AioStats, IoPath, Storage, StorageFile, SyncVariant};
+use crate::io::{AioBackend, AioStats, IoPath, Storage, SyncVariant};
 use crate::sched::SchedStats;
 use crate::stall::{StallCounter, StallHistogram};
 use crate::wal::WalStats;

@@ -35,13 +35,14 @@
 //!   a damaged one counts as a gap.
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use crate::backup::files;
 use crate::error::{Error, Result};
 use crate::health;
 use crate::io::{Permissions, Storage};
 use crate::lsn::Lsn;
+use crate::sched::{IoClass, Scheduler};
 
 /// The directory of the summaries, inside the database directory.
 pub(crate) const SUMMARY_DIR_NAME: &str = "summaries";
@@ -100,6 +101,9 @@ impl PageSet {
 /// The summary being gathered, and where finished ones go.
 pub(crate) struct Summaries {
     dir: PathBuf,
+    /// The database's scheduler: a summary's write and the reads that
+    /// merge them are `Urgent` requests (a checkpoint waits for them).
+    sched: Arc<Scheduler>,
     /// Changes since `.0`.
     current: Mutex<(Lsn, PageSet)>,
 }
@@ -118,6 +122,7 @@ impl Summaries {
         db_dir: &Path,
         from: Lsn,
         replayed: PageSet,
+        sched: Arc<Scheduler>,
     ) -> Result<Summaries> {
         let dir = db_dir.join(SUMMARY_DIR_NAME);
         if storage.exists(&dir) {
@@ -134,6 +139,7 @@ impl Summaries {
         }
         Ok(Summaries {
             dir,
+            sched,
             current: Mutex::new((from, replayed)),
         })
     }
@@ -171,7 +177,8 @@ impl Summaries {
         set: &PageSet,
     ) -> Result<()> {
         files::create_dir_synced(storage, &self.dir, permissions)?;
-        write_file(storage, &self.dir, permissions, from, to, set)?;
+        let io = (&self.sched, IoClass::Urgent);
+        write_file(storage, &self.dir, (permissions, io), from, to, set)?;
         let mut listed = list(storage, &self.dir)?;
         while listed.len() > SUMMARIES_KEPT {
             let (a, b) = (listed[0], listed[1]);
@@ -180,8 +187,8 @@ impl Summaries {
             // oldest goes.
             let merged = if a.1 >= b.0 {
                 match (
-                    read_file(storage, &self.dir, a),
-                    read_file(storage, &self.dir, b),
+                    read_file(storage, &self.dir, a, io),
+                    read_file(storage, &self.dir, b, io),
                 ) {
                     (Ok(mut x), Ok(y)) => {
                         x.union(&y);
@@ -196,7 +203,8 @@ impl Summaries {
             let gone = match merged {
                 Some(set) => {
                     let range = (a.0, a.1.max(b.1));
-                    write_file(storage, &self.dir, permissions, range.0, range.1, &set)?;
+                    let how = (permissions, io);
+                    write_file(storage, &self.dir, how, range.0, range.1, &set)?;
                     [a, b].into_iter().filter(|&r| r != range).collect()
                 }
                 None => vec![a],
@@ -212,15 +220,16 @@ impl Summaries {
 }
 
 /// The pages the summaries in `db_dir` say changed in `[from, to)`, or
-/// `None` when they do not cover that range (a gap, a damaged file).
+/// `None` when they do not cover that range (a gap, a damaged file). Its
+/// reads are `class` requests of `sched`.
 ///
 /// # Errors
 /// I/O errors of listing and reading.
 pub(crate) fn changed_pages<S: Storage>(
     storage: &S,
     db_dir: &Path,
-    from: Lsn,
-    to: Lsn,
+    (from, to): (Lsn, Lsn),
+    io: (&Arc<Scheduler>, IoClass),
 ) -> Result<Option<PageSet>> {
     assert!(from <= to, "a range runs forward");
     let dir = db_dir.join(SUMMARY_DIR_NAME);
@@ -241,7 +250,7 @@ pub(crate) fn changed_pages<S: Storage>(
         if r.0 > covered {
             return Ok(None);
         }
-        match read_file(storage, &dir, r) {
+        match read_file(storage, &dir, r, io) {
             Ok(s) => set.union(&s),
             Err(Error::Corruption { .. }) => return Ok(None),
             Err(e) => return Err(e),
@@ -324,7 +333,7 @@ fn decode(bytes: &[u8], path: &Path) -> Result<(Lsn, Lsn, PageSet)> {
 fn write_file<S: Storage>(
     storage: &S,
     dir: &Path,
-    permissions: Permissions,
+    (permissions, io): (Permissions, (&Arc<Scheduler>, IoClass)),
     from: Lsn,
     to: Lsn,
     set: &PageSet,
@@ -335,14 +344,19 @@ fn write_file<S: Storage>(
     if storage.exists(&tmp) {
         storage.remove_file(&tmp)?;
     }
-    files::write_small_as(storage, &tmp, &encode(from, to, set), permissions)?;
+    files::write_small_admitted(storage, &tmp, &encode(from, to, set), permissions, io)?;
     storage.rename(&tmp, &path)?;
     storage.sync_dir(dir)
 }
 
-fn read_file<S: Storage>(storage: &S, dir: &Path, range: (Lsn, Lsn)) -> Result<PageSet> {
+fn read_file<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    range: (Lsn, Lsn),
+    io: (&Arc<Scheduler>, IoClass),
+) -> Result<PageSet> {
     let path = dir.join(file_name(range));
-    let bytes = files::read_small(storage, &path, 64 + PAGES_MAX / 8)?;
+    let bytes = files::read_small_admitted(storage, &path, 64 + PAGES_MAX / 8, io)?;
     let (from, to, set) = decode(&bytes, &path)?;
     if (from, to) != range {
         return Err(Error::Corruption {
@@ -371,7 +385,9 @@ mod tests {
     fn summaries_cover_ranges_merge_and_refuse_gaps_and_damage() {
         let dir = tempfile::tempdir().expect("tempdir");
         let st = OsStorage::default();
-        let s = Summaries::open(&st, dir.path(), Lsn::new(0), set(&[1])).expect("open");
+        let sched = Scheduler::fifo();
+        let s = Summaries::open(&st, dir.path(), Lsn::new(0), set(&[1]), Arc::clone(&sched))
+            .expect("open");
         let l = Lsn::new;
         s.note(&[5, 70]);
         let (from, a) = s.cut(l(100));
@@ -385,7 +401,8 @@ mod tests {
         let (from, b) = s.cut(l(200));
         s.write(&st, Permissions::Private, from, l(200), &b)
             .expect("write");
-        let got = |a, b| changed_pages(&st, dir.path(), l(a), l(b)).expect("read");
+        let io = (&sched, IoClass::Backup);
+        let got = |a, b| changed_pages(&st, dir.path(), (l(a), l(b)), io).expect("read");
         assert_eq!(got(0, 200).map(|s| s.len()), Some(4));
         assert_eq!(got(150, 200).map(|s| s.pages().collect()), Some(vec![2]));
         assert_eq!(got(50, 250), None, "past the last summary");

@@ -29,12 +29,14 @@
 //! second copy (docs/fault_coverage.md).
 
 use std::path::Path;
+use std::sync::Arc;
 
 use super::format::{kind, segment_file_name, Layout, FLUSH_BYTES_MAX};
 use super::reader::{list_segments, Tail, WalReader};
 use crate::error::{Error, Result};
 use crate::io::{Storage, StorageFile};
 use crate::lsn::Lsn;
+use crate::sched::IoClass;
 
 /// Records found past the end of the log, in the flush that was being
 /// written when the log stopped: they were never acknowledged (their sync
@@ -85,7 +87,11 @@ pub(super) fn read_to_end<S: Storage>(
     let existing = list_segments(storage, &opts.dir)?;
     // An existing log keeps the segment size it was made with; the option
     // applies to new logs.
-    if let Some(reader) = WalReader::open_oldest(storage.clone(), &opts.dir)? {
+    // Recovery's reads are reads a caller (open) waits for.
+    let read = IoClass::Read;
+    if let Some(reader) =
+        WalReader::open_oldest_scheduled(storage.clone(), &opts.dir, Arc::clone(&opts.sched), read)?
+    {
         opts.segment_bytes = reader.segment_bytes();
     }
     let layout = Layout {
@@ -99,7 +105,8 @@ pub(super) fn read_to_end<S: Storage>(
         opts.segment_bytes,
         Some(opts.db_id),
         from,
-    );
+    )
+    .scheduled(Arc::clone(&opts.sched), read);
     while let Some(rec) = reader.next_record()? {
         if rec.kind >= kind::USER_MIN {
             replay(rec)?;

@@ -14,6 +14,10 @@
 //! I/O-unit boundary past the end it found, leaving a gap. Its first flush
 //! header's `resume_from` names the end it resumed from, so the reader jumps the
 //! gap only when `resume_from` equals the position where it stopped.
+//!
+//! Its reads pass a scheduler like every other request: the database's, in
+//! the class its caller reads for ([`WalReader::scheduled`]), or a FIFO one
+//! of its own for a log read offline.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -28,6 +32,7 @@ use super::format::{
 use crate::error::{Error, Result};
 use crate::io::{AlignedBuf, DirectIo, FileOptions, Storage, StorageFile, SyncMethod};
 use crate::lsn::Lsn;
+use crate::sched::{IoClass, ScheduledFile, Scheduler};
 
 /// Bytes read from a segment at a time.
 const CHUNK_BYTES: usize = 1 << 20;
@@ -90,7 +95,10 @@ pub struct WalReader<S: Storage> {
     dir: PathBuf,
     layout: Layout,
     db_id: Option<DbId>,
-    files: HashMap<u64, Option<Arc<S::File>>>,
+    files: HashMap<u64, Option<Arc<ScheduledFile<S::File>>>>,
+    /// The scheduler its reads ask, and their class.
+    sched: Arc<Scheduler>,
+    class: IoClass,
     chunk: Option<Chunk>,
     pos: Lsn,
     tail: Option<Tail>,
@@ -111,11 +119,23 @@ impl<S: Storage> WalReader<S> {
             layout: Layout { segment_bytes },
             db_id,
             files: HashMap::new(),
+            sched: Scheduler::fifo(),
+            class: IoClass::Read,
             chunk: None,
             pos: from,
             tail: None,
             last_flush_header: None,
         }
+    }
+
+    /// Sends its reads through `sched` as `class` requests (by default
+    /// they ask a FIFO scheduler of the reader's own, as [`IoClass::Read`]).
+    #[must_use]
+    pub fn scheduled(mut self, sched: Arc<Scheduler>, class: IoClass) -> Self {
+        assert!(self.files.is_empty(), "scheduled before the first read");
+        self.sched = sched;
+        self.class = class;
+        self
     }
 
     /// Opens a reader on the oldest segment present, learning the segment size
@@ -124,22 +144,33 @@ impl<S: Storage> WalReader<S> {
     /// # Errors
     /// I/O errors; [`Error::Corruption`] when the oldest segment's header is bad.
     pub fn open_oldest(storage: S, dir: &Path) -> Result<Option<Self>> {
+        Self::open_oldest_scheduled(storage, dir, Scheduler::fifo(), IoClass::Read)
+    }
+
+    /// As [`open_oldest`](Self::open_oldest), its reads (this search's
+    /// included) asking `sched` as `class` requests.
+    ///
+    /// # Errors
+    /// I/O errors; [`Error::Corruption`] when the oldest segment's header is bad.
+    pub fn open_oldest_scheduled(
+        storage: S,
+        dir: &Path,
+        sched: Arc<Scheduler>,
+        class: IoClass,
+    ) -> Result<Option<Self>> {
         let segments = list_segments(&storage, dir)?;
         let mut first_error = None;
         for n in segments {
             let path = dir.join(segment_file_name(n));
-            let file = storage.open(&path, &read_options())?;
-            match read_segment_header(&file) {
+            let file =
+                ScheduledFile::new(storage.open(&path, &read_options())?, Arc::clone(&sched));
+            match read_segment_header(&file, class) {
                 // A file re-headed for recycling but not yet renamed carries a
                 // later number than its name: not where the log starts.
                 Ok(h) if h.segment_no == n => {
-                    return Ok(Some(Self::new(
-                        storage,
-                        dir,
-                        h.segment_bytes,
-                        Some(h.db_id),
-                        h.first_lsn(),
-                    )))
+                    let reader =
+                        Self::new(storage, dir, h.segment_bytes, Some(h.db_id), h.first_lsn());
+                    return Ok(Some(reader.scheduled(sched, class)));
                 }
                 Ok(_) => continue,
                 Err(e) => {
@@ -462,7 +493,11 @@ impl<S: Storage> WalReader<S> {
             Some(c) if c.buf.unit_bytes() as u64 == unit => c.buf,
             _ => AlignedBuf::new(CHUNK_BYTES, unit as u32)?,
         };
-        let got = file.read_at(buf.io_mut(0..len.next_multiple_of(unit as usize))?, start)?;
+        let got = file.read_at(
+            self.class,
+            buf.io_mut(0..len.next_multiple_of(unit as usize))?,
+            start,
+        )?;
         if got <= (offset - start) as usize {
             // The file is shorter than a segment: treat the rest as absent.
             return Ok(false);
@@ -477,12 +512,15 @@ impl<S: Storage> WalReader<S> {
         Ok(true)
     }
 
-    fn segment_file(&mut self, segment: u64) -> Result<Option<Arc<S::File>>> {
+    fn segment_file(&mut self, segment: u64) -> Result<Option<Arc<ScheduledFile<S::File>>>> {
         if !self.files.contains_key(&segment) {
             let path = self.dir.join(segment_file_name(segment));
             let file = if self.storage.exists(&path) {
-                let file = self.storage.open(&path, &read_options())?;
-                let header = read_segment_header(&file)?;
+                let file = ScheduledFile::new(
+                    self.storage.open(&path, &read_options())?,
+                    Arc::clone(&self.sched),
+                );
+                let header = read_segment_header(&file, self.class)?;
                 self.check_header(&path, segment, &header)?;
                 let len = file.len()?;
                 if len != self.layout.segment_bytes {
@@ -547,15 +585,18 @@ pub(crate) fn read_options() -> FileOptions {
     }
 }
 
-/// Reads and decodes the header of an open segment.
-pub(crate) fn read_segment_header<F: StorageFile>(file: &F) -> Result<SegmentHeader> {
+/// Reads and decodes the header of an open segment, as a `class` request.
+pub(crate) fn read_segment_header<F: StorageFile>(
+    file: &ScheduledFile<F>,
+    class: IoClass,
+) -> Result<SegmentHeader> {
     let unit = file
         .alignment()
         .io_unit_bytes()
         .max(FORMAT_BLOCK_BYTES as u32);
     let mut buf = AlignedBuf::new(SEGMENT_HEADER_BYTES as usize, unit)?;
     assert_eq!(buf.len() as u64, SEGMENT_HEADER_BYTES);
-    let got = file.read_at(buf.io_all_mut(), 0)?;
+    let got = file.read_at(class, buf.io_all_mut(), 0)?;
     assert!(got <= buf.len());
     let bad = |detail: String| Error::Corruption {
         path: file.path().to_path_buf(),

@@ -16,14 +16,15 @@
 //!   and the background preparer never build the same segment twice.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use super::format::{segment_file_name, DbId, Layout, SegmentHeader, SEGMENT_HEADER_BYTES};
 use super::reader::{list_segments, read_segment_header};
 use crate::error::{Error, Result};
-use crate::io::{AlignedBuf, FileOptions, Fill, Storage, StorageFile, SyncVariant};
+use crate::io::{AlignedBuf, FileOptions, Fill, Storage, SyncVariant};
+use crate::sched::{IoClass, ScheduledFile, Scheduler};
 
 /// Counters of segment work.
 #[derive(Debug, Default)]
@@ -35,7 +36,7 @@ pub(crate) struct SegmentCounters {
 }
 
 struct Inner<S: Storage> {
-    open: BTreeMap<u64, Arc<S::File>>,
+    open: BTreeMap<u64, Arc<ScheduledFile<S::File>>>,
     /// The segment the writer is in (or will start in).
     current: u64,
     /// The segment the last [`Segments::writer_file`] call made sure of (the
@@ -62,9 +63,10 @@ pub(crate) struct Segments<S: Storage> {
     inner: Mutex<Inner<S>>,
     changed: Condvar,
     pub counters: SegmentCounters,
-    /// The I/O scheduler; a segment's zero fill is log I/O (`Wal`: admitted
-    /// at once, counted), since a writer may be waiting for the segment.
-    sched: Option<std::sync::Arc<crate::sched::Scheduler>>,
+    /// The I/O scheduler every segment file's requests ask. They are all
+    /// log I/O (`Wal`: admitted at once, counted), a zero fill included,
+    /// since a writer may be waiting for the segment.
+    sched: Arc<Scheduler>,
 }
 
 /// See [`crate::health`]: a poisoned lock here means the database has
@@ -83,7 +85,7 @@ impl<S: Storage> Segments<S> {
             },
             db_id: opts.db_id,
             sync: opts.sync,
-            sched: opts.sched.clone(),
+            sched: Arc::clone(&opts.sched),
             spare: opts.spare_segments,
             recycle_max: opts.recycle_segments_max.max(opts.spare_segments),
             permissions: opts.permissions,
@@ -132,7 +134,7 @@ impl<S: Storage> Segments<S> {
     /// Segment `n + 1` exists too before the handle is given out, so a log
     /// with records in a segment always has the next one: a deleted segment
     /// that held the log's end leaves a hole open sees.
-    pub fn writer_file(&self, n: u64) -> Result<Arc<S::File>> {
+    pub fn writer_file(&self, n: u64) -> Result<Arc<ScheduledFile<S::File>>> {
         let file = self.writer_file_only(n)?;
         if lock(&self.inner).next_ready != Some(n + 1) {
             self.ensure_prepared(n + 1)?;
@@ -144,13 +146,19 @@ impl<S: Storage> Segments<S> {
 
     /// A handle on segment `n` for writing over stale bytes at open, if the
     /// file exists; neither makes a segment nor moves the writer's.
-    pub fn existing_file(&self, n: u64) -> Result<Option<S::File>> {
+    pub fn existing_file(&self, n: u64) -> Result<Option<ScheduledFile<S::File>>> {
         if !self.exists(n) {
             return Ok(None);
         }
-        self.storage
-            .open(&self.path(n), &self.writer_options())
-            .map(Some)
+        Ok(Some(self.open_file(&self.path(n), &self.writer_options())?))
+    }
+
+    /// Opens `path` for requests that ask the log's scheduler.
+    fn open_file(&self, path: &Path, opts: &FileOptions) -> Result<ScheduledFile<S::File>> {
+        Ok(ScheduledFile::new(
+            self.storage.open(path, opts)?,
+            Arc::clone(&self.sched),
+        ))
     }
 
     /// Makes segment `n` if it does not exist (waiting for a preparation
@@ -177,7 +185,7 @@ impl<S: Storage> Segments<S> {
         }
     }
 
-    fn writer_file_only(&self, n: u64) -> Result<Arc<S::File>> {
+    fn writer_file_only(&self, n: u64) -> Result<Arc<ScheduledFile<S::File>>> {
         let mut inner = lock(&self.inner);
         loop {
             if let Some(f) = inner.open.get(&n) {
@@ -193,8 +201,8 @@ impl<S: Storage> Segments<S> {
                 inner = lock(&self.inner);
                 continue;
             }
-            let file = self.storage.open(&self.path(n), &self.writer_options())?;
-            let header = read_segment_header(&file)?;
+            let file = self.open_file(&self.path(n), &self.writer_options())?;
+            let header = read_segment_header(&file, IoClass::Wal)?;
             if header.segment_no != n || header.db_id != self.db_id {
                 return Err(Error::Corruption {
                     path: self.path(n),
@@ -240,13 +248,9 @@ impl<S: Storage> Segments<S> {
             permissions: self.permissions,
         };
         let made = (|| {
-            let file = self.storage.open(&tmp, &opts)?;
-            let permit = self
-                .sched
-                .as_ref()
-                .map(|s| s.admit(crate::sched::IoClass::Wal, self.layout.segment_bytes));
-            file.allocate(self.layout.segment_bytes, Fill::Zero)?;
-            drop(permit);
+            let file = self.open_file(&tmp, &opts)?;
+            file.admit(IoClass::Wal, self.layout.segment_bytes)
+                .allocate(self.layout.segment_bytes, Fill::Zero)?;
             self.write_header(&file, n)?;
             self.storage.rename(&tmp, &self.path(n))?;
             self.storage.sync_dir(&self.dir)
@@ -259,7 +263,7 @@ impl<S: Storage> Segments<S> {
         Ok(())
     }
 
-    fn write_header(&self, file: &S::File, n: u64) -> Result<()> {
+    fn write_header(&self, file: &ScheduledFile<S::File>, n: u64) -> Result<()> {
         let unit = file.alignment().io_unit_bytes();
         let mut buf = AlignedBuf::new(SEGMENT_HEADER_BYTES as usize, unit)?;
         assert_eq!(buf.len() as u64, SEGMENT_HEADER_BYTES);
@@ -269,8 +273,9 @@ impl<S: Storage> Segments<S> {
             db_id: self.db_id,
         }
         .encode(buf.as_mut_slice());
-        file.write_all_at(buf.io_all(), 0)?;
-        file.sync_all()
+        let io = file.admit(IoClass::Wal, buf.len() as u64);
+        io.write_all_at(buf.io_all(), 0)?;
+        io.sync_all()
     }
 
     /// Makes sure segments `current+1 ..= current+spare` exist. Run by the
@@ -381,7 +386,7 @@ impl<S: Storage> Segments<S> {
                 // between leaves an old segment nobody reads (it lies before
                 // the redo point) that the next recycling picks up again, never
                 // a file whose name and header disagree where the log is read.
-                let file = self.storage.open(&self.path(old), &self.writer_options())?;
+                let file = self.open_file(&self.path(old), &self.writer_options())?;
                 self.write_header(&file, next)?;
                 drop(file);
                 self.storage.rename(&self.path(old), &self.path(next))?;

@@ -36,8 +36,9 @@ use super::format::{
 use super::preparer;
 use super::segments::Segments;
 use crate::error::{Error, Result};
-use crate::io::{AlignedBuf, Storage, StorageFile, SyncVariant};
+use crate::io::{AlignedBuf, Storage, SyncVariant};
 use crate::lsn::Lsn;
+use crate::sched::{IoClass, ScheduledFile};
 
 mod flush;
 
@@ -79,11 +80,15 @@ pub struct WalOptions {
     pub background_prepare: bool,
     /// The database's identity, stamped on every segment.
     pub db_id: DbId,
-    /// The I/O scheduler every flush asks (as [`IoClass::Wal`]); none: the
-    /// log's writes are not scheduled.
+    /// The I/O scheduler every request of the log asks: its writes, syncs
+    /// and zero fills as [`IoClass::Wal`], recovery's reads as
+    /// [`IoClass::Read`]. By default a FIFO scheduler of the log's own
+    /// ([`Scheduler::fifo`]).
     ///
     /// [`IoClass::Wal`]: crate::sched::IoClass::Wal
-    pub sched: Option<Arc<crate::sched::Scheduler>>,
+    /// [`IoClass::Read`]: crate::sched::IoClass::Read
+    /// [`Scheduler::fifo`]: crate::sched::Scheduler::fifo
+    pub sched: Arc<crate::sched::Scheduler>,
     /// Whether open may make the log: its directory and first segment. Off
     /// for a database whose log exists already, so a missing directory or
     /// redo segment is damage, never a new empty log.
@@ -109,7 +114,7 @@ impl WalOptions {
             recycle_segments_max: RECYCLE_SEGMENTS_MAX_DEFAULT,
             background_prepare: true,
             db_id,
-            sched: None,
+            sched: crate::sched::Scheduler::fifo(),
             create_if_missing: true,
             must_reach: Lsn::ZERO,
             permissions: crate::io::Permissions::Private,
@@ -298,7 +303,6 @@ pub(super) struct Shared<S: Storage> {
     flushes: AtomicU64,
     bytes_written: AtomicU64,
     flushes_joined: AtomicU64,
-    sched: Option<Arc<crate::sched::Scheduler>>,
 }
 
 /// A write-ahead log: append records, wait for them to be durable.
@@ -391,7 +395,6 @@ impl<S: Storage> Wal<S> {
             flushes: AtomicU64::new(0),
             bytes_written: AtomicU64::new(0),
             flushes_joined: AtomicU64::new(0),
-            sched: opts.sched.clone(),
         });
         if !existing.is_empty() {
             // The interrupted flush began at or before the end and was at

@@ -39,6 +39,7 @@ mod pages;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Instant;
 
 use self::pages::{Pace, PageCopy, PageCounts, PagesOut};
@@ -55,9 +56,9 @@ use crate::error::{Error, Result};
 use crate::format::control::{Control, FLAG_BACKUP};
 use crate::format::{data_head, page};
 use crate::health;
-use crate::io::{AlignedBuf, Permissions, Storage, StorageFile};
+use crate::io::{AlignedBuf, Permissions, Storage};
 use crate::lsn::Lsn;
-use crate::sched::IoClass;
+use crate::sched::{IoClass, ScheduledFile};
 use crate::wal::format::{segment_file_name, Layout};
 
 /// Holds the log from an LSN on while it lives.
@@ -109,6 +110,15 @@ struct Copied {
 }
 
 impl<S: Storage> Inner<S> {
+    /// The pages changed from `since` (an incremental backup's parent's
+    /// start) to `redo`, from the summaries when they cover the range;
+    /// `None`: every page is read.
+    fn changed_since(&self, since: Option<Lsn>, redo: Lsn) -> Result<Option<PageSet>> {
+        let Some(from) = since else { return Ok(None) };
+        let io = (&self.sched, IoClass::Backup);
+        super::summary::changed_pages(&self.storage, &self.dir, (from, redo), io)
+    }
+
     /// Backs the open database up into `dest` (see the module docs).
     pub(super) fn backup(&self, dest: &Path, opts: &BackupOptions) -> Result<BackupReport> {
         let began = Instant::now();
@@ -132,12 +142,7 @@ impl<S: Storage> Inner<S> {
             Some(p) => crate::backup::increment::find_chain(&self.storage, p)?,
             None => None,
         };
-        // The pages changed since the parent's start, from the summaries
-        // when they cover the range; else every page is read.
-        let listed = match since {
-            Some(s) => super::summary::changed_pages(&self.storage, &self.dir, s, cp.redo)?,
-            None => None,
-        };
+        let listed = self.changed_since(since, cp.redo)?;
         // The rate counts from the copy's start, not the checkpoint's.
         let pace = Pace {
             rate: opts.rate_bytes,
@@ -191,13 +196,7 @@ impl<S: Storage> Inner<S> {
         chain: Option<&[PathBuf]>,
         pace: Pace,
     ) -> Result<Copied> {
-        let control_path = dest.join(crate::backup::CONTROL_NAME);
-        super::control::ControlFile::create_with(
-            &self.storage,
-            &control_path,
-            Permissions::Private,
-            self.backup_control(cp)?,
-        )?;
+        let control_path = self.write_backup_control(dest, cp)?;
         let mut buf = AlignedBuf::new(CHUNK_BYTES, ALIGN_BYTES)?;
         let data_name = match since {
             Some(_) => crate::backup::INCREMENT_NAME,
@@ -251,6 +250,17 @@ impl<S: Storage> Inner<S> {
             counts,
             deltas,
         })
+    }
+
+    /// Writes the backup's `CONTROL` into `dest`; returns its path. The
+    /// backup's own files are paced by the backup (`write_permit`), not by
+    /// the database's classes: its 8 KiB `CONTROL` is no exception.
+    fn write_backup_control(&self, dest: &Path, cp: &Checkpointed) -> Result<PathBuf> {
+        let path = dest.join(crate::backup::CONTROL_NAME);
+        let (control, fifo) = (self.backup_control(cp)?, crate::sched::Scheduler::fifo());
+        let private = Permissions::Private;
+        super::control::ControlFile::create_with(&self.storage, &path, private, control, fifo)?;
+        Ok(path)
     }
 
     /// Where the pages go: a new file at `path`, page 0 left for last,
@@ -512,9 +522,11 @@ impl<S: Storage> Inner<S> {
             } else {
                 layout.segment_bytes
             };
-            let src = self
-                .storage
-                .open(&src_path, &crate::wal::reader_options())?;
+            let src = ScheduledFile::new(
+                self.storage
+                    .open(&src_path, &crate::wal::reader_options())?,
+                Arc::clone(&self.sched),
+            );
             let dest_path = dest.join(&name);
             let mut sink = Sink::create(&self.storage, &dest_path)?;
             let mut at = 0u64;
@@ -524,9 +536,8 @@ impl<S: Storage> Inner<S> {
                 // zeros, written but not counted against the rate.
                 let read = keep.saturating_sub(at).min(n_bytes as u64) as usize;
                 if read > 0 {
-                    let _permit = self.sched.admit(IoClass::Backup, read as u64);
                     let whole = read.next_multiple_of(ALIGN_BYTES as usize).min(n_bytes);
-                    src.read_exact_at(buf.io_mut(0..whole)?, at)?;
+                    src.read_exact_at(IoClass::Backup, buf.io_mut(0..whole)?, at)?;
                 }
                 buf.as_mut_slice()[read..n_bytes].fill(0);
                 {

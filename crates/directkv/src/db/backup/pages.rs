@@ -23,7 +23,7 @@ use crate::backup::manifest;
 use crate::buffer::Access;
 use crate::error::{Error, Result};
 use crate::format::page;
-use crate::io::{AlignedBuf, Storage, StorageFile};
+use crate::io::{AlignedBuf, Storage};
 use crate::lsn::Lsn;
 use crate::sched::IoClass;
 
@@ -235,11 +235,11 @@ impl<S: Storage> Inner<S> {
             let request = (self.sched.backup_request_bytes() / pb as u64).max(1);
             let k = per_chunk.min(request).min(pages - no);
             let bytes = k as usize * pb;
-            let read = {
-                let _permit = self.sched.admit(IoClass::Backup, bytes as u64);
-                b.io_mut(0..bytes)
-                    .and_then(|io| self.pool.file().read_exact_at(io, no * pb as u64))
-            };
+            let read = b.io_mut(0..bytes).and_then(|io| {
+                self.pool
+                    .file()
+                    .read_exact_at(IoClass::Backup, io, no * pb as u64)
+            });
             let failed = read.is_err();
             if fill.send(read.map(|()| (no, k, b))).is_err() || failed {
                 return;
@@ -274,12 +274,11 @@ impl<S: Storage> Inner<S> {
                 let request = (self.sched.backup_request_bytes() / pb as u64).max(1);
                 let (no, k) = (first + done, per_chunk.min(request).min(count - done));
                 let bytes = k as usize * pb;
-                {
-                    let _permit = self.sched.admit(IoClass::Backup, bytes as u64);
-                    self.pool
-                        .file()
-                        .read_exact_at(buf.io_mut(0..bytes)?, no * pb as u64)?;
-                }
+                self.pool.file().read_exact_at(
+                    IoClass::Backup,
+                    buf.io_mut(0..bytes)?,
+                    no * pb as u64,
+                )?;
                 self.take_chunk(run, buf, no, k)?;
                 done += k;
             }
@@ -373,12 +372,10 @@ impl<S: Storage> Inner<S> {
         let mut one = AlignedBuf::new(pb, ALIGN_BYTES)?;
         // The permit first: waiting for it while holding the latch would
         // hold up a commit that needs the page.
-        let permit = self.sched.admit(IoClass::Backup, pb as u64);
+        let io = self.pool.file().admit(IoClass::Backup, pb as u64);
         let resident = self.pool.try_read(no, Access::Scan);
-        self.pool
-            .file()
-            .read_exact_at(one.io_all_mut(), no * pb as u64)?;
-        drop(permit);
+        io.read_exact_at(one.io_all_mut(), no * pb as u64)?;
+        drop(io);
         page.copy_from_slice(one.as_slice());
         let durable = self.wal().durable_lsn();
         if check_page(page, no, &counts.db_id, durable).is_ok() {

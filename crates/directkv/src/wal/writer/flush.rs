@@ -117,7 +117,7 @@ impl<S: Storage> Shared<S> {
             .layout
             .segment_of(Lsn::new(start.get() + len as u64 - 1));
         assert!(last >= first, "a flush spans segments in order");
-        let mut files: Vec<Arc<S::File>> = Vec::with_capacity(2);
+        let mut files: Vec<Arc<ScheduledFile<S::File>>> = Vec::with_capacity(2);
         for segment in first..=last {
             files.push(
                 self.segments
@@ -134,26 +134,39 @@ impl<S: Storage> Shared<S> {
         buf: &AlignedBuf,
         start: Lsn,
         len: usize,
-        files: &[Arc<S::File>],
+        files: &[Arc<ScheduledFile<S::File>>],
     ) -> Result<()> {
-        let _permit = self
-            .sched
-            .as_ref()
-            .map(|s| s.admit(crate::sched::IoClass::Wal, len as u64));
         let first = self.layout.segment_of(start);
+        // Each file's piece: (bytes done before it, bytes, LSN it starts at).
+        let mut pieces = Vec::with_capacity(files.len());
         let mut done = 0usize;
         while done < len {
             let at = Lsn::new(start.get() + done as u64);
             let segment = self.layout.segment_of(at);
             let room = (self.layout.segment_start(segment + 1).get() - at.get()) as usize;
             let n = room.min(len - done);
-            let file = &files[(segment - first) as usize];
-            file.write_all_at(buf.io(done..done + n)?, self.layout.file_offset(at))?;
+            assert_eq!(
+                segment - first,
+                pieces.len() as u64,
+                "one piece per segment"
+            );
+            pieces.push((done, n, at));
             done += n;
         }
         assert_eq!(done, len, "every byte of the flush is written");
-        for file in files {
-            file.sync()?;
+        assert_eq!(pieces.len(), files.len(), "a file per segment written");
+        // Every file's permit is held until the last sync is done: the log
+        // is in flight, for the scheduler, until the flush is durable.
+        let admitted: Vec<_> = files
+            .iter()
+            .zip(&pieces)
+            .map(|(file, &(_, n, _))| file.admit(IoClass::Wal, n as u64))
+            .collect();
+        for (io, &(done, n, at)) in admitted.iter().zip(&pieces) {
+            io.write_all_at(buf.io(done..done + n)?, self.layout.file_offset(at))?;
+        }
+        for io in &admitted {
+            io.sync()?;
         }
         Ok(())
     }
@@ -168,7 +181,7 @@ impl<S: Storage> Shared<S> {
         assert!(from <= to, "a range runs forward");
         let zeros = AlignedBuf::new(1 << 20, self.unit as u32)?;
         let mut at = from;
-        let mut files: Vec<(u64, S::File)> = Vec::new();
+        let mut files: Vec<(u64, ScheduledFile<S::File>)> = Vec::new();
         while at < to {
             let segment = self.layout.segment_of(at);
             let seg_end = self.layout.segment_start(segment + 1).get();
@@ -184,11 +197,11 @@ impl<S: Storage> Shared<S> {
             }
             let (s, file) = files.last().expect("pushed above");
             assert_eq!(*s, segment, "zeroing the segment that holds `at`");
-            file.write_all_at(zeros.io(0..n)?, self.layout.file_offset(at))?;
+            file.write_all_at(IoClass::Wal, zeros.io(0..n)?, self.layout.file_offset(at))?;
             at = Lsn::new(at.get() + n as u64);
         }
         for (_, f) in &files {
-            f.sync_all()?;
+            f.admit(IoClass::Wal, 0).sync_all()?;
         }
         Ok(())
     }
