@@ -14,6 +14,7 @@ use directkv::internals::buffer::{Access, BufferPool, LogFlusher, WriteCause};
 use directkv::internals::db::ControlFile;
 use directkv::internals::format::control::Control;
 use directkv::internals::format::page::{self, PageType, PAGE_HEADER_BYTES};
+use directkv::internals::format::PageId;
 use directkv::internals::io::{DirectFile, DirectIo, FileOptions, OsStorage, SyncMethod};
 use directkv::internals::sched::{IoClass, ScheduledFile, Scheduler};
 use directkv::{Error, Lsn};
@@ -74,14 +75,14 @@ fn scratch() -> tempfile::TempDir {
 }
 
 fn put_pattern(pool: &Pool, no: u64, value: u64, lsn: u64) {
-    let mut p = pool.create(no).expect("create");
+    let mut p = pool.create(PageId::new(no)).expect("create");
     page::init(p.data_mut(), PageType::Leaf);
     p.data_mut()[PAGE_HEADER_BYTES..PAGE_HEADER_BYTES + 8].copy_from_slice(&value.to_le_bytes());
     p.mark_dirty(Lsn::new(lsn));
 }
 
 fn get_value(pool: &Pool, no: u64, access: Access) -> u64 {
-    let p = pool.read(no, access).expect("read");
+    let p = pool.read(PageId::new(no), access).expect("read");
     let b = &p.data()[PAGE_HEADER_BYTES..PAGE_HEADER_BYTES + 8];
     u64::from_le_bytes(b.try_into().expect("8 bytes"))
 }
@@ -122,7 +123,7 @@ fn pool_with_ten_dirty(dir: &Path, sched: Arc<Scheduler>) -> Pool {
     p.flush_all().expect("flush");
     assert_eq!(p.stats().dirty_pages, 0);
     for no in (0..1000u64).step_by(100) {
-        let mut pg = p.write(no).expect("write");
+        let mut pg = p.write(PageId::new(no)).expect("write");
         pg.data_mut()[PAGE_HEADER_BYTES] ^= 1;
         pg.mark_dirty(Lsn::new(5000 + no));
     }
@@ -275,7 +276,7 @@ fn damaged_and_misdirected_pages_are_errors_not_data() {
     let p = pool(dir.path(), 32, reopened_log());
     for (no, what) in [(2u64, "checksum"), (5, "misdirected")] {
         match p
-            .read(no, Access::Normal)
+            .read(PageId::new(no), Access::Normal)
             .err()
             .expect("a bad page is an error")
         {
@@ -318,7 +319,7 @@ fn concurrent_updates_through_latches_lose_nothing() {
                         .wrapping_mul(6364136223846793005)
                         .wrapping_add(1442695040888963407);
                     let no = (x >> 33) % PAGES;
-                    let mut pg = p.write(no).expect("write");
+                    let mut pg = p.write(PageId::new(no)).expect("write");
                     let body = &mut pg.data_mut()[PAGE_HEADER_BYTES..PAGE_HEADER_BYTES + 8];
                     let v = u64::from_le_bytes((&*body).try_into().expect("8")) + 1;
                     body.copy_from_slice(&v.to_le_bytes());
@@ -345,9 +346,9 @@ fn control_file_falls_back_to_the_older_slot() {
         db_id: DB,
         checkpoint_lsn: Lsn::new(10),
         redo_lsn: Lsn::new(5),
-        root_page: 1,
+        root_page: PageId::new(1),
         page_count: 2,
-        freelist_head: 0,
+        freelist_head: PageId::ZERO,
         flags: directkv::internals::format::control::FLAG_HISTORY,
         history: [7; 16],
         history_lost: false,
@@ -508,7 +509,11 @@ fn a_page_newer_than_the_durable_log_is_refused() {
         44,
         "an older page is fine"
     );
-    match p.read(3, Access::Normal).err().expect("refused") {
+    match p
+        .read(PageId::new(3), Access::Normal)
+        .err()
+        .expect("refused")
+    {
         Error::Corruption { offset, detail, .. } => {
             assert_eq!(offset, 3 * u64::from(PAGE));
             assert!(
@@ -531,7 +536,7 @@ fn the_cleaner_writes_only_cold_pages_and_only_when_the_pool_runs_short() {
     let p = pool(dir.path(), 64, Arc::new(FakeLog::default()));
     let window = 8;
     let touch_hot = |v: u64| {
-        let mut g = p.write(1).expect("write");
+        let mut g = p.write(PageId::new(1)).expect("write");
         g.data_mut()[PAGE_HEADER_BYTES..PAGE_HEADER_BYTES + 8].copy_from_slice(&v.to_le_bytes());
         g.mark_dirty(Lsn::new(1000 + v));
     };

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use directkv::internals::btree::node;
 use directkv::internals::db::ControlFile;
-use directkv::internals::format::page;
+use directkv::internals::format::{page, PageId};
 use directkv::internals::io::{AlignedBuf, FileOptions, Storage, StorageFile, SyncMethod};
 use directkv::internals::sim::SimStorage;
 use directkv::internals::wal::format::{RecordHeader, SegmentHeader};
@@ -58,7 +58,7 @@ proptest! {
 
     #[test]
     fn pages_and_nodes(mut bytes in prop::collection::vec(any::<u8>(), 4096..=4096), no in 0u64..100) {
-        prop_assert!(page::verify(&bytes, no, &[0; 16]).is_err());
+        prop_assert!(page::verify(&bytes, PageId::new(no), &[0; 16]).is_err());
         // Structural validation on arbitrary content (as if its checksum held).
         let _ = node::validate(&bytes);
         bytes[8] = 1; bytes[9] = 0; // leaf type

@@ -35,7 +35,7 @@ use super::manifest::Manifest;
 use super::{DATA_NAME, INCREMENT_NAME};
 use crate::constants::DELTA_CHAIN_LINKS_MAX;
 use crate::error::{Error, Result};
-use crate::format::le;
+use crate::format::{le, PageId};
 use crate::io::{AlignedBuf, DirectIo, Storage, StorageFile};
 
 /// `increment_format` of backups that hold whole pages, in the manifest's
@@ -76,7 +76,7 @@ pub enum Kind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Entry {
     /// The page it makes.
-    pub page: u64,
+    pub page: PageId,
     /// What the body holds.
     pub kind: Kind,
     /// CRC32C of the page it makes.
@@ -125,7 +125,7 @@ pub fn apply_delta(delta: &[u8], page: &mut [u8]) -> std::result::Result<(), Str
 /// Appends to `out` the entry for page `no` holding `page`: a delta
 /// against `base` when one is given and the delta is at most half a page,
 /// else the whole page. Returns whether it is a delta.
-pub fn encode_entry(out: &mut Vec<u8>, no: u64, page: &[u8], base: Option<&[u8]>) -> bool {
+pub fn encode_entry(out: &mut Vec<u8>, no: PageId, page: &[u8], base: Option<&[u8]>) -> bool {
     let ranges = base.map(|b| crate::format::diff::diff(b, page));
     let delta_len = ranges
         .as_ref()
@@ -133,7 +133,7 @@ pub fn encode_entry(out: &mut Vec<u8>, no: u64, page: &[u8], base: Option<&[u8]>
     let as_delta = delta_len.is_some_and(|n| n <= page.len() / 2);
     let start = out.len();
     out.push(if as_delta { KIND_DELTA } else { KIND_WHOLE });
-    out.extend_from_slice(&no.to_le_bytes());
+    out.extend_from_slice(&no.get().to_le_bytes());
     out.extend_from_slice(&crc32c::crc32c(page).to_le_bytes());
     let body_len = if as_delta {
         delta_len.expect("a delta has a length")
@@ -199,7 +199,7 @@ impl<S: Storage> EntryWriter<S> {
     ///
     /// # Errors
     /// I/O errors of a write.
-    pub fn push(&mut self, no: u64, page: &[u8], base: Option<&[u8]>) -> Result<usize> {
+    pub fn push(&mut self, no: PageId, page: &[u8], base: Option<&[u8]>) -> Result<usize> {
         self.entry.clear();
         if encode_entry(&mut self.entry, no, page, base) {
             self.deltas += 1;
@@ -254,7 +254,7 @@ pub struct EntryReader<F: StorageFile> {
     window: Vec<u8>,
     pos: usize,
     /// The page numbers of a backup of [`WHOLE_PAGES`], still to come.
-    numbers: Option<std::vec::IntoIter<u64>>,
+    numbers: Option<std::vec::IntoIter<PageId>>,
     /// The body of the last entry read.
     pub body: Vec<u8>,
 }
@@ -269,6 +269,7 @@ impl<F: StorageFile> EntryReader<F> {
         let numbers = (m.increment_format == WHOLE_PAGES).then(|| {
             super::manifest::pages_of(&m.incremental_pages)
                 .filter(|&p| p != 0)
+                .map(PageId::new)
                 .collect::<Vec<_>>()
         });
         EntryReader::with(file, path, m.page_bytes as usize, numbers)
@@ -276,7 +277,12 @@ impl<F: StorageFile> EntryReader<F> {
 
     /// [`new`](Self::new) for pages of `page_bytes`, of [`WHOLE_PAGES`]
     /// numbered `numbers` (page 0 aside) when given, else of [`ENTRIES`].
-    fn with(file: F, path: &Path, pb: usize, numbers: Option<Vec<u64>>) -> Result<EntryReader<F>> {
+    fn with(
+        file: F,
+        path: &Path,
+        pb: usize,
+        numbers: Option<Vec<PageId>>,
+    ) -> Result<EntryReader<F>> {
         let len = files::whole_blocks_len(&file)?;
         Ok(EntryReader {
             file,
@@ -355,7 +361,7 @@ impl<F: StorageFile> EntryReader<F> {
             k => return Err(damaged(&self.path, offset, format!("entry kind {k}"))),
         };
         const WHOLE: &str = "the header was taken whole";
-        let page = le::get_u64(head, 1).expect(WHOLE);
+        let page = PageId::new(le::get_u64(head, 1).expect(WHOLE));
         let crc = le::get_u32(head, 9).expect(WHOLE);
         let body_len = le::get_u32(head, 13).expect(WHOLE) as usize;
         let fits = match kind {
@@ -523,7 +529,7 @@ pub struct ChainPages<S: Storage> {
     ahead_buf: AlignedBuf,
     increments: Vec<(EntryReader<S::File>, Option<Entry>)>,
     /// The last page asked for.
-    last: Option<u64>,
+    last: Option<PageId>,
     /// Bytes read from the full backup's data file.
     full_bytes_read: u64,
 }
@@ -578,11 +584,11 @@ impl<S: Storage> ChainPages<S> {
     /// # Errors
     /// I/O errors; [`Error::Corruption`] for an entry that does not make
     /// its page, or a delta with nothing under it.
-    pub fn page(&mut self, no: u64, out: &mut [u8]) -> Result<bool> {
+    pub fn page(&mut self, no: PageId, out: &mut [u8]) -> Result<bool> {
         assert!(self.last.is_none_or(|l| l < no), "pages are asked in order");
         assert_eq!(out.len(), self.page_bytes, "a page");
         self.last = Some(no);
-        let mut held = no < self.full_pages;
+        let mut held = no.get() < self.full_pages;
         if held {
             self.read_full(no, out)?;
         }
@@ -614,8 +620,9 @@ impl<S: Storage> ChainPages<S> {
     }
 
     /// The full backup's page `no` into `out`, through the read-ahead.
-    fn read_full(&mut self, no: u64, out: &mut [u8]) -> Result<()> {
+    fn read_full(&mut self, page: PageId, out: &mut [u8]) -> Result<()> {
         let pb = self.page_bytes;
+        let no = page.get();
         let (first, count) = self.ahead;
         if !(first..first + count).contains(&no) {
             let most = (self.ahead_buf.len() / pb) as u64;
@@ -649,7 +656,7 @@ mod tests {
         page[100..108].copy_from_slice(&[9; 8]);
         page[5000] ^= 0xff;
         let mut out = Vec::new();
-        assert!(encode_entry(&mut out, 7, &page, Some(&base)));
+        assert!(encode_entry(&mut out, PageId::new(7), &page, Some(&base)));
         assert!(out.len() < 64, "two small ranges: {} bytes", out.len());
         let body = &out[ENTRY_HEADER..];
         let mut made = base.clone();
@@ -657,11 +664,11 @@ mod tests {
         assert_eq!(made, page);
         // Nothing to diff against, or too much changed: whole.
         out.clear();
-        assert!(!encode_entry(&mut out, 7, &page, None));
+        assert!(!encode_entry(&mut out, PageId::new(7), &page, None));
         assert_eq!(out.len(), ENTRY_HEADER + page.len());
         let other: Vec<u8> = page.iter().map(|b| b ^ 0x55).collect();
         out.clear();
-        assert!(!encode_entry(&mut out, 7, &other, Some(&base)));
+        assert!(!encode_entry(&mut out, PageId::new(7), &other, Some(&base)));
     }
 
     /// Entries written through the block buffer (more than one buffer's
@@ -681,7 +688,7 @@ mod tests {
         for no in 1..400u64 {
             let mut p = base.clone();
             p[(no as usize * 13) % pb] = no as u8 ^ 0x80;
-            w.push(no, &p, (no % 3 != 0).then_some(&base[..]))
+            w.push(PageId::new(no), &p, (no % 3 != 0).then_some(&base[..]))
                 .expect("push");
             pages.push((no, p));
         }
@@ -695,7 +702,7 @@ mod tests {
         let mut r = EntryReader::with(file, &path, pb, None).expect("reader");
         for (no, want) in &pages {
             let e = r.next_entry().expect("read").expect("an entry");
-            assert_eq!(e.page, *no);
+            assert_eq!(e.page, PageId::new(*no));
             assert_eq!(e.kind == Kind::Delta, no % 3 != 0);
             let mut made = base.clone();
             r.make_page(&e, &mut made).expect("makes its page");

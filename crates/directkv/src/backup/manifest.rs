@@ -150,7 +150,7 @@ impl Manifest {
         let id = self
             .db_id_bytes()
             .ok_or("the database id is not 32 hex digits")?;
-        match crate::format::page::verify(page, no, &id) {
+        match crate::format::page::verify(page, crate::format::PageId::new(no), &id) {
             Ok(_) => Ok(()),
             Err(crate::format::page::PageError::NeverWritten)
                 if self.pages_from_log.contains(&no) =>

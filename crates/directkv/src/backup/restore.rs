@@ -27,6 +27,7 @@ use super::increment;
 use super::manifest::{self, Manifest, COMPLETE_NAME, MANIFEST_NAME};
 use super::{CONTROL_NAME, DATA_NAME, INCREMENT_NAME, WAL_DIR_NAME};
 use crate::error::{Error, Result};
+use crate::format::PageId;
 use crate::io::{AlignedBuf, DirectIo, FileOptions, OsStorage, Permissions, Storage, StorageFile};
 use crate::sched::{IoClass, ScheduledFile, Scheduler};
 
@@ -400,7 +401,9 @@ fn apply_entries<F: StorageFile>(
     src.read_exact_at(buf.io_mut(0..pb)?, 0)?;
     m.page_ok(&buf.as_slice()[..pb], 0).map_err(|d| bad(0, d))?;
     out.write_all_at(buf.io(0..pb)?, 0)?;
-    let mut numbers = manifest::pages_of(&m.incremental_pages).filter(|&p| p != 0);
+    let mut numbers = manifest::pages_of(&m.incremental_pages)
+        .filter(|&p| p != 0)
+        .map(PageId::new);
     let mut reader = increment::EntryReader::new(src, &path, m)?;
     let per_chunk = (buf.len() / pb) as u64;
     let mut window: Vec<(increment::Entry, Vec<u8>)> = Vec::new();
@@ -410,13 +413,14 @@ fn apply_entries<F: StorageFile>(
         window.clear();
         // Page numbers are checked against the manifest's (below its page
         // count) as they come; the first one before this sum.
-        let end = first.page.saturating_add(per_chunk);
-        while let Some(e) = next.filter(|e| window.is_empty() || e.page < end) {
+        let end = first.page.get().saturating_add(per_chunk);
+        while let Some(e) = next.filter(|e| window.is_empty() || e.page.get() < end) {
             let want = numbers.next();
             if want != Some(e.page) {
                 let d = format!(
-                    "an entry of page {}, where the manifest lists {want:?}",
-                    e.page
+                    "an entry of page {}, where the manifest lists {:?}",
+                    e.page,
+                    want.map(PageId::get)
                 );
                 return Err(bad(e.offset, d));
             }
@@ -447,8 +451,13 @@ fn make_window<F: StorageFile>(
     buf: &mut AlignedBuf,
 ) -> Result<()> {
     let pb = m.page_bytes as usize;
-    let first = window.first().expect("a window holds an entry").0.page;
-    let last = window.last().expect("a window holds an entry").0.page;
+    let first = window
+        .first()
+        .expect("a window holds an entry")
+        .0
+        .page
+        .get();
+    let last = window.last().expect("a window holds an entry").0.page.get();
     let span = (last - first + 1) as usize;
     assert!(span * pb <= buf.len(), "a window fits the buffer");
     let in_file = (out.len()? / pb as u64).saturating_sub(first) as usize;
@@ -458,7 +467,7 @@ fn make_window<F: StorageFile>(
     }
     buf.as_mut_slice()[have * pb..span * pb].fill(0);
     for (e, body) in window {
-        let i = (e.page - first) as usize;
+        let i = (e.page.get() - first) as usize;
         let bad = |detail: String| Error::Corruption {
             path: path.to_path_buf(),
             offset: e.offset,
@@ -470,7 +479,7 @@ fn make_window<F: StorageFile>(
         }
         let page = &mut buf.as_mut_slice()[i * pb..(i + 1) * pb];
         increment::make_page(path, e, body, page)?;
-        m.page_ok(page, e.page).map_err(bad)?;
+        m.page_ok(page, e.page.get()).map_err(bad)?;
     }
     out.write_all_at(buf.io(0..span * pb)?, first * pb as u64)?;
     Ok(())

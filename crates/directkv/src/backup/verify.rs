@@ -21,7 +21,7 @@ use super::{CONTROL_NAME, DATA_NAME, INCREMENT_NAME, WAL_DIR_NAME};
 use crate::db::{CheckReport, ControlFile, Database, Options};
 use crate::error::{Error, Result};
 use crate::format::control::FLAG_BACKUP;
-use crate::format::{data_head, page};
+use crate::format::{data_head, page, PageId};
 use crate::io::{AlignedBuf, DirectIo, OsStorage, Storage, StorageFile};
 use crate::lsn::Lsn;
 use crate::wal::WalReader;
@@ -167,10 +167,12 @@ fn check_pages<S: Storage>(storage: &S, dir: &Path, m: &Manifest) -> Result<u64>
             } else {
                 at_no
             };
-            check_backup_page(p, no, &db_id, m).map_err(|detail| Error::Corruption {
-                path: path.clone(),
-                offset: at + (i * pb) as u64,
-                detail: format!("page {no}: {detail}"),
+            check_backup_page(p, PageId::new(no), &db_id, m).map_err(|detail| {
+                Error::Corruption {
+                    path: path.clone(),
+                    offset: at + (i * pb) as u64,
+                    detail: format!("page {no}: {detail}"),
+                }
             })?;
             pages += 1;
         }
@@ -201,22 +203,28 @@ fn check_entries<S: Storage>(storage: &S, dir: &Path, m: &Manifest) -> Result<u6
     let file = storage.open(&path, &files::read_options(DirectIo::Auto))?;
     let pb = m.page_bytes as usize;
     let db_id = m.db_id_bytes().expect("decoding checked the id");
-    let bad = |offset: u64, no: u64, detail: String| Error::Corruption {
+    let bad = |offset: u64, no: PageId, detail: String| Error::Corruption {
         path: path.clone(),
         offset,
         detail: format!("page {no}: {detail}"),
     };
     let mut head = AlignedBuf::new(pb, ALIGN_BYTES)?;
     file.read_exact_at(head.io_all_mut(), 0)?;
-    check_backup_page(head.as_slice(), 0, &db_id, m).map_err(|d| bad(0, 0, d))?;
-    let mut numbers = super::manifest::pages_of(&m.incremental_pages).filter(|&p| p != 0);
+    let head_no = data_head::DATA_HEAD_PAGE;
+    check_backup_page(head.as_slice(), head_no, &db_id, m).map_err(|d| bad(0, head_no, d))?;
+    let mut numbers = super::manifest::pages_of(&m.incremental_pages)
+        .filter(|&p| p != 0)
+        .map(PageId::new);
     let mut reader = increment::EntryReader::new(file, &path, m)?;
     let mut page = vec![0u8; pb];
     let (mut pages, mut deltas) = (1u64, 0u64);
     while let Some(e) = reader.next_entry()? {
         let want = numbers.next();
         if want != Some(e.page) {
-            let d = format!("an entry where the manifest lists {want:?}");
+            let d = format!(
+                "an entry where the manifest lists {:?}",
+                want.map(PageId::get)
+            );
             return Err(bad(e.offset, e.page, d));
         }
         match e.kind {
@@ -256,14 +264,14 @@ fn check_entries<S: Storage>(storage: &S, dir: &Path, m: &Manifest) -> Result<u6
 
 fn check_backup_page(
     p: &[u8],
-    no: u64,
+    no: PageId,
     db_id: &[u8; 16],
     m: &Manifest,
 ) -> std::result::Result<(), String> {
     let header = match page::verify(p, no, db_id) {
         Ok(h) => h,
         // Left to the log's image, as the manifest says.
-        Err(page::PageError::NeverWritten) if m.pages_from_log.contains(&no) => return Ok(()),
+        Err(page::PageError::NeverWritten) if m.pages_from_log.contains(&no.get()) => return Ok(()),
         Err(e) => return Err(e.to_string()),
     };
     if no == data_head::DATA_HEAD_PAGE {

@@ -14,18 +14,19 @@ use super::tree::{corrupt, Pages, DEPTH_MAX};
 use crate::buffer::Access;
 use crate::error::Result;
 use crate::format::page::PageType;
+use crate::format::PageId;
 
 /// One step of a descent: the page and the cell it routed through.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Step {
-    pub(super) page: u64,
+    pub(super) page: PageId,
     pub(super) slot: Option<usize>,
 }
 
 /// A descent to the leaf that holds (or would hold) a key.
 pub(super) struct Descent {
     pub(super) path: Vec<Step>,
-    pub(super) leaf: u64,
+    pub(super) leaf: PageId,
     /// Smallest separator above the leaf: the next leaf starts there.
     pub(super) upper: Option<Vec<u8>>,
     /// Largest separator at or below the leaf's first key: the previous leaf
@@ -35,12 +36,12 @@ pub(super) struct Descent {
 
 /// What a branch says about the way down: the child, the slot routed through
 /// (`None`: the leftmost child) and the fences the slot implies.
-type Route = (u64, Option<usize>, Option<Vec<u8>>, Option<Vec<u8>>);
+type Route = (PageId, Option<usize>, Option<Vec<u8>>, Option<Vec<u8>>);
 
 /// Descends to the leaf holding `key`.
 pub(super) fn descend<P: Pages>(
     pages: &P,
-    root: u64,
+    root: PageId,
     key: &[u8],
     access: Access,
 ) -> Result<Descent> {
@@ -50,12 +51,12 @@ pub(super) fn descend<P: Pages>(
 /// Descends to the leaf holding the largest key strictly below `key` (a
 /// branch cell equal to `key` starts the child *after* the wanted one, so
 /// routing must not take it).
-pub(super) fn descend_below<P: Pages>(pages: &P, root: u64, key: &[u8]) -> Result<Descent> {
+pub(super) fn descend_below<P: Pages>(pages: &P, root: PageId, key: &[u8]) -> Result<Descent> {
     descend_by(pages, root, Access::Normal, |p| node::route_below(p, key))
 }
 
 /// Descends to the last leaf of the tree.
-pub(super) fn descend_last<P: Pages>(pages: &P, root: u64) -> Result<Descent> {
+pub(super) fn descend_last<P: Pages>(pages: &P, root: PageId) -> Result<Descent> {
     descend_by(pages, root, Access::Normal, |p| match node::count(p) {
         0 => (node::leftmost(p), None),
         n => (node::child(p, n - 1), Some(n - 1)),
@@ -65,9 +66,9 @@ pub(super) fn descend_last<P: Pages>(pages: &P, root: u64) -> Result<Descent> {
 /// Descends from `root`, taking at each branch the child `pick` chooses.
 fn descend_by<P: Pages>(
     pages: &P,
-    root: u64,
+    root: PageId,
     access: Access,
-    pick: impl Fn(&[u8]) -> (u64, Option<usize>),
+    pick: impl Fn(&[u8]) -> (PageId, Option<usize>),
 ) -> Result<Descent> {
     let mut path = Vec::with_capacity(8);
     let (mut upper, mut lower) = (None, None);
@@ -104,8 +105,8 @@ fn descend_by<P: Pages>(
 /// The route out of page `no` (bytes `p`): `None` at a leaf.
 fn route_at(
     p: &[u8],
-    no: u64,
-    pick: impl Fn(&[u8]) -> (u64, Option<usize>),
+    no: PageId,
+    pick: impl Fn(&[u8]) -> (PageId, Option<usize>),
 ) -> Result<Option<Route>> {
     match node::page_type(p) {
         Some(PageType::Leaf) => Ok(None),

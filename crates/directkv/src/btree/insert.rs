@@ -18,6 +18,7 @@ use super::overflow::{free_overflow, read_overflow, write_overflow};
 use super::tree::{cell_max, key_max, PagesMut, DEPTH_MAX, VALUE_MAX};
 use crate::buffer::Access;
 use crate::error::{Error, Result};
+use crate::format::PageId;
 
 /// Inserts or replaces `key` → `value`.
 ///
@@ -102,7 +103,7 @@ fn put_keeping<P: PagesMut>(
 /// asked for), or the length and first page of its overflow chain.
 enum OldValue {
     Inline(Option<Vec<u8>>),
-    Overflow(u32, u64),
+    Overflow(u32, PageId),
 }
 
 /// Refuses a key or value over the limits for pages of `page_bytes`.
@@ -167,7 +168,7 @@ fn appends_at_right_edge<P: PagesMut>(pages: &mut P, d: &Descent, key: &[u8]) ->
 
 /// Splits page `left` into it and the empty page `right`; returns the
 /// separator.
-fn split_into<P: PagesMut>(pages: &mut P, left: u64, right: u64) -> Result<Vec<u8>> {
+fn split_into<P: PagesMut>(pages: &mut P, left: PageId, right: PageId) -> Result<Vec<u8>> {
     assert_ne!(left, right, "a page splits into another");
     pages.restructure();
     let mut moved = vec![0u8; pages.page_bytes()];
@@ -186,7 +187,7 @@ fn insert_separator<P: PagesMut>(
     pages: &mut P,
     mut path: Vec<Step>,
     mut sep: Vec<u8>,
-    mut right: u64,
+    mut right: PageId,
 ) -> Result<()> {
     assert!(path.len() < DEPTH_MAX, "a path within the depth bound");
     while let Some(step) = path.pop() {
@@ -194,7 +195,7 @@ fn insert_separator<P: PagesMut>(
         if pages.modify(step.page, |p| node::branch_insert(p, at, &sep, right))? {
             return Ok(());
         }
-        let new_right = pages.allocate(|p| node::init_branch(p, 0))?;
+        let new_right = pages.allocate(|p| node::init_branch(p, PageId::ZERO))?;
         let up = split_into(pages, step.page, new_right)?;
         let target = if sep >= up { new_right } else { step.page };
         let at = pages.read(target, Access::Normal, |p| node::search(p, &sep))?;

@@ -57,6 +57,7 @@ fn set_u16(p: &mut [u8], o: usize, v: usize) {
 }
 
 use crate::format::le::{self, u32_at, u64_at};
+use crate::format::PageId;
 
 /// The page type stored in the common header.
 pub fn page_type(p: &[u8]) -> Option<PageType> {
@@ -71,15 +72,15 @@ pub fn page_type(p: &[u8]) -> Option<PageType> {
 
 /// Formats `p` as an empty leaf.
 pub fn init_leaf(p: &mut [u8]) {
-    init(p, PageType::Leaf, 0);
+    init(p, PageType::Leaf, PageId::new(0));
 }
 
 /// Formats `p` as a branch with only its leftmost child.
-pub fn init_branch(p: &mut [u8], leftmost: u64) {
+pub fn init_branch(p: &mut [u8], leftmost: PageId) {
     init(p, PageType::Branch, leftmost);
 }
 
-fn init(p: &mut [u8], t: PageType, leftmost: u64) {
+fn init(p: &mut [u8], t: PageType, leftmost: PageId) {
     assert!(
         PAGE_SIZES.contains(&(p.len() as u32)),
         "a page of {} bytes",
@@ -88,7 +89,7 @@ fn init(p: &mut [u8], t: PageType, leftmost: u64) {
     crate::format::page::init(p, t);
     p[N..].fill(0);
     set_u16(p, CELL_START, p.len());
-    p[LEFTMOST..LEFTMOST + 8].copy_from_slice(&leftmost.to_le_bytes());
+    p[LEFTMOST..LEFTMOST + 8].copy_from_slice(&leftmost.get().to_le_bytes());
 }
 
 /// Cells in the page.
@@ -131,7 +132,7 @@ pub enum Value<'a> {
         /// Total length.
         len: u32,
         /// First overflow page.
-        page: u64,
+        page: PageId,
     },
 }
 
@@ -156,7 +157,7 @@ pub fn value(p: &[u8], i: usize) -> Value<'_> {
     if flags & OVERFLOW_FLAG != 0 {
         Value::Overflow {
             len: vlen,
-            page: u64_at(p, v),
+            page: PageId::new(u64_at(p, v)),
         }
     } else {
         Value::Inline(&p[v..v + vlen as usize])
@@ -164,26 +165,26 @@ pub fn value(p: &[u8], i: usize) -> Value<'_> {
 }
 
 /// The child of branch cell `i`.
-pub fn child(p: &[u8], i: usize) -> u64 {
+pub fn child(p: &[u8], i: usize) -> PageId {
     debug_assert!(!is_leaf(p) && i < count(p), "a branch's cell");
-    u64_at(p, slot(p, i) + 2)
+    PageId::new(u64_at(p, slot(p, i) + 2))
 }
 
 /// A branch's leftmost child.
-pub fn leftmost(p: &[u8]) -> u64 {
-    u64_at(p, LEFTMOST)
+pub fn leftmost(p: &[u8]) -> PageId {
+    PageId::new(u64_at(p, LEFTMOST))
 }
 
 /// Sets a branch's leftmost child.
-pub fn set_leftmost(p: &mut [u8], child: u64) {
-    p[LEFTMOST..LEFTMOST + 8].copy_from_slice(&child.to_le_bytes());
+pub fn set_leftmost(p: &mut [u8], child: PageId) {
+    p[LEFTMOST..LEFTMOST + 8].copy_from_slice(&child.get().to_le_bytes());
 }
 
 /// Sets the child of branch cell `i`.
-pub fn set_child(p: &mut [u8], i: usize, child: u64) {
+pub fn set_child(p: &mut [u8], i: usize, child: PageId) {
     assert!(i < count(p), "cell {i} of {}", count(p));
     let c = slot(p, i);
-    p[c + 2..c + 10].copy_from_slice(&child.to_le_bytes());
+    p[c + 2..c + 10].copy_from_slice(&child.get().to_le_bytes());
 }
 
 /// Binary search: `Ok(i)` if cell `i` has `key`, else `Err(i)` where it would go.
@@ -202,7 +203,7 @@ pub fn search(p: &[u8], k: &[u8]) -> Result<usize, usize> {
 }
 
 /// The child a branch routes `k` to, and its position: `None` for the leftmost.
-pub fn route(p: &[u8], k: &[u8]) -> (u64, Option<usize>) {
+pub fn route(p: &[u8], k: &[u8]) -> (PageId, Option<usize>) {
     match search(p, k) {
         Ok(i) => (child(p, i), Some(i)),
         Err(0) => (leftmost(p), None),
@@ -212,7 +213,7 @@ pub fn route(p: &[u8], k: &[u8]) -> (u64, Option<usize>) {
 
 /// The child a branch routes keys just below `k` to: like [`route`], but a cell
 /// whose key equals `k` is not taken (its child holds keys ≥ `k`).
-pub fn route_below(p: &[u8], k: &[u8]) -> (u64, Option<usize>) {
+pub fn route_below(p: &[u8], k: &[u8]) -> (PageId, Option<usize>) {
     match search(p, k) {
         Ok(0) | Err(0) => (leftmost(p), None),
         Ok(i) | Err(i) => (child(p, i - 1), Some(i - 1)),
@@ -345,7 +346,7 @@ fn write_value(p: &mut [u8], c: usize, klen: usize, v: &Value<'_>) {
             (0, b.len() as u32)
         }
         Value::Overflow { len, page } => {
-            p[at..at + 8].copy_from_slice(&page.to_le_bytes());
+            p[at..at + 8].copy_from_slice(&page.get().to_le_bytes());
             (OVERFLOW_FLAG, *len)
         }
     };
@@ -370,7 +371,7 @@ pub fn leaf_overwrite(p: &mut [u8], i: usize, v: &Value<'_>) -> bool {
 }
 
 /// Inserts a branch cell at slot `i`; false if it does not fit.
-pub fn branch_insert(p: &mut [u8], i: usize, key: &[u8], child: u64) -> bool {
+pub fn branch_insert(p: &mut [u8], i: usize, key: &[u8], child: PageId) -> bool {
     assert!(!is_leaf(p), "a branch cell goes into a branch");
     assert!(
         key.len() <= u16::MAX as usize,
@@ -382,7 +383,7 @@ pub fn branch_insert(p: &mut [u8], i: usize, key: &[u8], child: u64) -> bool {
         return false;
     };
     p[c..c + 2].copy_from_slice(&(key.len() as u16).to_le_bytes());
-    p[c + 2..c + 10].copy_from_slice(&child.to_le_bytes());
+    p[c + 2..c + 10].copy_from_slice(&child.get().to_le_bytes());
     p[c + BRANCH_CELL_HEADER..c + BRANCH_CELL_HEADER + key.len()].copy_from_slice(key);
     debug_assert!(ordered_around(p, i), "keys in order after an insert");
     true
@@ -516,7 +517,10 @@ pub(super) mod tests {
         assert!(!leaf_overwrite(
             &mut p,
             1,
-            &Value::Overflow { len: 5000, page: 3 }
+            &Value::Overflow {
+                len: 5000,
+                page: PageId::new(3)
+            }
         ));
         assert_eq!(p, kept);
         // An 8-byte inline value and an overflow pointer take the same bytes.
@@ -524,9 +528,18 @@ pub(super) mod tests {
         assert!(leaf_overwrite(
             &mut p,
             3,
-            &Value::Overflow { len: 5000, page: 3 }
+            &Value::Overflow {
+                len: 5000,
+                page: PageId::new(3)
+            }
         ));
-        assert_eq!(value(&p, 3), Value::Overflow { len: 5000, page: 3 });
+        assert_eq!(
+            value(&p, 3),
+            Value::Overflow {
+                len: 5000,
+                page: PageId::new(3)
+            }
+        );
         validate(&p).expect("valid");
     }
 

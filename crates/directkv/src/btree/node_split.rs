@@ -92,6 +92,7 @@ mod tests {
         validate, Value,
     };
     use super::*;
+    use crate::format::PageId;
 
     #[test]
     fn fills_then_splits() {
@@ -118,17 +119,25 @@ mod tests {
     #[test]
     fn branch_routes_and_splits() {
         let mut b = vec![0u8; 4096];
-        init_branch(&mut b, 100);
+        init_branch(&mut b, PageId::new(100));
         for i in 0..150u32 {
             let k = (i * 10).to_be_bytes();
-            assert!(branch_insert(&mut b, i as usize, &k, 1000 + u64::from(i)));
+            assert!(branch_insert(
+                &mut b,
+                i as usize,
+                &k,
+                PageId::new(1000 + u64::from(i))
+            ));
         }
-        assert_eq!(route(&b, &[0, 0, 0, 0]), (1000, Some(0)));
-        assert_eq!(route(&b, &5u32.to_be_bytes()), (1000, Some(0)));
-        assert_eq!(route(&b, &15u32.to_be_bytes()), (1001, Some(1)));
+        assert_eq!(route(&b, &[0, 0, 0, 0]), (PageId::new(1000), Some(0)));
+        assert_eq!(route(&b, &5u32.to_be_bytes()), (PageId::new(1000), Some(0)));
+        assert_eq!(
+            route(&b, &15u32.to_be_bytes()),
+            (PageId::new(1001), Some(1))
+        );
         let mut empty_key_branch = vec![0u8; 4096];
-        init_branch(&mut empty_key_branch, 7);
-        assert_eq!(route(&empty_key_branch, b"x"), (7, None));
+        init_branch(&mut empty_key_branch, PageId::new(7));
+        assert_eq!(route(&empty_key_branch, b"x"), (PageId::new(7), None));
         let mut right = vec![0u8; 4096];
         let sep = split(&mut b, &mut right);
         validate(&b).expect("left");

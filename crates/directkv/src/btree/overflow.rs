@@ -21,6 +21,7 @@ use super::tree::{corrupt, u64_at, Pages, PagesMut, VALUE_MAX};
 use crate::buffer::Access;
 use crate::error::Result;
 use crate::format::page::{PageType, PAGE_HEADER_BYTES};
+use crate::format::PageId;
 
 const OVERFLOW_NEXT: usize = PAGE_HEADER_BYTES;
 const OVERFLOW_LEN: usize = PAGE_HEADER_BYTES + 8;
@@ -44,7 +45,7 @@ pub(super) fn load_value<P: Pages>(pages: &P, v: Value<'_>) -> Result<Vec<u8>> {
 }
 
 /// Reads the `len` bytes of the chain starting at page `first`.
-pub(super) fn read_overflow<P: Pages>(pages: &P, first: u64, len: usize) -> Result<Vec<u8>> {
+pub(super) fn read_overflow<P: Pages>(pages: &P, first: PageId, len: usize) -> Result<Vec<u8>> {
     let mut out = Vec::with_capacity(len);
     let mut page = first;
     let chunk_max = chunk_bytes(pages.page_bytes());
@@ -62,7 +63,7 @@ pub(super) fn read_overflow<P: Pages>(pages: &P, first: u64, len: usize) -> Resu
                 return Err(corrupt(page, "overflow length out of range"));
             }
             out.extend_from_slice(&p[OVERFLOW_DATA..OVERFLOW_DATA + n]);
-            Ok(u64_at(p, OVERFLOW_NEXT))
+            Ok(PageId::new(u64_at(p, OVERFLOW_NEXT)))
         })??;
         page = next;
     }
@@ -73,14 +74,14 @@ pub(super) fn read_overflow<P: Pages>(pages: &P, first: u64, len: usize) -> Resu
 }
 
 /// Writes `value` as a new chain; returns its first page.
-pub(super) fn write_overflow<P: PagesMut>(pages: &mut P, value: &[u8]) -> Result<u64> {
+pub(super) fn write_overflow<P: PagesMut>(pages: &mut P, value: &[u8]) -> Result<PageId> {
     assert!(
         !value.is_empty() && value.len() <= VALUE_MAX,
         "a value for a chain"
     );
     let chunk = chunk_bytes(pages.page_bytes());
     // Written back to front, so each page knows its successor when created.
-    let mut next = 0u64;
+    let mut next = PageId::ZERO;
     let chunks: Vec<&[u8]> = value.chunks(chunk).collect();
     assert_eq!(
         chunks.len(),
@@ -91,24 +92,26 @@ pub(super) fn write_overflow<P: PagesMut>(pages: &mut P, value: &[u8]) -> Result
         next = pages.allocate(|p| {
             crate::format::page::init(p, PageType::Overflow);
             p[PAGE_HEADER_BYTES..].fill(0);
-            p[OVERFLOW_NEXT..OVERFLOW_NEXT + 8].copy_from_slice(&next.to_le_bytes());
+            p[OVERFLOW_NEXT..OVERFLOW_NEXT + 8].copy_from_slice(&next.get().to_le_bytes());
             p[OVERFLOW_LEN..OVERFLOW_LEN + 8].copy_from_slice(&(part.len() as u64).to_le_bytes());
             p[OVERFLOW_DATA..OVERFLOW_DATA + part.len()].copy_from_slice(part);
         })?;
     }
-    assert_ne!(next, 0, "a chain has a first page");
+    assert_ne!(next, PageId::ZERO, "a chain has a first page");
     Ok(next)
 }
 
 /// Frees the chain of a `len`-byte value starting at page `first`.
-pub(super) fn free_overflow<P: PagesMut>(pages: &mut P, first: u64, len: usize) -> Result<()> {
+pub(super) fn free_overflow<P: PagesMut>(pages: &mut P, first: PageId, len: usize) -> Result<()> {
     let chunk = chunk_bytes(pages.page_bytes());
     let mut page = first;
     for _ in 0..len.div_ceil(chunk).max(1) {
-        if page == 0 {
+        if page == PageId::ZERO {
             break;
         }
-        let next = pages.read(page, Access::Normal, |p| u64_at(p, OVERFLOW_NEXT))?;
+        let next = pages.read(page, Access::Normal, |p| {
+            PageId::new(u64_at(p, OVERFLOW_NEXT))
+        })?;
         pages.free(page)?;
         page = next;
     }

@@ -23,6 +23,7 @@ use super::tree::{corrupt, Batch, Entries, Pages};
 use crate::buffer::Access;
 use crate::error::Result;
 use crate::format::page::PageType;
+use crate::format::PageId;
 
 fn in_lower(k: &[u8], b: &Bound<Vec<u8>>) -> bool {
     match b {
@@ -45,7 +46,7 @@ fn in_upper(k: &[u8], b: &Bound<Vec<u8>>) -> bool {
 /// leaf can hold more).
 fn collect_leaf<P: Pages>(
     pages: &P,
-    leaf: u64,
+    leaf: PageId,
     from: &Bound<Vec<u8>>,
     to: &Bound<Vec<u8>>,
     reverse: bool,
@@ -102,7 +103,7 @@ fn collect_leaf<P: Pages>(
 /// Page read and verification errors.
 pub fn scan_forward<P: Pages>(
     pages: &P,
-    root: u64,
+    root: PageId,
     from: &Bound<Vec<u8>>,
     to: &Bound<Vec<u8>>,
 ) -> Result<Batch> {
@@ -128,13 +129,18 @@ pub fn scan_forward<P: Pages>(
 ///
 /// # Errors
 /// Page read and verification errors.
-pub fn following_leaves<P: Pages>(pages: &P, root: u64, key: &[u8], n: usize) -> Result<Vec<u64>> {
+pub fn following_leaves<P: Pages>(
+    pages: &P,
+    root: PageId,
+    key: &[u8],
+    n: usize,
+) -> Result<Vec<PageId>> {
     let d = descend(pages, root, key, Access::Normal)?;
     let Some(parent) = d.path.last() else {
         return Ok(Vec::new());
     };
     let first = parent.slot.map_or(0, |i| i + 1);
-    let leaves: Vec<u64> = pages.read(parent.page, Access::Normal, |p| {
+    let leaves: Vec<PageId> = pages.read(parent.page, Access::Normal, |p| {
         if node::page_type(p) != Some(PageType::Branch) {
             return Err(corrupt(parent.page, "expected a branch"));
         }
@@ -152,7 +158,7 @@ pub fn following_leaves<P: Pages>(pages: &P, root: u64, key: &[u8], n: usize) ->
 /// Page read and verification errors.
 pub fn scan_reverse<P: Pages>(
     pages: &P,
-    root: u64,
+    root: PageId,
     from: &Bound<Vec<u8>>,
     to: &Bound<Vec<u8>>,
 ) -> Result<Batch> {

@@ -34,6 +34,7 @@ use super::overflow::read_overflow;
 use crate::buffer::Access;
 use crate::error::{Error, Result};
 use crate::format::page::{PageType, PAGE_HEADER_BYTES, PAGE_SIZES};
+use crate::format::PageId;
 
 pub use super::delete::{delete, remove};
 pub use super::insert::{put, replace};
@@ -71,7 +72,7 @@ pub trait Pages {
     ///
     /// # Errors
     /// The page cannot be read or fails verification.
-    fn read<R>(&self, no: u64, access: Access, f: impl FnOnce(&[u8]) -> R) -> Result<R>;
+    fn read<R>(&self, no: PageId, access: Access, f: impl FnOnce(&[u8]) -> R) -> Result<R>;
     /// The page size.
     fn page_bytes(&self) -> usize;
 }
@@ -82,13 +83,13 @@ pub trait PagesMut: Pages {
     ///
     /// # Errors
     /// As [`Pages::read`], and logging errors.
-    fn modify<R>(&mut self, no: u64, f: impl FnOnce(&mut [u8]) -> R) -> Result<R>;
+    fn modify<R>(&mut self, no: PageId, f: impl FnOnce(&mut [u8]) -> R) -> Result<R>;
     /// Allocates a page (from the free list or by growing the file) and lets
     /// `init` format it; the new page is logged.
     ///
     /// # Errors
     /// As [`modify`](Self::modify).
-    fn allocate(&mut self, init: impl FnOnce(&mut [u8])) -> Result<u64>;
+    fn allocate(&mut self, init: impl FnOnce(&mut [u8])) -> Result<PageId>;
     /// Announces a change that moves keys from a page to another (a
     /// split): readers descending without a lock must not trust a path
     /// read before it. Page frees, root moves and branch changes are
@@ -98,33 +99,33 @@ pub trait PagesMut: Pages {
     ///
     /// # Errors
     /// As [`modify`](Self::modify).
-    fn free(&mut self, no: u64) -> Result<()>;
+    fn free(&mut self, no: PageId) -> Result<()>;
     /// The root page.
-    fn root(&self) -> u64;
+    fn root(&self) -> PageId;
     /// Replaces the root page.
-    fn set_root(&mut self, no: u64);
+    fn set_root(&mut self, no: PageId);
 }
 
 /// Formats a free page pointing at the next free page.
-pub fn init_free(p: &mut [u8], next: u64) {
+pub fn init_free(p: &mut [u8], next: PageId) {
     assert!(p.len() >= FREE_NEXT + 8, "a page holds a free-list link");
     crate::format::page::init(p, PageType::Free);
     p[PAGE_HEADER_BYTES..].fill(0);
-    p[FREE_NEXT..FREE_NEXT + 8].copy_from_slice(&next.to_le_bytes());
+    p[FREE_NEXT..FREE_NEXT + 8].copy_from_slice(&next.get().to_le_bytes());
 }
 
 /// The next page of a free page.
-pub fn free_next(p: &[u8]) -> u64 {
-    u64_at(p, FREE_NEXT)
+pub fn free_next(p: &[u8]) -> PageId {
+    PageId::new(u64_at(p, FREE_NEXT))
 }
 
 pub(super) use crate::format::le::u64_at;
 
 /// The error for page `no` whose contents break the tree's shape.
-pub(super) fn corrupt(no: u64, what: &str) -> Error {
+pub(super) fn corrupt(no: PageId, what: &str) -> Error {
     Error::Corruption {
         path: "data".into(),
-        offset: no,
+        offset: no.get(),
         detail: format!("page {no}: {what}"),
     }
 }
@@ -133,7 +134,7 @@ pub(super) fn corrupt(no: u64, what: &str) -> Error {
 ///
 /// # Errors
 /// Page read and verification errors.
-pub fn get<P: Pages>(pages: &P, root: u64, key: &[u8]) -> Result<Option<Vec<u8>>> {
+pub fn get<P: Pages>(pages: &P, root: PageId, key: &[u8]) -> Result<Option<Vec<u8>>> {
     let d = descend(pages, root, key, Access::Normal)?;
     let found = pages.read(d.leaf, Access::Normal, |p| {
         // Read again by number after the descent: a lock-free reader may

@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 use super::pool::*;
 use super::replacer::Access;
 use crate::format::page::{self};
+use crate::format::PageId;
 use crate::io::{BatchOp, Storage};
 use crate::sched::IoClass;
 
@@ -18,8 +19,8 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     /// that needs it meets the error itself). A batch holds at most a
     /// quarter of the frames while it reads, so concurrent batches never
     /// leave a foreground reader without a frame to claim.
-    pub fn read_batch(&self, pages: &[u64], access: Access) -> usize {
-        let mut pages: Vec<u64> = pages.iter().copied().filter(|&p| p != NO_PAGE).collect();
+    pub fn read_batch(&self, pages: &[PageId], access: Access) -> usize {
+        let mut pages: Vec<PageId> = pages.iter().copied().filter(|&p| p != NO_PAGE).collect();
         pages.sort_unstable();
         pages.dedup();
         let most = (self.frames() / 4).max(1);
@@ -51,7 +52,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
                 let (head, tail) = rest.split_at_mut(run.len());
                 rest = tail;
                 ops.push(BatchOp::Read {
-                    offset: head[0].1 * pb,
+                    offset: head[0].1.offset(pb),
                     bufs: head.iter_mut().map(|(_, _, g)| g.io_all_mut()).collect(),
                 });
             }
@@ -73,7 +74,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
                 continue;
             }
             self.counters.pages_read.fetch_add(1, Ordering::Relaxed);
-            let frame = &self.frames[f as usize];
+            let frame = &self.frames[f.index()];
             frame.valid.store(true, Ordering::Release);
             lock(&self.replacer).loaded(f, access);
             drop(guard);

@@ -17,6 +17,7 @@ use super::pool::*;
 use super::replacer::Access;
 use crate::error::{Error, Result};
 use crate::format::page::{self, PageError};
+use crate::format::{FrameIndex, PageId};
 use crate::io::{AlignedBuf, Storage};
 use crate::lsn::Lsn;
 use crate::sched::IoClass;
@@ -26,7 +27,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     ///
     /// # Errors
     /// [`Error::Corruption`] when the page fails verification; I/O errors.
-    pub fn read(&self, page: u64, access: Access) -> Result<PageRef<'_, S, L>> {
+    pub fn read(&self, page: PageId, access: Access) -> Result<PageRef<'_, S, L>> {
         let (frame, latch) = self.fix(page, access, Latch::Shared, false)?;
         self.assert_fixed(frame, page);
         match latch {
@@ -40,7 +41,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     }
 
     /// Pins and share-latches `page` if it is in the pool; never reads.
-    pub fn try_read(&self, page: u64, access: Access) -> Option<PageRef<'_, S, L>> {
+    pub fn try_read(&self, page: PageId, access: Access) -> Option<PageRef<'_, S, L>> {
         match self.try_hit(page, access, &Latch::Shared)? {
             (frame, Fixed::Shared(guard)) => Some(PageRef {
                 pool: self,
@@ -52,7 +53,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     }
 
     /// Pins and exclusively latches `page` if it is in the pool; never reads.
-    pub fn try_write(&self, page: u64) -> Option<PageMut<'_, S, L>> {
+    pub fn try_write(&self, page: PageId) -> Option<PageMut<'_, S, L>> {
         match self.try_hit(page, Access::Normal, &Latch::Exclusive)? {
             (frame, Fixed::Exclusive(guard)) => {
                 self.assert_fixed(frame, page);
@@ -70,7 +71,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     ///
     /// # Errors
     /// As [`read`](Self::read).
-    pub fn write(&self, page: u64) -> Result<PageMut<'_, S, L>> {
+    pub fn write(&self, page: PageId) -> Result<PageMut<'_, S, L>> {
         self.fix_mut(page, false)
     }
 
@@ -79,13 +80,13 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     ///
     /// # Errors
     /// I/O errors of evicting a dirty page to make room.
-    pub fn create(&self, page: u64) -> Result<PageMut<'_, S, L>> {
+    pub fn create(&self, page: PageId) -> Result<PageMut<'_, S, L>> {
         let mut p = self.fix_mut(page, true)?;
         p.data_mut().fill(0);
         Ok(p)
     }
 
-    pub(super) fn fix_mut(&self, page: u64, fresh: bool) -> Result<PageMut<'_, S, L>> {
+    pub(super) fn fix_mut(&self, page: PageId, fresh: bool) -> Result<PageMut<'_, S, L>> {
         let (frame, latch) = self.fix(page, Access::Normal, Latch::Exclusive, fresh)?;
         self.assert_fixed(frame, page);
         match latch {
@@ -99,22 +100,18 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     }
 
     /// A frame handed out for `page` is pinned and holds `page`.
-    fn assert_fixed(&self, frame: u32, page: u64) {
-        let f = &self.frames[frame as usize];
+    fn assert_fixed(&self, frame: FrameIndex, page: PageId) {
+        let f = &self.frames[frame.index()];
         assert!(
             f.pins.load(Ordering::Acquire) > 0,
             "a handed-out frame is pinned"
         );
-        assert_eq!(
-            f.page.load(Ordering::Acquire),
-            page,
-            "the frame holds the page asked for"
-        );
+        assert_eq!(f.page(), page, "the frame holds the page asked for");
     }
 
-    pub(super) fn unpin(&self, frame: u32) {
-        assert!((frame as usize) < self.frames.len(), "a frame of this pool");
-        let before = self.frames[frame as usize]
+    pub(super) fn unpin(&self, frame: FrameIndex) {
+        assert!(frame.index() < self.frames.len(), "a frame of this pool");
+        let before = self.frames[frame.index()]
             .pins
             .fetch_sub(1, Ordering::AcqRel);
         assert!(before > 0, "unpin of an unpinned frame");
@@ -122,11 +119,11 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
 
     pub(super) fn fix(
         &self,
-        page: u64,
+        page: PageId,
         access: Access,
         latch: Latch,
         fresh: bool,
-    ) -> Result<(u32, Fixed<'_>)> {
+    ) -> Result<(FrameIndex, Fixed<'_>)> {
         assert_ne!(page, NO_PAGE);
         for _ in 0..VICTIM_RETRIES_MAX {
             if let Some(hit) = self.try_hit(page, access, &latch) {
@@ -142,7 +139,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
             let Some(mut guard) = self.install(f, page) else {
                 continue;
             };
-            let frame = &self.frames[f as usize];
+            let frame = &self.frames[f.index()];
             if !fresh {
                 let read = std::time::Instant::now();
                 let loaded = self.load(page, &mut guard);
@@ -172,8 +169,12 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     /// yet valid and exclusively latched, so readers of `page` wait for its
     /// load. `None` (and `f` unpinned) when someone else holds the frame or
     /// `page` got a frame meanwhile.
-    pub(super) fn install(&self, f: u32, page: u64) -> Option<RwLockWriteGuard<'_, AlignedBuf>> {
-        let frame = &self.frames[f as usize];
+    pub(super) fn install(
+        &self,
+        f: FrameIndex,
+        page: PageId,
+    ) -> Option<RwLockWriteGuard<'_, AlignedBuf>> {
+        let frame = &self.frames[f.index()];
         assert!(
             frame.pins.load(Ordering::Acquire) >= 1,
             "the claimer pins the frame"
@@ -187,14 +188,14 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
             self.refuse_claim(f);
             return None;
         }
-        let old = frame.page.load(Ordering::Acquire);
+        let old = frame.page();
         if old != NO_PAGE && table.get(&old) == Some(&f) {
             table.remove(&old);
             self.counters.evictions.fetch_add(1, Ordering::Relaxed);
         }
         lock(&self.replacer).removed(f);
         let guard = frame.data.write().unwrap_or_else(|p| p.into_inner());
-        frame.page.store(page, Ordering::Release);
+        frame.set_page(page);
         frame.valid.store(false, Ordering::Release);
         let before = table.insert(page, f);
         assert!(before.is_none(), "a page is in at most one frame");
@@ -209,13 +210,13 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     /// without a page (never used, or given up by a failed load) is in no
     /// replacer list: it goes to the cold end, first to be claimed again, so
     /// it is never lost to the pool.
-    fn refuse_claim(&self, f: u32) {
-        let frame = &self.frames[f as usize];
+    fn refuse_claim(&self, f: FrameIndex) {
+        let frame = &self.frames[f.index()];
         assert!(
             frame.pins.load(Ordering::Acquire) > 0,
             "a claimed frame is pinned"
         );
-        if frame.page.load(Ordering::Acquire) == NO_PAGE {
+        if frame.page() == NO_PAGE {
             lock(&self.replacer).loaded(f, Access::Scan);
         }
         self.unpin(f);
@@ -227,16 +228,19 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     /// pinned the frame while it loaded may still hold pins, and a frame on
     /// the free list must be unpinned; a claim from the replacer waits for
     /// them.
-    pub(super) fn abandon(&self, f: u32, page: u64, guard: RwLockWriteGuard<'_, AlignedBuf>) {
+    pub(super) fn abandon(
+        &self,
+        f: FrameIndex,
+        page: PageId,
+        guard: RwLockWriteGuard<'_, AlignedBuf>,
+    ) {
         let removed = lock(&self.table).remove(&page);
         assert_eq!(removed, Some(f), "the failed load's frame was the page's");
         assert!(
-            !self.frames[f as usize].valid.load(Ordering::Acquire),
+            !self.frames[f.index()].valid.load(Ordering::Acquire),
             "a failed load is invalid"
         );
-        self.frames[f as usize]
-            .page
-            .store(NO_PAGE, Ordering::Release);
+        self.frames[f.index()].set_page(NO_PAGE);
         lock(&self.replacer).loaded(f, Access::Scan);
         drop(guard);
         self.unpin(f);
@@ -245,18 +249,18 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     /// Pins and latches `page` if it is in the pool.
     pub(super) fn try_hit(
         &self,
-        page: u64,
+        page: PageId,
         access: Access,
         latch: &Latch,
-    ) -> Option<(u32, Fixed<'_>)> {
+    ) -> Option<(FrameIndex, Fixed<'_>)> {
         loop {
             let table = lock(&self.table);
             let f = *table.get(&page)?;
-            let frame = &self.frames[f as usize];
+            let frame = &self.frames[f.index()];
             frame.pins.fetch_add(1, Ordering::AcqRel);
             drop(table);
             let fixed = self.latch(f, latch);
-            if frame.valid.load(Ordering::Acquire) && frame.page.load(Ordering::Acquire) == page {
+            if frame.valid.load(Ordering::Acquire) && frame.page() == page {
                 self.counters.hits.fetch_add(1, Ordering::Relaxed);
                 lock(&self.replacer).touched(f, access);
                 return Some((f, fixed));
@@ -267,8 +271,8 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
         }
     }
 
-    pub(super) fn latch(&self, f: u32, latch: &Latch) -> Fixed<'_> {
-        let data = &self.frames[f as usize].data;
+    pub(super) fn latch(&self, f: FrameIndex, latch: &Latch) -> Fixed<'_> {
+        let data = &self.frames[f.index()].data;
         match latch {
             Latch::Shared => Fixed::Shared(data.read().unwrap_or_else(|p| p.into_inner())),
             Latch::Exclusive => Fixed::Exclusive(data.write().unwrap_or_else(|p| p.into_inner())),
@@ -277,9 +281,9 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
 
     /// Finds an unpinned frame (never-used ones first, then the coldest), pins
     /// it and writes it back if dirty. `None` when every candidate is busy now.
-    pub(super) fn claim_victim(&self) -> Result<Option<u32>> {
+    pub(super) fn claim_victim(&self) -> Result<Option<FrameIndex>> {
         if let Some(f) = lock(&self.free).pop() {
-            let pinned = self.frames[f as usize].pins.fetch_add(1, Ordering::AcqRel);
+            let pinned = self.frames[f.index()].pins.fetch_add(1, Ordering::AcqRel);
             assert_eq!(pinned, 0, "a free frame is unpinned");
             return Ok(Some(f));
         }
@@ -287,15 +291,15 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
             let r = lock(&self.replacer);
             let found = r
                 .coldest()
-                .find(|&f| self.frames[f as usize].pins.load(Ordering::Acquire) == 0);
+                .find(|&f| self.frames[f.index()].pins.load(Ordering::Acquire) == 0);
             found
         };
         let Some(f) = candidate else { return Ok(None) };
         assert!(
-            (f as usize) < self.frames.len(),
+            f.index() < self.frames.len(),
             "the replacer knows only this pool's frames"
         );
-        let frame = &self.frames[f as usize];
+        let frame = &self.frames[f.index()];
         if frame
             .pins
             .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
@@ -320,9 +324,9 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
         Ok(Some(f))
     }
 
-    pub(super) fn load(&self, page: u64, buf: &mut AlignedBuf) -> Result<()> {
+    pub(super) fn load(&self, page: PageId, buf: &mut AlignedBuf) -> Result<()> {
         assert_eq!(buf.len(), self.page_bytes, "a frame is one page");
-        let offset = page * self.page_bytes as u64;
+        let offset = self.offset_of(page);
         self.file
             .read_exact_at(IoClass::Read, buf.io_all_mut(), offset)?;
         self.counters.pages_read.fetch_add(1, Ordering::Relaxed);
@@ -332,7 +336,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
 
     /// Notes the LSN of a page just read, and refuses it when it is newer
     /// than the durable log (see [`LogFlusher::replaying`]).
-    pub(super) fn check_read_lsn(&self, page: u64, data: &[u8]) -> Result<()> {
+    pub(super) fn check_read_lsn(&self, page: PageId, data: &[u8]) -> Result<()> {
         let lsn = page::page_lsn(data);
         if self
             .counters
@@ -342,7 +346,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
         {
             self.counters
                 .newest_read_page
-                .store(page, Ordering::Relaxed);
+                .store(page.get(), Ordering::Relaxed);
         }
         if self.log.replaying() {
             return Ok(());
@@ -357,25 +361,25 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     /// [`Error::Corruption`] naming the newest page read, when it is.
     pub fn check_reads_within(&self, end: Lsn) -> Result<()> {
         let newest = Lsn::new(self.counters.newest_read.load(Ordering::Acquire));
-        let page = self.counters.newest_read_page.load(Ordering::Relaxed);
+        let page = PageId::new(self.counters.newest_read_page.load(Ordering::Relaxed));
         self.within_log(page, newest, end)
     }
 
-    pub(super) fn corruption(&self, page: u64, e: &PageError) -> Error {
+    pub(super) fn corruption(&self, page: PageId, e: &PageError) -> Error {
         Error::Corruption {
             path: self.path.clone(),
-            offset: page * self.page_bytes as u64,
+            offset: self.offset_of(page),
             detail: format!("page {page}: {e}"),
         }
     }
 
-    fn within_log(&self, page: u64, lsn: Lsn, end: Lsn) -> Result<()> {
+    fn within_log(&self, page: PageId, lsn: Lsn, end: Lsn) -> Result<()> {
         if lsn <= end {
             return Ok(());
         }
         Err(Error::Corruption {
             path: self.path.clone(),
-            offset: page * self.page_bytes as u64,
+            offset: self.offset_of(page),
             detail: format!(
                 "page {page} has LSN {lsn}, past the end of the durable log ({end}): the \
                  log that wrote it is missing or was replaced by an older copy"
@@ -423,8 +427,8 @@ mod tests {
     fn fill(pool: &Pool, pages: std::ops::Range<u64>) {
         for page in pages {
             let f = pool.claim_victim().expect("claim").expect("a frame");
-            let guard = pool.install(f, page).expect("installed");
-            pool.frames[f as usize].valid.store(true, Ordering::Release);
+            let guard = pool.install(f, PageId::new(page)).expect("installed");
+            pool.frames[f.index()].valid.store(true, Ordering::Release);
             lock(&pool.replacer).loaded(f, Access::Normal);
             drop(guard);
             pool.unpin(f);
@@ -438,14 +442,15 @@ mod tests {
         let pool = pool();
         let n = pool.frames() as u64;
         let f1 = pool.claim_victim().expect("claim").expect("a frame");
-        let g1 = pool.install(f1, 100).expect("installed");
+        let page = PageId::new(100);
+        let g1 = pool.install(f1, page).expect("installed");
         let f2 = pool.claim_victim().expect("claim").expect("a frame");
         assert!(
-            pool.install(f2, 100).is_none(),
+            pool.install(f2, page).is_none(),
             "the page has a frame already"
         );
-        pool.abandon(f1, 100, g1);
-        assert!(!pool.contains(100));
+        pool.abandon(f1, page, g1);
+        assert!(!pool.contains(page));
         fill(&pool, 0..n);
         assert_eq!(lock(&pool.table).len() as u64, n);
     }

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use super::pool::*;
 use crate::error::Result;
+use crate::format::PageId;
 use crate::io::{AlignedBuf, Fill, Storage};
 use crate::sched::{Admitted, IoClass};
 
@@ -151,13 +152,13 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     /// then extends the file itself, as without growth ahead. No I/O, so it
     /// never fails and never waits on the scheduler (a writer holding a
     /// Background permit can wait on the extension lock).
-    pub(super) fn cover(&self, page: u64) {
-        if page < self.extended.load(Ordering::Acquire)
+    pub(super) fn cover(&self, page: PageId) {
+        if page.get() < self.extended.load(Ordering::Acquire)
             || self.extend_pages.load(Ordering::Acquire) == 0
         {
             return;
         }
         let _one = lock(&self.extend);
-        self.extended.fetch_max(page + 1, Ordering::AcqRel);
+        self.extended.fetch_max(page.next().get(), Ordering::AcqRel);
     }
 }

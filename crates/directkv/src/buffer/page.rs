@@ -6,20 +6,21 @@ use std::sync::{RwLockReadGuard, RwLockWriteGuard};
 
 use super::pool::*;
 use crate::format::page::{self};
+use crate::format::{FrameIndex, PageId};
 use crate::io::{AlignedBuf, Storage};
 use crate::lsn::Lsn;
 
 /// A pinned, shared-latched page.
 pub struct PageRef<'a, S: Storage, L: LogFlusher> {
     pub(super) pool: &'a BufferPool<S, L>,
-    pub(super) frame: u32,
+    pub(super) frame: FrameIndex,
     pub(super) guard: RwLockReadGuard<'a, AlignedBuf>,
 }
 
 /// A pinned, exclusively latched page.
 pub struct PageMut<'a, S: Storage, L: LogFlusher> {
     pub(super) pool: &'a BufferPool<S, L>,
-    pub(super) frame: u32,
+    pub(super) frame: FrameIndex,
     pub(super) guard: RwLockWriteGuard<'a, AlignedBuf>,
 }
 
@@ -29,10 +30,8 @@ impl<S: Storage, L: LogFlusher> PageRef<'_, S, L> {
         self.guard.as_slice()
     }
     /// The page number.
-    pub fn page_no(&self) -> u64 {
-        self.pool.frames[self.frame as usize]
-            .page
-            .load(Ordering::Acquire)
+    pub fn page_no(&self) -> PageId {
+        self.pool.frames[self.frame.index()].page()
     }
 }
 
@@ -53,16 +52,14 @@ impl<S: Storage, L: LogFlusher> PageMut<'_, S, L> {
         self.guard.as_mut_slice()
     }
     /// The page number.
-    pub fn page_no(&self) -> u64 {
-        self.pool.frames[self.frame as usize]
-            .page
-            .load(Ordering::Acquire)
+    pub fn page_no(&self) -> PageId {
+        self.pool.frames[self.frame.index()].page()
     }
     /// Keeps the page pinned and unwritable after this guard is dropped, until
     /// [`BufferPool::release_held`]: for changes whose log record (the commit)
     /// does not exist yet. Returns the handle to release it with.
     pub fn hold(&mut self) -> Held {
-        let f = &self.pool.frames[self.frame as usize];
+        let f = &self.pool.frames[self.frame.index()];
         assert!(!f.held.swap(true, Ordering::AcqRel), "a page is held once");
         f.pins.fetch_add(1, Ordering::AcqRel);
         Held {
@@ -77,10 +74,10 @@ impl<S: Storage, L: LogFlusher> PageMut<'_, S, L> {
         let bytes = self.guard.as_mut_slice();
         assert!(lsn >= page::page_lsn(bytes), "page LSN goes backwards");
         bytes[24..32].copy_from_slice(&lsn.get().to_le_bytes());
-        let f = &self.pool.frames[self.frame as usize];
+        let f = &self.pool.frames[self.frame.index()];
         if !f.dirty.swap(true, Ordering::AcqRel) {
             f.rec_lsn.store(lsn.get(), Ordering::Release);
-            lock(&self.pool.flush_list).insert((lsn.get(), self.frame));
+            lock(&self.pool.flush_list).insert((lsn, self.frame));
         }
     }
 }
@@ -95,13 +92,13 @@ impl<S: Storage, L: LogFlusher> Drop for PageMut<'_, S, L> {
 #[derive(Debug)]
 #[must_use = "a held page stays pinned until released"]
 pub struct Held {
-    pub(super) frame: u32,
-    pub(super) page: u64,
+    pub(super) frame: FrameIndex,
+    pub(super) page: PageId,
 }
 
 impl Held {
     /// The page number.
-    pub fn page_no(&self) -> u64 {
+    pub fn page_no(&self) -> PageId {
         self.page
     }
 }

@@ -31,7 +31,7 @@ use std::time::Instant;
 use super::replacer::Replacer;
 use crate::error::{Error, Result};
 use crate::format::page::{PAGE_HEADER_BYTES, PAGE_SIZES};
-use crate::format::DbId;
+use crate::format::{DbId, FrameIndex, PageId};
 use crate::io::{Aio, AlignedArena, AlignedBuf, Storage};
 use crate::lsn::Lsn;
 use crate::sched::{ScheduledFile, Scheduler};
@@ -165,10 +165,13 @@ pub(super) struct Counters {
     pub(super) newest_read_page: AtomicU64,
 }
 
-pub(super) const NO_PAGE: u64 = u64::MAX;
+/// The page number of a frame that holds no page.
+pub(super) const NO_PAGE: PageId = PageId::new(u64::MAX);
 
 pub(super) struct Frame {
     pub(super) data: RwLock<AlignedBuf>,
+    /// The page the frame holds ([`NO_PAGE`]: none), as its raw number;
+    /// read and set through [`Frame::page`] and [`Frame::set_page`].
     pub(super) page: AtomicU64,
     pub(super) valid: AtomicBool,
     /// Changed by a commit whose record is not yet in the log: never written.
@@ -176,6 +179,18 @@ pub(super) struct Frame {
     pub(super) pins: AtomicU32,
     pub(super) dirty: AtomicBool,
     pub(super) rec_lsn: AtomicU64,
+}
+
+impl Frame {
+    /// The page the frame holds ([`NO_PAGE`]: none).
+    pub(super) fn page(&self) -> PageId {
+        PageId::new(self.page.load(Ordering::Acquire))
+    }
+
+    /// Makes the frame the home of `page` ([`NO_PAGE`]: of none).
+    pub(super) fn set_page(&self, page: PageId) {
+        self.page.store(page.get(), Ordering::Release);
+    }
 }
 
 /// A pool of page frames over one data file.
@@ -186,10 +201,11 @@ pub struct BufferPool<S: Storage, L: LogFlusher> {
     pub(super) db_id: DbId,
     pub(super) log: std::sync::Arc<L>,
     pub(super) frames: Box<[Frame]>,
-    pub(super) table: Mutex<HashMap<u64, u32>>,
+    pub(super) table: Mutex<HashMap<PageId, FrameIndex>>,
     pub(super) replacer: Mutex<Replacer>,
-    pub(super) flush_list: Mutex<BTreeSet<(u64, u32)>>,
-    pub(super) free: Mutex<Vec<u32>>,
+    /// Dirty frames by the LSN of their first change since last written.
+    pub(super) flush_list: Mutex<BTreeSet<(Lsn, FrameIndex)>>,
+    pub(super) free: Mutex<Vec<FrameIndex>>,
     pub(super) counters: Counters,
     /// Pages below this are allocated on disk (zero-filled or written);
     /// changed only under `extend`.
@@ -246,7 +262,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
                 let buf = arena.acquire().expect("the arena has a slot per frame");
                 Frame {
                     data: RwLock::new(buf),
-                    page: AtomicU64::new(NO_PAGE),
+                    page: AtomicU64::new(NO_PAGE.get()),
                     valid: AtomicBool::new(false),
                     held: AtomicBool::new(false),
                     pins: AtomicU32::new(0),
@@ -265,7 +281,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
             table: Mutex::new(HashMap::with_capacity(n)),
             replacer: Mutex::new(Replacer::new(n)),
             flush_list: Mutex::new(BTreeSet::new()),
-            free: Mutex::new((0..n as u32).rev().collect()),
+            free: Mutex::new((0..n as u32).rev().map(FrameIndex::new).collect()),
             counters: Counters::default(),
             extended: AtomicU64::new(allocated),
             extend: Mutex::new(()),
@@ -317,7 +333,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     }
 
     /// Whether `page` is in the pool (or being read into it).
-    pub fn contains(&self, page: u64) -> bool {
+    pub fn contains(&self, page: PageId) -> bool {
         lock(&self.table).contains_key(&page)
     }
 
@@ -355,6 +371,11 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
         }
     }
 
+    /// Where `page` starts in the data file.
+    pub(super) fn offset_of(&self, page: PageId) -> u64 {
+        page.offset(self.page_bytes as u64)
+    }
+
     /// Bytes of page body after the common header.
     pub fn body_bytes(&self) -> usize {
         self.page_bytes - PAGE_HEADER_BYTES
@@ -372,12 +393,12 @@ pub(super) const COALESCE_PAGES_MAX: usize = 64;
 
 /// Splits `items`, sorted by page number, into runs of consecutive pages of
 /// at most [`COALESCE_PAGES_MAX`]: index ranges, in order, covering all.
-pub(super) fn runs_of<T>(items: &[T], page: impl Fn(&T) -> u64) -> Vec<std::ops::Range<usize>> {
+pub(super) fn runs_of<T>(items: &[T], page: impl Fn(&T) -> PageId) -> Vec<std::ops::Range<usize>> {
     let mut runs = Vec::new();
     let mut start = 0;
     for i in 1..=items.len() {
         let ends = i == items.len()
-            || page(&items[i]) != page(&items[i - 1]) + 1
+            || page(&items[i]) != page(&items[i - 1]).next()
             || i - start >= COALESCE_PAGES_MAX;
         if ends {
             runs.push(start..i);

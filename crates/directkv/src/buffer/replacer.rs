@@ -16,6 +16,8 @@
 //! cold: unused since its previous pass (in the spirit of PostgreSQL's usage
 //! counts, a page touched by every commit is never "cold").
 
+use crate::format::FrameIndex;
+
 /// How a page is being accessed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Access {
@@ -25,7 +27,8 @@ pub enum Access {
     Scan,
 }
 
-const NIL: u32 = u32::MAX;
+/// The end of a list: no frame.
+const NIL: FrameIndex = FrameIndex::new(u32::MAX);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum List {
@@ -36,8 +39,8 @@ enum List {
 
 #[derive(Debug, Clone, Copy)]
 struct Ends {
-    head: u32,
-    tail: u32,
+    head: FrameIndex,
+    tail: FrameIndex,
     len: usize,
 }
 
@@ -50,8 +53,8 @@ const EMPTY: Ends = Ends {
 /// The replacement lists of a pool of `n` frames.
 #[derive(Debug)]
 pub(crate) struct Replacer {
-    prev: Vec<u32>,
-    next: Vec<u32>,
+    prev: Vec<FrameIndex>,
+    next: Vec<FrameIndex>,
     list: Vec<List>,
     probation: Ends,
     protected: Ends,
@@ -64,7 +67,7 @@ pub(crate) struct Replacer {
 
 impl Replacer {
     pub fn new(frames: usize) -> Replacer {
-        assert!(frames > 0 && frames < NIL as usize);
+        assert!(frames > 0 && frames < NIL.index());
         Replacer {
             prev: vec![NIL; frames],
             next: vec![NIL; frames],
@@ -86,9 +89,9 @@ impl Replacer {
 
     /// Whether frame `f` went unused since the pass before `pass` began:
     /// cold, for the cleaner's pass `pass`.
-    pub fn unused_since_last_pass(&self, f: u32, pass: u64) -> bool {
+    pub fn unused_since_last_pass(&self, f: FrameIndex, pass: u64) -> bool {
         assert!(pass <= self.pass, "a pass that has begun");
-        self.used[f as usize] + 1 < pass
+        self.used[f.index()] + 1 < pass
     }
 
     fn ends(&mut self, l: List) -> &mut Ends {
@@ -99,34 +102,34 @@ impl Replacer {
         }
     }
 
-    fn unlink(&mut self, f: u32) {
-        let l = self.list[f as usize];
+    fn unlink(&mut self, f: FrameIndex) {
+        let l = self.list[f.index()];
         if l == List::None {
             return;
         }
-        let (p, n) = (self.prev[f as usize], self.next[f as usize]);
+        let (p, n) = (self.prev[f.index()], self.next[f.index()]);
         if p != NIL {
-            self.next[p as usize] = n;
+            self.next[p.index()] = n;
         } else {
             self.ends(l).head = n;
         }
         if n != NIL {
-            self.prev[n as usize] = p;
+            self.prev[n.index()] = p;
         } else {
             self.ends(l).tail = p;
         }
         self.ends(l).len -= 1;
-        self.prev[f as usize] = NIL;
-        self.next[f as usize] = NIL;
-        self.list[f as usize] = List::None;
+        self.prev[f.index()] = NIL;
+        self.next[f.index()] = NIL;
+        self.list[f.index()] = List::None;
     }
 
-    fn push_head(&mut self, l: List, f: u32) {
+    fn push_head(&mut self, l: List, f: FrameIndex) {
         let head = self.ends(l).head;
-        self.prev[f as usize] = NIL;
-        self.next[f as usize] = head;
+        self.prev[f.index()] = NIL;
+        self.next[f.index()] = head;
         if head != NIL {
-            self.prev[head as usize] = f;
+            self.prev[head.index()] = f;
         }
         let e = self.ends(l);
         e.head = f;
@@ -134,15 +137,15 @@ impl Replacer {
             e.tail = f;
         }
         e.len += 1;
-        self.list[f as usize] = l;
+        self.list[f.index()] = l;
     }
 
-    fn push_tail(&mut self, l: List, f: u32) {
+    fn push_tail(&mut self, l: List, f: FrameIndex) {
         let tail = self.ends(l).tail;
-        self.next[f as usize] = NIL;
-        self.prev[f as usize] = tail;
+        self.next[f.index()] = NIL;
+        self.prev[f.index()] = tail;
         if tail != NIL {
-            self.next[tail as usize] = f;
+            self.next[tail.index()] = f;
         }
         let e = self.ends(l);
         e.tail = f;
@@ -150,12 +153,12 @@ impl Replacer {
             e.head = f;
         }
         e.len += 1;
-        self.list[f as usize] = l;
+        self.list[f.index()] = l;
     }
 
     /// A page was just loaded into frame `f`.
-    pub fn loaded(&mut self, f: u32, access: Access) {
-        self.used[f as usize] = self.pass;
+    pub fn loaded(&mut self, f: FrameIndex, access: Access) {
+        self.used[f.index()] = self.pass;
         self.unlink(f);
         match access {
             Access::Normal => self.push_head(List::Probation, f),
@@ -164,9 +167,9 @@ impl Replacer {
     }
 
     /// The page in frame `f` was accessed again.
-    pub fn touched(&mut self, f: u32, access: Access) {
-        self.used[f as usize] = self.pass;
-        match (self.list[f as usize], access) {
+    pub fn touched(&mut self, f: FrameIndex, access: Access) {
+        self.used[f.index()] = self.pass;
+        match (self.list[f.index()], access) {
             (_, Access::Scan) | (List::None, _) => {}
             (List::Protected, Access::Normal) if self.protected.head == f => {}
             (_, Access::Normal) => {
@@ -182,15 +185,15 @@ impl Replacer {
     }
 
     /// Frame `f` no longer holds a page.
-    pub fn removed(&mut self, f: u32) {
+    pub fn removed(&mut self, f: FrameIndex) {
         self.unlink(f);
     }
 
     /// Candidate victims, coldest first: probation tail to head, then protected.
-    pub fn coldest(&self) -> impl Iterator<Item = u32> + '_ {
-        let walk = |start: u32| {
+    pub fn coldest(&self) -> impl Iterator<Item = FrameIndex> + '_ {
+        let walk = |start: FrameIndex| {
             std::iter::successors((start != NIL).then_some(start), move |&f| {
-                let p = self.prev[f as usize];
+                let p = self.prev[f.index()];
                 (p != NIL).then_some(p)
             })
         };
@@ -208,52 +211,62 @@ impl Replacer {
 mod tests {
     use super::*;
 
+    fn fr(i: u32) -> FrameIndex {
+        FrameIndex::new(i)
+    }
+
     #[test]
     fn a_frame_is_cold_only_after_a_whole_pass_unused() {
         let mut r = Replacer::new(4);
-        r.loaded(0, Access::Normal);
-        r.loaded(1, Access::Normal);
+        r.loaded(fr(0), Access::Normal);
+        r.loaded(fr(1), Access::Normal);
         let p1 = r.begin_pass();
-        assert!(!r.unused_since_last_pass(0, p1), "used just before");
-        r.touched(0, Access::Normal);
+        assert!(!r.unused_since_last_pass(fr(0), p1), "used just before");
+        r.touched(fr(0), Access::Normal);
         let p2 = r.begin_pass();
-        assert!(!r.unused_since_last_pass(0, p2), "used during pass 1");
-        assert!(r.unused_since_last_pass(1, p2), "unused since pass 1 began");
-        r.touched(1, Access::Scan);
+        assert!(!r.unused_since_last_pass(fr(0), p2), "used during pass 1");
+        assert!(
+            r.unused_since_last_pass(fr(1), p2),
+            "unused since pass 1 began"
+        );
+        r.touched(fr(1), Access::Scan);
         let p3 = r.begin_pass();
-        assert!(!r.unused_since_last_pass(1, p3), "a scan's access counts");
-        assert!(r.unused_since_last_pass(0, p3));
+        assert!(
+            !r.unused_since_last_pass(fr(1), p3),
+            "a scan's access counts"
+        );
+        assert!(r.unused_since_last_pass(fr(0), p3));
     }
 
     #[test]
     fn scans_never_promote_and_go_first() {
         let mut r = Replacer::new(8);
-        for f in 0..4 {
-            r.loaded(f, Access::Normal);
-            r.touched(f, Access::Normal);
+        for i in 0..4 {
+            r.loaded(fr(i), Access::Normal);
+            r.touched(fr(i), Access::Normal);
         }
         assert_eq!(r.protected_len(), 4);
-        for f in 4..8 {
-            r.loaded(f, Access::Scan);
-            r.touched(f, Access::Scan);
+        for i in 4..8 {
+            r.loaded(fr(i), Access::Scan);
+            r.touched(fr(i), Access::Scan);
         }
         assert_eq!(r.protected_len(), 4);
-        let order: Vec<u32> = r.coldest().collect();
+        let order: Vec<u32> = r.coldest().map(FrameIndex::get).collect();
         assert_eq!(order.len(), 8);
         assert!(order[..4].iter().all(|&f| f >= 4), "{order:?}");
-        r.removed(5);
+        r.removed(fr(5));
         assert_eq!(r.coldest().count(), 7);
     }
 
     #[test]
     fn protected_overflow_is_demoted() {
         let mut r = Replacer::new(8);
-        for f in 0..8 {
-            r.loaded(f, Access::Normal);
-            r.touched(f, Access::Normal);
+        for i in 0..8 {
+            r.loaded(fr(i), Access::Normal);
+            r.touched(fr(i), Access::Normal);
         }
         assert_eq!(r.protected_len(), 5);
         // The oldest promoted are the coldest now.
-        assert_eq!(r.coldest().next(), Some(0));
+        assert_eq!(r.coldest().next(), Some(fr(0)));
     }
 }

@@ -10,19 +10,25 @@ use super::page::*;
 use super::pool::*;
 use crate::error::Result;
 use crate::format::page::{self};
+use crate::format::{FrameIndex, PageId};
 use crate::io::{AlignedBuf, BatchOp, Storage};
 use crate::lsn::Lsn;
 use crate::sched::{Admitted, IoClass};
 
 impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     /// Writes frame `f` back if it is dirty: WAL first, then the sealed page.
-    pub(super) fn write_back(&self, f: u32, class: IoClass, cause: WriteCause) -> Result<()> {
-        let frame = &self.frames[f as usize];
+    pub(super) fn write_back(
+        &self,
+        f: FrameIndex,
+        class: IoClass,
+        cause: WriteCause,
+    ) -> Result<()> {
+        let frame = &self.frames[f.index()];
         let guard = frame.data.write().unwrap_or_else(|p| p.into_inner());
         if !frame.dirty.load(Ordering::Acquire) || frame.held.load(Ordering::Acquire) {
             return Ok(());
         }
-        let page_no = frame.page.load(Ordering::Acquire);
+        let page_no = frame.page();
         assert_ne!(page_no, NO_PAGE, "a dirty frame holds a page");
         let io = self.file.admit(class, self.page_bytes as u64);
         self.write_held(&io, &mut [(f, page_no, guard)], cause)
@@ -34,22 +40,18 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     ///
     /// # Errors
     /// As [`flush_oldest`](Self::flush_oldest).
-    pub fn write_now(&self, page: u64, class: IoClass, cause: WriteCause) -> Result<bool> {
+    pub fn write_now(&self, page: PageId, class: IoClass, cause: WriteCause) -> Result<bool> {
         let f = {
             let table = lock(&self.table);
             let Some(&f) = table.get(&page) else {
                 return Ok(false);
             };
             // Pinned, the frame keeps its page until we let go.
-            self.frames[f as usize].pins.fetch_add(1, Ordering::AcqRel);
+            self.frames[f.index()].pins.fetch_add(1, Ordering::AcqRel);
             f
         };
-        let frame = &self.frames[f as usize];
-        assert_eq!(
-            frame.page.load(Ordering::Acquire),
-            page,
-            "a pinned frame keeps its page"
-        );
+        let frame = &self.frames[f.index()];
+        assert_eq!(frame.page(), page, "a pinned frame keeps its page");
         let was_dirty = frame.dirty.load(Ordering::Acquire);
         let written = self.write_back(f, class, cause);
         self.unpin(f);
@@ -60,7 +62,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     /// ending at `lsn`) and lets it be written and evicted again. With `None`,
     /// the change was undone and the page keeps its previous state.
     pub fn release_held(&self, held: Held, lsn: Option<Lsn>) {
-        let f = &self.frames[held.frame as usize];
+        let f = &self.frames[held.frame.index()];
         assert!(
             f.held.load(Ordering::Acquire),
             "only a held page is released"
@@ -93,7 +95,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     /// # Errors
     /// WAL or data-file write errors; the page stays dirty then.
     pub fn flush_oldest(&self, max_pages: usize) -> Result<usize> {
-        let batch: Vec<u32> = {
+        let batch: Vec<FrameIndex> = {
             let list = lock(&self.flush_list);
             list.iter().take(max_pages).map(|&(_, f)| f).collect()
         };
@@ -105,7 +107,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     /// busy waits for a later group, taken when this writer holds no latch.
     pub(super) fn write_frames(
         &self,
-        batch: &[u32],
+        batch: &[FrameIndex],
         class: IoClass,
         cause: WriteCause,
     ) -> Result<usize> {
@@ -136,14 +138,14 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
 
     /// `batch` in page order, cut into groups of what `class` may have in
     /// flight at once.
-    pub(super) fn groups(&self, batch: &[u32], class: IoClass) -> Vec<Vec<u32>> {
-        let mut order: Vec<(u64, u32)> = batch
+    pub(super) fn groups(&self, batch: &[FrameIndex], class: IoClass) -> Vec<Vec<FrameIndex>> {
+        let mut order: Vec<(PageId, FrameIndex)> = batch
             .iter()
-            .map(|&f| (self.frames[f as usize].page.load(Ordering::Acquire), f))
+            .map(|&f| (self.frames[f.index()].page(), f))
             .collect();
         order.sort_unstable();
         let per = (self.sched().batch_bytes(class) / self.page_bytes as u64).max(1) as usize;
-        let groups: Vec<Vec<u32>> = order
+        let groups: Vec<Vec<FrameIndex>> = order
             .chunks(per)
             .map(|c| c.iter().map(|&(_, f)| f).collect())
             .collect();
@@ -164,18 +166,18 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     /// it wrote.
     pub(super) fn write_group(
         &self,
-        group: &[u32],
+        group: &[FrameIndex],
         class: IoClass,
         cause: WriteCause,
         take: Take,
-        mut busy: Option<&mut Vec<u32>>,
+        mut busy: Option<&mut Vec<FrameIndex>>,
     ) -> Result<usize> {
         let io = self
             .file
             .admit(class, (group.len() * self.page_bytes) as u64);
-        let mut held: Vec<(u32, u64, RwLockWriteGuard<'_, AlignedBuf>)> = Vec::new();
+        let mut held: Vec<(FrameIndex, PageId, RwLockWriteGuard<'_, AlignedBuf>)> = Vec::new();
         for &f in group {
-            let frame = &self.frames[f as usize];
+            let frame = &self.frames[f.index()];
             match take {
                 Take::Any => {
                     frame.pins.fetch_add(1, Ordering::AcqRel);
@@ -211,7 +213,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
                 continue;
             }
             // Pinned, so the frame keeps its page.
-            held.push((f, frame.page.load(Ordering::Acquire), guard));
+            held.push((f, frame.page(), guard));
         }
         assert!(
             held.len() <= group.len(),
@@ -231,7 +233,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     pub(super) fn write_held(
         &self,
         io: &Admitted<'_, S::File>,
-        held: &mut [(u32, u64, RwLockWriteGuard<'_, AlignedBuf>)],
+        held: &mut [(FrameIndex, PageId, RwLockWriteGuard<'_, AlignedBuf>)],
         cause: WriteCause,
     ) -> Result<usize> {
         if held.is_empty() {
@@ -254,7 +256,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
         let ops = runs
             .iter()
             .map(|run| BatchOp::Write {
-                offset: held[run.start].1 * pb,
+                offset: held[run.start].1.offset(pb),
                 bufs: held[run.clone()]
                     .iter()
                     .map(|(_, _, g)| g.io_all())
@@ -271,8 +273,8 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
             }
             self.counters.write_requests.fetch_add(1, Ordering::Relaxed);
             for (f, _, _) in &held[run] {
-                let frame = &self.frames[*f as usize];
-                let rec = frame.rec_lsn.load(Ordering::Acquire);
+                let frame = &self.frames[f.index()];
+                let rec = Lsn::new(frame.rec_lsn.load(Ordering::Acquire));
                 let listed = lock(&self.flush_list).remove(&(rec, *f));
                 assert!(
                     listed,
@@ -295,7 +297,10 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
 
     /// The WAL rule for `held`: the log is made durable past the newest page
     /// LSN before any of them is written (DESIGN.md invariant 1).
-    fn wal_rule(&self, held: &[(u32, u64, RwLockWriteGuard<'_, AlignedBuf>)]) -> Result<()> {
+    fn wal_rule(
+        &self,
+        held: &[(FrameIndex, PageId, RwLockWriteGuard<'_, AlignedBuf>)],
+    ) -> Result<()> {
         let newest = held
             .iter()
             .map(|(_, _, g)| page::page_lsn(g.as_slice()))
@@ -326,16 +331,16 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     /// As [`flush_oldest`](Self::flush_oldest).
     pub fn clean_cold(&self, window: usize) -> Result<usize> {
         let free = lock(&self.free).len();
-        let batch: Vec<u32> = {
+        let batch: Vec<FrameIndex> = {
             let mut r = lock(&self.replacer);
             let pass = r.begin_pass();
             if free >= window {
                 return Ok(0);
             }
-            let coldest: Vec<u32> = r.coldest().take(window).collect();
+            let coldest: Vec<FrameIndex> = r.coldest().take(window).collect();
             let clean = coldest
                 .iter()
-                .filter(|&&f| !self.frames[f as usize].dirty.load(Ordering::Acquire))
+                .filter(|&&f| !self.frames[f.index()].dirty.load(Ordering::Acquire))
                 .count();
             if free + clean >= window {
                 return Ok(0);
@@ -355,7 +360,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     /// # Errors
     /// As [`flush_oldest`](Self::flush_oldest).
     pub fn clean_coldest(&self, window: usize, class: IoClass, cause: WriteCause) -> Result<usize> {
-        let batch: Vec<u32> = {
+        let batch: Vec<FrameIndex> = {
             let r = lock(&self.replacer);
             r.coldest()
                 .take(window)
@@ -366,8 +371,8 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     }
 
     /// Whether frame `f` is dirty and nobody holds or pins it.
-    fn writable_now(&self, f: u32) -> bool {
-        let frame = &self.frames[f as usize];
+    fn writable_now(&self, f: FrameIndex) -> bool {
+        let frame = &self.frames[f.index()];
         frame.dirty.load(Ordering::Acquire)
             && !frame.held.load(Ordering::Acquire)
             && frame.pins.load(Ordering::Acquire) == 0
@@ -375,7 +380,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
 
     fn write_unpinned(
         &self,
-        batch: &[u32],
+        batch: &[FrameIndex],
         window: usize,
         class: IoClass,
         cause: WriteCause,
@@ -397,7 +402,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     /// checkpoint whose redo starts at `lsn` must write.
     pub fn dirty_through(&self, lsn: Lsn) -> usize {
         lock(&self.flush_list)
-            .range(..=(lsn.get(), u32::MAX))
+            .range(..=(lsn, FrameIndex::new(u32::MAX)))
             .count()
     }
 
@@ -414,9 +419,9 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
         class: IoClass,
         cause: WriteCause,
     ) -> Result<usize> {
-        let batch: Vec<u32> = {
+        let batch: Vec<FrameIndex> = {
             let list = lock(&self.flush_list);
-            list.range(..=(lsn.get(), u32::MAX))
+            list.range(..=(lsn, FrameIndex::new(u32::MAX)))
                 .take(max_pages)
                 .map(|&(_, f)| f)
                 .collect()
@@ -447,10 +452,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     /// The oldest first-change LSN of any dirty page: recovery must replay from
     /// there (or from the log's end when nothing is dirty).
     pub fn oldest_dirty_lsn(&self) -> Option<Lsn> {
-        lock(&self.flush_list)
-            .iter()
-            .next()
-            .map(|&(l, _)| Lsn::new(l))
+        lock(&self.flush_list).iter().next().map(|&(l, _)| l)
     }
 
     /// Dirty pages now.

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use super::engine::Inner;
 use super::stats::STATS_EVERY;
 use crate::buffer::Access;
+use crate::format::PageId;
 use crate::health;
 use crate::io::Storage;
 use crate::sched::IoClass;
@@ -130,7 +131,7 @@ pub(super) fn spawn_readers<S: Storage>(inner: &Arc<Inner<S>>) -> Vec<JoinHandle
         return Vec::new();
     }
     let window = inner.opts.readahead_pages;
-    let (tx, rx) = std::sync::mpsc::sync_channel::<u64>(READAHEAD_QUEUE);
+    let (tx, rx) = std::sync::mpsc::sync_channel::<PageId>(READAHEAD_QUEUE);
     let rx = Arc::new(Mutex::new(rx));
     let handles: Vec<_> = (0..READAHEAD_READERS)
         .filter_map(|i| {

@@ -18,8 +18,8 @@ use crate::btree::node::{self, Value};
 use crate::btree::tree::{free_next, Pages, DEPTH_MAX};
 use crate::buffer::Access;
 use crate::error::{Error, Result};
-use crate::format::le;
 use crate::format::page::{self, PageType, PAGE_HEADER_BYTES};
+use crate::format::{le, PageId};
 use crate::io::Storage;
 
 /// What the check found.
@@ -56,15 +56,15 @@ struct Checker<'a, S: Storage> {
     /// The log's end: no page may be newer.
     end_lsn: crate::lsn::Lsn,
     /// Every page reached so far, each exactly once.
-    seen: HashSet<u64>,
+    seen: HashSet<PageId>,
     /// Overflow chains to walk: (first page, value length).
-    overflow: Vec<(u64, u64)>,
+    overflow: Vec<(PageId, u64)>,
     report: CheckReport,
 }
 
 /// A tree page to visit, with the fence keys its parent gives it.
 struct Frame {
-    page: u64,
+    page: PageId,
     lo: Option<Vec<u8>>,
     hi: Option<Vec<u8>>,
     depth: u64,
@@ -119,18 +119,18 @@ impl<S: Storage> Inner<S> {
 impl<S: Storage> Checker<'_, S> {
     /// A corruption error about `page`, naming the data file and the page's
     /// byte offset in it.
-    fn bad(&self, page: u64, what: impl Into<String>) -> Error {
+    fn bad(&self, page: PageId, what: impl Into<String>) -> Error {
         let page_bytes = self.inner.pool.page_bytes() as u64;
         Error::Corruption {
             path: self.inner.pool.file().path().to_path_buf(),
-            offset: page.saturating_mul(page_bytes),
+            offset: page.get().saturating_mul(page_bytes),
             detail: format!("integrity check, page {page}: {}", what.into()),
         }
     }
 
     /// Marks `no` reached; a page outside the file or reached twice is damage.
-    fn claim(&mut self, no: u64) -> Result<()> {
-        if no == 0 || no >= self.page_count {
+    fn claim(&mut self, no: PageId) -> Result<()> {
+        if no == PageId::ZERO || no.get() >= self.page_count {
             let what = format!("outside the file's {} pages", self.page_count);
             return Err(self.bad(no, what));
         }
@@ -145,7 +145,7 @@ impl<S: Storage> Checker<'_, S> {
     }
 
     /// Walks the tree from `root` with an explicit stack, depth first.
-    fn walk_tree(&mut self, root: u64) -> Result<()> {
+    fn walk_tree(&mut self, root: PageId) -> Result<()> {
         let mut stack = vec![Frame {
             page: root,
             lo: None,
@@ -217,7 +217,7 @@ impl<S: Storage> Checker<'_, S> {
     }
 
     /// Walks the overflow chain of a value of `len` bytes from `first`.
-    fn walk_overflow(&mut self, first: u64, len: u64) -> Result<()> {
+    fn walk_overflow(&mut self, first: PageId, len: u64) -> Result<()> {
         let chunk = (self.inner.pool.page_bytes() - PAGE_HEADER_BYTES - 16) as u64;
         let mut page = first;
         let mut left = len;
@@ -229,7 +229,7 @@ impl<S: Storage> Checker<'_, S> {
                 (
                     node::page_type(p),
                     u(PAGE_HEADER_BYTES + 8),
-                    u(PAGE_HEADER_BYTES),
+                    PageId::new(u(PAGE_HEADER_BYTES)),
                 )
             })?;
             if kind != Some(PageType::Overflow) {
@@ -248,9 +248,9 @@ impl<S: Storage> Checker<'_, S> {
     }
 
     /// Walks the free list from `head`.
-    fn walk_free_list(&mut self, head: u64) -> Result<()> {
+    fn walk_free_list(&mut self, head: PageId) -> Result<()> {
         let mut page = head;
-        while page != 0 {
+        while page != PageId::ZERO {
             self.claim(page)?;
             self.report.free_pages += 1;
             let next = self.pages.read(page, Access::Scan, |p| {
@@ -269,11 +269,11 @@ impl<S: Storage> Checker<'_, S> {
             return Ok(());
         }
         let leaked: Vec<u64> = (1..self.page_count)
-            .filter(|p| !self.seen.contains(p))
+            .filter(|&p| !self.seen.contains(&PageId::new(p)))
             .take(5)
             .collect();
         Err(self.bad(
-            leaked.first().copied().unwrap_or(0),
+            PageId::new(leaked.first().copied().unwrap_or(0)),
             format!(
                 "{} of {} pages are neither in the tree nor free (leaked: {leaked:?}...)",
                 self.page_count - accounted,
@@ -287,7 +287,7 @@ impl<S: Storage> Checker<'_, S> {
 enum Visited {
     Leaf {
         keys: u64,
-        overflow: Vec<(u64, u64)>,
+        overflow: Vec<(PageId, u64)>,
     },
     Branch(Vec<Frame>),
 }

@@ -27,7 +27,7 @@ use super::records;
 use crate::buffer::WriteCause;
 use crate::error::{Error, Result};
 use crate::format::control::{Control, FLAG_BACKUP, FLAG_HISTORY};
-use crate::format::data_head;
+use crate::format::{data_head, PageId};
 use crate::health;
 use crate::io::Storage;
 use crate::lsn::Lsn;
@@ -117,7 +117,7 @@ impl<S: Storage> Inner<S> {
         }
         // With the time of the last commit before it: replay learns it from
         // here when it meets no commit.
-        let rec = records::encode_commit(start.get(), &meta, commit_time_us);
+        let rec = records::encode_checkpoint(start, &meta, commit_time_us);
         let end = self.wal().append(records::CHECKPOINT, &rec)?;
         self.wal().flush(end)?;
         assert!(end > start, "the checkpoint record follows its redo point");
@@ -236,7 +236,7 @@ impl<S: Storage> Inner<S> {
         // Made whole, not read: a torn head (it has no image in the log) is
         // simply written anew.
         let mut head = self.pool.create(data_head::DATA_HEAD_PAGE)?;
-        crate::btree::tree::init_free(head.data_mut(), 0);
+        crate::btree::tree::init_free(head.data_mut(), PageId::ZERO);
         let log_reached = self.wal().durable_lsn();
         data_head::encode(
             head.data_mut(),

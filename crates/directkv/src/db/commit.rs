@@ -39,7 +39,7 @@ use crate::btree::node;
 use crate::btree::tree::{Pages, PagesMut};
 use crate::buffer::{Access, Held};
 use crate::error::{Error, Result};
-use crate::format::page;
+use crate::format::{page, PageId, TxnId};
 use crate::io::Storage;
 use crate::lsn::Lsn;
 
@@ -49,7 +49,7 @@ pub(crate) struct PoolPages<'a, S: Storage> {
 }
 
 impl<S: Storage> Pages for PoolPages<'_, S> {
-    fn read<R>(&self, no: u64, access: Access, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
+    fn read<R>(&self, no: PageId, access: Access, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
         let p = self.inner.pool.read(no, access)?;
         Ok(f(p.data()))
     }
@@ -65,7 +65,7 @@ pub(crate) struct CachedPages<'a, S: Storage> {
 }
 
 impl<S: Storage> Pages for CachedPages<'_, S> {
-    fn read<R>(&self, no: u64, access: Access, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
+    fn read<R>(&self, no: PageId, access: Access, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
         match self.inner.pool.try_read(no, access) {
             Some(p) => Ok(f(p.data())),
             None => Err(crate::Error::CacheExhausted { frames: 0 }),
@@ -119,7 +119,7 @@ pub(crate) enum Applied {
     /// Applied and logged; the commit record ends at this LSN.
     Done(Lsn),
     /// Rolled back: this page was not in the pool.
-    Missed(u64),
+    Missed(PageId),
 }
 
 /// The page records one commit logged, for the counters.
@@ -138,11 +138,11 @@ pub(crate) struct CommitCtx<'a, S: Storage> {
     /// Read missing pages from disk; otherwise a miss fails the attempt.
     pub read_through: bool,
     /// The page whose absence failed this attempt.
-    missed: std::cell::Cell<Option<u64>>,
-    txn: u64,
+    missed: std::cell::Cell<Option<PageId>>,
+    txn: TxnId,
     horizon: Lsn,
-    held: HashMap<u64, HeldPage>,
-    order: Vec<u64>,
+    held: HashMap<PageId, HeldPage>,
+    order: Vec<PageId>,
     scratch: Vec<u8>,
     rec: Vec<u8>,
     pub full_images: u64,
@@ -152,11 +152,11 @@ pub(crate) struct CommitCtx<'a, S: Storage> {
     /// Inside a structure change begun by this transaction.
     reshaping: bool,
     /// The root when the transaction began applying.
-    root_before: u64,
+    root_before: PageId,
 }
 
 impl<'a, S: Storage> CommitCtx<'a, S> {
-    pub fn new(inner: &'a Inner<S>, meta: Meta, txn: u64, horizon: Lsn) -> Self {
+    pub fn new(inner: &'a Inner<S>, meta: Meta, txn: TxnId, horizon: Lsn) -> Self {
         CommitCtx {
             inner,
             meta,
@@ -210,7 +210,7 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
     }
 
     /// The page whose absence failed this attempt, if one did.
-    pub fn missed(&self) -> Option<u64> {
+    pub fn missed(&self) -> Option<PageId> {
         self.missed.get()
     }
 
@@ -225,7 +225,7 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
     }
 
     /// The miss of page `no`: remembered, and an error that ends the attempt.
-    fn miss(&self, no: u64) -> Error {
+    fn miss(&self, no: PageId) -> Error {
         assert!(!self.read_through, "a read-through attempt never misses");
         if self.missed.get().is_none() {
             self.missed.set(Some(no));
@@ -237,7 +237,7 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
     /// pool, or read unless this attempt must not read.
     fn fetch_mut(
         &mut self,
-        no: u64,
+        no: PageId,
         fresh: bool,
     ) -> Result<crate::buffer::PageMut<'a, S, super::engine::EngineLog<S>>> {
         let pool = &self.inner.pool;
@@ -254,7 +254,7 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
     }
 
     /// Changes page `no` (fresh: not read from disk) and logs the change.
-    fn change<R>(&mut self, no: u64, fresh: bool, f: impl FnOnce(&mut [u8]) -> R) -> Result<R> {
+    fn change<R>(&mut self, no: PageId, fresh: bool, f: impl FnOnce(&mut [u8]) -> R) -> Result<R> {
         assert_eq!(
             self.order.len(),
             self.held.len(),
@@ -322,7 +322,7 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
     /// repair from, and a page not changed since before the latest
     /// checkpoint began needs its full image logged once (a torn write of it
     /// must be repairable).
-    fn hold(&mut self, no: u64, fresh: bool, before: Vec<u8>, held: Held) -> bool {
+    fn hold(&mut self, no: PageId, fresh: bool, before: Vec<u8>, held: Held) -> bool {
         let imaged = fresh || page::page_lsn(&before) <= self.horizon;
         let new = self.held.insert(no, HeldPage { held, before }).is_none();
         assert!(new, "a page is held once per transaction");
@@ -394,7 +394,9 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
         self.inner.shape.set_root(self.root_before);
         self.settle();
         // Best effort: recovery ignores page records without a commit anyway.
-        let _ = self.wal().append(records::ABORT, &self.txn.to_le_bytes());
+        let _ = self
+            .wal()
+            .append(records::ABORT, &records::encode_abort(self.txn));
     }
 }
 
@@ -427,7 +429,7 @@ impl<S: Storage> CommitCtx<'_, S> {
 }
 
 impl<S: Storage> Pages for CommitCtx<'_, S> {
-    fn read<R>(&self, no: u64, access: Access, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
+    fn read<R>(&self, no: PageId, access: Access, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
         if self.read_through {
             let p = self.inner.pool.read(no, access)?;
             return Ok(f(p.data()));
@@ -443,15 +445,15 @@ impl<S: Storage> Pages for CommitCtx<'_, S> {
 }
 
 impl<S: Storage> PagesMut for CommitCtx<'_, S> {
-    fn modify<R>(&mut self, no: u64, f: impl FnOnce(&mut [u8]) -> R) -> Result<R> {
+    fn modify<R>(&mut self, no: PageId, f: impl FnOnce(&mut [u8]) -> R) -> Result<R> {
         self.change(no, false, f)
     }
 
-    fn allocate(&mut self, init: impl FnOnce(&mut [u8])) -> Result<u64> {
+    fn allocate(&mut self, init: impl FnOnce(&mut [u8])) -> Result<PageId> {
         // A page off the free list or past the end is in no reader's path
         // but a stale one, which the free that unlinked it already ended.
         let head = self.meta.freelist;
-        if head != 0 {
+        if head != PageId::ZERO {
             let next = self.read(head, Access::Normal, crate::btree::tree::free_next)?;
             self.meta.freelist = next;
             self.change(head, false, |p| {
@@ -460,7 +462,7 @@ impl<S: Storage> PagesMut for CommitCtx<'_, S> {
             })?;
             return Ok(head);
         }
-        let no = self.meta.page_count;
+        let no = PageId::new(self.meta.page_count);
         self.meta.page_count += 1;
         self.change(no, true, init)?;
         Ok(no)
@@ -470,7 +472,7 @@ impl<S: Storage> PagesMut for CommitCtx<'_, S> {
         self.reshape();
     }
 
-    fn free(&mut self, no: u64) -> Result<()> {
+    fn free(&mut self, no: PageId) -> Result<()> {
         self.reshape();
         let next = self.meta.freelist;
         self.change(no, false, |p| crate::btree::tree::init_free(p, next))?;
@@ -478,11 +480,11 @@ impl<S: Storage> PagesMut for CommitCtx<'_, S> {
         Ok(())
     }
 
-    fn root(&self) -> u64 {
+    fn root(&self) -> PageId {
         self.meta.root
     }
 
-    fn set_root(&mut self, no: u64) {
+    fn set_root(&mut self, no: PageId) {
         self.reshape();
         self.meta.root = no;
         self.inner.shape.set_root(no);

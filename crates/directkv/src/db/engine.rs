@@ -32,6 +32,7 @@ use super::versions::VersionStore;
 use super::Options;
 use crate::buffer::{BufferPool, LogFlusher};
 use crate::error::Result;
+use crate::format::{PageId, TxnId};
 use crate::health::{self, Health};
 use crate::io::{Aio, Storage, SyncVariant};
 use crate::lsn::Lsn;
@@ -203,7 +204,7 @@ pub(crate) struct Inner<S: Storage> {
     /// runs batches one request at a time, such as the simulated disk).
     pub(super) aio: Option<Arc<Aio>>,
     /// Queue of the readahead readers (none without background threads).
-    pub(super) readahead: Mutex<Option<std::sync::mpsc::SyncSender<u64>>>,
+    pub(super) readahead: Mutex<Option<std::sync::mpsc::SyncSender<PageId>>>,
     /// Running or failed (see [`crate::health`]).
     pub(crate) health: Health,
     pub(super) _lock: S::Lock,
@@ -232,13 +233,13 @@ impl<S: Storage> Inner<S> {
     }
 
     /// A new transaction id.
-    pub(crate) fn next_txn(&self) -> u64 {
-        self.counters.next_txn.fetch_add(1, Ordering::Relaxed)
+    pub(crate) fn next_txn(&self) -> TxnId {
+        TxnId::new(self.counters.next_txn.fetch_add(1, Ordering::Relaxed))
     }
 
     /// Queues reads of those of `pages` not in the pool; returns how many it
     /// queued (a full queue drops the rest).
-    pub(crate) fn read_ahead(&self, pages: &[u64]) -> usize {
+    pub(crate) fn read_ahead(&self, pages: &[PageId]) -> usize {
         // Readahead is a hint: with its queue's lock poisoned, none is queued
         // (the reader that panicked has failed the database already).
         let Ok(q) = health::lock(&self.readahead) else {

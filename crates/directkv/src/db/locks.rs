@@ -31,6 +31,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
+use crate::format::TxnId;
 use crate::health;
 
 /// Transactions a deadlock search visits at most (every waiting transaction
@@ -39,13 +40,13 @@ const DEADLOCK_SEARCH_MAX: usize = 1 << 20;
 
 /// A transaction waiting for a key.
 struct Waiter {
-    txn: u64,
+    txn: TxnId,
     wake: Arc<Condvar>,
 }
 
 /// One locked key.
 struct KeyLock {
-    holder: u64,
+    holder: TxnId,
     queue: VecDeque<Waiter>,
 }
 
@@ -53,7 +54,7 @@ struct KeyLock {
 struct Table {
     keys: HashMap<Vec<u8>, KeyLock>,
     /// Waiting transaction → the key it waits for.
-    waiting: HashMap<u64, Vec<u8>>,
+    waiting: HashMap<TxnId, Vec<u8>>,
 }
 
 /// What the lock table counts, as `Stats::transactions` reports it.
@@ -86,7 +87,7 @@ impl LockTable {
     /// is the victim and waits for nothing); [`Error::LockTimeout`] when
     /// the wait ran out; [`Error::Poisoned`] when a thread panicked holding
     /// the table.
-    pub(super) fn lock(&self, txn: u64, key: &[u8], timeout: Duration) -> Result<bool> {
+    pub(super) fn lock(&self, txn: TxnId, key: &[u8], timeout: Duration) -> Result<bool> {
         let mut t = self.table()?;
         assert!(!t.waiting.contains_key(&txn), "a transaction waits once");
         let holder = match t.keys.get(key) {
@@ -129,7 +130,7 @@ impl LockTable {
     fn wait(
         &self,
         mut t: MutexGuard<'_, Table>,
-        txn: u64,
+        txn: TxnId,
         key: &[u8],
         wake: &Condvar,
         (started, timeout): (Instant, Duration),
@@ -173,7 +174,7 @@ impl LockTable {
 
     /// Releases the locks `txn` holds on `keys`, handing each to its first
     /// waiter.
-    pub(super) fn release_all(&self, txn: u64, keys: &[Vec<u8>]) {
+    pub(super) fn release_all(&self, txn: TxnId, keys: &[Vec<u8>]) {
         if keys.is_empty() {
             return;
         }
@@ -213,7 +214,7 @@ impl LockTable {
 }
 
 /// Takes waiting `txn` out of `key`'s queue (it gave up).
-fn leave(t: &mut Table, txn: u64, key: &[u8]) {
+fn leave(t: &mut Table, txn: TxnId, key: &[u8]) {
     let l = t.keys.get_mut(key).expect("a waited-for key is locked");
     assert_ne!(l.holder, txn, "a holder does not leave a queue");
     let before = l.queue.len();
@@ -225,7 +226,7 @@ fn leave(t: &mut Table, txn: u64, key: &[u8]) {
 
 /// Whether `txn` waiting for `key` (held by `holder`) would close a cycle:
 /// whether the transactions it would wait for lead back to it.
-fn closes_cycle(t: &Table, txn: u64, holder: u64, key: &[u8]) -> bool {
+fn closes_cycle(t: &Table, txn: TxnId, holder: TxnId, key: &[u8]) -> bool {
     let mut seen = HashSet::new();
     let mut stack = vec![holder];
     if let Some(l) = t.keys.get(key) {
@@ -252,6 +253,10 @@ mod tests {
     use super::*;
     use std::sync::Arc;
 
+    fn t(id: u64) -> TxnId {
+        TxnId::new(id)
+    }
+
     const LONG: Duration = Duration::from_secs(30);
 
     /// A held key makes a second transaction wait until it is released,
@@ -259,16 +264,16 @@ mod tests {
     #[test]
     fn a_key_passes_to_its_waiter() {
         let locks = Arc::new(LockTable::default());
-        assert!(locks.lock(1, b"k", LONG).expect("free"));
-        assert!(!locks.lock(1, b"k", LONG).expect("held already"));
+        assert!(locks.lock(t(1), b"k", LONG).expect("free"));
+        assert!(!locks.lock(t(1), b"k", LONG).expect("held already"));
         let l2 = locks.clone();
-        let waiter = std::thread::spawn(move || l2.lock(2, b"k", LONG));
+        let waiter = std::thread::spawn(move || l2.lock(t(2), b"k", LONG));
         while health::lock_even_poisoned(&locks.table).waiting.is_empty() {
             std::thread::yield_now();
         }
-        locks.release_all(1, &[b"k".to_vec()]);
+        locks.release_all(t(1), &[b"k".to_vec()]);
         assert!(waiter.join().expect("no panic").expect("granted"));
-        locks.release_all(2, &[b"k".to_vec()]);
+        locks.release_all(t(2), &[b"k".to_vec()]);
         assert_eq!(locks.locked_keys(), 0);
     }
 
@@ -278,16 +283,16 @@ mod tests {
     #[test]
     fn a_cycle_of_waits_makes_a_victim() {
         let locks = Arc::new(LockTable::default());
-        locks.lock(1, b"a", LONG).expect("free");
-        locks.lock(2, b"b", LONG).expect("free");
+        locks.lock(t(1), b"a", LONG).expect("free");
+        locks.lock(t(2), b"b", LONG).expect("free");
         let l1 = locks.clone();
-        let first = std::thread::spawn(move || l1.lock(1, b"b", LONG));
+        let first = std::thread::spawn(move || l1.lock(t(1), b"b", LONG));
         while health::lock_even_poisoned(&locks.table).waiting.is_empty() {
             std::thread::yield_now();
         }
-        let err = locks.lock(2, b"a", LONG).expect_err("a deadlock");
+        let err = locks.lock(t(2), b"a", LONG).expect_err("a deadlock");
         assert!(matches!(err, Error::Deadlock { .. }), "{err}");
-        locks.release_all(2, &[b"b".to_vec()]);
+        locks.release_all(t(2), &[b"b".to_vec()]);
         assert!(first.join().expect("no panic").expect("granted"));
         assert_eq!(locks.counters.deadlocks.load(Ordering::Relaxed), 1);
     }
@@ -297,13 +302,13 @@ mod tests {
     #[test]
     fn a_timed_out_waiter_leaves_the_queue() {
         let locks = LockTable::default();
-        locks.lock(1, b"k", LONG).expect("free");
+        locks.lock(t(1), b"k", LONG).expect("free");
         let err = locks
-            .lock(2, b"k", Duration::from_millis(20))
+            .lock(t(2), b"k", Duration::from_millis(20))
             .expect_err("times out");
         assert!(matches!(err, Error::LockTimeout { .. }), "{err}");
         assert!(health::lock_even_poisoned(&locks.table).waiting.is_empty());
-        locks.release_all(1, &[b"k".to_vec()]);
+        locks.release_all(t(1), &[b"k".to_vec()]);
         assert_eq!(locks.locked_keys(), 0);
         assert_eq!(locks.counters.timeouts.load(Ordering::Relaxed), 1);
     }

@@ -46,7 +46,7 @@ use crate::error::{Error, Result};
 use crate::format::control::Control;
 use crate::format::data_head;
 use crate::format::page;
-use crate::format::DbId;
+use crate::format::{DbId, PageId};
 use crate::health::{self, Health};
 use crate::io::{Aio, AioBackend, DirectIo, FileOptions, Storage, SyncMethod, SyncVariant};
 use crate::lsn::Lsn;
@@ -558,11 +558,11 @@ fn first_pages(page_bytes: u32, unit: u32, db_id: &DbId) -> Result<crate::io::Al
     for no in 0..2u64 {
         let p = &mut buf.as_mut_slice()[no as usize * pb..(no as usize + 1) * pb];
         if no == 0 {
-            crate::btree::tree::init_free(p, 0);
+            crate::btree::tree::init_free(p, PageId::ZERO);
         } else {
             node::init_leaf(p);
         }
-        page::seal_in_place(p, no, db_id);
+        page::seal_in_place(p, PageId::new(no), db_id);
     }
     Ok(buf)
 }
@@ -612,9 +612,9 @@ fn create<S: Storage>(
             db_id,
             checkpoint_lsn: Lsn::ZERO,
             redo_lsn: Lsn::ZERO,
-            root_page: 1,
+            root_page: PageId::new(1),
             page_count: 2,
-            freelist_head: 0,
+            freelist_head: PageId::ZERO,
             flags: crate::format::control::FLAG_HISTORY,
             // The line it is created on; a copy opened from a backup
             // starts another.

@@ -13,7 +13,8 @@
 //! the page's LSN is below that commit's LSN.
 
 use crate::error::{Error, Result};
-use crate::format::le;
+use crate::format::{le, PageId, TxnId};
+use crate::lsn::Lsn;
 
 /// Kind of a page record.
 pub const PAGE: u8 = 20;
@@ -25,14 +26,14 @@ pub const CHECKPOINT: u8 = 22;
 pub const ABORT: u8 = 23;
 
 /// The tree's root state, carried by commit and checkpoint records.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Meta {
     /// The root page.
-    pub root: u64,
+    pub root: PageId,
     /// Pages in the data file (the next page to allocate past the free list).
     pub page_count: u64,
-    /// Head of the free-page list; 0 when empty.
-    pub freelist: u64,
+    /// Head of the free-page list; [`PageId::ZERO`] when empty.
+    pub freelist: PageId,
 }
 
 fn bad(what: &str) -> Error {
@@ -55,8 +56,8 @@ const PAGE_HEADER: usize = 17;
 /// Encodes a page record from the changed ranges of `after`.
 #[cfg(test)]
 pub fn encode_page(
-    txn: u64,
-    page: u64,
+    txn: TxnId,
+    page: PageId,
     full: bool,
     ranges: &[(usize, usize)],
     after: &[u8],
@@ -66,17 +67,17 @@ pub fn encode_page(
     out
 }
 
-fn put_header(out: &mut Vec<u8>, txn: u64, page: u64, flag: u8) {
-    out.extend_from_slice(&txn.to_le_bytes());
-    out.extend_from_slice(&page.to_le_bytes());
+fn put_header(out: &mut Vec<u8>, txn: TxnId, page: PageId, flag: u8) {
+    out.extend_from_slice(&txn.get().to_le_bytes());
+    out.extend_from_slice(&page.get().to_le_bytes());
     out.push(flag);
 }
 
 /// [`encode_page`] into `out` (cleared first), reusing its allocation.
 pub fn encode_page_into(
     out: &mut Vec<u8>,
-    txn: u64,
-    page: u64,
+    txn: TxnId,
+    page: PageId,
     full: bool,
     ranges: &[(usize, usize)],
     after: &[u8],
@@ -118,8 +119,8 @@ pub fn encode_page_into(
 /// else as one range. Returns whether it compressed.
 pub fn encode_full_image_into(
     out: &mut Vec<u8>,
-    txn: u64,
-    page: u64,
+    txn: TxnId,
+    page: PageId,
     image: &[u8],
     compress: bool,
 ) -> bool {
@@ -160,9 +161,9 @@ enum Body<'a> {
 #[derive(Debug)]
 pub struct PageRecord<'a> {
     /// The transaction.
-    pub txn: u64,
+    pub txn: TxnId,
     /// The page.
-    pub page: u64,
+    pub page: PageId,
     /// Whether it is a full image.
     pub full: bool,
     body: Body<'a>,
@@ -213,8 +214,8 @@ impl PageRecord<'_> {
 /// # Errors
 /// [`Error::Corruption`] when it is malformed.
 pub fn decode_page(b: &[u8]) -> Result<PageRecord<'_>> {
-    let txn = le::get_u64(b, 0).ok_or_else(|| bad("page"))?;
-    let page = le::get_u64(b, 8).ok_or_else(|| bad("page"))?;
+    let txn = TxnId::new(le::get_u64(b, 0).ok_or_else(|| bad("page"))?);
+    let page = PageId::new(le::get_u64(b, 8).ok_or_else(|| bad("page"))?);
     let flag = *b.get(16).ok_or_else(|| bad("page"))?;
     let n = le::get_u16(b, PAGE_HEADER)
         .map(usize::from)
@@ -237,7 +238,7 @@ pub fn decode_page(b: &[u8]) -> Result<PageRecord<'_>> {
 /// Encodes a commit (or checkpoint, with `first` = redo LSN) record.
 pub fn encode_meta(first: u64, meta: &Meta) -> Vec<u8> {
     let mut out = Vec::with_capacity(32);
-    for v in [first, meta.root, meta.page_count, meta.freelist] {
+    for v in [first, meta.root.get(), meta.page_count, meta.freelist.get()] {
         out.extend_from_slice(&v.to_le_bytes());
     }
     assert_eq!(out.len(), 32, "four u64s");
@@ -254,12 +255,34 @@ pub fn encode_meta(first: u64, meta: &Meta) -> Vec<u8> {
 /// record, with the redo LSN first: the last commit's time). Readers of the meta
 /// read only the first 32 bytes, so the time is an extension older builds
 /// skip.
-pub fn encode_commit(txn: u64, meta: &Meta, time_us: u64) -> Vec<u8> {
-    let mut out = encode_meta(txn, meta);
+pub fn encode_commit(txn: TxnId, meta: &Meta, time_us: u64) -> Vec<u8> {
+    encode_timed(txn.get(), meta, time_us)
+}
+
+/// Encodes a checkpoint record: as [`encode_commit`], with the redo LSN
+/// first and the time of the last commit before the checkpoint.
+pub fn encode_checkpoint(redo: Lsn, meta: &Meta, time_us: u64) -> Vec<u8> {
+    encode_timed(redo.get(), meta, time_us)
+}
+
+/// [`encode_meta`]'s 32 bytes with `first` first, then `time_us`.
+fn encode_timed(first: u64, meta: &Meta, time_us: u64) -> Vec<u8> {
+    let mut out = encode_meta(first, meta);
     out.extend_from_slice(&time_us.to_le_bytes());
     assert_eq!(out.len(), COMMIT_BYTES, "five u64s");
     debug_assert_eq!(decode_commit_time(&out), Some(time_us));
     out
+}
+
+/// Encodes an abort record: the transaction's id.
+pub fn encode_abort(txn: TxnId) -> [u8; 8] {
+    txn.get().to_le_bytes()
+}
+
+/// Decodes an abort record; `None` for a payload that is not one id.
+pub fn decode_abort(b: &[u8]) -> Option<TxnId> {
+    let id = <[u8; 8]>::try_from(b).ok().map(u64::from_le_bytes)?;
+    Some(TxnId::new(id))
 }
 
 /// Bytes of a commit record's payload (with its time).
@@ -280,9 +303,9 @@ pub fn decode_meta(b: &[u8]) -> Result<(u64, Meta)> {
     Ok((
         get(0)?,
         Meta {
-            root: get(1)?,
+            root: PageId::new(get(1)?),
             page_count: get(2)?,
-            freelist: get(3)?,
+            freelist: PageId::new(get(3)?),
         },
     ))
 }
@@ -293,6 +316,14 @@ pub use crate::format::diff::diff;
 mod tests {
     use super::*;
 
+    fn tid(id: u64) -> TxnId {
+        TxnId::new(id)
+    }
+
+    fn pid(no: u64) -> PageId {
+        PageId::new(no)
+    }
+
     #[test]
     fn diff_then_apply_reproduces_the_page() {
         let before = vec![0u8; 4096];
@@ -302,9 +333,9 @@ mod tests {
         after[115] = 3;
         let ranges = diff(&before, &after);
         assert!(ranges.len() <= 2, "{ranges:?}");
-        let rec = encode_page(7, 3, false, &ranges, &after);
+        let rec = encode_page(tid(7), pid(3), false, &ranges, &after);
         let d = decode_page(&rec).expect("decode");
-        assert_eq!((d.txn, d.page, d.full), (7, 3, false));
+        assert_eq!((d.txn, d.page, d.full), (tid(7), pid(3), false));
         let mut page = before.clone();
         d.apply(&mut page).expect("apply");
         assert_eq!(page, after);
@@ -322,7 +353,7 @@ mod tests {
             body in proptest::collection::vec(proptest::num::u8::ANY, 0..300),
         ) {
             let mut rec = Vec::new();
-            put_header(&mut rec, 1, 2, flag);
+            put_header(&mut rec, tid(1), pid(2), flag);
             rec.extend_from_slice(&n.to_le_bytes());
             rec.extend_from_slice(&body);
             if let Ok(d) = decode_page(&rec) {
@@ -365,10 +396,16 @@ mod tests {
             chunk[..8].copy_from_slice(&(i as u64).to_le_bytes());
         }
         let mut rec = Vec::new();
-        assert!(encode_full_image_into(&mut rec, 9, 4, &image, true));
+        assert!(encode_full_image_into(
+            &mut rec,
+            tid(9),
+            pid(4),
+            &image,
+            true
+        ));
         assert!(rec.len() < image.len() / 4, "{} bytes", rec.len());
         let d = decode_page(&rec).expect("decode");
-        assert_eq!((d.txn, d.page, d.full), (9, 4, true));
+        assert_eq!((d.txn, d.page, d.full), (tid(9), pid(4), true));
         let mut page = vec![0u8; 8192];
         d.apply(&mut page).expect("apply");
         assert_eq!(page, image);
@@ -392,7 +429,13 @@ mod tests {
                 x as u8
             })
             .collect();
-        assert!(!encode_full_image_into(&mut rec, 9, 5, &noise, true));
+        assert!(!encode_full_image_into(
+            &mut rec,
+            tid(9),
+            pid(5),
+            &noise,
+            true
+        ));
         let mut page = vec![0u8; 8192];
         decode_page(&rec)
             .expect("decode")
@@ -400,27 +443,35 @@ mod tests {
             .expect("apply");
         assert_eq!(page, noise);
         // Compression off: stored whole.
-        assert!(!encode_full_image_into(&mut rec, 9, 4, &image, false));
+        assert!(!encode_full_image_into(
+            &mut rec,
+            tid(9),
+            pid(4),
+            &image,
+            false
+        ));
         assert_eq!(rec.len(), 19 + 4 + 8192);
     }
 
     #[test]
     fn meta_round_trip() {
         let m = Meta {
-            root: 5,
+            root: pid(5),
             page_count: 99,
-            freelist: 12,
+            freelist: pid(12),
         };
         assert_eq!(decode_meta(&encode_meta(42, &m)).expect("decode"), (42, m));
         assert!(decode_meta(&[1, 2, 3]).is_err());
         // A commit carries its time after the meta; one without reads as
         // having none.
-        let c = encode_commit(42, &m, 1_700_000_000_000_123);
+        let c = encode_commit(tid(42), &m, 1_700_000_000_000_123);
         assert_eq!(decode_meta(&c).expect("decode"), (42, m));
         assert_eq!(decode_commit_time(&c), Some(1_700_000_000_000_123));
         assert_eq!(decode_commit_time(&encode_meta(42, &m)), None);
+        assert_eq!(decode_abort(&encode_abort(tid(42))), Some(tid(42)));
+        assert_eq!(decode_abort(&[1, 2, 3]), None);
         assert!(decode_page(&[0; 5]).is_err());
-        let mut unknown = encode_page(1, 2, false, &[], &[]);
+        let mut unknown = encode_page(tid(1), pid(2), false, &[], &[]);
         unknown[16] = 7;
         assert!(decode_page(&unknown).is_err());
     }

@@ -26,7 +26,7 @@ use super::stats::RecoveryStats;
 use crate::buffer::{Access, WriteCause};
 use crate::error::{Error, Result};
 use crate::format::control::Control;
-use crate::format::page;
+use crate::format::{page, PageId, TxnId};
 use crate::io::Storage;
 use crate::lsn::Lsn;
 use crate::sched::IoClass;
@@ -37,7 +37,7 @@ use crate::wal::{Record, Wal, WalOptions};
 pub(super) struct Recovered<S: Storage> {
     pub(super) wal: Wal<S>,
     pub(super) meta: Meta,
-    pub(super) next_txn: u64,
+    pub(super) next_txn: TxnId,
     /// The latest commit time replayed (0 for none).
     pub(super) last_commit_us: u64,
     /// Pages the replayed commits changed.
@@ -89,7 +89,7 @@ pub(super) fn recover<S: Storage>(
     Ok(Recovered {
         wal,
         meta,
-        next_txn: replay.max_txn + 1,
+        next_txn: replay.max_txn.next(),
         last_commit_us: replay.last_commit_us,
         changed: std::mem::take(&mut replay.changed),
         stats,
@@ -108,31 +108,31 @@ pub(super) fn recover<S: Storage>(
 struct Replay<'a, S: Storage> {
     pool: &'a Pool<S>,
     log: &'a EngineLog<S>,
-    pending: HashMap<u64, Vec<Vec<u8>>>,
-    max_txn: u64,
+    pending: HashMap<TxnId, Vec<Vec<u8>>>,
+    max_txn: TxnId,
     /// The latest commit time seen.
     last_commit_us: u64,
     /// Pages the replayed commits changed.
     changed: super::summary::PageSet,
     /// The pages of the commit being queued, each once.
-    commit_pages: HashSet<u64>,
+    commit_pages: HashSet<PageId>,
     /// Pages a queued commit first changes with an image: how many such
     /// commits are queued.
-    queued_images: HashMap<u64, u32>,
+    queued_images: HashMap<PageId, u32>,
     stats: RecoveryStats,
     /// Commits replayed since the pool's dirty share was last looked at.
     since_clean: u32,
     /// Committed transactions read but not applied yet (the lookahead).
     queue: VecDeque<Committed>,
     /// Pages to read ahead for the queued commits.
-    wanted: Vec<u64>,
+    wanted: Vec<PageId>,
 }
 
 /// A committed transaction waiting in replay's lookahead.
 struct Committed {
     payloads: Vec<Vec<u8>>,
     /// The pages it first changes with an image (counted in `queued_images`).
-    images: Vec<u64>,
+    images: Vec<PageId>,
     /// The commit record's end: the LSN its pages are stamped with.
     lsn: Lsn,
     meta: Meta,
@@ -152,7 +152,7 @@ impl<'a, S: Storage> Replay<'a, S> {
             pool,
             log,
             pending: Default::default(),
-            max_txn: 0,
+            max_txn: TxnId::new(0),
             last_commit_us: 0,
             changed: Default::default(),
             commit_pages: HashSet::new(),
@@ -170,12 +170,12 @@ impl<'a, S: Storage> Replay<'a, S> {
     /// ahead, with others, while the commits before this one are applied
     /// (not when a queued commit installs an image of it first). Returns
     /// the pages it installs images of.
-    fn note_pages(&mut self, payloads: &[Vec<u8>], page_count: u64) -> Result<Vec<u64>> {
+    fn note_pages(&mut self, payloads: &[Vec<u8>], page_count: u64) -> Result<Vec<PageId>> {
         self.commit_pages.clear();
         let mut images = Vec::new();
         for payload in payloads {
             let r = records::decode_page(payload)?;
-            if r.page >= page_count {
+            if r.page.get() >= page_count {
                 return Err(Error::Corruption {
                     path: "wal".into(),
                     offset: 0,
@@ -221,6 +221,7 @@ impl<'a, S: Storage> Replay<'a, S> {
             }
             records::COMMIT => {
                 let (txn, m) = records::decode_meta(&rec.payload)?;
+                let txn = TxnId::new(txn);
                 self.max_txn = self.max_txn.max(txn);
                 self.note_time(&rec.payload);
                 let payloads = self.pending.remove(&txn).unwrap_or_default();
@@ -251,8 +252,8 @@ impl<'a, S: Storage> Replay<'a, S> {
             }
             records::CHECKPOINT => self.note_time(&rec.payload),
             records::ABORT => {
-                if let Ok(b) = <[u8; 8]>::try_from(rec.payload.as_slice()) {
-                    self.pending.remove(&u64::from_le_bytes(b));
+                if let Some(txn) = records::decode_abort(&rec.payload) {
+                    self.pending.remove(&txn);
                 }
             }
             _ => {}
@@ -278,7 +279,7 @@ impl<'a, S: Storage> Replay<'a, S> {
         // before any is applied: applying marks the page at the commit's
         // LSN, which must not hide the transaction's later records for the
         // same page.
-        let mut needs: HashMap<u64, bool> = HashMap::new();
+        let mut needs: HashMap<PageId, bool> = HashMap::new();
         for payload in &c.payloads {
             self.apply(payload, c.lsn, &mut needs)?;
         }
@@ -313,7 +314,7 @@ impl<'a, S: Storage> Replay<'a, S> {
         Ok(())
     }
 
-    fn apply(&mut self, payload: &[u8], lsn: Lsn, needs: &mut HashMap<u64, bool>) -> Result<()> {
+    fn apply(&mut self, payload: &[u8], lsn: Lsn, needs: &mut HashMap<PageId, bool>) -> Result<()> {
         let r = records::decode_page(payload)?;
         if needs.get(&r.page) == Some(&false) {
             return Ok(());

@@ -33,30 +33,33 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::format::PageId;
+
 /// The tree's root and its structure sequence, shared by readers and the
 /// committer.
 pub(crate) struct TreeShape {
     seq: AtomicU64,
+    /// The root page's raw number.
     root: AtomicU64,
 }
 
 impl TreeShape {
     /// The shape of a tree rooted at `root`, not changing.
-    pub(super) fn new(root: u64) -> Self {
+    pub(super) fn new(root: PageId) -> Self {
         TreeShape {
             seq: AtomicU64::new(0),
-            root: AtomicU64::new(root),
+            root: AtomicU64::new(root.get()),
         }
     }
 
     /// The sequence and root to descend from, or `None` while a structure
     /// change is under way.
-    pub(super) fn stable(&self) -> Option<(u64, u64)> {
+    pub(super) fn stable(&self) -> Option<(u64, PageId)> {
         let seq = self.seq.load(Ordering::Acquire);
         if seq % 2 == 1 {
             return None;
         }
-        Some((seq, self.root.load(Ordering::Acquire)))
+        Some((seq, self.root()))
     }
 
     /// Whether no structure change began since `stable` returned `seq`.
@@ -80,17 +83,17 @@ impl TreeShape {
     }
 
     /// The committer moves the root, inside a structure change.
-    pub(super) fn set_root(&self, root: u64) {
+    pub(super) fn set_root(&self, root: PageId) {
         assert!(
             self.seq.load(Ordering::Acquire) % 2 == 1,
             "the root moves inside a structure change"
         );
-        self.root.store(root, Ordering::Release);
+        self.root.store(root.get(), Ordering::Release);
     }
 
     /// The root now (for the committer, and for reads under the tree lock).
-    pub(super) fn root(&self) -> u64 {
-        self.root.load(Ordering::Acquire)
+    pub(super) fn root(&self) -> PageId {
+        PageId::new(self.root.load(Ordering::Acquire))
     }
 }
 
@@ -100,16 +103,16 @@ mod tests {
 
     #[test]
     fn a_read_across_a_structure_change_is_not_kept() {
-        let shape = TreeShape::new(7);
+        let shape = TreeShape::new(PageId::new(7));
         let (seq, root) = shape.stable().expect("still");
-        assert_eq!(root, 7);
+        assert_eq!(root, PageId::new(7));
         shape.begin();
         assert!(shape.stable().is_none(), "no read starts mid-change");
-        shape.set_root(9);
+        shape.set_root(PageId::new(9));
         shape.end();
         assert!(!shape.unchanged(seq), "the change is seen");
         let (seq2, root2) = shape.stable().expect("still again");
-        assert_eq!(root2, 9);
+        assert_eq!(root2, PageId::new(9));
         assert!(shape.unchanged(seq2));
     }
 }

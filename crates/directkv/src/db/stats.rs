@@ -15,6 +15,7 @@ use serde::Serialize;
 
 use super::engine::Inner;
 use crate::buffer::PoolStats;
+use crate::format::TxnId;
 use crate::io::{AioBackend, AioStats, IoPath, Storage, SyncVariant};
 use crate::sched::SchedStats;
 use crate::stall::{StallCounter, StallHistogram};
@@ -67,9 +68,9 @@ pub(super) struct Counters {
 impl Counters {
     /// Counters of a database whose next transaction id is `next_txn` and
     /// whose last commit (replayed) was at `commit_time_us`.
-    pub(super) fn starting_at(next_txn: u64, commit_time_us: u64) -> Counters {
+    pub(super) fn starting_at(next_txn: TxnId, commit_time_us: u64) -> Counters {
         Counters {
-            next_txn: AtomicU64::new(next_txn),
+            next_txn: AtomicU64::new(next_txn.get()),
             commit_clock_us: AtomicU64::new(commit_time_us),
             ..Counters::default()
         }

@@ -39,6 +39,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::backup::files;
 use crate::error::{Error, Result};
+use crate::format::PageId;
 use crate::health;
 use crate::io::{Permissions, Storage};
 use crate::lsn::Lsn;
@@ -62,8 +63,9 @@ pub(crate) struct PageSet {
 }
 
 impl PageSet {
-    /// Adds page `p`.
-    pub(crate) fn insert(&mut self, p: u64) {
+    /// Adds page `page`.
+    pub(crate) fn insert(&mut self, page: PageId) {
+        let p = page.get();
         assert!(p < PAGES_MAX, "page {p} is beyond any data file");
         let w = (p / 64) as usize;
         if self.words.len() <= w {
@@ -83,11 +85,11 @@ impl PageSet {
     }
 
     /// The pages, ascending.
-    pub(crate) fn pages(&self) -> impl Iterator<Item = u64> + '_ {
+    pub(crate) fn pages(&self) -> impl Iterator<Item = PageId> + '_ {
         self.words.iter().enumerate().flat_map(|(i, &w)| {
             (0..64)
                 .filter(move |b| w & (1 << b) != 0)
-                .map(move |b| i as u64 * 64 + b)
+                .map(move |b| PageId::new(i as u64 * 64 + b))
         })
     }
 
@@ -145,7 +147,7 @@ impl Summaries {
     }
 
     /// Notes the pages one commit changed (in the commit section).
-    pub(crate) fn note(&self, pages: &[u64]) {
+    pub(crate) fn note(&self, pages: &[PageId]) {
         let mut cur = health::lock_even_poisoned(&self.current);
         for &p in pages {
             cur.1.insert(p);
@@ -373,9 +375,13 @@ mod tests {
     use super::*;
     use crate::io::OsStorage;
 
+    fn ids(pages: &[u64]) -> Vec<PageId> {
+        pages.iter().copied().map(PageId::new).collect()
+    }
+
     fn set(pages: &[u64]) -> PageSet {
         let mut s = PageSet::default();
-        for &p in pages {
+        for p in ids(pages) {
             s.insert(p);
         }
         s
@@ -389,22 +395,25 @@ mod tests {
         let s = Summaries::open(&st, dir.path(), Lsn::new(0), set(&[1]), Arc::clone(&sched))
             .expect("open");
         let l = Lsn::new;
-        s.note(&[5, 70]);
+        s.note(&ids(&[5, 70]));
         let (from, a) = s.cut(l(100));
         assert_eq!(
-            (from, a.pages().collect::<Vec<_>>()),
+            (from, a.pages().map(PageId::get).collect::<Vec<_>>()),
             (l(0), vec![1, 5, 70])
         );
         s.write(&st, Permissions::Private, from, l(100), &a)
             .expect("write");
-        s.note(&[2]);
+        s.note(&ids(&[2]));
         let (from, b) = s.cut(l(200));
         s.write(&st, Permissions::Private, from, l(200), &b)
             .expect("write");
         let io = (&sched, IoClass::Backup);
         let got = |a, b| changed_pages(&st, dir.path(), (l(a), l(b)), io).expect("read");
         assert_eq!(got(0, 200).map(|s| s.len()), Some(4));
-        assert_eq!(got(150, 200).map(|s| s.pages().collect()), Some(vec![2]));
+        assert_eq!(
+            got(150, 200).map(|s| s.pages().map(PageId::get).collect()),
+            Some(vec![2])
+        );
         assert_eq!(got(50, 250), None, "past the last summary");
         // Damage is a gap, not an error or a wrong answer.
         let path = dir
@@ -418,7 +427,7 @@ mod tests {
         assert!(got(0, 100).is_some());
         // Past the limit, the oldest merge: every range stays covered.
         for i in 2..(SUMMARIES_KEPT as u64 + 5) {
-            s.note(&[i]);
+            s.note(&ids(&[i]));
             let (from, c) = s.cut(l(100 * (i + 1)));
             s.write(&st, Permissions::Private, from, l(100 * (i + 1)), &c)
                 .expect("write");
@@ -428,6 +437,6 @@ mod tests {
             .len();
         assert_eq!(n, SUMMARIES_KEPT);
         let late = got(1000, 1100).expect("covered");
-        assert!(late.pages().any(|p| p == 10), "{late:?}");
+        assert!(late.pages().any(|p| p.get() == 10), "{late:?}");
     }
 }

@@ -22,6 +22,7 @@ use super::engine::Inner;
 use super::versions::Snapshot;
 use crate::btree::tree;
 use crate::error::Result;
+use crate::format::PageId;
 use crate::health::{self, PanicGuard};
 use crate::io::Storage;
 
@@ -103,7 +104,7 @@ const SHAPE_RETRIES_MAX: usize = 64;
 /// tree's shared lock.
 fn read_tree<S: Storage, R>(
     inner: &Inner<S>,
-    op: impl Fn(&PoolPages<'_, S>, u64) -> Result<R>,
+    op: impl Fn(&PoolPages<'_, S>, PageId) -> Result<R>,
 ) -> Result<R> {
     inner.health.check()?;
     let _guard = PanicGuard(&inner.health);

@@ -55,6 +55,7 @@ use super::Durability;
 use crate::btree::tree;
 use crate::buffer::Access;
 use crate::error::{Error, Result};
+use crate::format::TxnId;
 use crate::health::{self, PanicGuard};
 use crate::io::Storage;
 use crate::lsn::Lsn;
@@ -74,8 +75,8 @@ struct ReadSet {
 /// at once (see [`Database::begin_write`](crate::Database::begin_write)).
 pub struct WriteTxn<'db, S: Storage = crate::io::OsStorage> {
     inner: &'db Inner<S>,
-    /// Its row locks' owner id.
-    id: u64,
+    /// Its id: its row locks' owner.
+    id: TxnId,
     opts: WriteOptions,
     snap: Option<Arc<Snapshot<'db>>>,
     /// The writer lock's ticket under `Options::serial_writers`.

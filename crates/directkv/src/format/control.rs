@@ -32,7 +32,7 @@
 
 use std::path::Path;
 
-use super::{le, DbId};
+use super::{le, DbId, PageId};
 use crate::error::{Error, Result};
 use crate::lsn::Lsn;
 
@@ -75,11 +75,11 @@ pub struct Control {
     /// Where recovery starts replaying the WAL.
     pub redo_lsn: Lsn,
     /// The B+tree root page.
-    pub root_page: u64,
+    pub root_page: PageId,
     /// Pages in the data file.
     pub page_count: u64,
-    /// Head of the free-page list (0: empty).
-    pub freelist_head: u64,
+    /// Head of the free-page list ([`PageId::ZERO`]: empty).
+    pub freelist_head: PageId,
     /// Feature flags.
     pub flags: u64,
     /// The line of history this database is on.
@@ -103,12 +103,12 @@ impl Control {
             self.page_bytes
         );
         assert!(
-            self.root_page < self.page_count,
+            self.root_page.get() < self.page_count,
             "root page {} past the end",
             self.root_page
         );
         assert!(
-            self.freelist_head < self.page_count,
+            self.freelist_head.get() < self.page_count,
             "free-list head past the end"
         );
         assert!(
@@ -124,9 +124,9 @@ impl Control {
         for (i, v) in [
             self.checkpoint_lsn.get(),
             self.redo_lsn.get(),
-            self.root_page,
+            self.root_page.get(),
             self.page_count,
-            self.freelist_head,
+            self.freelist_head.get(),
             self.flags,
         ]
         .into_iter()
@@ -184,9 +184,9 @@ impl Control {
             db_id,
             checkpoint_lsn: Lsn::new(u64_at(40)),
             redo_lsn: Lsn::new(u64_at(48)),
-            root_page: u64_at(56),
+            root_page: PageId::new(u64_at(56)),
             page_count: u64_at(64),
-            freelist_head: u64_at(72),
+            freelist_head: PageId::new(u64_at(72)),
             flags: u64_at(80),
             history,
             history_lost,
@@ -205,9 +205,9 @@ mod tests {
             db_id: [9; 16],
             checkpoint_lsn: Lsn::new(200),
             redo_lsn: Lsn::new(100),
-            root_page: 1,
+            root_page: PageId::new(1),
             page_count: 5,
-            freelist_head: 0,
+            freelist_head: PageId::ZERO,
             flags: FLAG_HISTORY,
             history: [4; 16],
             history_lost: false,

@@ -32,12 +32,12 @@
 //! checkpoint writes it whole (never read-modify-write) and open takes a
 //! head that fails its checksum as no claim.
 
-use super::le;
 use super::page::PAGE_HEADER_BYTES;
+use super::{le, PageId};
 use crate::lsn::Lsn;
 
 /// The page number of the data file's head.
-pub const DATA_HEAD_PAGE: u64 = 0;
+pub const DATA_HEAD_PAGE: PageId = PageId::ZERO;
 /// The head's magic.
 pub const DATA_HEAD_MAGIC: [u8; 8] = *b"DKVDHEAD";
 const MAGIC_AT: usize = PAGE_HEADER_BYTES + 8;

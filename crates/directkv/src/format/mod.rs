@@ -10,4 +10,4 @@ mod ids;
 pub mod le;
 pub mod page;
 
-pub use ids::DbId;
+pub use ids::{DbId, FrameIndex, PageId, TxnId};

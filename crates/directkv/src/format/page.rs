@@ -17,7 +17,7 @@
 //! a page image written to the wrong place (or taken from another database)
 //! fails verification even though its checksum is intact.
 
-use super::{le, DbId};
+use super::{le, DbId, PageId};
 use crate::lsn::Lsn;
 
 /// Bytes of the common page header.
@@ -61,7 +61,7 @@ pub struct PageHeader {
     /// Type-specific flags.
     pub flags: u16,
     /// The page's own number.
-    pub page_no: u64,
+    pub page_no: PageId,
     /// The end LSN of the last change applied to the page.
     pub lsn: Lsn,
     /// The database it belongs to.
@@ -78,7 +78,7 @@ pub enum PageError {
     /// Valid, but the image of another page: a misdirected write or read.
     Misdirected {
         /// The page number the image carries.
-        found: u64,
+        found: PageId,
     },
     /// Valid, but from another database.
     ForeignDatabase,
@@ -113,14 +113,14 @@ pub fn seal(page: &mut [u8], header: &PageHeader) {
     page[8..10].copy_from_slice(&(header.page_type as u16).to_le_bytes());
     page[10..12].copy_from_slice(&header.flags.to_le_bytes());
     page[12..16].fill(0);
-    page[16..24].copy_from_slice(&header.page_no.to_le_bytes());
+    page[16..24].copy_from_slice(&header.page_no.get().to_le_bytes());
     page[24..32].copy_from_slice(&header.lsn.get().to_le_bytes());
     page[32..48].copy_from_slice(&header.db_id);
     let crc = crc32c::crc32c(&page[4..]);
     page[0..4].copy_from_slice(&crc.to_le_bytes());
     // The pair across the disk boundary: the header reads back as written,
     // and (O(n)) the whole page verifies.
-    assert_eq!(le::u64_at(page, 16), header.page_no);
+    assert_eq!(le::u64_at(page, 16), header.page_no.get());
     assert_eq!(page_lsn(page), header.lsn);
     assert_eq!(page[32..48], header.db_id);
     assert_eq!(
@@ -132,7 +132,7 @@ pub fn seal(page: &mut [u8], header: &PageHeader) {
 
 /// Seals a page whose type, flags and LSN are already in its header bytes:
 /// writes magic, own page number, database identity and checksum.
-pub fn seal_in_place(page: &mut [u8], page_no: u64, db_id: &DbId) {
+pub fn seal_in_place(page: &mut [u8], page_no: PageId, db_id: &DbId) {
     let page_type = PageType::from_u16(u16::from_le_bytes([page[8], page[9]]))
         .expect("a page in the pool has a known type before it is written");
     let header = PageHeader {
@@ -165,7 +165,7 @@ pub fn init(page: &mut [u8], page_type: PageType) {
 ///
 /// # Errors
 /// [`PageError`] saying what is wrong; such an image is never used as data.
-pub fn verify(page: &[u8], page_no: u64, db_id: &DbId) -> Result<PageHeader, PageError> {
+pub fn verify(page: &[u8], page_no: PageId, db_id: &DbId) -> Result<PageHeader, PageError> {
     if le::u32_at(page, 0) != crc32c::crc32c(&page[4..]) {
         if page.iter().all(|&b| b == 0) {
             return Err(PageError::NeverWritten);
@@ -180,7 +180,7 @@ pub fn verify(page: &[u8], page_no: u64, db_id: &DbId) -> Result<PageHeader, Pag
     let header = PageHeader {
         page_type,
         flags: u16::from_le_bytes([page[10], page[11]]),
-        page_no: le::u64_at(page, 16),
+        page_no: PageId::new(le::u64_at(page, 16)),
         lsn: Lsn::new(le::u64_at(page, 24)),
         db_id: page[32..48].try_into().map_err(|_| PageError::NotAPage)?,
     };
@@ -212,7 +212,7 @@ mod tests {
         PageHeader {
             page_type: PageType::Leaf,
             flags: 3,
-            page_no: no,
+            page_no: PageId::new(no),
             lsn: Lsn::new(777),
             db_id: [5; 16],
         }
@@ -222,23 +222,31 @@ mod tests {
     fn seal_then_verify() {
         let mut page = vec![0u8; 4096];
         page[100] = 42;
-        assert_eq!(verify(&page, 9, &[5; 16]), Err(PageError::Checksum));
         assert_eq!(
-            verify(&[0u8; 4096], 9, &[5; 16]),
+            verify(&page, PageId::new(9), &[5; 16]),
+            Err(PageError::Checksum)
+        );
+        assert_eq!(
+            verify(&[0u8; 4096], PageId::new(9), &[5; 16]),
             Err(PageError::NeverWritten)
         );
         seal(&mut page, &header(9));
-        assert_eq!(verify(&page, 9, &[5; 16]), Ok(header(9)));
+        assert_eq!(verify(&page, PageId::new(9), &[5; 16]), Ok(header(9)));
         assert_eq!(page_lsn(&page), Lsn::new(777));
         assert_eq!(
-            verify(&page, 10, &[5; 16]),
-            Err(PageError::Misdirected { found: 9 })
+            verify(&page, PageId::new(10), &[5; 16]),
+            Err(PageError::Misdirected {
+                found: PageId::new(9)
+            })
         );
-        assert_eq!(verify(&page, 9, &[6; 16]), Err(PageError::ForeignDatabase));
+        assert_eq!(
+            verify(&page, PageId::new(9), &[6; 16]),
+            Err(PageError::ForeignDatabase)
+        );
         for bit in (0..4096 * 8).step_by(97) {
             let mut bad = page.clone();
             bad[bit / 8] ^= 1 << (bit % 8);
-            assert!(verify(&bad, 9, &[5; 16]).is_err(), "bit {bit}");
+            assert!(verify(&bad, PageId::new(9), &[5; 16]).is_err(), "bit {bit}");
         }
     }
 }

@@ -54,7 +54,7 @@ use crate::backup::{BackupOptions, BackupReport, WAL_DIR_NAME};
 use crate::buffer::WriteCause;
 use crate::error::{Error, Result};
 use crate::format::control::{Control, FLAG_BACKUP};
-use crate::format::{data_head, page};
+use crate::format::{data_head, page, PageId};
 use crate::health;
 use crate::io::{AlignedBuf, Permissions, Storage};
 use crate::lsn::Lsn;
@@ -153,7 +153,10 @@ impl<S: Storage> Inner<S> {
         let mut c = self.copy_files(dest, &cp, since, listed.as_ref(), chain.as_deref(), pace)?;
         let mut m = self.manifest(&cp, c.end, started_unix_ms, std::mem::take(&mut c.listed))?;
         let from_log = c.counts.from_log.len() as u64;
-        m.pages_from_log = std::mem::take(&mut c.counts.from_log);
+        m.pages_from_log = std::mem::take(&mut c.counts.from_log)
+            .into_iter()
+            .map(PageId::get)
+            .collect();
         if let Some(p) = &parent {
             note_increment(&mut m, p, &c, listed.is_some());
         }
@@ -470,7 +473,7 @@ impl<S: Storage> Inner<S> {
         let pb = self.pool.page_bytes();
         let mut head = AlignedBuf::new(pb, ALIGN_BYTES)?;
         let p = head.as_mut_slice();
-        crate::btree::tree::init_free(p, 0);
+        crate::btree::tree::init_free(p, PageId::ZERO);
         data_head::encode(
             p,
             data_head::DataHead {
@@ -563,7 +566,8 @@ impl<S: Storage> Inner<S> {
 fn note_increment(m: &mut Manifest, parent: &Manifest, c: &Copied, from_summaries: bool) {
     m.parent_id = Some(parent.backup_id.clone());
     m.parent_start_lsn = Some(parent.start_lsn);
-    m.incremental_pages = manifest::runs(std::iter::once(0).chain(c.counts.copied.iter().copied()));
+    m.incremental_pages =
+        manifest::runs(std::iter::once(0).chain(c.counts.copied.iter().map(|p| p.get())));
     m.increment_format = crate::backup::increment::ENTRIES;
     m.format = manifest::MANIFEST_FORMAT_ENTRIES;
     m.pages_as_deltas = c.deltas;

@@ -22,7 +22,7 @@ use crate::backup::increment::{ChainPages, EntryWriter};
 use crate::backup::manifest;
 use crate::buffer::Access;
 use crate::error::{Error, Result};
-use crate::format::page;
+use crate::format::{page, PageId};
 use crate::io::{AlignedBuf, Storage};
 use crate::lsn::Lsn;
 use crate::sched::IoClass;
@@ -35,11 +35,11 @@ pub(super) struct PageCounts {
     /// Pages read and checked.
     pub(super) scanned: u64,
     /// An incremental backup's pages copied (page 0 aside), in order.
-    pub(super) copied: Vec<u64>,
+    pub(super) copied: Vec<PageId>,
     /// Pages that passed their check only when read again.
     pub(super) reread: u64,
     /// Pages left to the log's image of them (copied as zeros).
-    pub(super) from_log: Vec<u64>,
+    pub(super) from_log: Vec<PageId>,
 }
 
 /// The rate limit: sleeps so the bytes moved stay under `rate` per second.
@@ -89,7 +89,7 @@ impl<S: Storage> PagesOut<S> {
     /// Writes the first `kept` pages of `buf`, numbered `nos` (an
     /// incremental backup's; a full backup's are in order); returns the
     /// bytes written.
-    fn put(&mut self, buf: &AlignedBuf, kept: usize, nos: &[u64], pb: usize) -> Result<usize> {
+    fn put(&mut self, buf: &AlignedBuf, kept: usize, nos: &[PageId], pb: usize) -> Result<usize> {
         match self {
             PagesOut::Whole(sink) => {
                 sink.append(buf, kept * pb)?;
@@ -263,6 +263,7 @@ impl<S: Storage> Inner<S> {
         let per_chunk = (buf.len() / pb) as u64;
         let wanted: Vec<u64> = pages
             .pages()
+            .map(PageId::get)
             .filter(|&p| p >= 1 && p < run.cp.meta.page_count)
             .collect();
         self.counters
@@ -334,7 +335,7 @@ impl<S: Storage> Inner<S> {
         let mut kept = 0usize;
         for i in 0..k as usize {
             let page = &mut buf.as_mut_slice()[i * pb..(i + 1) * pb];
-            let p = no + i as u64;
+            let p = PageId::new(no + i as u64);
             self.check_copied(p, page, redo, counts)?;
             counts.scanned += 1;
             // A page left to the log (zeros) changed after the start.
@@ -359,7 +360,7 @@ impl<S: Storage> Inner<S> {
     /// under its frame's latch into `page` (see the module docs).
     fn check_copied(
         &self,
-        no: u64,
+        no: PageId,
         page: &mut [u8],
         redo: Lsn,
         counts: &mut PageCounts,
@@ -374,7 +375,7 @@ impl<S: Storage> Inner<S> {
         // hold up a commit that needs the page.
         let io = self.pool.file().admit(IoClass::Backup, pb as u64);
         let resident = self.pool.try_read(no, Access::Scan);
-        io.read_exact_at(one.io_all_mut(), no * pb as u64)?;
+        io.read_exact_at(one.io_all_mut(), no.offset(pb as u64))?;
         drop(io);
         page.copy_from_slice(one.as_slice());
         let durable = self.wal().durable_lsn();
@@ -392,7 +393,7 @@ impl<S: Storage> Inner<S> {
         }
         Err(Error::Corruption {
             path: self.pool.file().path().to_path_buf(),
-            offset: no * pb as u64,
+            offset: no.offset(pb as u64),
             detail: format!(
                 "page {no}: {first}; read again, it is still damaged, and the log since the \
                  backup's start holds no image of it: the backup stops rather than copy damage"
@@ -405,7 +406,7 @@ impl<S: Storage> Inner<S> {
 /// the durable log covers. Returns what is wrong.
 fn check_page(
     page: &[u8],
-    no: u64,
+    no: PageId,
     db_id: &crate::format::DbId,
     durable: Lsn,
 ) -> std::result::Result<(), String> {
@@ -449,7 +450,7 @@ mod tests {
         let redo = Lsn::new(inner.last_redo.load(Ordering::Acquire));
         let pb = inner.pool.page_bytes();
         // Ten small keys: the root leaf is page 1, the only tree page.
-        let no = 1u64;
+        let no = PageId::new(1);
         let mut counts = PageCounts {
             db_id: inner.pool_db_id().expect("id"),
             ..PageCounts::default()
@@ -466,7 +467,7 @@ mod tests {
             .write(true)
             .open(dir.path().join("data"))
             .expect("data");
-        data.write_all_at(&[0x5A; 64], no * pb as u64 + 100)
+        data.write_all_at(&[0x5A; 64], no.offset(pb as u64) + 100)
             .expect("damage");
         let err = inner
             .check_copied(no, &mut vec![0xABu8; pb], redo, &mut counts)
@@ -477,7 +478,7 @@ mod tests {
         w.put(b"new", b"value").expect("put");
         w.commit().expect("commit");
         let mut damaged = vec![0u8; pb];
-        data.read_exact_at(&mut damaged, no * pb as u64)
+        data.read_exact_at(&mut damaged, no.offset(pb as u64))
             .expect("read");
         inner
             .check_copied(no, &mut damaged, redo, &mut counts)
