@@ -406,6 +406,14 @@ fn a_failing_archive_keeps_the_log_and_catches_up() {
     for _ in 0..20 {
         commit_some(&db, &mut model, &mut rng);
     }
+    // The checkpoint leaves the segments to an archiver round under way
+    // (its reads are paced as backups are); waited for, up to a bound.
+    for _ in 0..600 {
+        if db.stats().archive.failures > 0 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     let s = db.stats().archive;
     assert!(s.failures > 0, "{s:?}");
     assert_eq!(
