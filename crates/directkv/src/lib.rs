@@ -124,6 +124,7 @@ mod format;
 mod health;
 mod io;
 mod lsn;
+mod restore;
 mod sched;
 #[cfg(feature = "sim")]
 mod sim;
@@ -131,10 +132,7 @@ mod stall;
 mod wal;
 
 pub use backup::manifest::{Manifest as BackupManifest, ManifestFile as BackupManifestFile};
-pub use backup::{
-    restore_backup, restore_backup_chain, restore_backup_chain_to, verify_backup, BackupOptions,
-    BackupReport, RestoreReport, RestoreTarget, RolledForward, VerifyReport,
-};
+pub use backup::{BackupOptions, BackupReport};
 pub use buffer::{PoolStats, WritesByCause};
 pub use db::{
     ArchiveStats, BackupProgress, CheckReport, Database, Durability, FileAccess, Isolation,
@@ -147,6 +145,10 @@ pub use error::{Error, IoOp, Result};
 pub use io::{AioBackend, AioOptions, AioStats, DirectIo, IoPath, SyncMethod, SyncVariant};
 pub use io::{FileKind, Permissions};
 pub use lsn::Lsn;
+pub use restore::{
+    restore_backup, restore_backup_chain, restore_backup_chain_to, verify_backup, RestoreReport,
+    RestoreTarget, RolledForward, VerifyReport,
+};
 pub use sched::{SchedMode, SchedOptions, SchedStats};
 pub use stall::StallHistogram;
 pub use wal::WalStats;
@@ -190,7 +192,7 @@ pub mod internals {
     }
     /// Restoring backups on any storage (the simulated disk's tests).
     pub mod backup {
-        pub use crate::backup::restore_chain_with;
+        pub use crate::restore::restore_chain_with;
     }
     /// The `CONTROL` file the checkpoint writes.
     pub mod db {

@@ -1,7 +1,7 @@
-//! Online backups: what a backup is on disk, how it is checked and
-//! restored. Taking one is the open database's work
-//! ([`Database::backup`](crate::Database::backup), in `db::backup`);
-//! docs/backup.md has the design.
+//! Online backups: what a backup is on disk. Taking one is the open
+//! database's work ([`Database::backup`](crate::Database::backup), in
+//! `db::backup`, which writes these files); checking and restoring one is
+//! `crate::restore`'s, above the database. docs/backup.md has the design.
 //!
 //! A backup is a directory that [`Database::open`](crate::Database::open)
 //! opens directly:
@@ -22,9 +22,6 @@
 pub(crate) mod files;
 pub(crate) mod increment;
 pub mod manifest;
-mod pitr;
-mod restore;
-mod verify;
 
 use std::path::Path;
 
@@ -34,13 +31,6 @@ use crate::error::{Error, Result};
 use crate::io::Storage;
 use crate::lsn::Lsn;
 use manifest::{Manifest, COMPLETE_NAME, MANIFEST_NAME};
-
-pub use pitr::{RestoreTarget, RolledForward};
-pub use restore::{
-    restore_backup, restore_backup_chain, restore_backup_chain_to, restore_chain_with,
-    RestoreReport,
-};
-pub use verify::{verify_backup, VerifyReport};
 
 /// The log's directory inside a backup.
 pub const WAL_DIR_NAME: &str = "wal";
@@ -206,4 +196,60 @@ pub(crate) fn check_files<S: Storage>(storage: &S, dir: &Path, m: &Manifest) -> 
         bytes += len;
     }
     Ok(bytes)
+}
+
+/// The manifests of `chain`, once it is shown to be one: complete backups
+/// of one database, a full one first, each next one an increment of the
+/// one before.
+pub(crate) fn check_chain<S: Storage>(storage: &S, chain: &[&Path]) -> Result<Vec<Manifest>> {
+    let Some(&first) = chain.first() else {
+        return Err(Error::InvalidArgument("no backup to restore".into()));
+    };
+    let ms = chain
+        .iter()
+        .map(|d| complete_manifest(storage, d))
+        .collect::<Result<Vec<_>>>()?;
+    let broken = |path: &Path, detail: String| Error::BackupChain {
+        path: path.to_path_buf(),
+        detail,
+    };
+    if let Some(parent) = &ms[0].parent_id {
+        return Err(broken(
+            first,
+            format!(
+                "it is an incremental backup (of backup {parent}); a chain starts with the \
+                 full backup it builds on, then each increment in order"
+            ),
+        ));
+    }
+    for (i, m) in ms.iter().enumerate().skip(1) {
+        let prev = &ms[i - 1];
+        let detail = if m.db_id != ms[0].db_id || m.page_bytes != ms[0].page_bytes {
+            Some(format!(
+                "it is a backup of database {}, the chain's is {}",
+                m.db_id, ms[0].db_id
+            ))
+        } else {
+            match &m.parent_id {
+                None => Some("it is a full backup, which only starts a chain".to_string()),
+                Some(p) if *p != prev.backup_id || m.parent_start_lsn != Some(prev.start_lsn) => {
+                    Some(format!(
+                        "it is an increment of backup {p}, but the backup before it in the \
+                         chain is {}: a link is missing or the order is wrong",
+                        prev.backup_id
+                    ))
+                }
+                Some(_) if m.history() != prev.history() => Some(format!(
+                    "it was taken on history {} of the database, the backup before it on {}",
+                    m.history(),
+                    prev.history()
+                )),
+                Some(_) => None,
+            }
+        };
+        if let Some(detail) = detail {
+            return Err(broken(chain[i], detail));
+        }
+    }
+    Ok(ms)
 }

@@ -22,10 +22,10 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::files::{self, Sink, ALIGN_BYTES, CHUNK_BYTES};
-use super::increment;
-use super::manifest::{self, Manifest, COMPLETE_NAME, MANIFEST_NAME};
-use super::{CONTROL_NAME, DATA_NAME, INCREMENT_NAME, WAL_DIR_NAME};
+use crate::backup::files::{self, Sink, ALIGN_BYTES, CHUNK_BYTES};
+use crate::backup::increment;
+use crate::backup::manifest::{self, Manifest, COMPLETE_NAME, MANIFEST_NAME};
+use crate::backup::{CONTROL_NAME, DATA_NAME, INCREMENT_NAME, WAL_DIR_NAME};
 use crate::error::{Error, Result};
 use crate::format::PageId;
 use crate::io::{AlignedBuf, DirectIo, FileOptions, OsStorage, Permissions, Storage, StorageFile};
@@ -118,7 +118,7 @@ pub fn restore_chain_with<S: Storage, P: AsRef<Path>>(
     remove_tree: impl FnOnce(&Path),
 ) -> Result<RestoreReport> {
     let chain: Vec<&Path> = chain.iter().map(AsRef::as_ref).collect();
-    let ms = check_chain(storage, &chain)?;
+    let ms = crate::backup::check_chain(storage, &chain)?;
     let tmp = scratch_of(dest);
     if storage.exists(dest) {
         return Err(Error::InvalidArgument(format!(
@@ -162,62 +162,6 @@ pub fn restore_chain_with<S: Storage, P: AsRef<Path>>(
     })
 }
 
-/// The manifests of `chain`, once it is shown to be one: complete backups
-/// of one database, a full one first, each next one an increment of the
-/// one before.
-pub(super) fn check_chain<S: Storage>(storage: &S, chain: &[&Path]) -> Result<Vec<Manifest>> {
-    let Some(&first) = chain.first() else {
-        return Err(Error::InvalidArgument("no backup to restore".into()));
-    };
-    let ms = chain
-        .iter()
-        .map(|d| super::complete_manifest(storage, d))
-        .collect::<Result<Vec<_>>>()?;
-    let broken = |path: &Path, detail: String| Error::BackupChain {
-        path: path.to_path_buf(),
-        detail,
-    };
-    if let Some(parent) = &ms[0].parent_id {
-        return Err(broken(
-            first,
-            format!(
-                "it is an incremental backup (of backup {parent}); a chain starts with the \
-                 full backup it builds on, then each increment in order"
-            ),
-        ));
-    }
-    for (i, m) in ms.iter().enumerate().skip(1) {
-        let prev = &ms[i - 1];
-        let detail = if m.db_id != ms[0].db_id || m.page_bytes != ms[0].page_bytes {
-            Some(format!(
-                "it is a backup of database {}, the chain's is {}",
-                m.db_id, ms[0].db_id
-            ))
-        } else {
-            match &m.parent_id {
-                None => Some("it is a full backup, which only starts a chain".to_string()),
-                Some(p) if *p != prev.backup_id || m.parent_start_lsn != Some(prev.start_lsn) => {
-                    Some(format!(
-                        "it is an increment of backup {p}, but the backup before it in the \
-                         chain is {}: a link is missing or the order is wrong",
-                        prev.backup_id
-                    ))
-                }
-                Some(_) if m.history() != prev.history() => Some(format!(
-                    "it was taken on history {} of the database, the backup before it on {}",
-                    m.history(),
-                    prev.history()
-                )),
-                Some(_) => None,
-            }
-        };
-        if let Some(detail) = detail {
-            return Err(broken(chain[i], detail));
-        }
-    }
-    Ok(ms)
-}
-
 /// Where a restore into `dest` builds it.
 fn scratch_of(dest: &Path) -> PathBuf {
     let mut name = dest.as_os_str().to_owned();
@@ -234,7 +178,7 @@ fn build<S: Storage>(
     to: &Path,
 ) -> Result<(u64, u64)> {
     for (dir, m) in chain.iter().zip(ms).skip(1) {
-        super::check_files(storage, dir, m)?;
+        crate::backup::check_files(storage, dir, m)?;
     }
     storage.create_dirs(to, Permissions::Private)?;
     storage.create_dirs(&to.join(WAL_DIR_NAME), Permissions::Private)?;
@@ -271,13 +215,17 @@ fn build<S: Storage>(
     if ms.len() == 1 {
         // One full backup: its own manifest and marker, as they were.
         for name in [MANIFEST_NAME, COMPLETE_NAME] {
-            let b = files::read_small(storage, &last_dir.join(name), super::MANIFEST_BYTES_MAX)?;
+            let b = files::read_small(
+                storage,
+                &last_dir.join(name),
+                crate::backup::MANIFEST_BYTES_MAX,
+            )?;
             files::write_small(storage, &to.join(name), &b)?;
             bytes += b.len() as u64;
         }
         storage.sync_dir(to)?;
     } else {
-        super::seal(
+        crate::backup::seal(
             storage,
             to,
             &combined_manifest(storage, to, last, &mut buf)?,

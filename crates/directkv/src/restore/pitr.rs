@@ -26,9 +26,9 @@
 
 use std::path::{Path, PathBuf};
 
-use super::files::{self, Sink, ALIGN_BYTES, CHUNK_BYTES};
-use super::manifest::{Manifest, COMPLETE_NAME, MANIFEST_NAME};
-use super::WAL_DIR_NAME;
+use crate::backup::files::{self, Sink, ALIGN_BYTES, CHUNK_BYTES};
+use crate::backup::manifest::{Manifest, COMPLETE_NAME, MANIFEST_NAME};
+use crate::backup::WAL_DIR_NAME;
 use crate::error::{Error, Result};
 use crate::io::{AlignedBuf, DirectIo, FileOptions, Storage, StorageFile};
 use crate::lsn::Lsn;
@@ -100,7 +100,7 @@ pub(super) fn roll_forward<S: Storage>(
     }
     let wal = dir.join(WAL_DIR_NAME);
     // The segments of the line of history the backup was taken on.
-    let line = super::archive_dir_of(archive, last.history_id.as_deref());
+    let line = crate::backup::archive_dir_of(archive, last.history_id.as_deref());
     if storage.exists(archive) && !storage.exists(&line) {
         return Err(Error::InvalidArgument(format!(
             "log archive {} holds no segment of history {}, the line the backup was taken on",
@@ -481,8 +481,8 @@ fn reseal<S: Storage>(storage: &S, dir: &Path, last: &Manifest) -> Result<()> {
     }
     storage.sync_dir(dir)?;
     let mut buf = AlignedBuf::new(CHUNK_BYTES, ALIGN_BYTES)?;
-    let m = super::restore::combined_manifest(storage, dir, last, &mut buf)?;
-    super::seal(storage, dir, &m)
+    let m = super::copy::combined_manifest(storage, dir, last, &mut buf)?;
+    crate::backup::seal(storage, dir, &m)
 }
 
 /// Where the segment at `path` in the scratch log came from: its archive

@@ -14,10 +14,10 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::files::{self, ALIGN_BYTES, CHUNK_BYTES};
-use super::increment;
-use super::manifest::{Manifest, COMPLETE_NAME, MANIFEST_NAME};
-use super::{CONTROL_NAME, DATA_NAME, INCREMENT_NAME, WAL_DIR_NAME};
+use crate::backup::files::{self, ALIGN_BYTES, CHUNK_BYTES};
+use crate::backup::increment;
+use crate::backup::manifest::{Manifest, COMPLETE_NAME, MANIFEST_NAME};
+use crate::backup::{CONTROL_NAME, DATA_NAME, INCREMENT_NAME, WAL_DIR_NAME};
 use crate::db::{CheckReport, ControlFile, Database, Options};
 use crate::error::{Error, Result};
 use crate::format::control::FLAG_BACKUP;
@@ -62,9 +62,9 @@ pub struct VerifyReport {
 pub fn verify_backup(dir: impl AsRef<Path>) -> Result<VerifyReport> {
     let dir = dir.as_ref();
     let storage = OsStorage::default();
-    let m = super::complete_manifest(&storage, dir)?;
+    let m = crate::backup::complete_manifest(&storage, dir)?;
     check_listing(&storage, dir, &m)?;
-    let bytes = super::check_files(&storage, dir, &m)?;
+    let bytes = crate::backup::check_files(&storage, dir, &m)?;
     check_control(&storage, dir, &m)?;
     let pages = check_pages(&storage, dir, &m)?;
     let log_records = check_log(&storage, dir, &m)?;
@@ -118,7 +118,7 @@ fn check_control<S: Storage>(storage: &S, dir: &Path, m: &Manifest) -> Result<()
             "CONTROL is not flagged as a backup's: the directory was opened as a database since"
                 .to_string(),
         )
-    } else if super::manifest::hex(&c.db_id) != m.db_id {
+    } else if crate::backup::manifest::hex(&c.db_id) != m.db_id {
         Some("CONTROL names another database than the manifest".to_string())
     } else if c.redo_lsn != m.start() || c.checkpoint_lsn.get() != m.checkpoint_lsn {
         Some(format!(
@@ -151,7 +151,7 @@ fn check_pages<S: Storage>(storage: &S, dir: &Path, m: &Manifest) -> Result<u64>
     } else {
         DATA_NAME
     });
-    let mut numbers = super::manifest::pages_of(&m.incremental_pages);
+    let mut numbers = crate::backup::manifest::pages_of(&m.incremental_pages);
     let file = storage.open(&path, &files::read_options(DirectIo::Auto))?;
     let mut buf = AlignedBuf::new(CHUNK_BYTES, ALIGN_BYTES)?;
     // Decoding checked the page size and the id.
@@ -212,7 +212,7 @@ fn check_entries<S: Storage>(storage: &S, dir: &Path, m: &Manifest) -> Result<u6
     file.read_exact_at(head.io_all_mut(), 0)?;
     let head_no = data_head::DATA_HEAD_PAGE;
     check_backup_page(head.as_slice(), head_no, &db_id, m).map_err(|d| bad(0, head_no, d))?;
-    let mut numbers = super::manifest::pages_of(&m.incremental_pages)
+    let mut numbers = crate::backup::manifest::pages_of(&m.incremental_pages)
         .filter(|&p| p != 0)
         .map(PageId::new);
     let mut reader = increment::EntryReader::new(file, &path, m)?;
@@ -327,7 +327,7 @@ fn replay_scratch(dir: &Path) -> Result<CheckReport> {
     if scratch.exists() {
         remove_scratch(&scratch)?;
     }
-    let checked = super::restore_backup(dir, &scratch).and_then(|_| {
+    let checked = super::copy::restore_backup(dir, &scratch).and_then(|_| {
         let db = Database::open(
             &scratch,
             Options {

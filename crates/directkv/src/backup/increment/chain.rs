@@ -7,8 +7,9 @@ use super::*;
 
 /// Finds the chain of complete backups that ends with the one in `parent`:
 /// each earlier link among `parent`'s sibling directories, by the backup id
-/// its child names. Only backups not yet opened count (a copy opened as a
-/// database has other bytes under the same id), and no hidden or
+/// its child names. Only backups `unopened` says were not yet opened count
+/// (a copy opened as a database has other bytes under the same id: the
+/// database, which reads `CONTROL`, decides), and no hidden or
 /// restore-scratch directory. Returns `None`, and the backup then stores
 /// whole pages, when a link is not there (the backups were moved apart),
 /// the links do not hold, the ids cycle, or the chain is longer than
@@ -16,7 +17,11 @@ use super::*;
 ///
 /// # Errors
 /// The parent's own manifest's errors (it was checked before).
-pub fn find_chain<S: Storage>(storage: &S, parent: &Path) -> Result<Option<Vec<PathBuf>>> {
+pub fn find_chain<S: Storage>(
+    storage: &S,
+    parent: &Path,
+    unopened: impl Fn(&Path) -> bool,
+) -> Result<Option<Vec<PathBuf>>> {
     let mut chain = vec![parent.to_path_buf()];
     let mut m = crate::backup::complete_manifest(storage, parent)?;
     let root = match parent.parent() {
@@ -45,7 +50,7 @@ pub fn find_chain<S: Storage>(storage: &S, parent: &Path) -> Result<Option<Vec<P
         };
         let found = names.iter().find_map(|dir| {
             let mm = crate::backup::complete_manifest(storage, dir).ok()?;
-            (mm.backup_id == want && unopened(storage, dir)).then(|| (dir.clone(), mm))
+            (mm.backup_id == want && unopened(dir)).then(|| (dir.clone(), mm))
         });
         let Some((dir, mm)) = found else {
             return Ok(None);
@@ -56,17 +61,9 @@ pub fn find_chain<S: Storage>(storage: &S, parent: &Path) -> Result<Option<Vec<P
     assert!(chain.len() <= DELTA_CHAIN_LINKS_MAX, "the chain is bounded");
     chain.reverse();
     let links: Vec<&Path> = chain.iter().map(PathBuf::as_path).collect();
-    Ok(crate::backup::restore::check_chain(storage, &links)
+    Ok(crate::backup::check_chain(storage, &links)
         .ok()
         .map(|_| chain))
-}
-
-/// Whether the backup in `dir` was never opened as a database (its
-/// `CONTROL` still carries the backup flag).
-fn unopened<S: Storage>(storage: &S, dir: &Path) -> bool {
-    let path = dir.join(crate::backup::CONTROL_NAME);
-    crate::db::ControlFile::open(storage, &path)
-        .is_ok_and(|c| c.current().flags & crate::format::control::FLAG_BACKUP != 0)
 }
 
 /// The pages as the chain of backups holds them, read in ascending page

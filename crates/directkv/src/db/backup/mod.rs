@@ -110,6 +110,14 @@ struct Copied {
 }
 
 impl<S: Storage> Inner<S> {
+    /// Whether the backup in `dir` was never opened as a database (its
+    /// `CONTROL` still carries the backup flag).
+    fn unopened_backup(&self, dir: &Path) -> bool {
+        let path = dir.join(crate::backup::CONTROL_NAME);
+        super::control::ControlFile::open(&self.storage, &path)
+            .is_ok_and(|c| c.current().flags & FLAG_BACKUP != 0)
+    }
+
     /// The pages changed from `since` (an incremental backup's parent's
     /// start) to `redo`, from the summaries when they cover the range;
     /// `None`: every page is read.
@@ -139,7 +147,9 @@ impl<S: Storage> Inner<S> {
         let since = parent.as_ref().map(Manifest::start);
         // The backups the parent builds on, for deltas against its pages.
         let chain = match &opts.incremental_from {
-            Some(p) => crate::backup::increment::find_chain(&self.storage, p)?,
+            Some(p) => crate::backup::increment::find_chain(&self.storage, p, |dir| {
+                self.unopened_backup(dir)
+            })?,
             None => None,
         };
         let listed = self.changed_since(since, cp.redo)?;
