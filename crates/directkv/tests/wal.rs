@@ -326,6 +326,38 @@ fn open_faulty(dir: &Path) -> (Wal<FaultyStorage<OsStorage>>, FaultyStorage<OsSt
     (wal, storage)
 }
 
+/// A panic in a flush (a bug in the I/O path) ends that flush as failed:
+/// the leader's thread panics, and every later flush and append gets an
+/// error at once instead of waiting for a flush that never ends.
+#[test]
+fn a_panicking_flush_fails_the_log_instead_of_hanging_it() {
+    let dir = scratch();
+    let (wal, storage) = open_faulty(dir.path());
+    let ok = wal.append(20, b"durable").expect("append");
+    wal.flush(ok).expect("first flush");
+    storage.panic_after(FaultOp::Write, 0);
+    let lost = wal.append(20, b"unknown").expect("append");
+    let led = std::thread::scope(|s| s.spawn(|| wal.flush(lost)).join());
+    assert!(led.is_err(), "the flush's leader panicked");
+    // Asked from a thread of its own, with a bound: a log left mid-flush
+    // would make it wait forever.
+    let wal = Arc::new(wal);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let w = Arc::clone(&wal);
+    std::thread::spawn(move || tx.send(w.flush(lost)));
+    let later = rx
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("a flush after the panic returns");
+    assert!(
+        matches!(later, Err(Error::CommitOutcomeUnknown { .. })),
+        "{later:?}"
+    );
+    assert!(matches!(
+        wal.append(20, b"after"),
+        Err(Error::Poisoned { .. })
+    ));
+}
+
 #[test]
 fn a_failed_write_poisons_the_log() {
     for op in [FaultOp::Write, FaultOp::Sync] {

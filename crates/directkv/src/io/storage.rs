@@ -405,6 +405,9 @@ struct Countdowns {
     injected: [u64; 4],
     /// Per op: the errno injected (EIO unless set).
     errno: [Option<i32>; 4],
+    /// Per op: the fault is a panic of the calling thread, not an error
+    /// (a bug in the engine's I/O path, for tests of how it stops).
+    panic: [bool; 4],
 }
 
 /// A [`Storage`] wrapper that fails the Nth write, sync or read with `EIO`
@@ -449,10 +452,18 @@ impl<S: Storage> FaultyStorage<S> {
         self.faults.lock().unwrap_or_else(|p| p.into_inner()).errno[op as usize] = Some(errno);
     }
 
+    /// As [`fail_after`](Self::fail_after), once, the call panicking
+    /// instead of failing.
+    pub fn panic_after(&self, op: FaultOp, ok_calls: u64) {
+        self.fail_after(op, ok_calls, true);
+        self.faults.lock().unwrap_or_else(|p| p.into_inner()).panic[op as usize] = true;
+    }
+
     /// Disarms every fault.
     pub fn heal(&self) {
         let mut f = self.faults.lock().unwrap_or_else(|p| p.into_inner());
         f.remaining = [None; 4];
+        f.panic = [false; 4];
     }
 
     /// Calls of `op` seen so far.
@@ -495,6 +506,10 @@ impl<F: StorageFile> FaultyFile<F> {
             "more faults injected than calls"
         );
         assert!(!fire || f.remaining[i].is_none_or(|n| n == 0));
+        if fire && std::mem::take(&mut f.panic[i]) {
+            drop(f);
+            panic!("injected panic in a {op:?} call");
+        }
         fire
     }
 

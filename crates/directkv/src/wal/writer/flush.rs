@@ -5,6 +5,9 @@
 
 use super::*;
 
+/// A panic's payload, carried past the end of a flush.
+type Panic = Box<dyn std::any::Any + Send>;
+
 impl<S: Storage> Shared<S> {
     pub(super) fn check_failed(&self, st: &State, waiting_for: Option<Lsn>) -> Result<()> {
         if self.preparer_panicked.load(Ordering::Acquire) {
@@ -74,7 +77,7 @@ impl<S: Storage> Shared<S> {
             .put(padded, kind::FLUSH_HEADER, &padded.get().to_le_bytes());
         st.begin_flush();
         drop(st);
-        let result = self.write_out(&out.buf, out.start, len);
+        let (result, panicked) = self.write_out_guarded(&out.buf, out.start, len);
         let mut st = lock(&self.state);
         let failure = match result {
             Ok(()) => {
@@ -85,24 +88,42 @@ impl<S: Storage> Shared<S> {
                 self.bytes_written.fetch_add(len as u64, Ordering::Relaxed);
                 None
             }
-            Err(e) => {
-                let (e, unknown_until, nothing_written) = match e {
-                    FlushError::NothingWritten(e) => (e, st.durable, true),
-                    FlushError::MaybeWritten(e) => (e, data_end, false),
-                };
-                Some(Failure {
-                    disk_full: nothing_written && matches!(e, Error::DiskFull { .. }),
-                    cause: e.to_string(),
-                    unknown_until,
-                })
-            }
+            Err(e) => Some(failure_of(e, st.durable, data_end)),
         };
         st.end_flush(out.buf, failure);
         // Waiters wake after the state's lock is let go, so they do not
         // all wake only to queue for the lock this thread still holds.
         drop(st);
         self.flushed.notify_all();
+        if let Some(p) = panicked {
+            // The log has failed and its waiters know; the panic goes on
+            // to the caller (whose database latches it).
+            std::panic::resume_unwind(p);
+        }
         lock(&self.state)
+    }
+
+    /// [`write_out`](Self::write_out), a panic in it (a bug) turned into a
+    /// failed flush whose outcome is unknown, and returned beside it: the
+    /// flush must end (`Flushing → Failed`) and wake its waiters, who would
+    /// otherwise wait for it forever.
+    fn write_out_guarded(
+        &self,
+        buf: &AlignedBuf,
+        start: Lsn,
+        len: usize,
+    ) -> (Result<(), FlushError>, Option<Panic>) {
+        let run = std::panic::AssertUnwindSafe(|| self.write_out(buf, start, len));
+        match std::panic::catch_unwind(run) {
+            Ok(result) => (result, None),
+            Err(p) => {
+                let failed = Error::Poisoned {
+                    path: self.dir.clone(),
+                    cause: "a WAL flush panicked".into(),
+                };
+                (Err(FlushError::MaybeWritten(failed)), Some(p))
+            }
+        }
     }
 
     /// Writes `len` bytes of `buf` at `start` (both unit-aligned), split across
@@ -204,5 +225,24 @@ impl<S: Storage> Shared<S> {
             f.admit(IoClass::Wal, 0).sync_all()?;
         }
         Ok(())
+    }
+}
+
+/// The log's failure after a flush of the log up to `data_end`, durable up
+/// to `durable` before it, failed with `e`: the commits it may have made
+/// durable have an unknown outcome.
+fn failure_of(e: FlushError, durable: Lsn, data_end: Lsn) -> Failure {
+    let (e, unknown_until, nothing_written) = match e {
+        FlushError::NothingWritten(e) => (e, durable, true),
+        FlushError::MaybeWritten(e) => (e, data_end, false),
+    };
+    assert!(
+        durable <= unknown_until,
+        "the unknown end lies past the durable one"
+    );
+    Failure {
+        disk_full: nothing_written && matches!(e, Error::DiskFull { .. }),
+        cause: e.to_string(),
+        unknown_until,
     }
 }
