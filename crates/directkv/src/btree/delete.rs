@@ -123,12 +123,17 @@ fn shrink_root<P: PagesMut>(pages: &mut P) -> Result<()> {
             return Ok(());
         };
         if child == root {
-            return Err(corrupt(root, "a branch is its own child"));
+            return Err(corrupt(
+                pages.page_bytes(),
+                root,
+                "a branch is its own child",
+            ));
         }
         pages.set_root(child);
         pages.free(root)?;
     }
     Err(corrupt(
+        pages.page_bytes(),
         pages.root(),
         "a chain of one-child roots deeper than the maximum",
     ))

@@ -99,7 +99,11 @@ fn descend_by<P: Pages>(
         DEPTH_MAX,
         "every round but a leaf's adds a step"
     );
-    Err(corrupt(page, "tree deeper than the maximum (a cycle?)"))
+    Err(corrupt(
+        pages.page_bytes(),
+        page,
+        "tree deeper than the maximum (a cycle?)",
+    ))
 }
 
 /// The route out of page `no` (bytes `p`): `None` at a leaf.
@@ -122,6 +126,6 @@ fn route_at(
             let low = slot.map(|i| node::key(p, i).to_vec());
             Ok(Some((child, slot, up, low)))
         }
-        _ => Err(corrupt(no, "expected a tree page")),
+        _ => Err(corrupt(p.len(), no, "expected a tree page")),
     }
 }

@@ -121,11 +121,12 @@ pub fn free_next(p: &[u8]) -> PageId {
 
 pub(super) use crate::format::le::u64_at;
 
-/// The error for page `no` whose contents break the tree's shape.
-pub(super) fn corrupt(no: PageId, what: &str) -> Error {
+/// The error for page `no` (of `page_bytes`) whose contents break the
+/// tree's shape, at the page's byte offset in the data file.
+pub(super) fn corrupt(page_bytes: usize, no: PageId, what: &str) -> Error {
     Error::Corruption {
         path: "data".into(),
-        offset: no.get(),
+        offset: no.offset(page_bytes as u64),
         detail: format!("page {no}: {what}"),
     }
 }
@@ -140,7 +141,7 @@ pub fn get<P: Pages>(pages: &P, root: PageId, key: &[u8]) -> Result<Option<Vec<u
         // Read again by number after the descent: a lock-free reader may
         // find it changed since (its caller then runs again).
         if !node::is_leaf(p) {
-            return Err(corrupt(d.leaf, "expected a leaf"));
+            return Err(corrupt(pages.page_bytes(), d.leaf, "expected a leaf"));
         }
         Ok(node::search(p, key).ok().map(|i| match node::value(p, i) {
             Value::Inline(b) => Ok(b.to_vec()),

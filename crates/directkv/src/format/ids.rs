@@ -38,10 +38,15 @@ impl PageId {
     }
 
     /// The page's byte offset in a data file of `page_bytes`-byte pages:
-    /// page 3 of 8 KiB pages starts at byte 24576.
+    /// page 3 of 8 KiB pages starts at byte 24576. A number from damaged
+    /// bytes past any file saturates to `u64::MAX`, whose read fails, rather
+    /// than wrapping to another page's offset.
+    ///
+    /// # Panics
+    /// On `page_bytes` 0 (a bug: page sizes are checked at open).
     pub fn offset(self, page_bytes: u64) -> u64 {
         assert!(page_bytes > 0, "a page has bytes");
-        self.0 * page_bytes
+        self.0.saturating_mul(page_bytes)
     }
 
     /// The page right after this one.
@@ -56,10 +61,10 @@ impl fmt::Display for PageId {
     }
 }
 
-/// A transaction's id: allocated in increasing order as transactions begin
-/// or commit, carried by every WAL record a transaction writes, and the
-/// owner of its row locks. Recovery resumes numbering past the largest id it
-/// replays.
+/// A transaction's id, from one increasing sequence. A write transaction
+/// takes one at its start, which owns its row locks; each attempt to commit
+/// takes another, which every WAL record of that commit carries. Recovery
+/// resumes the sequence past the largest id it replays.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct TxnId(u64);
 
