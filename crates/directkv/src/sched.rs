@@ -107,7 +107,8 @@ impl Default for SchedOptions {
 /// Requests per class and how Background was held back.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct SchedStats {
-    /// Requests admitted, by class (Wal, Read, Urgent, Background, Backup).
+    /// Permits admitted, by class (Wal, Read, Urgent, Background, Backup);
+    /// one permit may cover several requests ([`requests`](Self::requests)).
     pub admitted: [u64; CLASSES],
     /// Bytes admitted, by class.
     pub bytes: [u64; CLASSES],

@@ -406,8 +406,9 @@ fn a_failing_archive_keeps_the_log_and_catches_up() {
     for _ in 0..20 {
         commit_some(&db, &mut model, &mut rng);
     }
-    // The checkpoint leaves the segments to an archiver round under way
-    // (its reads are paced as backups are); waited for, up to a bound.
+    // A checkpoint that finds an archiver round under way leaves the
+    // segments to it, which counts the failure later; waited for, up to a
+    // bound.
     for _ in 0..600 {
         if db.stats().archive.failures > 0 {
             break;

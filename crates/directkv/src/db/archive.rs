@@ -11,12 +11,15 @@
 //!    header, the flush rules of the log reader) up to where segment
 //!    `n + 1` begins; damage fails the archiving, and is never copied.
 //! 3. It is copied in 1 MiB direct reads in the scheduler's `Backup` class
-//!    (every read of the archiver is of that class, its checks included)
 //!    to `NAME.tmp` (created exclusively, private), synced, renamed to
 //!    `NAME`, and the directory synced.
 //! 4. A file `NAME` already in the archive with the same bytes counts as
 //!    archived (a copy made before a crash); with other bytes it is a
 //!    failure: the archive is never overwritten.
+//!
+//! The checks of steps 2 and 4 read as `CHECK_CLASS` requests, admitted at
+//! once: a checkpoint archives what is pending while it holds the
+//! checkpoint lock, and only the copy, the bulk of the work, is paced.
 //!
 //! A failure is counted ([`ArchiveStats`]), remembered, and retried on the
 //! next round; meanwhile the segment and every later one stay, and commits
@@ -46,6 +49,11 @@ use crate::wal::{list_segments, read_segment_header, WalReader};
 
 /// The suffix of a segment's copy before it is complete.
 const TMP_SUFFIX: &str = ".tmp";
+
+/// The class of the archiver's reads that check a segment (its records, a
+/// copy found in the archive): admitted at once, as recovery's reads of the
+/// log are (see the module docs).
+const CHECK_CLASS: IoClass = IoClass::Read;
 
 /// What log archiving has done (all zero when it is off).
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -114,7 +122,7 @@ impl Archive {
                 )?,
                 Arc::clone(sched),
             );
-            match read_segment_header(&file, IoClass::Backup) {
+            match read_segment_header(&file, CHECK_CLASS) {
                 Ok(h) if h.segment_no == n => {
                     oldest = n;
                     break;
@@ -304,7 +312,7 @@ impl<S: Storage> Inner<S> {
                 db_id,
                 lsn,
             )
-            .scheduled(Arc::clone(&self.sched), IoClass::Backup)
+            .scheduled(Arc::clone(&self.sched), CHECK_CLASS)
         };
         // A record may run on from the segment before: reading starts at
         // the first record that starts in this one (that record's bytes
@@ -365,7 +373,7 @@ impl<S: Storage> Inner<S> {
     /// (torn by a crash before the rename) leaves padding that differs.
     fn segment_identity(&self, path: &Path, buf: &mut AlignedBuf) -> Result<SegmentIdentity> {
         let file = self.open_for_archive(path)?;
-        let header = read_segment_header(&file, IoClass::Backup)
+        let header = read_segment_header(&file, CHECK_CLASS)
             .ok()
             .map(|h| (h.segment_no, h.segment_bytes));
         let len = file.len()?;
@@ -376,7 +384,7 @@ impl<S: Storage> Inner<S> {
         let mut at = 0u64;
         while at < len {
             let n = (len - at).min(buf.len() as u64) as usize;
-            file.read_exact_at(IoClass::Backup, buf.io_mut(0..n)?, at)?;
+            file.read_exact_at(CHECK_CLASS, buf.io_mut(0..n)?, at)?;
             let skip = SEGMENT_HEADER_BYTES.saturating_sub(at).min(n as u64) as usize;
             crc = crc32c::crc32c_append(crc, &buf.as_slice()[skip..n]);
             at += n as u64;

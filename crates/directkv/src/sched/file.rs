@@ -1,20 +1,24 @@
 //! A file whose every request passes the scheduler.
 //!
 //! [`ScheduledFile`] is how the buffer pool, the WAL and `CONTROL` hold
-//! their files: it offers no read, write, sync or allocation of its own. A
-//! request first takes a permit of its class ([`ScheduledFile::admit`]), and
-//! the [`Admitted`] guard that holds the permit is the only way to reach the
-//! file's I/O. So no request can skip the scheduler, and its counters
-//! ([`SchedStats`](super::SchedStats)) count every one. Several requests
-//! that form one step (a flush's writes and the sync after them) may run
-//! under one permit.
+//! their files: no request reaches the file without a permit. A request
+//! takes a permit of its class ([`ScheduledFile::admit`]) and runs through
+//! the [`Admitted`] guard that holds it; the file's own read and write
+//! methods take the class and do both for one request. So no request can
+//! skip the scheduler, and its counters ([`SchedStats`](super::SchedStats))
+//! count every one. Several requests that form one step (a flush's writes
+//! and the sync after them) may run under one permit.
 //!
 //! Invariants:
 //! - a permit is held for the whole time a request is in flight: it is taken
 //!   before the call and dropped only with the guard;
-//! - a permit's bytes are what the guard's requests move, or 0 for
-//!   requests that move nothing of the device's bandwidth (syncs, space
-//!   reservation): the guard asserts its requests stay within them.
+//! - a permit's bytes bound what the guard's requests move (0 for requests
+//!   that move none of the device's bandwidth: syncs, space reservation):
+//!   the guard asserts its requests stay within them.
+//!
+//! A thread that holds a permit of a class uses its guard for that class's
+//! requests, never the one-request methods: a second Background or Backup
+//! permit could wait for the first.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -231,7 +235,7 @@ impl<F: StorageFile> Admitted<'_, F> {
     pub fn allocate(&self, len: u64, fill: Fill) -> Result<()> {
         match fill {
             Fill::Zero => self.spend(len as usize),
-            _ => self.count(1),
+            Fill::Reserve => self.count(1),
         }
         self.file.allocate(len, fill)
     }

@@ -265,9 +265,9 @@ impl<S: Storage> Inner<S> {
         })
     }
 
-    /// Writes the backup's `CONTROL` into `dest`; returns its path. The
-    /// backup's own files are paced by the backup (`write_permit`), not by
-    /// the database's classes: its 8 KiB `CONTROL` is no exception.
+    /// Writes the backup's `CONTROL` into `dest`; returns its path. It is
+    /// the backup's file, not the database's: its 8 KiB take no permit of
+    /// the database's scheduler (a FIFO one of its own).
     fn write_backup_control(&self, dest: &Path, cp: &Checkpointed) -> Result<PathBuf> {
         let path = dest.join(crate::backup::CONTROL_NAME);
         let (control, fifo) = (self.backup_control(cp)?, crate::sched::Scheduler::fifo());
