@@ -49,11 +49,10 @@ fn a_killed_backup_is_refused_and_the_source_unharmed() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
     let src = source(dir.path());
     let (mut complete, mut incomplete) = (0, 0);
-    // The last one is left to finish.
-    for (i, delay_ms) in [30u64, 120, 250, 400, 700, u64::MAX]
-        .into_iter()
-        .enumerate()
-    {
+    // Killed this long after the backup's directory appears (so the kill
+    // lands inside the backup however long the process takes to start);
+    // the last one is left to finish.
+    for (i, delay_ms) in [0u64, 30, 120, 250, 400, u64::MAX].into_iter().enumerate() {
         let dest = dir.path().join(format!("b{i}"));
         let mut child = bin()
             .arg("backup")
@@ -65,6 +64,12 @@ fn a_killed_backup_is_refused_and_the_source_unharmed() {
             .spawn()
             .expect("spawn");
         if delay_ms < u64::MAX {
+            for _ in 0..20_000 {
+                if dest.exists() || child.try_wait().expect("try_wait").is_some() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
             std::thread::sleep(Duration::from_millis(delay_ms));
             let _ = child.kill();
         }
