@@ -48,7 +48,7 @@ fn spawn_guarded<S: Storage>(
                 shared.preparer_panicked.store(true, Ordering::Release);
                 // Waiters look again and find the log stopped.
                 let _st = lock(&shared.state);
-                shared.flushed.notify_all();
+                shared.ends.wake_everyone();
             }
         })
         .expect("spawn a WAL thread")

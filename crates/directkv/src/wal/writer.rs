@@ -7,7 +7,8 @@
 //! - **Flushing** (one leader at a time): the leader pads the fill buffer to the
 //!   I/O unit, swaps it with the spare buffer (which becomes the new fill,
 //!   starting with a flush header), releases the lock, writes the old buffer and
-//!   syncs, then publishes the new durable LSN and wakes every waiter.
+//!   syncs, then publishes the new durable LSN and wakes the flush's waiters
+//!   and one waiter to lead the next flush (see [`wake`]).
 //! - **Failed**: a write or sync failed. Waiters whose records were in the
 //!   failed flush get [`Error::CommitOutcomeUnknown`]; every later append or
 //!   flush gets [`Error::Poisoned`]. There is no way back but reopening.
@@ -23,7 +24,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -41,6 +42,9 @@ use crate::lsn::Lsn;
 use crate::sched::{IoClass, ScheduledFile};
 
 mod flush;
+mod wake;
+
+use wake::FlushEnds;
 
 /// The default segment size: 64 MiB. Large enough that moving to a new segment
 /// (one more file, one header) is rare even at 100 MB/s of log, small enough
@@ -247,9 +251,31 @@ pub(super) struct State {
     spare: Option<AlignedBuf>,
     durable: Lsn,
     phase: Phase,
+    /// Flushes begun; while `Flushing`, the number of the one under way.
+    generation: u64,
+    /// While `Flushing`, the end of the log the flush under way covers.
+    flushing_to: Lsn,
 }
 
 impl State {
+    /// An open writer whose next flush starts at `resume_at` (unit-aligned,
+    /// at or past `durable`, the end of the log found).
+    fn new(fill: AlignedBuf, spare: AlignedBuf, resume_at: Lsn, durable: Lsn) -> Self {
+        assert!(resume_at >= durable, "the next flush starts past the log");
+        State {
+            fill: Buffer {
+                buf: fill,
+                start: resume_at,
+                used: 0,
+            },
+            spare: Some(spare),
+            durable,
+            phase: Phase::Open,
+            generation: 0,
+            flushing_to: durable,
+        }
+    }
+
     fn is_flushing(&self) -> bool {
         matches!(self.phase, Phase::Flushing)
     }
@@ -261,14 +287,29 @@ impl State {
         }
     }
 
-    /// `Open → Flushing`: the leader takes the spare buffer.
-    fn begin_flush(&mut self) {
+    /// `Open → Flushing`: the leader took the spare buffer and flushes the
+    /// log up to `to`.
+    fn begin_flush(&mut self, to: Lsn) {
         assert!(
             matches!(self.phase, Phase::Open),
             "a flush starts only when open"
         );
         assert!(self.spare.is_none(), "the leader took the spare buffer");
+        assert!(to >= self.durable, "a flush covers the durable log");
         self.phase = Phase::Flushing;
+        self.generation += 1;
+        self.flushing_to = to;
+    }
+
+    /// The flush a waiter for `lsn` sleeps until, while one is under way:
+    /// that one if it covers `lsn`, else the next.
+    fn flush_needed(&self, lsn: Lsn) -> u64 {
+        assert!(self.is_flushing(), "waiting for a flush under way");
+        if lsn <= self.flushing_to {
+            self.generation
+        } else {
+            self.generation + 1
+        }
     }
 
     /// `Flushing → Open`, or `→ Failed` with `failure`; the written buffer is
@@ -291,7 +332,8 @@ pub(super) struct Shared<S: Storage> {
     commit_delay: Duration,
     pub(super) segments: Segments<S>,
     pub(super) state: Mutex<State>,
-    pub(super) flushed: Condvar,
+    /// Where waiters sleep while a flush is under way.
+    pub(super) ends: FlushEnds,
     durable: AtomicU64,
     /// The end of the last caller record appended.
     appended: AtomicU64,
@@ -375,17 +417,13 @@ impl<S: Storage> Wal<S> {
             unit,
             commit_delay: opts.commit_delay,
             segments,
-            state: Mutex::new(State {
-                fill: Buffer {
-                    buf: AlignedBuf::new(opts.buffer_bytes, unit as u32)?,
-                    start: resume_at,
-                    used: 0,
-                },
-                spare: Some(AlignedBuf::new(opts.buffer_bytes, unit as u32)?),
-                durable: tail.end,
-                phase: Phase::Open,
-            }),
-            flushed: Condvar::new(),
+            state: Mutex::new(State::new(
+                AlignedBuf::new(opts.buffer_bytes, unit as u32)?,
+                AlignedBuf::new(opts.buffer_bytes, unit as u32)?,
+                resume_at,
+                tail.end,
+            )),
+            ends: FlushEnds::new(),
             durable: AtomicU64::new(tail.end.get()),
             appended: AtomicU64::new(tail.end.get()),
             shutdown: AtomicBool::new(false),
@@ -463,7 +501,10 @@ impl<S: Storage> Wal<S> {
             }
             // The buffer is full: flush it (or wait for the flush under way).
             st = if st.is_flushing() {
-                sh.flushed.wait(st).unwrap_or_else(|p| p.into_inner())
+                let ticket = sh.ends.ticket(st.generation);
+                drop(st);
+                sh.ends.sleep(ticket);
+                lock(&sh.state)
             } else {
                 sh.lead_flush(st)
             };
@@ -498,7 +539,18 @@ impl<S: Storage> Wal<S> {
             }
             sh.check_failed(&st, Some(lsn))?;
             if st.is_flushing() {
-                st = sh.flushed.wait(st).unwrap_or_else(|p| p.into_inner());
+                let ticket = sh.ends.ticket(st.flush_needed(lsn));
+                drop(st);
+                sh.ends.sleep(ticket);
+                // A woken waiter whose record is durable returns without
+                // the lock (the flush published its end before the wake).
+                if sh.durable.load(Ordering::Acquire) >= lsn.get() {
+                    if !led {
+                        sh.flushes_joined.fetch_add(1, Ordering::Relaxed);
+                    }
+                    return Ok(());
+                }
+                st = lock(&sh.state);
                 continue;
             }
             if !sh.commit_delay.is_zero() {

@@ -75,9 +75,28 @@ impl<S: Storage> Shared<S> {
         );
         st.fill
             .put(padded, kind::FLUSH_HEADER, &padded.get().to_le_bytes());
-        st.begin_flush();
+        st.begin_flush(data_end);
         drop(st);
         let (result, panicked) = self.write_out_guarded(&out.buf, out.start, len);
+        self.end_flush(out.buf, result, data_end, len);
+        if let Some(p) = panicked {
+            // The log has failed and its waiters know; the panic goes on
+            // to the caller (whose database latches it).
+            std::panic::resume_unwind(p);
+        }
+        lock(&self.state)
+    }
+
+    /// Ends the flush of the log up to `data_end` (`len` bytes written
+    /// from `written`): publishes the durable end, or fails the log; then
+    /// wakes the waiters.
+    fn end_flush(
+        &self,
+        written: AlignedBuf,
+        result: Result<(), FlushError>,
+        data_end: Lsn,
+        len: usize,
+    ) {
         let mut st = lock(&self.state);
         let failure = match result {
             Ok(()) => {
@@ -90,17 +109,18 @@ impl<S: Storage> Shared<S> {
             }
             Err(e) => Some(failure_of(e, st.durable, data_end)),
         };
-        st.end_flush(out.buf, failure);
-        // Waiters wake after the state's lock is let go, so they do not
-        // all wake only to queue for the lock this thread still holds.
+        let failed = failure.is_some();
+        st.end_flush(written, failure);
+        self.ends.mark_end();
+        let generation = st.generation;
+        // Waiters wake after the state's lock is let go, so that they do
+        // not wake only to queue for the lock this thread still holds.
         drop(st);
-        self.flushed.notify_all();
-        if let Some(p) = panicked {
-            // The log has failed and its waiters know; the panic goes on
-            // to the caller (whose database latches it).
-            std::panic::resume_unwind(p);
+        if failed {
+            self.ends.wake_everyone();
+        } else {
+            self.ends.wake(generation);
         }
-        lock(&self.state)
     }
 
     /// [`write_out`](Self::write_out), a panic in it (a bug) turned into a
