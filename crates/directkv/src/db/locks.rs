@@ -4,8 +4,11 @@
 //!
 //! Each locked key has one holder and a first-come, first-served queue of
 //! waiters; a release hands the key to the first waiter, so no waiter is
-//! overtaken by a later arrival. A waiter sleeps on a condition variable of
-//! its own, so a release wakes only the transaction it hands the key to.
+//! overtaken by a later arrival. A waiter sleeps on a grant of its own (a
+//! futex word), so a release wakes only the transaction it hands the key
+//! to, and that transaction goes on without taking the table's lock again:
+//! on a hot key, the next holder does not queue for the table behind the
+//! transactions still arriving.
 //!
 //! Deadlocks: a transaction waits for the holder of its key and for every
 //! waiter ahead of it in that key's queue (they get the key first). Before
@@ -26,9 +29,12 @@
 //!   transactions.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::AtomicU32;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+
+use rustix::thread::futex;
 
 use crate::error::{Error, Result};
 use crate::format::TxnId;
@@ -41,7 +47,43 @@ const DEADLOCK_SEARCH_MAX: usize = 1 << 20;
 /// A transaction waiting for a key.
 struct Waiter {
     txn: TxnId,
-    wake: Arc<Condvar>,
+    grant: Arc<Grant>,
+}
+
+/// The word a waiter sleeps on: 0 while it waits, 1 once a release handed
+/// it the key (set under the table's lock, never set back).
+#[derive(Default)]
+struct Grant(AtomicU32);
+
+impl Grant {
+    fn is_granted(&self) -> bool {
+        self.0.load(Ordering::Acquire) == 1
+    }
+
+    /// Marks the key handed over; called under the table's lock.
+    fn give(&self) {
+        let before = self.0.swap(1, Ordering::AcqRel);
+        assert_eq!(before, 0, "a key is handed to a waiter once");
+    }
+
+    /// Wakes the waiter, after the table's lock is let go.
+    fn wake(&self) {
+        // Wakes at most the one waiter; an error is only possible for a
+        // bad address, which a reference cannot be.
+        let _ = futex::wake(&self.0, futex::Flags::PRIVATE, 1);
+    }
+
+    /// Sleeps until given the key, at most `limit`; may return early (a
+    /// signal): the caller looks again.
+    fn sleep(&self, limit: Duration) {
+        let limit = futex::Timespec {
+            tv_sec: i64::try_from(limit.as_secs()).unwrap_or(i64::MAX),
+            tv_nsec: i64::from(limit.subsec_nanos()),
+        };
+        // EAGAIN (given already), EINTR and ETIMEDOUT all mean "look
+        // again", which the caller does.
+        let _ = futex::wait(&self.0, futex::Flags::PRIVATE, 0, Some(&limit));
+    }
 }
 
 /// One locked key.
@@ -105,15 +147,16 @@ impl LockTable {
                 key: String::from_utf8_lossy(key).into_owned(),
             });
         }
-        let wake = Arc::new(Condvar::new());
+        let grant = Arc::new(Grant::default());
         let l = t.keys.get_mut(key).expect("looked up above");
         l.queue.push_back(Waiter {
             txn,
-            wake: wake.clone(),
+            grant: grant.clone(),
         });
         t.waiting.insert(txn, key.to_vec());
+        drop(t);
         let started = Instant::now();
-        let r = self.wait(t, txn, key, &wake, (started, timeout));
+        let r = self.wait(txn, key, &grant, (started, timeout));
         let waited = started.elapsed();
         self.counters.waits.fetch_add(1, Ordering::Relaxed);
         let us = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
@@ -126,50 +169,46 @@ impl LockTable {
         })
     }
 
-    /// Sleeps until `key` is handed to `txn` or `deadline` passes.
+    /// Sleeps until `key` is handed to `txn` or `timeout` passes.
     fn wait(
         &self,
-        mut t: MutexGuard<'_, Table>,
         txn: TxnId,
         key: &[u8],
-        wake: &Condvar,
+        grant: &Grant,
         (started, timeout): (Instant, Duration),
     ) -> Result<()> {
         let deadline = started + timeout;
         loop {
-            let holder = t.keys.get(key).map(|l| l.holder);
-            assert!(holder.is_some(), "a waited-for key stays locked");
-            if holder == Some(txn) {
-                assert!(
-                    !t.waiting.contains_key(&txn),
-                    "a granted waiter waits no more"
-                );
+            if grant.is_granted() {
                 return Ok(());
             }
             let now = Instant::now();
             if now >= deadline {
-                leave(&mut t, txn, key);
-                return Err(Error::LockTimeout {
-                    key: String::from_utf8_lossy(key).into_owned(),
-                    waited_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-                });
+                break;
             }
-            t = match wake.wait_timeout(t, deadline - now) {
-                Ok((g, _)) => g,
-                Err(p) => {
-                    // A thread panicked holding the table; the database is
-                    // stopping. Leave nothing behind: a granted key is
-                    // kept (the transaction releases it when it ends), a
-                    // place in the queue is given up.
-                    let (mut g, _) = p.into_inner();
-                    if g.keys.get(key).map(|l| l.holder) == Some(txn) {
-                        return Ok(());
-                    }
-                    leave(&mut g, txn, key);
-                    return Err(health::lock_poisoned());
-                }
-            };
+            grant.sleep(deadline - now);
         }
+        // Out of time: unless the key was handed over meanwhile, leave the
+        // queue. After a panic that poisoned the table (the database is
+        // stopping) leave nothing behind either: a granted key is kept
+        // (the transaction releases it when it ends), a place in the queue
+        // is given up.
+        let (mut t, poisoned) = match self.table.lock() {
+            Ok(t) => (t, false),
+            Err(p) => (p.into_inner(), true),
+        };
+        if grant.is_granted() {
+            assert_eq!(t.keys.get(key).map(|l| l.holder), Some(txn), "granted");
+            return Ok(());
+        }
+        leave(&mut t, txn, key);
+        if poisoned {
+            return Err(health::lock_poisoned());
+        }
+        Err(Error::LockTimeout {
+            key: String::from_utf8_lossy(key).into_owned(),
+            waited_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        })
     }
 
     /// Releases the locks `txn` holds on `keys`, handing each to its first
@@ -181,24 +220,31 @@ impl LockTable {
         // Releasing must run even after a panic elsewhere: the table's
         // critical sections leave it whole (they change it only in
         // single map operations after every assertion).
-        let mut t = health::lock_even_poisoned(&self.table);
+        let mut guard = health::lock_even_poisoned(&self.table);
+        let t = &mut *guard;
+        let mut handed = Vec::new();
         for key in keys {
-            let std::collections::hash_map::Entry::Occupied(mut e) = t.keys.entry(key.clone())
-            else {
+            let Some(l) = t.keys.get_mut(key.as_slice()) else {
                 panic!("a transaction releases only keys it locked");
             };
-            assert_eq!(e.get().holder, txn, "released by its holder");
-            match e.get_mut().queue.pop_front() {
+            assert_eq!(l.holder, txn, "released by its holder");
+            match l.queue.pop_front() {
                 Some(next) => {
-                    e.get_mut().holder = next.txn;
+                    l.holder = next.txn;
                     let was = t.waiting.remove(&next.txn);
                     assert!(was.is_some(), "the next holder was waiting");
-                    next.wake.notify_one();
+                    next.grant.give();
+                    handed.push(next.grant);
                 }
                 None => {
-                    e.remove();
+                    t.keys.remove(key.as_slice());
                 }
             }
+        }
+        // The next holders wake after the table's lock is let go.
+        drop(guard);
+        for grant in handed {
+            grant.wake();
         }
     }
 
@@ -275,6 +321,30 @@ mod tests {
         assert!(waiter.join().expect("no panic").expect("granted"));
         locks.release_all(t(2), &[b"k".to_vec()]);
         assert_eq!(locks.locked_keys(), 0);
+    }
+
+    /// A waiter handed the key goes on without the table's lock: it
+    /// returns while another thread holds the table.
+    #[test]
+    fn a_granted_waiter_goes_on_without_the_table() {
+        let locks = Arc::new(LockTable::default());
+        locks.lock(t(1), b"k", LONG).expect("free");
+        let (l2, (done, returned)) = (locks.clone(), std::sync::mpsc::channel());
+        let waiter = std::thread::spawn(move || {
+            let r = l2.lock(t(2), b"k", LONG);
+            done.send(()).expect("the test waits for it");
+            r
+        });
+        while health::lock_even_poisoned(&locks.table).waiting.is_empty() {
+            std::thread::yield_now();
+        }
+        locks.release_all(t(1), &[b"k".to_vec()]);
+        let table = health::lock_even_poisoned(&locks.table);
+        returned
+            .recv_timeout(LONG)
+            .expect("the new holder returns while the table is held");
+        drop(table);
+        assert!(waiter.join().expect("no panic").expect("granted"));
     }
 
     /// Two transactions each holding what the other asks for: the second to
