@@ -13,7 +13,8 @@
 //! Deadlocks: a transaction waits for the holder of its key and for every
 //! waiter ahead of it in that key's queue (they get the key first). Before
 //! it sleeps, a transaction follows those edges through every other waiting
-//! transaction; if they lead back to itself, it is the victim and gets
+//! transaction (the holders alone suffice, see [`closes_cycle`]); if they
+//! lead back to itself, it is the victim and gets
 //! [`Error::Deadlock`] instead of waiting. Every edge of the graph is made
 //! by a transaction starting to wait (a hand-off only turns an edge to a
 //! waiter ahead into an edge to the holder), so checking there finds every
@@ -141,7 +142,7 @@ impl LockTable {
             Some(l) if l.holder == txn => return Ok(false),
             Some(l) => l.holder,
         };
-        if closes_cycle(&t, txn, holder, key) {
+        if closes_cycle(&t, txn, holder) {
             self.counters.deadlocks.fetch_add(1, Ordering::Relaxed);
             return Err(Error::Deadlock {
                 key: String::from_utf8_lossy(key).into_owned(),
@@ -272,24 +273,30 @@ fn leave(t: &mut Table, txn: TxnId, key: &[u8]) {
 
 /// Whether `txn` waiting for `key` (held by `holder`) would close a cycle:
 /// whether the transactions it would wait for lead back to it.
-fn closes_cycle(t: &Table, txn: TxnId, holder: TxnId, key: &[u8]) -> bool {
+///
+/// Only holders need following. A cycle closes at `txn`, which is in no
+/// queue, so its last edge is a waiter's edge to a holder. And a waiter
+/// ahead in a queue leads nowhere the queue's holder does not: it waits
+/// for that one key only, so its own edges go to the same holder and the
+/// waiters ahead of it. The walk is therefore a chain, holder to the key
+/// it waits for to that key's holder, each step one look-up (following
+/// every waiter ahead visited a queue of n waiters n²/2 times).
+fn closes_cycle(t: &Table, txn: TxnId, holder: TxnId) -> bool {
     let mut seen = HashSet::new();
-    let mut stack = vec![holder];
-    if let Some(l) = t.keys.get(key) {
-        stack.extend(l.queue.iter().map(|w| w.txn));
-    }
-    while let Some(x) = stack.pop() {
+    let mut next = Some(holder);
+    while let Some(x) = next {
         if x == txn {
             return true;
         }
         if !seen.insert(x) {
-            continue;
+            return false;
         }
         assert!(seen.len() <= DEADLOCK_SEARCH_MAX, "the search is bounded");
-        let Some(k) = t.waiting.get(&x) else { continue };
-        let l = t.keys.get(k).expect("a waited-for key is locked");
-        stack.push(l.holder);
-        stack.extend(l.queue.iter().take_while(|w| w.txn != x).map(|w| w.txn));
+        next = t.waiting.get(&x).map(|k| {
+            let l = t.keys.get(k).expect("a waited-for key is locked");
+            assert_ne!(l.holder, x, "a holder does not wait for its own key");
+            l.holder
+        });
     }
     false
 }
@@ -364,6 +371,40 @@ mod tests {
         assert!(matches!(err, Error::Deadlock { .. }), "{err}");
         locks.release_all(t(2), &[b"b".to_vec()]);
         assert!(first.join().expect("no panic").expect("granted"));
+        assert_eq!(locks.counters.deadlocks.load(Ordering::Relaxed), 1);
+    }
+
+    /// A cycle through a queue: 3 waits behind 2 for `a`, which 1 holds,
+    /// and 1 asks for `b`, which 3 holds. 1 is the victim; with it gone,
+    /// 2 and then 3 get `a`.
+    #[test]
+    fn a_cycle_through_a_queue_makes_a_victim() {
+        let locks = Arc::new(LockTable::default());
+        locks.lock(t(1), b"a", LONG).expect("free");
+        locks.lock(t(3), b"b", LONG).expect("free");
+        let waiters: Vec<_> = [2, 3]
+            .into_iter()
+            .map(|id| {
+                let l = locks.clone();
+                let w = std::thread::spawn(move || l.lock(t(id), b"a", LONG));
+                while !health::lock_even_poisoned(&locks.table)
+                    .waiting
+                    .contains_key(&t(id))
+                {
+                    std::thread::yield_now();
+                }
+                w
+            })
+            .collect();
+        let err = locks.lock(t(1), b"b", LONG).expect_err("a deadlock");
+        assert!(matches!(err, Error::Deadlock { .. }), "{err}");
+        locks.release_all(t(1), &[b"a".to_vec()]);
+        let mut waiters = waiters.into_iter();
+        let second = waiters.next().expect("two waiters");
+        assert!(second.join().expect("no panic").expect("granted"));
+        locks.release_all(t(2), &[b"a".to_vec()]);
+        let third = waiters.next().expect("two waiters");
+        assert!(third.join().expect("no panic").expect("granted"));
         assert_eq!(locks.counters.deadlocks.load(Ordering::Relaxed), 1);
     }
 
