@@ -1,4 +1,5 @@
-//! The engine's health latch and the one way its locks are taken.
+//! The engine's health latch, the one way its locks are taken, and the one
+//! way a thread sleeps on a futex word ([`sleep_on`], [`wake_on`]).
 //!
 //! A database is `Running` or `Failed`; the only transition is
 //! `Running → Failed`, made by [`Health::fail`], and it is never undone on
@@ -32,6 +33,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::Duration;
 
 use crate::error::{Error, IoOp, Result};
 
@@ -185,6 +187,44 @@ pub(crate) fn lock_even_poisoned<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// [`lock_even_poisoned`]).
 pub(crate) fn read_even_poisoned<T>(rw: &RwLock<T>) -> RwLockReadGuard<'_, T> {
     rw.read().unwrap_or_else(|p| p.into_inner())
+}
+
+/// "Every sleeper" for [`wake_on`]: the kernel reads the count as a signed
+/// int, so `u32::MAX` (-1) would wake only one.
+pub(crate) const WAKE_ALL: u32 = i32::MAX as u32;
+
+/// Sleeps on `word` while it holds `seen`, at most `limit` (none: until
+/// woken). Returns on a wake-up, at once if the word no longer holds
+/// `seen`, on a signal or when the time is up: the caller looks again in
+/// every case.
+///
+/// # Panics
+/// On any other error of `futex(2)`, which a valid word cannot cause:
+/// going on would turn every wait into a spin.
+pub(crate) fn sleep_on(word: &std::sync::atomic::AtomicU32, seen: u32, limit: Option<Duration>) {
+    use rustix::{io::Errno, thread::futex};
+    let limit = limit.map(|d| futex::Timespec {
+        tv_sec: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        tv_nsec: i64::from(d.subsec_nanos()),
+    });
+    match futex::wait(word, futex::Flags::PRIVATE, seen, limit.as_ref()) {
+        Ok(()) | Err(Errno::AGAIN | Errno::INTR | Errno::TIMEDOUT) => {}
+        Err(e) => panic!("futex wait failed: {e}"),
+    }
+}
+
+/// Wakes at most `n` sleepers of `word` ([`WAKE_ALL`] for all).
+///
+/// # Panics
+/// On an error of `futex(2)`, which a valid word cannot cause.
+pub(crate) fn wake_on(word: &std::sync::atomic::AtomicU32, n: u32) {
+    assert!(
+        (1..=WAKE_ALL).contains(&n),
+        "a wake-up count the kernel reads as positive"
+    );
+    if let Err(e) = rustix::thread::futex::wake(word, rustix::thread::futex::Flags::PRIVATE, n) {
+        panic!("futex wake failed: {e}");
+    }
 }
 
 #[cfg(test)]

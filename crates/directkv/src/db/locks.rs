@@ -35,8 +35,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use rustix::thread::futex;
-
 use crate::error::{Error, Result};
 use crate::format::TxnId;
 use crate::health;
@@ -67,23 +65,24 @@ impl Grant {
         assert_eq!(before, 0, "a key is handed to a waiter once");
     }
 
-    /// Wakes the waiter, after the table's lock is let go.
-    fn wake(&self) {
-        // Wakes at most the one waiter; an error is only possible for a
-        // bad address, which a reference cannot be.
-        let _ = futex::wake(&self.0, futex::Flags::PRIVATE, 1);
-    }
-
     /// Sleeps until given the key, at most `limit`; may return early (a
     /// signal): the caller looks again.
     fn sleep(&self, limit: Duration) {
-        let limit = futex::Timespec {
-            tv_sec: i64::try_from(limit.as_secs()).unwrap_or(i64::MAX),
-            tv_nsec: i64::from(limit.subsec_nanos()),
-        };
-        // EAGAIN (given already), EINTR and ETIMEDOUT all mean "look
-        // again", which the caller does.
-        let _ = futex::wait(&self.0, futex::Flags::PRIVATE, 0, Some(&limit));
+        health::sleep_on(&self.0, 0, Some(limit));
+    }
+}
+
+/// The grants a release handed out, woken when it is dropped: after the
+/// table's lock is let go, and also when the release panics part way
+/// (a waiter given its key must not sleep on until its timeout).
+#[derive(Default)]
+struct Handed(Vec<Arc<Grant>>);
+
+impl Drop for Handed {
+    fn drop(&mut self) {
+        for grant in &self.0 {
+            health::wake_on(&grant.0, 1);
+        }
     }
 }
 
@@ -221,9 +220,10 @@ impl LockTable {
         // Releasing must run even after a panic elsewhere: the table's
         // critical sections leave it whole (they change it only in
         // single map operations after every assertion).
+        // Declared before the guard, so dropped (and woken) after it.
+        let mut handed = Handed::default();
         let mut guard = health::lock_even_poisoned(&self.table);
         let t = &mut *guard;
-        let mut handed = Vec::new();
         for key in keys {
             let Some(l) = t.keys.get_mut(key.as_slice()) else {
                 panic!("a transaction releases only keys it locked");
@@ -235,7 +235,7 @@ impl LockTable {
                     let was = t.waiting.remove(&next.txn);
                     assert!(was.is_some(), "the next holder was waiting");
                     next.grant.give();
-                    handed.push(next.grant);
+                    handed.0.push(next.grant);
                 }
                 None => {
                     t.keys.remove(key.as_slice());
@@ -244,9 +244,7 @@ impl LockTable {
         }
         // The next holders wake after the table's lock is let go.
         drop(guard);
-        for grant in handed {
-            grant.wake();
-        }
+        drop(handed);
     }
 
     /// Keys locked now (for stats and tests).
@@ -271,7 +269,7 @@ fn leave(t: &mut Table, txn: TxnId, key: &[u8]) {
     assert!(was.is_some(), "a waiter was waiting");
 }
 
-/// Whether `txn` waiting for `key` (held by `holder`) would close a cycle:
+/// Whether `txn` waiting for a key held by `holder` would close a cycle:
 /// whether the transactions it would wait for lead back to it.
 ///
 /// Only holders need following. A cycle closes at `txn`, which is in no
@@ -351,6 +349,33 @@ mod tests {
             .recv_timeout(LONG)
             .expect("the new holder returns while the table is held");
         drop(table);
+        assert!(waiter.join().expect("no panic").expect("granted"));
+    }
+
+    /// A release that panics part way (a bug) still wakes the waiters it
+    /// handed keys to before the panic: they do not sleep on until their
+    /// timeout.
+    #[test]
+    fn a_release_that_panics_wakes_whom_it_handed_keys() {
+        let locks = Arc::new(LockTable::default());
+        locks.lock(t(1), b"a", LONG).expect("free");
+        let (l2, (done, returned)) = (locks.clone(), std::sync::mpsc::channel());
+        let waiter = std::thread::spawn(move || {
+            let r = l2.lock(t(2), b"a", 4 * LONG);
+            done.send(()).expect("the test waits for it");
+            r
+        });
+        while health::lock_even_poisoned(&locks.table).waiting.is_empty() {
+            std::thread::yield_now();
+        }
+        // `b` was never locked: the release hands `a` over, then panics.
+        let release = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            locks.release_all(t(1), &[b"a".to_vec(), b"b".to_vec()]);
+        }));
+        assert!(release.is_err(), "releasing a key never locked is a bug");
+        returned
+            .recv_timeout(LONG)
+            .expect("the waiter handed `a` is woken");
         assert!(waiter.join().expect("no panic").expect("granted"));
     }
 

@@ -47,7 +47,9 @@ fn spawn_guarded<S: Storage>(
             if run.is_err() {
                 shared.preparer_panicked.store(true, Ordering::Release);
                 // Waiters look again and find the log stopped.
-                let _st = lock(&shared.state);
+                let st = lock(&shared.state);
+                shared.ends.mark_end();
+                drop(st);
                 shared.ends.wake_everyone();
             }
         })

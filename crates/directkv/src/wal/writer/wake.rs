@@ -27,11 +27,7 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use rustix::thread::futex;
-
-/// "Every waiter" for `FUTEX_WAKE`: the kernel reads the count as a signed
-/// int, so `u32::MAX` (-1) would wake only one.
-const WAKE_ALL: u32 = i32::MAX as u32;
+use crate::health::{sleep_on, wake_on, WAKE_ALL};
 
 /// The two words committers sleep on, by the parity of the flush they need.
 pub(in crate::wal) struct FlushEnds {
@@ -72,20 +68,12 @@ impl FlushEnds {
     /// or at once if its word has changed since. May return early (a
     /// signal): the caller looks again either way.
     pub(super) fn sleep(&self, ticket: Ticket) {
-        // EAGAIN (the word changed) and EINTR (a signal) both mean "look
-        // again", which every caller does; no other error is possible for
-        // a valid, aligned word and no timeout.
-        let _ = futex::wait(
-            &self.words[ticket.slot],
-            futex::Flags::PRIVATE,
-            ticket.seen,
-            None,
-        );
+        sleep_on(&self.words[ticket.slot], ticket.seen, None);
     }
 
-    /// Marks the end of flush `generation`, under the log's lock: both words
-    /// change (see the module's invariants).
-    pub(super) fn mark_end(&self) {
+    /// Marks the end of a flush (or the log's failure or stop), under the
+    /// log's lock: both words change (see the module's invariants).
+    pub(in crate::wal) fn mark_end(&self) {
         for w in &self.words {
             w.fetch_add(1, Ordering::Release);
         }
@@ -94,18 +82,16 @@ impl FlushEnds {
     /// Wakes, after the log's lock is let go, every waiter of flush
     /// `generation` and one waiter of the flush after it.
     pub(super) fn wake(&self, generation: u64) {
-        // A wake-up returns how many it woke, or an error only for a bad
-        // address, which a reference cannot be.
-        let _ = futex::wake(self.word(generation), futex::Flags::PRIVATE, WAKE_ALL);
-        let _ = futex::wake(self.word(generation + 1), futex::Flags::PRIVATE, 1);
+        wake_on(self.word(generation), WAKE_ALL);
+        wake_on(self.word(generation + 1), 1);
     }
 
-    /// Changes both words and wakes every waiter: the log has failed or
-    /// stopped, and each of them must look.
+    /// Wakes every waiter, after [`mark_end`](Self::mark_end) and the log's
+    /// lock is let go: the log has failed or stopped, and each of them must
+    /// look.
     pub(in crate::wal) fn wake_everyone(&self) {
-        self.mark_end();
         for w in &self.words {
-            let _ = futex::wake(w, futex::Flags::PRIVATE, WAKE_ALL);
+            wake_on(w, WAKE_ALL);
         }
     }
 }
