@@ -328,21 +328,40 @@ mod tests {
         assert_eq!(locks.locked_keys(), 0);
     }
 
+    /// Starts transaction `id` waiting for `key` on a thread, and returns
+    /// once it is queued: its handle, and a channel that hears when its
+    /// `lock` returned.
+    fn queue_waiter(
+        locks: &Arc<LockTable>,
+        id: u64,
+        key: &'static [u8],
+        timeout: Duration,
+    ) -> (
+        std::thread::JoinHandle<Result<bool>>,
+        std::sync::mpsc::Receiver<()>,
+    ) {
+        let (l, (done, returned)) = (locks.clone(), std::sync::mpsc::channel());
+        let waiter = std::thread::spawn(move || {
+            let r = l.lock(t(id), key, timeout);
+            done.send(()).expect("the test waits for it");
+            r
+        });
+        while !health::lock_even_poisoned(&locks.table)
+            .waiting
+            .contains_key(&t(id))
+        {
+            std::thread::yield_now();
+        }
+        (waiter, returned)
+    }
+
     /// A waiter handed the key goes on without the table's lock: it
     /// returns while another thread holds the table.
     #[test]
     fn a_granted_waiter_goes_on_without_the_table() {
         let locks = Arc::new(LockTable::default());
         locks.lock(t(1), b"k", LONG).expect("free");
-        let (l2, (done, returned)) = (locks.clone(), std::sync::mpsc::channel());
-        let waiter = std::thread::spawn(move || {
-            let r = l2.lock(t(2), b"k", LONG);
-            done.send(()).expect("the test waits for it");
-            r
-        });
-        while health::lock_even_poisoned(&locks.table).waiting.is_empty() {
-            std::thread::yield_now();
-        }
+        let (waiter, returned) = queue_waiter(&locks, 2, b"k", LONG);
         locks.release_all(t(1), &[b"k".to_vec()]);
         let table = health::lock_even_poisoned(&locks.table);
         returned
@@ -359,15 +378,7 @@ mod tests {
     fn a_release_that_panics_wakes_whom_it_handed_keys() {
         let locks = Arc::new(LockTable::default());
         locks.lock(t(1), b"a", LONG).expect("free");
-        let (l2, (done, returned)) = (locks.clone(), std::sync::mpsc::channel());
-        let waiter = std::thread::spawn(move || {
-            let r = l2.lock(t(2), b"a", 4 * LONG);
-            done.send(()).expect("the test waits for it");
-            r
-        });
-        while health::lock_even_poisoned(&locks.table).waiting.is_empty() {
-            std::thread::yield_now();
-        }
+        let (waiter, returned) = queue_waiter(&locks, 2, b"a", 4 * LONG);
         // `b` was never locked: the release hands `a` over, then panics.
         let release = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             locks.release_all(t(1), &[b"a".to_vec(), b"b".to_vec()]);
