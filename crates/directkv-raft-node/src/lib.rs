@@ -12,3 +12,4 @@ pub mod client;
 pub mod cluster;
 pub mod network;
 pub mod server;
+pub mod wire;

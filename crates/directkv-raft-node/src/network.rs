@@ -1,6 +1,8 @@
-//! openraft's network over HTTP: each Raft RPC is a POST of its request as
-//! JSON to the target node's `/raft/…` route, answered with
-//! `Result<response, RaftError>` as JSON (see [`crate::server`]).
+//! openraft's network over HTTP: each Raft RPC is a POST of its request in
+//! bincode ([`crate::wire`]) to the target node's `/raft/…` route, answered
+//! with `Result<response, RaftError>` in bincode (see [`crate::server`]).
+//! An append carries at most [`APPEND_BYTES_MAX`] of entries (or one
+//! larger entry) and reports the rest as not yet sent.
 
 use std::time::Duration;
 
@@ -13,9 +15,11 @@ use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
     VoteRequest, VoteResponse,
 };
-use openraft::BasicNode;
+use openraft::{BasicNode, Entry, LogId};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+
+use crate::wire::{self, APPEND_BYTES_MAX};
 
 /// Makes a connection to each peer; they share one HTTP client (and its
 /// connection pool).
@@ -77,7 +81,8 @@ impl Peer {
             .client
             .post(url)
             .timeout(option.hard_ttl())
-            .json(req)
+            .header(reqwest::header::CONTENT_TYPE, wire::CONTENT_TYPE)
+            .body(wire::encode(req))
             .send()
             .await;
         let resp = match sent {
@@ -94,10 +99,12 @@ impl Peer {
             ));
             return Err(RPCError::Network(NetworkError::new(&e)));
         }
-        let body: Result<Resp, E> = resp
-            .json()
+        let bytes = resp
+            .bytes()
             .await
             .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        let body: Result<Resp, E> =
+            wire::decode(&bytes).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         body.map_err(|e| {
             RPCError::RemoteError(RemoteError::new_with_node(
                 self.target,
@@ -111,10 +118,18 @@ impl Peer {
 impl RaftNetwork<TypeConfig> for Peer {
     async fn append_entries(
         &mut self,
-        rpc: AppendEntriesRequest<TypeConfig>,
+        mut rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> RpcResult<AppendEntriesResponse<NodeId>, RaftError<NodeId>> {
-        self.call("append", &rpc, &option).await
+        let cut = cut_to_budget(&mut rpc.entries, APPEND_BYTES_MAX);
+        let resp = self.call("append", &rpc, &option).await?;
+        Ok(match (resp, cut) {
+            // The follower took what was sent, which ends at `last`.
+            (AppendEntriesResponse::Success, Some(last)) => {
+                AppendEntriesResponse::PartialSuccess(Some(last))
+            }
+            (resp, _) => resp,
+        })
     }
 
     async fn install_snapshot(
@@ -131,5 +146,71 @@ impl RaftNetwork<TypeConfig> for Peer {
         option: RPCOption,
     ) -> RpcResult<VoteResponse<NodeId>, RaftError<NodeId>> {
         self.call("vote", &rpc, &option).await
+    }
+}
+
+/// Keeps the first entries whose encoding fits in `budget` bytes, and
+/// always the first one. openraft times an append out after one heartbeat
+/// interval and sends it again with every entry logged since, so an
+/// unbounded append that is slow once only grows and times out again.
+/// Returns the id of the last entry kept when some were cut: the append
+/// then answers a partial success up to it, and openraft sends the rest
+/// next.
+fn cut_to_budget(entries: &mut Vec<Entry<TypeConfig>>, budget: usize) -> Option<LogId<NodeId>> {
+    let mut bytes = 0usize;
+    let keep = entries
+        .iter()
+        .position(|e| {
+            bytes = bytes.saturating_add(wire::encoded_len(e));
+            bytes > budget
+        })
+        .map_or(entries.len(), |over| over.max(1));
+    if keep == entries.len() {
+        return None;
+    }
+    entries.truncate(keep);
+    let last = entries.last().expect("an append keeps its first entry");
+    Some(last.log_id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use directkv_raft::Request;
+    use openraft::{CommittedLeaderId, EntryPayload};
+
+    fn entries(values: &[usize]) -> Vec<Entry<TypeConfig>> {
+        (1..)
+            .zip(values)
+            .map(|(index, &len)| Entry {
+                log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+                payload: EntryPayload::Normal(Request::Put {
+                    key: vec![b'k'],
+                    value: vec![0; len],
+                }),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_append_keeps_what_fits_and_always_its_first_entry() {
+        let mut es = entries(&[10, 10, 10]);
+        assert_eq!(cut_to_budget(&mut es, 1000), None, "all fit");
+        assert_eq!(es.len(), 3);
+
+        let mut es = entries(&[400, 400, 400]);
+        let last = cut_to_budget(&mut es, 1000).expect("cut");
+        assert_eq!(es.len(), 2);
+        assert_eq!(last.index, 2);
+
+        let mut es = entries(&[5000, 10]);
+        let last = cut_to_budget(&mut es, 1000).expect("cut");
+        assert_eq!(es.len(), 1, "a first entry over the budget goes alone");
+        assert_eq!(last.index, 1);
+
+        let mut es = entries(&[5000]);
+        assert_eq!(cut_to_budget(&mut es, 1000), None, "alone, nothing to cut");
+        let mut none = entries(&[]);
+        assert_eq!(cut_to_budget(&mut none, 1000), None);
     }
 }

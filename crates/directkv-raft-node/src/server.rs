@@ -2,7 +2,7 @@
 //!
 //! | route                          | body                       | answer |
 //! |--------------------------------|----------------------------|--------|
-//! | `POST /raft/append`, `/raft/vote`, `/raft/snapshot` | openraft's RPCs | `Result` of the RPC |
+//! | `POST /raft/append`, `/raft/vote`, `/raft/snapshot` | openraft's RPCs, in bincode ([`crate::wire`]) | `Result` of the RPC, in bincode |
 //! | `POST /kv/write`               | [`Request`]                | [`Reply`]`<`[`Written`]`>` |
 //! | `POST /kv/read`                | [`Read`]                   | [`Reply`]`<Option<bytes>>`, linearizable |
 //! | `POST /cluster/init`           | [`Init`]                   | [`Reply`]`<()>` |
@@ -31,6 +31,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::api::{AddLearner, ChangeMembership, Init, NodeState, Read, Reply, Written};
 use crate::network::Network;
+use crate::wire::{Bin, BODY_BYTES_MAX};
 
 /// How a node is started.
 #[derive(Debug, Clone)]
@@ -111,10 +112,6 @@ impl SnapshotHold {
 
 /// A command waiting to be proposed and the client waiting for it.
 type Pending = (Request, oneshot::Sender<Reply<Written>>);
-
-/// The largest request body a node takes: an append of
-/// [`APPEND_ENTRIES_MAX`] entries of [`BATCH_MAX_BYTES`] each, as JSON.
-const BODY_BYTES_MAX: usize = 1 << 30;
 
 /// Entries one append RPC carries at most.
 const APPEND_ENTRIES_MAX: u64 = 64;
@@ -212,8 +209,7 @@ pub async fn serve(opts: NodeOptions) -> anyhow::Result<()> {
         election_timeout_max: election_ms * 2,
         snapshot_policy: SnapshotPolicy::LogsSinceLast(opts.snapshot_every),
         max_in_snapshot_log_to_keep: opts.snapshot_every / 2,
-        // Bodies are JSON, about 3.5 bytes per byte carried: a chunk or an
-        // append stays well under the routes' body limit.
+        // An append also stops at `APPEND_BYTES_MAX` (see `crate::wire`).
         snapshot_max_chunk_size: SNAPSHOT_CHUNK_BYTES,
         max_payload_entries: APPEND_ENTRIES_MAX,
         install_snapshot_timeout: 10_000,
@@ -282,22 +278,22 @@ type App = State<Arc<Node>>;
 
 async fn append(
     State(n): App,
-    Json(rpc): Json<AppendEntriesRequest<TypeConfig>>,
-) -> Json<Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>>> {
-    Json(n.raft.append_entries(rpc).await)
+    Bin(rpc): Bin<AppendEntriesRequest<TypeConfig>>,
+) -> Bin<Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>>> {
+    Bin(n.raft.append_entries(rpc).await)
 }
 
 async fn vote(
     State(n): App,
-    Json(rpc): Json<VoteRequest<NodeId>>,
-) -> Json<Result<VoteResponse<NodeId>, RaftError<NodeId>>> {
-    Json(n.raft.vote(rpc).await)
+    Bin(rpc): Bin<VoteRequest<NodeId>>,
+) -> Bin<Result<VoteResponse<NodeId>, RaftError<NodeId>>> {
+    Bin(n.raft.vote(rpc).await)
 }
 
 async fn snapshot(
     State(n): App,
-    Json(rpc): Json<InstallSnapshotRequest<TypeConfig>>,
-) -> Json<Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>> {
+    Bin(rpc): Bin<InstallSnapshotRequest<TypeConfig>>,
+) -> Bin<Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>> {
     let (vote, done) = (rpc.vote, rpc.done);
     n.snapshot_hold.hold(&n.raft);
     let r = n.raft.install_snapshot(rpc).await;
@@ -307,7 +303,7 @@ async fn snapshot(
     if done || refused {
         n.snapshot_hold.release(&n.raft);
     }
-    Json(r)
+    Bin(r)
 }
 
 fn not_leader<T>(f: &ForwardToLeader<NodeId, BasicNode>) -> Reply<T> {
