@@ -77,12 +77,13 @@ impl Peer {
         E: std::error::Error + DeserializeOwned,
     {
         let url = format!("http://{}/raft/{route}", self.node.addr);
+        let body = wire::encode(req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         let sent = self
             .client
             .post(url)
             .timeout(option.hard_ttl())
             .header(reqwest::header::CONTENT_TYPE, wire::CONTENT_TYPE)
-            .body(wire::encode(req))
+            .body(body)
             .send()
             .await;
         let resp = match sent {
@@ -123,13 +124,7 @@ impl RaftNetwork<TypeConfig> for Peer {
     ) -> RpcResult<AppendEntriesResponse<NodeId>, RaftError<NodeId>> {
         let cut = cut_to_budget(&mut rpc.entries, APPEND_BYTES_MAX);
         let resp = self.call("append", &rpc, &option).await?;
-        Ok(match (resp, cut) {
-            // The follower took what was sent, which ends at `last`.
-            (AppendEntriesResponse::Success, Some(last)) => {
-                AppendEntriesResponse::PartialSuccess(Some(last))
-            }
-            (resp, _) => resp,
-        })
+        Ok(answer(resp, cut))
     }
 
     async fn install_snapshot(
@@ -168,9 +163,29 @@ fn cut_to_budget(entries: &mut Vec<Entry<TypeConfig>>, budget: usize) -> Option<
     if keep == entries.len() {
         return None;
     }
+    assert!(
+        keep >= 1 && keep < entries.len(),
+        "a cut keeps the first entry and drops some"
+    );
     entries.truncate(keep);
     let last = entries.last().expect("an append keeps its first entry");
     Some(last.log_id)
+}
+
+/// What openraft is told of an append the follower answered `resp`, when
+/// [`cut_to_budget`] cut it after `cut`: a success is partial, up to the
+/// last entry sent. A conflict or a higher vote concern the append's
+/// start and vote, which the cut left as they were.
+fn answer(
+    resp: AppendEntriesResponse<NodeId>,
+    cut: Option<LogId<NodeId>>,
+) -> AppendEntriesResponse<NodeId> {
+    match (resp, cut) {
+        (AppendEntriesResponse::Success, Some(last)) => {
+            AppendEntriesResponse::PartialSuccess(Some(last))
+        }
+        (resp, _) => resp,
+    }
 }
 
 #[cfg(test)]
@@ -212,5 +227,40 @@ mod tests {
         assert_eq!(cut_to_budget(&mut es, 1000), None, "alone, nothing to cut");
         let mut none = entries(&[]);
         assert_eq!(cut_to_budget(&mut none, 1000), None);
+
+        // Exactly the budget fits; a byte more does not.
+        let one = wire::encoded_len(&entries(&[100])[0]);
+        let mut es = entries(&[100, 100, 100]);
+        assert_eq!(cut_to_budget(&mut es, 2 * one), Some(es[1].log_id));
+        assert_eq!(es.len(), 2);
+        let mut es = entries(&[100, 100]);
+        assert_eq!(cut_to_budget(&mut es, 2 * one), None);
+        let mut es = entries(&[100, 100]);
+        assert_eq!(cut_to_budget(&mut es, 2 * one - 1), Some(es[0].log_id));
+    }
+
+    #[test]
+    fn a_cut_append_answers_a_partial_success_up_to_its_last_entry() {
+        let last = LogId::new(CommittedLeaderId::new(2, 1), 7);
+        assert_eq!(
+            answer(AppendEntriesResponse::Success, Some(last)),
+            AppendEntriesResponse::PartialSuccess(Some(last))
+        );
+        assert_eq!(
+            answer(AppendEntriesResponse::Success, None),
+            AppendEntriesResponse::Success
+        );
+        let others = || {
+            [
+                AppendEntriesResponse::Conflict,
+                AppendEntriesResponse::HigherVote(openraft::Vote::new(3, 2)),
+            ]
+        };
+        for (other, expected) in others().into_iter().zip(others()) {
+            assert_eq!(answer(other, Some(last)), expected);
+        }
+        for (other, expected) in others().into_iter().zip(others()) {
+            assert_eq!(answer(other, None), expected);
+        }
     }
 }

@@ -1,18 +1,16 @@
 //! The body of openraft's RPCs between nodes: bincode, not JSON.
 //!
-//! openraft gives an append RPC one heartbeat interval to be answered
-//! (it times out at `heartbeat_interval` and sends again). As JSON a byte
-//! of a value is an array element of up to four characters, so an entry
-//! holding a value of [`VALUE_MAX`](directkv_raft::VALUE_MAX) bytes was
-//! several MiB to print and parse on each side. On a busy machine that
-//! took longer than the heartbeat, every attempt timed out, and the
-//! entries behind it joined the next, larger attempt: the follower never
-//! caught up. In bincode a value is its bytes and a length, and an append
-//! carries at most [`APPEND_BYTES_MAX`] of entries (see
-//! [`crate::network`]), so one attempt's cost is bounded and small.
+//! openraft gives an append RPC one heartbeat interval to be answered; it
+//! then sends it again, with the entries logged since. The cost of one
+//! attempt must therefore stay small and bounded whatever the values'
+//! sizes: in bincode a value travels as its length and its bytes (JSON
+//! prints each byte as an array element of up to four characters), and an
+//! append carries at most [`APPEND_BYTES_MAX`] of entries (see
+//! [`crate::network`]). `docs/raft.md` has the measurements.
 //!
 //! The client API (`/kv/…`, `/cluster/…`) stays JSON, for people and
-//! their tools.
+//! their tools. Nodes of versions that spoke JSON between them cannot
+//! join a cluster of these: a whole cluster is upgraded at once.
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
@@ -37,19 +35,20 @@ pub const APPEND_BYTES_MAX: usize = 4 << 20;
 /// one entry, or entries up to [`APPEND_BYTES_MAX`].
 pub(crate) const BODY_BYTES_MAX: usize = 64 << 20;
 
+const _: () = assert!(APPEND_BYTES_MAX < BODY_BYTES_MAX / 2);
+const _: () = assert!(directkv_raft::BATCH_MAX_BYTES < BODY_BYTES_MAX / 2);
+
 fn options() -> impl Options {
     bincode::DefaultOptions::new().with_limit(BODY_BYTES_MAX as u64)
 }
 
 /// `value` as a body.
 ///
-/// # Panics
-/// When `value` does not encode: openraft's messages and the node's
-/// commands always do, within the limit.
-pub(crate) fn encode<T: Serialize>(value: &T) -> Vec<u8> {
-    options()
-        .serialize(value)
-        .expect("an RPC message encodes within the body limit")
+/// # Errors
+/// `value` encodes to more than the body limit (see [`BODY_BYTES_MAX`]
+/// for why no message of a node should).
+pub(crate) fn encode<T: Serialize>(value: &T) -> bincode::Result<Vec<u8>> {
+    options().serialize(value)
 }
 
 /// The value a body holds.
@@ -60,7 +59,8 @@ pub(crate) fn decode<T: DeserializeOwned>(body: &[u8]) -> bincode::Result<T> {
     options().deserialize(body)
 }
 
-/// How many bytes `value` encodes to.
+/// How many bytes `value` encodes to; `usize::MAX` when that is over the
+/// body limit (it cannot be sent).
 pub(crate) fn encoded_len<T: Serialize>(value: &T) -> usize {
     options()
         .serialized_size(value)
@@ -89,55 +89,154 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Bin<T> {
 
 impl<T: Serialize> IntoResponse for Bin<T> {
     fn into_response(self) -> Response {
-        ([(header::CONTENT_TYPE, CONTENT_TYPE)], encode(&self.0)).into_response()
+        match encode(&self.0) {
+            Ok(body) => ([(header::CONTENT_TYPE, CONTENT_TYPE)], body).into_response(),
+            Err(e) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("an RPC answer that does not encode: {e}"),
+            )
+                .into_response(),
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use directkv_raft::{NodeId, Request as Command, TypeConfig, VALUE_MAX};
-    use openraft::error::{Fatal, RaftError};
-    use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse};
-    use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, Vote};
+    use std::collections::BTreeMap;
+    use std::fmt::Debug;
 
-    fn entry(index: u64, value_bytes: usize) -> Entry<TypeConfig> {
+    use directkv_raft::{NodeId, Request as Command, TypeConfig, VALUE_MAX};
+    use openraft::error::{Fatal, InstallSnapshotError, RaftError, SnapshotMismatch};
+    use openraft::raft::{
+        AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest,
+        InstallSnapshotResponse, VoteRequest, VoteResponse,
+    };
+    use openraft::{
+        BasicNode, CommittedLeaderId, Entry, EntryPayload, LogId, Membership, SnapshotMeta,
+        SnapshotSegmentId, StoredMembership, Vote,
+    };
+
+    fn log_id(term: u64, index: u64) -> LogId<NodeId> {
+        LogId::new(CommittedLeaderId::new(term, 1), index)
+    }
+
+    fn entry(index: u64, payload: EntryPayload<TypeConfig>) -> Entry<TypeConfig> {
         Entry {
-            log_id: LogId::new(CommittedLeaderId::new(3, 1), index),
-            payload: EntryPayload::Normal(Command::Put {
-                key: vec![b'k'],
-                value: vec![7; value_bytes],
-            }),
+            log_id: log_id(3, index),
+            payload,
         }
     }
 
-    /// An append of the largest value, and the answers to one, come back
-    /// as they went; the body is the value and little more.
+    fn put(index: u64, value_bytes: usize) -> Entry<TypeConfig> {
+        entry(
+            index,
+            EntryPayload::Normal(Command::Put {
+                key: vec![b'k'],
+                value: vec![7; value_bytes],
+            }),
+        )
+    }
+
+    fn membership() -> Membership<NodeId, BasicNode> {
+        let nodes: BTreeMap<NodeId, BasicNode> = (1..=3)
+            .map(|id| (id, BasicNode::new(format!("127.0.0.1:{}", 7000 + id))))
+            .collect();
+        Membership::from(nodes)
+    }
+
+    /// `value` through a body and back.
+    fn round_trip<T: Serialize + DeserializeOwned>(value: &T) -> T {
+        decode(&encode(value).expect("encodes")).expect("decodes")
+    }
+
+    fn same<T: Serialize + DeserializeOwned + PartialEq + Debug>(value: T) {
+        assert_eq!(round_trip(&value), value);
+    }
+
+    /// An append of the largest value comes back as it went; the body is
+    /// the value and little more.
     #[test]
     fn an_append_of_the_largest_value_round_trips_compactly() {
         let rpc = AppendEntriesRequest::<TypeConfig> {
             vote: Vote::new_committed(3, 1),
-            prev_log_id: Some(LogId::new(CommittedLeaderId::new(2, 2), 9)),
-            leader_commit: Some(LogId::new(CommittedLeaderId::new(2, 2), 8)),
-            entries: vec![entry(10, VALUE_MAX)],
+            prev_log_id: Some(log_id(2, 9)),
+            leader_commit: Some(log_id(2, 8)),
+            entries: vec![put(10, VALUE_MAX)],
         };
-        let body = encode(&rpc);
+        let body = encode(&rpc).expect("encodes");
         assert!(body.len() < VALUE_MAX + 128, "{} bytes", body.len());
         let back: AppendEntriesRequest<TypeConfig> = decode(&body).expect("decodes");
-        assert_eq!(back.entries.len(), 1);
-        assert_eq!(back.entries[0].log_id, rpc.entries[0].log_id);
-        assert_eq!(back.entries[0].payload, rpc.entries[0].payload);
+        assert_eq!(back.entries, rpc.entries);
         assert_eq!(back.vote, rpc.vote);
         assert_eq!(back.prev_log_id, rpc.prev_log_id);
         assert_eq!(back.leader_commit, rpc.leader_commit);
-        for resp in [
-            AppendEntriesResponse::<NodeId>::Success,
-            AppendEntriesResponse::Conflict,
-            AppendEntriesResponse::HigherVote(Vote::new(4, 2)),
-        ] {
-            let back: AppendEntriesResponse<NodeId> = decode(&encode(&resp)).expect("decodes");
-            assert_eq!(back, resp);
-        }
+    }
+
+    /// Every kind of entry, and every RPC's request and answer, come back
+    /// as they went.
+    #[test]
+    fn every_message_round_trips() {
+        let entries = vec![
+            entry(1, EntryPayload::Blank),
+            entry(2, EntryPayload::Membership(membership())),
+            entry(
+                3,
+                EntryPayload::Normal(Command::Batch(vec![
+                    Command::Delete { key: vec![1] },
+                    Command::CompareAndSet {
+                        key: vec![2],
+                        expected: None,
+                        new: Some(vec![3; 10]),
+                    },
+                ])),
+            ),
+        ];
+        assert_eq!(round_trip(&entries), entries);
+        same(AppendEntriesResponse::<NodeId>::Success);
+        same(AppendEntriesResponse::<NodeId>::PartialSuccess(Some(
+            log_id(1, 4),
+        )));
+        same(AppendEntriesResponse::<NodeId>::Conflict);
+        same(AppendEntriesResponse::<NodeId>::HigherVote(Vote::new(4, 2)));
+        same(VoteRequest::new(Vote::new(5, 2), Some(log_id(4, 40))));
+        same(VoteResponse::new(
+            Vote::new(5, 2),
+            Some(log_id(4, 41)),
+            true,
+        ));
+        let chunk = InstallSnapshotRequest::<TypeConfig> {
+            vote: Vote::new_committed(5, 2),
+            meta: SnapshotMeta {
+                last_log_id: Some(log_id(5, 100)),
+                last_membership: StoredMembership::new(Some(log_id(1, 2)), membership()),
+                snapshot_id: "5-100-7".into(),
+            },
+            offset: 1 << 20,
+            data: vec![9; 1000],
+            done: true,
+        };
+        let back = round_trip(&chunk);
+        assert_eq!(
+            (back.vote, back.meta, back.offset, back.data, back.done),
+            (chunk.vote, chunk.meta, chunk.offset, chunk.data, chunk.done)
+        );
+        same(InstallSnapshotResponse::<NodeId> {
+            vote: Vote::new(6, 3),
+        });
+        let mismatch = SnapshotMismatch {
+            expect: SnapshotSegmentId {
+                id: "a".into(),
+                offset: 0,
+            },
+            got: SnapshotSegmentId {
+                id: "b".into(),
+                offset: 5,
+            },
+        };
+        let err: Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>> =
+            Err(RaftError::APIError(mismatch.into()));
+        assert_eq!(round_trip(&err), err);
     }
 
     /// A node's errors reach the caller as they were raised.
@@ -155,30 +254,31 @@ mod tests {
         ] {
             let err: Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>> =
                 Err(RaftError::Fatal(fatal));
-            let back: Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>> =
-                decode(&encode(&err)).expect("decodes");
             assert_eq!(
-                back.map_err(|e| e.to_string()),
+                round_trip(&err).map_err(|e| e.to_string()),
                 err.map_err(|e| e.to_string())
             );
         }
     }
 
-    /// A cut or garbled body is an error, not a panic or a huge allocation.
+    /// A cut, padded or lying body is an error, not a panic; a message over
+    /// the limit does not encode.
     #[test]
-    fn a_malformed_body_is_an_error() {
-        let body = encode(&vec![entry(1, 100), entry(2, 100)]);
+    fn a_malformed_or_oversized_body_is_an_error() {
+        let body = encode(&vec![put(1, 100), put(2, 100)]).expect("encodes");
         for cut in [0, 1, body.len() / 2, body.len() - 1] {
             assert!(decode::<Vec<Entry<TypeConfig>>>(&body[..cut]).is_err());
         }
-        // A length prefix claiming far more than the body holds.
-        let mut lying = encode(&vec![0u8; 4]);
-        lying[0] = 0xfd; // varint: a u64 follows
-        lying.truncate(1);
-        lying.extend_from_slice(&u64::MAX.to_le_bytes());
-        assert!(decode::<Vec<u8>>(&lying).is_err());
-        let mut trailing = encode(&5u64);
+        let mut trailing = encode(&5u64).expect("encodes");
         trailing.push(0);
         assert!(decode::<u64>(&trailing).is_err(), "trailing bytes");
+        // A length prefix of u64::MAX (varint marker 0xfd, then 8 bytes).
+        let mut lying = vec![0xfd];
+        lying.extend_from_slice(&u64::MAX.to_le_bytes());
+        lying.extend_from_slice(&[1, 2, 3]);
+        assert!(decode::<Vec<u8>>(&lying).is_err());
+        let over = vec![0u8; BODY_BYTES_MAX];
+        assert!(encode(&over).is_err(), "over the limit with its length");
+        assert_eq!(encoded_len(&over), usize::MAX);
     }
 }

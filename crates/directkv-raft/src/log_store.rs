@@ -225,6 +225,29 @@ fn as_slice(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
 }
 
 impl RaftLogReader<TypeConfig> for LogStore {
+    /// The first entries of `start..end`, about the store's batch bytes of
+    /// them (at least one): what replication reads, and holds, for one
+    /// append RPC stays bounded whatever the entries' sizes.
+    async fn limited_get_log_entries(
+        &mut self,
+        start: u64,
+        end: u64,
+    ) -> Result<Vec<Entry>, StorageError<NodeId>> {
+        let me = self.clone();
+        blocking(ErrorSubject::Logs, ErrorVerb::Read, move || {
+            let (lo, hi) = (keys::log(start).to_vec(), keys::log(end).to_vec());
+            let (chunk, _more) = read(&me.db, |r| {
+                Self::entries_in(
+                    r,
+                    (Bound::Included(&lo[..]), Bound::Excluded(&hi[..])),
+                    me.db.batch_bytes,
+                )
+            })?;
+            Ok(chunk)
+        })
+        .await
+    }
+
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
         &mut self,
         range: RB,

@@ -249,6 +249,11 @@ fn purge_and_truncate_hold_across_a_reopen() {
             log_indexes(&mut log, &rt),
             (1201..=2500).collect::<Vec<_>>()
         );
+        // Small entries: a short range is read whole.
+        let some = rt
+            .block_on(log.limited_get_log_entries(1201, 1211))
+            .expect("read");
+        assert!(some.iter().map(|e| e.log_id.index).eq(1201..1211));
     }
     let (mut log, _sm) = directkv_raft::open(dir.path(), options(4096)).expect("reopen");
     assert_eq!(
@@ -403,6 +408,20 @@ fn batches_of_the_largest_values_fit_a_small_cache() {
         .collect();
     rt.block_on(log.blocking_append(entries.clone()))
         .expect("append");
+    // What replication reads for one append RPC stops at about the store's
+    // batch bytes, and always holds the first entry.
+    let first = rt
+        .block_on(log.limited_get_log_entries(1, 25))
+        .expect("read");
+    assert!(
+        !first.is_empty() && first.len() < 24,
+        "{} entries",
+        first.len()
+    );
+    assert!(first
+        .iter()
+        .map(|e| e.log_id.index)
+        .eq(1..=first.len() as u64));
     let out = rt.block_on(sm.apply(entries)).expect("apply");
     assert_eq!(out.len(), 24);
     let snap = rt
