@@ -179,27 +179,34 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
             frame.pins.load(Ordering::Acquire) >= 1,
             "the claimer pins the frame"
         );
-        let mut table = lock(&self.table);
+        // The old page's shard too: its hits pin the frame under that lock,
+        // so none can pin it between the check and the eviction.
+        let old = frame.page();
+        let mut table = self.table.pair(old, page);
         if frame.pins.load(Ordering::Acquire) != 1
             || frame.dirty.load(Ordering::Acquire)
-            || table.contains_key(&page)
+            || table.contains(page)
         {
             drop(table);
             self.refuse_claim(f);
             return None;
         }
-        let old = frame.page();
-        if old != NO_PAGE && table.get(&old) == Some(&f) {
-            table.remove(&old);
+        assert_eq!(
+            frame.page(),
+            old,
+            "a frame's page changes under its shard's lock"
+        );
+        if old != NO_PAGE && table.get(old) == Some(f) {
+            table.remove(old);
             self.counters.evictions.fetch_add(1, Ordering::Relaxed);
         }
         lock(&self.replacer).removed(f);
+        frame.promoted.store(0, Ordering::Release);
         let guard = frame.data.write().unwrap_or_else(|p| p.into_inner());
         frame.set_page(page);
         frame.valid.store(false, Ordering::Release);
         let before = table.insert(page, f);
         assert!(before.is_none(), "a page is in at most one frame");
-        assert!(table.len() <= self.frames.len(), "the table maps frames");
         drop(table);
         self.counters.misses.fetch_add(1, Ordering::Relaxed);
         Some(guard)
@@ -234,7 +241,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
         page: PageId,
         guard: RwLockWriteGuard<'_, AlignedBuf>,
     ) {
-        let removed = lock(&self.table).remove(&page);
+        let removed = self.table.remove(page);
         assert_eq!(removed, Some(f), "the failed load's frame was the page's");
         assert!(
             !self.frames[f.index()].valid.load(Ordering::Acquire),
@@ -254,20 +261,47 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
         latch: &Latch,
     ) -> Option<(FrameIndex, Fixed<'_>)> {
         loop {
-            let table = lock(&self.table);
-            let f = *table.get(&page)?;
+            let shard = self.table.shard(page);
+            let f = *shard.get(&page)?;
             let frame = &self.frames[f.index()];
             frame.pins.fetch_add(1, Ordering::AcqRel);
-            drop(table);
+            drop(shard);
             let fixed = self.latch(f, latch);
             if frame.valid.load(Ordering::Acquire) && frame.page() == page {
                 self.counters.hits.fetch_add(1, Ordering::Relaxed);
-                lock(&self.replacer).touched(f, access);
+                self.touch(f, access);
                 return Some((f, fixed));
             }
             // The load we waited for failed: the entry is gone or replaced.
             drop(fixed);
             self.unpin(f);
+        }
+    }
+
+    /// Records a hit of pinned frame `f` in the replacement order, unless
+    /// a hit already promoted it into protected during the cleaner's
+    /// current pass: then the replacer's lock, which every hit would
+    /// otherwise take, is skipped. The frame is then still stamped with
+    /// this pass (its promotion did it), so the cleaner sees it used; it
+    /// only keeps its place in protected instead of moving to the head,
+    /// for the rest of the pass (a CLOCK-like approximation of LRU within
+    /// protected). A scan's hit never promotes, so it never skips.
+    ///
+    /// The mark is read without the lock: a stale read skips one move or
+    /// takes the lock once for nothing, and never changes the lists.
+    pub(super) fn touch(&self, f: FrameIndex, access: Access) {
+        let frame = &self.frames[f.index()];
+        let mark = self.pass.load(Ordering::Acquire) + 1;
+        if access == Access::Normal && frame.promoted.load(Ordering::Acquire) == mark {
+            return;
+        }
+        let mut r = lock(&self.replacer);
+        let demoted = r.touched(f, access);
+        if let Some(d) = demoted {
+            self.frames[d.index()].promoted.store(0, Ordering::Release);
+        }
+        if access == Access::Normal && r.is_protected(f) {
+            frame.promoted.store(r.pass() + 1, Ordering::Release);
         }
     }
 
@@ -435,6 +469,51 @@ mod tests {
         }
     }
 
+    /// Looks `page` up as a normal hit and lets it go; returns its frame.
+    fn hit(pool: &Pool, page: u64) -> FrameIndex {
+        let (f, fixed) = pool
+            .try_hit(PageId::new(page), Access::Normal, &Latch::Shared)
+            .expect("a hit");
+        drop(fixed);
+        pool.unpin(f);
+        f
+    }
+
+    /// A hit that promotes a frame marks it for the cleaner's pass: its
+    /// later hits in that pass leave it where it is. A new pass, or the
+    /// frame being pushed out of protected, ends the mark, and its next hit
+    /// moves it to protected's head again.
+    #[test]
+    fn a_promotion_holds_for_the_pass_or_until_the_frame_leaves_protected() {
+        let pool = pool();
+        fill(&pool, 0..16);
+        let head = || lock(&pool.replacer).coldest().last().expect("frames");
+        let protected = |f: FrameIndex| lock(&pool.replacer).is_protected(f);
+        let mark = |f: FrameIndex| pool.frames[f.index()].promoted.load(Ordering::Acquire);
+        let x = hit(&pool, 0);
+        let y = hit(&pool, 1);
+        assert_eq!(head(), y);
+        assert_eq!(mark(x), 1, "promoted during pass 0");
+        assert_eq!(hit(&pool, 0), x);
+        assert_eq!(head(), y, "a marked frame keeps its place during the pass");
+
+        let pass = lock(&pool.replacer).begin_pass();
+        pool.pass.store(pass, Ordering::Release);
+        assert_eq!(hit(&pool, 0), x);
+        assert_eq!(head(), x, "in a new pass the hit moves it to the head");
+        assert_eq!(mark(x), pass + 1);
+
+        // Pages 1..=10 fill protected (10 of 16 frames) past x, the oldest.
+        for page in 1..=10 {
+            hit(&pool, page);
+        }
+        assert!(!protected(x), "pushed out of protected");
+        assert_eq!(mark(x), 0, "and unmarked");
+        assert_eq!(hit(&pool, 0), x);
+        assert!(protected(x), "its next hit promotes it again");
+        assert_eq!((head(), mark(x)), (x, pass + 1));
+    }
+
     /// Two misses of one page race and the first's load fails: neither
     /// frame is lost, and every frame can still hold a page.
     #[test]
@@ -452,6 +531,6 @@ mod tests {
         pool.abandon(f1, page, g1);
         assert!(!pool.contains(page));
         fill(&pool, 0..n);
-        assert_eq!(lock(&pool.table).len() as u64, n);
+        assert_eq!(pool.table.len() as u64, n);
     }
 }

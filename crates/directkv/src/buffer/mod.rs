@@ -7,6 +7,7 @@ mod growth;
 mod page;
 mod pool;
 mod replacer;
+mod table;
 mod write_back;
 
 pub use page::{Held, PageMut, PageRef};

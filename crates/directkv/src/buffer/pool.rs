@@ -3,7 +3,8 @@
 //! Invariants:
 //! - Every frame's memory is a slot of one [`AlignedArena`]; the pool allocates
 //!   nothing per page and nothing on the hot path.
-//! - A page is in at most one frame; the page table maps it there. A frame
+//! - A page is in at most one frame; the page table ([`super::table`],
+//!   sharded) maps it there. A frame
 //!   being loaded is already in the table and exclusively latched, so a second
 //!   reader of the same page waits for the load instead of loading it again.
 //! - A pinned frame is never evicted. A dirty frame is written back before its
@@ -22,13 +23,14 @@
 //!   extension lock), and an extension fills only from that end, so it never
 //!   zeroes a written page.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, RwLock};
 use std::time::Instant;
 
 use super::replacer::Replacer;
+use super::table::PageTable;
 use crate::error::{Error, Result};
 use crate::format::page::{PAGE_HEADER_BYTES, PAGE_SIZES};
 use crate::format::{DbId, FrameIndex, PageId};
@@ -179,6 +181,11 @@ pub(super) struct Frame {
     pub(super) pins: AtomicU32,
     pub(super) dirty: AtomicBool,
     pub(super) rec_lsn: AtomicU64,
+    /// One more than the cleaner's pass during which a hit last promoted
+    /// the frame into protected; 0: not since it got its page, or pushed
+    /// out of protected since. Set and cleared under the replacer's lock,
+    /// read without it: see [`BufferPool::touch`](super::pool::BufferPool).
+    pub(super) promoted: AtomicU64,
 }
 
 impl Frame {
@@ -201,8 +208,10 @@ pub struct BufferPool<S: Storage, L: LogFlusher> {
     pub(super) db_id: DbId,
     pub(super) log: std::sync::Arc<L>,
     pub(super) frames: Box<[Frame]>,
-    pub(super) table: Mutex<HashMap<PageId, FrameIndex>>,
+    pub(super) table: PageTable,
     pub(super) replacer: Mutex<Replacer>,
+    /// The replacer's pass, mirrored for hits that skip its lock.
+    pub(super) pass: AtomicU64,
     /// Dirty frames by the LSN of their first change since last written.
     pub(super) flush_list: Mutex<BTreeSet<(Lsn, FrameIndex)>>,
     pub(super) free: Mutex<Vec<FrameIndex>>,
@@ -268,6 +277,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
                     pins: AtomicU32::new(0),
                     dirty: AtomicBool::new(false),
                     rec_lsn: AtomicU64::new(0),
+                    promoted: AtomicU64::new(0),
                 }
             })
             .collect();
@@ -278,8 +288,9 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
             db_id,
             log,
             frames,
-            table: Mutex::new(HashMap::with_capacity(n)),
+            table: PageTable::new(n),
             replacer: Mutex::new(Replacer::new(n)),
+            pass: AtomicU64::new(0),
             flush_list: Mutex::new(BTreeSet::new()),
             free: Mutex::new((0..n as u32).rev().map(FrameIndex::new).collect()),
             counters: Counters::default(),
@@ -334,7 +345,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
 
     /// Whether `page` is in the pool (or being read into it).
     pub fn contains(&self, page: PageId) -> bool {
-        lock(&self.table).contains_key(&page)
+        self.table.contains(page)
     }
 
     /// The pool's counters.

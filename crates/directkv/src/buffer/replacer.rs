@@ -166,22 +166,39 @@ impl Replacer {
         }
     }
 
-    /// The page in frame `f` was accessed again.
-    pub fn touched(&mut self, f: FrameIndex, access: Access) {
+    /// The page in frame `f` was accessed again. Returns the frame a
+    /// promotion pushed out of protected, if any (at most one: protected
+    /// was full at most).
+    pub fn touched(&mut self, f: FrameIndex, access: Access) -> Option<FrameIndex> {
         self.used[f.index()] = self.pass;
         match (self.list[f.index()], access) {
-            (_, Access::Scan) | (List::None, _) => {}
-            (List::Protected, Access::Normal) if self.protected.head == f => {}
+            (_, Access::Scan) | (List::None, _) => None,
+            (List::Protected, Access::Normal) if self.protected.head == f => None,
             (_, Access::Normal) => {
                 self.unlink(f);
                 self.push_head(List::Protected, f);
-                while self.protected.len > self.protected_max {
+                assert!(
+                    self.protected.len <= self.protected_max + 1,
+                    "protected overflows by the one frame just promoted at most"
+                );
+                (self.protected.len > self.protected_max).then(|| {
                     let t = self.protected.tail;
                     self.unlink(t);
                     self.push_head(List::Probation, t);
-                }
+                    t
+                })
             }
         }
+    }
+
+    /// Whether frame `f` is in protected.
+    pub fn is_protected(&self, f: FrameIndex) -> bool {
+        self.list[f.index()] == List::Protected
+    }
+
+    /// The cleaner's pass under way.
+    pub fn pass(&self) -> u64 {
+        self.pass
     }
 
     /// Frame `f` no longer holds a page.

@@ -42,8 +42,8 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     /// As [`flush_oldest`](Self::flush_oldest).
     pub fn write_now(&self, page: PageId, class: IoClass, cause: WriteCause) -> Result<bool> {
         let f = {
-            let table = lock(&self.table);
-            let Some(&f) = table.get(&page) else {
+            let shard = self.table.shard(page);
+            let Some(&f) = shard.get(&page) else {
                 return Ok(false);
             };
             // Pinned, the frame keeps its page until we let go.
@@ -334,6 +334,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
         let batch: Vec<FrameIndex> = {
             let mut r = lock(&self.replacer);
             let pass = r.begin_pass();
+            self.pass.store(pass, Ordering::Release);
             if free >= window {
                 return Ok(0);
             }
