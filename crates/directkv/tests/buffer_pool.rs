@@ -297,11 +297,15 @@ fn damaged_and_misdirected_pages_are_errors_not_data() {
     }
 }
 
+/// Writers increment counters on pages several times as many as the
+/// frames and spread over every shard of the page table (so nearly every
+/// access evicts a page of another shard), while readers hit and scan the
+/// same pages: no increment is lost.
 #[test]
 fn concurrent_updates_through_latches_lose_nothing() {
     const THREADS: u64 = 4;
     const ROUNDS: u64 = 2000;
-    const PAGES: u64 = 40;
+    const PAGES: u64 = 200;
     let dir = scratch();
     let log = Arc::new(FakeLog::default());
     let p = Arc::new(pool(dir.path(), 16, log));
@@ -328,8 +332,27 @@ fn concurrent_updates_through_latches_lose_nothing() {
             })
         })
         .collect();
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let readers: Vec<_> = [Access::Normal, Access::Scan]
+        .into_iter()
+        .map(|access| {
+            let (p, done) = (Arc::clone(&p), Arc::clone(&done));
+            std::thread::spawn(move || {
+                let mut no = 0;
+                while !done.load(Ordering::Acquire) {
+                    no = (no + 37) % PAGES;
+                    let v = get_value(&p, no, access);
+                    assert!(v <= THREADS * ROUNDS, "page {no} holds {v}");
+                }
+            })
+        })
+        .collect();
     for h in handles {
         h.join().expect("thread");
+    }
+    done.store(true, Ordering::Release);
+    for h in readers {
+        h.join().expect("reader");
     }
     let total: u64 = (0..PAGES).map(|no| get_value(&p, no, Access::Normal)).sum();
     assert_eq!(total, THREADS * ROUNDS);

@@ -182,7 +182,11 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
         // The old page's shard too: its hits pin the frame under that lock,
         // so none can pin it between the check and the eviction.
         let old = frame.page();
-        let mut table = self.table.pair(old, page);
+        let mut table = if old == NO_PAGE {
+            self.table.pair(page, page)
+        } else {
+            self.table.pair(old, page)
+        };
         if frame.pins.load(Ordering::Acquire) != 1
             || frame.dirty.load(Ordering::Acquire)
             || table.contains(page)
@@ -194,14 +198,17 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
         assert_eq!(
             frame.page(),
             old,
-            "a frame's page changes under its shard's lock"
+            "only the frame's claimer changes its page"
         );
         if old != NO_PAGE && table.get(old) == Some(f) {
             table.remove(old);
             self.counters.evictions.fetch_add(1, Ordering::Relaxed);
         }
-        lock(&self.replacer).removed(f);
-        frame.promoted.store(0, Ordering::Release);
+        {
+            let mut r = lock(&self.replacer);
+            r.removed(f);
+            frame.promoted.store(0, Ordering::Release);
+        }
         let guard = frame.data.write().unwrap_or_else(|p| p.into_inner());
         frame.set_page(page);
         frame.valid.store(false, Ordering::Release);
@@ -284,8 +291,9 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     /// otherwise take, is skipped. The frame is then still stamped with
     /// this pass (its promotion did it), so the cleaner sees it used; it
     /// only keeps its place in protected instead of moving to the head,
-    /// for the rest of the pass (a CLOCK-like approximation of LRU within
-    /// protected). A scan's hit never promotes, so it never skips.
+    /// until the pass ends or it is pushed out (within a pass protected is
+    /// first in, first out; a pushed-out frame's next hit promotes it
+    /// again). A scan's hit never promotes, so it never skips.
     ///
     /// The mark is read without the lock: a stale read skips one move or
     /// takes the lock once for nothing, and never changes the lists.
@@ -303,6 +311,10 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
         if access == Access::Normal && r.is_protected(f) {
             frame.promoted.store(r.pass() + 1, Ordering::Release);
         }
+        assert!(
+            frame.promoted.load(Ordering::Acquire) != r.pass() + 1 || r.is_protected(f),
+            "a frame marked for this pass is in protected"
+        );
     }
 
     pub(super) fn latch(&self, f: FrameIndex, latch: &Latch) -> Fixed<'_> {
@@ -512,6 +524,31 @@ mod tests {
         assert_eq!(hit(&pool, 0), x);
         assert!(protected(x), "its next hit promotes it again");
         assert_eq!((head(), mark(x)), (x, pass + 1));
+    }
+
+    /// A marked frame that gets another page in the same pass loses its
+    /// mark: the new page's first hit promotes it.
+    #[test]
+    fn a_frame_that_changes_page_loses_its_mark() {
+        let pool = pool();
+        fill(&pool, 0..16);
+        let x = hit(&pool, 0);
+        assert_eq!(pool.frames[x.index()].promoted.load(Ordering::Acquire), 1);
+        // Claim x as a victim would (pinned once, by the claimer).
+        pool.frames[x.index()].pins.fetch_add(1, Ordering::AcqRel);
+        let guard = pool.install(x, PageId::new(100)).expect("installed");
+        pool.frames[x.index()].valid.store(true, Ordering::Release);
+        lock(&pool.replacer).loaded(x, Access::Normal);
+        drop(guard);
+        pool.unpin(x);
+        assert!(!pool.contains(PageId::new(0)));
+        assert_eq!(pool.frames[x.index()].promoted.load(Ordering::Acquire), 0);
+        assert!(!lock(&pool.replacer).is_protected(x));
+        assert_eq!(hit(&pool, 100), x);
+        assert!(
+            lock(&pool.replacer).is_protected(x),
+            "promoted by its first hit"
+        );
     }
 
     /// Two misses of one page race and the first's load fails: neither

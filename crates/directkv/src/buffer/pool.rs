@@ -4,9 +4,9 @@
 //! - Every frame's memory is a slot of one [`AlignedArena`]; the pool allocates
 //!   nothing per page and nothing on the hot path.
 //! - A page is in at most one frame; the page table ([`super::table`],
-//!   sharded) maps it there. A frame
-//!   being loaded is already in the table and exclusively latched, so a second
-//!   reader of the same page waits for the load instead of loading it again.
+//!   sharded) maps it there. A frame being loaded is already in the table
+//!   and exclusively latched, so a second reader of the same page waits for
+//!   the load instead of loading it again.
 //! - A pinned frame is never evicted. A dirty frame is written back before its
 //!   frame is reused, and only after the WAL is durable up to the page's LSN
 //!   (DESIGN.md invariant 1, asserted at every write).
@@ -184,7 +184,7 @@ pub(super) struct Frame {
     /// One more than the cleaner's pass during which a hit last promoted
     /// the frame into protected; 0: not since it got its page, or pushed
     /// out of protected since. Set and cleared under the replacer's lock,
-    /// read without it: see [`BufferPool::touch`](super::pool::BufferPool).
+    /// read without it (see `BufferPool::touch` in `fix.rs`).
     pub(super) promoted: AtomicU64,
 }
 

@@ -158,6 +158,10 @@ impl Replacer {
 
     /// A page was just loaded into frame `f`.
     pub fn loaded(&mut self, f: FrameIndex, access: Access) {
+        assert!(
+            self.list[f.index()] != List::Protected,
+            "a frame is loaded after it left its page, and protected with it"
+        );
         self.used[f.index()] = self.pass;
         self.unlink(f);
         match access {
@@ -169,6 +173,7 @@ impl Replacer {
     /// The page in frame `f` was accessed again. Returns the frame a
     /// promotion pushed out of protected, if any (at most one: protected
     /// was full at most).
+    #[must_use = "a frame pushed out of protected loses its promotion mark"]
     pub fn touched(&mut self, f: FrameIndex, access: Access) -> Option<FrameIndex> {
         self.used[f.index()] = self.pass;
         match (self.list[f.index()], access) {
@@ -239,14 +244,14 @@ mod tests {
         r.loaded(fr(1), Access::Normal);
         let p1 = r.begin_pass();
         assert!(!r.unused_since_last_pass(fr(0), p1), "used just before");
-        r.touched(fr(0), Access::Normal);
+        assert_eq!(r.touched(fr(0), Access::Normal), None);
         let p2 = r.begin_pass();
         assert!(!r.unused_since_last_pass(fr(0), p2), "used during pass 1");
         assert!(
             r.unused_since_last_pass(fr(1), p2),
             "unused since pass 1 began"
         );
-        r.touched(fr(1), Access::Scan);
+        assert_eq!(r.touched(fr(1), Access::Scan), None);
         let p3 = r.begin_pass();
         assert!(
             !r.unused_since_last_pass(fr(1), p3),
@@ -260,12 +265,12 @@ mod tests {
         let mut r = Replacer::new(8);
         for i in 0..4 {
             r.loaded(fr(i), Access::Normal);
-            r.touched(fr(i), Access::Normal);
+            assert_eq!(r.touched(fr(i), Access::Normal), None);
         }
         assert_eq!(r.protected_len(), 4);
         for i in 4..8 {
             r.loaded(fr(i), Access::Scan);
-            r.touched(fr(i), Access::Scan);
+            assert_eq!(r.touched(fr(i), Access::Scan), None);
         }
         assert_eq!(r.protected_len(), 4);
         let order: Vec<u32> = r.coldest().map(FrameIndex::get).collect();
@@ -280,7 +285,10 @@ mod tests {
         let mut r = Replacer::new(8);
         for i in 0..8 {
             r.loaded(fr(i), Access::Normal);
-            r.touched(fr(i), Access::Normal);
+            // Protected holds 5: each promotion past that pushes out the
+            // oldest promoted, and says which.
+            let pushed = r.touched(fr(i), Access::Normal);
+            assert_eq!(pushed, i.checked_sub(5).map(fr), "promotion of {i}");
         }
         assert_eq!(r.protected_len(), 5);
         // The oldest promoted are the coldest now.

@@ -14,7 +14,9 @@
 //!   eviction) made under the old page's shard lock, after checking that
 //!   only its claimer pins the frame, cannot race a hit of the old page.
 //! - Two shards are locked in ascending shard order, and never more than
-//!   two: no lock-order cycle.
+//!   two; while they are held the replacer's lock may be taken, then the
+//!   claimed frame's latch, never the other way round: no lock-order
+//!   cycle.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
@@ -33,11 +35,13 @@ pub(crate) struct PageTable {
     frames: usize,
 }
 
+/// The shard that holds `page`'s entry.
 fn shard_of(page: PageId) -> usize {
     (page.get() % SHARDS as u64) as usize
 }
 
 impl PageTable {
+    /// An empty table for a pool of `frames` frames.
     pub fn new(frames: usize) -> Self {
         let per_shard = frames.div_ceil(SHARDS);
         PageTable {
@@ -108,14 +112,17 @@ impl Pair<'_> {
         }
     }
 
+    /// The frame of `page`.
     pub fn get(&mut self, page: PageId) -> Option<FrameIndex> {
         self.of(page).get(&page).copied()
     }
 
+    /// Whether `page` has a frame.
     pub fn contains(&mut self, page: PageId) -> bool {
         self.of(page).contains_key(&page)
     }
 
+    /// Takes `page`'s entry out; returns its frame.
     pub fn remove(&mut self, page: PageId) -> Option<FrameIndex> {
         self.of(page).remove(&page)
     }
