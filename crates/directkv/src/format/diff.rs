@@ -50,8 +50,7 @@ fn last_of_run(a: &[u8], b: &[u8], start: usize, n: usize) -> usize {
             j += 1;
             continue;
         }
-        let x = u64::from_le_bytes(a[j..j + 8].try_into().expect("eight bytes"))
-            ^ u64::from_le_bytes(b[j..j + 8].try_into().expect("eight bytes"));
+        let x = word(a, j) ^ word(b, j);
         if x != 0 {
             // Little-endian: the lowest set byte is the first in memory.
             let first = j + (x.trailing_zeros() / 8) as usize;
@@ -65,14 +64,17 @@ fn last_of_run(a: &[u8], b: &[u8], start: usize, n: usize) -> usize {
     last
 }
 
+/// The eight bytes of `s` at `at`, little-endian.
+fn word(s: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(s[at..at + 8].try_into().expect("eight bytes"))
+}
+
 /// The first index in `from..n` where `a` and `b` differ, comparing eight
 /// bytes at a time.
 fn first_difference(a: &[u8], b: &[u8], from: usize, n: usize) -> Option<usize> {
     let mut i = from;
     while i + 8 <= n {
-        let x = u64::from_le_bytes(a[i..i + 8].try_into().expect("eight bytes"));
-        let y = u64::from_le_bytes(b[i..i + 8].try_into().expect("eight bytes"));
-        if x != y {
+        if word(a, i) != word(b, i) {
             break;
         }
         i += 8;
