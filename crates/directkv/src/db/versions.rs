@@ -20,12 +20,14 @@
 //!   commit that fails is retracted before another is staged.
 //! - The published CSN only grows; one commit is staged at a time (the
 //!   commit section's).
-//! - Versions with CSN at or below the oldest live snapshot are dropped:
-//!   no snapshot can need them. When the store would exceed its cap, the
-//!   oldest snapshots are given up (their next read is
-//!   [`Error::SnapshotTooOld`]) until it fits: a snapshot never reads a wrong
-//!   value, and the store never grows past the cap for long (one commit's
-//!   versions at most, when no snapshot is left to give up).
+//! - Versions with CSN at or below the oldest live snapshot are dropped by
+//!   each commit right after its commit section: no snapshot can need
+//!   them. When the store exceeds its cap, the oldest snapshots are given
+//!   up (their next read is [`Error::SnapshotTooOld`]) until it fits: a
+//!   snapshot never reads a wrong value, and the store never grows past the
+//!   cap for long (by the versions of the commits that have published but
+//!   not yet collected, one per committing thread at most, or of one commit
+//!   when no snapshot is left to give up).
 //! - Lock order: tree, then the store, then the registry.
 
 use std::collections::{BTreeMap, VecDeque};
@@ -45,6 +47,10 @@ pub(super) const VERSION_OVERHEAD_BYTES: usize = 96;
 
 /// A key's value before a commit changed it.
 pub(super) type Before = Option<Vec<u8>>;
+
+/// A key's versions: (CSN of the commit that changed it, the value before),
+/// oldest first.
+type Chain = VecDeque<(u64, Before)>;
 
 /// A key range, by its bounds.
 pub(super) type KeyRange = (Bound<Vec<u8>>, Bound<Vec<u8>>);
@@ -239,17 +245,17 @@ impl VersionStore {
         self.staged.store(csn - 1, Ordering::Release);
     }
 
-    /// Publishes staged commit `csn` (its pages all changed), then drops
-    /// what no snapshot needs, giving up the oldest snapshots while over the
-    /// cap. `own` is the committing transaction's snapshot when nothing
-    /// else holds it (no iterator of it may read on): it ends with the
-    /// commit and never reads again, so it keeps no version. Called in the
-    /// commit section, once per commit, in CSN order.
+    /// Publishes staged commit `csn` (its pages all changed): snapshots
+    /// taken from now on see it. Called in the commit section, once per
+    /// commit, in CSN order; what no snapshot needs any more is dropped
+    /// after the section, by [`collect`](Self::collect).
     ///
     /// # Errors
     /// [`Error::Poisoned`] when a thread panicked holding the store.
-    pub(super) fn publish(&self, csn: u64, own: Option<u64>) -> Result<()> {
-        let mut store = health::write(&self.store)?;
+    pub(super) fn publish(&self, csn: u64) -> Result<()> {
+        // Under the store's lock: a validation sees the commit published
+        // together with its versions, or neither.
+        let _store = health::write(&self.store)?;
         assert_eq!(csn, self.visible() + 1, "commits are published in order");
         assert_eq!(
             self.staged.load(Ordering::Acquire),
@@ -257,13 +263,31 @@ impl VersionStore {
             "a commit is staged before it is published"
         );
         self.visible.store(csn, Ordering::Release);
-        self.collect(&mut store, own);
         Ok(())
     }
 
-    /// Drops versions no live snapshot (`own` not counted once) needs;
-    /// gives up the oldest snapshots while the store is over its cap.
-    fn collect(&self, store: &mut Store, own: Option<u64>) {
+    /// Drops the versions no live snapshot needs (`own`, the committing
+    /// transaction's snapshot when nothing else holds it, not counted
+    /// once: it never reads again), giving up the oldest snapshots while
+    /// the store is over its cap. Called by each commit after its commit
+    /// section, so the next commit's section does not wait for it; the
+    /// memory is freed after the store's lock is let go.
+    ///
+    /// # Errors
+    /// [`Error::Poisoned`] when a thread panicked holding the store.
+    pub(super) fn collect(&self, own: Option<u64>) -> Result<()> {
+        let mut garbage = Garbage::default();
+        {
+            let mut store = health::write(&self.store)?;
+            self.collect_into(&mut store, own, &mut garbage);
+        }
+        drop(garbage);
+        Ok(())
+    }
+
+    /// [`collect`](Self::collect) under the store's lock: what it drops goes
+    /// to `garbage`.
+    fn collect_into(&self, store: &mut Store, own: Option<u64>, garbage: &mut Garbage) {
         let mut reg = health::lock_even_poisoned(&self.registry);
         loop {
             let needed = |(&csn, &(count, _)): (&u64, &(usize, Instant))| {
@@ -275,7 +299,7 @@ impl VersionStore {
                 .iter()
                 .find_map(needed)
                 .unwrap_or_else(|| self.visible());
-            drop_through(store, horizon);
+            drop_through(store, horizon, garbage);
             if store.bytes <= self.cap_bytes {
                 break;
             }
@@ -465,26 +489,41 @@ fn version_bytes(key: &[u8], before: &Before) -> usize {
     2 * key.len() + before.as_ref().map_or(0, Vec::len) + VERSION_OVERHEAD_BYTES
 }
 
-/// Drops every version with CSN at or below `horizon`.
-fn drop_through(store: &mut Store, horizon: u64) {
+/// What garbage collection took out of the store: freed once the store's
+/// lock is let go.
+#[derive(Default)]
+struct Garbage {
+    /// Each dropped commit's keys.
+    keys: Vec<Vec<Vec<u8>>>,
+    /// The dropped before-images.
+    befores: Vec<Before>,
+    /// The emptied chains, with their keys in the map.
+    chains: Vec<(Vec<u8>, Chain)>,
+}
+
+/// Drops every version with CSN at or below `horizon` into `garbage`.
+fn drop_through(store: &mut Store, horizon: u64, garbage: &mut Garbage) {
     while store.by_csn.front().is_some_and(|c| c.0 <= horizon) {
         let (csn, keys) = store.by_csn.pop_front().expect("front checked");
-        for key in keys {
-            let std::collections::btree_map::Entry::Occupied(mut e) = store.by_key.entry(key)
-            else {
-                unreachable!("a commit's keys have versions");
-            };
-            let (vcsn, before) = e.get_mut().pop_front().expect("a chain has versions");
+        for key in &keys {
+            let chain = store
+                .by_key
+                .get_mut(key)
+                .expect("a commit's keys have versions");
+            let (vcsn, before) = chain.pop_front().expect("a chain has versions");
             assert_eq!(
                 vcsn, csn,
                 "the oldest version of a key is the oldest commit's"
             );
-            store.bytes -= version_bytes(e.key(), &before);
-            store.versions -= 1;
-            if e.get().is_empty() {
-                e.remove();
+            if chain.is_empty() {
+                let emptied = store.by_key.remove_entry(key).expect("found above");
+                garbage.chains.push(emptied);
             }
+            store.bytes -= version_bytes(key, &before);
+            store.versions -= 1;
+            garbage.befores.push(before);
         }
+        garbage.keys.push(keys);
     }
 }
 
@@ -527,14 +566,62 @@ impl Drop for Snapshot<'_> {
 mod tests {
     use super::*;
 
-    /// Stages and publishes commit `csn`.
+    /// Stages, publishes and collects commit `csn`, as the commit path does.
     fn commit(vs: &VersionStore, csn: u64, versions: CommitVersions) -> Result<()> {
         vs.stage(csn, versions)?;
-        vs.publish(csn, None)
+        vs.publish(csn)?;
+        vs.collect(None)
     }
 
     fn some(v: &[u8]) -> Before {
         Some(v.to_vec())
+    }
+
+    /// Publishing drops nothing: the versions a commit leaves behind go when
+    /// its thread collects, after its commit section. The committer's own
+    /// snapshot counts once less, and only once.
+    #[test]
+    fn publishing_keeps_versions_until_the_committer_collects() {
+        let vs = VersionStore::new(1 << 20);
+        let own = Snapshot::take(&vs).expect("registers");
+        vs.stage(1, vec![(b"a".to_vec(), None)]).expect("stage");
+        vs.publish(1).expect("publish");
+        assert_eq!(vs.visible(), 1);
+        assert_eq!(vs.stats().versions, 1, "publishing drops nothing");
+        let other = Snapshot::take(&vs).expect("registers");
+        assert_eq!(other.csn(), 1);
+        vs.collect(Some(own.csn())).expect("collect");
+        assert_eq!(vs.stats().versions, 0, "only the committer needed it");
+        drop(own);
+
+        vs.stage(2, vec![(b"a".to_vec(), some(b"1"))])
+            .expect("stage");
+        vs.publish(2).expect("publish");
+        let reader = Snapshot::take(&vs).expect("registers");
+        vs.collect(Some(other.csn())).expect("collect");
+        assert_eq!(vs.stats().versions, 0, "no snapshot older than 2 lives");
+        drop((reader, other));
+
+        let older = Snapshot::take(&vs).expect("registers");
+        let same = Snapshot::take(&vs).expect("registers");
+        vs.stage(3, vec![(b"a".to_vec(), some(b"2"))])
+            .expect("stage");
+        vs.publish(3).expect("publish");
+        vs.collect(Some(older.csn())).expect("collect");
+        assert_eq!(
+            vs.stats().versions,
+            1,
+            "a second snapshot at the committer's CSN keeps the version"
+        );
+        assert_eq!(
+            vs.read_at(same.csn(), b"a", some(b"3")).expect("reads"),
+            some(b"2")
+        );
+        drop((older, same));
+        vs.stage(4, vec![]).expect("stage");
+        vs.publish(4).expect("publish");
+        vs.collect(None).expect("collect");
+        assert_eq!(vs.stats().versions, 0, "no snapshot is left");
     }
 
     /// A snapshot reads the before-image of the oldest newer version; newer

@@ -444,7 +444,16 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
                 .commit_section_ns
                 .fetch_add(held, Ordering::Relaxed);
             match r? {
-                Applied::Done(lsn) => return Ok(lsn),
+                Applied::Done(lsn) => {
+                    // Versions no snapshot needs go outside the section. An
+                    // iterator of this transaction holding its snapshot may
+                    // read on after the commit: then the snapshot is not
+                    // only its own.
+                    let snap = self.snap();
+                    let own = (Arc::strong_count(snap) == 1).then(|| snap.csn());
+                    inner.versions.collect(own)?;
+                    return Ok(lsn);
+                }
                 Applied::Missed(page) => {
                     assert!(!read_through, "the last try reads what it misses");
                     inner.counters.commit_misses.fetch_add(1, Ordering::Relaxed);
@@ -506,12 +515,8 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
             }
         };
         *meta = new_meta;
-        // Published before the tree lock is let go. An iterator of this
-        // transaction holding its snapshot may read on after the commit:
-        // then the snapshot is not only its own.
-        let snap = self.snap();
-        let own = (Arc::strong_count(snap) == 1).then(|| snap.csn());
-        inner.versions.publish(csn, own)?;
+        // Published before the tree lock is let go.
+        inner.versions.publish(csn)?;
         inner.counters.add_page_records(counts);
         Ok(Applied::Done(lsn))
     }
