@@ -526,3 +526,46 @@ fn serial_writers_run_one_at_a_time() {
         .commit()
         .expect("commit");
 }
+
+/// A commit changes a key from the descent that found it only while the
+/// tree's structure is the one that descent saw. A transaction that locked
+/// its keys with `get_for_update` before another commit split every leaf
+/// they were in still puts and deletes them where the tree holds them now.
+#[test]
+fn a_commit_after_its_keys_leaves_split_changes_them_where_they_are() {
+    let (_dir, db) = open();
+    let key = |i: u32| format!("k{i:06}").into_bytes();
+    let mut w = db.begin_write().expect("begin");
+    for i in 0..200 {
+        w.put(&key(i * 10), &[1; 100]).expect("put");
+    }
+    w.commit().expect("commit");
+    let picked = [50, 950, 1500, 1990];
+    let mut t = db.begin_write().expect("begin");
+    for i in picked {
+        assert_eq!(
+            t.get_for_update(&key(i)).expect("locked read"),
+            Some(vec![1; 100])
+        );
+    }
+    let mut other = db.begin_write().expect("begin");
+    for i in 0..2000 {
+        other.put(&key(i * 10 + 5), &[2; 100]).expect("put");
+    }
+    other.commit().expect("the keys between split every leaf");
+    t.put(&key(picked[0]), b"new0").expect("put");
+    t.put(&key(picked[1]), b"new1").expect("put");
+    t.delete(&key(picked[2])).expect("delete");
+    t.put(&key(picked[3]), b"new3").expect("put");
+    t.put(&key(picked[3] + 1), b"added").expect("put");
+    t.commit().expect("commit");
+    assert_eq!(read(&db, &key(picked[0])), Some(b"new0".to_vec()));
+    assert_eq!(read(&db, &key(picked[1])), Some(b"new1".to_vec()));
+    assert_eq!(read(&db, &key(picked[2])), None);
+    assert_eq!(read(&db, &key(picked[3])), Some(b"new3".to_vec()));
+    assert_eq!(read(&db, &key(picked[3] + 1)), Some(b"added".to_vec()));
+    let report = db
+        .check()
+        .expect("the tree holds every key within its fences");
+    assert_eq!(report.keys, 200 + 2000 - 1 + 1);
+}

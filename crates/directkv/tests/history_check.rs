@@ -303,7 +303,7 @@ fn sorted(iter: RangeIter<'_>, reversed: bool) -> DbResult<Entries> {
 
 enum Handle<'a> {
     Read(ReadTxn<'a>),
-    Write(WriteTxn<'a>),
+    Write(Box<WriteTxn<'a>>),
 }
 
 impl<'a> Handle<'a> {
@@ -545,7 +545,7 @@ fn run_write(db: &Database, isolation: Isolation, id: u64, ops: &[Op]) -> DbResu
         lock_timeout: LOCK_TIMEOUT,
         ..WriteOptions::default()
     };
-    let mut live = Live::new(Handle::Write(db.begin_write_with(&opts)?), id);
+    let mut live = Live::new(Handle::Write(Box::new(db.begin_write_with(&opts)?)), id);
     for op in ops {
         live.apply(*op)?;
     }

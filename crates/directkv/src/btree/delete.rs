@@ -14,10 +14,10 @@
 //!   shrinking at most [`DEPTH_MAX`] levels; a deeper chain of one-child
 //!   roots is corruption, reported as an error.
 
-use super::descent::{descend, Step};
+use super::descent::Step;
 use super::node::{self, Value};
 use super::overflow::{free_overflow, read_overflow};
-use super::tree::{corrupt, PagesMut, DEPTH_MAX};
+use super::tree::{corrupt, descend_or_follow, PagesMut, Trail, DEPTH_MAX};
 use crate::buffer::Access;
 use crate::error::Result;
 use crate::format::page::PageType;
@@ -27,7 +27,16 @@ use crate::format::page::PageType;
 /// # Errors
 /// Page and logging errors.
 pub fn delete<P: PagesMut>(pages: &mut P, key: &[u8]) -> Result<bool> {
-    delete_keeping(pages, key, false).map(|(found, _)| found)
+    delete_keeping(pages, key, false, None).map(|(found, _)| found)
+}
+
+/// [`delete`], starting from `trail` (a descent for `key` taken while the
+/// tree had the structure it has now) instead of the root when given.
+///
+/// # Errors
+/// As [`delete`]; corruption when the trail's leaf is not a leaf.
+pub fn delete_along<P: PagesMut>(pages: &mut P, key: &[u8], trail: Option<Trail>) -> Result<bool> {
+    delete_keeping(pages, key, false, trail).map(|(found, _)| found)
 }
 
 /// Deletes `key`, like [`delete`], and returns the value it held (`None`:
@@ -36,7 +45,19 @@ pub fn delete<P: PagesMut>(pages: &mut P, key: &[u8]) -> Result<bool> {
 /// # Errors
 /// As [`delete`].
 pub fn remove<P: PagesMut>(pages: &mut P, key: &[u8]) -> Result<Option<Vec<u8>>> {
-    delete_keeping(pages, key, true).map(|(_, before)| before)
+    delete_keeping(pages, key, true, None).map(|(_, before)| before)
+}
+
+/// [`remove`], starting from `trail` as [`delete_along`] does.
+///
+/// # Errors
+/// As [`delete_along`].
+pub fn remove_along<P: PagesMut>(
+    pages: &mut P,
+    key: &[u8],
+    trail: Option<Trail>,
+) -> Result<Option<Vec<u8>>> {
+    delete_keeping(pages, key, true, trail).map(|(_, before)| before)
 }
 
 /// [`delete`]: whether the key was there, and its value when `keep` asks.
@@ -44,9 +65,10 @@ fn delete_keeping<P: PagesMut>(
     pages: &mut P,
     key: &[u8],
     keep: bool,
+    trail: Option<Trail>,
 ) -> Result<(bool, Option<Vec<u8>>)> {
     let root = pages.root();
-    let d = descend(pages, root, key, Access::Normal)?;
+    let d = descend_or_follow(pages, key, trail)?;
     let found = pages.read(d.leaf, Access::Normal, |p| {
         node::search(p, key).ok().map(|i| match node::value(p, i) {
             Value::Overflow { len, page } => (i, Some((len, page)), None),

@@ -12,10 +12,10 @@
 //!   most [`DEPTH_MAX`] long; a root split adds one level.
 //! - Both halves of a split are non-empty (`node::split` asserts it).
 
-use super::descent::{descend, Descent, Step};
+use super::descent::{Descent, Step};
 use super::node::{self, Value};
 use super::overflow::{free_overflow, read_overflow, write_overflow};
-use super::tree::{cell_max, key_max, PagesMut, DEPTH_MAX, VALUE_MAX};
+use super::tree::{cell_max, descend_or_follow, key_max, PagesMut, Trail, DEPTH_MAX, VALUE_MAX};
 use crate::buffer::Access;
 use crate::error::{Error, Result};
 use crate::format::PageId;
@@ -26,7 +26,21 @@ use crate::format::PageId;
 /// [`Error::InvalidArgument`] for a key or value over the limits; page and
 /// logging errors.
 pub fn put<P: PagesMut>(pages: &mut P, key: &[u8], value: &[u8]) -> Result<()> {
-    put_keeping(pages, key, value, false).map(drop)
+    put_keeping(pages, key, value, false, None).map(drop)
+}
+
+/// [`put`], starting from `trail` (a descent for `key` taken while the
+/// tree had the structure it has now) instead of the root when given.
+///
+/// # Errors
+/// As [`put`]; corruption when the trail's leaf is not a leaf.
+pub fn put_along<P: PagesMut>(
+    pages: &mut P,
+    key: &[u8],
+    value: &[u8],
+    trail: Option<Trail>,
+) -> Result<()> {
+    put_keeping(pages, key, value, false, trail).map(drop)
 }
 
 /// Sets `key` to `value`, like [`put`], and returns the value it replaces
@@ -36,7 +50,20 @@ pub fn put<P: PagesMut>(pages: &mut P, key: &[u8], value: &[u8]) -> Result<()> {
 /// # Errors
 /// As [`put`].
 pub fn replace<P: PagesMut>(pages: &mut P, key: &[u8], value: &[u8]) -> Result<Option<Vec<u8>>> {
-    put_keeping(pages, key, value, true)
+    put_keeping(pages, key, value, true, None)
+}
+
+/// [`replace`], starting from `trail` as [`put_along`] does.
+///
+/// # Errors
+/// As [`put_along`].
+pub fn replace_along<P: PagesMut>(
+    pages: &mut P,
+    key: &[u8],
+    value: &[u8],
+    trail: Option<Trail>,
+) -> Result<Option<Vec<u8>>> {
+    put_keeping(pages, key, value, true, trail)
 }
 
 /// [`put`], returning the replaced value when `keep` asks for it.
@@ -45,6 +72,7 @@ fn put_keeping<P: PagesMut>(
     key: &[u8],
     value: &[u8],
     keep: bool,
+    trail: Option<Trail>,
 ) -> Result<Option<Vec<u8>>> {
     check_sizes(pages.page_bytes(), key, value)?;
     let page_bytes = pages.page_bytes();
@@ -61,8 +89,7 @@ fn put_keeping<P: PagesMut>(
         node::leaf_cell_bytes(key, &stored) <= cell_max(page_bytes),
         "a stored cell is at most a quarter page"
     );
-    let root = pages.root();
-    let d = descend(pages, root, key, Access::Normal)?;
+    let d = descend_or_follow(pages, key, trail)?;
     let old = pages.read(d.leaf, Access::Normal, |p| {
         node::search(p, key).ok().map(|i| match node::value(p, i) {
             Value::Inline(b) => OldValue::Inline(keep.then(|| b.to_vec())),

@@ -28,7 +28,7 @@
 
 use std::ops::Bound;
 
-use super::descent::descend;
+use super::descent::{descend, Descent};
 use super::node::{self, Value};
 use super::overflow::read_overflow;
 use crate::buffer::Access;
@@ -36,8 +36,8 @@ use crate::error::{Error, Result};
 use crate::format::page::{PageType, PAGE_HEADER_BYTES, PAGE_SIZES};
 use crate::format::PageId;
 
-pub use super::delete::{delete, remove};
-pub use super::insert::{put, replace};
+pub use super::delete::{delete, delete_along, remove, remove_along};
+pub use super::insert::{put, put_along, replace, replace_along};
 pub use super::scan::{following_leaves, scan_forward, scan_reverse};
 
 /// The deepest tree allowed. At 4 KiB pages and 1 KiB keys a branch holds at
@@ -131,11 +131,30 @@ pub(super) fn corrupt(page_bytes: usize, no: PageId, what: &str) -> Error {
     }
 }
 
+/// Where a descent for a key ended: the path from the root and the leaf.
+/// A change of that key can start there instead of descending again, but
+/// it is the tree's path only while the tree's structure is unchanged since
+/// the descent: whoever keeps a trail checks that before handing it back
+/// (see `db::shape`). The leaf's type is checked again where it is used.
+pub struct Trail(pub(super) Descent);
+
 /// Looks `key` up.
 ///
 /// # Errors
 /// Page read and verification errors.
 pub fn get<P: Pages>(pages: &P, root: PageId, key: &[u8]) -> Result<Option<Vec<u8>>> {
+    get_traced(pages, root, key).map(|(v, _)| v)
+}
+
+/// Looks `key` up, like [`get`], and returns the trail its descent took.
+///
+/// # Errors
+/// As [`get`].
+pub fn get_traced<P: Pages>(
+    pages: &P,
+    root: PageId,
+    key: &[u8],
+) -> Result<(Option<Vec<u8>>, Trail)> {
     let d = descend(pages, root, key, Access::Normal)?;
     let found = pages.read(d.leaf, Access::Normal, |p| {
         // Read again by number after the descent: a lock-free reader may
@@ -148,11 +167,30 @@ pub fn get<P: Pages>(pages: &P, root: PageId, key: &[u8]) -> Result<Option<Vec<u
             Value::Overflow { len, page } => Err((len, page)),
         }))
     })??;
-    match found {
-        None => Ok(None),
-        Some(Ok(v)) => Ok(Some(v)),
-        Some(Err((len, page))) => read_overflow(pages, page, len as usize).map(Some),
+    let v = match found {
+        None => None,
+        Some(Ok(v)) => Some(v),
+        Some(Err((len, page))) => Some(read_overflow(pages, page, len as usize)?),
+    };
+    Ok((v, Trail(d)))
+}
+
+/// The descent for `key`: `trail` when given (its leaf checked to be a
+/// leaf), else a new one from the root.
+pub(super) fn descend_or_follow<P: PagesMut>(
+    pages: &P,
+    key: &[u8],
+    trail: Option<Trail>,
+) -> Result<Descent> {
+    let Some(Trail(d)) = trail else {
+        return descend(pages, pages.root(), key, Access::Normal);
+    };
+    assert!(d.path.len() < DEPTH_MAX, "a path within the depth bound");
+    let leaf = pages.read(d.leaf, Access::Normal, node::is_leaf)?;
+    if !leaf {
+        return Err(corrupt(pages.page_bytes(), d.leaf, "expected a leaf"));
     }
+    Ok(d)
 }
 
 /// Key-value pairs.

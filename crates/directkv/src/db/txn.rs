@@ -106,6 +106,15 @@ fn read_tree<S: Storage, R>(
     inner: &Inner<S>,
     op: impl Fn(&PoolPages<'_, S>, PageId) -> Result<R>,
 ) -> Result<R> {
+    read_tree_at(inner, op).map(|(r, _)| r)
+}
+
+/// [`read_tree`], also returning the structure sequence the result was
+/// read at: the tree had that structure all through the read.
+fn read_tree_at<S: Storage, R>(
+    inner: &Inner<S>,
+    op: impl Fn(&PoolPages<'_, S>, PageId) -> Result<R>,
+) -> Result<(R, u64)> {
     inner.health.check()?;
     let _guard = PanicGuard(&inner.health);
     let pages = PoolPages { inner };
@@ -118,15 +127,20 @@ fn read_tree<S: Storage, R>(
         // An error may come of a path a change crossed: judged after.
         let r = op(&pages, root);
         if inner.shape.unchanged(seq) {
-            return inner.health.observe(r);
+            return inner.health.observe(r).map(|r| (r, seq));
         }
         inner.counters.shape_retries.fetch_add(1, Ordering::Relaxed);
     }
     let meta = inner.health.observe(health::read(&inner.tree))?;
     assert_eq!(meta.root, inner.shape.root(), "no commit applies");
+    let (seq, root) = inner
+        .shape
+        .stable()
+        .expect("no structure change while the tree is shared");
+    assert_eq!(root, meta.root, "the shape's root is the tree's");
     let r = op(&pages, meta.root);
     drop(meta);
-    inner.health.observe(r)
+    inner.health.observe(r).map(|r| (r, seq))
 }
 
 /// Reads `key` as the tree holds it: the latest committed value, or one a
@@ -134,6 +148,31 @@ fn read_tree<S: Storage, R>(
 /// version store as [`get_at`] does).
 pub(crate) fn get_committed<S: Storage>(inner: &Inner<S>, key: &[u8]) -> Result<Option<Vec<u8>>> {
     read_tree(inner, |pages, root| tree::get(pages, root, key))
+}
+
+/// [`get_committed`], also returning the trail of its descent and the
+/// structure sequence it holds for: a commit may start its change of `key`
+/// there while the sequence is unchanged.
+pub(crate) fn get_committed_traced<S: Storage>(
+    inner: &Inner<S>,
+    key: &[u8],
+) -> Result<(Option<Vec<u8>>, Traced)> {
+    let ((v, trail), seq) = read_tree_at(inner, |pages, root| tree::get_traced(pages, root, key))?;
+    Ok((v, Traced { seq, trail }))
+}
+
+/// A descent's trail and the structure sequence it was taken at.
+pub(crate) struct Traced {
+    seq: u64,
+    trail: tree::Trail,
+}
+
+impl Traced {
+    /// The trail, if the tree's structure is still the one it was taken
+    /// in (no structure change began since).
+    pub(crate) fn valid<S: Storage>(self, inner: &Inner<S>) -> Option<tree::Trail> {
+        inner.shape.unchanged(self.seq).then_some(self.trail)
+    }
 }
 
 /// Reads `key` as of snapshot `snap`: the tree first, then the versions
@@ -578,6 +617,55 @@ mod tests {
                 .expect("get")
                 .as_deref(),
             Some(&b"old"[..])
+        );
+    }
+
+    /// A trail is valid only while no structure change began since it was
+    /// taken; one whose leaf was freed since (a misuse the sequence check
+    /// prevents) is refused as corruption, never followed into a page that
+    /// is no longer a leaf.
+    #[test]
+    fn a_trail_is_valid_until_the_structure_changes_and_checked_when_used() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let opts = Options {
+            page_bytes: 4096,
+            ..Options::default()
+        };
+        let db = Database::open(dir.path(), opts).expect("open");
+        let key = |i: u32| format!("k{i:05}").into_bytes();
+        let mut w = db.begin_write().expect("begin");
+        for i in 0..400 {
+            w.put(&key(i), &[3; 60]).expect("put");
+        }
+        w.commit().expect("commit");
+        let inner = &*db.inner;
+        let (v, traced) = super::get_committed_traced(inner, &key(0)).expect("read");
+        assert_eq!(v, Some(vec![3; 60]));
+        let (_, fresh) = super::get_committed_traced(inner, &key(1)).expect("read");
+        assert!(fresh.valid(inner).is_some(), "nothing changed since");
+        let (_, stale) = super::get_committed_traced(inner, &key(1)).expect("read");
+        // Emptying the first leaf frees it: a structure change.
+        let mut w = db.begin_write().expect("begin");
+        for i in 0..=200 {
+            w.delete(&key(i)).expect("delete");
+        }
+        w.commit().expect("commit");
+        assert!(stale.valid(inner).is_none(), "the structure changed");
+        let section = crate::health::lock(&inner.committer).expect("section");
+        let meta = crate::health::write(&inner.tree).expect("tree lock");
+        let horizon = Lsn::new(inner.fpi_horizon.load(Ordering::Acquire));
+        let mut ctx = CommitCtx::new(inner, *meta, inner.next_txn(), horizon);
+        let followed = tree::put_along(&mut ctx, &key(0), b"v", Some(traced.trail));
+        assert!(
+            matches!(followed, Err(crate::Error::Corruption { .. })),
+            "{followed:?}"
+        );
+        ctx.rollback();
+        drop(meta);
+        drop(section);
+        assert_eq!(
+            db.begin_read().expect("read").get(&key(0)).expect("get"),
+            None
         );
     }
 }

@@ -11,11 +11,12 @@
 //! 1. *warm*: each key it writes is looked up outside every lock (unless
 //!    `get_for_update` read it), for its before-image, so the pages its
 //!    change needs are in the pool (cache misses of many transactions
-//!    overlap here);
+//!    overlap here); each look-up keeps the trail of its descent;
 //! 2. the *commit section*, one transaction at a time (a gate a running
 //!    thread takes when it is free, then the tree's write lock): validate, stage the
-//!    before-images for snapshots, apply to the tree and the log, publish
-//!    the new commit to snapshots. Readers do not wait for it. It never
+//!    before-images for snapshots, apply to the tree (each key from its
+//!    trail while no structure change began since the trail was taken)
+//!    and the log, publish the new commit to snapshots. Readers do not wait for it. It never
 //!    reads the disk: a page found missing rolls the attempt back, the gate
 //!    is let go, the page read, and the section entered again;
 //! 3. the row locks go (early lock release), the snapshot ends, and the
@@ -49,7 +50,7 @@ use std::time::Instant;
 use super::commit::{Applied, CommitCtx};
 use super::engine::Inner;
 use super::options::{Isolation, WriteOptions};
-use super::txn::{self, RangeIter};
+use super::txn::{self, RangeIter, Traced};
 use super::versions::{Before, CommitVersions, KeyRange, Snapshot};
 use super::Durability;
 use crate::btree::tree;
@@ -89,6 +90,9 @@ pub struct WriteTxn<'db, S: Storage = crate::io::OsStorage> {
     /// writes are based on the latest, not the snapshot, and the value
     /// stays the latest while the lock is held.
     for_update: BTreeMap<Vec<u8>, Before>,
+    /// The trails of the descents `get_for_update` took: its commit may
+    /// change those keys from there while the tree's structure holds.
+    trails: BTreeMap<Vec<u8>, Traced>,
     /// What it read from its snapshot (Serializable only).
     read_set: Mutex<ReadSet>,
     /// Set when it was a deadlock's victim: it can only end.
@@ -128,6 +132,7 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
             writes: BTreeMap::new(),
             locked: Vec::new(),
             for_update: BTreeMap::new(),
+            trails: BTreeMap::new(),
             read_set: Mutex::new(ReadSet::default()),
             victim: None,
         })
@@ -272,8 +277,9 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
         if let Some(v) = self.for_update.get(key) {
             return Ok(v.clone());
         }
-        let v = txn::get_committed(self.inner, key)?;
+        let (v, traced) = txn::get_committed_traced(self.inner, key)?;
         self.for_update.insert(key.to_vec(), v.clone());
+        self.trails.insert(key.to_vec(), traced);
         Ok(v)
     }
 
@@ -362,8 +368,8 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
             self.end();
             return self.count_refusal(r).map(|()| self.inner.wal().end_lsn());
         }
-        let befores = self.warm(&writes)?;
-        let lsn = self.commit_section(&writes, &befores);
+        let (befores, trails) = self.warm(&writes)?;
+        let lsn = self.commit_section(&writes, &befores, trails);
         self.end();
         assert!(self.locked.is_empty(), "row locks go before the sync");
         let lsn = match self.count_refusal(lsn) {
@@ -396,27 +402,37 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
     }
 
     /// Reads, outside every lock, the latest committed value of each key
-    /// it writes: the before-images its commit stages for snapshots. A key
+    /// it writes: the before-images its commit stages for snapshots, with
+    /// the trails of the descents that found them (in key order). A key
     /// read with `get_for_update` is not read again. Each key's row lock is
     /// held, so no other commit changes these values before this one; and
     /// the pages the commit will change are brought into the pool here
     /// (the cache misses of many transactions overlap).
-    fn warm(&self, writes: &BTreeMap<Vec<u8>, Option<Vec<u8>>>) -> Result<CommitVersions> {
+    fn warm(
+        &mut self,
+        writes: &BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    ) -> Result<(CommitVersions, Vec<Option<Traced>>)> {
         assert_eq!(
             self.locked.len(),
             self.locked.iter().collect::<BTreeSet<_>>().len(),
             "a row lock is held once"
         );
         let mut befores = Vec::with_capacity(writes.len());
+        let mut trails = Vec::with_capacity(writes.len());
         for k in writes.keys() {
-            let before = match self.for_update.get(k) {
-                Some(v) => v.clone(),
-                None => txn::get_committed(self.inner, k)?,
+            let (before, trail) = match self.for_update.get(k) {
+                Some(v) => (v.clone(), self.trails.remove(k)),
+                None => {
+                    let (v, traced) = txn::get_committed_traced(self.inner, k)?;
+                    (v, Some(traced))
+                }
             };
             befores.push((k.clone(), before));
+            trails.push(trail);
         }
         assert_eq!(befores.len(), writes.len(), "a before-image per key");
-        Ok(befores)
+        assert_eq!(trails.len(), writes.len(), "a trail, or none, per key");
+        Ok((befores, trails))
     }
 
     /// Enters the commit section until an attempt needs no page it lacks;
@@ -425,8 +441,12 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
         &self,
         writes: &BTreeMap<Vec<u8>, Option<Vec<u8>>>,
         befores: &CommitVersions,
+        trails: Vec<Option<Traced>>,
     ) -> Result<Lsn> {
         let inner = self.inner;
+        // The first attempt follows the trails; one that missed a page
+        // rolled back inside a structure change, which ends them anyway.
+        let mut trails = Some(trails);
         for attempt in 0..=COMMIT_MISSES_MAX {
             let read_through = attempt == COMMIT_MISSES_MAX;
             // The versions to stage, copied before the gate: the section
@@ -436,7 +456,8 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
             let section = health::lock(&inner.committer)?;
             let entered = Instant::now();
             inner.counters.commit_wait.record(entered - t);
-            let r = self.apply(writes, befores, staged, read_through);
+            let trails = trails.take().unwrap_or_default();
+            let r = self.apply(writes, befores, staged, trails, read_through);
             drop(section);
             let held = u64::try_from(entered.elapsed().as_nanos()).unwrap_or(u64::MAX);
             inner
@@ -470,13 +491,15 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
 
     /// Validates and applies the transaction under the tree's write lock:
     /// its before-images staged for snapshots first (`staged`, a copy of
-    /// `befores` made before the gate), then its pages changed, then its
-    /// commit published.
+    /// `befores` made before the gate), then its pages changed (each key
+    /// from its trail while the tree's structure is the one the trail was
+    /// taken in, else from the root), then its commit published.
     fn apply(
         &self,
         writes: &BTreeMap<Vec<u8>, Option<Vec<u8>>>,
         befores: &CommitVersions,
         staged: CommitVersions,
+        trails: Vec<Option<Traced>>,
         read_through: bool,
     ) -> Result<Applied> {
         let inner = self.inner;
@@ -489,9 +512,12 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
         ctx.read_through = read_through;
         let csn = inner.versions.visible() + 1;
         inner.versions.stage(csn, staged)?;
+        let mut trails = trails.into_iter();
         for ((k, v), (bk, before)) in writes.iter().zip(befores) {
             assert_eq!(k, bk, "before-images are in key order");
-            if let Err(e) = apply_one(&mut ctx, k, v, before) {
+            // Checked before each key: the one before may have split a page.
+            let trail = trails.next().flatten().and_then(|t| t.valid(inner));
+            if let Err(e) = apply_one(&mut ctx, k, v, before, trail) {
                 let (missed, held) = (ctx.missed(), ctx.held_pages());
                 ctx.rollback();
                 inner.versions.retract(csn);
@@ -564,20 +590,21 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
     }
 }
 
-/// Applies one write, whose key held `before` (staged already), and ends
-/// the structure change it needed, if any.
+/// Applies one write, whose key held `before` (staged already), from
+/// `trail` when given, and ends the structure change it needed, if any.
 fn apply_one<S: Storage>(
     ctx: &mut CommitCtx<'_, S>,
     k: &[u8],
     v: &Option<Vec<u8>>,
     before: &Option<Vec<u8>>,
+    trail: Option<tree::Trail>,
 ) -> Result<()> {
     if cfg!(debug_assertions) {
         // The tree hands back the value it replaces (copying it, and
         // reading an overflow chain: too dear for release builds).
         let old = match v {
-            Some(v) => tree::replace(ctx, k, v)?,
-            None => tree::remove(ctx, k)?,
+            Some(v) => tree::replace_along(ctx, k, v, trail)?,
+            None => tree::remove_along(ctx, k, trail)?,
         };
         assert_eq!(
             &old, before,
@@ -585,8 +612,8 @@ fn apply_one<S: Storage>(
         );
     } else {
         match v {
-            Some(v) => tree::put(ctx, k, v)?,
-            None => drop(tree::delete(ctx, k)?),
+            Some(v) => tree::put_along(ctx, k, v, trail)?,
+            None => drop(tree::delete_along(ctx, k, trail)?),
         }
     }
     ctx.settle();
