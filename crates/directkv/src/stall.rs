@@ -22,30 +22,9 @@ thread_local! {
     static BACKGROUND: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Marks the calling thread as one of the engine's background threads: its
-/// waits are not stalls, and it runs as a batch thread.
-///
-/// A batch thread gets its fair share of the CPU, but its wake-ups never
-/// preempt a running thread. A cleaner or checkpointer woken by its timer or
-/// its I/O would otherwise take the CPU from a foreground thread, which may
-/// be the one in the commit section, while every other committer waits.
+/// Marks the calling thread as one of the engine's background threads.
 pub(crate) fn mark_background_thread() {
     BACKGROUND.with(|b| b.set(true));
-    run_as_batch();
-}
-
-/// Asks the kernel to schedule the calling thread as a batch thread. Best
-/// effort: a kernel or sandbox that refuses leaves it as it was.
-fn run_as_batch() {
-    #[cfg(target_os = "linux")]
-    {
-        let param = libc::sched_param { sched_priority: 0 };
-        // SAFETY: `param` is a valid, initialized sched_param that outlives
-        // the call; pid 0 names the calling thread; SCHED_BATCH takes
-        // priority 0 and needs no privilege. The call has no other effect on
-        // memory.
-        let _ = unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) };
-    }
 }
 
 /// Whether the calling thread is one of the engine's background threads.
@@ -162,19 +141,6 @@ mod tests {
         assert_eq!(bucket_upper_ms(0), Some(2));
         assert_eq!(bucket_upper_ms(6), Some(128));
         assert_eq!(bucket_upper_ms(BUCKETS - 1), None);
-    }
-
-    #[test]
-    #[cfg(target_os = "linux")]
-    fn background_threads_run_as_batch_threads() {
-        std::thread::spawn(|| {
-            mark_background_thread();
-            // SAFETY: pid 0 names the calling thread; no memory is touched.
-            let after = unsafe { libc::sched_getscheduler(0) };
-            assert_eq!(after, libc::SCHED_BATCH);
-        })
-        .join()
-        .expect("thread");
     }
 
     #[test]
