@@ -533,7 +533,14 @@ fn serial_writers_run_one_at_a_time() {
 /// they were in still puts and deletes them where the tree holds them now.
 #[test]
 fn a_commit_after_its_keys_leaves_split_changes_them_where_they_are() {
-    let (_dir, db) = open();
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Room for the versions the other commit makes while this one's
+    // snapshot is live.
+    let opts = Options {
+        version_store_bytes: Some(8 << 20),
+        ..opts()
+    };
+    let db = Database::open(dir.path(), opts).expect("open");
     let key = |i: u32| format!("k{i:06}").into_bytes();
     let mut w = db.begin_write().expect("begin");
     for i in 0..200 {
@@ -568,4 +575,43 @@ fn a_commit_after_its_keys_leaves_split_changes_them_where_they_are() {
         .check()
         .expect("the tree holds every key within its fences");
     assert_eq!(report.keys, 200 + 2000 - 1 + 1);
+}
+
+/// A trail stays valid across commits that change its leaf without moving
+/// keys between leaves: a transaction that locked its keys, then saw other
+/// commits change and insert keys in the same leaves (no split), writes its
+/// keys from its trails, and every key is where a lookup finds it.
+#[test]
+fn a_commit_after_its_keys_leaves_changed_in_place_changes_them_there() {
+    let (_dir, db) = open();
+    let key = |i: u32| format!("k{i:06}").into_bytes();
+    let mut w = db.begin_write().expect("begin");
+    for i in 0..60 {
+        w.put(&key(i * 10), &[1; 20]).expect("put");
+    }
+    w.commit().expect("commit");
+    let mut t = db.begin_write().expect("begin");
+    for i in [0, 300, 590] {
+        assert_eq!(
+            t.get_for_update(&key(i)).expect("locked read"),
+            Some(vec![1; 20])
+        );
+    }
+    for i in 0..20 {
+        let mut other = db.begin_write().expect("begin");
+        other.put(&key(i * 10 + 3), &[2; 20]).expect("put");
+        other.put(&key(i * 10 + 10), &[3; 20]).expect("put");
+        other.commit().expect("a change in place");
+    }
+    t.put(&key(0), b"new0").expect("put");
+    t.delete(&key(300)).expect("delete");
+    t.put(&key(590), b"new590").expect("put");
+    t.commit().expect("commit");
+    assert_eq!(read(&db, &key(0)), Some(b"new0".to_vec()));
+    assert_eq!(read(&db, &key(300)), None);
+    assert_eq!(read(&db, &key(590)), Some(b"new590".to_vec()));
+    assert_eq!(read(&db, &key(103)), Some(vec![2; 20]));
+    assert_eq!(read(&db, &key(100)), Some(vec![3; 20]));
+    let report = db.check().expect("the tree is whole");
+    assert_eq!(report.keys, 60 + 20 - 1);
 }

@@ -186,6 +186,11 @@ pub(super) fn descend_or_follow<P: PagesMut>(
         return descend(pages, pages.root(), key, Access::Normal);
     };
     assert!(d.path.len() < DEPTH_MAX, "a path within the depth bound");
+    assert!(
+        d.lower.as_deref().is_none_or(|low| low <= key)
+            && d.upper.as_deref().is_none_or(|up| key < up),
+        "a trail is followed only for a key within its leaf's fences"
+    );
     let leaf = pages.read(d.leaf, Access::Normal, node::is_leaf)?;
     if !leaf {
         return Err(corrupt(pages.page_bytes(), d.leaf, "expected a leaf"));

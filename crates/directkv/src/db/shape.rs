@@ -26,6 +26,12 @@
 //! nothing it read was changed by a structure change, its path was the
 //! tree's path all along.
 //!
+//! The commit section relies on the same sequence for the trails of its
+//! own earlier descents (`btree::tree::Trail`): over any interval in which
+//! the sequence stayed equal and even, no branch changed, no page was freed
+//! or split and the root did not move, so every key is in the leaf it was
+//! in and a path read then is the tree's path still.
+//!
 //! Invariants:
 //! - The sequence is odd exactly while a commit is changing the structure;
 //!   only the commit section (one committer at a time) moves it.

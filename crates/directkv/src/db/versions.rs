@@ -21,13 +21,16 @@
 //! - The published CSN only grows; one commit is staged at a time (the
 //!   commit section's).
 //! - Versions with CSN at or below the oldest live snapshot are dropped by
-//!   each commit right after its commit section: no snapshot can need
-//!   them. When the store exceeds its cap, the oldest snapshots are given
-//!   up (their next read is [`Error::SnapshotTooOld`]) until it fits: a
-//!   snapshot never reads a wrong value, and the store never grows past the
-//!   cap for long (by the versions of the commits that have published but
-//!   not yet collected, one per committing thread at most, or of one commit
-//!   when no snapshot is left to give up).
+//!   each commit once it has ended (outside the commit section): no
+//!   snapshot can need them. When the store exceeds its cap, the oldest
+//!   snapshots are given up (their next read is [`Error::SnapshotTooOld`])
+//!   until it fits, except one of the published commit, which needs only
+//!   the versions of a commit still being applied: a snapshot never reads a
+//!   wrong value, a new snapshot is never too old, and the store never
+//!   grows past the cap for long (by the versions of the commit being
+//!   applied and of those that ended their section but have not collected
+//!   yet, at most one per committing thread, or of one commit when no
+//!   snapshot is left to give up).
 //! - Lock order: tree, then the store, then the registry.
 
 use std::collections::{BTreeMap, VecDeque};
@@ -266,20 +269,19 @@ impl VersionStore {
         Ok(())
     }
 
-    /// Drops the versions no live snapshot needs (`own`, the committing
-    /// transaction's snapshot when nothing else holds it, not counted
-    /// once: it never reads again), giving up the oldest snapshots while
-    /// the store is over its cap. Called by each commit after its commit
-    /// section, so the next commit's section does not wait for it; the
-    /// memory is freed after the store's lock is let go.
+    /// Drops the versions no live snapshot needs, giving up the oldest
+    /// snapshots while the store is over its cap. Called by each commit
+    /// once it has ended its own snapshot and let its row locks go, outside
+    /// the commit section; the memory it drops is freed after the store's
+    /// lock is let go.
     ///
     /// # Errors
     /// [`Error::Poisoned`] when a thread panicked holding the store.
-    pub(super) fn collect(&self, own: Option<u64>) -> Result<()> {
+    pub(super) fn collect(&self) -> Result<()> {
         let mut garbage = Garbage::default();
         {
             let mut store = health::write(&self.store)?;
-            self.collect_into(&mut store, own, &mut garbage);
+            self.collect_into(&mut store, &mut garbage);
         }
         drop(garbage);
         Ok(())
@@ -287,32 +289,34 @@ impl VersionStore {
 
     /// [`collect`](Self::collect) under the store's lock: what it drops goes
     /// to `garbage`.
-    fn collect_into(&self, store: &mut Store, own: Option<u64>, garbage: &mut Garbage) {
+    fn collect_into(&self, store: &mut Store, garbage: &mut Garbage) {
         let mut reg = health::lock_even_poisoned(&self.registry);
+        // Publishing takes the store's lock, held here: this stays the
+        // published commit throughout.
+        let visible = self.visible();
         loop {
-            let needed = |(&csn, &(count, _)): (&u64, &(usize, Instant))| {
+            let oldest = reg.live.iter().next().map(|(&csn, &(count, _))| {
                 assert!(count > 0, "a registered CSN counts its snapshots");
-                (Some(csn) != own || count > 1).then_some(csn)
-            };
-            let horizon = reg
-                .live
-                .iter()
-                .find_map(needed)
-                .unwrap_or_else(|| self.visible());
-            drop_through(store, horizon, garbage);
+                assert!(csn <= visible, "a snapshot is of a published commit");
+                (csn, count)
+            });
+            drop_through(store, oldest.map_or(visible, |o| o.0), garbage);
             if store.bytes <= self.cap_bytes {
                 break;
             }
-            let Some((&oldest, &(count, _))) = reg.live.iter().next() else {
+            // A snapshot of the published commit needs only the versions of
+            // a commit being applied (staged, not published): giving it up
+            // would free nothing.
+            let Some((csn, count)) = oldest.filter(|o| o.0 < visible) else {
                 break;
             };
-            reg.live.remove(&oldest);
-            self.too_old_below.store(oldest + 1, Ordering::Release);
+            reg.live.remove(&csn);
+            self.too_old_below.store(csn + 1, Ordering::Release);
             self.given_up.fetch_add(count as u64, Ordering::Relaxed);
         }
         assert!(
-            store.bytes <= self.cap_bytes || reg.live.is_empty(),
-            "over the cap only while no snapshot is left to give up"
+            store.bytes <= self.cap_bytes || reg.live.keys().next().is_none_or(|&c| c == visible),
+            "over the cap only while no snapshot is left whose end frees a version"
         );
         assert_eq!(
             store.versions == 0,
@@ -417,9 +421,9 @@ impl VersionStore {
         mut keys: impl Iterator<Item = &'k [u8]>,
         ranges: &[KeyRange],
     ) -> Result<Option<(Vec<u8>, &'static str)>> {
-        // The store's lock first: a publish (which may give the snapshot up
-        // and drop versions it needs) cannot run between the liveness check
-        // and the look-up.
+        // The store's lock first: a collection (which may give the snapshot
+        // up and drop versions it needs) cannot run between the liveness
+        // check and the look-up.
         let store = health::read(&self.store)?;
         self.check_live(csn)?;
         let visible = self.visible();
@@ -570,7 +574,7 @@ mod tests {
     fn commit(vs: &VersionStore, csn: u64, versions: CommitVersions) -> Result<()> {
         vs.stage(csn, versions)?;
         vs.publish(csn)?;
-        vs.collect(None)
+        vs.collect()
     }
 
     fn some(v: &[u8]) -> Before {
@@ -578,50 +582,58 @@ mod tests {
     }
 
     /// Publishing drops nothing: the versions a commit leaves behind go when
-    /// its thread collects, after its commit section. The committer's own
-    /// snapshot counts once less, and only once.
+    /// a committer collects, once no snapshot needs them.
     #[test]
-    fn publishing_keeps_versions_until_the_committer_collects() {
+    fn publishing_keeps_versions_until_a_committer_collects() {
         let vs = VersionStore::new(1 << 20);
-        let own = Snapshot::take(&vs).expect("registers");
+        let reader = Snapshot::take(&vs).expect("registers");
         vs.stage(1, vec![(b"a".to_vec(), None)]).expect("stage");
         vs.publish(1).expect("publish");
         assert_eq!(vs.visible(), 1);
-        assert_eq!(vs.stats().versions, 1, "publishing drops nothing");
-        let other = Snapshot::take(&vs).expect("registers");
-        assert_eq!(other.csn(), 1);
-        vs.collect(Some(own.csn())).expect("collect");
-        assert_eq!(vs.stats().versions, 0, "only the committer needed it");
-        drop(own);
-
+        vs.collect().expect("collect");
+        assert_eq!(vs.stats().versions, 1, "the reader at 0 needs it");
+        drop(reader);
         vs.stage(2, vec![(b"a".to_vec(), some(b"1"))])
             .expect("stage");
         vs.publish(2).expect("publish");
-        let reader = Snapshot::take(&vs).expect("registers");
-        vs.collect(Some(other.csn())).expect("collect");
-        assert_eq!(vs.stats().versions, 0, "no snapshot older than 2 lives");
-        drop((reader, other));
-
-        let older = Snapshot::take(&vs).expect("registers");
-        let same = Snapshot::take(&vs).expect("registers");
-        vs.stage(3, vec![(b"a".to_vec(), some(b"2"))])
-            .expect("stage");
-        vs.publish(3).expect("publish");
-        vs.collect(Some(older.csn())).expect("collect");
-        assert_eq!(
-            vs.stats().versions,
-            1,
-            "a second snapshot at the committer's CSN keeps the version"
-        );
-        assert_eq!(
-            vs.read_at(same.csn(), b"a", some(b"3")).expect("reads"),
-            some(b"2")
-        );
-        drop((older, same));
-        vs.stage(4, vec![]).expect("stage");
-        vs.publish(4).expect("publish");
-        vs.collect(None).expect("collect");
+        assert_eq!(vs.stats().versions, 2, "publishing drops nothing");
+        vs.collect().expect("collect");
         assert_eq!(vs.stats().versions, 0, "no snapshot is left");
+    }
+
+    /// A collection beside a commit being applied: the staged versions
+    /// count against the cap, but a snapshot of the published commit does
+    /// not need them and is not given up for them (a new snapshot is then
+    /// never too old). Once that commit publishes, it does need them.
+    #[test]
+    fn a_staged_commit_over_the_cap_gives_up_no_snapshot_of_the_published_one() {
+        let vs = VersionStore::new(1000);
+        commit(&vs, 1, vec![(b"k".to_vec(), None)]).expect("commit");
+        let older = Snapshot::take(&vs).expect("registers");
+        commit(&vs, 2, vec![(b"j".to_vec(), some(b"x"))]).expect("commit");
+        let newest = Snapshot::take(&vs).expect("registers");
+        vs.stage(3, vec![(b"k".to_vec(), some(&[0; 2000]))])
+            .expect("stage");
+        vs.collect().expect("another committer collects");
+        assert!(
+            vs.check_live(older.csn()).is_err(),
+            "its end freed a version"
+        );
+        vs.check_live(newest.csn())
+            .expect("a snapshot of the published commit");
+        let again = Snapshot::take(&vs).expect("a new snapshot is never too old");
+        assert_eq!(again.csn(), 2);
+        assert_eq!(vs.stats().snapshots_too_old, 1);
+        vs.publish(3).expect("publish");
+        vs.collect().expect("collect");
+        assert!(
+            vs.check_live(newest.csn()).is_err(),
+            "now over the cap for it"
+        );
+        assert_eq!(vs.stats().snapshots_too_old, 3);
+        assert_eq!(vs.stats().versions, 0);
+        drop((older, newest, again));
+        assert!(Snapshot::take(&vs).is_ok());
     }
 
     /// A snapshot reads the before-image of the oldest newer version; newer

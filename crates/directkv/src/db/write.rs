@@ -19,8 +19,9 @@
 //!    and the log, publish the new commit to snapshots. Readers do not wait for it. It never
 //!    reads the disk: a page found missing rolls the attempt back, the gate
 //!    is let go, the page read, and the section entered again;
-//! 3. the row locks go (early lock release), the snapshot ends, and the
-//!    commit waits for its record to be durable outside every lock.
+//! 3. the row locks go (early lock release), the snapshot ends, the
+//!    versions no snapshot needs any more are dropped, and the commit
+//!    waits for its record to be durable outside every lock.
 //!
 //! Validation: under [`Isolation::Serializable`] every key and range the
 //! transaction read from its snapshot must be unchanged since; under
@@ -376,6 +377,10 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
             Err(e) if e.is_retryable() => return Err(e),
             r => self.inner.health.observe(r)?,
         };
+        // Its snapshot has ended (an iterator may still hold it) and its row
+        // locks are gone: the versions no snapshot needs go now, outside
+        // the commit section.
+        self.inner.health.observe(self.inner.versions.collect())?;
         let durability = self.opts.durability.unwrap_or(self.inner.opts.durability);
         if durability == Durability::Sync {
             let t = Instant::now();
@@ -465,16 +470,7 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
                 .commit_section_ns
                 .fetch_add(held, Ordering::Relaxed);
             match r? {
-                Applied::Done(lsn) => {
-                    // Versions no snapshot needs go outside the section. An
-                    // iterator of this transaction holding its snapshot may
-                    // read on after the commit: then the snapshot is not
-                    // only its own.
-                    let snap = self.snap();
-                    let own = (Arc::strong_count(snap) == 1).then(|| snap.csn());
-                    inner.versions.collect(own)?;
-                    return Ok(lsn);
-                }
+                Applied::Done(lsn) => return Ok(lsn),
                 Applied::Missed(page) => {
                     assert!(!read_through, "the last try reads what it misses");
                     inner.counters.commit_misses.fetch_add(1, Ordering::Relaxed);
