@@ -27,6 +27,17 @@ fn open() -> (tempfile::TempDir, Database) {
     (dir, db)
 }
 
+/// [`open`], with a version store of `cap` bytes.
+fn open_with_version_cap(cap: usize) -> (tempfile::TempDir, Database) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let with_cap = Options {
+        version_store_bytes: Some(cap),
+        ..opts()
+    };
+    let db = Database::open(dir.path(), with_cap).expect("open");
+    (dir, db)
+}
+
 fn snapshot_level() -> WriteOptions {
     WriteOptions {
         isolation: Isolation::Snapshot,
@@ -272,12 +283,7 @@ fn an_iterator_outliving_its_write_transaction_keeps_its_snapshot() {
 /// (retryable), never validated against versions that are gone.
 #[test]
 fn a_write_transaction_past_the_version_cap_cannot_commit() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let small = Options {
-        version_store_bytes: Some(256 << 10),
-        ..opts()
-    };
-    let db = Database::open(dir.path(), small).expect("open");
+    let (_dir, db) = open_with_version_cap(256 << 10);
     put(&db, b"a", b"0");
     put(&db, b"b", b"0");
     for i in 0..64u32 {
@@ -533,14 +539,9 @@ fn serial_writers_run_one_at_a_time() {
 /// they were in still puts and deletes them where the tree holds them now.
 #[test]
 fn a_commit_after_its_keys_leaves_split_changes_them_where_they_are() {
-    let dir = tempfile::tempdir().expect("tempdir");
     // Room for the versions the other commit makes while this one's
     // snapshot is live.
-    let opts = Options {
-        version_store_bytes: Some(8 << 20),
-        ..opts()
-    };
-    let db = Database::open(dir.path(), opts).expect("open");
+    let (_dir, db) = open_with_version_cap(8 << 20);
     let key = |i: u32| format!("k{i:06}").into_bytes();
     let mut w = db.begin_write().expect("begin");
     for i in 0..200 {
