@@ -17,7 +17,7 @@
 use super::descent::Step;
 use super::node::{self, Value};
 use super::overflow::{free_overflow, read_overflow};
-use super::tree::{corrupt, descend_or_follow, PagesMut, Trail, DEPTH_MAX};
+use super::tree::{corrupt, descend_or_follow, leaf_or_corrupt, PagesMut, Trail, DEPTH_MAX};
 use crate::buffer::Access;
 use crate::error::Result;
 use crate::format::page::PageType;
@@ -70,11 +70,12 @@ fn delete_keeping<P: PagesMut>(
     let root = pages.root();
     let d = descend_or_follow(pages, key, trail)?;
     let found = pages.read(d.leaf, Access::Normal, |p| {
-        node::search(p, key).ok().map(|i| match node::value(p, i) {
+        let p = leaf_or_corrupt(p, d.leaf)?;
+        Ok(node::search(p, key).ok().map(|i| match node::value(p, i) {
             Value::Overflow { len, page } => (i, Some((len, page)), None),
             Value::Inline(b) => (i, None, keep.then(|| b.to_vec())),
-        })
-    })?;
+        }))
+    })??;
     let Some((i, overflow, inline)) = found else {
         return Ok((false, None));
     };

@@ -15,7 +15,9 @@
 use super::descent::{Descent, Step};
 use super::node::{self, Value};
 use super::overflow::{free_overflow, read_overflow, write_overflow};
-use super::tree::{cell_max, descend_or_follow, key_max, PagesMut, Trail, DEPTH_MAX, VALUE_MAX};
+use super::tree::{
+    cell_max, descend_or_follow, key_max, leaf_or_corrupt, PagesMut, Trail, DEPTH_MAX, VALUE_MAX,
+};
 use crate::buffer::Access;
 use crate::error::{Error, Result};
 use crate::format::PageId;
@@ -91,11 +93,12 @@ fn put_keeping<P: PagesMut>(
     );
     let d = descend_or_follow(pages, key, trail)?;
     let old = pages.read(d.leaf, Access::Normal, |p| {
-        node::search(p, key).ok().map(|i| match node::value(p, i) {
+        let p = leaf_or_corrupt(p, d.leaf)?;
+        Ok(node::search(p, key).ok().map(|i| match node::value(p, i) {
             Value::Inline(b) => OldValue::Inline(keep.then(|| b.to_vec())),
             Value::Overflow { len, page } => OldValue::Overflow(len, page),
-        })
-    })?;
+        }))
+    })??;
     // The replaced value, read before its overflow chain (if any) is freed.
     let before = match &old {
         None => None,

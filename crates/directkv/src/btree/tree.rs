@@ -157,11 +157,9 @@ pub fn get_traced<P: Pages>(
 ) -> Result<(Option<Vec<u8>>, Trail)> {
     let d = descend(pages, root, key, Access::Normal)?;
     let found = pages.read(d.leaf, Access::Normal, |p| {
-        // Read again by number after the descent: a lock-free reader may
-        // find it changed since (its caller then runs again).
-        if !node::is_leaf(p) {
-            return Err(corrupt(pages.page_bytes(), d.leaf, "expected a leaf"));
-        }
+        // A lock-free reader may find it changed since (its caller then
+        // runs again).
+        let p = leaf_or_corrupt(p, d.leaf)?;
         Ok(node::search(p, key).ok().map(|i| match node::value(p, i) {
             Value::Inline(b) => Ok(b.to_vec()),
             Value::Overflow { len, page } => Err((len, page)),
@@ -175,8 +173,8 @@ pub fn get_traced<P: Pages>(
     Ok((v, Trail(d)))
 }
 
-/// The descent for `key`: `trail` when given (its leaf checked to be a
-/// leaf), else a new one from the root.
+/// The descent for `key`: `trail` when given, else a new one from the root.
+/// The caller's read of the leaf checks that it is one ([`leaf_or_corrupt`]).
 pub(super) fn descend_or_follow<P: PagesMut>(
     pages: &P,
     key: &[u8],
@@ -191,11 +189,18 @@ pub(super) fn descend_or_follow<P: PagesMut>(
             && d.upper.as_deref().is_none_or(|up| key < up),
         "a trail is followed only for a key within its leaf's fences"
     );
-    let leaf = pages.read(d.leaf, Access::Normal, node::is_leaf)?;
-    if !leaf {
-        return Err(corrupt(pages.page_bytes(), d.leaf, "expected a leaf"));
-    }
     Ok(d)
+}
+
+/// `p`, page `no`, if it is a leaf: a descent's last page, read again by
+/// number (a followed trail's, or a lock-free reader's that may have
+/// changed since), is checked, never trusted.
+pub(super) fn leaf_or_corrupt(p: &[u8], no: PageId) -> Result<&[u8]> {
+    if node::is_leaf(p) {
+        Ok(p)
+    } else {
+        Err(corrupt(p.len(), no, "expected a leaf"))
+    }
 }
 
 /// Key-value pairs.

@@ -89,11 +89,10 @@ pub struct WriteTxn<'db, S: Storage = crate::io::OsStorage> {
     /// Keys whose latest committed value `get_for_update` read under the
     /// lock before this transaction wrote them, with that value: their
     /// writes are based on the latest, not the snapshot, and the value
-    /// stays the latest while the lock is held.
-    for_update: BTreeMap<Vec<u8>, Before>,
-    /// The trails of the descents `get_for_update` took: its commit may
-    /// change those keys from there while the tree's structure holds.
-    trails: BTreeMap<Vec<u8>, Traced>,
+    /// stays the latest while the lock is held. With each, the trail of the
+    /// descent that read it, until the commit takes it: the commit may
+    /// change the key from there while the tree's structure holds.
+    for_update: BTreeMap<Vec<u8>, (Before, Option<Traced>)>,
     /// What it read from its snapshot (Serializable only).
     read_set: Mutex<ReadSet>,
     /// Set when it was a deadlock's victim: it can only end.
@@ -133,7 +132,6 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
             writes: BTreeMap::new(),
             locked: Vec::new(),
             for_update: BTreeMap::new(),
-            trails: BTreeMap::new(),
             read_set: Mutex::new(ReadSet::default()),
             victim: None,
         })
@@ -247,7 +245,7 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
         if let Some(v) = self.writes.get(key) {
             return Ok(v.clone());
         }
-        if let Some(v) = self.for_update.get(key) {
+        if let Some((v, _)) = self.for_update.get(key) {
             return Ok(v.clone());
         }
         let v = txn::get_at(self.inner, self.snap(), key)?;
@@ -275,12 +273,12 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
             // validation of its writes may skip.
             return Ok(v.clone());
         }
-        if let Some(v) = self.for_update.get(key) {
+        if let Some((v, _)) = self.for_update.get(key) {
             return Ok(v.clone());
         }
         let (v, traced) = txn::get_committed_traced(self.inner, key)?;
-        self.for_update.insert(key.to_vec(), v.clone());
-        self.trails.insert(key.to_vec(), traced);
+        self.for_update
+            .insert(key.to_vec(), (v.clone(), Some(traced)));
         Ok(v)
     }
 
@@ -425,8 +423,8 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
         let mut befores = Vec::with_capacity(writes.len());
         let mut trails = Vec::with_capacity(writes.len());
         for k in writes.keys() {
-            let (before, trail) = match self.for_update.get(k) {
-                Some(v) => (v.clone(), self.trails.remove(k)),
+            let (before, trail) = match self.for_update.get_mut(k) {
+                Some((v, traced)) => (v.clone(), traced.take()),
                 None => {
                     let (v, traced) = txn::get_committed_traced(self.inner, k)?;
                     (v, Some(traced))
