@@ -158,6 +158,13 @@ fn print_io(s: &Value) {
         n("full_page_images"),
         n("full_page_image_bytes")
     );
+    let wal = |k: &str| s["wal"][k].as_u64().unwrap_or(0);
+    println!(
+        "           {} flushes, {:.1} records each, {:.0} µs each writing and syncing",
+        wal("flushes"),
+        wal("records") as f64 / wal("flushes").max(1) as f64,
+        wal("flush_us") as f64 / wal("flushes").max(1) as f64
+    );
     // Every request of the database's files passes the scheduler.
     let sched = &s["io_scheduler"];
     let by_class = |k: &str| -> Vec<u64> {

@@ -75,6 +75,14 @@ fn an_open_database_publishes_its_stats() {
     let wal_requests = doc["stats"]["io_scheduler"]["requests"][0].as_u64();
     assert!(wal_requests >= Some(50), "{wal_requests:?}");
     assert!(text.contains("requests by class: wal "), "{text}");
+    // Each of the 50 one-at-a-time durable commits needed a flush of its
+    // own, and the text gives their count and what each carried.
+    let flushes = doc["stats"]["wal"]["flushes"]
+        .as_u64()
+        .expect("wal.flushes");
+    assert!(flushes >= 50, "{flushes}");
+    assert!(doc["stats"]["wal"]["flush_us"].as_u64() > Some(0));
+    assert!(text.contains(&format!("{flushes} flushes, ")), "{text}");
     // An orderly close withdraws them.
     drop(db);
     let out = stats(dir.path(), false);

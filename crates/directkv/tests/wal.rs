@@ -401,6 +401,7 @@ fn concurrent_committers_share_flushes() {
     let dir = scratch();
     let (wal, _, _) = open(OsStorage::default(), options(dir.path()));
     let wal = Arc::new(wal);
+    let started = std::time::Instant::now();
     let handles: Vec<_> = (0..THREADS)
         .map(|t| {
             let wal = Arc::clone(&wal);
@@ -418,8 +419,18 @@ fn concurrent_committers_share_flushes() {
         h.join().expect("committer");
     }
     let stats = wal.stats();
+    let elapsed_us = started.elapsed().as_micros() as u64;
     assert_eq!(stats.records, (THREADS * COMMITS) as u64);
     assert!(stats.flushes <= stats.records);
+    // One thread's commits wait for one another's flushes.
+    assert!(stats.flushes >= COMMITS as u64, "{stats:?}");
+    // Flushes run one at a time: their time is a share of the time that
+    // passed (what the bench reports as the log's busy share).
+    assert!(
+        stats.flush_us > 0 && stats.flush_us <= elapsed_us,
+        "{} µs flushing in {elapsed_us} µs",
+        stats.flush_us
+    );
     Arc::into_inner(wal)
         .expect("last handle")
         .close()

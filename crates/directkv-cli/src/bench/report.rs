@@ -409,7 +409,7 @@ pub fn print_waits(lines: &[Line<RunReport>]) {
     println!();
     println!("where an operation's time went (mean, microseconds per operation):");
     println!(
-        "{:<22} {:>3} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>9}",
+        "{:<22} {:>3} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>9} {:>8} {:>10}",
         "config",
         "rnd",
         "latency",
@@ -420,7 +420,9 @@ pub fn print_waits(lines: &[Line<RunReport>]) {
         "WAL sync",
         "other",
         "rest",
-        "retries/s"
+        "retries/s",
+        "log busy",
+        "per flush"
     );
     for l in ours {
         let r = &l.row;
@@ -437,9 +439,13 @@ pub fn print_waits(lines: &[Line<RunReport>]) {
         let other = waited - named.iter().sum::<f64>();
         let mean = r.latency.latency_us_mean;
         let [read, writer, commit, rows, sync] = named;
-        let retries = r.txn_per_sec.get("retries").copied().unwrap_or(0.0);
+        let per_sec = |name: &str| r.txn_per_sec.get(name).copied().unwrap_or(0.0);
+        // The share of the run the log spent flushing, and the commits each
+        // flush made durable.
+        let busy = per_sec("wal_flush_us") / 1e4;
+        let per_flush = per_sec("commits") / per_sec("wal_flushes").max(1e-9);
         println!(
-            "{:<22} {:>3} {:>8.0} {:>9.0} {:>9.0} {:>9.0} {:>9.0} {:>9.0} {:>9.0} {:>8.0} {:>9.1}",
+            "{:<22} {:>3} {:>8.0} {:>9.0} {:>9.0} {:>9.0} {:>9.0} {:>9.0} {:>9.0} {:>8.0} {:>9.1} {:>7.0}% {:>10.1}",
             l.config,
             l.round,
             mean,
@@ -450,7 +456,9 @@ pub fn print_waits(lines: &[Line<RunReport>]) {
             sync,
             other,
             mean - waited,
-            retries
+            per_sec("retries"),
+            busy,
+            per_flush
         );
     }
 }
@@ -491,7 +499,9 @@ pub fn print_by_clients(lines: &[Line<RunReport>], clients: &[u64]) {
 
 /// Write transactions' counters per second between two snapshots of this
 /// engine's stats (`Stats::transactions`: conflicts, deadlocks, retries,
-/// lock waits, ...); empty for an engine without them.
+/// lock waits, ...), with the commits (`commits`) and the log's flushes
+/// (`wal_flushes`, and `wal_flush_us`: microseconds spent flushing per
+/// second); empty for an engine without them.
 pub fn txn_per_sec(
     before: &serde_json::Value,
     after: &serde_json::Value,
@@ -500,17 +510,31 @@ pub fn txn_per_sec(
     let Some(counters) = after["transactions"].as_object() else {
         return BTreeMap::new();
     };
+    let rate = |end: &serde_json::Value, start: &serde_json::Value| {
+        let end = end.as_u64()?;
+        Some(end.saturating_sub(start.as_u64().unwrap_or(0)) as f64 / seconds.max(1e-9))
+    };
+    let log = [
+        ("commits", &after["commits"], &before["commits"]),
+        (
+            "wal_flushes",
+            &after["wal"]["flushes"],
+            &before["wal"]["flushes"],
+        ),
+        (
+            "wal_flush_us",
+            &after["wal"]["flush_us"],
+            &before["wal"]["flush_us"],
+        ),
+    ];
     counters
         .iter()
         .filter(|(name, _)| !matches!(name.as_str(), "locked_keys" | "waiting_for_locks"))
-        .filter_map(|(name, v)| {
-            let end = v.as_u64()?;
-            let start = before["transactions"][name].as_u64().unwrap_or(0);
-            Some((
-                name.clone(),
-                end.saturating_sub(start) as f64 / seconds.max(1e-9),
-            ))
-        })
+        .filter_map(|(name, v)| Some((name.clone(), rate(v, &before["transactions"][name])?)))
+        .chain(
+            log.into_iter()
+                .filter_map(|(name, end, start)| Some((name.to_string(), rate(end, start)?))),
+        )
         .collect()
 }
 

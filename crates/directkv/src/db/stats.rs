@@ -208,7 +208,6 @@ pub struct Stats {
     /// Pages written to the data file.
     pub pages_written: u64,
     /// WAL counters.
-    #[serde(skip)]
     pub wal: WalStats,
     /// Bytes written to the WAL.
     pub wal_bytes: u64,

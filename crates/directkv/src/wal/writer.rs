@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::coverage::{self, DiscardedTail};
 use super::format::{
@@ -151,7 +151,7 @@ impl WalOptions {
 }
 
 /// Counters of the log, for `stats()`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct WalStats {
     /// Records appended by callers.
     pub records: u64,
@@ -159,6 +159,11 @@ pub struct WalStats {
     pub payload_bytes: u64,
     /// Flushes (one write plus one sync each).
     pub flushes: u64,
+    /// Microseconds the flushes spent writing and syncing. Over the time
+    /// that passed, it is the share of it the log was flushing: near one,
+    /// the device's syncs bound the commit rate, and only more commits per
+    /// flush (`records / flushes`) raise it.
+    pub flush_us: u64,
     /// Bytes written, padding and flush headers included.
     pub bytes_written: u64,
     /// `flush` calls that found their LSN already durable or waited for another
@@ -340,9 +345,16 @@ pub(super) struct Shared<S: Storage> {
     pub(super) shutdown: AtomicBool,
     /// The background preparer panicked: the log is stopped.
     pub(super) preparer_panicked: AtomicBool,
+    counters: Counters,
+}
+
+/// The log's counters behind [`WalStats`].
+#[derive(Default)]
+struct Counters {
     records: AtomicU64,
     payload_bytes: AtomicU64,
     flushes: AtomicU64,
+    flush_ns: AtomicU64,
     bytes_written: AtomicU64,
     flushes_joined: AtomicU64,
 }
@@ -428,11 +440,7 @@ impl<S: Storage> Wal<S> {
             appended: AtomicU64::new(tail.end.get()),
             shutdown: AtomicBool::new(false),
             preparer_panicked: AtomicBool::new(false),
-            records: AtomicU64::new(0),
-            payload_bytes: AtomicU64::new(0),
-            flushes: AtomicU64::new(0),
-            bytes_written: AtomicU64::new(0),
-            flushes_joined: AtomicU64::new(0),
+            counters: Counters::default(),
         });
         if !existing.is_empty() {
             // The interrupted flush began at or before the end and was at
@@ -494,8 +502,9 @@ impl<S: Storage> Wal<S> {
                 let end = st.fill.put(at, kind, payload);
                 let before = sh.appended.fetch_max(end.get(), Ordering::AcqRel);
                 assert!(before < end.get(), "records are appended in LSN order");
-                sh.records.fetch_add(1, Ordering::Relaxed);
-                sh.payload_bytes
+                sh.counters.records.fetch_add(1, Ordering::Relaxed);
+                sh.counters
+                    .payload_bytes
                     .fetch_add(payload.len() as u64, Ordering::Relaxed);
                 return Ok(end);
             }
@@ -521,7 +530,7 @@ impl<S: Storage> Wal<S> {
     pub fn flush(&self, lsn: Lsn) -> Result<()> {
         let sh = &self.shared;
         if sh.durable.load(Ordering::Acquire) >= lsn.get() {
-            sh.flushes_joined.fetch_add(1, Ordering::Relaxed);
+            sh.counters.flushes_joined.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         }
         let mut st = lock(&sh.state);
@@ -533,7 +542,7 @@ impl<S: Storage> Wal<S> {
                     "published durability"
                 );
                 if !led {
-                    sh.flushes_joined.fetch_add(1, Ordering::Relaxed);
+                    sh.counters.flushes_joined.fetch_add(1, Ordering::Relaxed);
                 }
                 return Ok(());
             }
@@ -546,7 +555,7 @@ impl<S: Storage> Wal<S> {
                 // the lock (the flush published its end before the wake).
                 if sh.durable.load(Ordering::Acquire) >= lsn.get() {
                     if !led {
-                        sh.flushes_joined.fetch_add(1, Ordering::Relaxed);
+                        sh.counters.flushes_joined.fetch_add(1, Ordering::Relaxed);
                     }
                     return Ok(());
                 }
@@ -638,11 +647,12 @@ impl<S: Storage> Wal<S> {
         let sh = &self.shared;
         let c = &sh.segments.counters;
         WalStats {
-            records: sh.records.load(Ordering::Relaxed),
-            payload_bytes: sh.payload_bytes.load(Ordering::Relaxed),
-            flushes: sh.flushes.load(Ordering::Relaxed),
-            bytes_written: sh.bytes_written.load(Ordering::Relaxed),
-            flushes_joined: sh.flushes_joined.load(Ordering::Relaxed),
+            records: sh.counters.records.load(Ordering::Relaxed),
+            payload_bytes: sh.counters.payload_bytes.load(Ordering::Relaxed),
+            flushes: sh.counters.flushes.load(Ordering::Relaxed),
+            flush_us: sh.counters.flush_ns.load(Ordering::Relaxed) / 1000,
+            bytes_written: sh.counters.bytes_written.load(Ordering::Relaxed),
+            flushes_joined: sh.counters.flushes_joined.load(Ordering::Relaxed),
             segments_created: c.created.load(Ordering::Relaxed),
             segments_recycled: c.recycled.load(Ordering::Relaxed),
             segment_waits: c.writer_waits.load(Ordering::Relaxed),

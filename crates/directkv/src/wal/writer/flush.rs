@@ -77,7 +77,10 @@ impl<S: Storage> Shared<S> {
             .put(padded, kind::FLUSH_HEADER, &padded.get().to_le_bytes());
         st.begin_flush(data_end);
         drop(st);
+        let started = Instant::now();
         let (result, panicked) = self.write_out_guarded(&out.buf, out.start, len);
+        let took = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.counters.flush_ns.fetch_add(took, Ordering::Relaxed);
         self.end_flush(out.buf, result, data_end, len);
         if let Some(p) = panicked {
             // The log has failed and its waiters know; the panic goes on
@@ -103,8 +106,10 @@ impl<S: Storage> Shared<S> {
                 assert!(data_end >= st.durable, "durability only grows");
                 st.durable = data_end;
                 self.durable.store(st.durable.get(), Ordering::Release);
-                self.flushes.fetch_add(1, Ordering::Relaxed);
-                self.bytes_written.fetch_add(len as u64, Ordering::Relaxed);
+                self.counters.flushes.fetch_add(1, Ordering::Relaxed);
+                self.counters
+                    .bytes_written
+                    .fetch_add(len as u64, Ordering::Relaxed);
                 None
             }
             Err(e) => Some(failure_of(e, st.durable, data_end)),
