@@ -159,10 +159,12 @@ pub struct WalStats {
     pub payload_bytes: u64,
     /// Flushes (one write plus one sync each).
     pub flushes: u64,
-    /// Microseconds the flushes spent writing and syncing. Over the time
-    /// that passed, it is the share of it the log was flushing: near one,
-    /// the device's syncs bound the commit rate, and only more commits per
-    /// flush (`records / flushes`) raise it.
+    /// Microseconds the flushes spent writing and syncing (failed ones
+    /// too; a segment's preparation, when a flush must wait for it, is
+    /// not counted). Flushes run one at a time, so `flush_us` over the
+    /// microseconds that passed is the share of that time the log was
+    /// flushing: near one, the device's syncs bound the commit rate, and
+    /// only more commits per flush raise it.
     pub flush_us: u64,
     /// Bytes written, padding and flush headers included.
     pub bytes_written: u64,

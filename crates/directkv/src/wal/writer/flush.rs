@@ -77,10 +77,7 @@ impl<S: Storage> Shared<S> {
             .put(padded, kind::FLUSH_HEADER, &padded.get().to_le_bytes());
         st.begin_flush(data_end);
         drop(st);
-        let started = Instant::now();
         let (result, panicked) = self.write_out_guarded(&out.buf, out.start, len);
-        let took = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        self.counters.flush_ns.fetch_add(took, Ordering::Relaxed);
         self.end_flush(out.buf, result, data_end, len);
         if let Some(p) = panicked {
             // The log has failed and its waiters know; the panic goes on
@@ -171,8 +168,11 @@ impl<S: Storage> Shared<S> {
                     .map_err(FlushError::NothingWritten)?,
             );
         }
-        self.write_synced(buf, start, len, &files)
-            .map_err(FlushError::MaybeWritten)
+        let started = Instant::now();
+        let written = self.write_synced(buf, start, len, &files);
+        let took = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.counters.flush_ns.fetch_add(took, Ordering::Relaxed);
+        written.map_err(FlushError::MaybeWritten)
     }
 
     fn write_synced(
