@@ -73,9 +73,10 @@ pub struct Common {
     /// buffered, then optionally the suffixes -no-readahead, -fifo, one of
     /// -uring/-threads/-no-aio, and -whole-images (in that order), then
     /// optionally /METHOD, a WAL sync method (e.g. direct/fdatasync); with
-    /// the peers feature also rocksdb, rocksdb-direct, lmdb, sqlite; for
-    /// tpcb also postgres (or pgbench): PostgreSQL's own pgbench, where
-    /// PostgreSQL is installed (skipped, saying so, where not).
+    /// the peers feature also rocksdb, rocksdb-direct, rocksdb-tuned (sized
+    /// to fit a memory budget), lmdb, sqlite; for tpcb also postgres (or
+    /// pgbench): PostgreSQL's own pgbench, where PostgreSQL is installed
+    /// (skipped, saying so, where not).
     #[arg(long, value_delimiter = ',', default_value = "direct")]
     pub compare: Vec<String>,
     /// WAL sync methods to compare with direct I/O (each adds a configuration

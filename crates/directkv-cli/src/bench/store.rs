@@ -163,7 +163,8 @@ pub enum Engine {
     },
     /// A peer engine, by its configuration name (see [`PEER_CONFIGS`]).
     Peer {
-        /// The configuration name: `rocksdb`, `rocksdb-direct`, `lmdb`, `sqlite`.
+        /// The configuration name: `rocksdb`, `rocksdb-direct`,
+        /// `rocksdb-tuned`, `lmdb`, `sqlite`.
         config: &'static str,
         /// The engine: `rocksdb`, `lmdb`, `sqlite`.
         family: &'static str,
@@ -172,9 +173,10 @@ pub enum Engine {
 
 /// The peer engines' configuration names: (configuration, engine, the
 /// feature that builds it).
-pub const PEER_CONFIGS: [(&str, &str, &str); 4] = [
+pub const PEER_CONFIGS: [(&str, &str, &str); 5] = [
     ("rocksdb", "rocksdb", "peer-rocksdb"),
     ("rocksdb-direct", "rocksdb", "peer-rocksdb"),
+    ("rocksdb-tuned", "rocksdb", "peer-rocksdb"),
     ("lmdb", "lmdb", "peer-lmdb"),
     ("sqlite", "sqlite", "peer-sqlite"),
 ];
@@ -226,7 +228,8 @@ fn registered_peer(config: &str) -> Option<Peer> {
 
 impl Engine {
     /// Parses a configuration name: `direct`, `buffered`, `direct/<sync>`,
-    /// `buffered/<sync>`, `rocksdb`, `rocksdb-direct`, `lmdb`, `sqlite`; this
+    /// `buffered/<sync>`, `rocksdb`, `rocksdb-direct`, `rocksdb-tuned`, `lmdb`,
+    /// `sqlite`; this
     /// engine's names take the suffixes `-no-readahead`, `-fifo`, one of
     /// `-uring`, `-threads`, `-no-aio`, and `-whole-images` (in that order
     /// when several).
@@ -330,8 +333,8 @@ impl Engine {
 const CONFIG_NAMES: &str = "use direct, buffered, direct/METHOD (a WAL sync method), \
      direct-no-readahead, direct-fifo, direct-uring, direct-threads, direct-no-aio, \
      direct-whole-images, direct-serial (one writer at a time), direct-backup (backups back to \
-     back through the run, a full one then an increment of it), rocksdb, rocksdb-direct, lmdb, \
-     sqlite, or for tpcb postgres \
+     back through the run, a full one then an increment of it), rocksdb, rocksdb-direct, \
+     rocksdb-tuned (sized to fit a memory budget), lmdb, sqlite, or for tpcb postgres \
      (also called pgbench)";
 
 /// Settings of this engine a run may override.
@@ -619,12 +622,12 @@ mod tests {
         // Out of order, a suffix is not recognised.
         assert!(Engine::parse("direct-fifo-no-readahead").is_err());
         assert!(Engine::parse("rocksdb-fifo").is_err());
-        assert_eq!(
-            Engine::parse("rocksdb-direct")
-                .expect("a peer's name")
-                .family(),
-            "rocksdb"
-        );
+        for peer in ["rocksdb-direct", "rocksdb-tuned"] {
+            assert_eq!(
+                Engine::parse(peer).expect("a peer's name").family(),
+                "rocksdb"
+            );
+        }
         assert!(Engine::parse("direct/no-such-method").is_err());
     }
 }
