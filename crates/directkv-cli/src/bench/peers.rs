@@ -1,7 +1,8 @@
 //! Peer engines under the same workloads, with the same durability: RocksDB
 //! (pessimistic transactions, `sync` writes; optionally its direct-I/O
-//! options, or sized to fit a memory budget), LMDB (durable commits) and SQLite (WAL mode, synchronous=FULL).
-//! Each gets the run's cache size for its own cache: RocksDB's block cache,
+//! options, or sized to fit a memory budget), LMDB (durable commits) and
+//! SQLite (WAL mode, synchronous=FULL). Each gets the run's cache size for
+//! its own cache: RocksDB's block cache (7/12 of it when sized to fit),
 //! SQLite's page cache (split over the connections); LMDB has none but the
 //! OS page cache.
 //!
@@ -47,12 +48,12 @@ enum RocksFlavour {
     /// Its direct-I/O options (reads, flushes and compactions).
     Direct,
     /// Sized to fit a memory budget: two memtables of 16 MiB (against 64),
-    /// index and filter blocks charged to the block cache, and a block
-    /// cache of 7/12 of the run's cache (112 MiB of the 192 MiB the default
-    /// 256 MiB budget gives): the rest of the budget holds the memtables,
-    /// compaction buffers and the OS page cache its buffered reads go
-    /// through. (A whole-store scan after a run, the TPC-B check, still
-    /// does not fit the default budget at scale 102: `--no-check`.)
+    /// index blocks charged to the block cache
+    /// (`cache_index_and_filter_blocks`; no filters are configured), and a
+    /// block cache of 7/12 of the run's cache (112 MiB of the 192 MiB the
+    /// default 256 MiB budget gives): the rest of the budget holds the
+    /// memtables, compaction buffers and the OS page cache its buffered
+    /// reads go through.
     Tuned,
 }
 

@@ -228,9 +228,9 @@ fn registered_peer(config: &str) -> Option<Peer> {
 
 impl Engine {
     /// Parses a configuration name: `direct`, `buffered`, `direct/<sync>`,
-    /// `buffered/<sync>`, `rocksdb`, `rocksdb-direct`, `rocksdb-tuned`, `lmdb`,
-    /// `sqlite`; this
-    /// engine's names take the suffixes `-no-readahead`, `-fifo`, one of
+    /// `buffered/<sync>`, `rocksdb`, `rocksdb-direct`, `rocksdb-tuned`,
+    /// `lmdb`, `sqlite`; this engine's names take the suffixes
+    /// `-no-readahead`, `-fifo`, one of
     /// `-uring`, `-threads`, `-no-aio`, and `-whole-images` (in that order
     /// when several).
     pub fn parse(name: &str) -> Result<Engine> {
