@@ -355,6 +355,37 @@ mod tests {
         (waiter, returned)
     }
 
+    /// The queue is served in arrival order: with 2, 3 and 4 queued behind
+    /// 1 in that order, and 5 arriving while 2 holds, each release hands
+    /// the key to the earliest arrival still waiting, and to it alone.
+    #[test]
+    fn waiters_are_served_in_arrival_order() {
+        let locks = Arc::new(LockTable::default());
+        locks.lock(t(1), b"k", LONG).expect("free");
+        let mut queued: VecDeque<_> = [2, 3, 4]
+            .into_iter()
+            .map(|id| (id, queue_waiter(&locks, id, b"k", LONG)))
+            .collect();
+        let mut holder = 1;
+        while let Some((id, (waiter, returned))) = queued.pop_front() {
+            locks.release_all(t(holder), &[b"k".to_vec()]);
+            returned
+                .recv_timeout(LONG)
+                .expect("the front waiter is woken");
+            assert!(waiter.join().expect("no panic").expect("granted"));
+            holder = id;
+            for (_, (_, later)) in &queued {
+                assert!(later.try_recv().is_err(), "a later arrival still waits");
+            }
+            if id == 2 {
+                queued.push_back((5, queue_waiter(&locks, 5, b"k", LONG)));
+            }
+        }
+        assert_eq!(holder, 5, "the last arrival is served last");
+        locks.release_all(t(holder), &[b"k".to_vec()]);
+        assert_eq!(locks.locked_keys(), 0);
+    }
+
     /// A waiter handed the key goes on without the table's lock: it
     /// returns while another thread holds the table.
     #[test]
