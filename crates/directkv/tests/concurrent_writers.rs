@@ -438,16 +438,17 @@ fn a_lock_wait_times_out_and_leaves_the_transaction_usable() {
 /// A hot key under 32 threads: every increment through
 /// `Database::transaction` and `get_for_update` lands (no lost update, no
 /// error reaches a caller), and the locks' first-come, first-served queue
-/// lets no thread starve: the slowest does at least a quarter of the mean.
-/// The bound leaves room for the OS, which on a loaded machine keeps some
-/// threads off a core for a while (the queue's order itself is tested in
-/// the lock table's unit tests); a queue served last-come, first-served
-/// leaves most threads one or two increments.
+/// lets no thread starve: the slowest does at least half the mean. The
+/// threads start together and each does 400 increments on average, so a
+/// thread kept off a core for a while by a loaded machine still reaches the
+/// bound (the queue's order itself is tested exactly in the lock table's
+/// unit tests); a queue served last-come, first-served leaves most threads
+/// one or two increments.
 #[test]
 fn a_hot_key_loses_no_update_and_starves_no_thread() {
     let (_dir, db) = open();
     const THREADS: usize = 32;
-    const TOTAL: u64 = 3_200;
+    const TOTAL: u64 = 12_800;
     let taken = AtomicU64::new(0);
     let start = std::sync::Barrier::new(THREADS);
     let done: Vec<u64> = std::thread::scope(|s| {
@@ -480,7 +481,7 @@ fn a_hot_key_loses_no_update_and_starves_no_thread() {
     let mean = TOTAL as f64 / THREADS as f64;
     let slowest = *done.iter().min().expect("threads") as f64;
     assert!(
-        slowest >= 0.25 * mean,
+        slowest >= 0.5 * mean,
         "slowest {slowest}, mean {mean}: {done:?}"
     );
 }
