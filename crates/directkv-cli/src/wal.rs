@@ -193,35 +193,61 @@ fn dump(args: DumpArgs) -> Result<()> {
         (Ok(()), Some(t)) => (t.end.to_string(), "clean end".to_string()),
         (Ok(()), None) => (last_end.to_string(), "clean end".to_string()),
     };
-    if args.json {
-        let kinds: serde_json::Map<_, _> = by_kind
-            .iter()
-            .map(|(k, (n, b))| {
-                (
-                    k.clone(),
-                    serde_json::json!({"records": n, "payload_bytes": b}),
-                )
-            })
-            .collect();
-        println!(
-            "{}",
-            serde_json::json!({
-                "summary": true, "dir": dir, "first": first.map(|l| l.get()),
-                "end": end_text, "status": status, "kinds": kinds,
-            })
-        );
-    } else {
+    let summary = Summary {
+        dir: &dir,
+        first,
+        end: &end_text,
+        status: &status,
+        by_kind: &by_kind,
+    };
+    summary.print(args.json);
+    outcome.context("the log is corrupt")
+}
+
+/// What `wal dump` found: the first record, where the log ends and how,
+/// and the records and payload bytes of each kind.
+struct Summary<'a> {
+    dir: &'a std::path::Path,
+    first: Option<Lsn>,
+    end: &'a str,
+    status: &'a str,
+    by_kind: &'a BTreeMap<String, (u64, u64)>,
+}
+
+impl Summary<'_> {
+    /// Prints it as one JSON document, or as text.
+    fn print(&self, json: bool) {
+        let (dir, first, end_text, status) = (self.dir, self.first, self.end, self.status);
+        if json {
+            let kinds: serde_json::Map<_, _> = self
+                .by_kind
+                .iter()
+                .map(|(k, (n, b))| {
+                    (
+                        k.clone(),
+                        serde_json::json!({"records": n, "payload_bytes": b}),
+                    )
+                })
+                .collect();
+            println!(
+                "{}",
+                serde_json::json!({
+                    "summary": true, "dir": dir, "first": first.map(|l| l.get()),
+                    "end": end_text, "status": status, "kinds": kinds,
+                })
+            );
+            return;
+        }
         println!("-- {}", dir.display());
         if let Some(f) = first {
             println!("   first record {f}, log end {end_text}: {status}");
         } else {
             println!("   no records; log end {end_text}: {status}");
         }
-        for (k, (n, b)) in &by_kind {
+        for (k, (n, b)) in self.by_kind {
             println!("   {k:<14} {n:>10} records {b:>14} payload bytes");
         }
     }
-    outcome.context("the log is corrupt")
 }
 
 #[cfg(test)]

@@ -213,116 +213,123 @@ impl Shared {
 
     /// Runs one operation for `client`; returns how many units it counts for.
     pub fn op(&self, store: &dyn Store, client: &mut Client) -> Result<u64> {
-        let rng = &mut client.rng;
         match &self.workload {
-            Workload::Tpcb { scale } => {
-                let aid = rng.below(100_000 * scale);
-                let tid = rng.below(10 * scale);
-                let bid = rng.below(*scale);
-                let delta = rng.below(10_001) as i64 - 5000;
-                let seq = client.seq;
-                client.seq += 1;
-                let size = self.shape.value_size;
-                let hist_key = history_key(self.nonce, client.id, seq);
-                let mut hist = Vec::with_capacity(50);
-                hist.extend_from_slice(&delta.to_le_bytes());
-                hist.extend_from_slice(&aid.to_le_bytes());
-                hist.extend_from_slice(&tid.to_le_bytes());
-                hist.extend_from_slice(&bid.to_le_bytes());
-                hist.resize(50, b' ');
-                let keys = [
-                    tpcb_key(b'A', aid),
-                    tpcb_key(b'T', tid),
-                    tpcb_key(b'B', bid),
-                ];
-                store.transact(&mut |t| {
-                    for key in &keys {
-                        add_balance(t, key, delta, size)?;
-                    }
-                    t.put(&hist_key, &hist)
-                })?;
-                Ok(1)
-            }
-            Workload::Ycsb { kind, .. } => {
-                let p = rng.below(100);
-                let kind = *kind;
-                let write = match kind {
-                    'a' | 'f' => p < 50,
-                    'b' | 'd' | 'e' => p < 5,
-                    _ => false,
-                };
-                if !write {
-                    return match kind {
-                        'd' => {
-                            let key = self.latest_key(rng);
-                            store.get(&key)?;
-                            Ok(1)
-                        }
-                        'e' => {
-                            let start = ycsb_key(self.choose(rng));
-                            let len = 1 + rng.below(self.shape.scan_length as u64) as usize;
-                            store.scan(&start, &[0xFF; 9], len, &mut |_, _| {})?;
-                            Ok(1)
-                        }
-                        _ => {
-                            store.get(&ycsb_key(self.choose(rng)))?;
-                            Ok(1)
-                        }
-                    };
-                }
-                match kind {
-                    'd' | 'e' => {
-                        let i = self.inserted.fetch_add(1, Ordering::Relaxed);
-                        let key = self.inserted_key(i);
-                        let value = value_bytes(i, self.shape.value_size);
-                        store.transact(&mut |t| t.put(&key, &value))?;
-                    }
-                    'f' => {
-                        let key = ycsb_key(self.choose(rng));
-                        read_modify_write(store, &key, self.shape.value_size)?;
-                    }
-                    _ => {
-                        let key = ycsb_key(self.choose(rng));
-                        let value = value_bytes(rng.next(), self.shape.value_size);
-                        store.transact(&mut |t| t.put(&key, &value))?;
-                    }
-                }
-                Ok(1)
-            }
-            Workload::Fill { random, batch } => {
-                let start = self.inserted.fetch_add(*batch, Ordering::Relaxed);
-                let end = (start + batch).min(self.shape.keys);
-                if start >= end {
-                    return Ok(0);
-                }
-                let n = self.shape.keys;
-                let size = self.shape.value_size;
-                let nonce = self.nonce;
-                let random = *random;
-                store.transact(&mut |t| {
-                    for i in start..end {
-                        // A multiplicative bijection of 0..n for random order.
-                        let k = if random { permute(i, n) } else { i };
-                        let mut key = Vec::with_capacity(17);
-                        key.push(b'F');
-                        key.extend_from_slice(&nonce.to_be_bytes());
-                        key.extend_from_slice(&k.to_be_bytes());
-                        t.put(&key, &value_bytes(i, size))?;
-                    }
-                    Ok(())
-                })?;
-                Ok(end - start)
-            }
+            Workload::Tpcb { scale } => self.tpcb_op(store, client, *scale),
+            Workload::Ycsb { kind, .. } => self.ycsb_op(store, &mut client.rng, *kind),
+            Workload::Fill { random, batch } => self.fill_op(store, *random, *batch),
             Workload::Read { .. } => {
-                store.get(&ycsb_key(self.choose(rng)))?;
+                store.get(&ycsb_key(self.choose(&mut client.rng)))?;
                 Ok(1)
             }
             Workload::Scan { length } => {
-                let start = ycsb_key(rng.below(self.shape.keys));
+                let start = ycsb_key(client.rng.below(self.shape.keys));
                 store.scan(&start, &[0xFF; 9], *length, &mut |_, _| {})?;
                 Ok(1)
             }
         }
+    }
+
+    /// One TPC-B transaction: an account, its teller and its branch get
+    /// `delta`, and a history row is appended.
+    fn tpcb_op(&self, store: &dyn Store, client: &mut Client, scale: u64) -> Result<u64> {
+        let rng = &mut client.rng;
+        let aid = rng.below(100_000 * scale);
+        let tid = rng.below(10 * scale);
+        let bid = rng.below(scale);
+        let delta = rng.below(10_001) as i64 - 5000;
+        let seq = client.seq;
+        client.seq += 1;
+        let size = self.shape.value_size;
+        let hist_key = history_key(self.nonce, client.id, seq);
+        let mut hist = Vec::with_capacity(50);
+        hist.extend_from_slice(&delta.to_le_bytes());
+        hist.extend_from_slice(&aid.to_le_bytes());
+        hist.extend_from_slice(&tid.to_le_bytes());
+        hist.extend_from_slice(&bid.to_le_bytes());
+        hist.resize(50, b' ');
+        let keys = [
+            tpcb_key(b'A', aid),
+            tpcb_key(b'T', tid),
+            tpcb_key(b'B', bid),
+        ];
+        store.transact(&mut |t| {
+            for key in &keys {
+                add_balance(t, key, delta, size)?;
+            }
+            t.put(&hist_key, &hist)
+        })?;
+        Ok(1)
+    }
+
+    /// One operation of YCSB workload `kind`: a read (or a scan), else its
+    /// write (an insert, a read-modify-write or an update).
+    fn ycsb_op(&self, store: &dyn Store, rng: &mut Rng, kind: char) -> Result<u64> {
+        let p = rng.below(100);
+        let write = match kind {
+            'a' | 'f' => p < 50,
+            'b' | 'd' | 'e' => p < 5,
+            _ => false,
+        };
+        if !write {
+            match kind {
+                'd' => {
+                    store.get(&self.latest_key(rng))?;
+                }
+                'e' => {
+                    let start = ycsb_key(self.choose(rng));
+                    let len = 1 + rng.below(self.shape.scan_length as u64) as usize;
+                    store.scan(&start, &[0xFF; 9], len, &mut |_, _| {})?;
+                }
+                _ => {
+                    store.get(&ycsb_key(self.choose(rng)))?;
+                }
+            }
+            return Ok(1);
+        }
+        match kind {
+            'd' | 'e' => {
+                let i = self.inserted.fetch_add(1, Ordering::Relaxed);
+                let key = self.inserted_key(i);
+                let value = value_bytes(i, self.shape.value_size);
+                store.transact(&mut |t| t.put(&key, &value))?;
+            }
+            'f' => {
+                let key = ycsb_key(self.choose(rng));
+                read_modify_write(store, &key, self.shape.value_size)?;
+            }
+            _ => {
+                let key = ycsb_key(self.choose(rng));
+                let value = value_bytes(rng.next(), self.shape.value_size);
+                store.transact(&mut |t| t.put(&key, &value))?;
+            }
+        }
+        Ok(1)
+    }
+
+    /// The next `batch` keys of a fill, in one transaction (random order:
+    /// a bijection of the key numbers); the keys it wrote.
+    fn fill_op(&self, store: &dyn Store, random: bool, batch: u64) -> Result<u64> {
+        let start = self.inserted.fetch_add(batch, Ordering::Relaxed);
+        let end = (start + batch).min(self.shape.keys);
+        if start >= end {
+            return Ok(0);
+        }
+        let n = self.shape.keys;
+        let size = self.shape.value_size;
+        let nonce = self.nonce;
+        store.transact(&mut |t| {
+            for i in start..end {
+                // A multiplicative bijection of 0..n for random order.
+                let k = if random { permute(i, n) } else { i };
+                let mut key = Vec::with_capacity(17);
+                key.push(b'F');
+                key.extend_from_slice(&nonce.to_be_bytes());
+                key.extend_from_slice(&k.to_be_bytes());
+                t.put(&key, &value_bytes(i, size))?;
+            }
+            Ok(())
+        })?;
+        Ok(end - start)
     }
 
     fn choose(&self, rng: &mut Rng) -> u64 {
