@@ -38,7 +38,7 @@ use std::sync::{Arc, OnceLock};
 
 use serde::{Deserialize, Serialize};
 
-use super::aio::{Aio, BatchOp, Request, Target};
+use super::aio::{Aio, BatchOp, Outcomes, Request, Target};
 use super::align::{self, Alignment, AlignmentSource, AtomicWriteUnit};
 use super::buf::{AlignedBuf, IoMut, IoRef};
 use super::dir::At;
@@ -354,7 +354,7 @@ impl DirectFile {
     /// request's outcome in order. Each request is checked for alignment
     /// first; reads must fill their buffers; a failed write poisons the file.
     pub fn run_batch(&self, mut ops: Vec<BatchOp<'_>>) -> Vec<Result<()>> {
-        let mut results: Vec<Option<Result<()>>> = (0..ops.len()).map(|_| None).collect();
+        let mut results = Outcomes::new(ops.len());
         let mut reqs = Vec::with_capacity(ops.len());
         let mut which = Vec::with_capacity(ops.len());
         let rw_flags = if self.sync == SyncMethod::PwriteDsync {
@@ -372,7 +372,7 @@ impl DirectFile {
                 self.check_aligned(op.offset(), op.len(), op.unit_bytes(), !op.is_write())
             });
             match checked {
-                Err(e) => results[i] = Some(Err(e)),
+                Err(e) => results.set(i, Err(e)),
                 Ok(()) => {
                     reqs.push(Request::new(op, rw_flags));
                     which.push(i);
@@ -390,7 +390,7 @@ impl DirectFile {
         for (req, i) in reqs.into_iter().zip(which) {
             let op = &ops[i];
             let at = op.offset() + req.done as u64;
-            results[i] = Some(match req.result {
+            let outcome = match req.result {
                 Some(Ok(())) => {
                     if op.is_write() && matches!(self.io_path, IoPath::BufferedFallback { .. }) {
                         self.advise_dontneed(op.offset(), op.len() as u64);
@@ -410,17 +410,11 @@ impl DirectFile {
                 }
                 Some(Err(e)) => Err(Error::from_io(IoOp::Read, &self.path, Some(at), e)),
                 None => Err(Error::InvalidArgument("request did not complete".into())),
-            });
+            };
+            results.set(i, outcome);
         }
         drop(ops);
-        assert!(
-            results.iter().all(Option::is_some),
-            "every request has an outcome"
-        );
-        results
-            .into_iter()
-            .map(|r| r.unwrap_or_else(|| Err(Error::InvalidArgument("request not run".into()))))
-            .collect()
+        results.all()
     }
 
     /// Makes every completed write durable as the sync method says: `fsync`,

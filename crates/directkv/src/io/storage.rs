@@ -19,7 +19,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use super::aio::{Aio, BatchOp};
+use super::aio::{Aio, BatchOp, Outcomes};
 use super::buf::{IoMut, IoRef};
 use super::dir::{At, Dir};
 use super::file::{DirectFile, FileOptions, Fill, IoPath};
@@ -601,7 +601,7 @@ impl<F: StorageFile> StorageFile for FaultyFile<F> {
     fn run_batch(&self, ops: Vec<BatchOp<'_>>) -> Vec<Result<()>> {
         // Each request counts as one call of its kind and may be the one that
         // fails; the others go to the inner file's batch together.
-        let mut results: Vec<Option<Result<()>>> = (0..ops.len()).map(|_| None).collect();
+        let mut results = Outcomes::new(ops.len());
         let mut passed = Vec::with_capacity(ops.len());
         let mut which = Vec::with_capacity(ops.len());
         for (i, op) in ops.into_iter().enumerate() {
@@ -619,7 +619,7 @@ impl<F: StorageFile> StorageFile for FaultyFile<F> {
                 None
             };
             match failed {
-                Some(e) => results[i] = Some(Err(e)),
+                Some(e) => results.set(i, Err(e)),
                 None => {
                     passed.push(op);
                     which.push(i);
@@ -631,17 +631,9 @@ impl<F: StorageFile> StorageFile for FaultyFile<F> {
         let outcomes = self.inner.run_batch(passed);
         assert_eq!(outcomes.len(), passed_count, "one outcome per request");
         for (i, r) in which.into_iter().zip(outcomes) {
-            assert!(results[i].is_none(), "a request has one outcome");
-            results[i] = Some(r);
+            results.set(i, r);
         }
-        assert!(
-            results.iter().all(Option::is_some),
-            "every request has an outcome"
-        );
-        results
-            .into_iter()
-            .map(|r| r.unwrap_or_else(|| Err(Error::InvalidArgument("request not run".into()))))
-            .collect()
+        results.all()
     }
 }
 
