@@ -1,6 +1,9 @@
 //! `directkv bench recovery` on a small TPC-B load: the load is killed near
 //! its checkpoint distance, the reopen replays what the crash left, and the
-//! report's figures hang together.
+//! report's figures hang together. How much the reopen replays is not
+//! bounded here: the stats the kill goes by are published once a second,
+//! and a checkpoint that ends between the last of them and the kill moves
+//! the redo point past most of that log.
 
 use std::process::Command;
 
@@ -31,9 +34,10 @@ fn bench_recovery_kills_reopens_and_reports() {
     let r = &doc["recovery"];
     let transactions = r["transactions"].as_u64().expect("transactions");
     assert!(transactions > 0, "the crash left log to replay: {doc}");
+    assert!(r["wal_bytes"].as_u64() > Some(0), "{doc}");
     assert!(
-        r["wal_bytes"].as_u64() >= Some((4 << 20) * 9 / 10 / 2),
-        "killed near the checkpoint distance: {doc}"
+        doc["killed_at_wal_since_redo_bytes"].as_u64() >= Some((4 << 20) * 9 / 10),
+        "killed once the log since the redo point reached 90% of the distance: {doc}"
     );
     assert!(doc["commit_rate"].as_f64() > Some(0.0), "{doc}");
     let ratio = doc["replay_over_commit"].as_f64().expect("ratio");

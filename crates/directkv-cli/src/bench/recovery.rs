@@ -108,7 +108,13 @@ pub fn run(args: Args) -> Result<()> {
     let replay_rate = r.transactions as f64 / replay_secs.max(1e-6);
     let ratio = replay_rate / made_rate.max(1e-6);
     if args.json {
-        return print_json(&args, distance, made_rate, &r, open_secs);
+        return print_json(
+            &args,
+            (distance, last.wal_since_redo),
+            made_rate,
+            &r,
+            open_secs,
+        );
     }
     println!(
         "killed at {:.0} MiB of log since the redo point (checkpoint distance {} MiB); \
@@ -225,9 +231,11 @@ fn load_until_kill(args: &Args, db_dir: &Path, distance: u64) -> Result<(Sample,
 }
 
 /// The report as one JSON document.
+/// `(distance, killed_at)`: the checkpoint distance, and the log since the
+/// redo point in the last sample before the kill.
 fn print_json(
     args: &Args,
-    distance: u64,
+    (distance, killed_at): (u64, u64),
     made_rate: f64,
     r: &directkv::RecoveryStats,
     open_secs: f64,
@@ -236,6 +244,7 @@ fn print_json(
     let replay_rate = r.transactions as f64 / replay_secs.max(1e-6);
     let doc = serde_json::json!({
         "scale": args.scale, "clients": args.clients, "checkpoint_wal_bytes": distance,
+        "killed_at_wal_since_redo_bytes": killed_at,
         "commit_rate": made_rate, "recovery": r, "open_seconds": open_secs,
         "replay_seconds": replay_secs, "replay_rate": replay_rate,
         "replay_over_commit": replay_rate / made_rate.max(1e-6),
