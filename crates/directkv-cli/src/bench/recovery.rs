@@ -102,42 +102,90 @@ pub fn run(args: Args) -> Result<()> {
         ..Options::default()
     };
     let (db, open_secs) = reopen(&db_dir, &opts)?;
-    let r = db.stats().recovery;
+    let recovery = db.stats().recovery;
     db.close().context("close")?;
-    let replay_secs = r.micros as f64 / 1e6;
-    let replay_rate = r.transactions as f64 / replay_secs.max(1e-6);
-    let ratio = replay_rate / made_rate.max(1e-6);
+    let report = Report {
+        distance_bytes: distance,
+        killed_at_bytes: last.wal_since_redo,
+        made_rate,
+        recovery,
+        open_secs,
+    };
     if args.json {
-        return print_json(
-            &args,
-            (distance, last.wal_since_redo),
-            made_rate,
-            &r,
-            open_secs,
+        report.print_json(&args)
+    } else {
+        report.print_text();
+        Ok(())
+    }
+}
+
+/// What `bench recovery` measured.
+struct Report {
+    /// The checkpoint distance.
+    distance_bytes: u64,
+    /// The log since the redo point in the last sample before the kill.
+    killed_at_bytes: u64,
+    /// Commits a second while the load ran.
+    made_rate: f64,
+    /// The reopen's recovery.
+    recovery: directkv::RecoveryStats,
+    /// How long the reopen took, replay included.
+    open_secs: f64,
+}
+
+impl Report {
+    fn replay_secs(&self) -> f64 {
+        self.recovery.micros as f64 / 1e6
+    }
+
+    fn replay_rate(&self) -> f64 {
+        self.recovery.transactions as f64 / self.replay_secs().max(1e-6)
+    }
+
+    /// The report as one JSON document.
+    fn print_json(&self, args: &Args) -> Result<()> {
+        let doc = serde_json::json!({
+            "scale": args.scale, "clients": args.clients,
+            "checkpoint_wal_bytes": self.distance_bytes,
+            "killed_at_wal_since_redo_bytes": self.killed_at_bytes,
+            "commit_rate": self.made_rate, "recovery": self.recovery,
+            "open_seconds": self.open_secs,
+            "replay_seconds": self.replay_secs(), "replay_rate": self.replay_rate(),
+            "replay_over_commit": self.replay_rate() / self.made_rate.max(1e-6),
+        });
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+        Ok(())
+    }
+
+    fn print_text(&self) {
+        let r = &self.recovery;
+        println!(
+            "killed at {:.0} MiB of log since the redo point (checkpoint distance {} MiB); \
+             commits were made at {:.0}/s",
+            self.killed_at_bytes as f64 / (1 << 20) as f64,
+            self.distance_bytes >> 20,
+            self.made_rate
+        );
+        println!(
+            "reopen: {:.2} s; replay {:.2} s of it: {:.1} MiB of WAL, {} \
+             transactions, {} pages read ({} read ahead, up to {} at once), {} from full images; \
+             end-of-recovery checkpoint {:.2} s",
+            self.open_secs,
+            self.replay_secs(),
+            r.wal_bytes as f64 / (1 << 20) as f64,
+            r.transactions,
+            r.pages_read,
+            r.read_ahead_pages,
+            r.read_ahead_batch_max,
+            r.pages_from_images,
+            r.checkpoint_micros as f64 / 1e6,
+        );
+        println!(
+            "replay rate {:.0} transactions/s = {:.1}x the rate they were committed",
+            self.replay_rate(),
+            self.replay_rate() / self.made_rate.max(1e-6)
         );
     }
-    println!(
-        "killed at {:.0} MiB of log since the redo point (checkpoint distance {} MiB); \
-         commits were made at {made_rate:.0}/s",
-        last.wal_since_redo as f64 / (1 << 20) as f64,
-        distance >> 20
-    );
-    println!(
-        "reopen: {open_secs:.2} s; replay {replay_secs:.2} s of it: {:.1} MiB of WAL, {} \
-         transactions, {} pages read ({} read ahead, up to {} at once), {} from full images; \
-         end-of-recovery checkpoint {:.2} s",
-        r.wal_bytes as f64 / (1 << 20) as f64,
-        r.transactions,
-        r.pages_read,
-        r.read_ahead_pages,
-        r.read_ahead_batch_max,
-        r.pages_from_images,
-        r.checkpoint_micros as f64 / 1e6,
-    );
-    println!(
-        "replay rate {replay_rate:.0} transactions/s = {ratio:.1}x the rate they were committed"
-    );
-    Ok(())
 }
 
 /// Opens the database once the killed processes have let go of it (the
@@ -228,27 +276,4 @@ fn load_until_kill(args: &Args, db_dir: &Path, distance: u64) -> Result<(Sample,
     let last = outcome?;
     let first = first.context("no sample of the load")?;
     Ok((first, last))
-}
-
-/// The report as one JSON document.
-/// `(distance, killed_at)`: the checkpoint distance, and the log since the
-/// redo point in the last sample before the kill.
-fn print_json(
-    args: &Args,
-    (distance, killed_at): (u64, u64),
-    made_rate: f64,
-    r: &directkv::RecoveryStats,
-    open_secs: f64,
-) -> Result<()> {
-    let replay_secs = r.micros as f64 / 1e6;
-    let replay_rate = r.transactions as f64 / replay_secs.max(1e-6);
-    let doc = serde_json::json!({
-        "scale": args.scale, "clients": args.clients, "checkpoint_wal_bytes": distance,
-        "killed_at_wal_since_redo_bytes": killed_at,
-        "commit_rate": made_rate, "recovery": r, "open_seconds": open_secs,
-        "replay_seconds": replay_secs, "replay_rate": replay_rate,
-        "replay_over_commit": replay_rate / made_rate.max(1e-6),
-    });
-    println!("{}", serde_json::to_string_pretty(&doc)?);
-    Ok(())
 }
