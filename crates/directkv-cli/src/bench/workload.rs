@@ -314,6 +314,7 @@ impl Shared {
         if start >= end {
             return Ok(0);
         }
+        assert!(end - start <= batch, "a fill writes at most its batch");
         let n = self.shape.keys;
         let size = self.shape.value_size;
         let nonce = self.nonce;

@@ -374,9 +374,14 @@ mod tests {
                 .expect("the front waiter is woken");
             assert!(waiter.join().expect("no panic").expect("granted"));
             holder = id;
-            for (_, (_, later)) in &queued {
-                assert!(later.try_recv().is_err(), "a later arrival still waits");
+            let table = health::lock_even_poisoned(&locks.table);
+            for (later, _) in &queued {
+                assert!(
+                    table.waiting.contains_key(&t(*later)),
+                    "a later arrival still waits"
+                );
             }
+            drop(table);
             if id == 2 {
                 queued.push_back((5, queue_waiter(&locks, 5, b"k", LONG)));
             }

@@ -601,7 +601,7 @@ impl<F: StorageFile> StorageFile for FaultyFile<F> {
     fn run_batch(&self, ops: Vec<BatchOp<'_>>) -> Vec<Result<()>> {
         // Each request counts as one call of its kind and may be the one that
         // fails; the others go to the inner file's batch together.
-        let mut results = Outcomes::new(ops.len());
+        let mut outcomes = Outcomes::new(ops.len());
         let mut passed = Vec::with_capacity(ops.len());
         let mut which = Vec::with_capacity(ops.len());
         for (i, op) in ops.into_iter().enumerate() {
@@ -619,7 +619,7 @@ impl<F: StorageFile> StorageFile for FaultyFile<F> {
                 None
             };
             match failed {
-                Some(e) => results.set(i, Err(e)),
+                Some(e) => outcomes.set(i, Err(e)),
                 None => {
                     passed.push(op);
                     which.push(i);
@@ -628,12 +628,12 @@ impl<F: StorageFile> StorageFile for FaultyFile<F> {
         }
         let passed_count = passed.len();
         assert_eq!(passed_count, which.len());
-        let outcomes = self.inner.run_batch(passed);
-        assert_eq!(outcomes.len(), passed_count, "one outcome per request");
-        for (i, r) in which.into_iter().zip(outcomes) {
-            results.set(i, r);
+        let ran = self.inner.run_batch(passed);
+        assert_eq!(ran.len(), passed_count, "one outcome per request");
+        for (i, r) in which.into_iter().zip(ran) {
+            outcomes.set(i, r);
         }
-        results.all()
+        outcomes.all()
     }
 }
 

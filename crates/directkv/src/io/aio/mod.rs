@@ -45,7 +45,7 @@ mod threads;
 mod uring;
 
 use crate::error::{Error, Result};
-pub(crate) use request::Request;
+pub(crate) use request::{Outcomes, Request};
 use threads::Threads;
 use uring::Uring;
 
@@ -235,36 +235,6 @@ impl BatchOp<'_> {
             BatchOp::Write { bufs, .. } => bufs.iter().map(IoRef::unit_bytes).collect(),
         };
         units.into_iter().min().unwrap_or(0)
-    }
-}
-
-/// The outcomes of a batch's requests, in request order, each set once in
-/// whatever order they are known (a request refused before it ran, then
-/// the ones that ran).
-pub(crate) struct Outcomes(Vec<Option<Result<()>>>);
-
-impl Outcomes {
-    /// Room for the outcomes of `requests` requests, none known yet.
-    pub(crate) fn new(requests: usize) -> Self {
-        Outcomes((0..requests).map(|_| None).collect())
-    }
-
-    /// Sets the outcome of request `i`.
-    pub(crate) fn set(&mut self, i: usize, outcome: Result<()>) {
-        assert!(self.0[i].is_none(), "a request has one outcome");
-        self.0[i] = Some(outcome);
-    }
-
-    /// Every request's outcome, in order.
-    pub(crate) fn all(self) -> Vec<Result<()>> {
-        assert!(
-            self.0.iter().all(Option::is_some),
-            "every request has an outcome"
-        );
-        self.0
-            .into_iter()
-            .map(|r| r.unwrap_or_else(|| Err(Error::InvalidArgument("request not run".into()))))
-            .collect()
     }
 }
 

@@ -170,3 +170,29 @@ impl Request {
         }
     }
 }
+
+/// The outcomes of a batch's requests, in request order, each set once in
+/// whatever order they are known (a request refused before it ran, then
+/// the ones that ran).
+pub(crate) struct Outcomes(Vec<Option<Result<()>>>);
+
+impl Outcomes {
+    /// Room for the outcomes of `requests` requests, none known yet.
+    pub(crate) fn new(requests: usize) -> Self {
+        Outcomes((0..requests).map(|_| None).collect())
+    }
+
+    /// Sets the outcome of request `i`.
+    pub(crate) fn set(&mut self, i: usize, outcome: Result<()>) {
+        assert!(self.0[i].is_none(), "a request has one outcome");
+        self.0[i] = Some(outcome);
+    }
+
+    /// Every request's outcome, in order.
+    pub(crate) fn all(self) -> Vec<Result<()>> {
+        let requests = self.0.len();
+        let all: Vec<Result<()>> = self.0.into_iter().flatten().collect();
+        assert_eq!(all.len(), requests, "every request has an outcome");
+        all
+    }
+}

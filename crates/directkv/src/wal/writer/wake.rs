@@ -103,6 +103,10 @@ mod tests {
     use std::sync::Arc;
     use std::time::Duration;
 
+    /// How long a round waits for the next flush's leader to run, however
+    /// loaded the machine: far beyond any scheduling delay.
+    const LEADER_WAIT_MAX: Duration = Duration::from_secs(30);
+
     /// One round: four waiters of flush 6 and three of flush 7 go to sleep,
     /// flush 6 ends; returns how many of flush 7's woke then. All of them
     /// wake by the end of flush 7.
@@ -131,7 +135,7 @@ mod tests {
         assert_eq!(woken[0].load(Ordering::SeqCst), 4);
         // The next flush gets a leader (however long a loaded machine takes
         // to run it); then any more woken have had time to show.
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let deadline = std::time::Instant::now() + LEADER_WAIT_MAX;
         while woken[1].load(Ordering::SeqCst) == 0 {
             assert!(
                 std::time::Instant::now() < deadline,
