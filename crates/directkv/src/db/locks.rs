@@ -65,10 +65,10 @@ impl Grant {
         assert_eq!(before, 0, "a key is handed to a waiter once");
     }
 
-    /// Sleeps until given the key, at most `limit`; may return early (a
-    /// signal): the caller looks again.
-    fn sleep(&self, limit: Duration) {
-        health::sleep_on(&self.0, 0, Some(limit));
+    /// Sleeps until given the key, at most `limit` (`None`: no limit); may
+    /// return early (a signal): the caller looks again.
+    fn sleep(&self, limit: Option<Duration>) {
+        health::sleep_on(&self.0, 0, limit);
     }
 }
 
@@ -169,7 +169,9 @@ impl LockTable {
         })
     }
 
-    /// Sleeps until `key` is handed to `txn` or `timeout` passes.
+    /// Sleeps until `key` is handed to `txn` or `timeout` passes. A
+    /// timeout past what the clock can count (`Duration::MAX`) has no
+    /// deadline: the wait lasts until the key is handed over.
     fn wait(
         &self,
         txn: TxnId,
@@ -177,17 +179,21 @@ impl LockTable {
         grant: &Grant,
         (started, timeout): (Instant, Duration),
     ) -> Result<()> {
-        let deadline = started + timeout;
+        let deadline = started.checked_add(timeout);
         loop {
             if grant.is_granted() {
                 return Ok(());
             }
-            let now = Instant::now();
-            if now >= deadline {
-                break;
-            }
-            grant.sleep(deadline - now);
+            let left = match deadline {
+                None => None,
+                Some(d) => match d.checked_duration_since(Instant::now()) {
+                    Some(left) if !left.is_zero() => Some(left),
+                    _ => break,
+                },
+            };
+            grant.sleep(left);
         }
+        assert!(deadline.is_some(), "only a deadline ends a wait ungranted");
         // Out of time: unless the key was handed over meanwhile, leave the
         // queue. After a panic that poisoned the table (the database is
         // stopping) leave nothing behind either: a granted key is kept
@@ -323,6 +329,25 @@ mod tests {
             std::thread::yield_now();
         }
         locks.release_all(t(1), &[b"k".to_vec()]);
+        assert!(waiter.join().expect("no panic").expect("granted"));
+        locks.release_all(t(2), &[b"k".to_vec()]);
+        assert_eq!(locks.locked_keys(), 0);
+    }
+
+    /// A timeout the clock cannot add (`Duration::MAX`, "wait as long as it
+    /// takes") waits until the key is handed over, instead of overflowing
+    /// the deadline.
+    #[test]
+    fn an_endless_timeout_waits_for_the_key() {
+        let locks = Arc::new(LockTable::default());
+        locks.lock(t(1), b"k", Duration::MAX).expect("free");
+        let (waiter, returned) = queue_waiter(&locks, 2, b"k", Duration::MAX);
+        assert!(
+            returned.recv_timeout(Duration::from_millis(50)).is_err(),
+            "it waits while the key is held"
+        );
+        locks.release_all(t(1), &[b"k".to_vec()]);
+        returned.recv_timeout(LONG).expect("woken by the release");
         assert!(waiter.join().expect("no panic").expect("granted"));
         locks.release_all(t(2), &[b"k".to_vec()]);
         assert_eq!(locks.locked_keys(), 0);

@@ -191,7 +191,9 @@ pub struct WriteOptions {
     /// Its isolation level (default [`Isolation::Serializable`]).
     pub isolation: Isolation,
     /// How long it waits for a row lock before
-    /// [`Error::LockTimeout`](crate::Error::LockTimeout) (default 10 s).
+    /// [`Error::LockTimeout`](crate::Error::LockTimeout) (default 10 s);
+    /// `Duration::MAX` waits as long as it takes (a deadlock is still
+    /// detected at once).
     pub lock_timeout: std::time::Duration,
     /// Whether its commit waits for durability; `None` (the default) takes
     /// [`Options::durability`]. A commit that does not wait is made durable
