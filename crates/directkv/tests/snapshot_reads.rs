@@ -438,8 +438,17 @@ fn a_snapshot_past_the_cap_is_given_up_not_served_wrong() {
     };
     let db = Database::open(dir.path(), opts).expect("open");
     load(&db, 100);
+    // The old snapshot reads 1,000-byte values, so the versions it reads
+    // once every key changed (100 of them) pass the cap.
+    let read_by_old = vec![6u8; 1000];
+    let mut w = db.begin_write().expect("begin");
+    for i in 0..100 {
+        w.put(format!("k{i:06}").as_bytes(), &read_by_old)
+            .expect("put");
+    }
+    w.commit().expect("commit");
     let old = db.begin_read().expect("read");
-    assert_eq!(old.get(b"k000005").expect("get"), Some(b"v5-0".to_vec()));
+    assert_eq!(old.get(b"k000005").expect("get"), Some(read_by_old));
     let value = vec![7u8; 1000];
     for round in 0..2u8 {
         for i in 0..100 {
@@ -473,7 +482,7 @@ fn a_snapshot_past_the_cap_is_given_up_not_served_wrong() {
     assert_eq!(db.stats().snapshots.active_snapshots, 0);
 }
 
-/// A reader that begins while a writer commits sees that commit whole or
+/// A reader that begins while a writer commits sees that commit whole or/// A reader that begins while a writer commits sees that commit whole or
 /// not at all, across many short read transactions racing commits that
 /// change two keys together.
 #[test]
