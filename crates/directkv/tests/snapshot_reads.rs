@@ -439,7 +439,8 @@ fn a_snapshot_past_the_cap_is_given_up_not_served_wrong() {
     let db = Database::open(dir.path(), opts).expect("open");
     load(&db, 100);
     // The old snapshot reads 1,000-byte values, so the versions it reads
-    // once every key changed (100 of them) pass the cap.
+    // once every key changed pass the cap by themselves: 100 x (1,000 +
+    // 2 x 7 + 96) = 111,000 bytes against 65,536.
     let read_by_old = vec![6u8; 1000];
     let mut w = db.begin_write().expect("begin");
     for i in 0..100 {
@@ -482,7 +483,7 @@ fn a_snapshot_past_the_cap_is_given_up_not_served_wrong() {
     assert_eq!(db.stats().snapshots.active_snapshots, 0);
 }
 
-/// A reader that begins while a writer commits sees that commit whole or/// A reader that begins while a writer commits sees that commit whole or
+/// A reader that begins while a writer commits sees that commit whole or
 /// not at all, across many short read transactions racing commits that
 /// change two keys together.
 #[test]

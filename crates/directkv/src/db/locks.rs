@@ -343,8 +343,11 @@ mod tests {
         locks.lock(t(1), b"k", Duration::MAX).expect("free");
         let (waiter, returned) = queue_waiter(&locks, 2, b"k", Duration::MAX);
         assert!(
-            returned.recv_timeout(Duration::from_millis(50)).is_err(),
-            "it waits while the key is held"
+            matches!(
+                returned.recv_timeout(Duration::from_millis(50)),
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+            ),
+            "it waits, alive, while the key is held"
         );
         locks.release_all(t(1), &[b"k".to_vec()]);
         returned.recv_timeout(LONG).expect("woken by the release");
