@@ -366,7 +366,13 @@ fn load(db: &Database, n: u64) -> BTreeMap<Vec<u8>, Vec<u8>> {
 #[test]
 fn iterators_keep_their_snapshot_across_thousands_of_commits() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let db = Database::open(dir.path(), options()).expect("open");
+    // Room for every version of the 9,000 changes below, each counted at
+    // its key, value and overhead: the snapshot is never given up here.
+    let opts = Options {
+        version_store_bytes: Some(8 << 20),
+        ..options()
+    };
+    let db = Database::open(dir.path(), opts).expect("open");
     let model = load(&db, 2000);
     let r = db.begin_read().expect("read");
     let mut fwd = r.prefix(b"k");

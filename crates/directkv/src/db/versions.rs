@@ -44,9 +44,12 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::health;
 
-/// What one version costs beyond its key and value bytes: the map entries
-/// that hold it (by key and by commit), counted against the cap.
-pub(super) const VERSION_OVERHEAD_BYTES: usize = 96;
+/// What one version costs beyond its key and value bytes, counted against
+/// the cap: the map entries that hold it (by key and by commit), its chain,
+/// the commit's share of its key list, and the allocator's headers and
+/// rounding of each of those blocks (docs/mvcc.md, "The cap"), so that the
+/// cap bounds the memory the store takes, not only its payload.
+pub(super) const VERSION_OVERHEAD_BYTES: usize = 272;
 
 /// A key's value before a commit changed it.
 pub(super) type Before = Option<Vec<u8>>;
@@ -199,7 +202,11 @@ impl VersionStore {
         for (key, before) in versions {
             store.bytes += version_bytes(&key, &before);
             store.versions += 1;
-            let chain = store.by_key.entry(key.clone()).or_default();
+            // Most keys have one version: a chain starts with room for one.
+            let chain = store
+                .by_key
+                .entry(key.clone())
+                .or_insert_with(|| VecDeque::with_capacity(1));
             assert!(
                 chain.back().is_none_or(|v| v.0 < csn),
                 "a key's versions are in commit order"
