@@ -409,7 +409,12 @@ pub fn remove(p: &mut [u8], i: usize) {
 }
 
 /// Checks a page read from disk before the tree uses it; an error describes
-/// what is wrong. Leaves, branches, overflow and free pages are checked.
+/// what is wrong. The buffer pool runs it on every leaf and branch it
+/// reads (other page types pass; their readers check what they use): the
+/// slot array and cells lie inside the page, keys ascend, a child or an
+/// overflow chain names a page that can be one (not the head, page 0, nor
+/// the no-page mark), and an overflow value is at most
+/// [`VALUE_MAX`](super::tree::VALUE_MAX).
 pub fn validate(p: &[u8]) -> Result<(), String> {
     let t = page_type(p).ok_or("unknown page type")?;
     if !matches!(t, PageType::Leaf | PageType::Branch) {
@@ -419,6 +424,9 @@ pub fn validate(p: &[u8]) -> Result<(), String> {
     let start = cell_start(p);
     if SLOTS + 2 * n > start || start > p.len() {
         return Err(format!("slot array ({n} slots) overlaps cells at {start}"));
+    }
+    if t == PageType::Branch {
+        check_link(u64_at(p, LEFTMOST), "the leftmost child")?;
     }
     let h = if t == PageType::Leaf {
         LEAF_CELL_HEADER
@@ -432,11 +440,12 @@ pub fn validate(p: &[u8]) -> Result<(), String> {
             return Err(format!("cell {i} at {c} is outside the cell area"));
         }
         let klen = u16_at(p, c);
+        let overflow = t == PageType::Leaf && p[c + 2] & OVERFLOW_FLAG != 0;
         let vlen = if t == PageType::Leaf {
             if p[c + 2] & !OVERFLOW_FLAG != 0 {
                 return Err(format!("cell {i} has unknown flags"));
             }
-            if p[c + 2] & OVERFLOW_FLAG != 0 {
+            if overflow {
                 8
             } else {
                 u32_at(p, c + 3) as usize
@@ -447,11 +456,35 @@ pub fn validate(p: &[u8]) -> Result<(), String> {
         if c + h + klen + vlen > p.len() {
             return Err(format!("cell {i} runs past the page end"));
         }
+        if t == PageType::Branch {
+            check_link(u64_at(p, c + 2), &format!("cell {i}'s child"))?;
+        }
+        if overflow {
+            let total = u32_at(p, c + 3) as usize;
+            if total > super::tree::VALUE_MAX {
+                return Err(format!(
+                    "cell {i}'s overflow value of {total} bytes is over the limit"
+                ));
+            }
+            check_link(
+                u64_at(p, c + h + klen),
+                &format!("cell {i}'s overflow chain"),
+            )?;
+        }
         let k = &p[c + h..c + h + klen];
         if prev.is_some_and(|pk| pk >= k) {
             return Err(format!("keys out of order at cell {i}"));
         }
         prev = Some(k);
+    }
+    Ok(())
+}
+
+/// Fails for a page number no link may hold: the head page, or
+/// `u64::MAX` (the buffer pool's mark of a frame without a page).
+fn check_link(page: u64, what: &str) -> Result<(), String> {
+    if page == 0 || page == u64::MAX {
+        return Err(format!("{what} is page {page}, which no link may name"));
     }
     Ok(())
 }

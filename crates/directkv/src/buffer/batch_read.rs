@@ -68,6 +68,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
             let read = outcome.next().unwrap_or(false);
             if !read
                 || page::verify(guard.as_slice(), page, &self.db_id).is_err()
+                || self.check_layout(page, guard.as_slice()).is_err()
                 || self.check_read_lsn(page, guard.as_slice()).is_err()
             {
                 self.abandon(f, page, guard);

@@ -377,6 +377,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
             .read_exact_at(IoClass::Read, buf.io_all_mut(), offset)?;
         self.counters.pages_read.fetch_add(1, Ordering::Relaxed);
         page::verify(buf.as_slice(), page, &self.db_id).map_err(|e| self.corruption(page, &e))?;
+        self.check_layout(page, buf.as_slice())?;
         self.check_read_lsn(page, buf.as_slice())
     }
 
@@ -409,6 +410,22 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
         let newest = Lsn::new(self.counters.newest_read.load(Ordering::Acquire));
         let page = PageId::new(self.counters.newest_read_page.load(Ordering::Relaxed));
         self.within_log(page, newest, end)
+    }
+
+    /// Runs the pool's page check (if it has one) on `page`, read from
+    /// disk with a right checksum.
+    ///
+    /// # Errors
+    /// [`Error::Corruption`] saying what the check found wrong.
+    pub(super) fn check_layout(&self, page: PageId, data: &[u8]) -> Result<()> {
+        let Some(check) = self.page_check else {
+            return Ok(());
+        };
+        check(data).map_err(|detail| Error::Corruption {
+            path: self.path.clone(),
+            offset: self.offset_of(page),
+            detail: format!("page {page}: {detail}"),
+        })
     }
 
     pub(super) fn corruption(&self, page: PageId, e: &PageError) -> Error {

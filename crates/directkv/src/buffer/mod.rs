@@ -11,5 +11,7 @@ mod table;
 mod write_back;
 
 pub use page::{Held, PageMut, PageRef};
-pub use pool::{BufferPool, LogFlusher, PoolStats, WriteCause, WritesByCause, FRAMES_MIN};
+pub use pool::{
+    BufferPool, LogFlusher, PageCheck, PoolStats, WriteCause, WritesByCause, FRAMES_MIN,
+};
 pub use replacer::Access;

@@ -387,7 +387,8 @@ fn open_pool<S: Storage>(
         opts.pool_bytes(),
         c.db_id,
         Arc::clone(log),
-    )?;
+    )?
+    .with_page_check(crate::btree::node::validate);
     pool.set_extension(opts.data_extend_bytes / u64::from(c.page_bytes));
     let aio_opts = opts.async_io;
     let aio = if storage.supports_aio() && aio_opts.backend != AioBackend::Off {
