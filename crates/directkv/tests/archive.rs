@@ -512,3 +512,41 @@ fn a_restored_database_archives_its_own_history_beside_the_first() {
     let got = restored(root, &backup2, &archive, RestoreTarget::Lsn(*lsn), 300);
     assert!(got == *state, "the new line's state at a recorded commit");
 }
+
+/// Records span segments: when the archive's last segment ends inside one
+/// (the segment that holds the rest is not archived yet), a restore to the
+/// archive's end stops before that record and restores every commit
+/// before it, instead of taking the end for damage.
+#[test]
+fn the_end_of_an_archive_may_fall_inside_a_record() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path();
+    let (db_dir, archive, backup) = (root.join("db"), root.join("archive"), root.join("backup"));
+    let db = Database::open(&db_dir, opts(&archive)).expect("open");
+    let mut rng = Rng(23);
+    let mut model = Model::new();
+    for _ in 0..100 {
+        commit_some(&db, &mut model, &mut rng);
+    }
+    db.backup(&backup, &BackupOptions::default())
+        .expect("backup");
+    for _ in 0..50 {
+        commit_some(&db, &mut model, &mut rng);
+    }
+    let before = model.clone();
+    // One transaction of incompressible values: its page records fill
+    // several segments end to end, so segment ends fall inside records.
+    let mut w = db.begin_write().expect("begin");
+    for i in 0..120u32 {
+        let value: Vec<u8> = (0..1000).map(|_| rng.next() as u8).collect();
+        w.put(format!("big{i:03}").as_bytes(), &value).expect("put");
+    }
+    w.commit().expect("commit");
+    db.checkpoint().expect("checkpoint");
+    assert_eq!(db.stats().archive.failures, 0);
+    db.close().expect("close");
+    let got = restored(root, &backup, &archive, RestoreTarget::End, 0);
+    for (k, v) in &before {
+        assert_eq!(got.get(k), Some(v), "{}", String::from_utf8_lossy(k));
+    }
+}

@@ -669,3 +669,50 @@ fn issue17_a_segment_of_another_version_is_a_format_version_error() {
         Ok(_) => panic!("a segment of version 99 was accepted"),
     }
 }
+
+/// A log whose last segment present ends inside a record (the record runs
+/// on into a segment not there: an archive whose next segment is not
+/// archived yet) ends cleanly before that record, not in torn bytes.
+#[test]
+fn a_record_running_into_an_absent_segment_ends_the_log_cleanly() {
+    let dir = scratch();
+    let (wal, _, _) = open(OsStorage::default(), options(dir.path()));
+    let big = vec![9u8; 60_000];
+    let mut ends = Vec::new();
+    for _ in 0..6 {
+        let end = wal.append(40, &big).expect("append");
+        wal.flush(end).expect("flush");
+        ends.push(end);
+    }
+    wal.close().expect("close");
+    let mut names: Vec<_> = std::fs::read_dir(dir.path().join("wal"))
+        .expect("dir")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    names.sort();
+    // The first segment keeps the records that end in it; the first record
+    // that does not ends in the second, which goes with every later one.
+    let inside = ends.iter().filter(|e| e.get() <= SEGMENT).count();
+    assert!(
+        inside >= 1 && inside < ends.len(),
+        "a record spans the segments"
+    );
+    for later in &names[1..] {
+        std::fs::remove_file(later).expect("remove");
+    }
+    let mut r = WalReader::new(
+        OsStorage::default(),
+        &dir.path().join("wal"),
+        SEGMENT,
+        Some(DB),
+        Lsn::ZERO,
+    );
+    let mut seen = 0;
+    while r.next_user_record().expect("no corruption").is_some() {
+        seen += 1;
+    }
+    assert_eq!(seen, inside);
+    let tail = r.tail().expect("the log ended");
+    assert!(!tail.torn, "an absent segment is an end, not torn bytes");
+    assert!(tail.end >= ends[inside - 1] && tail.end < ends[inside]);
+}

@@ -65,7 +65,8 @@ pub struct Tail {
     /// Where the next record would start: the end of the valid log.
     pub end: Lsn,
     /// Whether invalid bytes (a torn write) sat at the end, rather than zeros or
-    /// the end of the last segment.
+    /// the end of the segments present (a record that runs on into an absent
+    /// segment is such an end too).
     pub torn: bool,
 }
 
@@ -320,8 +321,14 @@ impl<S: Storage> WalReader<S> {
         };
         let mut payload = vec![0u8; h.payload_len as usize];
         let payload_at = Lsn::new(at.get() + RECORD_HEADER_BYTES);
-        if !self.read_bytes(payload_at, &mut payload)? || crc32c::crc32c(&payload) != h.payload_crc
-        {
+        if !self.read_bytes(payload_at, &mut payload)? {
+            // The record runs on into a segment that is not there (an
+            // archive whose next segment is not archived yet): no torn
+            // bytes. Unless a later flush follows (a hole then), the log
+            // ends where the record starts.
+            return Ok(Attempt::Invalid { torn: false });
+        }
+        if crc32c::crc32c(&payload) != h.payload_crc {
             return Ok(Attempt::Invalid { torn: true });
         }
         if h.kind == kind::FLUSH_HEADER && flush_resume_from(&payload).is_none_or(|r| r > at) {
