@@ -99,6 +99,7 @@ pub(super) fn read_to_end<S: Storage>(
     };
     let need_first = !opts.create_if_missing;
     check_segments(storage, &opts.dir, layout, from, &existing, need_first)?;
+    sync_segments(storage, &opts.dir, layout, from, &existing)?;
     let mut reader = WalReader::new(
         storage.clone(),
         &opts.dir,
@@ -132,6 +133,41 @@ pub(super) fn read_to_end<S: Storage>(
         tail,
         discarded,
     })
+}
+
+/// Makes every segment from `from`'s on durable before a record of them
+/// is replayed. A process that died without the machine leaves its last
+/// flushes readable (in the page cache, or the device's volatile cache)
+/// but perhaps never synced: replay must not write a data page, nor a
+/// checkpoint cover it, from log bytes that a power failure during
+/// recovery would take back, leaving the data file ahead of its log.
+///
+/// # Errors
+/// I/O errors of opening or syncing a segment.
+fn sync_segments<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    layout: Layout,
+    from: Lsn,
+    present: &[u64],
+) -> Result<()> {
+    let first = layout.segment_of(from);
+    for &n in present.iter().filter(|&&n| n >= first) {
+        let file = storage.open(&dir.join(segment_file_name(n)), &sync_options())?;
+        file.sync_all()?;
+    }
+    Ok(())
+}
+
+/// How [`sync_segments`] opens a segment: for writing (a sync of a
+/// read-only handle is refused on some systems), never creating it, through
+/// the page cache (it only syncs).
+fn sync_options() -> crate::io::FileOptions {
+    crate::io::FileOptions {
+        direct_io: crate::io::DirectIo::Off,
+        sync: crate::io::SyncMethod::Fsync,
+        ..crate::io::FileOptions::default()
+    }
 }
 
 /// The error for a log directory that is not there when the database says
