@@ -568,6 +568,39 @@ mod tests {
         );
     }
 
+    /// A write-back of a page whose load fails beside it (the load gives
+    /// its frame up while the write-back holds a pin) writes nothing and
+    /// lets the frame go: no panic, no pin left behind.
+    #[test]
+    fn a_write_back_meets_a_failed_load_and_writes_nothing() {
+        use crate::sched::IoClass;
+        let pool = pool();
+        let page = PageId::new(3);
+        let rounds = 200_000;
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for _ in 0..rounds {
+                    let f = pool.claim_victim().expect("claim").expect("a frame");
+                    let guard = pool.install(f, page).expect("installed");
+                    // The load failed.
+                    pool.abandon(f, page, guard);
+                }
+            });
+            s.spawn(|| {
+                for _ in 0..rounds {
+                    let wrote = pool
+                        .write_now(page, IoClass::Urgent, WriteCause::Checkpoint)
+                        .expect("no I/O error");
+                    assert!(!wrote, "a page never loaded is never written");
+                }
+            });
+        });
+        assert!(!pool.contains(page));
+        for f in &pool.frames {
+            assert_eq!(f.pins.load(Ordering::Acquire), 0, "every pin let go");
+        }
+    }
+
     /// Two misses of one page race and the first's load fails: neither
     /// frame is lost, and every frame can still hold a page.
     #[test]

@@ -51,7 +51,13 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
             f
         };
         let frame = &self.frames[f.index()];
-        assert_eq!(frame.page(), page, "a pinned frame keeps its page");
+        // A pin keeps a loaded frame's page, but a load under way may fail
+        // and give its frame up (`abandon`) while its readers hold pins.
+        // Such a frame was never dirty: nothing to write.
+        if frame.page() != page {
+            self.unpin(f);
+            return Ok(false);
+        }
         let was_dirty = frame.dirty.load(Ordering::Acquire);
         let written = self.write_back(f, class, cause);
         self.unpin(f);
