@@ -45,7 +45,9 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
         let pb = self.page_bytes as u64;
         let runs = runs_of(&loading, |(_, page, _)| *page);
         let bytes = loading.len() as u64 * pb;
-        let results = {
+        // A panic while the batch loads (a bug below it) gives every frame
+        // it holds up (see `fix`), then goes on unwinding.
+        let results = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let mut ops = Vec::with_capacity(runs.len());
             let mut rest = loading.as_mut_slice();
             for run in &runs {
@@ -58,19 +60,40 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
             }
             assert_eq!(ops.iter().map(|op| op.len() as u64).sum::<u64>(), bytes);
             self.file.run_batch(IoClass::Read, ops)
+        }));
+        let results = match results {
+            Ok(r) => r,
+            Err(panic) => {
+                for (f, page, guard) in loading {
+                    self.abandon(f, page, guard);
+                }
+                std::panic::resume_unwind(panic);
+            }
         };
         let mut loaded = 0;
         let mut outcome = runs.iter().zip(results).flat_map(|(run, r)| {
             let ok = r.is_ok();
             run.clone().map(move |_| ok)
         });
-        for (f, page, guard) in loading {
+        let mut loading = loading.into_iter();
+        while let Some((f, page, guard)) = loading.next() {
             let read = outcome.next().unwrap_or(false);
-            if !read
-                || page::verify(guard.as_slice(), page, &self.db_id).is_err()
-                || self.check_layout(page, guard.as_slice()).is_err()
-                || self.check_read_lsn(page, guard.as_slice()).is_err()
-            {
+            let good = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                read && page::verify(guard.as_slice(), page, &self.db_id).is_ok()
+                    && self.check_layout(page, guard.as_slice()).is_ok()
+                    && self.check_read_lsn(page, guard.as_slice()).is_ok()
+            }));
+            let good = match good {
+                Ok(good) => good,
+                Err(panic) => {
+                    self.abandon(f, page, guard);
+                    for (f, page, guard) in loading {
+                        self.abandon(f, page, guard);
+                    }
+                    std::panic::resume_unwind(panic);
+                }
+            };
+            if !good {
                 self.abandon(f, page, guard);
                 continue;
             }

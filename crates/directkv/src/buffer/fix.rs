@@ -142,11 +142,23 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
             let frame = &self.frames[f.index()];
             if !fresh {
                 let read = std::time::Instant::now();
-                let loaded = self.load(page, &mut guard);
+                // A panic in the load (a bug below it) gives the frame up
+                // too: left in the table, never valid and pinned, it would
+                // keep every later reader of the page looking it up forever.
+                let loaded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    self.load(page, &mut guard)
+                }));
                 self.counters.read_miss_stalls.record(read.elapsed());
-                if let Err(e) = loaded {
-                    self.abandon(f, page, guard);
-                    return Err(e);
+                match loaded {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => {
+                        self.abandon(f, page, guard);
+                        return Err(e);
+                    }
+                    Err(panic) => {
+                        self.abandon(f, page, guard);
+                        std::panic::resume_unwind(panic);
+                    }
                 }
             }
             frame.valid.store(true, Ordering::Release);
@@ -566,6 +578,75 @@ mod tests {
             lock(&pool.replacer).is_protected(x),
             "promoted by its first hit"
         );
+    }
+
+    /// A log whose `durable_lsn` panics once when armed: a bug met while
+    /// a page loads.
+    #[derive(Default)]
+    struct PanickyLog(std::sync::atomic::AtomicBool);
+
+    impl LogFlusher for PanickyLog {
+        fn durable_lsn(&self) -> Lsn {
+            assert!(!self.0.swap(false, Ordering::AcqRel), "the armed bug");
+            Lsn::new(u64::MAX)
+        }
+        fn flush_to(&self, _lsn: Lsn) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    /// A panic while a page loads (by one read, or in a batch) gives its
+    /// frame up: a later read of the page loads it again instead of
+    /// finding, forever, a frame that never becomes valid.
+    #[test]
+    fn a_panic_in_a_load_leaves_no_frame_behind() {
+        let disk = SimStorage::new();
+        let opts = FileOptions {
+            create: true,
+            ..FileOptions::default()
+        };
+        let file = disk.open(Path::new("/db/data"), &opts).expect("data file");
+        let file = crate::sched::ScheduledFile::new(file, crate::sched::Scheduler::fifo());
+        let log = Arc::new(PanickyLog::default());
+        let pool: Arc<BufferPool<SimStorage, PanickyLog>> = Arc::new(
+            BufferPool::new(file, 4096, 16 * 4096, [7; 16], Arc::clone(&log)).expect("pool"),
+        );
+        for no in 1..=40u64 {
+            let mut p = pool.create(PageId::new(no)).expect("create");
+            page::init(p.data_mut(), crate::format::page::PageType::Leaf);
+            p.data_mut()[60] = no as u8;
+            p.mark_dirty(Lsn::new(1));
+        }
+        pool.flush_all().expect("flush");
+        // Pages 1.. were evicted by the later ones.
+        let (one, two) = (PageId::new(1), PageId::new(2));
+        assert!(!pool.contains(one) && !pool.contains(two));
+        for batch in [false, true] {
+            let page = if batch { two } else { one };
+            log.0.store(true, Ordering::Release);
+            let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                if batch {
+                    pool.read_batch(&[page], Access::Normal);
+                } else {
+                    drop(pool.read(page, Access::Normal));
+                }
+            }));
+            assert!(panicked.is_err(), "the load met the bug");
+            assert!(!pool.contains(page), "the frame was given up");
+            // On a thread of its own: a reader that finds the frame left
+            // behind never returns, and the test must fail, not hang.
+            let (tx, rx) = std::sync::mpsc::channel();
+            let reader = Arc::clone(&pool);
+            std::thread::spawn(move || {
+                let p = reader.read(page, Access::Normal).expect("read again");
+                tx.send(p.data()[60]).expect("send");
+            });
+            let got = rx.recv_timeout(std::time::Duration::from_secs(30));
+            assert_eq!(got, Ok(page.get() as u8), "the page loads again");
+        }
+        for f in &pool.frames {
+            assert_eq!(f.pins.load(Ordering::Acquire), 0, "every pin let go");
+        }
     }
 
     /// A write-back of a page whose load fails beside it (the load gives
