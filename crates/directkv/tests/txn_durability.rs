@@ -99,3 +99,44 @@ fn a_no_sync_commit_on_a_sync_database_does_not_wait_and_the_next_sync_carries_i
         assert_eq!(got, Some(vec![i as u8; 100]), "commit {i}");
     }
 }
+
+/// A commit is visible once its record is appended, before its sync. A
+/// write transaction that read it and writes nothing commits only once
+/// the log is durable that far (under `Sync`): what it read survives a
+/// power cut, and the LSN it returns is durable. With nothing waiting to
+/// be synced it syncs nothing.
+#[test]
+fn a_commit_that_writes_nothing_waits_for_what_it_read_to_be_durable() {
+    let path = Path::new("/sim/db");
+    for seed in 0..10u64 {
+        let disk = SimStorage::new();
+        let db = Database::open_with(disk.clone(), path, opts(Durability::Sync)).expect("open");
+        put(&db, &with(Durability::NoSyncNotDurable), 1);
+        let flushes = db.stats().wal.flushes;
+        let mut t = db.begin_write().expect("begin");
+        assert_eq!(
+            t.get(b"key00001").expect("get"),
+            Some(vec![1u8; 100]),
+            "the appended commit is visible"
+        );
+        let lsn = t.commit_lsn().expect("commit");
+        assert!(
+            db.stats().wal.durable_lsn >= lsn.get(),
+            "the log is durable to the LSN returned"
+        );
+        assert_eq!(db.stats().wal.flushes, flushes + 1, "one flush carried it");
+        // Nothing more to sync: a commit that writes nothing syncs nothing.
+        let t = db.begin_write().expect("begin");
+        assert!(t.commit_lsn().expect("commit") >= lsn);
+        assert_eq!(db.stats().wal.flushes, flushes + 1, "no flush for nothing");
+        std::mem::forget(db);
+        disk.crash(seed);
+        let db = Database::open_with(disk.clone(), path, opts(Durability::Sync)).expect("reopen");
+        let r = db.begin_read().expect("read");
+        assert_eq!(
+            r.get(b"key00001").expect("get"),
+            Some(vec![1u8; 100]),
+            "seed {seed}: what was read survived"
+        );
+    }
+}

@@ -345,8 +345,11 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
     /// [`commit`](Self::commit), returning the LSN at the end of the
     /// commit record: the point `directkv restore --to-lsn` restores to for
     /// exactly the commits up to and including this one. A transaction that
-    /// writes nothing writes no record; it returns the log's end, where
-    /// every commit it could have seen ends.
+    /// writes nothing writes no record; it returns the end of the last
+    /// record appended, at or past the end of every commit it could have
+    /// seen, and under `Durability::Sync` returns once the log is durable
+    /// to there: a commit is visible before its sync, so this is how a
+    /// caller knows that what it read survives a crash.
     ///
     /// # Errors
     /// As [`commit`](Self::commit).
@@ -365,7 +368,8 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
                 Ok(())
             };
             self.end();
-            return self.count_refusal(r).map(|()| self.inner.wal().end_lsn());
+            self.count_refusal(r)?;
+            return self.await_reads();
         }
         let (befores, trails) = self.warm(&writes)?;
         let lsn = self.commit_section(&writes, &befores, trails);
@@ -379,8 +383,7 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
         // locks are gone: the versions no snapshot needs go now, outside
         // the commit section.
         self.inner.health.observe(self.inner.versions.collect())?;
-        let durability = self.opts.durability.unwrap_or(self.inner.opts.durability);
-        if durability == Durability::Sync {
+        if self.durability() == Durability::Sync {
             let t = Instant::now();
             self.inner
                 .health
@@ -390,6 +393,31 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
         self.inner.counters.commits.fetch_add(1, Ordering::Relaxed);
         self.inner.after_commit();
         Ok(lsn)
+    }
+
+    /// Ends a commit that wrote nothing: returns the end of the last record
+    /// appended to the log, at or past the end of every commit it could
+    /// have read, once (under `Durability::Sync`) the log is durable to
+    /// there. A commit is visible once its record is appended, before its
+    /// sync (its row locks go then), so what this transaction read may not
+    /// be durable yet; the wait, shared with the flush under way, is what
+    /// lets its caller act on what it read. With nothing appended since the
+    /// last sync it waits for nothing.
+    fn await_reads(&self) -> Result<Lsn> {
+        let end = self.inner.wal().appended_lsn();
+        if self.durability() == Durability::Sync {
+            let t = Instant::now();
+            self.inner
+                .health
+                .observe(self.inner.log.flush_to_wal(end))?;
+            self.inner.counters.wal_sync_wait.record(t.elapsed());
+        }
+        Ok(end)
+    }
+
+    /// The durability its commit waits for.
+    fn durability(&self) -> Durability {
+        self.opts.durability.unwrap_or(self.inner.opts.durability)
     }
 
     /// Counts a commit refused with a retryable error (a conflict, or a
