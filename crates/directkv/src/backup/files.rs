@@ -110,7 +110,8 @@ impl<S: Storage> Sink<S> {
 }
 
 /// Creates directory `dir` (and missing parents) if it does not exist, and
-/// syncs its parent so that the new entry survives a power cut.
+/// syncs the parent of each directory it creates, so that every new entry,
+/// not only `dir`'s, survives a power cut.
 ///
 /// # Errors
 /// I/O errors.
@@ -119,14 +120,24 @@ pub fn create_dir_synced<S: Storage>(
     dir: &Path,
     permissions: Permissions,
 ) -> Result<()> {
-    if storage.exists(dir) {
+    let mut created = Vec::new();
+    let mut next = Some(dir).filter(|d| !d.as_os_str().is_empty());
+    while let Some(d) = next.filter(|d| !storage.exists(d)) {
+        created.push(d);
+        next = d.parent().filter(|p| !p.as_os_str().is_empty());
+    }
+    if created.is_empty() {
         return Ok(());
     }
     storage.create_dirs(dir, permissions)?;
-    match dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-        Some(parent) => storage.sync_dir(parent),
-        None => storage.sync_dir(Path::new(".")),
+    // Outermost first: an entry is synced after the entry of its parent.
+    for d in created.iter().rev() {
+        match d.parent().filter(|p| !p.as_os_str().is_empty()) {
+            Some(parent) => storage.sync_dir(parent)?,
+            None => storage.sync_dir(Path::new("."))?,
+        }
     }
+    Ok(())
 }
 
 /// Writes a small new file (exclusively, private, synced) holding `bytes`.
@@ -333,4 +344,33 @@ pub fn crc_of<S: Storage>(storage: &S, path: &Path, buf: &mut AlignedBuf) -> Res
         Ok(())
     })?;
     Ok((len, crc))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::io::{FaultOp, FaultyStorage, OsStorage};
+
+    /// Every directory made gets its entry synced, the outer ones too; an
+    /// existing directory syncs nothing; a failed directory sync is an
+    /// error, not a silent success.
+    #[test]
+    fn each_new_level_of_a_directory_is_synced_into_its_parent() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let storage = FaultyStorage::new(OsStorage::default());
+        let deep = tmp.path().join("a").join("b").join("c");
+        create_dir_synced(&storage, &deep, Permissions::Private).expect("made");
+        assert!(deep.is_dir());
+        assert_eq!(storage.calls(FaultOp::SyncDir), 3, "a, b and c's parents");
+        create_dir_synced(&storage, &deep, Permissions::Private).expect("there");
+        assert_eq!(
+            storage.calls(FaultOp::SyncDir),
+            3,
+            "nothing made, nothing synced"
+        );
+        storage.fail_after(FaultOp::SyncDir, 0, false);
+        let e = create_dir_synced(&storage, &tmp.path().join("d"), Permissions::Private)
+            .expect_err("the sync fails");
+        assert!(matches!(e, Error::Io { .. }), "{e}");
+    }
 }

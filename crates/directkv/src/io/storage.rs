@@ -391,23 +391,58 @@ pub enum FaultOp {
     Read,
     /// Allocation of file space (`fallocate` and zero fill).
     Allocate,
+    /// Syncs of directories (their entries).
+    SyncDir,
 }
+
+/// How many kinds of [`FaultOp`] there are.
+const FAULT_OPS: usize = 5;
 
 #[derive(Debug, Default)]
 struct Countdowns {
     /// Per op: how many more calls succeed before they start failing; `None` = never.
-    remaining: [Option<u64>; 4],
+    remaining: [Option<u64>; FAULT_OPS],
     /// Per op: fail only once (transient) instead of from then on (persistent).
-    transient: [bool; 4],
+    transient: [bool; FAULT_OPS],
     /// Per op: calls seen so far.
-    calls: [u64; 4],
+    calls: [u64; FAULT_OPS],
     /// Per op: faults injected so far.
-    injected: [u64; 4],
+    injected: [u64; FAULT_OPS],
     /// Per op: the errno injected (EIO unless set).
-    errno: [Option<i32>; 4],
+    errno: [Option<i32>; FAULT_OPS],
     /// Per op: the fault is a panic of the calling thread, not an error
     /// (a bug in the engine's I/O path, for tests of how it stops).
-    panic: [bool; 4],
+    panic: [bool; FAULT_OPS],
+}
+
+impl Countdowns {
+    /// Counts a call of `op`; whether it is to fail.
+    fn inject(&mut self, op: FaultOp) -> bool {
+        let i = op as usize;
+        self.calls[i] += 1;
+        let fire = match self.remaining[i] {
+            Some(0) => {
+                if self.transient[i] {
+                    self.remaining[i] = None;
+                }
+                true
+            }
+            Some(n) => {
+                self.remaining[i] = Some(n - 1);
+                false
+            }
+            None => false,
+        };
+        if fire {
+            self.injected[i] += 1;
+        }
+        assert!(
+            self.injected[i] <= self.calls[i],
+            "more faults injected than calls"
+        );
+        assert!(!fire || self.remaining[i].is_none_or(|n| n == 0));
+        fire
+    }
 }
 
 /// A [`Storage`] wrapper that fails the Nth write, sync or read with `EIO`
@@ -462,8 +497,8 @@ impl<S: Storage> FaultyStorage<S> {
     /// Disarms every fault.
     pub fn heal(&self) {
         let mut f = self.faults.lock().unwrap_or_else(|p| p.into_inner());
-        f.remaining = [None; 4];
-        f.panic = [false; 4];
+        f.remaining = [None; FAULT_OPS];
+        f.panic = [false; FAULT_OPS];
     }
 
     /// Calls of `op` seen so far.
@@ -483,30 +518,8 @@ impl<S: Storage> FaultyStorage<S> {
 impl<F: StorageFile> FaultyFile<F> {
     fn inject(&self, op: FaultOp) -> bool {
         let mut f = self.faults.lock().unwrap_or_else(|p| p.into_inner());
-        let i = op as usize;
-        f.calls[i] += 1;
-        let fire = match f.remaining[i] {
-            Some(0) => {
-                if f.transient[i] {
-                    f.remaining[i] = None;
-                }
-                true
-            }
-            Some(n) => {
-                f.remaining[i] = Some(n - 1);
-                false
-            }
-            None => false,
-        };
-        if fire {
-            f.injected[i] += 1;
-        }
-        assert!(
-            f.injected[i] <= f.calls[i],
-            "more faults injected than calls"
-        );
-        assert!(!fire || f.remaining[i].is_none_or(|n| n == 0));
-        if fire && std::mem::take(&mut f.panic[i]) {
+        let fire = f.inject(op);
+        if fire && std::mem::take(&mut f.panic[op as usize]) {
             drop(f);
             panic!("injected panic in a {op:?} call");
         }
@@ -668,6 +681,20 @@ impl<S: Storage> Storage for FaultyStorage<S> {
         self.inner.remove_file(path)
     }
     fn sync_dir(&self, path: &Path) -> Result<()> {
+        let fire = {
+            let mut f = self.faults.lock().unwrap_or_else(|p| p.into_inner());
+            let fire = f.inject(FaultOp::SyncDir);
+            let errno = f.errno[FaultOp::SyncDir as usize];
+            fire.then(|| errno.unwrap_or(libc::EIO))
+        };
+        if let Some(errno) = fire {
+            return Err(Error::from_io(
+                IoOp::Sync,
+                path,
+                None,
+                std::io::Error::from_raw_os_error(errno),
+            ));
+        }
         self.inner.sync_dir(path)
     }
     fn exists(&self, path: &Path) -> bool {

@@ -132,9 +132,7 @@ impl<S: Storage> Inner<S> {
         let began = Instant::now();
         let started_unix_ms = unix_ms();
         self.check_backup_dest(dest)?;
-        if !self.storage.exists(dest) {
-            self.storage.create_dirs(dest, Permissions::Private)?;
-        }
+        crate::backup::files::create_dir_synced(&self.storage, dest, Permissions::Private)?;
         let parent = opts
             .incremental_from
             .as_deref()
