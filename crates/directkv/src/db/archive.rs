@@ -44,7 +44,10 @@ use crate::health;
 use crate::io::{AlignedBuf, DirectIo, Permissions, Storage};
 use crate::lsn::Lsn;
 use crate::sched::{IoClass, ScheduledFile, Scheduler};
-use crate::wal::format::{segment_file_name, Layout, SEGMENT_HEADER_BYTES};
+use crate::wal::format::{
+    segment_file_name, Layout, FORMAT_BLOCK_BYTES, RECORD_HEADER_BYTES, RECORD_PAYLOAD_MAX,
+    SEGMENT_HEADER_BYTES,
+};
 use crate::wal::{list_segments, read_segment_header, WalReader};
 
 /// The suffix of a segment's copy before it is complete.
@@ -318,8 +321,21 @@ impl<S: Storage> Inner<S> {
         // the first record that starts in this one (that record's bytes
         // here were checked with the segment it started in).
         let Some(from) = reader_at(layout.segment_start(n)).first_record_in_segment(n)? else {
-            // One record spans the whole segment.
-            return Ok(());
+            // Only a record longer than the segment's body can leave no
+            // record starting in it; past that size a complete segment
+            // without one (zeroed, overwritten) is damage.
+            let longest = RECORD_HEADER_BYTES + RECORD_PAYLOAD_MAX as u64;
+            if layout.segment_bytes - SEGMENT_HEADER_BYTES <= longest {
+                return Ok(());
+            }
+            return Err(Error::Corruption {
+                path: self.wal().dir().join(segment_file_name(n)),
+                offset: SEGMENT_HEADER_BYTES,
+                detail: format!(
+                    "no valid record starts in the segment's first {} bytes, where one must:                      the segment is damaged",
+                    longest + FORMAT_BLOCK_BYTES
+                ),
+            });
         };
         if from >= to {
             return Ok(());
