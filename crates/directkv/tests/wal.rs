@@ -720,53 +720,60 @@ fn a_record_running_into_an_absent_segment_ends_the_log_cleanly() {
 /// Log bytes a dead process wrote but never synced are still readable
 /// when the log reopens on the same running system; open makes them
 /// durable before it hands any record to replay, which may write data
-/// pages from it. The simulated disk keeps a flush whose sync failed the
-/// Linux way readable but not durable; a power failure at the first
-/// record replay sees must not take back any record replay was given.
+/// pages from it. A flush whose sync never reaches the simulated disk (it
+/// fails above it, as if the process died first) stays readable, not
+/// durable; a power failure at the first record replay sees of it must not
+/// take back any record replay was given.
 #[test]
 fn records_are_durable_before_they_are_replayed() {
     use directkv::internals::sim::SimStorage;
-    let disk = SimStorage::new();
-    let mut opts = options(Path::new("/sim"));
-    opts.background_prepare = false;
-    let (wal, _, _) = open(disk.clone(), opts.clone());
-    let value = vec![3u8; 40_000];
-    // Durable records over two segments, then a flush whose sync fails.
-    for _ in 0..8 {
-        let end = wal.append(40, &value).expect("append");
-        wal.flush(end).expect("flush");
-    }
-    let mut last = Lsn::ZERO;
-    for _ in 0..3 {
-        last = wal.append(41, &value).expect("append");
-    }
-    disk.fail_sync_linux_style(1);
-    assert!(wal.flush(last).is_err(), "the sync fails");
-    drop(wal);
-    // Reopen; at the first record of the failed flush, the power fails.
-    let mut cut = false;
-    let reopened = Wal::open(disk.clone(), opts.clone(), Lsn::ZERO, |r| {
-        if r.kind == 41 && !cut {
-            cut = true;
-            disk.crash(7);
+    // At a crash the simulated disk lands each unsynced write whole, not
+    // at all or torn, by the seed: every seed must keep what was replayed.
+    for seed in 0..16u64 {
+        let disk = SimStorage::new();
+        let faulty = FaultyStorage::new(disk.clone());
+        let mut opts = options(Path::new("/sim"));
+        opts.background_prepare = false;
+        let (wal, _, _) = open(faulty.clone(), opts.clone());
+        let value = vec![3u8; 40_000];
+        // Durable records over two segments.
+        for _ in 0..8 {
+            let end = wal.append(40, &value).expect("append");
+            wal.flush(end).expect("flush");
         }
-        Ok(())
-    });
-    assert!(cut, "replay met the failed flush's records");
-    drop(reopened);
-    let mut r = WalReader::new(
-        disk.clone(),
-        Path::new("/sim/wal"),
-        SEGMENT,
-        Some(DB),
-        Lsn::ZERO,
-    );
-    let mut durable = 0u64;
-    while let Ok(Some(_)) = r.next_user_record() {
-        durable += 1;
+        // Then a flush written and never synced.
+        let mut last = Lsn::ZERO;
+        for _ in 0..3 {
+            last = wal.append(41, &value).expect("append");
+        }
+        faulty.fail_after(FaultOp::Sync, 0, true);
+        assert!(wal.flush(last).is_err(), "the sync never happened");
+        drop(wal);
+        // Reopen; at the first record of that flush, the power fails.
+        let mut cut = false;
+        let reopened = Wal::open(disk.clone(), opts.clone(), Lsn::ZERO, |r| {
+            if r.kind == 41 && !cut {
+                cut = true;
+                disk.crash(seed);
+            }
+            Ok(())
+        });
+        assert!(cut, "replay met the unsynced flush's records");
+        drop(reopened);
+        let mut r = WalReader::new(
+            disk.clone(),
+            Path::new("/sim/wal"),
+            SEGMENT,
+            Some(DB),
+            Lsn::ZERO,
+        );
+        let mut durable = 0u64;
+        while let Ok(Some(_)) = r.next_user_record() {
+            durable += 1;
+        }
+        assert!(
+            durable >= 9,
+            "seed {seed}: {durable} records survived; replay had been given the 9th"
+        );
     }
-    assert!(
-        durable >= 9,
-        "{durable} records survived; replay had been given the 9th"
-    );
 }

@@ -45,9 +45,9 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
         let pb = self.page_bytes as u64;
         let runs = runs_of(&loading, |(_, page, _)| *page);
         let bytes = loading.len() as u64 * pb;
-        // A panic while the batch loads (a bug below it) gives every frame
-        // it holds up (see `fix`), then goes on unwinding.
-        let results = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // A panic inside the batch is not caught: requests may still be in
+        // flight into these frames, which must then never be reused.
+        let results = {
             let mut ops = Vec::with_capacity(runs.len());
             let mut rest = loading.as_mut_slice();
             for run in &runs {
@@ -60,21 +60,14 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
             }
             assert_eq!(ops.iter().map(|op| op.len() as u64).sum::<u64>(), bytes);
             self.file.run_batch(IoClass::Read, ops)
-        }));
-        let results = match results {
-            Ok(r) => r,
-            Err(panic) => {
-                for (f, page, guard) in loading {
-                    self.abandon(f, page, guard);
-                }
-                std::panic::resume_unwind(panic);
-            }
         };
         let mut loaded = 0;
         let mut outcome = runs.iter().zip(results).flat_map(|(run, r)| {
             let ok = r.is_ok();
             run.clone().map(move |_| ok)
         });
+        // Every request has ended: a panic in a page's checks (a bug below
+        // them) gives up this frame and the rest (see `fix`), then goes on.
         let mut loading = loading.into_iter();
         while let Some((f, page, guard)) = loading.next() {
             let read = outcome.next().unwrap_or(false);

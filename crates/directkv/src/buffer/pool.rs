@@ -13,8 +13,9 @@
 //! - Dirty frames are on the flush list, keyed by the LSN of their first change
 //!   since they were last written. Flushing walks that list, never the frames
 //!   (invariant 7); `flush_list_visits` counts every entry a walk looks at.
-//! - Every page read is verified (checksum, own page number, database identity)
-//!   before anyone sees it; every page written is sealed first.
+//! - Every page read is verified (checksum, own page number, database identity,
+//!   and the layout check the pool was given) before anyone sees it; every
+//!   page written is sealed first.
 //! - The data file grows ahead of use, in zero-filled extents
 //!   ([`extend_ahead`](BufferPool::extend_ahead)), so page writes are
 //!   overwrites that need no filesystem metadata and a checkpoint's sync

@@ -55,6 +55,10 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
         // and give its frame up (`abandon`) while its readers hold pins.
         // Such a frame was never dirty: nothing to write.
         if frame.page() != page {
+            assert!(
+                !frame.dirty.load(Ordering::Acquire),
+                "a frame given up by its load was never dirty"
+            );
             self.unpin(f);
             return Ok(false);
         }

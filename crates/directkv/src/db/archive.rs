@@ -332,8 +332,9 @@ impl<S: Storage> Inner<S> {
                 path: self.wal().dir().join(segment_file_name(n)),
                 offset: SEGMENT_HEADER_BYTES,
                 detail: format!(
-                    "no valid record starts in the segment's first {} bytes, where one must:                      the segment is damaged",
-                    longest + FORMAT_BLOCK_BYTES
+                    "no valid record starts in the segment's first {} bytes, where one must: the \
+                     segment is damaged",
+                    RECORD_PAYLOAD_MAX as u64 + FORMAT_BLOCK_BYTES
                 ),
             });
         };

@@ -405,6 +405,10 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
     /// last sync it waits for nothing.
     fn await_reads(&self) -> Result<Lsn> {
         let end = self.inner.wal().appended_lsn();
+        assert!(
+            end <= self.inner.wal().end_lsn(),
+            "what is appended is within the log"
+        );
         if self.durability() == Durability::Sync {
             let t = Instant::now();
             self.inner

@@ -397,6 +397,7 @@ pub enum FaultOp {
 
 /// How many kinds of [`FaultOp`] there are.
 const FAULT_OPS: usize = 5;
+const _: () = assert!(FaultOp::SyncDir as usize + 1 == FAULT_OPS);
 
 #[derive(Debug, Default)]
 struct Countdowns {
@@ -445,7 +446,8 @@ impl Countdowns {
     }
 }
 
-/// A [`Storage`] wrapper that fails the Nth write, sync or read with `EIO`
+/// A [`Storage`] wrapper that fails the Nth write, sync, read, allocation or
+/// directory sync with `EIO`
 /// (transiently or from then on): the countdown faults of RELIABILITY.md §2.
 ///
 /// Failures go through the wrapped file's own failure path where there is one, so
@@ -684,6 +686,10 @@ impl<S: Storage> Storage for FaultyStorage<S> {
         let fire = {
             let mut f = self.faults.lock().unwrap_or_else(|p| p.into_inner());
             let fire = f.inject(FaultOp::SyncDir);
+            if fire && std::mem::take(&mut f.panic[FaultOp::SyncDir as usize]) {
+                drop(f);
+                panic!("injected panic in a SyncDir call");
+            }
             let errno = f.errno[FaultOp::SyncDir as usize];
             fire.then(|| errno.unwrap_or(libc::EIO))
         };

@@ -21,6 +21,10 @@
 //!   its position (a record's CRC covers its LSN, so a recycled segment's
 //!   old records never count).
 //!
+//! Before it reads, open syncs every segment from the redo point's on, so
+//! that replay builds on no log bytes a dead process wrote but never
+//! synced (see `sync_segments`).
+//!
 //! What no check can see: after a crash, damage confined to the log's last
 //! flushes with nothing durable after it (a newest segment replaced by an
 //! older copy of itself) reads as a crash before those flushes. Pages the
@@ -36,7 +40,7 @@ use super::reader::{list_segments, Tail, WalReader};
 use crate::error::{Error, Result};
 use crate::io::{Storage, StorageFile};
 use crate::lsn::Lsn;
-use crate::sched::IoClass;
+use crate::sched::{IoClass, ScheduledFile, Scheduler};
 
 /// Records found past the end of the log, in the flush that was being
 /// written when the log stopped: they were never acknowledged (their sync
@@ -99,7 +103,7 @@ pub(super) fn read_to_end<S: Storage>(
     };
     let need_first = !opts.create_if_missing;
     check_segments(storage, &opts.dir, layout, from, &existing, need_first)?;
-    sync_segments(storage, &opts.dir, layout, from, &existing)?;
+    sync_segments(storage, &opts.sched, &opts.dir, layout, from, &existing)?;
     let mut reader = WalReader::new(
         storage.clone(),
         &opts.dir,
@@ -146,15 +150,23 @@ pub(super) fn read_to_end<S: Storage>(
 /// I/O errors of opening or syncing a segment.
 fn sync_segments<S: Storage>(
     storage: &S,
+    sched: &Arc<Scheduler>,
     dir: &Path,
     layout: Layout,
     from: Lsn,
     present: &[u64],
 ) -> Result<()> {
+    assert!(
+        present.windows(2).all(|w| w[0] < w[1]),
+        "segments are listed ascending"
+    );
     let first = layout.segment_of(from);
     for &n in present.iter().filter(|&&n| n >= first) {
         let file = storage.open(&dir.join(segment_file_name(n)), &sync_options())?;
-        file.sync_all()?;
+        // A log request like any other: the scheduler admits it.
+        ScheduledFile::new(file, Arc::clone(sched))
+            .admit(IoClass::Wal, 0)
+            .sync_all()?;
     }
     Ok(())
 }
