@@ -113,7 +113,7 @@ fn a_commit_that_writes_nothing_waits_for_what_it_read_to_be_durable() {
         let db = Database::open_with(disk.clone(), path, opts(Durability::Sync)).expect("open");
         put(&db, &with(Durability::NoSyncNotDurable), 1);
         let flushes = db.stats().wal.flushes;
-        let mut t = db.begin_write().expect("begin");
+        let t = db.begin_write().expect("begin");
         assert_eq!(
             t.get(b"key00001").expect("get"),
             Some(vec![1u8; 100]),

@@ -132,7 +132,13 @@ impl<S: Storage> Inner<S> {
         let began = Instant::now();
         let started_unix_ms = unix_ms();
         self.check_backup_dest(dest)?;
-        crate::backup::files::create_dir_synced(&self.storage, dest, Permissions::Private)?;
+        // Made now, their entries synced once the backup is sealed: until
+        // then a power cut may take the directory (the backup is not done),
+        // and a directory without its CONTROL lasts no longer than it must.
+        let made = crate::backup::files::missing_levels(&self.storage, dest);
+        if !made.is_empty() {
+            self.storage.create_dirs(dest, Permissions::Private)?;
+        }
         let parent = opts
             .incremental_from
             .as_deref()
@@ -170,6 +176,7 @@ impl<S: Storage> Inner<S> {
         }
         m.pages_scanned = c.counts.scanned;
         crate::backup::seal(&self.storage, dest, &m)?;
+        crate::backup::files::sync_levels(&self.storage, &made)?;
         self.counters.backups.fetch_add(1, Ordering::Relaxed);
         Ok(BackupReport {
             incremental: parent.is_some(),
