@@ -3,12 +3,13 @@
 //! asynchronous batch, adjacent pages as one request.
 
 use std::sync::atomic::Ordering;
+use std::sync::RwLockWriteGuard;
 
 use super::pool::*;
 use super::replacer::Access;
 use crate::format::page::{self};
-use crate::format::PageId;
-use crate::io::{BatchOp, Storage};
+use crate::format::{FrameIndex, PageId};
+use crate::io::{AlignedBuf, BatchOp, Storage};
 use crate::sched::IoClass;
 
 impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
@@ -61,16 +62,28 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
             assert_eq!(ops.iter().map(|op| op.len() as u64).sum::<u64>(), bytes);
             self.file.run_batch(IoClass::Read, ops)
         };
-        let mut loaded = 0;
-        let mut outcome = runs.iter().zip(results).flat_map(|(run, r)| {
+        let outcome = runs.iter().zip(results).flat_map(|(run, r)| {
             let ok = r.is_ok();
             run.clone().map(move |_| ok)
         });
+        self.settle_batch(loading, outcome, access)
+    }
+
+    /// Makes valid each frame of `loading` whose read succeeded (`read`, in
+    /// the same order) and whose page passes its checks; gives the others
+    /// up. Returns how many it made valid.
+    fn settle_batch(
+        &self,
+        loading: Vec<(FrameIndex, PageId, RwLockWriteGuard<'_, AlignedBuf>)>,
+        mut read: impl Iterator<Item = bool>,
+        access: Access,
+    ) -> usize {
+        let mut loaded = 0;
         // Every request has ended: a panic in a page's checks (a bug below
         // them) gives up this frame and the rest (see `fix`), then goes on.
         let mut loading = loading.into_iter();
         while let Some((f, page, guard)) = loading.next() {
-            let read = outcome.next().unwrap_or(false);
+            let read = read.next().unwrap_or(false);
             let good = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 read && page::verify(guard.as_slice(), page, &self.db_id).is_ok()
                     && self.check_layout(page, guard.as_slice()).is_ok()

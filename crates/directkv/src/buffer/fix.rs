@@ -488,6 +488,11 @@ mod tests {
     type Pool = BufferPool<SimStorage, DurableLog>;
 
     fn pool() -> Pool {
+        pool_with(Arc::new(DurableLog))
+    }
+
+    /// A pool of 16 frames of 4 KiB over a simulated disk, with `log`.
+    fn pool_with<L: LogFlusher>(log: Arc<L>) -> BufferPool<SimStorage, L> {
         let disk = SimStorage::new();
         let opts = FileOptions {
             create: true,
@@ -495,7 +500,7 @@ mod tests {
         };
         let file = disk.open(Path::new("/db/data"), &opts).expect("data file");
         let file = crate::sched::ScheduledFile::new(file, crate::sched::Scheduler::fifo());
-        BufferPool::new(file, 4096, 16 * 4096, [7; 16], Arc::new(DurableLog)).expect("pool")
+        BufferPool::new(file, 4096, 16 * 4096, [7; 16], log).expect("pool")
     }
 
     /// Claims and installs a frame for each of `pages`; all must succeed.
@@ -600,17 +605,8 @@ mod tests {
     /// finding, forever, a frame that never becomes valid.
     #[test]
     fn a_panic_in_a_load_leaves_no_frame_behind() {
-        let disk = SimStorage::new();
-        let opts = FileOptions {
-            create: true,
-            ..FileOptions::default()
-        };
-        let file = disk.open(Path::new("/db/data"), &opts).expect("data file");
-        let file = crate::sched::ScheduledFile::new(file, crate::sched::Scheduler::fifo());
         let log = Arc::new(PanickyLog::default());
-        let pool: Arc<BufferPool<SimStorage, PanickyLog>> = Arc::new(
-            BufferPool::new(file, 4096, 16 * 4096, [7; 16], Arc::clone(&log)).expect("pool"),
-        );
+        let pool = Arc::new(pool_with(Arc::clone(&log)));
         for no in 1..=40u64 {
             let mut p = pool.create(PageId::new(no)).expect("create");
             page::init(p.data_mut(), crate::format::page::PageType::Leaf);

@@ -383,13 +383,7 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
         // locks are gone: the versions no snapshot needs go now, outside
         // the commit section.
         self.inner.health.observe(self.inner.versions.collect())?;
-        if self.durability() == Durability::Sync {
-            let t = Instant::now();
-            self.inner
-                .health
-                .observe(self.inner.log.flush_to_wal(lsn))?;
-            self.inner.counters.wal_sync_wait.record(t.elapsed());
-        }
+        self.await_durable(lsn)?;
         self.inner.counters.commits.fetch_add(1, Ordering::Relaxed);
         self.inner.after_commit();
         Ok(lsn)
@@ -409,14 +403,21 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
             end <= self.inner.wal().end_lsn(),
             "what is appended is within the log"
         );
+        self.await_durable(end)?;
+        Ok(end)
+    }
+
+    /// Under `Durability::Sync`, waits until the log is durable to `lsn`
+    /// (sharing the flush under way), counted as a wait for the WAL sync.
+    fn await_durable(&self, lsn: Lsn) -> Result<()> {
         if self.durability() == Durability::Sync {
             let t = Instant::now();
             self.inner
                 .health
-                .observe(self.inner.log.flush_to_wal(end))?;
+                .observe(self.inner.log.flush_to_wal(lsn))?;
             self.inner.counters.wal_sync_wait.record(t.elapsed());
         }
-        Ok(end)
+        Ok(())
     }
 
     /// The durability its commit waits for.

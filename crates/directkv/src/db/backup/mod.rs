@@ -127,18 +127,24 @@ impl<S: Storage> Inner<S> {
         super::summary::changed_pages(&self.storage, &self.dir, (from, redo), io)
     }
 
-    /// Backs the open database up into `dest` (see the module docs).
-    pub(super) fn backup(&self, dest: &Path, opts: &BackupOptions) -> Result<BackupReport> {
-        let began = Instant::now();
-        let started_unix_ms = unix_ms();
+    /// Checks `dest` and makes it if missing; returns the directory levels
+    /// it made. Their entries are synced once the backup is sealed: until
+    /// then a power cut may take the directory (the backup is not done), and
+    /// a directory without its CONTROL lasts no longer than it must.
+    fn make_dest<'a>(&self, dest: &'a Path) -> Result<Vec<&'a Path>> {
         self.check_backup_dest(dest)?;
-        // Made now, their entries synced once the backup is sealed: until
-        // then a power cut may take the directory (the backup is not done),
-        // and a directory without its CONTROL lasts no longer than it must.
         let made = crate::backup::files::missing_levels(&self.storage, dest);
         if !made.is_empty() {
             self.storage.create_dirs(dest, Permissions::Private)?;
         }
+        Ok(made)
+    }
+
+    /// Backs the open database up into `dest` (see the module docs).
+    pub(super) fn backup(&self, dest: &Path, opts: &BackupOptions) -> Result<BackupReport> {
+        let began = Instant::now();
+        let started_unix_ms = unix_ms();
+        let made = self.make_dest(dest)?;
         let parent = opts
             .incremental_from
             .as_deref()
