@@ -127,16 +127,18 @@ impl<S: Storage> Inner<S> {
         super::summary::changed_pages(&self.storage, &self.dir, (from, redo), io)
     }
 
-    /// Checks `dest` and makes it if missing; returns the directory levels
-    /// it made. Their entries are synced once the backup is sealed: until
-    /// then a power cut may take the directory (the backup is not done), and
-    /// a directory without its CONTROL lasts no longer than it must.
+    /// Checks `dest` and makes it, with its log directory, if missing;
+    /// returns the directory levels above the log directory it made. Their
+    /// entries are synced once the backup is sealed: until then a power cut
+    /// may take the directory (the backup is not done). The log directory
+    /// is made with it, so a backup killed at once leaves a directory an
+    /// open refuses (it holds what no database creation leaves), not an
+    /// empty one an open would make a database in.
     fn make_dest<'a>(&self, dest: &'a Path) -> Result<Vec<&'a Path>> {
         self.check_backup_dest(dest)?;
         let made = crate::backup::files::missing_levels(&self.storage, dest);
-        if !made.is_empty() {
-            self.storage.create_dirs(dest, Permissions::Private)?;
-        }
+        self.storage
+            .create_dirs(&dest.join(WAL_DIR_NAME), Permissions::Private)?;
         Ok(made)
     }
 
@@ -150,8 +152,6 @@ impl<S: Storage> Inner<S> {
             .as_deref()
             .map(|p| self.incremental_parent(p))
             .transpose()?;
-        let wal_dest = dest.join(WAL_DIR_NAME);
-        self.storage.create_dirs(&wal_dest, Permissions::Private)?;
         let (cp, _pin) = self.backup_start(opts)?;
         let _running = Running::start(&self.counters, cp.meta.page_count - 1);
         let since = parent.as_ref().map(Manifest::start);
