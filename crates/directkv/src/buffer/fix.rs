@@ -440,6 +440,19 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
         })
     }
 
+    /// Runs the pool's page check on `page` if the pool holds it: for a
+    /// page changed in memory from data read elsewhere (a logged image or
+    /// change replayed at open), which no read of the data file checked.
+    ///
+    /// # Errors
+    /// [`Error::Corruption`] saying what the check found wrong.
+    pub fn check_cached(&self, page: PageId) -> Result<()> {
+        match self.try_read(page, Access::Scan) {
+            Some(p) => self.check_layout(page, p.data()),
+            None => Ok(()),
+        }
+    }
+
     pub(super) fn corruption(&self, page: PageId, e: &PageError) -> Error {
         Error::Corruption {
             path: self.path.clone(),

@@ -72,6 +72,13 @@ pub(super) fn recover<S: Storage>(
     // Pages on disk are written only after their log: one newer than the
     // whole log proves part of it missing.
     pool.check_reads_within(end)?;
+    // A page replay changed in memory has passed no read's check: a record
+    // with a right checksum but a wrong page (a bug that logged it, a
+    // crafted log) is refused here, before the page is used or written
+    // out. A page replay wrote out is checked when it is read again.
+    for page in replay.changed.pages() {
+        pool.check_cached(page)?;
+    }
     let discarded = wal.discarded_tail();
     let stats = RecoveryStats {
         wal_bytes: end.get() - control.redo_lsn.get(),
