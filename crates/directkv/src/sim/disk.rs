@@ -152,9 +152,19 @@ impl State {
         (others + own) as u64 > cap
     }
 
+    /// Makes the file's pending writes and its size durable. Only what is
+    /// pending: bytes a failed sync dropped stay readable but never reach
+    /// the media (a later sync has nothing of them to write).
     fn sync_file(&mut self, id: u64) {
         if let Some(f) = self.files.get_mut(&id) {
-            f.durable.clone_from(&f.live);
+            let len = f.live.len();
+            f.durable.resize(len, 0);
+            for &(off, n) in &f.pending {
+                let end = (off + n).min(len);
+                if off < end {
+                    f.durable[off..end].copy_from_slice(&f.live[off..end]);
+                }
+            }
             f.pending.clear();
             assert_eq!(
                 f.durable.len(),
@@ -537,7 +547,11 @@ impl StorageFile for SimFile {
         if (f.live.len() as u64) < len {
             f.live.resize(len as usize, 0);
         }
-        s.sync_file(self.id);
+        // The allocation is durable (its size and zeros), not the writes
+        // pending before it.
+        if (f.durable.len() as u64) < len {
+            f.durable.resize(len as usize, 0);
+        }
         Ok(())
     }
 }
@@ -794,6 +808,45 @@ mod tests {
         // Each sector holds 1 (old), 2 (new) or garbage; never anything else
         // where it was synced as 1 and left alone.
         assert_eq!(back.len(), 4096);
+    }
+
+    #[test]
+    fn bytes_a_failed_sync_dropped_never_become_durable() {
+        let disk = SimStorage::new();
+        disk.create_dir_all(Path::new("/d")).expect("mkdir");
+        let f = disk.open(Path::new("/d/x"), &opts()).expect("open");
+        disk.sync_dir(Path::new("/d")).expect("sync dir");
+        let mut buf = AlignedBuf::new(512, 512).expect("buf");
+        buf.as_mut_slice().fill(1);
+        f.write_all_at(buf.io_all(), 0).expect("write");
+        f.sync_all().expect("sync");
+        buf.as_mut_slice().fill(2);
+        f.write_all_at(buf.io_all(), 0).expect("dropped write");
+        disk.fail_sync_linux_style(1);
+        assert!(f.sync_all().is_err(), "the armed sync fails");
+        // The failed handle refuses more; through another, a later write
+        // elsewhere is synced: the sync reports success and writes what is
+        // pending, not the sector the failure dropped.
+        let g = disk.open(Path::new("/d/x"), &opts()).expect("reopen");
+        buf.as_mut_slice().fill(3);
+        g.write_all_at(buf.io_all(), 512).expect("write");
+        g.allocate(4096, Fill::Reserve).expect("allocate");
+        g.sync_all().expect("a later sync succeeds");
+        let live = disk.file_bytes(Path::new("/d/x")).expect("file");
+        assert_eq!(
+            (live[0], live[512]),
+            (2, 3),
+            "the dropped bytes stay readable"
+        );
+        drop((f, g));
+        disk.crash(1);
+        let durable = disk.file_bytes(Path::new("/d/x")).expect("file");
+        assert_eq!(durable.len(), 4096, "the allocation is durable");
+        assert_eq!(
+            (durable[0], durable[512], durable[1024]),
+            (1, 3, 0),
+            "the dropped sector kept its synced bytes"
+        );
     }
 
     #[test]
