@@ -278,6 +278,67 @@ fn an_iterator_outliving_its_write_transaction_keeps_its_snapshot() {
     assert_eq!(read(&db, b"k"), Some(b"new".to_vec()));
 }
 
+/// An iterator that merges a write transaction's own writes fails once the
+/// transaction ends without committing (aborted, or its commit refused):
+/// it never yields a write that was not committed. One that merges none
+/// goes on reading its snapshot.
+#[test]
+fn an_iterator_of_an_uncommitted_transaction_yields_none_of_its_writes() {
+    let (_dir, db) = open();
+    put(&db, b"k1", b"old");
+    let mut w = db.begin_write().expect("w");
+    let mut clean = w.prefix(b"k");
+    w.put(b"k2", b"ghost").expect("put");
+    let mut ghost = w.prefix(b"k");
+    w.abort();
+    assert!(
+        matches!(ghost.next(), Some(Err(Error::InvalidArgument(_)))),
+        "an aborted transaction's writes are gone"
+    );
+    assert!(ghost.next().is_none(), "a failed iterator ends");
+    let (k, v) = clean.next().expect("an entry").expect("the snapshot reads");
+    assert_eq!((k, v), (b"k1".to_vec(), b"old".to_vec()));
+    assert!(clean.next().is_none());
+    // A commit refused for a conflict ends it the same way.
+    let mut a = db.begin_write().expect("a");
+    assert_eq!(a.get(b"k1").expect("get"), Some(b"old".to_vec()));
+    a.put(b"k3", b"ghost").expect("put");
+    let mut refused = a.range(..);
+    put(&db, b"k1", b"new");
+    let err = a.commit().expect_err("k1 changed since a read it");
+    assert!(matches!(err, Error::Conflict { .. }), "{err}");
+    assert!(matches!(
+        refused.next_back(),
+        Some(Err(Error::InvalidArgument(_)))
+    ));
+    assert_eq!(read(&db, b"k3"), None);
+}
+
+/// A key the transaction deleted stays deleted when its iterator is read
+/// from both ends: the end that passes the deletion bounds the other,
+/// which would otherwise meet the key's committed value in its own batch.
+#[test]
+fn a_deleted_key_stays_deleted_when_both_ends_are_read() {
+    let (_dir, db) = open();
+    for k in [&b"a"[..], b"m", b"z"] {
+        put(&db, k, b"v");
+    }
+    let mut w = db.begin_write().expect("w");
+    w.delete(b"m").expect("delete");
+    let mut it = w.range(..);
+    assert_eq!(it.next_back().expect("z").expect("reads").0, b"z".to_vec());
+    assert_eq!(it.next().expect("a").expect("reads").0, b"a".to_vec());
+    assert!(it.next().is_none(), "m is deleted and z was taken");
+    assert!(it.next_back().is_none(), "the ends met at the deletion");
+    let mut it = w.range(..);
+    assert_eq!(it.next().expect("a").expect("reads").0, b"a".to_vec());
+    assert_eq!(it.next_back().expect("z").expect("reads").0, b"z".to_vec());
+    assert!(it.next_back().is_none(), "m is deleted and a was taken");
+    assert!(it.next().is_none(), "the ends met at the deletion");
+    drop(it);
+    w.commit().expect("commit");
+}
+
 /// A write transaction whose snapshot was given up to the version store's
 /// cap can no longer know what changed since: its commit is refused
 /// (retryable), never validated against versions that are gone.
@@ -305,6 +366,36 @@ fn a_write_transaction_past_the_version_cap_cannot_commit() {
     let err = t.commit().expect_err("nothing left to validate against");
     assert!(err.is_retryable(), "{err}");
     assert!(matches!(err, Error::SnapshotTooOld { .. }), "{err}");
+}
+
+/// A transaction that read nothing from its snapshot (blind writes, and
+/// reads under row locks) has nothing to validate: its snapshot given up
+/// to the cap does not refuse its commit, at either isolation level.
+#[test]
+fn blind_writes_commit_past_the_version_cap() {
+    let (_dir, db) = open_with_version_cap(256 << 10);
+    put(&db, b"a", b"0");
+    for i in 0..64u32 {
+        put(&db, format!("big{i}").as_bytes(), &[1u8; 8000]);
+    }
+    let mut blind = db.begin_write().expect("blind");
+    blind.put(b"x", b"1").expect("put");
+    let mut locked = db.begin_write_with(&snapshot_level()).expect("locked");
+    assert_eq!(
+        locked.get_for_update(b"a").expect("latest"),
+        Some(b"0".to_vec())
+    );
+    locked.put(b"a", b"1").expect("put");
+    for i in 0..64u32 {
+        put(&db, format!("big{i}").as_bytes(), &[7u8; 8000]);
+    }
+    assert!(db.stats().snapshots.snapshots_too_old >= 2, "both given up");
+    blind
+        .commit()
+        .expect("a blind write depends on no snapshot read");
+    locked.commit().expect("a locked read is the latest value");
+    assert_eq!(read(&db, b"x"), Some(b"1".to_vec()));
+    assert_eq!(read(&db, b"a"), Some(b"1".to_vec()));
 }
 
 /// The before-images a commit keeps for a live snapshot come from the leaf

@@ -14,14 +14,14 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::ops::{Bound, RangeBounds};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use super::commit::{CachedPages, PoolPages};
 use super::engine::Inner;
 use super::versions::Snapshot;
 use crate::btree::tree;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::format::PageId;
 use crate::health::{self, PanicGuard};
 use crate::io::Storage;
@@ -255,6 +255,9 @@ pub struct RangeIter<'db, S: Storage = crate::io::OsStorage> {
     overlay: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
     /// The snapshot read (a read transaction's); `None`: the latest commit.
     snap: Option<Arc<Snapshot<'db>>>,
+    /// Set when the write transaction whose own writes are in `overlay`
+    /// ends without committing: the iterator then fails.
+    discarded: Option<Arc<AtomicBool>>,
     /// The last key yielded from each end: the ends never cross.
     last_front: Option<Vec<u8>>,
     last_back: Option<Vec<u8>>,
@@ -284,12 +287,23 @@ impl<'db, S: Storage> RangeIter<'db, S> {
             back: VecDeque::new(),
             overlay,
             snap,
+            discarded: None,
             last_front: None,
             last_back: None,
             failed: false,
             leaves: 0,
             ahead_until: 0,
         }
+    }
+
+    /// Fails the iterator once `flag` is set, if it merges writes of a
+    /// transaction (a write transaction's, which sets it when it ends
+    /// without committing).
+    pub(super) fn discarded_when(mut self, flag: &Arc<AtomicBool>) -> Self {
+        if !self.overlay.is_empty() {
+            self.discarded = Some(Arc::clone(flag));
+        }
+        self
     }
 
     fn fill_front(&mut self) -> Result<()> {
@@ -393,6 +407,17 @@ impl<'db, S: Storage> RangeIter<'db, S> {
     /// rest of its range is buffered or empty: every read of a given-up
     /// snapshot says so.
     fn check_snapshot(&self) -> Result<()> {
+        if self
+            .discarded
+            .as_ref()
+            .is_some_and(|d| d.load(Ordering::Acquire))
+        {
+            return Err(Error::InvalidArgument(
+                "the write transaction this iterator reads ended without committing: the \
+                 writes of its own that the iterator merges are gone"
+                    .into(),
+            ));
+        }
         match &self.snap {
             Some(snap) => snap.store().check_live(snap.csn()),
             None => Ok(()),
@@ -433,7 +458,17 @@ impl<'db, S: Storage> RangeIter<'db, S> {
                 }
                 match v {
                     Some(v) => (k, v),
-                    None => continue,
+                    None => {
+                        // A deletion is passed as if yielded: the back end
+                        // must not bring the key back from the tree.
+                        if self.last_back.as_ref().is_some_and(|b| &k >= b) {
+                            self.front.clear();
+                            self.front_from = None;
+                            return Ok(None);
+                        }
+                        self.last_front = Some(k);
+                        continue;
+                    }
                 }
             } else {
                 self.front.pop_front().expect("tree entry")
@@ -465,7 +500,17 @@ impl<'db, S: Storage> RangeIter<'db, S> {
                 }
                 match v {
                     Some(v) => (k, v),
-                    None => continue,
+                    None => {
+                        // As from the front: a passed deletion bounds the
+                        // other end.
+                        if self.last_front.as_ref().is_some_and(|f| &k <= f) {
+                            self.back.clear();
+                            self.back_to = None;
+                            return Ok(None);
+                        }
+                        self.last_back = Some(k);
+                        continue;
+                    }
                 }
             } else {
                 self.back.pop_front().expect("tree entry")

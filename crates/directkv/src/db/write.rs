@@ -44,7 +44,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::{Bound, RangeBounds};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -97,6 +97,12 @@ pub struct WriteTxn<'db, S: Storage = crate::io::OsStorage> {
     read_set: Mutex<ReadSet>,
     /// Set when it was a deadlock's victim: it can only end.
     victim: Option<String>,
+    /// Its writes were applied (it committed, or its commit's outcome is
+    /// unknown): they are no longer only its own.
+    committed: bool,
+    /// Set when it ends without committing: its iterators merge writes
+    /// that are gone.
+    discarded: Arc<AtomicBool>,
 }
 
 impl<'db, S: Storage> WriteTxn<'db, S> {
@@ -134,6 +140,8 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
             for_update: BTreeMap::new(),
             read_set: Mutex::new(ReadSet::default()),
             victim: None,
+            committed: false,
+            discarded: Arc::new(AtomicBool::new(false)),
         })
     }
 
@@ -285,7 +293,12 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
     /// The entries in `range` in the snapshot, this transaction's writes
     /// included (the range is validated at commit under
     /// [`Isolation::Serializable`], so a key committed into it since by
-    /// another transaction is a conflict).
+    /// another transaction is a conflict). The writes are those made
+    /// before this call. The iterator may outlive the transaction: after
+    /// a commit it goes on reading the same state; once the transaction
+    /// ends without committing (aborted, dropped, or its commit refused),
+    /// an iterator that merges its writes fails with
+    /// [`Error::InvalidArgument`] (they were never committed).
     pub fn range<'k, R: RangeBounds<&'k [u8]>>(&self, range: R) -> RangeIter<'db, S> {
         let (from, to) = txn::bounds(&range);
         self.scan(from, to)
@@ -307,6 +320,7 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
             }
         }
         RangeIter::new(self.inner, from, to, overlay, Some(self.snap().clone()))
+            .discarded_when(&self.discarded)
     }
 
     /// Discards the transaction's writes and releases its locks.
@@ -321,6 +335,9 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
 
     /// Ends the transaction: its locks, its snapshot, the writer lock.
     fn end(&mut self) {
+        if !self.committed {
+            self.discarded.store(true, Ordering::Release);
+        }
         self.release_locks();
         self.snap = None;
         if let Some(t) = self.serial.take() {
@@ -373,6 +390,7 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
         }
         let (befores, trails) = self.warm(&writes)?;
         let lsn = self.commit_section(&writes, &befores, trails);
+        self.committed = lsn.is_ok();
         self.end();
         assert!(self.locked.is_empty(), "row locks go before the sync");
         let lsn = match self.count_refusal(lsn) {
@@ -601,6 +619,11 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
             self.opts.isolation == Isolation::Serializable || set.keys.is_empty(),
             "only Serializable records its reads"
         );
+        if keys.is_empty() && ranges.is_empty() {
+            // Nothing it depends on was read from the snapshot: it needs no
+            // look-up, and no refusal when the snapshot was given up.
+            return Ok(());
+        }
         let snap = self.snap();
         let found = snap
             .store()
