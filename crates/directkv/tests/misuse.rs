@@ -5,7 +5,9 @@
 //! otherwise wait for itself forever), and the transaction it holds still
 //! commits. Pins issue 17, case 7.
 
-use directkv::{Database, Error, Options, SyncMethod, SyncVariant};
+use std::time::Duration;
+
+use directkv::{Database, Error, Options, SyncMethod, SyncVariant, WriteOptions};
 
 fn opts() -> Options {
     Options {
@@ -31,6 +33,43 @@ fn a_thread_may_hold_two_write_transactions() {
     let r = db.begin_read().expect("read");
     assert_eq!(r.get(b"a").expect("get"), Some(b"1".to_vec()));
     assert_eq!(r.get(b"b").expect("get"), Some(b"2".to_vec()));
+}
+
+/// With `serial_writers`, a thread that holds the write transaction but
+/// did not begin it (it was moved there) and begins another waits for
+/// itself: the lock timeout ends the wait, and the first still commits.
+#[test]
+fn a_serial_writer_waiting_for_a_transaction_it_holds_times_out() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let serial = Options {
+        serial_writers: true,
+        ..opts()
+    };
+    let db = Database::open(dir.path(), serial).expect("open");
+    let mut first = db.begin_write().expect("first");
+    first.put(b"k", b"1").expect("put");
+    let brief = WriteOptions {
+        lock_timeout: Duration::from_millis(100),
+        ..WriteOptions::default()
+    };
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let first = first;
+            match db.begin_write_with(&brief) {
+                Err(Error::LockTimeout { .. }) => {}
+                Err(e) => panic!("expected LockTimeout, got {e}"),
+                Ok(_) => panic!("a second serial write transaction"),
+            }
+            first.commit().expect("the first still commits");
+        });
+    });
+    let mut next = db.begin_write_with(&brief).expect("the lock is free");
+    next.put(b"k", b"2").expect("put");
+    next.commit().expect("commit");
+    assert_eq!(
+        db.begin_read().expect("read").get(b"k").expect("get"),
+        Some(b"2".to_vec())
+    );
 }
 
 #[test]

@@ -137,8 +137,12 @@ impl<S: Storage> Database<S> {
     /// [`Error::Poisoned`](crate::Error::Poisoned) once the database has
     /// failed (after a WAL failure, for example);
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) with
-    /// `Options::serial_writers` when the calling thread holds the write
-    /// transaction already (waiting for it would wait forever).
+    /// `Options::serial_writers` when the calling thread began the write
+    /// transaction that is still running (waiting for it would wait
+    /// forever; one moved to another thread since still counts);
+    /// [`Error::LockTimeout`](crate::Error::LockTimeout) with
+    /// `Options::serial_writers` when the running one did not end within
+    /// [`WriteOptions::lock_timeout`].
     pub fn begin_write(&self) -> Result<WriteTxn<'_, S>> {
         self.begin_write_with(&WriteOptions::default())
     }
@@ -162,8 +166,14 @@ impl<S: Storage> Database<S> {
             ));
         }
         let t = Instant::now();
-        let ticket = self.inner.writer.acquire();
+        let ticket = self.inner.writer.acquire(opts.lock_timeout);
         self.inner.counters.writer_lock_wait.record(t.elapsed());
+        let Some(ticket) = ticket else {
+            return Err(Error::LockTimeout {
+                key: "(the one write transaction of Options::serial_writers)".into(),
+                waited_ms: u64::try_from(t.elapsed().as_millis()).unwrap_or(u64::MAX),
+            });
+        };
         WriteTxn::new(&self.inner, *opts, Some(ticket))
     }
 

@@ -190,7 +190,8 @@ pub enum Isolation {
 pub struct WriteOptions {
     /// Its isolation level (default [`Isolation::Serializable`]).
     pub isolation: Isolation,
-    /// How long it waits for a row lock before
+    /// How long it waits for a row lock (and, with
+    /// [`Options::serial_writers`], to begin) before
     /// [`Error::LockTimeout`](crate::Error::LockTimeout) (default 10 s);
     /// `Duration::MAX` waits as long as it takes (a deadlock is still
     /// detected at once).

@@ -3,12 +3,17 @@
 //!
 //! Invariants:
 //! - Holders are served in the order they asked (ticket order), one at a
-//!   time.
+//!   time; a ticket whose waiter gave up (its timeout passed) is skipped
+//!   when its turn comes.
 //! - A thread that asks again while holding it is a bug (it would wait for
-//!   itself forever), asserted: it panics rather than hang.
+//!   itself forever), asserted: it panics rather than hang. The lock knows
+//!   the thread that took it; a holder that moved to another thread is
+//!   caught by the timeout instead.
 
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use crate::health;
 
@@ -25,17 +30,27 @@ const TICKET_SLOTS: usize = 64;
 /// thread that asks for it again while holding it (it would wait for itself
 /// forever; `acquire` asserts it never does).
 pub(crate) struct TicketLock {
-    /// (next ticket to hand out, ticket being served).
-    state: Mutex<(u64, u64)>,
+    state: Mutex<Tickets>,
     turn: Box<[Condvar]>,
     /// The holder's [`thread_token`], 0 while free.
     owner: AtomicU64,
 }
 
+/// The tickets handed out and served.
+#[derive(Default)]
+struct Tickets {
+    /// The next ticket to hand out.
+    next: u64,
+    /// The ticket being served.
+    serving: u64,
+    /// Tickets past `serving` whose waiters gave up.
+    abandoned: BTreeSet<u64>,
+}
+
 impl Default for TicketLock {
     fn default() -> Self {
         TicketLock {
-            state: Mutex::new((0, 0)),
+            state: Mutex::new(Tickets::default()),
             turn: (0..TICKET_SLOTS).map(|_| Condvar::new()).collect(),
             owner: AtomicU64::new(0),
         }
@@ -61,38 +76,62 @@ impl TicketLock {
         self.owner.load(Ordering::Acquire) == thread_token()
     }
 
-    /// Waits for the lock, first come first served; returns the ticket that
-    /// [`release`](Self::release) takes back.
-    pub fn acquire(&self) -> u64 {
+    /// Waits for the lock, first come first served, at most `timeout`
+    /// (`Duration::MAX`: as long as it takes); returns the ticket that
+    /// [`release`](Self::release) takes back, or `None` when the time ran
+    /// out (the ticket is then skipped).
+    pub fn acquire(&self, timeout: Duration) -> Option<u64> {
         assert!(
             !self.held_by_this_thread(),
             "a thread waits for its own lock"
         );
-        // The ticket state's critical sections are counter arithmetic: a
-        // panic cannot leave it half changed.
+        let deadline = Instant::now().checked_add(timeout);
+        // The ticket state's critical sections are counter and set
+        // arithmetic: a panic cannot leave it half changed.
         let mut s = health::lock_even_poisoned(&self.state);
-        let mine = s.0;
-        s.0 += 1;
-        while s.1 != mine {
-            s = self.slot(mine).wait(s).unwrap_or_else(|p| p.into_inner());
+        let mine = s.next;
+        s.next += 1;
+        while s.serving != mine {
+            assert!(s.serving < mine, "tickets are served in order");
+            s = match deadline {
+                None => self.slot(mine).wait(s).unwrap_or_else(|p| p.into_inner()),
+                Some(d) => {
+                    let now = Instant::now();
+                    if now >= d {
+                        s.abandoned.insert(mine);
+                        return None;
+                    }
+                    let waited = self.slot(mine).wait_timeout(s, d - now);
+                    waited.unwrap_or_else(|p| p.into_inner()).0
+                }
+            };
         }
-        assert_eq!(s.1, mine, "served in ticket order");
+        assert_eq!(s.serving, mine, "served in ticket order");
         let before = self.owner.swap(thread_token(), Ordering::AcqRel);
         assert_eq!(before, 0, "one holder at a time");
-        mine
+        Some(mine)
     }
 
-    /// Releases the lock held with `ticket`, waking the next in line.
+    /// Releases the lock held with `ticket`, waking the next in line (past
+    /// the tickets given up).
     pub fn release(&self, ticket: u64) {
-        // The ticket state's critical sections are counter arithmetic: a
-        // panic cannot leave it half changed.
+        // The ticket state's critical sections are counter and set
+        // arithmetic: a panic cannot leave it half changed.
         let mut s = health::lock_even_poisoned(&self.state);
-        assert_eq!(s.1, ticket, "released by its holder");
+        assert_eq!(s.serving, ticket, "released by its holder");
         let before = self.owner.swap(0, Ordering::AcqRel);
         assert_ne!(before, 0, "released while held");
-        s.1 += 1;
-        let next = s.1;
-        if s.0 > next {
+        s.serving += 1;
+        while s.abandoned.first() == Some(&s.serving) {
+            s.abandoned.pop_first();
+            s.serving += 1;
+        }
+        assert!(
+            s.abandoned.first().is_none_or(|&t| t > s.serving),
+            "only tickets still to come are given up"
+        );
+        let next = s.serving;
+        if s.next > next {
             self.slot(next).notify_all();
         }
     }
@@ -116,7 +155,7 @@ mod tests {
                     let (lock, inside, served) = (lock.clone(), inside.clone(), served.clone());
                     std::thread::spawn(move || {
                         for _ in 0..200 {
-                            let t = lock.acquire();
+                            let t = lock.acquire(Duration::MAX).expect("no timeout");
                             // A second holder would see 1 here.
                             assert_eq!(inside.swap(1, Ordering::SeqCst), 0);
                             served.lock().expect("not poisoned").push(t);
@@ -134,5 +173,42 @@ mod tests {
             let expected: Vec<u64> = (0..(threads * 200) as u64).collect();
             assert_eq!(*served, expected, "{threads} threads");
         }
+    }
+
+    /// A waiter whose time runs out gives its ticket up; the release that
+    /// reaches it serves the next waiter, who would otherwise wait for a
+    /// ticket nobody holds.
+    #[test]
+    fn a_ticket_given_up_is_skipped() {
+        let lock = Arc::new(TicketLock::default());
+        let held = lock.acquire(Duration::MAX).expect("free");
+        let impatient = {
+            let lock = lock.clone();
+            std::thread::spawn(move || lock.acquire(Duration::from_millis(20)))
+        };
+        assert_eq!(
+            impatient.join().expect("no panic"),
+            None,
+            "its time ran out"
+        );
+        let (tx, rx) = std::sync::mpsc::channel();
+        let patient = {
+            let lock = lock.clone();
+            std::thread::spawn(move || {
+                let t = lock.acquire(Duration::MAX).expect("no timeout");
+                tx.send(t).expect("send");
+                lock.release(t);
+            })
+        };
+        std::thread::sleep(Duration::from_millis(20));
+        lock.release(held);
+        let served = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the waiter behind the given-up ticket is served");
+        assert_eq!(served, held + 2, "the ticket between was skipped");
+        patient.join().expect("no panic");
+        let again = lock.acquire(Duration::ZERO).expect("free again");
+        assert_eq!(again, held + 3);
+        lock.release(again);
     }
 }
