@@ -5,10 +5,14 @@
 //! the log's end down and a purge from its start up, each in bounded
 //! transactions, so a crash part way leaves the log contiguous; a purge
 //! records its log id first, in its first transaction, and the next open
-//! finishes it.
+//! finishes it. A purge is kept only as far as the applied state reaches
+//! (a follower is asked to purge up to a snapshot it is still installing);
+//! the rest is shown at once and kept once an apply or the install reaches
+//! it.
 
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
+use std::sync::MutexGuard;
 
 use openraft::storage::{LogFlushed, RaftLogStorage};
 use openraft::{
@@ -46,13 +50,20 @@ impl LogStore {
     }
 
     fn state(&self) -> Result<LogState<TypeConfig>, Error> {
-        read(&self.db, Self::state_in)
+        let pending = *lock_pending(&self.db)?;
+        read(&self.db, |r| Self::state_in(r, pending))
     }
 
-    fn state_in(r: &directkv::ReadTxn<'_>) -> Result<LogState<TypeConfig>, Error> {
-        let purged: Option<LogId<NodeId>> = from_json(r.get(keys::PURGED)?, "purged log id")?;
+    /// The log's state, with a purge still `pending` shown as done.
+    fn state_in(
+        r: &directkv::ReadTxn<'_>,
+        pending: Option<LogId<NodeId>>,
+    ) -> Result<LogState<TypeConfig>, Error> {
+        let stored: Option<LogId<NodeId>> = from_json(r.get(keys::PURGED)?, "purged log id")?;
+        let purged = stored.max(pending);
+        let first = keys::log(purged.map_or(0, |p| p.index.saturating_add(1)));
         let last = match r
-            .range(keys::log(0).as_slice()..keys::log_end().as_slice())
+            .range(first.as_slice()..keys::log_end().as_slice())
             .next_back()
         {
             Some(kv) => {
@@ -79,6 +90,13 @@ impl LogStore {
     }
 
     fn entries(&self, lo: Bound<u64>, hi: Bound<u64>) -> Result<Vec<Entry>, Error> {
+        // Entries a pending purge still keeps are not the log's any more.
+        let lo = match (self.purged_floor()?, lo) {
+            (Some(p), Bound::Unbounded) => Bound::Excluded(p),
+            (Some(p), Bound::Included(i)) if i <= p => Bound::Excluded(p),
+            (Some(p), Bound::Excluded(i)) if i < p => Bound::Excluded(p),
+            (_, lo) => lo,
+        };
         let lo = match lo {
             Bound::Included(i) => Bound::Included(keys::log(i).to_vec()),
             Bound::Excluded(i) => Bound::Excluded(keys::log(i).to_vec()),
@@ -176,25 +194,77 @@ impl LogStore {
         Ok(())
     }
 
+    /// Purges up to `upto`: at once as far as the applied state reaches,
+    /// the rest once it does ([`purge_covered`]). Either way the log reads
+    /// from past `upto` from now on.
     fn purge_now(&self, upto: LogId<NodeId>) -> Result<(), Error> {
-        // The record first: a crash after it leaves entries the next open
-        // deletes, never a log whose start is unknown.
-        let before: Option<LogId<NodeId>> = get_json(&self.db, keys::PURGED, "purged log id")?;
+        let mut pending = lock_pending(&self.db)?;
         assert!(
-            before.is_none_or(|b| b.index <= upto.index),
-            "a purge only moves the log's start forward: {upto} after {before:?}"
+            pending.is_none_or(|p| p.index <= upto.index),
+            "a purge only moves the log's start forward: {upto} after {pending:?}"
         );
-        self.db
-            .write(&lazy(), |w| put_json(w, keys::PURGED, &upto))?;
-        delete_range(
-            &self.db,
-            &keys::log(0),
-            &log_key_after(upto.index),
-            false,
-            false,
-        )?;
-        Ok(())
+        *pending = Some(upto);
+        purge_pending(&self.db, &mut pending)
     }
+
+    /// The index up to which the log is purged, durably or pending.
+    fn purged_floor(&self) -> Result<Option<u64>, Error> {
+        let stored: Option<LogId<NodeId>> = get_json(&self.db, keys::PURGED, "purged log id")?;
+        let pending = *lock_pending(&self.db)?;
+        Ok(stored.max(pending).map(|p| p.index))
+    }
+}
+
+fn lock_pending(db: &Db) -> Result<MutexGuard<'_, Option<LogId<NodeId>>>, Error> {
+    db.purge_pending
+        .lock()
+        .map_err(|_| Error::Stopped("a purge panicked; reopen the database".into()))
+}
+
+/// Does the part of a pending purge that the applied state now covers
+/// (called after every apply and install).
+///
+/// # Errors
+/// Database errors.
+pub(crate) fn purge_covered(db: &Db) -> Result<(), Error> {
+    let mut pending = lock_pending(db)?;
+    if pending.is_none() {
+        return Ok(());
+    }
+    purge_pending(db, &mut pending)
+}
+
+/// Purges durably up to the pending purge point or the last applied entry,
+/// whichever is lower, and clears the pending point once it is reached.
+///
+/// A purged entry must be one the applied state holds whenever the purge
+/// is kept: a follower installing a snapshot is asked to purge up to it
+/// before the install's commit, and a crash that kept the purge but not
+/// the install would leave entries neither the log nor the state machine
+/// has. The applied state read here is committed before the purge's
+/// commits, and a crash keeps a prefix of the commits, so it does.
+fn purge_pending(db: &Db, pending: &mut Option<LogId<NodeId>>) -> Result<(), Error> {
+    let Some(want) = *pending else {
+        return Ok(());
+    };
+    let applied = read(db, crate::state_machine::applied_in)?.last;
+    let reach = match applied {
+        Some(a) if a.index >= want.index => want,
+        Some(a) => a,
+        None => return Ok(()),
+    };
+    assert!(reach.index <= want.index, "a purge stops at what was asked");
+    // The record first: a crash after it leaves entries the next open
+    // deletes, never a log whose start is unknown.
+    let before: Option<LogId<NodeId>> = get_json(db, keys::PURGED, "purged log id")?;
+    if before.is_none_or(|b| b.index < reach.index) {
+        db.write(&lazy(), |w| put_json(w, keys::PURGED, &reach))?;
+        delete_range(db, &keys::log(0), &log_key_after(reach.index), false, false)?;
+    }
+    if reach == want {
+        *pending = None;
+    }
+    Ok(())
 }
 
 /// Refuses an entry stored under another index's key (a damaged record).

@@ -40,7 +40,7 @@ pub(crate) struct Applied {
     pub(crate) generation: u64,
 }
 
-fn applied_in(r: &directkv::ReadTxn<'_>) -> Result<Applied, Error> {
+pub(crate) fn applied_in(r: &directkv::ReadTxn<'_>) -> Result<Applied, Error> {
     Ok(from_json(r.get(keys::APPLIED)?, "applied state")?.unwrap_or_default())
 }
 
@@ -427,7 +427,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let entries: Vec<Entry> = entries.into_iter().collect();
         let (db, base) = (self.shared.db.clone(), self.applied.clone());
         let (out, next) = blocking(ErrorSubject::StateMachine, ErrorVerb::Write, move || {
-            Self::apply_now(&db, &base, &entries)
+            let applied = Self::apply_now(&db, &base, &entries)?;
+            crate::log_store::purge_covered(&db)?;
+            Ok(applied)
         })
         .await?;
         self.applied = next;
@@ -454,7 +456,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let (shared, base, m) = (self.shared.clone(), self.applied.clone(), meta.clone());
         let sig = Some(meta.signature());
         let next = blocking(ErrorSubject::Snapshot(sig), ErrorVerb::Write, move || {
-            Self::install_now(&shared, &base, &m, snapshot.get_ref())
+            let applied = Self::install_now(&shared, &base, &m, snapshot.get_ref())?;
+            crate::log_store::purge_covered(&shared.db)?;
+            Ok(applied)
         })
         .await?;
         self.applied = next;

@@ -27,6 +27,11 @@ pub(crate) struct Store {
     /// most, so that none outgrows the cache: a transaction's pages stay
     /// in it until its commit.
     pub(crate) batch_bytes: usize,
+    /// A purge openraft asked for past the applied state (a follower
+    /// purges up to a snapshot while it is still installing it): done,
+    /// durably, once the applied state covers it, and meanwhile only
+    /// shown (see `log_store`).
+    pub(crate) purge_pending: std::sync::Mutex<Option<openraft::LogId<NodeId>>>,
 }
 
 impl Store {
@@ -43,6 +48,7 @@ impl Store {
             db,
             quiesce: RwLock::new(()),
             batch_bytes,
+            purge_pending: std::sync::Mutex::new(None),
         })
     }
 

@@ -239,10 +239,15 @@ fn purge_and_truncate_hold_across_a_reopen() {
     let dir = scratch();
     let rt = rt();
     {
-        let (mut log, _sm) = directkv_raft::open(dir.path(), options(4096)).expect("open");
+        let (mut log, mut sm) = directkv_raft::open(dir.path(), options(4096)).expect("open");
         // Values big enough that both take several bounded transactions.
         let entries: Vec<Entry> = (1..=3000).map(|i| put(i, b"k", &[1; 2000])).collect();
-        rt.block_on(log.blocking_append(entries)).expect("append");
+        rt.block_on(log.blocking_append(entries.clone()))
+            .expect("append");
+        // A purge goes as far as the applied state: what openraft purges
+        // is inside a snapshot of it.
+        rt.block_on(sm.apply(entries[..2500].to_vec()))
+            .expect("apply");
         rt.block_on(log.purge(id(1200))).expect("purge");
         rt.block_on(log.truncate(id(2501))).expect("truncate");
         assert_eq!(
@@ -267,6 +272,53 @@ fn purge_and_truncate_hold_across_a_reopen() {
     rt.block_on(log.purge(id(2500))).expect("purge");
     let state = rt.block_on(log.get_log_state()).expect("state");
     assert_eq!(state.last_log_id, Some(id(2500)));
+    assert!(log_indexes(&mut log, &rt).is_empty());
+}
+
+/// A follower is asked to purge up to a snapshot while it still installs
+/// it. The purge shows at once, but is kept only as far as the applied
+/// state reaches: a crash before the install's commit must not leave
+/// entries that neither the log nor the state machine holds. Applying (or
+/// installing) past the purge point completes it.
+#[test]
+fn a_purge_past_the_applied_state_waits_for_it() {
+    let dir = scratch();
+    let rt = rt();
+    let entries: Vec<Entry> = (1..=150).map(|i| put(i, b"k", &[1; 100])).collect();
+    {
+        let (mut log, mut sm) = directkv_raft::open(dir.path(), options(4096)).expect("open");
+        rt.block_on(log.blocking_append(entries.clone()))
+            .expect("append");
+        rt.block_on(sm.apply(entries[..100].to_vec()))
+            .expect("apply");
+        rt.block_on(log.purge(id(150))).expect("purge");
+        let state = rt.block_on(log.get_log_state()).expect("state");
+        assert_eq!(state.last_purged_log_id, Some(id(150)), "shown as done");
+        assert!(
+            log_indexes(&mut log, &rt).is_empty(),
+            "nothing below it reads"
+        );
+        // A crash here (no install, no more applies): the log and the
+        // applied state must still meet after the reopen.
+    }
+    let (mut log, mut sm) = directkv_raft::open(dir.path(), options(4096)).expect("reopen");
+    let state = rt.block_on(log.get_log_state()).expect("state");
+    let (applied, _) = rt.block_on(sm.applied_state()).expect("applied");
+    assert_eq!(applied, Some(id(100)));
+    assert_eq!(
+        state.last_purged_log_id,
+        Some(id(100)),
+        "kept as far as applied"
+    );
+    assert_eq!(log_indexes(&mut log, &rt), (101..=150).collect::<Vec<_>>());
+    // Purged again and applied past it: the purge is kept in full.
+    rt.block_on(log.purge(id(150))).expect("purge");
+    rt.block_on(sm.apply(entries[100..].to_vec()))
+        .expect("apply");
+    drop((log, sm));
+    let (mut log, _sm) = directkv_raft::open(dir.path(), options(4096)).expect("reopen");
+    let state = rt.block_on(log.get_log_state()).expect("state");
+    assert_eq!(state.last_purged_log_id, Some(id(150)));
     assert!(log_indexes(&mut log, &rt).is_empty());
 }
 
