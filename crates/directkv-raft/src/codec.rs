@@ -278,12 +278,9 @@ fn decode_request(r: &mut Reader<'_>) -> Result<Request, DecodeError> {
 
 fn decode_request_in(r: &mut Reader<'_>, in_batch: bool) -> Result<Request, DecodeError> {
     Ok(match r.u8()? {
-        TAG_BATCH if !in_batch => {
-            let n = r.u32()? as usize;
-            // Each command takes at least a tag and a length.
-            if n > r.remaining() / 5 {
-                return Err(r.error(format!("{n} commands cannot fit")));
-            }
+        TAG_BATCH if in_batch => skip_nested_batch(r)?,
+        TAG_BATCH => {
+            let n = batch_len(r)?;
             let mut reqs = Vec::with_capacity(n);
             for _ in 0..n {
                 reqs.push(decode_request_in(r, true)?);
@@ -304,6 +301,50 @@ fn decode_request_in(r: &mut Reader<'_>, in_batch: bool) -> Result<Request, Deco
         },
         t => return Err(r.error(format!("unknown command tag {t}"))),
     })
+}
+
+/// The command count of a batch (its tag read).
+fn batch_len(r: &mut Reader<'_>) -> Result<usize, DecodeError> {
+    let n = r.u32()? as usize;
+    // Each command takes at least a tag and a length.
+    if n > r.remaining() / 5 {
+        return Err(r.error(format!("{n} commands cannot fit")));
+    }
+    Ok(n)
+}
+
+/// Reads past a batch inside a batch (its tag read), which any caller of
+/// `Raft::client_write` can propose and the log then holds: it decodes,
+/// as an empty batch, so that every replica reads the entry alike and
+/// [`Request::check`] refuses the batch holding it the same way on each,
+/// instead of every read of the entry failing and stopping the node. Read
+/// without recursion: a crafted entry's nesting costs no stack.
+fn skip_nested_batch(r: &mut Reader<'_>) -> Result<Request, DecodeError> {
+    let mut left = vec![batch_len(r)?];
+    while let Some(n) = left.last_mut() {
+        if *n == 0 {
+            left.pop();
+            continue;
+        }
+        *n -= 1;
+        match r.u8()? {
+            TAG_BATCH => left.push(batch_len(r)?),
+            TAG_PUT => {
+                r.bytes()?;
+                r.bytes()?;
+            }
+            TAG_DELETE => {
+                r.bytes()?;
+            }
+            TAG_CAS => {
+                r.bytes()?;
+                r.option()?;
+                r.option()?;
+            }
+            t => return Err(r.error(format!("unknown command tag {t}"))),
+        }
+    }
+    Ok(Request::Batch(Vec::new()))
 }
 
 fn put_log_id(out: &mut Vec<u8>, id: &LogId<NodeId>) {
@@ -470,6 +511,35 @@ mod tests {
             assert_eq!(back.log_id, e.log_id);
             assert_eq!(format!("{:?}", back.payload), format!("{:?}", e.payload));
             assert_eq!(entry_log_id(&bytes).expect("id"), e.log_id);
+        }
+    }
+
+    /// A batch inside a batch reaches the log (nothing stops a caller of
+    /// `client_write` proposing one): its entry decodes, however deep, to
+    /// a batch `check` refuses, never an error that stops the node.
+    #[test]
+    fn a_nested_batch_decodes_to_one_every_replica_refuses() {
+        let put = Request::Put {
+            key: b"k".to_vec(),
+            value: b"v".to_vec(),
+        };
+        let mut deep = Request::Batch(vec![put.clone()]);
+        for _ in 0..1000 {
+            deep = Request::Batch(vec![put.clone(), deep]);
+        }
+        for nested in [
+            Request::Batch(vec![put.clone(), Request::Batch(vec![put])]),
+            deep,
+        ] {
+            let e = Entry {
+                log_id: id(1, 1, 1),
+                payload: EntryPayload::Normal(nested),
+            };
+            let back = decode_entry(&encode_entry(&e)).expect("decodes");
+            let EntryPayload::Normal(req) = back.payload else {
+                panic!("a normal entry");
+            };
+            assert!(req.check().is_err(), "refused at apply");
         }
     }
 
