@@ -117,6 +117,29 @@ fn a_slot_count_past_the_cells_is_corruption() {
 }
 
 #[test]
+fn a_garbage_count_that_does_not_add_up_is_corruption() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    build(dir.path());
+    let (no, mut p, id) = find(dir.path(), PageType::Leaf);
+    // The garbage count: free space, compaction and removal rely on it.
+    let garbage = PAGE_HEADER_BYTES + 4;
+    p[garbage..garbage + 2].copy_from_slice(&0xFFF0u16.to_le_bytes());
+    put_back(dir.path(), no, p, &id);
+    reads_refuse(dir.path(), no);
+    // A write into the page is refused too, not a panic that stops the
+    // database, and the check reports the page.
+    let db = Database::open(dir.path(), opts()).expect("reopen");
+    let mut w = db.begin_write().expect("begin");
+    let put = w.put(&key(0), &[2u8; 40]).and_then(|()| w.commit());
+    assert!(matches!(put, Err(Error::Corruption { .. })), "{put:?}");
+    assert!(db.check().is_err(), "the check refuses page {no}");
+    db.begin_read()
+        .expect("still running")
+        .get(&key(KEYS - 1))
+        .expect("another page reads");
+}
+
+#[test]
 fn a_branch_child_that_is_no_page_is_corruption() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
     build(dir.path());

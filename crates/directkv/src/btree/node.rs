@@ -411,7 +411,9 @@ pub fn remove(p: &mut [u8], i: usize) {
 /// Checks a page read from disk before the tree uses it; an error describes
 /// what is wrong. The buffer pool runs it on every leaf and branch it
 /// reads (other page types pass; their readers check what they use): the
-/// slot array and cells lie inside the page, keys ascend, a child or an
+/// slot array and cells lie inside the page, apart, each no larger than a
+/// cell may be, and with the garbage count fill the cell area exactly,
+/// keys ascend, a child or an
 /// overflow chain names a page that can be one (not the head, page 0, nor
 /// the no-page mark; an empty branch, being built, may have no leftmost
 /// child yet), and an overflow value is at most
@@ -441,6 +443,7 @@ pub fn validate(p: &[u8]) -> Result<(), String> {
         BRANCH_CELL_HEADER
     };
     let mut prev: Option<&[u8]> = None;
+    let mut cells = Vec::with_capacity(n);
     for i in 0..n {
         let c = slot(p, i);
         if c < start || c + h > p.len() {
@@ -463,6 +466,10 @@ pub fn validate(p: &[u8]) -> Result<(), String> {
         if c + h + klen + vlen > p.len() {
             return Err(format!("cell {i} runs past the page end"));
         }
+        if 2 + h + klen + vlen > super::tree::cell_max(p.len()) {
+            return Err(format!("cell {i} is larger than a cell may be"));
+        }
+        cells.push((c, h + klen + vlen));
         if t == PageType::Branch {
             check_link(u64_at(p, c + 2), &format!("cell {i}'s child"))?;
         }
@@ -483,6 +490,25 @@ pub fn validate(p: &[u8]) -> Result<(), String> {
             return Err(format!("keys out of order at cell {i}"));
         }
         prev = Some(k);
+    }
+    check_cell_area(p, start, cells)
+}
+
+/// Fails unless the cells (offset and length each) lie apart and, with the
+/// garbage count, fill the cell area from `start` to the page end exactly:
+/// what free space, compaction and removal reckon with.
+fn check_cell_area(p: &[u8], start: usize, mut cells: Vec<(usize, usize)>) -> Result<(), String> {
+    cells.sort_unstable();
+    if let Some(w) = cells.windows(2).find(|w| w[0].0 + w[0].1 > w[1].0) {
+        return Err(format!("cells at {} and {} overlap", w[0].0, w[1].0));
+    }
+    let live: usize = cells.iter().map(|c| c.1).sum();
+    let garbage = u16_at(p, GARBAGE);
+    if live + garbage != p.len() - start {
+        return Err(format!(
+            "cells of {live} bytes and {garbage} of garbage do not fill the {} bytes from {start}",
+            p.len() - start
+        ));
     }
     Ok(())
 }
@@ -531,6 +557,36 @@ pub(super) mod tests {
         set_leftmost(&mut p, PageId::new(9));
         assert!(branch_insert(&mut p, 1, b"t", PageId::ZERO));
         assert!(validate(&p).is_err(), "a child that is the head page");
+    }
+
+    /// The cell area must add up: cells apart, and live bytes plus the
+    /// garbage count equal to the area. Each case passes every other check
+    /// (keys ascend, cells inside the page), so only this one refuses it;
+    /// compaction and removal would otherwise panic on it.
+    #[test]
+    fn a_cell_area_that_does_not_add_up_is_refused() {
+        let mut p = leaf(4096);
+        // Cell "a" whose value is the bytes of a whole cell "b" (klen 1,
+        // flags 0, vlen 0, "b"), with room for a second cell before it.
+        let embedded = [1u8, 0, 0, 0, 0, 0, 0, b'b'];
+        assert!(leaf_insert(&mut p, 0, b"a", &Value::Inline(&embedded)));
+        validate(&p).expect("one cell");
+        let a = slot(&p, 0);
+        assert_eq!(cell_len(&p, a), 16);
+        let mut bad_garbage = p.clone();
+        set_u16(&mut bad_garbage, GARBAGE, 0xFFF0);
+        assert!(validate(&bad_garbage).is_err(), "garbage past the area");
+        // A second slot, for "b", pointing inside "a"'s value; the area
+        // grown by its length so that the bytes add up.
+        set_u16(&mut p, N, 2);
+        set_u16(&mut p, SLOTS + 2, a + 8);
+        set_u16(&mut p, CELL_START, a - 8);
+        assert_eq!(key(&p, 1), b"b");
+        let err = validate(&p).expect_err("the cells overlap");
+        assert!(err.contains("overlap"), "{err}");
+        set_u16(&mut p, SLOTS + 2, a - 8);
+        p[a - 8..a].copy_from_slice(&embedded);
+        validate(&p).expect("the same cells apart");
     }
 
     #[test]
