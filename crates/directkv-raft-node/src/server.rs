@@ -161,12 +161,12 @@ async fn propose(raft: &Raft, mut batch: Vec<Pending>) {
     if batch.len() == 1 {
         let (req, tx) = batch.pop().expect("one command");
         // The client may have gone; nobody to tell then.
-        let _ = tx.send(written(raft.client_write(req).await));
+        let _ = tx.send(propose_write(raft, req).await);
         return;
     }
     let (reqs, txs): (Vec<Request>, Vec<_>) = batch.into_iter().unzip();
     let n = reqs.len();
-    match written(raft.client_write(Request::Batch(reqs)).await) {
+    match propose_write(raft, Request::Batch(reqs)).await {
         Reply::Ok(Written {
             index,
             response: Response::Batch(answers),
@@ -313,6 +313,38 @@ fn not_leader<T>(f: &ForwardToLeader<NodeId, BasicNode>) -> Reply<T> {
     }
 }
 
+/// Proposes a client's write. `NotLeader` (the client sends it elsewhere)
+/// only when this node did not lead before proposing, so nothing was
+/// logged. openraft answers `ForwardToLeader` as well to a write whose
+/// entry a new leader removed from this node's log as a conflict, while
+/// another replica may hold it and, elected, commit it: resent, it would
+/// apply twice. So a `ForwardToLeader` after proposing is an unknown
+/// outcome (`Failed`), which a client does not resend.
+async fn propose_write(raft: &Raft, req: Request) -> Reply<Written> {
+    let leads = {
+        let m = raft.metrics();
+        let m = m.borrow();
+        if m.current_leader == Some(m.id) {
+            None
+        } else {
+            let leader = m.current_leader;
+            let node = leader.and_then(|l| m.membership_config.membership().get_node(&l).cloned());
+            Some((leader, node.map(|n| n.addr)))
+        }
+    };
+    if let Some((leader, addr)) = leads {
+        return Reply::NotLeader { leader, addr };
+    }
+    match raft.client_write(req).await {
+        Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => Reply::Failed(format!(
+            "this node stopped leading while the write was proposed (leader now {:?}): it may \
+             or may not commit",
+            f.leader_id
+        )),
+        r => written(r),
+    }
+}
+
 type WriteResult =
     Result<ClientWriteResponse<TypeConfig>, RaftError<NodeId, ClientWriteError<NodeId, BasicNode>>>;
 
@@ -333,7 +365,7 @@ async fn write(State(n): App, Json(req): Json<Request>) -> Json<Reply<Written>> 
     }
     if matches!(req, Request::Batch(_)) {
         // A client's own batch is proposed as it is: batches do not nest.
-        return Json(written(n.raft.client_write(req).await));
+        return Json(propose_write(&n.raft, req).await);
     }
     let (tx, rx) = oneshot::channel();
     if n.proposals.send((req, tx)).await.is_err() {
