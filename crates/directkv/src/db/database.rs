@@ -131,7 +131,10 @@ impl<S: Storage> Database<S> {
     /// from the snapshot is unchanged since (see [`WriteTxn`]). A thread
     /// that holds a key's row lock in one of its transactions and asks for
     /// it in another waits for itself until the lock timeout
-    /// ([`Error::LockTimeout`](crate::Error::LockTimeout)).
+    /// ([`Error::LockTimeout`](crate::Error::LockTimeout)); so does one
+    /// whose wait leads back to one of its own transactions through other
+    /// threads' (the deadlock check sees transactions, not threads, and a
+    /// transaction that is not waiting ends no cycle).
     ///
     /// # Errors
     /// [`Error::Poisoned`](crate::Error::Poisoned) once the database has
