@@ -35,17 +35,22 @@ fn a_thread_may_hold_two_write_transactions() {
     assert_eq!(r.get(b"b").expect("get"), Some(b"2".to_vec()));
 }
 
+/// A database of one write transaction at a time (`serial_writers`).
+fn open_serial(dir: &std::path::Path) -> Database {
+    let serial = Options {
+        serial_writers: true,
+        ..opts()
+    };
+    Database::open(dir, serial).expect("open")
+}
+
 /// With `serial_writers`, a thread that holds the write transaction but
 /// did not begin it (it was moved there) and begins another waits for
 /// itself: the lock timeout ends the wait, and the first still commits.
 #[test]
 fn a_serial_writer_waiting_for_a_transaction_it_holds_times_out() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let serial = Options {
-        serial_writers: true,
-        ..opts()
-    };
-    let db = Database::open(dir.path(), serial).expect("open");
+    let db = open_serial(dir.path());
     let mut first = db.begin_write().expect("first");
     first.put(b"k", b"1").expect("put");
     let brief = WriteOptions {
@@ -75,11 +80,7 @@ fn a_serial_writer_waiting_for_a_transaction_it_holds_times_out() {
 #[test]
 fn issue17_second_begin_write_on_one_thread_is_an_error() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let serial = Options {
-        serial_writers: true,
-        ..opts()
-    };
-    let db = Database::open(dir.path(), serial).expect("open");
+    let db = open_serial(dir.path());
     let mut first = db.begin_write().expect("first");
     first.put(b"k", b"1").expect("put");
     match db.begin_write() {
