@@ -2,7 +2,9 @@
 //! point never grows past `WAL_HARD_LIMIT_FACTOR` checkpoint distances plus
 //! the transaction that crossed it, however fast transactions come.
 
-use directkv::{Database, Durability, Options, WAL_HARD_LIMIT_FACTOR};
+use directkv::{
+    Database, Durability, Error, Options, CHECKPOINT_WAL_BYTES_MIN, WAL_HARD_LIMIT_FACTOR,
+};
 
 #[test]
 fn the_log_since_the_redo_point_stays_under_the_hard_limit() {
@@ -51,4 +53,78 @@ fn the_log_since_the_redo_point_stays_under_the_hard_limit() {
         s.stalls.log_space_wait,
         s.stalls.histograms.log_space_wait.count
     );
+}
+
+/// A checkpoint distance below the smallest is refused at open: the log a
+/// checkpoint itself writes would keep every committer waiting for space
+/// no checkpoint frees. The smallest opens and commits.
+#[test]
+fn a_checkpoint_distance_below_the_smallest_is_refused() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    let with = |distance| Options {
+        checkpoint_wal_bytes: distance,
+        ..Options::default()
+    };
+    for tiny in [0, CHECKPOINT_WAL_BYTES_MIN - 1] {
+        match Database::open(dir.path(), with(tiny)) {
+            Err(Error::InvalidArgument(why)) => {
+                assert!(why.contains("checkpoint_wal_bytes"), "{why}")
+            }
+            Err(e) => panic!("{e}"),
+            Ok(_) => panic!("a checkpoint distance of {tiny} bytes opened"),
+        }
+    }
+    let db = Database::open(dir.path(), with(CHECKPOINT_WAL_BYTES_MIN)).expect("the smallest");
+    for i in 0..200u32 {
+        let mut w = db.begin_write().expect("begin");
+        w.put(&i.to_le_bytes(), &[1u8; 1000]).expect("put");
+        w.commit().expect("commit");
+    }
+    assert!(db.stats().checkpoints > 0, "checkpoints ran");
+}
+
+/// A committer that fills the log while the background checkpoint's writes
+/// fail gets the failure, not a minute's wait for log space and then a
+/// transaction on a failed database. (Whether the failure comes while it
+/// waits at the hard limit or before is up to the threads' timing; here
+/// it mostly comes before, so this guards the outcome, not that wait.)
+#[test]
+fn a_committer_filling_the_log_meets_a_failing_checkpoint() {
+    use directkv::internals::io::{FaultOp, FaultyStorage, OsStorage};
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    let disk = FaultyStorage::new(OsStorage::default());
+    let opts = Options {
+        cache_bytes: 4 << 20,
+        page_bytes: 4096,
+        checkpoint_wal_bytes: CHECKPOINT_WAL_BYTES_MIN,
+        durability: Durability::NoSyncNotDurable,
+        ..Options::default()
+    };
+    let db = Database::open_with(disk.clone(), dir.path(), opts).expect("open");
+    // Every write from now on fails: the log grows in memory to the hard
+    // limit, and the checkpoint that would free it fails.
+    disk.fail_after(FaultOp::Write, 0, false);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let value = vec![5u8; 2000];
+            let r = (0..100_000u32).try_for_each(|i| {
+                let mut w = db.begin_write()?;
+                w.put(&i.to_le_bytes(), &value)?;
+                w.commit()
+            });
+            tx.send(r).expect("send");
+        });
+        let r = rx
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .expect("the committer stopped at the failure");
+        let err = r.expect_err("the writes fail");
+        assert!(
+            matches!(
+                err,
+                Error::Poisoned { .. } | Error::CommitOutcomeUnknown { .. }
+            ),
+            "{err}"
+        );
+    });
 }

@@ -450,19 +450,8 @@ pub fn validate(p: &[u8]) -> Result<(), String> {
             return Err(format!("cell {i} at {c} is outside the cell area"));
         }
         let klen = u16_at(p, c);
-        let overflow = t == PageType::Leaf && p[c + 2] & OVERFLOW_FLAG != 0;
-        let vlen = if t == PageType::Leaf {
-            if p[c + 2] & !OVERFLOW_FLAG != 0 {
-                return Err(format!("cell {i} has unknown flags"));
-            }
-            if overflow {
-                8
-            } else {
-                u32_at(p, c + 3) as usize
-            }
-        } else {
-            0
-        };
+        let (vlen, overflow) =
+            value_len(p, t, c).ok_or_else(|| format!("cell {i} has unknown flags"))?;
         if c + h + klen + vlen > p.len() {
             return Err(format!("cell {i} runs past the page end"));
         }
@@ -492,6 +481,28 @@ pub fn validate(p: &[u8]) -> Result<(), String> {
         prev = Some(k);
     }
     check_cell_area(p, start, cells)
+}
+
+/// The bytes a cell at `c` of a page of type `t` keeps after its key for
+/// its value (8 for an overflow link), and whether it links an overflow
+/// chain; `None` for a leaf cell with unknown flags.
+fn value_len(p: &[u8], t: PageType, c: usize) -> Option<(usize, bool)> {
+    if t != PageType::Leaf {
+        return Some((0, false));
+    }
+    let flags = p[c + 2];
+    if flags & !OVERFLOW_FLAG != 0 {
+        return None;
+    }
+    let overflow = flags & OVERFLOW_FLAG != 0;
+    Some((
+        if overflow {
+            8
+        } else {
+            u32_at(p, c + 3) as usize
+        },
+        overflow,
+    ))
 }
 
 /// Fails unless the cells (offset and length each) lie apart and, with the

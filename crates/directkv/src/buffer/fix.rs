@@ -598,6 +598,39 @@ mod tests {
         );
     }
 
+    /// A checkpoint's step passes over the pages a commit holds, oldest
+    /// first or not, and writes the dirty pages behind them: held pages
+    /// at the head of the flush list do not stop it.
+    #[test]
+    fn a_step_through_an_lsn_passes_over_held_pages() {
+        let pool = pool();
+        let mut held = Vec::new();
+        for no in 1..=6u64 {
+            let mut p = pool.create(PageId::new(no)).expect("create");
+            page::init(p.data_mut(), crate::format::page::PageType::Leaf);
+            p.mark_dirty(Lsn::new(no));
+            if no <= 3 {
+                // The three oldest, held by a commit under way.
+                held.push(p.hold());
+            }
+        }
+        let through = Lsn::new(6);
+        assert_eq!(pool.dirty_through(through), 6);
+        let n = pool
+            .flush_through(through, 3, IoClass::Urgent, WriteCause::Checkpoint)
+            .expect("step");
+        assert_eq!(n, 3, "the three pages behind the held ones");
+        assert_eq!(pool.dirty_through(through), 3, "only the held remain");
+        for h in held {
+            pool.release_held(h, None);
+        }
+        let n = pool
+            .flush_through(through, 3, IoClass::Urgent, WriteCause::Checkpoint)
+            .expect("step");
+        assert_eq!(n, 3, "released, they go out");
+        assert_eq!(pool.dirty_through(through), 0);
+    }
+
     /// A log whose `durable_lsn` panics once when armed: a bug met while
     /// a page loads.
     #[derive(Default)]

@@ -418,8 +418,9 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     }
 
     /// Writes back up to `max_pages` of the dirty pages first changed by
-    /// `lsn`, oldest first; returns how many it wrote (pages held by a commit
-    /// under way are skipped). Touches only the flush list.
+    /// `lsn`, oldest first; returns how many it wrote. Pages held by a
+    /// commit under way are passed over, so the pages behind them go out
+    /// meanwhile. Touches only the flush list.
     ///
     /// # Errors
     /// As [`flush_oldest`](Self::flush_oldest).
@@ -433,8 +434,9 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
         let batch: Vec<FrameIndex> = {
             let list = lock(&self.flush_list);
             list.range(..=(lsn, FrameIndex::new(u32::MAX)))
-                .take(max_pages)
                 .map(|&(_, f)| f)
+                .filter(|f| !self.frames[f.index()].held.load(Ordering::Acquire))
+                .take(max_pages)
                 .collect()
         };
         assert!(batch.len() <= max_pages, "a step writes at most its pages");

@@ -320,6 +320,11 @@ impl<S: Storage> Inner<S> {
                 "a step writes at most its pages"
             );
             written += n;
+            if n > 0 {
+                // Only rounds in a row without a page written count: a
+                // long checkpoint beside busy commits is not a stuck one.
+                idle_rounds = 0;
+            }
             if n == 0 {
                 // A commit holds a page dirty from before the start; it
                 // releases it within its (short) apply phase. A short sleep,
@@ -408,7 +413,12 @@ impl<S: Storage> Inner<S> {
         let t = Instant::now();
         let (lock, freed) = &self.log_space;
         let mut guard = health::lock_even_poisoned(lock);
-        while self.wal_since_checkpoint() >= limit && t.elapsed() < LOG_SPACE_WAIT_MAX {
+        // A failed database frees no space: the caller's next step reports
+        // the failure (the recheck below bounds how late it sees it).
+        while self.wal_since_checkpoint() >= limit
+            && t.elapsed() < LOG_SPACE_WAIT_MAX
+            && !self.health.is_failed()
+        {
             // The checkpointer runs uncapped by now; wake it in case it sleeps,
             // then wait for a checkpoint to move the redo point. The timeout
             // only bounds a wake-up missed between the look and the wait.

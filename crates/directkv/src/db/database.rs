@@ -158,6 +158,8 @@ impl<S: Storage> Database<S> {
     pub fn begin_write_with(&self, opts: &WriteOptions) -> Result<WriteTxn<'_, S>> {
         self.inner.health.check()?;
         self.inner.wait_for_log_space();
+        // The database may have failed during the wait.
+        self.inner.health.check()?;
         if !self.inner.opts.serial_writers {
             return WriteTxn::new(&self.inner, *opts, None);
         }

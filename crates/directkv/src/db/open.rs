@@ -61,6 +61,7 @@ const CONTROL_TMP_NAME: &str = "CONTROL.tmp";
 /// Opens (creating or recovering) the database in `path` on `storage`.
 pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result<Database<S>> {
     check_page_size(opts.page_bytes)?;
+    check_checkpoint_distance(&opts)?;
     // Every request of the database's files asks this scheduler, the ones
     // that judge and create the directory included.
     let sched = Arc::new(Scheduler::new(opts.io_scheduler));
@@ -126,6 +127,20 @@ pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result
     };
     checkpoint_if_due(&mut inner, &c)?;
     Ok(start_threads(Arc::new(inner)))
+}
+
+/// Refuses a checkpoint distance below [`super::options::CHECKPOINT_WAL_BYTES_MIN`]:
+/// the log a checkpoint itself writes would keep every committer waiting
+/// for log space that no checkpoint can free.
+fn check_checkpoint_distance(opts: &Options) -> Result<()> {
+    let min = super::options::CHECKPOINT_WAL_BYTES_MIN;
+    if opts.checkpoint_wal_bytes < min {
+        return Err(Error::InvalidArgument(format!(
+            "checkpoint_wal_bytes {} is below the smallest, {min}",
+            opts.checkpoint_wal_bytes
+        )));
+    }
+    Ok(())
 }
 
 /// Refuses a page size the engine does not make.

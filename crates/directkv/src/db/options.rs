@@ -104,7 +104,9 @@ pub struct Options {
     /// WAL segment size.
     pub wal_segment_bytes: u64,
     /// A checkpoint starts by itself once this much WAL was written since the
-    /// last one.
+    /// last one; at least [`CHECKPOINT_WAL_BYTES_MIN`] (a checkpoint's own
+    /// record and padding take log space too, so a smaller distance could
+    /// never be met).
     pub checkpoint_wal_bytes: u64,
     /// Create the database if the directory is missing or empty.
     pub create_if_missing: bool,
@@ -183,6 +185,9 @@ pub enum Isolation {
     /// so write skew can happen.
     Snapshot,
 }
+
+/// The smallest [`Options::checkpoint_wal_bytes`]: open refuses less.
+pub const CHECKPOINT_WAL_BYTES_MIN: u64 = 32 << 10;
 
 /// The options of one write transaction
 /// ([`Database::begin_write_with`](crate::Database::begin_write_with)).
