@@ -328,6 +328,49 @@ mod tests {
         }
     }
 
+    /// A committer waiting at the hard limit for a checkpoint to free log
+    /// space stops waiting when the database fails, and gets the failure:
+    /// not the wait's minute and then a transaction on a failed database.
+    /// Holding the checkpoint lock keeps every checkpoint out, so the log
+    /// reaches the limit and the committer waits for certain.
+    #[test]
+    fn a_committer_waiting_for_log_space_meets_a_failure() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let opts = Options {
+            cache_bytes: 4 << 20,
+            checkpoint_wal_bytes: crate::CHECKPOINT_WAL_BYTES_MIN,
+            durability: crate::Durability::NoSyncNotDurable,
+            ..Options::default()
+        };
+        let db = Database::open(dir.path(), opts).expect("open");
+        let inner = &*db.inner;
+        let held = health::lock(&inner.checkpointing).expect("checkpoint lock");
+        let limit = crate::CHECKPOINT_WAL_BYTES_MIN * crate::WAL_HARD_LIMIT_FACTOR;
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let r = (0..100_000u32).try_for_each(|i| {
+                    let mut w = db.begin_write()?;
+                    w.put(&i.to_le_bytes(), &[5u8; 2000])?;
+                    w.commit()
+                });
+                tx.send(r).expect("send");
+            });
+            while inner.wal_since_checkpoint() < limit {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            // Past the limit, its next begin waits; give it time to.
+            std::thread::sleep(Duration::from_millis(200));
+            assert_eq!(db.stats().stalls.log_space_wait, 0, "still waiting");
+            inner.health.fail("a failure while a committer waits");
+            let r = rx
+                .recv_timeout(Duration::from_secs(30))
+                .expect("the committer stopped waiting at the failure");
+            assert!(matches!(r, Err(Error::Poisoned { .. })), "{r:?}");
+        });
+        drop(held);
+    }
+
     #[test]
     fn a_panicking_background_thread_stops_the_database() {
         let dir = tempfile::tempdir().expect("tempdir");
