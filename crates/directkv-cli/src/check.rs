@@ -33,9 +33,36 @@ pub struct Args {
     /// its files; without it such a database is refused, naming the path.
     #[arg(long)]
     accept_writable_by_others: bool,
+    /// Open a backup's directory as a database: its recovery and first
+    /// checkpoint make it one, which ends it as a backup (and as the base
+    /// of incremental ones). Without it a backup is refused;
+    /// `directkv verify-backup` checks one without changing it.
+    #[arg(long)]
+    open_backup: bool,
+}
+
+/// Refuses `dir` when its `CONTROL` is a backup's, unless `open_anyway`:
+/// the open that checking needs would end it as a backup.
+fn refuse_a_backup(dir: &std::path::Path, open_anyway: bool) -> Result<()> {
+    let storage = directkv::internals::io::OsStorage::default();
+    // A CONTROL that does not read is the open's to report.
+    let Ok(control) = directkv::internals::db::ControlFile::open(&storage, &dir.join("CONTROL"))
+    else {
+        return Ok(());
+    };
+    let backup = control.current().flags & directkv::internals::format::control::FLAG_BACKUP != 0;
+    if backup && !open_anyway {
+        anyhow::bail!(
+            "{} is a backup: `directkv verify-backup` checks it without changing it; \
+             opening it (`check --open-backup`) makes it a database and ends it as a backup",
+            dir.display()
+        );
+    }
+    Ok(())
 }
 
 pub fn run(args: Args) -> Result<()> {
+    refuse_a_backup(&args.dir, args.open_backup)?;
     let opts = Options {
         cache_bytes: usize::try_from(args.cache).context("--cache does not fit in memory")?,
         create_if_missing: false,
@@ -63,7 +90,7 @@ pub fn run(args: Args) -> Result<()> {
     }
     if args.json {
         let doc = serde_json::json!({
-            "dir": args.dir,
+            "dir": args.dir.to_string_lossy(),
             "open_seconds": open_seconds,
             "recovery": recovery,
             "readable_by_others": stats.readable_by_others,

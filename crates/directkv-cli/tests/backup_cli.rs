@@ -264,3 +264,52 @@ fn restore_to_an_lsn_and_a_time_from_the_archive() {
     assert!(!out.status.success());
     assert!(!dir.path().join("r3").exists());
 }
+
+/// `directkv check` on a backup refuses it (opening would make it a
+/// database and end it as a backup) and leaves it a backup that verifies;
+/// `--open-backup` opens it as asked.
+#[test]
+fn check_refuses_a_backup_and_leaves_it_one() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    let src = source(dir.path());
+    let dest = dir.path().join("bk");
+    let out = bin()
+        .arg("backup")
+        .arg(&src)
+        .arg(&dest)
+        .output()
+        .expect("backup");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = bin().arg("check").arg(&dest).output().expect("check");
+    assert!(!out.status.success(), "a backup was opened");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("is a backup") && err.contains("verify-backup"),
+        "{err}"
+    );
+    let out = bin()
+        .arg("verify-backup")
+        .arg(&dest)
+        .output()
+        .expect("verify");
+    assert!(
+        out.status.success(),
+        "still a backup: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = bin()
+        .args(["check", "--open-backup"])
+        .arg(&dest)
+        .output()
+        .expect("check");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(keys(&dest), KEYS);
+}
