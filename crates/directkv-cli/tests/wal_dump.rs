@@ -94,6 +94,16 @@ fn dump_reports_mid_log_corruption() {
     assert!(text.contains("CORRUPT"), "{text}");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("0000000000000000.seg"), "{err}");
+    // A start past the damage cannot be shown to be a record's, and a dump
+    // from there would not meet the damage: refused, never a panic or a
+    // "clean end".
+    for from in [ends[4].get(), 1 << 40, u64::MAX] {
+        let out = dump(dir.path(), &["--from", &from.to_string()]);
+        assert!(!out.status.success(), "--from {from} was accepted");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("stops being readable"), "--from {from}: {err}");
+        assert!(!String::from_utf8_lossy(&out.stdout).contains("clean end"));
+    }
 }
 
 /// The LSN where the log written by `write_log` ends, as the dump says.
