@@ -378,6 +378,19 @@ fn backup_destinations_are_checked() {
         .backup(src.join("b"), &BackupOptions::default())
         .expect_err("inside the database");
     assert!(matches!(inside, Error::InvalidArgument(_)), "{inside}");
+    // Inside it by a path of two missing levels, or through a link and two
+    // new levels: resolved as the kernel will once they are made.
+    std::os::unix::fs::symlink(&src, dir.path().join("link")).expect("symlink");
+    for sneaky in [
+        dir.path().join("missing/../db/bk"),
+        dir.path().join("link/new/bk"),
+    ] {
+        let err = db
+            .backup(&sneaky, &BackupOptions::default())
+            .expect_err("inside the database by another path");
+        assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+        assert!(!src.join("bk").exists() && !src.join("new").exists());
+    }
     let busy = dir.path().join("busy");
     std::fs::create_dir(&busy).expect("mkdir");
     std::fs::write(busy.join("x"), b"x").expect("write");

@@ -109,6 +109,34 @@ struct Copied {
     deltas: u64,
 }
 
+/// `p` as the kernel will resolve it once created: its deepest existing
+/// ancestor canonicalized (`..` and symbolic links as the kernel follows
+/// them), then the rest, which does not exist yet and so holds no link,
+/// with `.` and `..` applied. Resolving only the path or its parent let a
+/// destination with two missing levels (`missing/../db/bk`, or a link
+/// followed by two new levels) pass for one outside the database.
+fn resolve(p: &Path) -> PathBuf {
+    use std::path::Component;
+    let p = std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    for anc in p.ancestors() {
+        let Ok(mut out) = std::fs::canonicalize(anc) else {
+            continue;
+        };
+        let tail = p.strip_prefix(anc).expect("an ancestor is a prefix");
+        for c in tail.components() {
+            match c {
+                Component::ParentDir => {
+                    out.pop();
+                }
+                Component::Normal(name) => out.push(name),
+                Component::CurDir | Component::RootDir | Component::Prefix(_) => {}
+            }
+        }
+        return out;
+    }
+    p
+}
+
 impl<S: Storage> Inner<S> {
     /// Whether the backup in `dir` was never opened as a database (its
     /// `CONTROL` still carries the backup flag).
@@ -402,16 +430,7 @@ impl<S: Storage> Inner<S> {
     /// Refuses a destination inside the database's or its log's directory,
     /// or one that holds anything.
     fn check_backup_dest(&self, dest: &Path) -> Result<()> {
-        // Resolved where they exist (`..` and symbolic links), else as given.
-        let abs = |p: &Path| {
-            let name = p.file_name().map(Path::new).unwrap_or(Path::new(""));
-            std::fs::canonicalize(p)
-                .or_else(|_| {
-                    let parent = p.parent().filter(|d| !d.as_os_str().is_empty());
-                    std::fs::canonicalize(parent.unwrap_or(Path::new("."))).map(|d| d.join(name))
-                })
-                .unwrap_or_else(|_| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()))
-        };
+        let abs = resolve;
         let d = abs(dest);
         for (what, dir) in [
             ("database", &self.dir),
