@@ -29,6 +29,15 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<()> {
+    // A range that wrapped would run no seed and report a pass.
+    let Some(end) = args.from.checked_add(args.seeds) else {
+        anyhow::bail!(
+            "--from {} and --seeds {} run past the last seed, {}",
+            args.from,
+            args.seeds,
+            u64::MAX
+        );
+    };
     let bar = if args.json || !std::io::stderr().is_terminal() {
         ProgressBar::hidden()
     } else {
@@ -45,7 +54,7 @@ pub fn run(args: Args) -> Result<()> {
     let start = Instant::now();
     let (mut acked, mut crashes, mut detected) = (0u64, 0u64, 0u64);
     let (mut overlapped, mut refused) = (0u64, 0u64);
-    for seed in args.from..args.from + args.seeds {
+    for seed in args.from..end {
         let run = directkv::internals::sim::run_seed(seed).and_then(|r| {
             let d = match args.damage {
                 0 => 0,

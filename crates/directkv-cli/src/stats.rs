@@ -18,7 +18,7 @@ pub struct Args {
     #[arg(long)]
     json: bool,
     /// Print again every N seconds until interrupted.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::bench::parse_seconds)]
     watch: Option<f64>,
 }
 

@@ -124,3 +124,23 @@ fn issue17_stats_of_a_missing_path_creates_nothing() {
     assert!(!out.status.success());
     assert!(!missing.exists(), "stats made the path");
 }
+
+/// A watch interval no clock holds is refused when parsed, before any
+/// printout, not a panic after the first.
+#[test]
+fn a_watch_interval_out_of_range_is_refused() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    for watch in ["inf", "1e20", "NaN", "0"] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_directkv"))
+            .args(["stats", "--watch", watch])
+            .arg(dir.path())
+            .output()
+            .expect("run");
+        assert_eq!(out.status.code(), Some(2), "--watch {watch}: a usage error");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("not a number of seconds"),
+            "--watch {watch}: {err}"
+        );
+    }
+}

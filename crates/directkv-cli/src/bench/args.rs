@@ -4,7 +4,8 @@
 /// Seconds: a finite number above 0 (`0.5`, `20`).
 pub fn parse_seconds(text: &str) -> Result<f64, String> {
     match text.trim().parse::<f64>() {
-        Ok(s) if s.is_finite() && s > 0.0 => Ok(s),
+        // A time a `Duration` holds, to the nanosecond.
+        Ok(s) if s > 0.0 && std::time::Duration::try_from_secs_f64(s).is_ok() => Ok(s),
         _ => Err(format!(
             "{text:?} is not a number of seconds above 0 (try 0.5 or 20)"
         )),

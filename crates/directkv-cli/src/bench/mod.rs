@@ -34,6 +34,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Result};
 
+pub use args::parse_seconds;
 pub use kv::Common;
 use workload::{Shape, Workload};
 
