@@ -259,6 +259,15 @@ fn incomplete_or_damaged_backups_are_refused_by_name() {
     let dir = scratch();
     let (_, good) = made_backup(dir.path());
     verify_backup(&good).expect("a good backup verifies");
+    // A destination named with a trailing slash is built beside itself,
+    // not inside, and the rename that finishes the restore succeeds.
+    let slash = dir.path().join("slash-restored");
+    let mut with_slash = slash.clone().into_os_string();
+    with_slash.push("/");
+    restore_backup(&good, std::path::Path::new(&with_slash)).expect("restores");
+    assert!(!slash.join(".restore-tmp").exists(), "no scratch inside");
+    assert!(!dir.path().join("slash-restored.restore-tmp").exists());
+    Database::open(&slash, options()).expect("the restored database opens");
     let case = |name: &str, damage: &dyn Fn(&std::path::Path)| {
         let b = dir.path().join(name);
         copy_dir(&good, &b);

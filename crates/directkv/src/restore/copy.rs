@@ -162,11 +162,22 @@ pub fn restore_chain_with<S: Storage, P: AsRef<Path>>(
     })
 }
 
-/// Where a restore into `dest` builds it.
+/// Where a restore into `dest` builds it: beside it, named after its last
+/// component (the text of `new/` with the suffix appended would put it
+/// inside the destination, and the final rename would fail).
 fn scratch_of(dest: &Path) -> PathBuf {
-    let mut name = dest.as_os_str().to_owned();
-    name.push(".restore-tmp");
-    PathBuf::from(name)
+    match (dest.parent(), dest.file_name()) {
+        (Some(parent), Some(name)) => {
+            let mut name = name.to_owned();
+            name.push(".restore-tmp");
+            parent.join(name)
+        }
+        _ => {
+            let mut name = dest.as_os_str().to_owned();
+            name.push(".restore-tmp");
+            PathBuf::from(name)
+        }
+    }
 }
 
 /// Builds the restored directory at `to` from the checked chain; returns
