@@ -209,28 +209,32 @@ impl Uring {
         let mut guard = self.pick();
         let ring = &mut guard.ring;
         let mut todo: VecDeque<usize> = (0..reqs.len()).collect();
-        let mut in_flight = 0usize;
+        // Requests the kernel owns: if anything unwinds out of this loop
+        // while some are, the process aborts (the buffers they name would
+        // be freed under the kernel).
+        let mut kernel = KernelOwned(0);
         let mut most = 0usize;
-        while !todo.is_empty() || in_flight > 0 {
+        while !todo.is_empty() || kernel.0 > 0 {
             {
                 let mut sq = ring.submission();
-                while in_flight < self.depth {
+                while kernel.0 < self.depth {
                     let Some(&i) = todo.front() else { break };
                     reqs[i].prepare();
                     let e = self.entry(&reqs[i], target, i, c);
                     // SAFETY: the entry points at `reqs[i].cur` and the
                     // buffers it describes. `cur` is not touched again until
                     // this request's completion is reaped, and this function
-                    // does not return before every request it pushed has
-                    // completed, so both outlive the kernel's use of them.
+                    // neither returns before every request it pushed has
+                    // completed nor unwinds while one has not (`kernel`
+                    // aborts then), so both outlive the kernel's use of them.
                     if unsafe { sq.push(&e) }.is_err() {
                         break;
                     }
                     todo.pop_front();
-                    in_flight += 1;
+                    kernel.0 += 1;
                 }
             }
-            most = most.max(in_flight);
+            most = most.max(kernel.0);
             match ring.submit_and_wait(1) {
                 Ok(_) => {}
                 Err(e)
@@ -241,17 +245,11 @@ impl Uring {
                 {
                     std::thread::yield_now();
                 }
-                Err(e) => {
-                    eprintln!(
-                        "directkv: io_uring submission failed with {in_flight} requests in \
-                         flight ({e}); their buffers cannot be proven free, aborting"
-                    );
-                    std::process::abort();
-                }
+                Err(e) => kernel.abort(&format!("submission failed ({e})")),
             }
             for cqe in ring.completion() {
                 let i = cqe.user_data() as usize;
-                in_flight -= 1;
+                kernel.0 -= 1;
                 let res = cqe.result();
                 let res = if res < 0 {
                     Err(std::io::Error::from_raw_os_error(-res))
@@ -264,5 +262,74 @@ impl Uring {
             }
         }
         most
+    }
+}
+
+/// How many requests of a batch the kernel owns. Dropped while it owns
+/// any (a panic unwinding out of the batch), it aborts the process: the
+/// requests' buffers and iovecs would be freed, or the ring reused, while
+/// the kernel still reads and writes them.
+struct KernelOwned(usize);
+
+impl KernelOwned {
+    /// Reports `why` on stderr, without a panic if that fails, and aborts.
+    fn abort(&self, why: &str) -> ! {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "directkv: io_uring {why} with {} requests in flight; their buffers cannot be \
+             proven free, aborting",
+            self.0
+        );
+        std::process::abort();
+    }
+}
+
+impl Drop for KernelOwned {
+    fn drop(&mut self) {
+        if self.0 > 0 {
+            self.abort("batch unwound");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A batch that unwinds while the kernel owns one of its requests
+    /// aborts the process instead (run in a child: the parent sees it die
+    /// of SIGABRT).
+    #[test]
+    fn a_batch_unwinding_with_requests_in_flight_aborts() {
+        const CHILD: &str = "DIRECTKV_KERNEL_OWNED_CHILD";
+        if std::env::var_os(CHILD).is_some() {
+            let _owned = KernelOwned(1);
+            panic!("a bug while the kernel owns a request");
+        }
+        let exe = std::env::current_exe().expect("the test binary");
+        let out = std::process::Command::new(exe)
+            .args([
+                "--exact",
+                "io::aio::uring::tests::a_batch_unwinding_with_requests_in_flight_aborts",
+                "--nocapture",
+            ])
+            .env(CHILD, "1")
+            .output()
+            .expect("run the child");
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(
+            out.status.signal(),
+            Some(libc::SIGABRT),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("batch unwound with 1 requests in flight"),
+            "{err}"
+        );
+        // Nothing in flight: the guard lets a batch go.
+        drop(KernelOwned(0));
     }
 }
