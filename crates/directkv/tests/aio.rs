@@ -346,6 +346,18 @@ fn batches_work_on_the_buffered_fallback() {
         for (i, b) in bufs.iter().enumerate() {
             assert_eq!(&back.as_slice()[i * PAGE..(i + 1) * PAGE], b.as_slice());
         }
+        // Unchecked for alignment here, an offset past the largest is
+        // refused: as a signed offset, u64::MAX is -1, "the file's
+        // position", and the read would succeed from there.
+        let far = vec![BatchOp::Read {
+            bufs: vec![back.io_all_mut()],
+            offset: u64::MAX,
+        }];
+        let refused = file.run_batch(far).into_iter().next().expect("one result");
+        assert!(
+            matches!(refused, Err(Error::InvalidArgument(_))),
+            "{refused:?}"
+        );
     }
 }
 

@@ -370,6 +370,20 @@ impl DirectFile {
             }
             .and_then(|()| {
                 self.check_aligned(op.offset(), op.len(), op.unit_bytes(), !op.is_write())
+            })
+            .and_then(|()| {
+                // The system calls take a signed offset, and -1 there means
+                // "the file's position": a request past the largest is refused.
+                let end = op.offset().checked_add(op.len() as u64);
+                match end.filter(|&e| i64::try_from(e).is_ok()) {
+                    Some(_) => Ok(()),
+                    None => Err(Error::InvalidArgument(format!(
+                        "{} bytes at offset {} of {} end past the largest file offset",
+                        op.len(),
+                        op.offset(),
+                        self.path.display()
+                    ))),
+                }
             });
             match checked {
                 Err(e) => results.set(i, Err(e)),
