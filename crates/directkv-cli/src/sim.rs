@@ -29,15 +29,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    // A range that wrapped would run no seed and report a pass.
-    let Some(end) = args.from.checked_add(args.seeds) else {
-        anyhow::bail!(
-            "--from {} and --seeds {} run past the last seed, {}",
-            args.from,
-            args.seeds,
-            u64::MAX
-        );
-    };
+    let end = seeds_end(args.from, args.seeds)?;
     let bar = if args.json || !std::io::stderr().is_terminal() {
         ProgressBar::hidden()
     } else {
@@ -105,4 +97,15 @@ pub fn run(args: Args) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The end of the seed range: one that wrapped would run no seed and
+/// report a pass.
+fn seeds_end(from: u64, seeds: u64) -> Result<u64> {
+    from.checked_add(seeds).ok_or_else(|| {
+        anyhow::anyhow!(
+            "--from {from} and --seeds {seeds} run past the last seed, {}",
+            u64::MAX
+        )
+    })
 }

@@ -363,28 +363,7 @@ impl DirectFile {
             0
         };
         for (i, op) in ops.iter_mut().enumerate() {
-            let checked = if op.is_write() {
-                self.check_healthy()
-            } else {
-                Ok(())
-            }
-            .and_then(|()| {
-                self.check_aligned(op.offset(), op.len(), op.unit_bytes(), !op.is_write())
-            })
-            .and_then(|()| {
-                // The system calls take a signed offset, and -1 there means
-                // "the file's position": a request past the largest is refused.
-                let end = op.offset().checked_add(op.len() as u64);
-                match end.filter(|&e| i64::try_from(e).is_ok()) {
-                    Some(_) => Ok(()),
-                    None => Err(Error::InvalidArgument(format!(
-                        "{} bytes at offset {} of {} end past the largest file offset",
-                        op.len(),
-                        op.offset(),
-                        self.path.display()
-                    ))),
-                }
-            });
+            let checked = self.check_op(op);
             match checked {
                 Err(e) => results.set(i, Err(e)),
                 Ok(()) => {
@@ -429,6 +408,27 @@ impl DirectFile {
         }
         drop(ops);
         results.all()
+    }
+
+    /// Refuses `op` before it runs: a write to a file whose earlier write
+    /// failed, a request the file's alignment forbids, or one that ends
+    /// past the largest offset (the system calls take it signed, and -1
+    /// there means "the file's position").
+    fn check_op(&self, op: &BatchOp<'_>) -> Result<()> {
+        if op.is_write() {
+            self.check_healthy()?;
+        }
+        self.check_aligned(op.offset(), op.len(), op.unit_bytes(), !op.is_write())?;
+        let end = op.offset().checked_add(op.len() as u64);
+        match end.filter(|&e| i64::try_from(e).is_ok()) {
+            Some(_) => Ok(()),
+            None => Err(Error::InvalidArgument(format!(
+                "{} bytes at offset {} of {} end past the largest file offset",
+                op.len(),
+                op.offset(),
+                self.path.display()
+            ))),
+        }
     }
 
     /// Makes every completed write durable as the sync method says: `fsync`,
