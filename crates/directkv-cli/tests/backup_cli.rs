@@ -265,6 +265,16 @@ fn restore_to_an_lsn_and_a_time_from_the_archive() {
     assert!(!dir.path().join("r3").exists());
 }
 
+/// Runs `directkv` with `args`; it must succeed (its stderr says why not).
+fn run_ok(args: &[&std::ffi::OsStr]) {
+    let out = bin().args(args).output().expect("run");
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// `directkv check` on a backup refuses it (opening would make it a
 /// database and end it as a backup) and leaves it a backup that verifies;
 /// `--open-backup` opens it as asked.
@@ -273,17 +283,7 @@ fn check_refuses_a_backup_and_leaves_it_one() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
     let src = source(dir.path());
     let dest = dir.path().join("bk");
-    let out = bin()
-        .arg("backup")
-        .arg(&src)
-        .arg(&dest)
-        .output()
-        .expect("backup");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_ok(&["backup".as_ref(), src.as_os_str(), dest.as_os_str()]);
     let out = bin().arg("check").arg(&dest).output().expect("check");
     assert!(!out.status.success(), "a backup was opened");
     let err = String::from_utf8_lossy(&out.stderr);
@@ -291,25 +291,7 @@ fn check_refuses_a_backup_and_leaves_it_one() {
         err.contains("is a backup") && err.contains("verify-backup"),
         "{err}"
     );
-    let out = bin()
-        .arg("verify-backup")
-        .arg(&dest)
-        .output()
-        .expect("verify");
-    assert!(
-        out.status.success(),
-        "still a backup: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let out = bin()
-        .args(["check", "--open-backup"])
-        .arg(&dest)
-        .output()
-        .expect("check");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_ok(&["verify-backup".as_ref(), dest.as_os_str()]);
+    run_ok(&["check".as_ref(), "--open-backup".as_ref(), dest.as_os_str()]);
     assert_eq!(keys(&dest), KEYS);
 }
