@@ -105,6 +105,14 @@ fn a_killed_backup_is_refused_and_the_source_unharmed() {
             assert_eq!(keys(&restored), KEYS);
             continue;
         }
+        // Killed between making the destination and its log directory
+        // (one `create_dir_all`): an empty directory, which an open takes
+        // for a new database, as for any empty directory. Nothing of the
+        // backup was written; the rest of the checks need some of it.
+        let empty = std::fs::read_dir(&dest).map_or(true, |mut d| d.next().is_none());
+        if empty {
+            continue;
+        }
         incomplete += 1;
         match Database::open(&dest, options()) {
             Err(Error::IncompleteBackup { .. }) => {}
