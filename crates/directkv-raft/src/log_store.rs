@@ -227,11 +227,7 @@ fn lock_pending(db: &Db) -> Result<MutexGuard<'_, Option<LogId<NodeId>>>, Error>
 /// # Errors
 /// Database errors.
 pub(crate) fn purge_covered(db: &Db) -> Result<(), Error> {
-    let mut pending = lock_pending(db)?;
-    if pending.is_none() {
-        return Ok(());
-    }
-    purge_pending(db, &mut pending)
+    purge_pending(db, &mut *lock_pending(db)?)
 }
 
 /// Purges durably up to the pending purge point or the last applied entry,

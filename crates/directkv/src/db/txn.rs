@@ -296,12 +296,12 @@ impl<'db, S: Storage> RangeIter<'db, S> {
         }
     }
 
-    /// Fails the iterator once `flag` is set, if it merges writes of a
-    /// transaction (a write transaction's, which sets it when it ends
+    /// Fails the iterator once the flag `flag` gives is set, if it merges
+    /// writes of a transaction (a write transaction's, which sets it when it ends
     /// without committing).
-    pub(super) fn discarded_when(mut self, flag: &Arc<AtomicBool>) -> Self {
+    pub(super) fn discarded_when(mut self, flag: impl FnOnce() -> Arc<AtomicBool>) -> Self {
         if !self.overlay.is_empty() {
-            self.discarded = Some(Arc::clone(flag));
+            self.discarded = Some(flag());
         }
         self
     }

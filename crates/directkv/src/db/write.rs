@@ -101,8 +101,9 @@ pub struct WriteTxn<'db, S: Storage = crate::io::OsStorage> {
     /// unknown): they are no longer only its own.
     committed: bool,
     /// Set when it ends without committing: its iterators merge writes
-    /// that are gone.
-    discarded: Arc<AtomicBool>,
+    /// that are gone. Made by the first iterator that merges any, so a
+    /// transaction without one allocates nothing for it.
+    discarded: std::sync::OnceLock<Arc<AtomicBool>>,
 }
 
 impl<'db, S: Storage> WriteTxn<'db, S> {
@@ -141,7 +142,7 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
             read_set: Mutex::new(ReadSet::default()),
             victim: None,
             committed: false,
-            discarded: Arc::new(AtomicBool::new(false)),
+            discarded: std::sync::OnceLock::new(),
         })
     }
 
@@ -320,7 +321,7 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
             }
         }
         RangeIter::new(self.inner, from, to, overlay, Some(self.snap().clone()))
-            .discarded_when(&self.discarded)
+            .discarded_when(|| Arc::clone(self.discarded.get_or_init(Default::default)))
     }
 
     /// Discards the transaction's writes and releases its locks.
@@ -335,8 +336,8 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
 
     /// Ends the transaction: its locks, its snapshot, the writer lock.
     fn end(&mut self) {
-        if !self.committed {
-            self.discarded.store(true, Ordering::Release);
+        if let (false, Some(flag)) = (self.committed, self.discarded.get()) {
+            flag.store(true, Ordering::Release);
         }
         self.release_locks();
         self.snap = None;
