@@ -3,7 +3,8 @@
 //! directory made, no `LOCK` left. A directory without `CONTROL` is taken for
 //! an interrupted creation only when every file in it carries this engine's
 //! mark (a `LOCK` naming its holder, a `data` file starting with an engine
-//! page, a `CONTROL.tmp` with the control magic, or an empty one of those);
+//! page, a `CONTROL.tmp` whose two slots are each zero or a control slot,
+//! or an empty one of those);
 //! a user's file named `data` is refused by name and left untouched.
 
 use std::path::Path;
@@ -107,4 +108,77 @@ fn a_missing_directory_is_created_when_allowed() {
     let db = Database::open(&path, opts(true)).expect("open");
     drop(db);
     assert!(path.join("CONTROL").exists());
+}
+
+/// A creation stopped at any write, sync or allocation (as a kill leaves
+/// it: the calls before it done, none after) is taken for an interrupted
+/// creation and started over. `CONTROL.tmp` is allocated zero-filled before
+/// its slots are written, so a creation stopped there leaves a file of
+/// zeros, or one slot written and one still zero.
+#[test]
+fn a_creation_stopped_at_any_step_is_started_over() {
+    use directkv::internals::io::{FaultOp, FaultyStorage, OsStorage};
+    for op in [
+        FaultOp::Write,
+        FaultOp::Sync,
+        FaultOp::Allocate,
+        FaultOp::SyncDir,
+    ] {
+        let mut ok_calls = 0;
+        loop {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let path = dir.path().join("db");
+            let storage = FaultyStorage::new(OsStorage::default());
+            storage.fail_after(op, ok_calls, false);
+            let stopped = Database::open_with(storage, &path, opts(true)).is_err();
+            let db = Database::open(&path, opts(true))
+                .unwrap_or_else(|e| panic!("{op:?} after {ok_calls}: reopen: {e}"));
+            let mut w = db.begin_write().expect("begin");
+            w.put(b"k", b"v").expect("put");
+            w.commit().expect("commit");
+            assert_eq!(
+                db.begin_read().expect("read").get(b"k").expect("get"),
+                Some(b"v".to_vec())
+            );
+            if !stopped {
+                break;
+            }
+            ok_calls += 1;
+            assert!(ok_calls < 200, "{op:?}: a creation ends within 200 calls");
+        }
+    }
+}
+
+/// A `CONTROL.tmp` of the creation's size whose slots hold something other
+/// than zeros or a control slot is not taken for an interrupted creation.
+#[test]
+fn a_control_tmp_holding_something_else_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut bytes = vec![0u8; 8192];
+    bytes[4096..4104].copy_from_slice(b"my notes");
+    std::fs::write(dir.path().join("CONTROL.tmp"), &bytes).expect("write");
+    let detail = refused(Database::open(dir.path(), opts(true)));
+    assert!(detail.contains("CONTROL.tmp"), "{detail}");
+    std::fs::write(dir.path().join("CONTROL.tmp"), vec![0u8; 3 * 4096]).expect("write");
+    refused(Database::open(dir.path(), opts(true)));
+    assert_eq!(entries(dir.path()), ["CONTROL.tmp"], "nothing was added");
+}
+
+/// A `data` file sized by a creation but still zero (a crash before its
+/// sync) is taken for an interrupted creation; a larger zero file, or a
+/// small one holding anything else, is not.
+#[test]
+fn a_zero_data_file_is_taken_only_at_a_creation_size() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("data"), vec![0u8; 16384]).expect("write");
+    drop(Database::open(dir.path(), opts(true)).expect("a fresh database"));
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("data"), vec![0u8; 1 << 20]).expect("write");
+    refused(Database::open(dir.path(), opts(true)));
+    let mut bytes = vec![0u8; 8192];
+    bytes[5000] = 1;
+    std::fs::write(dir.path().join("data"), &bytes).expect("write");
+    refused(Database::open(dir.path(), opts(true)));
+    assert_eq!(entries(dir.path()), ["data"], "nothing was added");
 }

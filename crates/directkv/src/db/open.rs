@@ -261,10 +261,11 @@ enum Found {
 
 /// Looks at `path` without changing anything. A directory without
 /// `CONTROL` may hold only what an interrupted creation leaves (it writes
-/// `CONTROL` last), each recognised by its content, not its name: `LOCK`
-/// naming its holder, `data` starting with a page of this engine,
-/// `CONTROL.tmp` with the control magic, or any of them empty. Anything else
-/// is someone else's, and open refuses, naming it.
+/// `CONTROL` last), each recognised by its content, not its name
+/// ([`left_shape`]): `LOCK` naming its holder, `data` starting with a page
+/// of this engine or zero, `CONTROL.tmp` whose slots are each zero or start
+/// with the control magic, or any of them empty. Anything else is someone
+/// else's, and open refuses, naming it.
 fn look<S: Storage>(
     storage: &S,
     path: &Path,
@@ -302,19 +303,71 @@ fn look<S: Storage>(
     Ok(Found::Creatable)
 }
 
+/// What an interrupted creation may leave in a file of one name: the file
+/// is at most `max_len` bytes, and each `block`-byte block of its first
+/// `checked` bytes is zero or carries `magic` at `at`.
+struct LeftShape {
+    at: usize,
+    magic: &'static [u8],
+    max_len: u64,
+    checked: u64,
+    block: usize,
+}
+
+/// The most a creation writes to `data`: two pages of the largest size.
+const DATA_CREATED_BYTES: usize = 2 * page::PAGE_SIZES[page::PAGE_SIZES.len() - 1] as usize;
+const _: () = {
+    let mut i = 0;
+    while i < page::PAGE_SIZES.len() {
+        assert!(2 * page::PAGE_SIZES[i] as usize <= DATA_CREATED_BYTES);
+        i += 1;
+    }
+};
+
+/// The shape of `name`, if an interrupted creation can leave it.
+/// - `LOCK` names its holder (its first block does; the rest is not read).
+/// - `data` is written whole (two pages) and synced before `CONTROL.tmp`
+///   exists; a crash before that sync may leave it sized but zero.
+/// - `CONTROL.tmp` is allocated zero-filled, then slot 1 and slot 0 are
+///   written, each synced ([`ControlFile::create_with`]).
+fn left_shape(name: &str) -> Option<LeftShape> {
+    use crate::format::control::{CONTROL_MAGIC, SLOT_BYTES};
+    Some(match name {
+        LOCK_NAME => LeftShape {
+            at: 0,
+            magic: crate::io::LOCK_HOLDER_PREFIX.as_bytes(),
+            max_len: u64::MAX,
+            checked: HEAD_BYTES as u64,
+            block: HEAD_BYTES,
+        },
+        DATA_NAME => LeftShape {
+            at: 4,
+            magic: &page::PAGE_MAGIC,
+            max_len: DATA_CREATED_BYTES as u64,
+            checked: DATA_CREATED_BYTES as u64,
+            block: DATA_CREATED_BYTES,
+        },
+        CONTROL_TMP_NAME => LeftShape {
+            at: 0,
+            magic: &CONTROL_MAGIC,
+            max_len: 2 * SLOT_BYTES as u64,
+            checked: 2 * SLOT_BYTES as u64,
+            block: SLOT_BYTES,
+        },
+        _ => return None,
+    })
+}
+
 /// Whether `name` in `path` is a file an interrupted creation of this
-/// engine leaves (see [`look`]).
+/// engine leaves (see [`look`] and [`left_shape`]).
 fn left_by_creation<S: Storage>(
     storage: &S,
     path: &Path,
     name: &str,
     sched: &Arc<Scheduler>,
 ) -> Result<bool> {
-    let (at, magic): (usize, &[u8]) = match name {
-        LOCK_NAME => (0, crate::io::LOCK_HOLDER_PREFIX.as_bytes()),
-        DATA_NAME => (4, &page::PAGE_MAGIC),
-        CONTROL_TMP_NAME => (0, &crate::format::control::CONTROL_MAGIC),
-        _ => return Ok(false),
+    let Some(shape) = left_shape(name) else {
+        return Ok(false);
     };
     let file = ScheduledFile::new(
         storage.open(
@@ -327,16 +380,25 @@ fn left_by_creation<S: Storage>(
         )?,
         Arc::clone(sched),
     );
-    if file.is_empty()? {
-        return Ok(true);
+    let len = file.len()?;
+    if len > shape.max_len {
+        return Ok(false);
     }
-    let mut head = crate::io::AlignedBuf::new(HEAD_BYTES, HEAD_BYTES as u32)?;
-    let n = file.read_at(IoClass::Read, head.io_all_mut(), 0)?;
-    assert!(n <= HEAD_BYTES, "a read fills at most its buffer");
-    Ok(head.as_slice().get(at..at + magic.len()) == Some(magic) && n >= at + magic.len())
+    let mut buf = crate::io::AlignedBuf::new(shape.block, HEAD_BYTES as u32)?;
+    for offset in (0..len.min(shape.checked)).step_by(shape.block) {
+        let n = file.read_at(IoClass::Read, buf.io_all_mut(), offset)?;
+        assert!(n <= shape.block, "a read fills at most its buffer");
+        let got = &buf.as_slice()[..n];
+        let marked = got.get(shape.at..shape.at + shape.magic.len()) == Some(shape.magic);
+        if !(marked || got.iter().all(|&b| b == 0)) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
-/// Bytes of a file's head that [`left_by_creation`] reads.
+/// The alignment of [`left_by_creation`]'s buffer, and the block of `LOCK`
+/// it reads.
 const HEAD_BYTES: usize = 512;
 
 /// The WAL's options: its directory, sync method, segment size, scheduler,
