@@ -440,6 +440,13 @@ fn bad_configurations_are_refused_clearly() {
     );
     assert!(!ok);
     assert!(err.contains("must be below --memory-limit"), "{err}");
+    // More keys than memory can sort for the load: an error, not a panic.
+    let (ok, _, err) = bench(
+        dir.path(),
+        &["read", "--keys", &u64::MAX.to_string(), "--seconds", "0.3"],
+    );
+    assert!(!ok);
+    assert!(err.contains("--keys") && !err.contains("panicked"), "{err}");
 }
 
 #[test]

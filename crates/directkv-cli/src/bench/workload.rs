@@ -150,7 +150,17 @@ impl Workload {
                 // Loaded in key order so the tree is packed; the keys are
                 // hashes of record numbers, so the workload's choices land
                 // all over it.
-                let mut keys: Vec<[u8; 9]> = (0..shape.keys).map(ycsb_key).collect();
+                let mut keys: Vec<[u8; 9]> = Vec::new();
+                usize::try_from(shape.keys)
+                    .ok()
+                    .and_then(|n| keys.try_reserve_exact(n).ok())
+                    .with_context(|| {
+                        format!(
+                            "--keys {}: no room in memory to sort that many keys for the load",
+                            shape.keys
+                        )
+                    })?;
+                keys.extend((0..shape.keys).map(ycsb_key));
                 keys.sort_unstable();
                 for k in keys {
                     batch.push((k.to_vec(), value_bytes(0, shape.value_size)));
