@@ -45,6 +45,9 @@ pub enum IoOp {
     Lock,
     /// `posix_fadvise(2)`.
     Advise,
+    /// Starting a background thread (`clone(2)`); the path is the
+    /// database's.
+    SpawnThread,
 }
 
 impl fmt::Display for IoOp {
@@ -62,6 +65,7 @@ impl fmt::Display for IoOp {
             IoOp::ListDir => "list directory",
             IoOp::Lock => "lock",
             IoOp::Advise => "advise",
+            IoOp::SpawnThread => "starting a background thread",
         };
         f.write_str(name)
     }

@@ -95,16 +95,26 @@ fn run_guarded<S: Storage>(
     }
 }
 
-/// Spawns a named background thread running `body`.
-fn spawn(name: &str, body: impl FnOnce() + Send + 'static) -> Option<JoinHandle<()>> {
+/// Spawns a named background thread running `body`; the operating system
+/// may refuse (no memory for a stack, a limit on threads).
+fn spawn(name: &str, body: impl FnOnce() + Send + 'static) -> std::io::Result<JoinHandle<()>> {
+    #[cfg(test)]
+    if REFUSE_SPAWN.with(|r| r.get() == Some(name)) {
+        return Err(std::io::Error::from_raw_os_error(libc::EAGAIN));
+    }
     std::thread::Builder::new()
         .name(name.to_string())
         .spawn(move || {
             crate::stall::mark_background_thread();
             body();
         })
-        // Without the thread, the foreground does its work itself.
-        .ok()
+}
+
+#[cfg(test)]
+thread_local! {
+    /// The name of a thread [`spawn`] refuses to start on this thread, as
+    /// the operating system may.
+    static REFUSE_SPAWN: std::cell::Cell<Option<&'static str>> = const { std::cell::Cell::new(None) };
 }
 
 /// Readahead readers: threads that read queued pages into the pool, at the
@@ -137,6 +147,8 @@ pub(super) fn spawn_readers<S: Storage>(inner: &Arc<Inner<S>>) -> Vec<JoinHandle
         .filter_map(|i| {
             let (weak, rx) = (Arc::downgrade(inner), Arc::clone(&rx));
             let name = format!("directkv-readahead-{i}");
+            // A reader is a hint's: without it, scans read their pages
+            // themselves.
             spawn(&name.clone(), move || loop {
                 let pages = {
                     let Ok(rx) = health::lock(&rx) else { return };
@@ -158,6 +170,7 @@ pub(super) fn spawn_readers<S: Storage>(inner: &Arc<Inner<S>>) -> Vec<JoinHandle
                     return;
                 }
             })
+            .ok()
         })
         .collect();
     if !handles.is_empty() {
@@ -177,7 +190,7 @@ pub(super) fn spawn_readers<S: Storage>(inner: &Arc<Inner<S>>) -> Vec<JoinHandle
 pub(super) fn spawn_cleaner<S: Storage>(
     weak: Weak<Inner<S>>,
     signal: StopSignal,
-) -> Option<JoinHandle<()>> {
+) -> std::io::Result<JoinHandle<()>> {
     spawn("directkv-cleaner", move || {
         let mut pass = CleanerPass {
             idle: false,
@@ -253,7 +266,7 @@ impl CleanerPass {
 pub(super) fn spawn_checkpointer<S: Storage>(
     weak: Weak<Inner<S>>,
     signal: StopSignal,
-) -> Option<JoinHandle<()>> {
+) -> std::io::Result<JoinHandle<()>> {
     spawn("directkv-checkpoint", move || loop {
         if wait_stop(&signal, CHECKPOINTER_IDLE) {
             return;
@@ -300,6 +313,8 @@ pub(super) fn spawn_archiver<S: Storage>(
             }
         }
     })
+    // Without it, checkpoints archive what they would recycle.
+    .ok()
 }
 
 #[cfg(test)]
@@ -333,6 +348,44 @@ mod tests {
     /// not the wait's minute and then a transaction on a failed database.
     /// Holding the checkpoint lock keeps every checkpoint out, so the log
     /// reaches the limit and the committer waits for certain.
+    /// An engine thread the operating system refuses fails the open with
+    /// a typed error; a helper thread refused leaves the database working.
+    /// Either way the directory opens again at once (the lock was let go).
+    #[test]
+    fn a_refused_background_thread_fails_open_or_is_done_without() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        drop(small_db(dir.path()));
+        for name in ["directkv-checkpoint", "directkv-cleaner"] {
+            REFUSE_SPAWN.with(|r| r.set(Some(name)));
+            let opts = Options {
+                cache_bytes: 4 << 20,
+                ..Options::default()
+            };
+            let got = Database::open(dir.path(), opts).map(drop);
+            REFUSE_SPAWN.with(|r| r.set(None));
+            match got {
+                Err(Error::Io {
+                    op: crate::error::IoOp::SpawnThread,
+                    ..
+                }) => {}
+                other => panic!("{name}: expected a refused spawn, got {other:?}"),
+            }
+        }
+        REFUSE_SPAWN.with(|r| r.set(Some("directkv-readahead-0")));
+        let db = small_db(dir.path());
+        REFUSE_SPAWN.with(|r| r.set(None));
+        let mut w = db.begin_write().expect("begin");
+        w.put(b"k", b"v").expect("put");
+        w.commit().expect("commit");
+        assert_eq!(db.readers.len(), 1, "the other reader started");
+        drop(db);
+        let db = small_db(dir.path());
+        assert_eq!(
+            db.begin_read().expect("read").get(b"k").expect("get"),
+            Some(b"v".to_vec())
+        );
+    }
+
     #[test]
     fn a_committer_waiting_for_log_space_meets_a_failure() {
         let dir = tempfile::tempdir().expect("tempdir");

@@ -42,7 +42,7 @@ use super::versions::VersionStore;
 use super::{Database, Options};
 use crate::btree::node;
 use crate::buffer::BufferPool;
-use crate::error::{Error, Result};
+use crate::error::{Error, IoOp, Result};
 use crate::format::control::Control;
 use crate::format::data_head;
 use crate::format::page;
@@ -126,7 +126,7 @@ pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result
         _lock: lock,
     };
     checkpoint_if_due(&mut inner, &c)?;
-    Ok(start_threads(Arc::new(inner)))
+    start_threads(Arc::new(inner))
 }
 
 /// Refuses a checkpoint distance below [`super::options::CHECKPOINT_WAL_BYTES_MIN`]:
@@ -513,28 +513,39 @@ fn check_data_head<S: Storage>(pool: &Pool<S>, c: &Control) -> Result<Lsn> {
 
 /// Starts the background threads (unless the options turn them off) and
 /// returns the handle that owns them.
-fn start_threads<S: Storage>(inner: Arc<Inner<S>>) -> Database<S> {
-    let cleaner_stop = stop_signal();
-    let (checkpointer, cleaner, readers) = if inner.opts.background_threads {
-        (
-            background::spawn_checkpointer(Arc::downgrade(&inner), Arc::clone(&inner.checkpointer)),
-            background::spawn_cleaner(Arc::downgrade(&inner), Arc::clone(&cleaner_stop)),
-            background::spawn_readers(&inner),
-        )
-    } else {
-        (None, None, Vec::new())
-    };
-    let archiver = (inner.opts.background_threads && inner.archive.is_some())
-        .then(|| background::spawn_archiver(Arc::downgrade(&inner), Arc::clone(&cleaner_stop)))
-        .flatten();
-    Database {
+///
+/// The checkpointer and the cleaner are the engine's: without the first
+/// the log would grow until committers wait for a checkpoint nobody runs.
+/// If the operating system refuses either thread, open fails (those started
+/// are stopped when the handle drops). The readahead readers, the archiver
+/// and the log's segment preparer are helpers whose work the foreground
+/// does without them.
+fn start_threads<S: Storage>(inner: Arc<Inner<S>>) -> Result<Database<S>> {
+    let mut db = Database {
         inner,
-        checkpointer,
-        cleaner,
-        cleaner_stop,
-        archiver,
-        readers,
+        checkpointer: None,
+        cleaner: None,
+        cleaner_stop: stop_signal(),
+        archiver: None,
+        readers: Vec::new(),
+    };
+    if !db.inner.opts.background_threads {
+        return Ok(db);
     }
+    let weak = Arc::downgrade(&db.inner);
+    let refused = |source| Error::from_io(IoOp::SpawnThread, &db.inner.dir, None, source);
+    db.checkpointer = Some(
+        background::spawn_checkpointer(weak.clone(), Arc::clone(&db.inner.checkpointer))
+            .map_err(refused)?,
+    );
+    db.cleaner = Some(
+        background::spawn_cleaner(weak.clone(), Arc::clone(&db.cleaner_stop)).map_err(refused)?,
+    );
+    db.readers = background::spawn_readers(&db.inner);
+    if db.inner.archive.is_some() {
+        db.archiver = background::spawn_archiver(weak, Arc::clone(&db.cleaner_stop));
+    }
+    Ok(db)
 }
 
 /// The log archiver's state, with `Options::wal_archive`.

@@ -16,8 +16,10 @@ use crate::io::Storage;
 /// How long the preparer sleeps when it finds nothing to do.
 const IDLE: Duration = Duration::from_millis(500);
 
-/// Starts the preparer of `shared`'s log.
-pub(super) fn spawn<S: Storage>(shared: Arc<Shared<S>>) -> JoinHandle<()> {
+/// Starts the preparer of `shared`'s log; `None` if the operating system
+/// refuses the thread (the writer then prepares each segment when it needs
+/// it).
+pub(super) fn spawn<S: Storage>(shared: Arc<Shared<S>>) -> Option<JoinHandle<()>> {
     spawn_guarded(shared, "directkv-wal-prep", |shared| {
         // A failure (say, no space) is retried later; if the writer needs
         // the segment first, it prepares it itself and reports the error.
@@ -34,7 +36,7 @@ fn spawn_guarded<S: Storage>(
     shared: Arc<Shared<S>>,
     name: &str,
     mut round: impl FnMut(&Shared<S>) -> bool + Send + 'static,
-) -> JoinHandle<()> {
+) -> Option<JoinHandle<()>> {
     std::thread::Builder::new()
         .name(name.into())
         .spawn(move || {
@@ -53,7 +55,7 @@ fn spawn_guarded<S: Storage>(
                 shared.ends.wake_everyone();
             }
         })
-        .expect("spawn a WAL thread")
+        .ok()
 }
 
 #[cfg(test)]
@@ -79,6 +81,7 @@ mod tests {
             assert!(rounds < 3, "an invariant broke");
             true
         })
+        .expect("the thread starts")
         .join()
         .expect("the panic is caught on the thread");
         for r in [

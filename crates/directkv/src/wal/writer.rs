@@ -457,7 +457,8 @@ impl<S: Storage> Wal<S> {
         }
         let preparer = opts
             .background_prepare
-            .then(|| preparer::spawn(Arc::clone(&shared)));
+            .then(|| preparer::spawn(Arc::clone(&shared)))
+            .flatten();
         Ok((
             Wal {
                 shared,
