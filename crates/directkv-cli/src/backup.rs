@@ -139,7 +139,34 @@ fn days_from_civil(y: u64, m: u64, d: u64) -> u64 {
     era * 146_097 + doe - 719_468
 }
 
+/// Refuses, before SRC is opened (its recovery and checkpoint change it),
+/// what the backup would refuse after: SRC a backup (opening it ends it as
+/// one), and DEST that is not new or an empty directory.
+fn check_args(args: &BackupArgs) -> Result<()> {
+    crate::check::refuse_a_backup(&args.src, false)?;
+    match std::fs::symlink_metadata(&args.dest) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("look at {}", args.dest.display())),
+        Ok(m) if m.is_dir() => {
+            let mut entries = std::fs::read_dir(&args.dest)
+                .with_context(|| format!("list {}", args.dest.display()))?;
+            if entries.next().is_some() {
+                anyhow::bail!(
+                    "{} exists and is not empty: a backup is made in a new or empty directory",
+                    args.dest.display()
+                );
+            }
+            Ok(())
+        }
+        Ok(_) => anyhow::bail!(
+            "{} exists and is not a directory: a backup is made in a new or empty directory",
+            args.dest.display()
+        ),
+    }
+}
+
 pub fn backup(args: BackupArgs) -> Result<()> {
+    check_args(&args)?;
     let opts = Options {
         cache_bytes: usize::try_from(args.cache).context("--cache does not fit in memory")?,
         create_if_missing: false,

@@ -42,8 +42,8 @@ pub struct Args {
 }
 
 /// Refuses `dir` when its `CONTROL` is a backup's, unless `open_anyway`:
-/// the open that checking needs would end it as a backup.
-fn refuse_a_backup(dir: &std::path::Path, open_anyway: bool) -> Result<()> {
+/// the open that checking (or backing up) needs would end it as a backup.
+pub(crate) fn refuse_a_backup(dir: &std::path::Path, open_anyway: bool) -> Result<()> {
     let storage = directkv::internals::io::OsStorage::default();
     // A CONTROL that does not read is the open's to report.
     let Ok(control) = directkv::internals::db::ControlFile::open(&storage, &dir.join("CONTROL"))
@@ -53,8 +53,9 @@ fn refuse_a_backup(dir: &std::path::Path, open_anyway: bool) -> Result<()> {
     let backup = control.current().flags & directkv::internals::format::control::FLAG_BACKUP != 0;
     if backup && !open_anyway {
         anyhow::bail!(
-            "{} is a backup: `directkv verify-backup` checks it without changing it; \
-             opening it (`check --open-backup`) makes it a database and ends it as a backup",
+            "{} is a backup: `directkv verify-backup` checks it without changing it, and \
+             `directkv restore` makes a database of a copy of it; opening it (`check \
+             --open-backup`) makes it a database and ends it as a backup",
             dir.display()
         );
     }

@@ -303,3 +303,48 @@ fn check_refuses_a_backup_and_leaves_it_one() {
     run_ok(&["check".as_ref(), "--open-backup".as_ref(), dest.as_os_str()]);
     assert_eq!(keys(&dest), KEYS);
 }
+
+/// `directkv backup` given a backup as its source refuses it before
+/// opening it (the open would end it as a backup), and a destination that
+/// is not new or empty is refused before the source is opened.
+#[test]
+fn backup_refuses_a_backup_as_source_and_a_used_destination() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    let src = source(dir.path());
+    let bk = dir.path().join("bk");
+    run_ok(&["backup".as_ref(), src.as_os_str(), bk.as_os_str()]);
+    let again = dir.path().join("bk2");
+    let out = bin()
+        .arg("backup")
+        .arg(&bk)
+        .arg(&again)
+        .output()
+        .expect("run");
+    assert!(!out.status.success(), "a backup was backed up");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("is a backup"), "{err}");
+    assert!(!again.exists(), "nothing was made");
+    run_ok(&["verify-backup".as_ref(), bk.as_os_str()]);
+    // Arguments swapped: the backup is refused as the source, and stays one.
+    let out = bin()
+        .arg("backup")
+        .arg(&bk)
+        .arg(&src)
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    run_ok(&["verify-backup".as_ref(), bk.as_os_str()]);
+    let used = dir.path().join("used");
+    std::fs::create_dir(&used).expect("mkdir");
+    std::fs::write(used.join("notes"), b"x").expect("write");
+    let out = bin()
+        .arg("backup")
+        .arg(&src)
+        .arg(&used)
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not empty"), "{err}");
+    assert_eq!(keys(&src), KEYS);
+}
