@@ -605,6 +605,10 @@ fn broken_chains_are_refused_naming_the_link() {
         .backup(dir.path().join("x"), &increment_of(&foreign))
         .expect_err("an increment of another database's backup");
     assert!(matches!(err, Error::BackupChain { .. }), "{err}");
+    assert!(
+        !dir.path().join("x").exists(),
+        "a refused increment makes nothing"
+    );
     let second_full = dir.path().join("b0-again");
     db.backup(&second_full, &fast()).expect("full");
     let cases: [(&[&std::path::PathBuf], &std::path::PathBuf); 5] = [
@@ -769,4 +773,45 @@ fn a_lost_history_starts_a_new_line_at_open() {
     assert_ne!(h, "0".repeat(32), "a new line");
     drop(db);
     verify_backup(&b2).expect("the backup verifies");
+}
+
+/// Every directory entry a restore or a backup adds is synced: the levels
+/// above the destination that it made, and the destination's own entry,
+/// also when the caller made the directory just before.
+#[test]
+fn new_directory_levels_of_a_restore_and_a_backup_are_synced() {
+    use directkv::internals::backup::restore_chain_with;
+    use directkv::internals::io::{FaultOp, FaultyStorage, OsStorage};
+    let dir = scratch();
+    let (_, bk) = made_backup(dir.path());
+    let restore_syncs = |dest: &std::path::Path| {
+        let storage = FaultyStorage::new(OsStorage::default());
+        restore_chain_with(&storage, &[&bk], dest, None, |p| {
+            let _ = std::fs::remove_dir_all(p);
+        })
+        .expect("restore");
+        storage.calls(FaultOp::SyncDir)
+    };
+    let flat = restore_syncs(&dir.path().join("r0"));
+    let deep = restore_syncs(&dir.path().join("a").join("b").join("r1"));
+    assert_eq!(deep, flat + 2, "the entries of a/ and a/b/ are synced too");
+
+    let backup_syncs = |dest: &std::path::Path| {
+        let storage = FaultyStorage::new(OsStorage::default());
+        let db =
+            Database::open_with(storage.clone(), &dir.path().join("db"), options()).expect("open");
+        let before = storage.calls(FaultOp::SyncDir);
+        db.backup(dest, &BackupOptions::default()).expect("backup");
+        let n = storage.calls(FaultOp::SyncDir) - before;
+        db.close().expect("close");
+        n
+    };
+    let made = backup_syncs(&dir.path().join("b-new"));
+    let existing = dir.path().join("b-existing");
+    std::fs::create_dir(&existing).expect("mkdir");
+    assert_eq!(
+        backup_syncs(&existing),
+        made,
+        "an existing destination's entry is synced as a new one's"
+    );
 }

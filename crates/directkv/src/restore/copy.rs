@@ -134,6 +134,10 @@ pub fn restore_chain_with<S: Storage, P: AsRef<Path>>(
         )));
     }
     let last = ms.last().expect("a chain has a backup");
+    let parent = dest.parent().filter(|p| !p.as_os_str().is_empty());
+    // Levels above the destination that the build makes: their entries
+    // are synced with the destination's own.
+    let made = parent.map_or_else(Vec::new, |p| files::missing_levels(storage, p));
     let built = build(storage, &chain, &ms, &tmp).and_then(|done| {
         let rolled = match to {
             Some((archive, target)) => Some(super::pitr::roll_forward(
@@ -150,8 +154,13 @@ pub fn restore_chain_with<S: Storage, P: AsRef<Path>>(
             return Err(e);
         }
     };
-    storage.rename(&tmp, dest)?;
-    let parent = dest.parent().filter(|p| !p.as_os_str().is_empty());
+    if let Err(e) = storage.rename(&tmp, dest) {
+        // Something appeared at `dest` since the look above: the restored
+        // copy goes, so that a retry is not refused for it.
+        remove_tree(&tmp);
+        return Err(e);
+    }
+    files::sync_levels(storage, &made)?;
     storage.sync_dir(parent.unwrap_or(Path::new(".")))?;
     Ok(RestoreReport {
         backup_id: last.backup_id.clone(),

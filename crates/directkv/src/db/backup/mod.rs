@@ -156,15 +156,20 @@ impl<S: Storage> Inner<S> {
     }
 
     /// Checks `dest` and makes it, with its log directory, if missing;
-    /// returns the directory levels above the log directory it made. Their
-    /// entries are synced once the backup is sealed: until then a power cut
-    /// may take the directory (the backup is not done). The log directory
+    /// returns the directory levels above the log directory it made, or
+    /// `dest` alone when it was there (made by the caller, its entry may not
+    /// be durable yet). Their entries are synced once the backup is sealed:
+    /// until then a power cut may take the directory (the backup is not
+    /// done). The log directory
     /// is made with it, so a backup killed at once leaves a directory an
     /// open refuses (it holds what no database creation leaves), not an
     /// empty one an open would make a database in.
     fn make_dest<'a>(&self, dest: &'a Path) -> Result<Vec<&'a Path>> {
         self.check_backup_dest(dest)?;
-        let made = crate::backup::files::missing_levels(&self.storage, dest);
+        let mut made = crate::backup::files::missing_levels(&self.storage, dest);
+        if made.is_empty() {
+            made.push(dest);
+        }
         self.storage
             .create_dirs(&dest.join(WAL_DIR_NAME), Permissions::Private)?;
         Ok(made)
@@ -174,12 +179,14 @@ impl<S: Storage> Inner<S> {
     pub(super) fn backup(&self, dest: &Path, opts: &BackupOptions) -> Result<BackupReport> {
         let began = Instant::now();
         let started_unix_ms = unix_ms();
-        let made = self.make_dest(dest)?;
+        // An increment on a parent it cannot build on is refused before
+        // anything is made.
         let parent = opts
             .incremental_from
             .as_deref()
             .map(|p| self.incremental_parent(p))
             .transpose()?;
+        let made = self.make_dest(dest)?;
         let (cp, _pin) = self.backup_start(opts)?;
         let _running = Running::start(&self.counters, cp.meta.page_count - 1);
         let since = parent.as_ref().map(Manifest::start);
