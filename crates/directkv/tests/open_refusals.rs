@@ -182,3 +182,28 @@ fn a_zero_data_file_is_taken_only_at_a_creation_size() {
     refused(Database::open(dir.path(), opts(true)));
     assert_eq!(entries(dir.path()), ["data"], "nothing was added");
 }
+
+/// The direct-I/O alignment probe (on kernels whose `statx` does not report
+/// the alignment) writes a scratch file in the directory of the file being
+/// opened, `data`'s at creation; a creation killed before the probe removed
+/// it is started over and the file removed. A file of that name holding
+/// anything else is refused and kept.
+#[test]
+fn an_alignment_probe_left_by_a_killed_creation_is_removed() {
+    let gone = i32::MAX; // above every pid_max: no such process
+    let dir = tempfile::tempdir().expect("tempdir");
+    let probe = dir.path().join(format!(".directkv-align-probe-{gone}"));
+    let mut bytes = vec![0u8; 8192];
+    bytes[4096..].fill(0xA5);
+    std::fs::write(&probe, &bytes).expect("write");
+    std::fs::write(dir.path().join("data"), b"").expect("write");
+    drop(Database::open(dir.path(), opts(true)).expect("a fresh database"));
+    assert!(!probe.exists(), "the probe's leftover is removed");
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let probe = dir.path().join(format!(".directkv-align-probe-{gone}"));
+    std::fs::write(&probe, b"my notes").expect("write");
+    let detail = refused(Database::open(dir.path(), opts(true)));
+    assert!(detail.contains("align-probe"), "{detail}");
+    assert_eq!(std::fs::read(&probe).expect("read"), b"my notes");
+}

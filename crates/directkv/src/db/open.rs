@@ -264,8 +264,8 @@ enum Found {
 /// `CONTROL` last), each recognised by its content, not its name
 /// ([`left_shape`]): `LOCK` naming its holder, `data` starting with a page
 /// of this engine or zero, `CONTROL.tmp` whose slots are each zero or start
-/// with the control magic, or any of them empty. Anything else is someone
-/// else's, and open refuses, naming it.
+/// with the control magic, or any of them empty; and the alignment probe's
+/// file. Anything else is someone else's, and open refuses, naming it.
 fn look<S: Storage>(
     storage: &S,
     path: &Path,
@@ -288,6 +288,11 @@ fn look<S: Storage>(
         return Ok(Found::Database);
     }
     for name in storage.list_dir(path)? {
+        // A probe's file, of a concurrent opener or of one killed before it
+        // removed it (removed after the creation, in `claim`).
+        if crate::io::profile::is_align_probe_file(storage, path, &name) {
+            continue;
+        }
         if !left_by_creation(storage, path, &name, sched)? {
             return Err(refuse(format!(
                 "the directory has no CONTROL file and holds {name:?}, which this engine did \

@@ -217,7 +217,11 @@ pub(crate) fn detect(
 /// alignment first. Returns `None` when no probe write succeeds (including when
 /// the scratch file cannot be created), which leaves the caller at the default.
 pub fn probe(dir: &At<'_>) -> Option<u32> {
-    let at = dir.join(format!(".directkv-align-probe-{}", std::process::id()));
+    let at = dir.join(format!(
+        "{}{}",
+        super::profile::ALIGN_PROBE_PREFIX,
+        std::process::id()
+    ));
     let result = probe_file(&at);
     let _ = at.unlink();
     result

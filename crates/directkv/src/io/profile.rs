@@ -57,6 +57,16 @@ const _: () = assert!(SCRATCH_HEADER_BYTES * 16 <= TEST_FILE_BYTES);
 /// made one follows.
 pub const SCRATCH_PREFIXES: [&str; 2] = [".directkv-sync-probe-", ".directkv-direct-probe-"];
 
+/// Name prefix of the direct-I/O alignment probe's scratch file
+/// ([`super::align::probe`]), in the directory of the file being opened;
+/// the pid follows. It carries no header: it holds only zeros and the
+/// probe's `0xA5` bytes, in at most [`ALIGN_PROBE_BYTES_MAX`].
+pub const ALIGN_PROBE_PREFIX: &str = ".directkv-align-probe-";
+
+/// The largest file the alignment probe makes: its largest write, at an
+/// offset of its own size.
+pub const ALIGN_PROBE_BYTES_MAX: u64 = 2 * crate::constants::DIRECT_IO_ALIGN_DEFAULT as u64;
+
 /// The name of this process's scratch file for the probe of `prefix`.
 pub fn scratch_name(prefix: &str) -> String {
     assert!(
@@ -69,6 +79,16 @@ pub fn scratch_name(prefix: &str) -> String {
 /// The pid a scratch file's name carries, if `name` is one.
 pub fn scratch_pid(name: &str) -> Option<u32> {
     let digits = SCRATCH_PREFIXES.iter().find_map(|p| name.strip_prefix(p))?;
+    pid_of(digits)
+}
+
+/// The pid an alignment probe's file name carries, if `name` is one.
+fn align_probe_pid(name: &str) -> Option<u32> {
+    pid_of(name.strip_prefix(ALIGN_PROBE_PREFIX)?)
+}
+
+/// `digits` as a pid: a decimal number of a possible process.
+fn pid_of(digits: &str) -> Option<u32> {
     if digits.is_empty() || digits.len() > 10 || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
@@ -129,7 +149,8 @@ fn process_alive(pid: u32) -> bool {
 
 /// Removes the scratch files a killed process left in `dir`: each entry
 /// named as a scratch file of a process that is gone (not this one), that
-/// is a regular file and starts with the scratch header of that pid.
+/// is a regular file and starts with the scratch header of that pid, and
+/// each alignment probe's leftover ([`is_align_probe_leftover`]).
 /// Anything else, however named, is left alone. Returns what it removed.
 ///
 /// # Errors
@@ -138,17 +159,12 @@ fn process_alive(pid: u32) -> bool {
 pub fn remove_scratch_leftovers<S: Storage>(storage: &S, dir: &Path) -> Result<Vec<PathBuf>> {
     let mut removed = Vec::new();
     for name in storage.list_dir(dir)? {
-        let Some(pid) = scratch_pid(&name) else {
-            continue;
+        let leftover = match scratch_pid(&name) {
+            Some(pid) => gone(pid) && scratch_head_of(storage, &dir.join(&name), pid),
+            None => is_align_probe_leftover(storage, dir, &name),
         };
-        if pid == std::process::id() || process_alive(pid) {
-            continue;
-        }
-        let path = dir.join(&name);
-        if !matches!(storage.stat(&path), Ok(m) if m.kind == FileKind::File) {
-            continue;
-        }
-        if scratch_head_of(storage, &path, pid).unwrap_or(false) {
+        if leftover {
+            let path = dir.join(&name);
             storage.remove_file(&path)?;
             removed.push(path);
         }
@@ -160,7 +176,56 @@ pub fn remove_scratch_leftovers<S: Storage>(storage: &S, dir: &Path) -> Result<V
     Ok(removed)
 }
 
-fn scratch_head_of<S: Storage>(storage: &S, path: &Path, pid: u32) -> Result<bool> {
+/// Whether `pid` is neither this process nor a live one.
+fn gone(pid: u32) -> bool {
+    pid != std::process::id() && !process_alive(pid)
+}
+
+/// Whether `name` in `dir` is an alignment probe's file: named as one, a
+/// regular file of at most [`ALIGN_PROBE_BYTES_MAX`] holding only zeros and
+/// `0xA5` bytes. A file that cannot be read is not one.
+pub fn is_align_probe_file<S: Storage>(storage: &S, dir: &Path, name: &str) -> bool {
+    let path = dir.join(name);
+    align_probe_pid(name).is_some()
+        && matches!(storage.stat(&path), Ok(m) if m.kind == FileKind::File)
+        && only_probe_bytes(storage, &path).unwrap_or(false)
+}
+
+/// Whether `name` in `dir` is an alignment probe's file
+/// ([`is_align_probe_file`]) that a process now gone left behind.
+pub fn is_align_probe_leftover<S: Storage>(storage: &S, dir: &Path, name: &str) -> bool {
+    align_probe_pid(name).is_some_and(gone) && is_align_probe_file(storage, dir, name)
+}
+
+fn only_probe_bytes<S: Storage>(storage: &S, path: &Path) -> Result<bool> {
+    let file = storage.open(
+        path,
+        &FileOptions {
+            read_only: true,
+            direct_io: DirectIo::Off,
+            ..FileOptions::default()
+        },
+    )?;
+    if file.len()? > ALIGN_PROBE_BYTES_MAX {
+        return Ok(false);
+    }
+    let mut buf = AlignedBuf::new(ALIGN_PROBE_BYTES_MAX as usize, 512)?;
+    let n = file.read_at(buf.io_all_mut(), 0)?;
+    assert!(
+        n as u64 <= ALIGN_PROBE_BYTES_MAX,
+        "a read fills at most its buffer"
+    );
+    Ok(buf.as_slice()[..n].iter().all(|&b| b == 0 || b == 0xA5))
+}
+
+/// Whether the regular file at `path` starts with the scratch header of
+/// `pid`; one that cannot be read does not.
+fn scratch_head_of<S: Storage>(storage: &S, path: &Path, pid: u32) -> bool {
+    matches!(storage.stat(path), Ok(m) if m.kind == FileKind::File)
+        && scratch_head_matches(storage, path, pid).unwrap_or(false)
+}
+
+fn scratch_head_matches<S: Storage>(storage: &S, path: &Path, pid: u32) -> Result<bool> {
     let file = storage.open(
         path,
         &FileOptions {
