@@ -207,3 +207,29 @@ fn an_alignment_probe_left_by_a_killed_creation_is_removed() {
     assert!(detail.contains("align-probe"), "{detail}");
     assert_eq!(std::fs::read(&probe).expect("read"), b"my notes");
 }
+
+/// Every directory a creation makes is synced into its parent, so a power
+/// cut cannot take the database's directory (an open would then make a new,
+/// empty database there) or a separate log directory (an open would refuse
+/// the database): missing levels above the database or the log directory
+/// each add one directory sync.
+#[test]
+fn the_directories_a_creation_makes_are_synced_into_their_parents() {
+    use directkv::internals::io::{FaultOp, FaultyStorage, OsStorage};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let syncs = |path: std::path::PathBuf, wal: std::path::PathBuf| {
+        let storage = FaultyStorage::new(OsStorage::default());
+        let opts = Options {
+            wal_dir: Some(wal),
+            ..opts(true)
+        };
+        drop(Database::open_with(storage.clone(), &path, opts).expect("create"));
+        storage.calls(FaultOp::SyncDir)
+    };
+    let flat = syncs(dir.path().join("db0"), dir.path().join("log0"));
+    let deep = syncs(
+        dir.path().join("a").join("b").join("db1"),
+        dir.path().join("w").join("log1"),
+    );
+    assert_eq!(deep, flat + 3, "the entries of a/, a/b/ and w/ are synced");
+}

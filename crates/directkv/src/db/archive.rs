@@ -106,7 +106,7 @@ impl Archive {
         current: u64,
         sched: &Arc<Scheduler>,
     ) -> Result<Archive> {
-        files::create_dir_synced(storage, dir, permissions)?;
+        crate::io::create_dir_synced(storage, dir, permissions)?;
         // The oldest segment at or before the current one (later numbers
         // are spares) whose header has its number: a file re-headed for
         // recycling but not yet renamed when the process stopped was
@@ -288,7 +288,7 @@ impl<S: Storage> Inner<S> {
         let history = health::lock(&self.control)?.current().history;
         let history = crate::backup::manifest::hex(&history);
         let dir = crate::backup::archive_dir_of(&archive.dir, Some(&history));
-        files::create_dir_synced(&self.storage, &dir, archive.permissions)?;
+        crate::io::create_dir_synced(&self.storage, &dir, archive.permissions)?;
         if dir != archive.dir {
             // The line's directory may have been made just before a crash
             // that lost the root's sync: its entry is durable before a

@@ -199,7 +199,7 @@ fn claim<S: Storage>(
     sched: &Arc<Scheduler>,
 ) -> Result<(S, S::Lock, Audit)> {
     if look(storage, path, opts, sched)? == Found::Creatable {
-        storage.create_dirs(path, opts.permissions)?;
+        crate::io::create_dir_synced(storage, path, opts.permissions)?;
     }
     let storage = storage.anchor(path)?;
     // The WAL directory too, if it is there, before anything in it is
@@ -426,7 +426,7 @@ fn wal_options<S: Storage>(
     let wal_dir = access::wal_dir(path, opts);
     let creating = c.checkpoint_lsn == Lsn::ZERO;
     if creating {
-        storage.create_dirs(&wal_dir, opts.permissions)?;
+        crate::io::create_dir_synced(storage, &wal_dir, opts.permissions)?;
     } else if !storage.exists(&wal_dir) {
         return Err(crate::wal::missing_dir(&wal_dir, c.redo_lsn));
     }

@@ -178,7 +178,7 @@ impl Summaries {
         to: Lsn,
         set: &PageSet,
     ) -> Result<()> {
-        files::create_dir_synced(storage, &self.dir, permissions)?;
+        crate::io::create_dir_synced(storage, &self.dir, permissions)?;
         let io = (&self.sched, IoClass::Urgent);
         write_file(storage, &self.dir, (permissions, io), from, to, set)?;
         let mut listed = list(storage, &self.dir)?;

@@ -137,7 +137,7 @@ pub fn restore_chain_with<S: Storage, P: AsRef<Path>>(
     let parent = dest.parent().filter(|p| !p.as_os_str().is_empty());
     // Levels above the destination that the build makes: their entries
     // are synced with the destination's own.
-    let made = parent.map_or_else(Vec::new, |p| files::missing_levels(storage, p));
+    let made = parent.map_or_else(Vec::new, |p| crate::io::missing_levels(storage, p));
     let built = build(storage, &chain, &ms, &tmp).and_then(|done| {
         let rolled = match to {
             Some((archive, target)) => Some(super::pitr::roll_forward(
@@ -160,7 +160,7 @@ pub fn restore_chain_with<S: Storage, P: AsRef<Path>>(
         remove_tree(&tmp);
         return Err(e);
     }
-    files::sync_levels(storage, &made)?;
+    crate::io::sync_levels(storage, &made)?;
     storage.sync_dir(parent.unwrap_or(Path::new(".")))?;
     Ok(RestoreReport {
         backup_id: last.backup_id.clone(),

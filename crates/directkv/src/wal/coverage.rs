@@ -86,7 +86,7 @@ pub(super) fn read_to_end<S: Storage>(
         if !opts.create_if_missing {
             return Err(missing_dir(&opts.dir, from));
         }
-        storage.create_dirs(&opts.dir, opts.permissions)?;
+        crate::io::create_dir_synced(storage, &opts.dir, opts.permissions)?;
     }
     let existing = list_segments(storage, &opts.dir)?;
     // An existing log keeps the segment size it was made with; the option

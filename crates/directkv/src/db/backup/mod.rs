@@ -166,7 +166,7 @@ impl<S: Storage> Inner<S> {
     /// empty one an open would make a database in.
     fn make_dest<'a>(&self, dest: &'a Path) -> Result<Vec<&'a Path>> {
         self.check_backup_dest(dest)?;
-        let mut made = crate::backup::files::missing_levels(&self.storage, dest);
+        let mut made = crate::io::missing_levels(&self.storage, dest);
         if made.is_empty() {
             made.push(dest);
         }
@@ -217,7 +217,7 @@ impl<S: Storage> Inner<S> {
         }
         m.pages_scanned = c.counts.scanned;
         crate::backup::seal(&self.storage, dest, &m)?;
-        crate::backup::files::sync_levels(&self.storage, &made)?;
+        crate::io::sync_levels(&self.storage, &made)?;
         self.counters.backups.fetch_add(1, Ordering::Relaxed);
         Ok(BackupReport {
             incremental: parent.is_some(),

@@ -1,0 +1,61 @@
+//! Directory entries made durable: a new directory is an entry of its
+//! parent, and survives a power cut only once the parent is synced. Every
+//! directory the engine makes (a database's, its log's, a backup's, a
+//! restore's, the archive's) is made through here, or its levels synced
+//! here once what it holds is done.
+//!
+//! Invariants:
+//! - A level is synced only after it exists, outermost first, so each sync
+//!   makes durable an entry whose own parent's entry already is.
+
+use std::path::Path;
+
+use super::{Permissions, Storage};
+use crate::error::Result;
+
+/// The directories from `dir` up that do not exist yet, innermost first:
+/// what creating `dir` makes, each an entry of its parent to sync.
+pub fn missing_levels<'a, S: Storage>(storage: &S, dir: &'a Path) -> Vec<&'a Path> {
+    let mut missing = Vec::new();
+    let mut next = Some(dir).filter(|d| !d.as_os_str().is_empty());
+    while let Some(d) = next.filter(|d| !storage.exists(d)) {
+        missing.push(d);
+        next = d.parent().filter(|p| !p.as_os_str().is_empty());
+    }
+    missing
+}
+
+/// Syncs the parent of each of `levels` (from [`missing_levels`], made
+/// since), outermost first, so that every new entry survives a power cut.
+///
+/// # Errors
+/// I/O errors.
+pub fn sync_levels<S: Storage>(storage: &S, levels: &[&Path]) -> Result<()> {
+    for d in levels.iter().rev() {
+        assert!(storage.exists(d), "a level is synced once it is made");
+        match d.parent().filter(|p| !p.as_os_str().is_empty()) {
+            Some(parent) => storage.sync_dir(parent)?,
+            None => storage.sync_dir(Path::new("."))?,
+        }
+    }
+    Ok(())
+}
+
+/// Creates directory `dir` (and missing parents) if it does not exist, and
+/// syncs the parent of each directory it creates, so that every new entry,
+/// not only `dir`'s, survives a power cut.
+///
+/// # Errors
+/// I/O errors.
+pub fn create_dir_synced<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    permissions: Permissions,
+) -> Result<()> {
+    let levels = missing_levels(storage, dir);
+    if levels.is_empty() {
+        return Ok(());
+    }
+    storage.create_dirs(dir, permissions)?;
+    sync_levels(storage, &levels)
+}
