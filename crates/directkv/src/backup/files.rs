@@ -314,32 +314,3 @@ pub fn crc_of<S: Storage>(storage: &S, path: &Path, buf: &mut AlignedBuf) -> Res
     })?;
     Ok((len, crc))
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::io::{FaultOp, FaultyStorage, OsStorage};
-
-    /// Every directory made gets its entry synced, the outer ones too; an
-    /// existing directory syncs nothing; a failed directory sync is an
-    /// error, not a silent success.
-    #[test]
-    fn each_new_level_of_a_directory_is_synced_into_its_parent() {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let storage = FaultyStorage::new(OsStorage::default());
-        let deep = tmp.path().join("a").join("b").join("c");
-        create_dir_synced(&storage, &deep, Permissions::Private).expect("made");
-        assert!(deep.is_dir());
-        assert_eq!(storage.calls(FaultOp::SyncDir), 3, "a, b and c's parents");
-        create_dir_synced(&storage, &deep, Permissions::Private).expect("there");
-        assert_eq!(
-            storage.calls(FaultOp::SyncDir),
-            3,
-            "nothing made, nothing synced"
-        );
-        storage.fail_after(FaultOp::SyncDir, 0, false);
-        let e = create_dir_synced(&storage, &tmp.path().join("d"), Permissions::Private)
-            .expect_err("the sync fails");
-        assert!(matches!(e, Error::Io { .. }), "{e}");
-    }
-}
