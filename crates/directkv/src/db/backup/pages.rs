@@ -77,6 +77,8 @@ pub(super) enum PagesOut<S: Storage> {
     Entries {
         writer: EntryWriter<S>,
         chain: Option<Box<ChainPages<S>>>,
+        /// A read of the chain failed: it is read no more.
+        chain_failed: bool,
         /// The chain lies on the database's device: its reads take the
         /// scheduler's Backup class.
         chain_shares_device: bool,
@@ -98,6 +100,7 @@ impl<S: Storage> PagesOut<S> {
             PagesOut::Entries {
                 writer,
                 chain,
+                chain_failed,
                 base,
                 ..
             } => {
@@ -106,8 +109,14 @@ impl<S: Storage> PagesOut<S> {
                 let mut bytes = 0;
                 for (i, &no) in nos.iter().enumerate() {
                     let page = &buf.as_slice()[i * pb..(i + 1) * pb];
-                    let held = match chain {
-                        Some(c) => c.page(no, base)?,
+                    // The chain only makes entries smaller: one that fails
+                    // to read (a stray, damaged copy taken for a link) is
+                    // dropped, and the pages go whole.
+                    let held = match chain.as_mut().filter(|_| !*chain_failed) {
+                        Some(c) => c.page(no, base).unwrap_or_else(|_| {
+                            *chain_failed = true;
+                            false
+                        }),
                         None => false,
                     };
                     bytes += writer.push(no, page, held.then_some(&base[..]))?;
