@@ -46,11 +46,11 @@ pub struct Args {
 pub(crate) fn refuse_a_backup(dir: &std::path::Path, open_anyway: bool) -> Result<()> {
     let storage = directkv::internals::io::OsStorage::default();
     // A CONTROL that does not read is the open's to report.
-    let Ok(control) = directkv::internals::db::ControlFile::open(&storage, &dir.join("CONTROL"))
+    let Ok(control) = directkv::internals::db::ControlFile::read(&storage, &dir.join("CONTROL"))
     else {
         return Ok(());
     };
-    let backup = control.current().flags & directkv::internals::format::control::FLAG_BACKUP != 0;
+    let backup = control.flags & directkv::internals::format::control::FLAG_BACKUP != 0;
     if backup && !open_anyway {
         anyhow::bail!(
             "{} is a backup: `directkv verify-backup` checks it without changing it, and \

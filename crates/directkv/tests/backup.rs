@@ -854,3 +854,36 @@ fn a_damaged_copy_beside_the_chain_fails_no_increment() {
     db.check().expect("restored checks");
     assert!(contents(&db) == state, "the state at the last backup's end");
 }
+
+/// A backup kept read-only verifies and is built on: what only looks at a
+/// backup's `CONTROL` opens it read-only. (`chattr +i` refuses writes to
+/// root as well; where the filesystem has no such flag, the test says so
+/// and checks nothing.)
+#[test]
+fn a_read_only_backup_verifies_and_takes_an_increment() {
+    let dir = scratch();
+    let db = Database::open(dir.path().join("db"), options()).expect("open");
+    churn(&db, 1, 50);
+    let b0 = dir.path().join("b0");
+    db.backup(&b0, &fast()).expect("full");
+    let control = b0.join("CONTROL");
+    let chattr = |flag: &str| {
+        std::process::Command::new("chattr")
+            .arg(flag)
+            .arg(&control)
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !chattr("+i") {
+        eprintln!("chattr +i is not available here: nothing checked");
+        return;
+    }
+    let writable = std::fs::OpenOptions::new().write(true).open(&control);
+    let verified = verify_backup(&b0);
+    churn(&db, 2, 3);
+    let increment = db.backup(dir.path().join("b1"), &increment_of(&b0));
+    assert!(chattr("-i"), "the flag is taken off again");
+    assert!(writable.is_err(), "CONTROL could not be written");
+    verified.expect("a read-only backup verifies");
+    increment.expect("an increment of a read-only backup");
+}

@@ -110,10 +110,30 @@ impl<S: Storage> ControlFile<S> {
         path: &Path,
         sched: Arc<Scheduler>,
     ) -> Result<ControlFile<S>> {
-        let file = ScheduledFile::new(
-            storage.open(path, &options(false, Permissions::Private))?,
-            sched,
-        );
+        Self::open_as(storage, path, sched, &options(false, Permissions::Private))
+    }
+
+    /// The newest valid control of the file at `path`, opened read-only: a
+    /// look that needs no write access (a backup kept read-only, on a
+    /// read-only mount).
+    ///
+    /// # Errors
+    /// As [`open`](Self::open).
+    pub fn read(storage: &S, path: &Path) -> Result<Control> {
+        let read_only = FileOptions {
+            read_only: true,
+            ..options(false, Permissions::Private)
+        };
+        Ok(Self::open_as(storage, path, Scheduler::fifo(), &read_only)?.current)
+    }
+
+    fn open_as(
+        storage: &S,
+        path: &Path,
+        sched: Arc<Scheduler>,
+        file_options: &FileOptions,
+    ) -> Result<ControlFile<S>> {
+        let file = ScheduledFile::new(storage.open(path, file_options)?, sched);
         let unit = file.alignment().io_unit_bytes();
         let mut buf = AlignedBuf::new(SLOT_BYTES, unit)?;
         let mut best: Option<Control> = None;

@@ -112,7 +112,7 @@ fn check_listing<S: Storage>(storage: &S, dir: &Path, m: &Manifest) -> Result<()
 /// `CONTROL` is a backup's, of the manifest's database, naming its start.
 fn check_control<S: Storage>(storage: &S, dir: &Path, m: &Manifest) -> Result<()> {
     let path = dir.join(CONTROL_NAME);
-    let c = ControlFile::open(storage, &path)?.current();
+    let c = ControlFile::read(storage, &path)?;
     let problem = if c.flags & FLAG_BACKUP == 0 {
         Some(
             "CONTROL is not flagged as a backup's: the directory was opened as a database since"

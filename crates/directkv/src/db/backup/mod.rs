@@ -142,8 +142,8 @@ impl<S: Storage> Inner<S> {
     /// `CONTROL` still carries the backup flag).
     fn unopened_backup(&self, dir: &Path) -> bool {
         let path = dir.join(crate::backup::CONTROL_NAME);
-        super::control::ControlFile::open(&self.storage, &path)
-            .is_ok_and(|c| c.current().flags & FLAG_BACKUP != 0)
+        super::control::ControlFile::read(&self.storage, &path)
+            .is_ok_and(|c| c.flags & FLAG_BACKUP != 0)
     }
 
     /// The pages changed from `since` (an incremental backup's parent's
@@ -399,11 +399,8 @@ impl<S: Storage> Inner<S> {
         let ours = manifest::hex(&self.pool_db_id()?);
         let durable = self.wal().durable_lsn();
         let control = dir.join(crate::backup::CONTROL_NAME);
-        let opened = super::control::ControlFile::open(&self.storage, &control)?
-            .current()
-            .flags
-            & FLAG_BACKUP
-            == 0;
+        let opened =
+            super::control::ControlFile::read(&self.storage, &control)?.flags & FLAG_BACKUP == 0;
         let history = manifest::hex(&self.history()?);
         let detail = if opened {
             Some("it was opened as a database since it was taken: it is no longer a backup".into())
