@@ -427,6 +427,32 @@ fn backup_destinations_are_checked() {
     );
     verify_backup(&empty).expect("verifies");
     assert_eq!(report.pages_covered_by_log, 0);
+    // Inside the parent of an increment: the parent would gain an entry its
+    // manifest does not list.
+    let err = db
+        .backup(empty.join("inc"), &increment_of(&empty))
+        .expect_err("inside its parent");
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+    verify_backup(&empty).expect("the parent still verifies");
+    drop(db);
+    // A restore inside one of the backups it restores.
+    let err = restore_backup(&empty, empty.join("restored")).expect_err("inside the backup");
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+    verify_backup(&empty).expect("the backup still verifies");
+    // Inside the log archive.
+    let archive = dir.path().join("archive");
+    let db = Database::open(
+        &src,
+        Options {
+            wal_archive: Some(archive.clone()),
+            ..options()
+        },
+    )
+    .expect("open with an archive");
+    let err = db
+        .backup(archive.join("bk"), &BackupOptions::default())
+        .expect_err("inside the archive");
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
 }
 
 /// Every key and value of a database.

@@ -148,6 +148,11 @@ impl Archive {
         })
     }
 
+    /// The archive's root directory.
+    pub(super) fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// The first segment not yet archived: checkpoints keep it and every
     /// later one.
     pub(super) fn next_segment(&self) -> u64 {

@@ -8,7 +8,7 @@
 //! - A level is synced only after it exists, outermost first, so each sync
 //!   makes durable an entry whose own parent's entry already is.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::{Permissions, Storage};
 use crate::error::Result;
@@ -58,6 +58,34 @@ pub fn create_dir_synced<S: Storage>(
     }
     storage.create_dirs(dir, permissions)?;
     sync_levels(storage, &levels)
+}
+
+/// `p` as the kernel will resolve it once created: its deepest existing
+/// ancestor canonicalized (`..` and symbolic links as the kernel follows
+/// them), then the rest, which does not exist yet and so holds no link,
+/// with `.` and `..` applied. Resolving only the path or its parent let a
+/// destination with two missing levels (`missing/../db/bk`, or a link
+/// followed by two new levels) pass for one outside the database.
+pub fn resolve(p: &Path) -> PathBuf {
+    use std::path::Component;
+    let p = std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    for anc in p.ancestors() {
+        let Ok(mut out) = std::fs::canonicalize(anc) else {
+            continue;
+        };
+        let tail = p.strip_prefix(anc).expect("an ancestor is a prefix");
+        for c in tail.components() {
+            match c {
+                Component::ParentDir => {
+                    out.pop();
+                }
+                Component::Normal(name) => out.push(name),
+                Component::CurDir | Component::RootDir | Component::Prefix(_) => {}
+            }
+        }
+        return out;
+    }
+    p
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@ pub use align::{probe as probe_alignment, statx_direct_io, Alignment, AlignmentS
 pub use align::{AtomicWriteUnit, StatxDirectIo};
 pub use buf::{AlignedArena, AlignedBuf, IoMut, IoRef};
 pub use dir::{At, Dir};
-pub use entries::{create_dir_synced, missing_levels, sync_levels};
+pub use entries::{create_dir_synced, missing_levels, resolve, sync_levels};
 pub use file::{DirectFile, DirectIo, FileOptions, Fill, IoPath};
 pub use fs::{device_info, fs_info, sync_dir, DeviceInfo, FsInfo, MEMORY_BACKED_MAGICS};
 pub use lock::{DirLock, LOCK_HOLDER_PREFIX};

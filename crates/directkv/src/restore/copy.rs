@@ -120,6 +120,14 @@ pub fn restore_chain_with<S: Storage, P: AsRef<Path>>(
     let chain: Vec<&Path> = chain.iter().map(AsRef::as_ref).collect();
     let ms = crate::backup::check_chain(storage, &chain)?;
     let tmp = scratch_of(dest);
+    let d = crate::io::resolve(dest);
+    if let Some(inside) = chain.iter().find(|b| d.starts_with(crate::io::resolve(b))) {
+        return Err(Error::InvalidArgument(format!(
+            "restore destination {} is inside the backup {}",
+            dest.display(),
+            inside.display()
+        )));
+    }
     if storage.exists(dest) {
         return Err(Error::InvalidArgument(format!(
             "restore destination {} exists; restore makes a new directory",

@@ -109,34 +109,6 @@ struct Copied {
     deltas: u64,
 }
 
-/// `p` as the kernel will resolve it once created: its deepest existing
-/// ancestor canonicalized (`..` and symbolic links as the kernel follows
-/// them), then the rest, which does not exist yet and so holds no link,
-/// with `.` and `..` applied. Resolving only the path or its parent let a
-/// destination with two missing levels (`missing/../db/bk`, or a link
-/// followed by two new levels) pass for one outside the database.
-fn resolve(p: &Path) -> PathBuf {
-    use std::path::Component;
-    let p = std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
-    for anc in p.ancestors() {
-        let Ok(mut out) = std::fs::canonicalize(anc) else {
-            continue;
-        };
-        let tail = p.strip_prefix(anc).expect("an ancestor is a prefix");
-        for c in tail.components() {
-            match c {
-                Component::ParentDir => {
-                    out.pop();
-                }
-                Component::Normal(name) => out.push(name),
-                Component::CurDir | Component::RootDir | Component::Prefix(_) => {}
-            }
-        }
-        return out;
-    }
-    p
-}
-
 impl<S: Storage> Inner<S> {
     /// Whether the backup in `dir` was never opened as a database (its
     /// `CONTROL` still carries the backup flag).
@@ -164,8 +136,8 @@ impl<S: Storage> Inner<S> {
     /// is made with it, so a backup killed at once leaves a directory an
     /// open refuses (it holds what no database creation leaves), not an
     /// empty one an open would make a database in.
-    fn make_dest<'a>(&self, dest: &'a Path) -> Result<Vec<&'a Path>> {
-        self.check_backup_dest(dest)?;
+    fn make_dest<'a>(&self, dest: &'a Path, parent: Option<&Path>) -> Result<Vec<&'a Path>> {
+        self.check_backup_dest(dest, parent)?;
         let mut made = crate::io::missing_levels(&self.storage, dest);
         if made.is_empty() {
             made.push(dest);
@@ -186,7 +158,7 @@ impl<S: Storage> Inner<S> {
             .as_deref()
             .map(|p| self.incremental_parent(p))
             .transpose()?;
-        let made = self.make_dest(dest)?;
+        let made = self.make_dest(dest, opts.incremental_from.as_deref())?;
         let (cp, _pin) = self.backup_start(opts)?;
         let _running = Running::start(&self.counters, cp.meta.page_count - 1);
         let since = parent.as_ref().map(Manifest::start);
@@ -434,15 +406,21 @@ impl<S: Storage> Inner<S> {
         }
     }
 
-    /// Refuses a destination inside the database's or its log's directory,
-    /// or one that holds anything.
-    fn check_backup_dest(&self, dest: &Path) -> Result<()> {
-        let abs = resolve;
+    /// Refuses a destination that overlaps the database's, its log's or its
+    /// log archive's directory or the increment's `parent`, or one that
+    /// holds anything.
+    fn check_backup_dest(&self, dest: &Path, parent: Option<&Path>) -> Result<()> {
+        let abs = crate::io::resolve;
         let d = abs(dest);
-        for (what, dir) in [
-            ("database", &self.dir),
-            ("log", &self.wal().dir().to_path_buf()),
-        ] {
+        let wal = self.wal().dir().to_path_buf();
+        let archive = self.archive.as_ref().map(|a| a.dir());
+        let others = [
+            ("database", Some(self.dir.as_path())),
+            ("log", Some(wal.as_path())),
+            ("log archive", archive),
+            ("parent backup", parent),
+        ];
+        for (what, dir) in others.into_iter().filter_map(|(w, d)| Some((w, d?))) {
             let dir = abs(dir);
             if d.starts_with(&dir) || dir.starts_with(&d) {
                 return Err(Error::InvalidArgument(format!(
