@@ -14,6 +14,8 @@
 //! [`SimStorage::crash`], which decides for each unsynced write whether it
 //! reached the media whole, not at all, or torn (per 512-byte sector: new,
 //! old, or garbage), then makes the durable state the live one. Reopen.
+//! Or call [`SimStorage::kill`] instead: a kill of the process, which keeps
+//! every operation that completed, synced or not.
 //!
 //! Sync methods are honoured: files opened `open_sync`/`open_datasync`/
 //! `pwrite_dsync` make each write durable as it completes.
@@ -268,6 +270,34 @@ impl SimStorage {
         assert!(
             s.files.keys().all(|id| referenced.contains(id)),
             "no orphan file survives"
+        );
+    }
+
+    /// The process killed (SIGKILL), the machine running on: every
+    /// operation that completed stays, each write in its file and each entry
+    /// in its directory, synced or not, and nothing after the power-fail
+    /// point happened; a file no name reaches is gone, and the locks go
+    /// with the process. What a kill leaves that a power loss does not: an
+    /// unsynced file a creation left half made, under its name.
+    pub fn kill(&self) {
+        let mut s = lock(&self.state);
+        for f in s.files.values_mut() {
+            f.pending.clear();
+            f.durable.clone_from(&f.live);
+        }
+        let live = s.live.clone();
+        s.durable = live;
+        let referenced: std::collections::BTreeSet<u64> = s.durable.values().copied().collect();
+        s.files.retain(|id, _| referenced.contains(id));
+        s.locks.clear();
+        s.fail_at = None;
+        s.powered_off = false;
+        s.crashes += 1;
+        assert!(
+            s.files
+                .values()
+                .all(|f| f.live == f.durable && f.pending.is_empty()),
+            "after a kill what was written is what stays"
         );
     }
 
@@ -808,6 +838,38 @@ mod tests {
         // Each sector holds 1 (old), 2 (new) or garbage; never anything else
         // where it was synced as 1 and left alone.
         assert_eq!(back.len(), 4096);
+    }
+
+    /// A kill keeps every completed write and entry, synced or not, and
+    /// nothing after the power-fail point; a file no name reaches is gone.
+    #[test]
+    fn a_kill_keeps_what_completed_and_nothing_after() {
+        let disk = SimStorage::new();
+        disk.create_dir_all(Path::new("/d")).expect("mkdir");
+        let f = disk.open(Path::new("/d/x"), &opts()).expect("open");
+        let mut buf = AlignedBuf::new(512, 512).expect("buf");
+        buf.as_mut_slice().fill(1);
+        f.write_all_at(buf.io_all(), 0).expect("unsynced write");
+        let g = disk.open(Path::new("/d/gone"), &opts()).expect("open");
+        disk.remove_file(Path::new("/d/gone")).expect("unlink");
+        // The next mutating operation is the one the power fails at.
+        disk.power_fail_after(1);
+        buf.as_mut_slice().fill(2);
+        assert!(f.write_all_at(buf.io_all(), 0).is_err(), "after the point");
+        drop((f, g));
+        disk.kill();
+        assert!(disk.exists(Path::new("/d/x")), "the unsynced entry stays");
+        assert!(!disk.exists(Path::new("/d/gone")));
+        let bytes = disk.file_bytes(Path::new("/d/x")).expect("file");
+        assert!(
+            bytes[..512].iter().all(|&b| b == 1),
+            "the completed write stays"
+        );
+        disk.crash(3);
+        assert!(
+            disk.exists(Path::new("/d/x")),
+            "what a kill left is durable: a power cut after it keeps it"
+        );
     }
 
     #[test]

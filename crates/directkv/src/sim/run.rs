@@ -254,8 +254,10 @@ fn run_workload<S: Storage>(disk: &S, path: &Path, opts: &Options, txns: &[Txn])
 
 /// Crashes a fixed workload of `seed` after every one of its mutating I/O
 /// operations (database creation included), `tears` times each with different
-/// torn and dropped writes, and checks every recovery (RELIABILITY.md C4).
-/// Returns the number of recoveries checked.
+/// torn and dropped writes, and once more as a kill of the process (every
+/// completed operation kept, synced or not: [`SimStorage::kill`]), and
+/// checks every recovery (RELIABILITY.md C4). Returns the number of
+/// recoveries checked.
 ///
 /// # Errors
 /// [`SeedFailure`] naming the crash point.
@@ -269,14 +271,21 @@ pub fn sweep_crash_points(seed: u64, txns: u64, tears: u64) -> Result<u64, SeedF
     };
     let mut checked = 0;
     for point in 1..=total {
-        for tear in 0..tears {
+        // The last round is the kill.
+        for tear in 0..=tears {
             let disk = SimStorage::new();
             disk.power_fail_after(point);
             let acked = run_workload(&disk, path, &opts, &log);
-            disk.crash(seed ^ point.wrapping_mul(0x9E37_79B9) ^ tear.wrapping_mul(0x85EB_CA6B));
+            let how = if tear == tears {
+                disk.kill();
+                "killed".to_string()
+            } else {
+                disk.crash(seed ^ point.wrapping_mul(0x9E37_79B9) ^ tear.wrapping_mul(0x85EB_CA6B));
+                format!("tear {tear}")
+            };
             let fail = |what: String| SeedFailure {
                 seed,
-                knobs: format!("{text}; crash after I/O {point} of {total}, tear {tear}"),
+                knobs: format!("{text}; crash after I/O {point} of {total}, {how}"),
                 what,
             };
             recover_and_verify(&disk, path, &opts, &log, acked).map_err(fail)?;
