@@ -704,11 +704,27 @@ fn increments_store_deltas_only_against_a_chain_they_find() {
     for b in [&full, &first, &second] {
         verify_backup(b).expect("each backup verifies");
     }
-    let restored = dir.path().join("restored");
-    restore_backup_chain(&[full, first, second], &restored).expect("restore");
-    let db = Database::open(&restored, options()).expect("open restored");
+    assert_restores(
+        &[&full, &first, &second],
+        &dir.path().join("restored"),
+        &state,
+    );
+}
+
+/// Restores `chain` into `dest`, which then checks and holds `state`
+/// exactly: the state at the last backup's end.
+fn assert_restores(
+    chain: &[&std::path::PathBuf],
+    dest: &std::path::Path,
+    state: &std::collections::BTreeMap<Vec<u8>, Vec<u8>>,
+) {
+    restore_backup_chain(chain, dest).expect("restore");
+    let db = Database::open(dest, options()).expect("open restored");
     db.check().expect("restored checks");
-    assert!(contents(&db) == state, "the state at the last backup's end");
+    assert!(
+        &contents(&db) == state,
+        "the state at the last backup's end"
+    );
 }
 
 /// A copy opened from a backup is on a line of history of its own: its
@@ -874,11 +890,7 @@ fn a_damaged_copy_beside_the_chain_fails_no_increment() {
         .expect("an increment despite the damaged copy");
     let state = contents(&db);
     drop(db);
-    let restored = dir.path().join("restored");
-    restore_backup_chain(&[&b0, &b1, &b2], &restored).expect("restore");
-    let db = Database::open(&restored, options()).expect("open restored");
-    db.check().expect("restored checks");
-    assert!(contents(&db) == state, "the state at the last backup's end");
+    assert_restores(&[&b0, &b1, &b2], &dir.path().join("restored"), &state);
 }
 
 /// A backup kept read-only verifies and is built on: what only looks at a

@@ -197,15 +197,20 @@ pub fn is_align_probe_leftover<S: Storage>(storage: &S, dir: &Path, name: &str) 
     align_probe_pid(name).is_some_and(gone) && is_align_probe_file(storage, dir, name)
 }
 
-fn only_probe_bytes<S: Storage>(storage: &S, path: &Path) -> Result<bool> {
-    let file = storage.open(
+/// Opens `path` to look at: read-only, through the page cache.
+fn open_to_look<S: Storage>(storage: &S, path: &Path) -> Result<S::File> {
+    storage.open(
         path,
         &FileOptions {
             read_only: true,
             direct_io: DirectIo::Off,
             ..FileOptions::default()
         },
-    )?;
+    )
+}
+
+fn only_probe_bytes<S: Storage>(storage: &S, path: &Path) -> Result<bool> {
+    let file = open_to_look(storage, path)?;
     if file.len()? > ALIGN_PROBE_BYTES_MAX {
         return Ok(false);
     }
@@ -226,14 +231,7 @@ fn scratch_head_of<S: Storage>(storage: &S, path: &Path, pid: u32) -> bool {
 }
 
 fn scratch_head_matches<S: Storage>(storage: &S, path: &Path, pid: u32) -> Result<bool> {
-    let file = storage.open(
-        path,
-        &FileOptions {
-            read_only: true,
-            direct_io: DirectIo::Off,
-            ..FileOptions::default()
-        },
-    )?;
+    let file = open_to_look(storage, path)?;
     let mut head = AlignedBuf::new(512, 512)?;
     let n = file.read_at(head.io_all_mut(), 0)?;
     assert!(n <= 512, "a read fills at most its buffer");

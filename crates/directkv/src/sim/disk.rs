@@ -111,6 +111,26 @@ fn enoent(op: IoOp, path: &Path) -> Error {
 }
 
 impl State {
+    /// After a crash or a kill, once the live namespace is the durable one:
+    /// a file no name reaches is gone, the locks went with the process, and
+    /// the power is back on.
+    fn restart(&mut self) {
+        assert!(
+            self.live == self.durable,
+            "after a crash only durable entries exist"
+        );
+        let referenced: std::collections::BTreeSet<u64> = self.durable.values().copied().collect();
+        self.files.retain(|id, _| referenced.contains(id));
+        self.locks.clear();
+        self.fail_at = None;
+        self.powered_off = false;
+        self.crashes += 1;
+        assert!(
+            self.files.keys().all(|id| referenced.contains(id)),
+            "no orphan file survives"
+        );
+    }
+
     /// Counts a mutating operation; `false` when the power is (now) off.
     fn step(&mut self) -> bool {
         if self.powered_off {
@@ -257,20 +277,7 @@ impl SimStorage {
         }
         let durable = s.durable.clone();
         s.live = durable;
-        let referenced: std::collections::BTreeSet<u64> = s.durable.values().copied().collect();
-        s.files.retain(|id, _| referenced.contains(id));
-        s.locks.clear();
-        s.fail_at = None;
-        s.powered_off = false;
-        s.crashes += 1;
-        assert!(
-            s.live == s.durable,
-            "after a crash only durable entries exist"
-        );
-        assert!(
-            s.files.keys().all(|id| referenced.contains(id)),
-            "no orphan file survives"
-        );
+        s.restart();
     }
 
     /// The process killed (SIGKILL), the machine running on: every
@@ -287,12 +294,7 @@ impl SimStorage {
         }
         let live = s.live.clone();
         s.durable = live;
-        let referenced: std::collections::BTreeSet<u64> = s.durable.values().copied().collect();
-        s.files.retain(|id, _| referenced.contains(id));
-        s.locks.clear();
-        s.fail_at = None;
-        s.powered_off = false;
-        s.crashes += 1;
+        s.restart();
         assert!(
             s.files
                 .values()
