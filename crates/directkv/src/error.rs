@@ -18,8 +18,10 @@ use std::path::PathBuf;
 /// The result type of the engine.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// The system call an I/O error came from.
+/// The system call an I/O error came from. More may be added: a match on
+/// it needs a wildcard arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum IoOp {
     /// `open(2)`.
     Open,
