@@ -78,7 +78,6 @@ pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result
     let (pool, aio) = open_pool(&storage, path, &opts, &c, &log, &sched)?;
     // A backup's log must reach its end, whatever its page 0 says.
     let reached = check_data_head(&pool, &c)?.max(backup_end);
-    // After the head's check, which names an older data file as such.
     check_page_count(&pool, &c, &control_path)?;
     let (storage, wal_opts) = wal_options(&storage, path, &opts, &c, reached, &sched)?;
     let wal_sync = wal_opts.sync;
@@ -497,7 +496,8 @@ fn open_pool<S: Storage>(
 /// log (redo point to checkpoint end) allocated, each of which has at least
 /// [`LOG_BYTES_PER_PAGE_MIN`] bytes of log. A count past that would have
 /// the pool grow the file to it (zero-filling terabytes, or without end)
-/// and read pages that never existed.
+/// and read pages that never existed. Called after the head's check,
+/// which names an older (shorter) data file as such.
 ///
 /// Worked example: a 1 MiB file of 8 KiB pages holds 128 pages; a window of
 /// 4000 bytes of log explains 100 more: 228 is the largest count allowed.

@@ -113,7 +113,7 @@ fn put_header(out: &mut Vec<u8>, txn: TxnId, page: PageId, flag: u8) {
     out.push(flag);
 }
 
-/// [`encode_page`] into `out` (cleared first), reusing its allocation.
+/// `encode_page` (the tests' encoder) into `out` (cleared first), reusing its allocation.
 pub fn encode_page_into(
     out: &mut Vec<u8>,
     txn: TxnId,

@@ -16,6 +16,11 @@
 //!   the log past it.
 //! - Replay holds at most [`REPLAY_LOOKAHEAD`] commits ahead of the one it
 //!   applies.
+//! - No record out of range is applied: the decoders refuse page 0 and
+//!   pages past the commit's count, counts and ids out of range
+//!   (`db::records`), and a commit may grow the page count by at most the
+//!   pages it logged; the error names the segment file and the record's
+//!   offset in it.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::Path;
