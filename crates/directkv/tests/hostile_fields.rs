@@ -12,7 +12,7 @@
 //! changes no byte. A value at the edge of its range that the file can
 //! hold opens and reads every acknowledged value back.
 //!
-//! 54 cases: the four found from outside, in five (page count 2^60, page
+//! 56 cases: the four found from outside, in five (page count 2^60, page
 //! count `u64::MAX`, page size 0 and 2^30, a page record moved to the head
 //! page 0); then 26 refused values of `CONTROL`'s fields, page size (7),
 //! generation (4), redo LSN (2), page count (7), root page (3) and
@@ -21,7 +21,8 @@
 //! values of the records' fields: a page record's page (3), transaction
 //! (1), flag (1), range count (1) and image size (3); a commit record's
 //! transaction (2), page count (5), root (2) and free-list head (2); a
-//! checkpoint record's redo LSN (1) and page count (1). The values in
+//! checkpoint record's redo LSN (1) and page count (1); and a free page's
+//! link (2: `u64::MAX` and the page count), met at allocation. The values in
 //! range at 0, 1 and the largest, and an abort record's transaction (which
 //! no clean run of the engine logs), are pinned by `db::records`' unit
 //! tests (24 more); `directkv check` meets the five found cases in
@@ -510,5 +511,71 @@ fn record_fields_out_of_range_are_refused_by_name() {
         let seg = rewrite_record(d.path(), kind, pick, change);
         let detail = refused(d.path(), &seg, words);
         assert!(detail.contains("record"), "{detail}");
+    }
+}
+
+// ---- pages ----
+
+/// A free page's link rewritten (page CRC resealed: CRC32C of bytes
+/// 4..page size, at 0) to `u64::MAX` or to the page count: the allocation
+/// that follows it is refused by name, where before it reached the buffer
+/// pool's empty-frame marker (a panic) or a page past the file.
+#[test]
+fn a_free_page_linking_past_the_file_is_refused_at_allocation() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    let create = Options {
+        create_if_missing: true,
+        ..opts()
+    };
+    let db = Database::open(dir.path(), create).expect("create");
+    let mut model = Model::new();
+    for t in 0..60 {
+        commit(&db, &mut model, t);
+    }
+    let mut w = db.begin_write().expect("begin_write");
+    for k in model.keys() {
+        w.delete(k).expect("delete");
+    }
+    w.commit().expect("commit");
+    db.close().expect("close");
+    let head = control_u64(dir.path(), FREELIST_AT);
+    let count = control_u64(dir.path(), PAGE_COUNT_AT);
+    assert!(head != 0, "the deletes freed pages");
+    for link in [u64::MAX, count] {
+        let d = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+        for name in ["CONTROL", "data"] {
+            std::fs::copy(dir.path().join(name), d.path().join(name)).expect("copy");
+        }
+        copy_dir(&dir.path().join("wal"), &d.path().join("wal"));
+        let data = d.path().join("data");
+        let mut bytes = std::fs::read(&data).expect("data");
+        let at = (head * 4096) as usize;
+        let page = &mut bytes[at..at + 4096];
+        page[48..56].copy_from_slice(&link.to_le_bytes());
+        let crc = crc32c::crc32c(&page[4..]);
+        page[0..4].copy_from_slice(&crc.to_le_bytes());
+        std::fs::write(&data, bytes).expect("write data");
+        let db = Database::open(d.path(), opts()).expect("open");
+        let mut w = db.begin_write().expect("begin_write");
+        let got = (0..200).try_for_each(|i| w.put(&key(i), &[7; 300]));
+        let err = match got {
+            Err(e) => e,
+            Ok(()) => w.commit().expect_err("the allocation meets the link"),
+        };
+        match err {
+            Error::Corruption { path, detail, .. } => {
+                assert_eq!(path.file_name(), Some("data".as_ref()), "{detail}");
+                assert!(detail.contains(&format!("page {link}")), "{detail}");
+            }
+            e => panic!("expected Corruption naming the data file, got {e}"),
+        }
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for e in std::fs::read_dir(from).expect("read_dir") {
+        let p = e.expect("entry").path();
+        std::fs::copy(&p, to.join(p.file_name().expect("name"))).expect("copy");
     }
 }
