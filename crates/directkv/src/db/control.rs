@@ -178,8 +178,18 @@ impl<S: Storage> ControlFile<S> {
     /// Durably replaces the control (the generation is set here).
     ///
     /// # Errors
-    /// I/O errors of the write or `fsync`.
+    /// I/O errors of the write or `fsync`; [`Error::Unsupported`] past the
+    /// last generation.
     pub fn write(&mut self, control: Control) -> Result<()> {
+        // The generation a slot may carry ends here (the reader refuses
+        // one past it); 2^62 checkpoints are not reached by running.
+        let most = crate::constants::CONTROL_GENERATION_MAX;
+        if self.current.generation >= most {
+            return Err(Error::Unsupported {
+                what: "a CONTROL generation past the largest",
+                detail: format!("CONTROL is at generation {most}, the last one"),
+            });
+        }
         let next = Control {
             generation: self.current.generation + 1,
             ..control

@@ -127,6 +127,13 @@ impl Control {
             self.flags & FLAG_HISTORY != 0 && !self.history_lost,
             "a slot is written with its history"
         );
+        // What decode refuses is never written.
+        assert!(
+            self.redo_lsn <= self.checkpoint_lsn,
+            "the redo point is not past its checkpoint"
+        );
+        assert!((PAGE_COUNT_MIN..=PAGE_COUNT_MAX).contains(&self.page_count));
+        assert!((1..=CONTROL_GENERATION_MAX).contains(&self.generation));
         out[..SLOT_BYTES].fill(0);
         out[0..8].copy_from_slice(&CONTROL_MAGIC);
         le::put_u32(out, 8, FORMAT_VERSION);
