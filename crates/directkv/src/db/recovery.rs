@@ -127,7 +127,7 @@ fn name_record(e: Error, dir: &Path, layout: Layout, lsn: Lsn) -> Error {
         } if path == Path::new("wal") => Error::Corruption {
             path: dir.join(segment_file_name(layout.segment_of(lsn))),
             offset: layout.file_offset(lsn),
-            detail: format!("{detail} (the record at LSN {lsn})"),
+            detail: format!("{detail} (met at the record at LSN {lsn})"),
         },
         e => e,
     }
