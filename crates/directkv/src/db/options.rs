@@ -189,10 +189,12 @@ pub enum Isolation {
     /// [`Error::Conflict`](crate::Error::Conflict). The default.
     #[default]
     Serializable,
-    /// Snapshot isolation: only writes are checked, the first committer of
-    /// a key wins and a later one gets
-    /// [`Error::Conflict`](crate::Error::Conflict). Reads are not checked,
-    /// so write skew can happen.
+    /// Snapshot isolation (PostgreSQL's `REPEATABLE READ`): a key it
+    /// locks (`put`, `delete`, `get_for_update`) must be unchanged since its
+    /// snapshot, checked as the lock is taken, else that call fails with
+    /// [`Error::Conflict`](crate::Error::Conflict): the first committer of a
+    /// key wins, and a locking read reads the snapshot's value. Plain reads
+    /// are not checked, so write skew can happen.
     Snapshot,
 }
 
