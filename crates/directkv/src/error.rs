@@ -385,6 +385,22 @@ pub enum Error {
         detail: String,
     },
 
+    /// `Options::wal_archive` names another directory than the log archive
+    /// recorded with the database: segments would be split between two
+    /// archives, and a restore to a point in time would find a hole. Give
+    /// the recorded directory (or none), or switch explicitly with
+    /// `Options::wal_archive_change`.
+    #[error(
+        "the database archives its log into {recorded}, but the options name {given}: give \
+         the recorded directory, or none, or set wal_archive_change to Switch (or Off)"
+    )]
+    ArchiveMismatch {
+        /// The directory recorded with the database.
+        recorded: PathBuf,
+        /// The one the options name.
+        given: PathBuf,
+    },
+
     /// Bytes read from disk do not decode to what was expected.
     #[error("corrupt data in {path} at offset {offset}: {detail}")]
     Corruption {

@@ -2,7 +2,11 @@
 //! segment reaches the archive before it is recycled, a backup plus the
 //! archive restores exactly the commits up to an LSN or a time, and a
 //! damaged, missing or foreign archived segment is named, never restored
-//! past.
+//! past. The archive's directory is recorded with the database, so an open
+//! without `wal_archive` leaves no hole; another directory is a typed error
+//! unless switched explicitly. With `archive_timeout` a quiet database's
+//! last commit reaches the archive as a partial copy that a fuller one
+//! replaces, and `stats().archive` reports how far the archive lags.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -627,5 +631,225 @@ fn a_zeroed_segment_is_refused_not_archived() {
     );
     assert!(!archived(&archive).contains(&next), "not archived");
     assert!(victim.exists(), "kept in the log");
+    db.close().expect("close");
+}
+
+/// Makes `n` recorded commits (each with the state it leaves).
+fn record_commits(db: &Database, model: &mut Model, rng: &mut Rng, n: usize) -> Vec<Recorded> {
+    (0..n)
+        .map(|_| Recorded {
+            lsn: commit_some(db, model, rng),
+            state: model.clone(),
+        })
+        .collect()
+}
+
+/// The archive's directory is recorded with the database: an open without
+/// `wal_archive` between two archived runs (as `directkv check` and
+/// `directkv backup` open it) archives as configured before it recycles,
+/// so a restore reaches every acknowledged commit of all three runs.
+#[test]
+fn an_open_without_the_archive_option_still_archives() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path();
+    let (db_dir, archive, backup) = (root.join("db"), root.join("archive"), root.join("backup"));
+    let (mut model, mut rng) = (Model::new(), Rng(31));
+    let mut records = Vec::new();
+    let db = Database::open(&db_dir, opts(&archive)).expect("open");
+    record_commits(&db, &mut model, &mut rng, 100);
+    db.backup(&backup, &BackupOptions::default())
+        .expect("backup");
+    records.extend(record_commits(&db, &mut model, &mut rng, 100));
+    db.close().expect("close");
+    let without = Options {
+        wal_archive: None,
+        ..opts(&archive)
+    };
+    let db = Database::open(&db_dir, without).expect("open without the archive option");
+    let s = db.stats().archive;
+    assert!(s.enabled, "{s:?}");
+    assert_eq!(s.dir.as_deref(), Some(archive.as_path()), "{s:?}");
+    records.extend(record_commits(&db, &mut model, &mut rng, 100));
+    // Enough log for checkpoints to recycle the segments of all of them.
+    push_log_on(&db, &mut model, 6);
+    db.checkpoint().expect("checkpoint");
+    assert!(
+        db.stats().wal.segments_recycled > 0,
+        "segments were recycled"
+    );
+    records.extend(record_commits(&db, &mut model, &mut rng, 100));
+    db.close().expect("close");
+    let db = Database::open(&db_dir, opts(&archive)).expect("reopen with the archive");
+    records.extend(record_commits(&db, &mut model, &mut rng, 100));
+    push_log_on(&db, &mut model, 2);
+    db.checkpoint().expect("checkpoint");
+    let s = db.stats().archive;
+    assert!(s.failures == 0, "{s:?}");
+    db.close().expect("close");
+    for (i, k) in [0, 150, 250, 330, 399, records.len() - 1]
+        .into_iter()
+        .enumerate()
+    {
+        let target = RestoreTarget::Lsn(records[k].lsn);
+        let got = restored(root, &backup, &archive, target, i);
+        assert!(
+            got == records[k].state,
+            "restore to commit {k} at {}",
+            records[k].lsn
+        );
+    }
+}
+
+/// Another archive directory than the recorded one is a typed error that
+/// changes nothing; `Switch` moves the archive explicitly, `Off` stops it
+/// (and an open after that does not archive); a damaged `ARCHIVE` file is
+/// refused by name, never replaced.
+#[test]
+fn the_recorded_archive_changes_only_when_told() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path();
+    let (db_dir, archive, other) = (root.join("db"), root.join("archive"), root.join("other"));
+    drop(Database::open(&db_dir, opts(&archive)).expect("open"));
+    let e = Database::open(&db_dir, opts(&other))
+        .map(drop)
+        .expect_err("another archive");
+    match &e {
+        Error::ArchiveMismatch { recorded, given } => {
+            assert_eq!((recorded, given), (&archive, &other), "{e}")
+        }
+        e => panic!("{e}"),
+    }
+    let switch = Options {
+        wal_archive_change: directkv::ArchiveChange::Switch,
+        ..opts(&other)
+    };
+    drop(Database::open(&db_dir, switch).expect("switch"));
+    let plain = Options {
+        wal_archive: None,
+        ..opts(&archive)
+    };
+    let db = Database::open(&db_dir, plain.clone()).expect("open");
+    assert_eq!(db.stats().archive.dir.as_deref(), Some(other.as_path()));
+    drop(db);
+    let off = Options {
+        wal_archive_change: directkv::ArchiveChange::Off,
+        ..plain.clone()
+    };
+    drop(Database::open(&db_dir, off).expect("off"));
+    let db = Database::open(&db_dir, plain.clone()).expect("open");
+    assert!(!db.stats().archive.enabled, "archiving stays off");
+    drop(db);
+    drop(Database::open(&db_dir, opts(&archive)).expect("on again"));
+    flip(&db_dir.join("ARCHIVE"), 30);
+    let e = Database::open(&db_dir, plain)
+        .map(drop)
+        .expect_err("damaged setting");
+    assert!(
+        matches!(&e, Error::NotADatabase { path, .. } if path.ends_with("ARCHIVE")),
+        "{e}"
+    );
+}
+
+/// With `archive_timeout`, a quiet database's last commit reaches the
+/// archive as a partial copy of the segment being written, without any
+/// further commit: the test waits for it (30 s at most) and then restores
+/// exactly that commit's state from the archive. Later commits complete the
+/// segment, whose whole copy replaces the partial one; a restore to the
+/// partial copy's commit and to the end both still give their states. A
+/// backup taken while the archive holds a shorter partial copy of its last
+/// segment brings the archive up to its end before it returns.
+#[test]
+fn a_quiet_databases_last_commit_reaches_the_archive_within_the_timeout() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path();
+    let (db_dir, archive, backup) = (root.join("db"), root.join("archive"), root.join("backup"));
+    // Segments large enough for every commit up to the second backup.
+    let timed = Options {
+        archive_timeout: Some(std::time::Duration::from_secs(1)),
+        wal_segment_bytes: 1 << 20,
+        ..opts(&archive)
+    };
+    let db = Database::open(&db_dir, timed).expect("open");
+    let (mut model, mut rng) = (Model::new(), Rng(41));
+    record_commits(&db, &mut model, &mut rng, 50);
+    db.backup(&backup, &BackupOptions::default())
+        .expect("backup");
+    let quiet = record_commits(&db, &mut model, &mut rng, 20)
+        .pop()
+        .expect("a commit");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while db.stats().archive.archived_lsn < quiet.lsn.get() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the last commit never reached the archive: {:?}",
+            db.stats().archive
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let s = db.stats().archive;
+    assert!(s.partial_copies > 0 && s.failures == 0, "{s:?}");
+    assert_eq!(s.lag_bytes, 0, "{s:?}");
+    let at_end = restored(root, &backup, &archive, RestoreTarget::End, 0);
+    assert!(
+        at_end == quiet.state,
+        "the archive's end is the quiet commit"
+    );
+    // A backup taken while the archive holds a partial copy shorter than
+    // its log: the backup brings the archive up to its end.
+    let newer = record_commits(&db, &mut model, &mut rng, 5)
+        .pop()
+        .expect("a commit");
+    let backup2 = root.join("backup2");
+    db.backup(&backup2, &BackupOptions::default())
+        .expect("backup");
+    let at_end = restored(root, &backup2, &archive, RestoreTarget::End, 3);
+    assert!(
+        at_end == newer.state,
+        "the archive reaches the backup's end"
+    );
+    let later = record_commits(&db, &mut model, &mut rng, 50);
+    push_log_on(&db, &mut model, 40);
+    db.checkpoint().expect("checkpoint");
+    let s = db.stats().archive;
+    assert!(s.failures == 0 && s.segments > 0, "{s:?}");
+    db.close().expect("close");
+    let target = RestoreTarget::Lsn(quiet.lsn);
+    assert!(restored(root, &backup, &archive, target, 1) == quiet.state);
+    let last = later.last().expect("later commits");
+    let target = RestoreTarget::Lsn(last.lsn);
+    assert!(restored(root, &backup, &archive, target, 2) == last.state);
+}
+
+/// `stats().archive` reports the archive's lag behind the durable log: the
+/// bytes of commits not yet archived (and for how long), none once the
+/// segments holding them are.
+#[test]
+fn the_archive_lag_is_in_stats() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path();
+    let db = Database::open(root.join("db"), opts(&root.join("archive"))).expect("open");
+    let (mut model, mut rng) = (Model::new(), Rng(51));
+    push_log_on(&db, &mut model, 2);
+    db.checkpoint().expect("checkpoint");
+    let before = db.stats();
+    let lsn = commit_some(&db, &mut model, &mut rng);
+    let s = db.stats();
+    assert!(s.archive.archived_lsn < lsn.get(), "{:?}", s.archive);
+    assert_eq!(
+        s.archive.lag_bytes,
+        s.wal.durable_lsn.saturating_sub(s.archive.archived_lsn),
+        "{:?}",
+        s.archive
+    );
+    assert!(s.archive.lag_bytes > 0, "{:?}", s.archive);
+    assert!(before.archive.archived_lsn <= s.archive.archived_lsn);
+    push_log_on(&db, &mut model, 2);
+    db.checkpoint().expect("checkpoint");
+    let s = db.stats().archive;
+    assert!(
+        s.archived_lsn >= lsn.get(),
+        "the commit's segment is archived: {s:?}"
+    );
+    assert!(s.lag_bytes < 64 << 10, "less than a segment behind: {s:?}");
     db.close().expect("close");
 }

@@ -1,7 +1,8 @@
 //! Open: create a database or recover one, and start its threads.
 //!
 //! Files in the database directory (DESIGN.md, "On disk"): `LOCK`,
-//! `CONTROL`, `data`, and `wal/` (or `Options::wal_dir`).
+//! `CONTROL`, `data`, and `wal/` (or `Options::wal_dir`); `ARCHIVE` where
+//! the log is archived ([`super::archive_setting`]).
 //!
 //! The steps, in order: check the options; look at the directory (refusing
 //! one others may write: [`super::access`]); take `LOCK`; remove scratch
@@ -553,7 +554,10 @@ fn start_threads<S: Storage>(inner: Arc<Inner<S>>) -> Result<Database<S>> {
     Ok(db)
 }
 
-/// The log archiver's state, with `Options::wal_archive`.
+/// The log archiver's state, with the archive setting recorded with the
+/// database or given in the options ([`super::archive_setting`]): the
+/// setting this open takes is recorded (durably) before anything is
+/// archived or recycled, so every later open archives as configured.
 fn open_archive<S: Storage>(
     storage: &S,
     path: &Path,
@@ -561,24 +565,42 @@ fn open_archive<S: Storage>(
     wal: &crate::wal::Wal<S>,
     sched: &Arc<Scheduler>,
 ) -> Result<Option<super::archive::Archive>> {
-    let Some(dir) = &opts.wal_archive else {
+    use super::archive_setting as setting;
+    if let Some(given) = &opts.wal_archive {
+        check_archive_dir(given, path, wal.dir())?;
+    }
+    let recorded = setting::read(storage, path, sched)?;
+    let Some(taken) = setting::resolve(recorded.as_ref(), opts)? else {
+        if recorded.is_some() {
+            setting::remove(storage, path)?;
+        }
         return Ok(None);
     };
-    let abs = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
-    let (archive, db) = (abs(dir), abs(path));
-    if archive.starts_with(&db) || db.starts_with(&archive) || archive == abs(wal.dir()) {
+    check_archive_dir(&taken.dir, path, wal.dir())?;
+    if recorded.as_ref() != Some(&taken) {
+        setting::write(storage, path, &taken, opts.permissions, sched)?;
+    }
+    let layout = crate::wal::format::Layout {
+        segment_bytes: wal.segment_bytes(),
+    };
+    let current = layout.segment_of(wal.end_lsn());
+    let log = (wal.dir(), current, layout);
+    super::archive::Archive::open(storage, &taken, log, opts.permissions, sched).map(Some)
+}
+
+/// Refuses a log archive `dir` inside the database directory `db` or its
+/// log `wal` (or holding them).
+fn check_archive_dir(dir: &Path, db: &Path, wal: &Path) -> Result<()> {
+    let abs = super::archive_setting::absolute;
+    let (archive, db) = (abs(dir), abs(db));
+    if archive.starts_with(&db) || db.starts_with(&archive) || archive == abs(wal) {
         return Err(Error::InvalidArgument(format!(
             "the log archive {} is inside the database's directory or its log's (or holds \
              them): give it a directory of its own",
             dir.display()
         )));
     }
-    let layout = crate::wal::format::Layout {
-        segment_bytes: wal.segment_bytes(),
-    };
-    let current = layout.segment_of(wal.end_lsn());
-    super::archive::Archive::open(storage, dir, wal.dir(), opts.permissions, current, sched)
-        .map(Some)
+    Ok(())
 }
 
 pub(super) fn random_id() -> DbId {

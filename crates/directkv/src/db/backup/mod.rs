@@ -191,6 +191,8 @@ impl<S: Storage> Inner<S> {
             note_increment(&mut m, p, &c, listed.is_some());
         }
         m.pages_scanned = c.counts.scanned;
+        // Best effort (a failure is counted): the backup is whole without.
+        let _ = self.archive_through(c.end);
         crate::backup::seal(&self.storage, dest, &m)?;
         crate::io::sync_levels(&self.storage, &made)?;
         self.counters.backups.fetch_add(1, Ordering::Relaxed);

@@ -1,0 +1,359 @@
+//! The log archive's setting, kept with the database in its file `ARCHIVE`,
+//! so that every open archives as configured whatever options it is given
+//! (`directkv check` and `directkv backup` give none): without it, an open
+//! that forgot `Options::wal_archive` would recycle segments never
+//! archived, and a restore to a point in time would have a hole.
+//!
+//! Which setting an open takes ([`resolve`], `Options::wal_archive_change`):
+//! - `Keep` (the default): the recorded one; `wal_archive` may only name
+//!   the recorded directory ([`Error::ArchiveMismatch`] otherwise), or set
+//!   one where none is recorded. `archive_timeout`, if given, replaces the
+//!   recorded timeout.
+//! - `Switch`: `wal_archive` (required) replaces the recorded directory.
+//! - `Off`: archiving stops and the record is removed (`wal_archive` must
+//!   be unset).
+//!
+//! The file (little-endian, [`SETTING_BYTES_MAX`] at most):
+//! ```text
+//!  0  magic "DKVARCHS"            8 bytes
+//!  8  version (1)                 u32
+//! 12  directory's length          u32, 1..=ARCHIVE_PATH_BYTES_MAX
+//! 16  archive_timeout in ms       u64, 0 for none
+//! 24  directory (absolute path)   `length` bytes
+//! ..  CRC32C of all bytes before  u32
+//! ```
+//!
+//! Invariants:
+//! - `ARCHIVE` is only ever replaced whole: written as `ARCHIVE.tmp`
+//!   (created exclusively, synced), renamed, the directory synced, before
+//!   the open that wrote it archives or recycles anything.
+//! - Open takes `ARCHIVE` only if it decodes exactly (magic, version,
+//!   lengths, CRC); anything else at the name is refused, named, never
+//!   overwritten. `ARCHIVE.tmp` is removed only if it has the shape an
+//!   interrupted write leaves (empty, zeros, or the magic first).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::Options;
+use crate::backup::files;
+use crate::error::{Error, Result};
+use crate::format::le;
+use crate::io::{Permissions, Storage};
+use crate::sched::{IoClass, Scheduler};
+
+/// The setting's file in the database directory.
+pub(super) const SETTING_NAME: &str = "ARCHIVE";
+/// Its copy while it is written.
+const SETTING_TMP_NAME: &str = "ARCHIVE.tmp";
+const MAGIC: [u8; 8] = *b"DKVARCHS";
+const VERSION: u32 = 1;
+const HEADER_BYTES: usize = 24;
+/// The longest archive directory recorded (Linux's `PATH_MAX`).
+pub(super) const ARCHIVE_PATH_BYTES_MAX: usize = 4096;
+/// The largest `ARCHIVE` file.
+pub(super) const SETTING_BYTES_MAX: usize = HEADER_BYTES + ARCHIVE_PATH_BYTES_MAX + 4;
+const _: () = assert!(SETTING_BYTES_MAX < 8192 && HEADER_BYTES % 8 == 0);
+
+/// How an open treats the archive setting recorded with the database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ArchiveChange {
+    /// Archive as recorded. [`Options::wal_archive`] may set a directory
+    /// where none is recorded, or name the recorded one; another directory
+    /// is [`Error::ArchiveMismatch`].
+    #[default]
+    Keep,
+    /// Archive from now on into [`Options::wal_archive`] (which must be
+    /// set), recorded in place of the directory recorded before.
+    Switch,
+    /// Stop archiving and remove the record ([`Options::wal_archive`] must
+    /// be unset): checkpoints recycle segments without archiving them.
+    Off,
+}
+
+/// Where and how the log is archived.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct ArchiveSetting {
+    /// The archive's root, absolute.
+    pub(super) dir: PathBuf,
+    /// `archive_timeout`: a partial segment is archived once it holds
+    /// commits this long unarchived; `None`, only whole segments.
+    pub(super) timeout: Option<Duration>,
+}
+
+/// The setting this open archives with, from the one `recorded` and the
+/// options; `None` for no archiving.
+///
+/// # Errors
+/// [`Error::ArchiveMismatch`] for `Keep` with another directory than the
+/// recorded one; [`Error::InvalidArgument`] for `Switch` without a
+/// directory, `Off` with one, or a directory path too long to record.
+pub(super) fn resolve(
+    recorded: Option<&ArchiveSetting>,
+    opts: &Options,
+) -> Result<Option<ArchiveSetting>> {
+    let given = opts.wal_archive.as_deref().map(absolute);
+    let timeout = |was: Option<Duration>| match opts.archive_timeout {
+        Some(t) if t.is_zero() => None,
+        Some(t) => Some(t),
+        None => was,
+    };
+    let dir = match (opts.wal_archive_change, recorded, given) {
+        (ArchiveChange::Off, _, None) => return Ok(None),
+        (ArchiveChange::Off, _, Some(g)) => {
+            return Err(Error::InvalidArgument(format!(
+                "wal_archive_change Off turns archiving off, but wal_archive names {}",
+                g.display()
+            )))
+        }
+        (ArchiveChange::Switch, _, None) => {
+            return Err(Error::InvalidArgument(
+                "wal_archive_change Switch needs wal_archive, the directory to switch to".into(),
+            ))
+        }
+        (ArchiveChange::Keep, None, None) => return Ok(None),
+        (ArchiveChange::Keep, Some(r), Some(g)) if r.dir != g => {
+            return Err(Error::ArchiveMismatch {
+                recorded: r.dir.clone(),
+                given: g,
+            })
+        }
+        (ArchiveChange::Keep, Some(r), None) => r.dir.clone(),
+        (ArchiveChange::Keep | ArchiveChange::Switch, _, Some(g)) => g,
+    };
+    if path_bytes(&dir).len() > ARCHIVE_PATH_BYTES_MAX || path_bytes(&dir).is_empty() {
+        return Err(Error::InvalidArgument(format!(
+            "the log archive's path {} is longer than {ARCHIVE_PATH_BYTES_MAX} bytes",
+            dir.display()
+        )));
+    }
+    assert!(dir.is_absolute(), "a non-empty path is made absolute");
+    let was = recorded.and_then(|r| r.timeout);
+    Ok(Some(ArchiveSetting {
+        dir,
+        timeout: timeout(was),
+    }))
+}
+
+/// `path` made absolute against the working directory, as recorded.
+pub(super) fn absolute(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+fn path_bytes(path: &Path) -> &[u8] {
+    use std::os::unix::ffi::OsStrExt;
+    path.as_os_str().as_bytes()
+}
+
+/// The bytes of `ARCHIVE` holding `s`.
+fn encode(s: &ArchiveSetting) -> Vec<u8> {
+    let path = path_bytes(&s.dir);
+    assert!(!path.is_empty() && path.len() <= ARCHIVE_PATH_BYTES_MAX);
+    let ms = s.timeout.map_or(0, |t| (t.as_millis() as u64).max(1));
+    let mut b = vec![0u8; HEADER_BYTES + path.len() + 4];
+    b[..8].copy_from_slice(&MAGIC);
+    le::put_u32(&mut b, 8, VERSION);
+    le::put_u32(&mut b, 12, path.len() as u32);
+    le::put_u64(&mut b, 16, ms);
+    b[HEADER_BYTES..HEADER_BYTES + path.len()].copy_from_slice(path);
+    let crc = crc32c::crc32c(&b[..HEADER_BYTES + path.len()]);
+    le::put_u32(&mut b, HEADER_BYTES + path.len(), crc);
+    assert!(b.len() <= SETTING_BYTES_MAX);
+    b
+}
+
+/// The setting `bytes` (read from `path`) hold.
+///
+/// # Errors
+/// [`Error::NotADatabase`] naming `path` for anything but what [`encode`]
+/// writes.
+fn decode(bytes: &[u8], path: &Path) -> Result<ArchiveSetting> {
+    let bad = |detail: &str| Error::NotADatabase {
+        path: path.to_path_buf(),
+        detail: format!(
+            "not a log archive setting this engine wrote ({detail}); refusing to guess where \
+             the log is archived"
+        ),
+    };
+    if bytes.get(..8) != Some(&MAGIC[..]) {
+        return Err(bad("no magic"));
+    }
+    if le::get_u32(bytes, 8) != Some(VERSION) {
+        return Err(bad("unknown version"));
+    }
+    let len = le::get_u32(bytes, 12).ok_or_else(|| bad("short"))? as usize;
+    if len == 0 || len > ARCHIVE_PATH_BYTES_MAX || bytes.len() != HEADER_BYTES + len + 4 {
+        return Err(bad("inconsistent length"));
+    }
+    let crc = le::get_u32(bytes, HEADER_BYTES + len).ok_or_else(|| bad("short"))?;
+    if crc != crc32c::crc32c(&bytes[..HEADER_BYTES + len]) {
+        return Err(bad("checksum mismatch"));
+    }
+    let ms = le::get_u64(bytes, 16).ok_or_else(|| bad("short"))?;
+    let dir = {
+        use std::os::unix::ffi::OsStrExt;
+        PathBuf::from(std::ffi::OsStr::from_bytes(
+            &bytes[HEADER_BYTES..HEADER_BYTES + len],
+        ))
+    };
+    if !dir.is_absolute() {
+        return Err(bad("a relative directory"));
+    }
+    let s = ArchiveSetting {
+        dir,
+        timeout: (ms > 0).then(|| Duration::from_millis(ms)),
+    };
+    assert_eq!(
+        encode(&s),
+        bytes,
+        "a setting decodes only from its encoding"
+    );
+    Ok(s)
+}
+
+/// The setting recorded in the database directory `db`, if any; removes
+/// what an interrupted write of it left.
+///
+/// # Errors
+/// [`Error::NotADatabase`] naming `ARCHIVE` or `ARCHIVE.tmp` when it is not
+/// a file this engine wrote; I/O errors.
+pub(super) fn read<S: Storage>(
+    storage: &S,
+    db: &Path,
+    sched: &Arc<Scheduler>,
+) -> Result<Option<ArchiveSetting>> {
+    let io = (sched, IoClass::Read);
+    let tmp = db.join(SETTING_TMP_NAME);
+    if storage.exists(&tmp) {
+        let left = files::read_small_admitted(storage, &tmp, SETTING_BYTES_MAX as u64, io)
+            .map_err(|_| not_ours(&tmp))?;
+        let interrupted = left.iter().all(|&b| b == 0) || left.starts_with(&MAGIC);
+        if !interrupted {
+            return Err(not_ours(&tmp));
+        }
+        storage.remove_file(&tmp)?;
+        storage.sync_dir(db)?;
+    }
+    let path = db.join(SETTING_NAME);
+    if !storage.exists(&path) {
+        return Ok(None);
+    }
+    let bytes =
+        files::read_small_admitted(storage, &path, SETTING_BYTES_MAX as u64, io).map_err(|e| {
+            match e {
+                Error::Corruption { .. } => not_ours(&path),
+                e => e,
+            }
+        })?;
+    decode(&bytes, &path).map(Some)
+}
+
+fn not_ours(path: &Path) -> Error {
+    Error::NotADatabase {
+        path: path.to_path_buf(),
+        detail: "not a file this engine wrote; refusing to remove or replace it".into(),
+    }
+}
+
+/// Records `s` in the database directory `db`, replacing what was there.
+///
+/// # Errors
+/// I/O errors; on one, the record is the old one or the new one, whole.
+pub(super) fn write<S: Storage>(
+    storage: &S,
+    db: &Path,
+    s: &ArchiveSetting,
+    permissions: Permissions,
+    sched: &Arc<Scheduler>,
+) -> Result<()> {
+    let (path, tmp) = (db.join(SETTING_NAME), db.join(SETTING_TMP_NAME));
+    assert!(!storage.exists(&tmp), "read() removed a leftover");
+    let io = (sched, IoClass::Background);
+    files::write_small_admitted(storage, &tmp, &encode(s), permissions, io)?;
+    storage.rename(&tmp, &path)?;
+    storage.sync_dir(db)?;
+    assert!(!storage.exists(&tmp) && storage.exists(&path), "renamed");
+    Ok(())
+}
+
+/// Removes the record from the database directory `db` (durably).
+///
+/// # Errors
+/// I/O errors.
+pub(super) fn remove<S: Storage>(storage: &S, db: &Path) -> Result<()> {
+    let path = db.join(SETTING_NAME);
+    if storage.exists(&path) {
+        storage.remove_file(&path)?;
+        storage.sync_dir(db)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn setting(dir: &str, ms: u64) -> ArchiveSetting {
+        ArchiveSetting {
+            dir: PathBuf::from(dir),
+            timeout: (ms > 0).then(|| Duration::from_millis(ms)),
+        }
+    }
+
+    #[test]
+    fn a_setting_decodes_as_encoded_and_nothing_else_does() {
+        let p = Path::new("/db/ARCHIVE");
+        for s in [setting("/a", 0), setting("/srv/archive/x", 60_000)] {
+            let b = encode(&s);
+            assert_eq!(decode(&b, p).expect("decodes"), s);
+            for i in 0..b.len() {
+                let mut c = b.clone();
+                c[i] ^= 0x10;
+                assert!(decode(&c, p).is_err(), "a flipped byte {i} is refused");
+            }
+            assert!(
+                decode(&b[..b.len() - 1], p).is_err(),
+                "a short file is refused"
+            );
+        }
+        assert!(decode(b"", p).is_err());
+    }
+
+    #[test]
+    fn keep_refuses_another_directory_and_switch_and_off_are_explicit() {
+        let recorded = setting("/arch", 5000);
+        let with = |dir: Option<&str>, change, timeout| Options {
+            wal_archive: dir.map(PathBuf::from),
+            wal_archive_change: change,
+            archive_timeout: timeout,
+            ..Options::default()
+        };
+        let kept = resolve(Some(&recorded), &with(None, ArchiveChange::Keep, None));
+        assert_eq!(kept.expect("keeps"), Some(recorded.clone()));
+        let other = resolve(
+            Some(&recorded),
+            &with(Some("/b"), ArchiveChange::Keep, None),
+        );
+        assert!(
+            matches!(other, Err(Error::ArchiveMismatch { .. })),
+            "{other:?}"
+        );
+        let switched = resolve(
+            Some(&recorded),
+            &with(Some("/b"), ArchiveChange::Switch, None),
+        );
+        assert_eq!(switched.expect("switch").map(|s| s.dir), Some("/b".into()));
+        let off = resolve(Some(&recorded), &with(None, ArchiveChange::Off, None));
+        assert_eq!(off.expect("off"), None);
+        let no_timeout = with(None, ArchiveChange::Keep, Some(Duration::ZERO));
+        let s = resolve(Some(&recorded), &no_timeout).expect("resolves");
+        assert_eq!(
+            s.map(|s| s.timeout),
+            Some(None),
+            "a zero timeout turns it off"
+        );
+        assert!(resolve(None, &with(None, ArchiveChange::Switch, None)).is_err());
+        assert!(resolve(None, &with(Some("/b"), ArchiveChange::Off, None)).is_err());
+    }
+}
