@@ -777,15 +777,7 @@ fn a_quiet_databases_last_commit_reaches_the_archive_within_the_timeout() {
     let quiet = record_commits(&db, &mut model, &mut rng, 20)
         .pop()
         .expect("a commit");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while db.stats().archive.archived_lsn < quiet.lsn.get() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the last commit never reached the archive: {:?}",
-            db.stats().archive
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    wait_archived(&db, quiet.lsn);
     let s = db.stats().archive;
     assert!(s.partial_copies > 0 && s.failures == 0, "{s:?}");
     assert_eq!(s.lag_bytes, 0, "{s:?}");
@@ -852,4 +844,74 @@ fn the_archive_lag_is_in_stats() {
     );
     assert!(s.lag_bytes < 64 << 10, "less than a segment behind: {s:?}");
     db.close().expect("close");
+}
+
+/// Waits (30 s at most) until the archive holds the log through `lsn`.
+fn wait_archived(db: &Database, lsn: Lsn) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while db.stats().archive.archived_lsn < lsn.get() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the log through {lsn} never reached the archive: {:?}",
+            db.stats().archive
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// `archive_timeout` is recorded too: an open without any archive option
+/// copies the segment being written after the timeout, replacing the
+/// partial copy an earlier open made, and the whole segment replaces both;
+/// restores to a commit of each open give exactly their states.
+#[test]
+fn a_partial_copy_is_replaced_after_a_reopen() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path();
+    let (db_dir, archive, backup) = (root.join("db"), root.join("archive"), root.join("backup"));
+    let timed = Options {
+        archive_timeout: Some(std::time::Duration::from_millis(300)),
+        wal_segment_bytes: 1 << 20,
+        ..opts(&archive)
+    };
+    let db = Database::open(&db_dir, timed.clone()).expect("open");
+    let (mut model, mut rng) = (Model::new(), Rng(61));
+    record_commits(&db, &mut model, &mut rng, 30);
+    db.backup(&backup, &BackupOptions::default())
+        .expect("backup");
+    let first = record_commits(&db, &mut model, &mut rng, 10)
+        .pop()
+        .expect("a commit");
+    wait_archived(&db, first.lsn);
+    drop(db);
+    let plain = Options {
+        wal_archive: None,
+        archive_timeout: None,
+        ..timed
+    };
+    let db = Database::open(&db_dir, plain).expect("open without archive options");
+    assert_eq!(
+        db.stats().archive.timeout_ms,
+        300,
+        "the timeout is recorded"
+    );
+    let second = record_commits(&db, &mut model, &mut rng, 10)
+        .pop()
+        .expect("a commit");
+    wait_archived(&db, second.lsn);
+    let s = db.stats().archive;
+    assert!(s.partial_copies > 0 && s.failures == 0, "{s:?}");
+    let at_end = restored(root, &backup, &archive, RestoreTarget::End, 0);
+    assert!(
+        at_end == second.state,
+        "the archive's end is the second open's"
+    );
+    push_log_on(&db, &mut model, 20);
+    db.checkpoint().expect("checkpoint");
+    let s = db.stats().archive;
+    assert!(s.failures == 0 && s.segments > 0, "{s:?}");
+    drop(db);
+    for (i, r) in [&first, &second].into_iter().enumerate() {
+        let got = restored(root, &backup, &archive, RestoreTarget::Lsn(r.lsn), i + 1);
+        assert!(got == r.state, "restore to {}", r.lsn);
+    }
 }
