@@ -88,7 +88,7 @@ pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result
         changed,
         stats,
     } = recovery::recover(&storage, &pool, &log, wal_opts, &c)?;
-    let archive = open_archive(&storage, path, &opts, &wal, &sched)?;
+    let archive = open_archive(&storage, (path, c.db_id), &opts, &wal, &sched)?;
     let summaries = Summaries::open(&storage, path, c.redo_lsn, changed, Arc::clone(&sched))?;
     log.open(wal);
     let version_cap = opts.version_store_cap();
@@ -561,7 +561,7 @@ fn start_threads<S: Storage>(inner: Arc<Inner<S>>) -> Result<Database<S>> {
 /// archived or recycled, so every later open archives as configured.
 fn open_archive<S: Storage>(
     storage: &S,
-    path: &Path,
+    (path, db_id): (&Path, DbId),
     opts: &Options,
     wal: &crate::wal::Wal<S>,
     sched: &Arc<Scheduler>,
@@ -571,15 +571,41 @@ fn open_archive<S: Storage>(
         check_archive_dir(given, path, wal.dir())?;
     }
     let recorded = setting::read(storage, path, sched)?;
-    let Some(taken) = setting::resolve(recorded.as_ref(), opts)? else {
+    let Some(taken) = setting::resolve(recorded.as_ref().map(|r| &r.setting), opts)? else {
         if recorded.is_some() {
             setting::remove(storage, path)?;
         }
         return Ok(None);
     };
     check_archive_dir(&taken.dir, path, wal.dir())?;
-    if recorded.as_ref() != Some(&taken) {
-        setting::write(storage, path, &taken, opts.permissions, sched)?;
+    let here = setting::dir_id(storage, path)?;
+    let keep = opts.wal_archive_change == super::ArchiveChange::Keep;
+    if let Some(r) = recorded.as_ref().filter(|r| keep && r.bound_to != here) {
+        return Err(Error::ArchiveForeign {
+            dir: r.setting.dir.clone(),
+            database: path.to_path_buf(),
+            detail: format!(
+                "the setting was recorded in another directory (device {}, inode {}; this one \
+                 is device {}, inode {}): this is a copy of that database",
+                r.bound_to.dev, r.bound_to.ino, here.dev, here.ino
+            ),
+        });
+    }
+    // The recorded identity, where the same directory is kept.
+    let expected = recorded
+        .as_ref()
+        .filter(|r| keep && r.setting.dir == taken.dir)
+        .map(|r| r.instance);
+    let named = opts.wal_archive.is_some();
+    let db_id = (db_id, named, expected);
+    let instance = setting::claim(storage, (&taken.dir, path), db_id, opts.permissions, sched)?;
+    let record = setting::Recorded {
+        setting: taken.clone(),
+        instance,
+        bound_to: here,
+    };
+    if recorded.as_ref() != Some(&record) {
+        setting::write(storage, path, &record, opts.permissions, sched)?;
     }
     let layout = crate::wal::format::Layout {
         segment_bytes: wal.segment_bytes(),
@@ -593,8 +619,8 @@ fn open_archive<S: Storage>(
 /// log `wal` (or holding them).
 fn check_archive_dir(dir: &Path, db: &Path, wal: &Path) -> Result<()> {
     let abs = super::archive_setting::absolute;
-    let (archive, db) = (abs(dir), abs(db));
-    if archive.starts_with(&db) || db.starts_with(&archive) || archive == abs(wal) {
+    let (archive, db) = (abs(dir)?, abs(db)?);
+    if archive.starts_with(&db) || db.starts_with(&archive) || archive == abs(wal)? {
         return Err(Error::InvalidArgument(format!(
             "the log archive {} is inside the database's directory or its log's (or holds \
              them): give it a directory of its own",
