@@ -53,6 +53,7 @@
 //! - `archived_lsn` only grows, and the archive holds (synced) every byte
 //!   of the log before it; it is at least `next`'s first LSN.
 
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -81,6 +82,12 @@ const TMP_SUFFIX: &str = ".tmp";
 /// log are (see the module docs).
 const CHECK_CLASS: IoClass = IoClass::Read;
 
+/// The most samples of the log's durable end the lag clock keeps (one per
+/// archiver round, or per call of `stats`, that saw the log grow). When
+/// they are all in use the newest is moved forward and keeps its older
+/// time, so the clock may run early (reports more lag), never late.
+const LAG_SAMPLES_MAX: usize = 64;
+
 /// What log archiving has done (all zero when it is off).
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct ArchiveStats {
@@ -105,11 +112,14 @@ pub struct ArchiveStats {
     /// every byte of the log before it is archived (at open, the start of
     /// the oldest segment the log holds).
     pub archived_lsn: u64,
-    /// How far the archive lags: durable log bytes past `archived_lsn`.
+    /// How far the archive lags: log bytes past `archived_lsn` up to the
+    /// end of the last durable record (a seal, a flush of no record, is not
+    /// lag).
     pub lag_bytes: u64,
-    /// For how long (ms) the durable log has held bytes the archive lacks,
-    /// since the archiver (or a call of `stats`) first saw them; 0 when the
-    /// archive holds the durable log.
+    /// For how long (ms) the archive has lacked its oldest missing byte of
+    /// a durable record: since the archiver's round (or the call of `stats`)
+    /// that first saw that byte durable; 0 when the archive holds every
+    /// durable record.
     pub lag_ms: u64,
     /// Partial copies of the segment being written (`archive_timeout`).
     pub partial_copies: u64,
@@ -133,15 +143,23 @@ pub(super) struct Archive {
     timeout: Option<Duration>,
     /// The end of the log the archive holds (see the module's invariants).
     archived_lsn: AtomicU64,
-    /// Since when the durable log has held bytes the archive lacks.
-    behind_since: Mutex<Option<Instant>>,
+    /// The lag clock: `(lsn, when)` pairs, oldest first, each saying the
+    /// durable records reached `lsn` by `when` (first seen then); only
+    /// those past `archived_lsn` are kept, at most [`LAG_SAMPLES_MAX`].
+    samples: Mutex<VecDeque<(Lsn, Instant)>>,
+    /// How far the archiver's clock runs ahead of the real one (ms): moved
+    /// only by [`Inner::archive_round_for_test`].
+    clock_ahead_ms: AtomicU64,
+    /// Under `round`: the segment and file offset of the last copy this
+    /// open made (the archive's copy then holds exactly those bytes).
+    last_copy: Mutex<Option<(u64, u64)>>,
     partial_copies: AtomicU64,
 }
 
 impl Archive {
     /// The archiver of the log in `wal_dir` (whose segment `current` is
-    /// being written), as `setting` says (its directory created if
-    /// missing): it starts at the oldest segment the log holds.
+    /// being written), as `setting` says (its directory exists): it starts
+    /// at the oldest segment the log holds.
     ///
     /// # Errors
     /// I/O errors of creating or listing the directories.
@@ -153,7 +171,8 @@ impl Archive {
         sched: &Arc<Scheduler>,
     ) -> Result<Archive> {
         let dir = setting.dir.as_path();
-        crate::io::create_dir_synced(storage, dir, permissions)?;
+        // Made (and checked) by `archive_setting::claim`.
+        assert!(storage.exists(dir), "the archive's root exists");
         // The oldest segment at or before the current one (later numbers
         // are spares) whose header has its number: a file re-headed for
         // recycling but not yet renamed when the process stopped was
@@ -194,7 +213,9 @@ impl Archive {
             last_failure: Mutex::new(None),
             timeout: setting.timeout,
             archived_lsn: AtomicU64::new(layout.segment_start(oldest).get()),
-            behind_since: Mutex::new(None),
+            samples: Mutex::new(VecDeque::with_capacity(LAG_SAMPLES_MAX)),
+            clock_ahead_ms: AtomicU64::new(0),
+            last_copy: Mutex::new(None),
             partial_copies: AtomicU64::new(0),
         })
     }
@@ -225,22 +246,46 @@ impl Archive {
         assert!(self.archived_lsn() >= lsn, "archived_lsn only grows");
     }
 
-    /// For how long the archive has lagged the durable log ending at
-    /// `durable`: starts the clock when it first lags, stops it when it
-    /// does not.
-    fn lag(&self, durable: Lsn) -> Duration {
-        let mut since = health::lock_even_poisoned(&self.behind_since);
-        if durable <= self.archived_lsn() {
-            *since = None;
-            return Duration::ZERO;
-        }
-        since.get_or_insert_with(Instant::now).elapsed()
+    /// The archiver's clock: the real one, ahead by what a test moved it.
+    fn now(&self) -> Instant {
+        Instant::now() + Duration::from_millis(self.clock_ahead_ms.load(Ordering::Acquire))
     }
 
-    /// Its counters, and its lag behind the durable log ending at
-    /// `durable`.
-    pub(super) fn stats(&self, durable: Lsn) -> ArchiveStats {
-        let lag = self.lag(durable);
+    /// For how long the archive has lacked its oldest missing byte of the
+    /// durable records, which end at `records_end`: since the first sample
+    /// that saw the records pass `archived_lsn` (so a whole segment
+    /// archived restarts the clock at when the next one's bytes came).
+    /// Takes a sample of `records_end` when it grew.
+    ///
+    /// Worked example: samples (100, t0), (700, t1), (900, t2); the archive
+    /// copies through 700: (100, t0) and (700, t1) are dropped, and the lag
+    /// counts from t2, when the byte at 700 was first seen durable.
+    fn lag(&self, records_end: Lsn) -> Duration {
+        let (now, archived) = (self.now(), self.archived_lsn());
+        let mut samples = health::lock_even_poisoned(&self.samples);
+        while samples.front().is_some_and(|&(lsn, _)| lsn <= archived) {
+            samples.pop_front();
+        }
+        if records_end <= archived {
+            // (A caller's older `records_end` may find later samples kept.)
+            return Duration::ZERO;
+        }
+        let full = samples.len() == LAG_SAMPLES_MAX;
+        match samples.back_mut() {
+            Some((lsn, _)) if *lsn >= records_end => {}
+            Some((lsn, _)) if full => *lsn = records_end,
+            _ => samples.push_back((records_end, now)),
+        }
+        assert!(samples.len() <= LAG_SAMPLES_MAX);
+        let (first, since) = samples[0];
+        assert!(first > archived, "the clock is of a byte not archived");
+        now.saturating_duration_since(since)
+    }
+
+    /// Its counters, and its lag behind the durable records ending at
+    /// `records_end`.
+    pub(super) fn stats(&self, records_end: Lsn) -> ArchiveStats {
+        let lag = self.lag(records_end);
         let archived = self.archived_lsn();
         ArchiveStats {
             enabled: true,
@@ -252,7 +297,7 @@ impl Archive {
             dir: Some(self.dir.clone()),
             timeout_ms: self.timeout.map_or(0, |t| t.as_millis() as u64),
             archived_lsn: archived.get(),
-            lag_bytes: durable.get().saturating_sub(archived.get()),
+            lag_bytes: records_end.get().saturating_sub(archived.get()),
             lag_ms: lag.as_millis() as u64,
             partial_copies: self.partial_copies.load(Ordering::Relaxed),
         }
@@ -267,6 +312,14 @@ impl Archive {
 }
 
 impl<S: Storage> Inner<S> {
+    /// The end of the last durable record a caller wrote: what the archive
+    /// must hold to lack no commit. A seal (a flush of no record) moves the
+    /// durable end past it and is not lag: the archive may lack it.
+    pub(super) fn durable_records_end(&self) -> Lsn {
+        let durable = self.wal().durable_lsn();
+        self.wal().appended_lsn().min(durable)
+    }
+
     /// Archives every complete segment not yet archived (a no-op without
     /// an archive); with `limit`, at most that many, and none if a round
     /// is under way (the archiver thread has the backlog). A failure is
@@ -334,6 +387,9 @@ impl<S: Storage> Inner<S> {
         let Some(archive) = &self.archive else {
             return Ok(false);
         };
+        // Every round samples the lag clock, with a timeout or without.
+        let records_end = self.durable_records_end();
+        let lag = archive.lag(records_end);
         let Some(timeout) = archive.timeout else {
             return Ok(false);
         };
@@ -345,11 +401,27 @@ impl<S: Storage> Inner<S> {
         };
         let durable = self.wal().durable_lsn();
         let n = archive.next_segment();
-        if archive.lag(durable) < timeout || layout.segment_of(durable) != n {
+        let lacking = records_end > archive.archived_lsn();
+        if !lacking || lag < timeout || layout.segment_of(durable) != n {
             return Ok(false);
         }
         self.archive_partial(archive, layout, durable)
             .map(|()| true)
+    }
+
+    /// A test's archiver round: moves the archiver's clock `ahead`, then
+    /// archives complete segments and, when due, the segment being
+    /// written. Returns whether it made a partial copy.
+    ///
+    /// # Errors
+    /// As the archiver's round.
+    pub(super) fn archive_round_for_test(&self, ahead: Duration) -> Result<bool> {
+        if let Some(archive) = &self.archive {
+            let ms = u64::try_from(ahead.as_millis()).unwrap_or(u64::MAX);
+            archive.clock_ahead_ms.fetch_add(ms, Ordering::AcqRel);
+        }
+        self.archive_complete_segments(None)?;
+        self.archive_partial_if_due()
     }
 
     /// Before a backup ending at `end` is sealed: where the archive holds a
@@ -373,11 +445,11 @@ impl<S: Storage> Inner<S> {
         if archive.archived_lsn() >= end || archive.next_segment() > last {
             return Ok(());
         }
+        let line = self
+            .line_dir(archive)
+            .inspect_err(|e| archive.failed(last, e))?;
         // A copy of `end`'s segment not counted whole: a partial one.
-        if !self
-            .storage
-            .exists(&self.line_dir(archive)?.join(segment_file_name(last)))
-        {
+        if !self.storage.exists(&line.join(segment_file_name(last))) {
             return Ok(());
         }
         self.archive_whole(archive, None)?;
@@ -413,7 +485,10 @@ impl<S: Storage> Inner<S> {
                 archive.partial_copies.fetch_add(1, Ordering::Relaxed);
                 *health::lock_even_poisoned(&archive.last_failure) = None;
                 archive.archived_to(durable, layout);
-                assert_eq!(archive.lag(durable), Duration::ZERO);
+                assert_eq!(
+                    archive.lag(self.durable_records_end().min(durable)),
+                    Duration::ZERO
+                );
                 Ok(())
             }
             Err(e) => {
@@ -439,7 +514,15 @@ impl<S: Storage> Inner<S> {
         let upto = SEGMENT_HEADER_BYTES + (end.get() - layout.segment_start(n).get());
         assert!(upto <= layout.segment_bytes);
         if self.storage.exists(&dest) {
-            match self.compare_archived(&dest, &src_path, upto, &mut buf)? {
+            // The copy this open made last needs no reading: its bytes are
+            // the log's up to where it ended.
+            let known = *health::lock(&archive.last_copy)?;
+            let found = match known {
+                Some((m, was)) if m == n && was == upto => Archived::Same,
+                Some((m, was)) if m == n && was < upto => Archived::Shorter,
+                _ => self.compare_archived(&dest, &src_path, upto, &mut buf)?,
+            };
+            match found {
                 Archived::Same => {
                     // A copy made before a crash, perhaps renamed but not
                     // yet synced: made durable before it counts.
@@ -447,6 +530,7 @@ impl<S: Storage> Inner<S> {
                         .admit(IoClass::Backup, 0)
                         .sync_all()?;
                     self.storage.sync_dir(&dir)?;
+                    *health::lock(&archive.last_copy)? = Some((n, upto));
                     return Ok(0);
                 }
                 // An earlier partial copy: this one holds it and more.
@@ -462,6 +546,7 @@ impl<S: Storage> Inner<S> {
         let written = self.copy_segment(&src_path, &tmp, (layout, upto), &mut buf)?;
         self.storage.rename(&tmp, &dest)?;
         self.storage.sync_dir(&dir)?;
+        *health::lock(&archive.last_copy)? = Some((n, upto));
         Ok(written)
     }
 
@@ -480,7 +565,10 @@ impl<S: Storage> Inner<S> {
             return Err(Error::Corruption {
                 path: src_path.to_path_buf(),
                 offset: 0,
-                detail: format!("{total} bytes: not a whole segment of {}", total),
+                detail: format!(
+                    "{total} bytes: not a whole segment of {}",
+                    layout.segment_bytes
+                ),
             });
         }
         assert!(upto <= total && total % u64::from(ALIGN_BYTES) == 0);
@@ -669,7 +757,8 @@ impl<S: Storage> Inner<S> {
             let k = (len - at).min(buf.len() as u64) as usize;
             a.read_exact_at(CHECK_CLASS, buf.io_mut(0..k)?, at)?;
             let log = upto.saturating_sub(at).min(k as u64) as usize;
-            if log > 0 {
+            // Past the archive's copy's end only its zeros are checked.
+            if log > 0 && !shorter {
                 b.read_exact_at(CHECK_CLASS, mine.io_mut(0..k)?, at)?;
             }
             mine.as_mut_slice()[log..k].fill(0);

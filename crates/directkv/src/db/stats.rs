@@ -416,7 +416,7 @@ impl<S: Storage> Inner<S> {
             archive: self
                 .archive
                 .as_ref()
-                .map(|a| a.stats(crate::lsn::Lsn::new(wal.durable_lsn)))
+                .map(|a| a.stats(self.durable_records_end()))
                 .unwrap_or_default(),
             summary_write_failures: c.summary_failures.load(Ordering::Relaxed),
             checkpoint_running: self.checkpointing.try_lock().is_err(),
