@@ -104,19 +104,26 @@ pub struct Options {
     /// file `ARCHIVE`: every later open archives into it, with or without
     /// this option, until [`wal_archive_change`](Self::wal_archive_change)
     /// switches or stops it. Given while another directory is recorded, it
-    /// is [`Error::ArchiveMismatch`](crate::Error::ArchiveMismatch).
+    /// is [`Error::ArchiveMismatch`](crate::Error::ArchiveMismatch). An
+    /// open without this option never creates the recorded directory: a
+    /// missing one is [`Error::ArchiveMissing`](crate::Error::ArchiveMissing),
+    /// one without this database's `ARCHIVE_ID`, or a copy of the database
+    /// directory, [`Error::ArchiveForeign`](crate::Error::ArchiveForeign)
+    /// (docs/backup.md).
     pub wal_archive: Option<PathBuf>,
     /// What this open does to the recorded archive setting: keep it (the
     /// default), switch to [`wal_archive`](Self::wal_archive), or turn
     /// archiving off.
     pub wal_archive_change: ArchiveChange,
-    /// PostgreSQL's `archive_timeout`: once the durable log holds commits
-    /// the archive lacks for this long, the segment being written is
+    /// PostgreSQL's `archive_timeout`: once the archive has lacked a
+    /// durable commit for this long (a seal, holding none, does not count), the segment being written is
     /// archived as it is (a partial copy, replaced by fuller ones and at
     /// last by the whole segment), so the archive lags the durable log by
     /// about this much at most. Needs the background threads. Recorded
     /// with the archive's directory; `None` keeps the recorded one (none at
-    /// first), `Some(Duration::ZERO)` turns it off.
+    /// first), `Some(Duration::ZERO)` turns it off. Given without an
+    /// archive (none recorded or given, or with `Off`), it is
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument).
     pub archive_timeout: Option<std::time::Duration>,
     /// Whether commits wait for durability.
     pub durability: Durability,
