@@ -1005,6 +1005,38 @@ fn a_partial_copy_is_replaced_after_a_reopen() {
     }
 }
 
+/// A partial copy after one the same open made does not read that copy
+/// back: the second copy's reads in the scheduler's `Read` class (the
+/// archiver's checks) are no more than the first copy's, which had no
+/// archived copy to compare.
+#[test]
+fn a_second_partial_copy_does_not_read_the_first_back() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path();
+    let timed = Options {
+        archive_timeout: Some(LONG),
+        wal_segment_bytes: 1 << 20,
+        ..opts(&root.join("archive"))
+    };
+    let db = Database::open(root.join("db"), timed).expect("open");
+    let (mut model, mut rng) = (Model::new(), Rng(75));
+    let read = || db.stats().io_scheduler.bytes[1];
+    let mut copies = Vec::new();
+    for _ in 0..2 {
+        let last = record_commits(&db, &mut model, &mut rng, 10)
+            .pop()
+            .expect("a commit");
+        let before = read();
+        assert!(round_past_timeout(&db), "a partial copy");
+        copies.push(read() - before);
+        let s = db.stats().archive;
+        assert!(s.archived_lsn >= last.lsn.get(), "{s:?}");
+    }
+    assert_eq!(db.stats().archive.partial_copies, 2);
+    assert!(copies[1] <= copies[0], "bytes read per copy: {copies:?}");
+    db.close().expect("close");
+}
+
 /// A backup whose last segment the archive holds only as a shorter partial
 /// copy (the backup could not bring the archive up to its end: a full
 /// disk, say) still restores to a point in time: the restore keeps the
