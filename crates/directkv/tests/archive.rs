@@ -1133,9 +1133,9 @@ fn a_copied_database_directory_is_refused_the_originals_archive() {
 
 /// A recorded archive directory that is missing (its file system not
 /// mounted) is a typed error naming it, and is not created by an open that
-/// did not name it; an empty directory in its place (a mount point) is
-/// refused as not the archive. Once the archive is back, the open
-/// archives into it.
+/// did not name it; an empty directory in its place (a mount point), or
+/// another database's archive, is refused as not the archive. Once the
+/// archive is back, the open archives into it.
 #[test]
 fn a_missing_archive_is_refused_never_created() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -1163,7 +1163,16 @@ fn a_missing_archive_is_refused_never_created() {
         matches!(&e, Error::ArchiveForeign { dir, .. } if dir == &archive),
         "{e}"
     );
-    std::fs::remove_dir(&archive).expect("rmdir");
+    // Another database's archive in its place.
+    drop(Database::open(root.join("other"), opts(&archive)).expect("another database"));
+    let e = Database::open(&db_dir, plain.clone())
+        .map(drop)
+        .expect_err("another database's archive");
+    assert!(
+        matches!(&e, Error::ArchiveForeign { dir, .. } if dir == &archive),
+        "{e}"
+    );
+    std::fs::remove_dir_all(&archive).expect("unmount");
     std::fs::rename(&away, &archive).expect("mount");
     let db = Database::open(&db_dir, plain).expect("the archive is back");
     assert!(db.stats().archive.enabled);
