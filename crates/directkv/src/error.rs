@@ -386,6 +386,57 @@ pub enum Error {
         detail: String,
     },
 
+    /// `Options::wal_archive` names another directory than the log archive
+    /// recorded with the database: segments would be split between two
+    /// archives, and a restore to a point in time would find a hole. Give
+    /// the recorded directory (or none), or switch explicitly with
+    /// `Options::wal_archive_change`.
+    #[error(
+        "the database archives its log into {recorded}, but the options name {given}: give \
+         the recorded directory, or none, or set wal_archive_change to Switch (or Off)"
+    )]
+    ArchiveMismatch {
+        /// The directory recorded with the database.
+        recorded: PathBuf,
+        /// The one the options name.
+        given: PathBuf,
+    },
+
+    /// The log archive recorded with the database does not exist, and the
+    /// open did not name it (`Options::wal_archive` unset): it is never
+    /// created then, since segments archived into a directory that stands
+    /// in for an unmounted file system would be recycled and missing from
+    /// the real archive.
+    #[error(
+        "the log archive {dir} recorded with the database does not exist (a file system not \
+         mounted?): mount it, or name it in wal_archive to create it, or set \
+         wal_archive_change to Switch (or Off)"
+    )]
+    ArchiveMissing {
+        /// The recorded directory.
+        dir: PathBuf,
+    },
+
+    /// The log archive recorded with the database `database` cannot be
+    /// taken as its archive: the directory holds another archive (or none),
+    /// or the record was written in another database directory (this one
+    /// is a copy, which must not archive into the original's line of
+    /// history). Nothing is archived or recycled; `Switch` (with a
+    /// directory of its own) or `Off` in `Options::wal_archive_change`
+    /// decides.
+    #[error(
+        "the log archive {dir} recorded with the database {database} is not its own: \
+         {detail}; set wal_archive_change to Switch (with an archive of its own) or Off"
+    )]
+    ArchiveForeign {
+        /// The archive's directory.
+        dir: PathBuf,
+        /// The database directory.
+        database: PathBuf,
+        /// Why.
+        detail: String,
+    },
+
     /// Bytes read from disk do not decode to what was expected.
     #[error("corrupt data in {path} at offset {offset}: {detail}")]
     Corruption {

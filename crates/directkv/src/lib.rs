@@ -135,9 +135,9 @@ pub use backup::manifest::{Manifest as BackupManifest, ManifestFile as BackupMan
 pub use backup::{BackupOptions, BackupReport};
 pub use buffer::{PoolStats, WritesByCause};
 pub use db::{
-    ArchiveStats, BackupProgress, CheckReport, Database, Durability, FileAccess, Isolation,
-    Options, RangeIter, ReadTxn, RecoveryStats, SnapshotStats, StallHistograms, Stalls, Stats,
-    TxnStats, WriteOptions, WriteTxn, CHECKPOINT_WAL_BYTES_MIN, STATS_FILE,
+    ArchiveChange, ArchiveStats, BackupProgress, CheckReport, Database, Durability, FileAccess,
+    Isolation, Options, RangeIter, ReadTxn, RecoveryStats, SnapshotStats, StallHistograms, Stalls,
+    Stats, TxnStats, WriteOptions, WriteTxn, CHECKPOINT_WAL_BYTES_MIN, STATS_FILE,
     TRANSACTION_ATTEMPTS_MAX, VERSION_STORE_BYTES_MIN, VERSION_STORE_CACHE_FRACTION,
     WAL_BUFFERS_INCLUDED_FROM, WAL_HARD_LIMIT_FACTOR,
 };

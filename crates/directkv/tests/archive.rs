@@ -2,10 +2,20 @@
 //! segment reaches the archive before it is recycled, a backup plus the
 //! archive restores exactly the commits up to an LSN or a time, and a
 //! damaged, missing or foreign archived segment is named, never restored
-//! past.
+//! past. The archive's directory is recorded with the database, so an open
+//! without `wal_archive` leaves no hole; another directory is a typed error
+//! unless switched explicitly, and so are a recorded archive that is
+//! missing (never created then) and a copy of the database directory. With
+//! `archive_timeout` a quiet database's last commit reaches the archive as
+//! a partial copy that a fuller one replaces (the timeout is driven by the
+//! archiver's test clock, never waited out), a backup past a shorter
+//! partial copy still restores, and `stats().archive` reports how far the
+//! archive lags, counting neither a seal nor time before the oldest
+//! missing record.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use directkv::{
     restore_backup_chain_to, BackupOptions, Database, Error, Lsn, Options, RestoreTarget,
@@ -628,4 +638,579 @@ fn a_zeroed_segment_is_refused_not_archived() {
     assert!(!archived(&archive).contains(&next), "not archived");
     assert!(victim.exists(), "kept in the log");
     db.close().expect("close");
+}
+
+/// Makes `n` recorded commits (each with the state it leaves).
+fn record_commits(db: &Database, model: &mut Model, rng: &mut Rng, n: usize) -> Vec<Recorded> {
+    (0..n)
+        .map(|_| Recorded {
+            lsn: commit_some(db, model, rng),
+            state: model.clone(),
+        })
+        .collect()
+}
+
+/// The archive's directory is recorded with the database: an open without
+/// `wal_archive` between two archived runs (as `directkv check` and
+/// `directkv backup` open it) archives as configured before it recycles,
+/// so a restore reaches every acknowledged commit of all three runs.
+#[test]
+fn an_open_without_the_archive_option_still_archives() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path();
+    let (db_dir, archive, backup) = (root.join("db"), root.join("archive"), root.join("backup"));
+    let (mut model, mut rng) = (Model::new(), Rng(31));
+    let mut records = Vec::new();
+    let db = Database::open(&db_dir, opts(&archive)).expect("open");
+    record_commits(&db, &mut model, &mut rng, 100);
+    db.backup(&backup, &BackupOptions::default())
+        .expect("backup");
+    records.extend(record_commits(&db, &mut model, &mut rng, 100));
+    db.close().expect("close");
+    let without = Options {
+        wal_archive: None,
+        ..opts(&archive)
+    };
+    let db = Database::open(&db_dir, without).expect("open without the archive option");
+    let s = db.stats().archive;
+    assert!(s.enabled, "{s:?}");
+    assert_eq!(s.dir.as_deref(), Some(archive.as_path()), "{s:?}");
+    records.extend(record_commits(&db, &mut model, &mut rng, 100));
+    // Enough log for checkpoints to recycle the segments of all of them.
+    push_log_on(&db, &mut model, 6);
+    db.checkpoint().expect("checkpoint");
+    assert!(
+        db.stats().wal.segments_recycled > 0,
+        "segments were recycled"
+    );
+    records.extend(record_commits(&db, &mut model, &mut rng, 100));
+    db.close().expect("close");
+    let db = Database::open(&db_dir, opts(&archive)).expect("reopen with the archive");
+    records.extend(record_commits(&db, &mut model, &mut rng, 100));
+    push_log_on(&db, &mut model, 2);
+    db.checkpoint().expect("checkpoint");
+    let s = db.stats().archive;
+    assert!(s.failures == 0, "{s:?}");
+    db.close().expect("close");
+    for (i, k) in [0, 150, 250, 330, 399, records.len() - 1]
+        .into_iter()
+        .enumerate()
+    {
+        let target = RestoreTarget::Lsn(records[k].lsn);
+        let got = restored(root, &backup, &archive, target, i);
+        assert!(
+            got == records[k].state,
+            "restore to commit {k} at {}",
+            records[k].lsn
+        );
+    }
+}
+
+/// Another archive directory than the recorded one is a typed error that
+/// changes nothing; `Switch` moves the archive explicitly, `Off` stops it
+/// (and an open after that does not archive); a damaged `ARCHIVE` file is
+/// refused by name, never replaced.
+#[test]
+fn the_recorded_archive_changes_only_when_told() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path();
+    let (db_dir, archive, other) = (root.join("db"), root.join("archive"), root.join("other"));
+    drop(Database::open(&db_dir, opts(&archive)).expect("open"));
+    let e = Database::open(&db_dir, opts(&other))
+        .map(drop)
+        .expect_err("another archive");
+    match &e {
+        Error::ArchiveMismatch { recorded, given } => {
+            assert_eq!((recorded, given), (&archive, &other), "{e}")
+        }
+        e => panic!("{e}"),
+    }
+    let switch = Options {
+        wal_archive_change: directkv::ArchiveChange::Switch,
+        ..opts(&other)
+    };
+    drop(Database::open(&db_dir, switch).expect("switch"));
+    let plain = Options {
+        wal_archive: None,
+        ..opts(&archive)
+    };
+    let db = Database::open(&db_dir, plain.clone()).expect("open");
+    assert_eq!(db.stats().archive.dir.as_deref(), Some(other.as_path()));
+    drop(db);
+    let off = Options {
+        wal_archive_change: directkv::ArchiveChange::Off,
+        ..plain.clone()
+    };
+    drop(Database::open(&db_dir, off).expect("off"));
+    let db = Database::open(&db_dir, plain.clone()).expect("open");
+    assert!(!db.stats().archive.enabled, "archiving stays off");
+    drop(db);
+    drop(Database::open(&db_dir, opts(&archive)).expect("on again"));
+    flip(&db_dir.join("ARCHIVE"), 30);
+    let e = Database::open(&db_dir, plain)
+        .map(drop)
+        .expect_err("damaged setting");
+    assert!(
+        matches!(&e, Error::NotADatabase { path, .. } if path.ends_with("ARCHIVE")),
+        "{e}"
+    );
+}
+
+/// `stats().archive` reports the archive's lag behind the durable log: the
+/// bytes of commits not yet archived (and for how long), none once the
+/// segments holding them are.
+#[test]
+fn the_archive_lag_is_in_stats() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path();
+    let db = Database::open(root.join("db"), opts(&root.join("archive"))).expect("open");
+    let (mut model, mut rng) = (Model::new(), Rng(51));
+    push_log_on(&db, &mut model, 2);
+    db.checkpoint().expect("checkpoint");
+    let before = db.stats();
+    let lsn = commit_some(&db, &mut model, &mut rng);
+    let s = db.stats();
+    assert!(s.archive.archived_lsn < lsn.get(), "{:?}", s.archive);
+    // The commit's record is lag; a seal after it (no record) is not.
+    assert!(
+        s.archive.lag_bytes >= lsn.get() - s.archive.archived_lsn
+            && s.archive.lag_bytes <= s.wal.durable_lsn - s.archive.archived_lsn,
+        "{:?}",
+        s.archive
+    );
+    assert!(before.archive.archived_lsn <= s.archive.archived_lsn);
+    push_log_on(&db, &mut model, 2);
+    db.checkpoint().expect("checkpoint");
+    let s = db.stats().archive;
+    assert!(
+        s.archived_lsn >= lsn.get(),
+        "the commit's segment is archived: {s:?}"
+    );
+    assert!(s.lag_bytes < 64 << 10, "less than a segment behind: {s:?}");
+    db.close().expect("close");
+}
+
+/// A timeout no test waits out: the archiver thread never finds it passed,
+/// so partial copies are made only where a test moves the archiver's clock
+/// ([`Database::archive_round_for_test`]).
+const LONG: Duration = Duration::from_secs(3600);
+
+/// Archiver rounds: one that sees the durable records (starting the lag
+/// clock for those the archive lacks), then one with the clock moved past
+/// the timeout; returns whether that one made a partial copy.
+fn round_past_timeout(db: &Database) -> bool {
+    db.archive_round_for_test(Duration::ZERO)
+        .expect("archiver round");
+    db.archive_round_for_test(LONG + Duration::from_secs(1))
+        .expect("archiver round")
+}
+
+/// With `archive_timeout`, a quiet database's last commit reaches the
+/// archive as a partial copy of the segment being written, without any
+/// further commit, once the timeout has passed (on the archiver's clock,
+/// moved by the test) and not before; a restore to the archive's end gives
+/// exactly that commit's state. A backup taken while the archive holds a
+/// shorter partial copy of its last segment brings the archive up to its
+/// end before it returns. Later commits complete the segment, whose whole
+/// copy replaces the partial one; a restore to the partial copy's commit
+/// and to the last commit both still give their states.
+#[test]
+fn a_quiet_databases_last_commit_reaches_the_archive_after_the_timeout() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path();
+    let (db_dir, archive, backup) = (root.join("db"), root.join("archive"), root.join("backup"));
+    // Segments large enough for every commit up to the second backup.
+    let timed = Options {
+        archive_timeout: Some(LONG),
+        wal_segment_bytes: 1 << 20,
+        ..opts(&archive)
+    };
+    let db = Database::open(&db_dir, timed).expect("open");
+    let (mut model, mut rng) = (Model::new(), Rng(41));
+    record_commits(&db, &mut model, &mut rng, 50);
+    db.backup(&backup, &BackupOptions::default())
+        .expect("backup");
+    let quiet = record_commits(&db, &mut model, &mut rng, 20)
+        .pop()
+        .expect("a commit");
+    assert!(
+        !db.archive_round_for_test(Duration::ZERO).expect("round"),
+        "not due before the timeout"
+    );
+    assert!(db.stats().archive.archived_lsn < quiet.lsn.get());
+    assert!(round_past_timeout(&db), "due after the timeout");
+    let s = db.stats().archive;
+    assert!(s.archived_lsn >= quiet.lsn.get(), "{s:?}");
+    assert!(s.partial_copies == 1 && s.failures == 0, "{s:?}");
+    let at_end = restored(root, &backup, &archive, RestoreTarget::End, 0);
+    assert!(
+        at_end == quiet.state,
+        "the archive's end is the quiet commit"
+    );
+    // A backup taken while the archive holds a partial copy shorter than
+    // its log: the backup brings the archive up to its end.
+    let newer = record_commits(&db, &mut model, &mut rng, 5)
+        .pop()
+        .expect("a commit");
+    assert!(db.stats().archive.archived_lsn < newer.lsn.get());
+    let backup2 = root.join("backup2");
+    let report = db
+        .backup(&backup2, &BackupOptions::default())
+        .expect("backup");
+    assert_eq!(report.archive_failure, None);
+    let s = db.stats().archive;
+    assert!(s.archived_lsn >= report.end_lsn.get(), "{s:?} {report:?}");
+    assert_eq!(s.partial_copies, 2, "{s:?}");
+    let at_end = restored(root, &backup2, &archive, RestoreTarget::End, 3);
+    assert!(
+        at_end == newer.state,
+        "the archive reaches the backup's end"
+    );
+    let later = record_commits(&db, &mut model, &mut rng, 50);
+    push_log_on(&db, &mut model, 40);
+    db.checkpoint().expect("checkpoint");
+    let s = db.stats().archive;
+    assert!(s.failures == 0 && s.segments > 0, "{s:?}");
+    db.close().expect("close");
+    let target = RestoreTarget::Lsn(quiet.lsn);
+    assert!(restored(root, &backup, &archive, target, 1) == quiet.state);
+    let last = later.last().expect("later commits");
+    let target = RestoreTarget::Lsn(last.lsn);
+    assert!(restored(root, &backup, &archive, target, 2) == last.state);
+}
+
+/// A seal (a flush of no record, written once the log goes idle) is not
+/// lag: after a partial copy holding the last commit, the seal that
+/// follows leaves `lag_bytes` at 0 and makes no further copy due, however
+/// long the log then stays quiet.
+#[test]
+fn a_seal_after_a_partial_copy_is_not_lag() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path();
+    let timed = Options {
+        archive_timeout: Some(LONG),
+        wal_segment_bytes: 1 << 20,
+        // Long enough for the round below to copy before the seal.
+        wal_seal_delay: Some(Duration::from_millis(500)),
+        ..opts(&root.join("archive"))
+    };
+    let db = Database::open(root.join("db"), timed).expect("open");
+    let (mut model, mut rng) = (Model::new(), Rng(43));
+    let seals = db.stats().wal.seals;
+    let quiet = record_commits(&db, &mut model, &mut rng, 3)
+        .pop()
+        .expect("a commit");
+    assert!(round_past_timeout(&db), "the commit is copied");
+    let copied = db.stats().archive;
+    assert!(copied.archived_lsn >= quiet.lsn.get(), "{copied:?}");
+    // Polls (60 s at most) for the seal; only its content is asserted.
+    for _ in 0..6000 {
+        if db.stats().wal.seals > seals {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let s = db.stats();
+    assert!(s.wal.seals > seals, "the log was sealed: {:?}", s.wal);
+    assert_eq!(s.archive.lag_bytes, 0, "{:?}", s.archive);
+    assert!(!round_past_timeout(&db), "no copy without a new commit");
+    assert_eq!(db.stats().archive.partial_copies, copied.partial_copies);
+    db.close().expect("close");
+}
+
+/// The archive's lag clock counts from when its oldest missing record byte
+/// became durable: archiving whole segments restarts it, so a busy
+/// database that keeps up reports little lag however long it has run.
+#[test]
+fn the_lag_clock_restarts_when_whole_segments_are_archived() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path();
+    let db = Database::open(root.join("db"), opts(&root.join("archive"))).expect("open");
+    let (mut model, mut rng) = (Model::new(), Rng(45));
+    let first = commit_some(&db, &mut model, &mut rng);
+    let ahead = Duration::from_secs(1000 * 3600);
+    db.archive_round_for_test(Duration::ZERO).expect("round");
+    db.archive_round_for_test(ahead).expect("round");
+    let s = db.stats().archive;
+    assert!(s.archived_lsn < first.get(), "{s:?}");
+    assert!(s.lag_ms >= ahead.as_millis() as u64, "{s:?}");
+    push_log_on(&db, &mut model, 2);
+    db.checkpoint().expect("checkpoint");
+    db.archive_round_for_test(Duration::ZERO).expect("round");
+    let s = db.stats().archive;
+    assert!(s.archived_lsn >= first.get(), "{s:?}");
+    assert!(s.lag_bytes > 0, "the current segment lags: {s:?}");
+    assert!(
+        s.lag_ms < ahead.as_millis() as u64,
+        "the clock restarted: {s:?}"
+    );
+    db.close().expect("close");
+}
+
+/// `archive_timeout` is recorded too: an open without any archive option
+/// copies the segment being written after the timeout, replacing the
+/// partial copy an earlier open made, and the whole segment replaces both;
+/// restores to a commit of each open give exactly their states.
+#[test]
+fn a_partial_copy_is_replaced_after_a_reopen() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path();
+    let (db_dir, archive, backup) = (root.join("db"), root.join("archive"), root.join("backup"));
+    let timed = Options {
+        archive_timeout: Some(LONG),
+        wal_segment_bytes: 1 << 20,
+        ..opts(&archive)
+    };
+    let db = Database::open(&db_dir, timed.clone()).expect("open");
+    let (mut model, mut rng) = (Model::new(), Rng(61));
+    record_commits(&db, &mut model, &mut rng, 30);
+    db.backup(&backup, &BackupOptions::default())
+        .expect("backup");
+    let first = record_commits(&db, &mut model, &mut rng, 10)
+        .pop()
+        .expect("a commit");
+    assert!(round_past_timeout(&db), "the first open's copy");
+    drop(db);
+    let plain = Options {
+        wal_archive: None,
+        archive_timeout: None,
+        ..timed
+    };
+    let db = Database::open(&db_dir, plain).expect("open without archive options");
+    assert_eq!(
+        db.stats().archive.timeout_ms,
+        LONG.as_millis() as u64,
+        "the timeout is recorded"
+    );
+    let second = record_commits(&db, &mut model, &mut rng, 10)
+        .pop()
+        .expect("a commit");
+    assert!(round_past_timeout(&db), "the second open's copy");
+    let s = db.stats().archive;
+    assert!(s.archived_lsn >= second.lsn.get(), "{s:?}");
+    assert!(s.partial_copies == 1 && s.failures == 0, "{s:?}");
+    let at_end = restored(root, &backup, &archive, RestoreTarget::End, 0);
+    assert!(
+        at_end == second.state,
+        "the archive's end is the second open's"
+    );
+    push_log_on(&db, &mut model, 20);
+    db.checkpoint().expect("checkpoint");
+    let s = db.stats().archive;
+    assert!(s.failures == 0 && s.segments > 0, "{s:?}");
+    drop(db);
+    for (i, r) in [&first, &second].into_iter().enumerate() {
+        let got = restored(root, &backup, &archive, RestoreTarget::Lsn(r.lsn), i + 1);
+        assert!(got == r.state, "restore to {}", r.lsn);
+    }
+}
+
+/// A partial copy after one the same open made does not read that copy
+/// back: the second copy's reads in the scheduler's `Read` class (the
+/// archiver's checks) are no more than the first copy's, which had no
+/// archived copy to compare.
+#[test]
+fn a_second_partial_copy_does_not_read_the_first_back() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path();
+    let timed = Options {
+        archive_timeout: Some(LONG),
+        wal_segment_bytes: 1 << 20,
+        ..opts(&root.join("archive"))
+    };
+    let db = Database::open(root.join("db"), timed).expect("open");
+    let (mut model, mut rng) = (Model::new(), Rng(75));
+    let read = || db.stats().io_scheduler.bytes[1];
+    let mut copies = Vec::new();
+    for _ in 0..2 {
+        let last = record_commits(&db, &mut model, &mut rng, 10)
+            .pop()
+            .expect("a commit");
+        let before = read();
+        assert!(round_past_timeout(&db), "a partial copy");
+        copies.push(read() - before);
+        let s = db.stats().archive;
+        assert!(s.archived_lsn >= last.lsn.get(), "{s:?}");
+    }
+    assert_eq!(db.stats().archive.partial_copies, 2);
+    assert!(copies[1] <= copies[0], "bytes read per copy: {copies:?}");
+    db.close().expect("close");
+}
+
+/// A backup whose last segment the archive holds only as a shorter partial
+/// copy (the backup could not bring the archive up to its end: a full
+/// disk, say) still restores to a point in time: the restore keeps the
+/// backup's own segment, never taking the shorter copy for another
+/// history.
+#[test]
+fn a_backup_past_the_archives_partial_copy_still_restores() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path();
+    let (db_dir, archive, backup) = (root.join("db"), root.join("archive"), root.join("backup"));
+    let timed = Options {
+        archive_timeout: Some(LONG),
+        wal_segment_bytes: 1 << 20,
+        ..opts(&archive)
+    };
+    let db = Database::open(&db_dir, timed).expect("open");
+    let (mut model, mut rng) = (Model::new(), Rng(71));
+    record_commits(&db, &mut model, &mut rng, 20);
+    assert!(round_past_timeout(&db), "a partial copy");
+    // The database's first line of history is archived in the root.
+    let seg = archive.join(seg_name(0));
+    let shorter = std::fs::read(&seg).expect("the partial copy");
+    let newer = record_commits(&db, &mut model, &mut rng, 5)
+        .pop()
+        .expect("a commit");
+    let report = db
+        .backup(&backup, &BackupOptions::default())
+        .expect("backup");
+    assert!(report.end_lsn >= newer.lsn, "{report:?}");
+    db.close().expect("close");
+    // As if the backup's copy into the archive had failed.
+    std::fs::write(&seg, &shorter).expect("put the shorter copy back");
+    let at_end = restored(root, &backup, &archive, RestoreTarget::End, 0);
+    assert!(at_end == newer.state, "the backup's state");
+}
+
+/// Copies the directory `from` (and its subdirectories) to `to`, as
+/// `cp -r` does: new files, new inodes.
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for e in std::fs::read_dir(from).expect("list") {
+        let e = e.expect("entry");
+        let dest = to.join(e.file_name());
+        if e.file_type().expect("type").is_dir() {
+            copy_tree(&e.path(), &dest);
+        } else {
+            std::fs::copy(e.path(), &dest).expect("copy");
+        }
+    }
+}
+
+/// A copy of the database directory never archives into the original's
+/// archive: its first open, with or without `wal_archive`, is a typed
+/// error naming the archive and the copy, and nothing is archived; `Off`
+/// (or `Switch` to an archive of its own) lets it open. The original goes
+/// on archiving.
+#[test]
+fn a_copied_database_directory_is_refused_the_originals_archive() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path();
+    let (db_dir, archive, clone) = (root.join("db"), root.join("archive"), root.join("clone"));
+    let db = Database::open(&db_dir, opts(&archive)).expect("open");
+    let (mut model, mut rng) = (Model::new(), Rng(73));
+    record_commits(&db, &mut model, &mut rng, 20);
+    push_log_on(&db, &mut model, 2);
+    db.checkpoint().expect("checkpoint");
+    db.close().expect("close");
+    copy_tree(&db_dir, &clone);
+    let before = std::fs::read_dir(&archive).expect("list").count();
+    let plain = Options {
+        wal_archive: None,
+        ..opts(&archive)
+    };
+    for o in [plain.clone(), opts(&archive)] {
+        let e = Database::open(&clone, o).map(drop).expect_err("a copy");
+        match &e {
+            Error::ArchiveForeign { dir, database, .. } => {
+                assert_eq!((dir, database), (&archive, &clone), "{e}")
+            }
+            e => panic!("{e}"),
+        }
+    }
+    let after = std::fs::read_dir(&archive).expect("list").count();
+    assert_eq!(before, after, "nothing archived");
+    let other = Options {
+        wal_archive_change: directkv::ArchiveChange::Switch,
+        ..opts(&root.join("other"))
+    };
+    drop(Database::open(&clone, other).expect("switched to its own archive"));
+    let db = Database::open(&db_dir, plain).expect("the original opens");
+    assert!(db.stats().archive.enabled);
+    db.close().expect("close");
+}
+
+/// A recorded archive directory that is missing (its file system not
+/// mounted) is a typed error naming it, and is not created by an open that
+/// did not name it; an empty directory in its place (a mount point), or
+/// another database's archive, is refused as not the archive. Once the
+/// archive is back, the open archives into it.
+#[test]
+fn a_missing_archive_is_refused_never_created() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path();
+    let (db_dir, archive, away) = (root.join("db"), root.join("archive"), root.join("away"));
+    drop(Database::open(&db_dir, opts(&archive)).expect("open"));
+    std::fs::rename(&archive, &away).expect("unmount");
+    let plain = Options {
+        wal_archive: None,
+        ..opts(&archive)
+    };
+    let e = Database::open(&db_dir, plain.clone())
+        .map(drop)
+        .expect_err("a missing archive");
+    assert!(
+        matches!(&e, Error::ArchiveMissing { dir } if dir == &archive),
+        "{e}"
+    );
+    assert!(!archive.exists(), "not created");
+    std::fs::create_dir(&archive).expect("a mount point");
+    let e = Database::open(&db_dir, plain.clone())
+        .map(drop)
+        .expect_err("an empty directory");
+    assert!(
+        matches!(&e, Error::ArchiveForeign { dir, .. } if dir == &archive),
+        "{e}"
+    );
+    // Another database's archive in its place.
+    drop(Database::open(root.join("other"), opts(&archive)).expect("another database"));
+    let e = Database::open(&db_dir, plain.clone())
+        .map(drop)
+        .expect_err("another database's archive");
+    assert!(
+        matches!(&e, Error::ArchiveForeign { dir, .. } if dir == &archive),
+        "{e}"
+    );
+    std::fs::remove_dir_all(&archive).expect("unmount");
+    std::fs::rename(&away, &archive).expect("mount");
+    let db = Database::open(&db_dir, plain).expect("the archive is back");
+    assert!(db.stats().archive.enabled);
+    db.close().expect("close");
+}
+
+/// The child's half of the test below: it runs with the working directory
+/// removed.
+const NO_CWD_CHILD: &str = "DIRECTKV_TEST_NO_CWD_CHILD";
+
+/// A relative `wal_archive` when the working directory cannot be read is
+/// a typed error, not a panic. The test runs itself again in a child
+/// process (removing a process's working directory would disturb the other
+/// tests) and checks the child's verdict.
+#[test]
+fn a_relative_archive_without_a_working_directory_is_an_error() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    if let Some(db_dir) = std::env::var_os(NO_CWD_CHILD) {
+        let gone = tmp.path().join("gone");
+        std::fs::create_dir(&gone).expect("mkdir");
+        std::env::set_current_dir(&gone).expect("chdir");
+        std::fs::remove_dir(&gone).expect("rmdir");
+        let e = Database::open(PathBuf::from(db_dir), opts(Path::new("relative")))
+            .map(drop)
+            .expect_err("no working directory");
+        assert!(
+            matches!(&e, Error::InvalidArgument(m) if m.contains("absolute")),
+            "{e}"
+        );
+        return;
+    }
+    let name = "a_relative_archive_without_a_working_directory_is_an_error";
+    let out = std::process::Command::new(std::env::current_exe().expect("exe"))
+        .args([name, "--exact", "--nocapture", "--test-threads=1"])
+        .env(NO_CWD_CHILD, tmp.path().join("db"))
+        .output()
+        .expect("run the child");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && text.contains("1 passed"), "{text}");
 }

@@ -102,6 +102,12 @@ pub struct BackupReport {
     pub delta_chain_links: Option<u64>,
     /// How long it took.
     pub micros: u64,
+    /// Why the log archive could not be brought up to the backup's end,
+    /// where it held a shorter partial copy of the backup's last segment
+    /// (`archive_timeout`); also counted in `stats().archive`. The backup
+    /// is whole and restores, to a point in time too: its own last
+    /// segment is kept where the archive's copy is shorter.
+    pub archive_failure: Option<String>,
 }
 
 /// Where a log archive rooted at `root` keeps the segments of history

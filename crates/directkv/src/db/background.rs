@@ -288,7 +288,8 @@ const ARCHIVER_IDLE: Duration = Duration::from_millis(100);
 const ARCHIVER_RETRY: Duration = Duration::from_secs(1);
 
 /// The log archiver ([`super::archive`]): copies each log segment into the
-/// archive once it is complete. Checkpoints archive what is pending too,
+/// archive once it is complete (and, with `archive_timeout`, the segment
+/// being written once its commits waited that long). Checkpoints archive what is pending too,
 /// before they recycle, so without this thread nothing is lost, only later.
 pub(super) fn spawn_archiver<S: Storage>(
     weak: Weak<Inner<S>>,
@@ -303,7 +304,11 @@ pub(super) fn spawn_archiver<S: Storage>(
             let alive = run_guarded(&weak, "directkv-archiver", |inner| {
                 // A failure is counted and kept in the stats; the segment
                 // stays until a later round archives it.
-                wait = match inner.archive_complete_segments(None) {
+                // With `archive_timeout`, the segment being written goes
+                // too once its commits waited that long.
+                let round = inner.archive_complete_segments(None);
+                let round = round.and_then(|_| inner.archive_partial_if_due());
+                wait = match round {
                     Ok(_) => ARCHIVER_IDLE,
                     Err(_) => ARCHIVER_RETRY,
                 };

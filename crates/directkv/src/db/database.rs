@@ -288,6 +288,21 @@ impl<S: Storage> Database<S> {
         self.inner.health.observe(report)
     }
 
+    /// Runs one round of the log archiver now, with its clock moved
+    /// `clock_ahead` forward for good (a simulated clock for tests of
+    /// `archive_timeout`): complete segments first, then the segment being
+    /// written if its records have waited the timeout. Returns whether it
+    /// made a partial copy. Not a stable API: for the engine's own tests.
+    ///
+    /// # Errors
+    /// The round's failure (counted in `stats().archive`).
+    #[doc(hidden)]
+    pub fn archive_round_for_test(&self, clock_ahead: std::time::Duration) -> Result<bool> {
+        self.inner.health.check()?;
+        let _guard = health::PanicGuard(&self.inner.health);
+        self.inner.archive_round_for_test(clock_ahead)
+    }
+
     /// The engine's counters.
     pub fn stats(&self) -> Stats {
         self.inner.stats()

@@ -14,9 +14,12 @@
 //!   checkpointer, cleaner and readahead threads.
 //! - [`engine`]: the state they share; [`options`] and [`stats`]: what a
 //!   user sets and reads; [`check`]: the structural check.
+//! - [`archive`]: the log archiver; [`archive_setting`]: its setting,
+//!   recorded with the database.
 
 mod access;
 mod archive;
+mod archive_setting;
 mod background;
 mod backup;
 mod check;
@@ -40,6 +43,7 @@ mod write;
 
 pub use access::FileAccess;
 pub use archive::ArchiveStats;
+pub use archive_setting::ArchiveChange;
 pub use check::CheckReport;
 pub use checkpoint::WAL_HARD_LIMIT_FACTOR;
 pub use control::ControlFile;

@@ -1,7 +1,8 @@
 //! Open: create a database or recover one, and start its threads.
 //!
 //! Files in the database directory (DESIGN.md, "On disk"): `LOCK`,
-//! `CONTROL`, `data`, and `wal/` (or `Options::wal_dir`).
+//! `CONTROL`, `data`, and `wal/` (or `Options::wal_dir`); `ARCHIVE` where
+//! the log is archived ([`super::archive_setting`]).
 //!
 //! The steps, in order: check the options; look at the directory (refusing
 //! one others may write: [`super::access`]); take `LOCK`; remove scratch
@@ -89,7 +90,7 @@ pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result
         changed,
         stats,
     } = recovery::recover(&storage, &pool, &log, wal_opts, &c)?;
-    let archive = open_archive(&storage, path, &opts, &wal, &sched)?;
+    let archive = open_archive(&storage, (path, c.db_id), &opts, &wal, &sched)?;
     let summaries = Summaries::open(&storage, path, c.redo_lsn, changed, Arc::clone(&sched))?;
     log.open(wal);
     let version_cap = opts.version_store_cap();
@@ -590,32 +591,79 @@ fn start_threads<S: Storage>(inner: Arc<Inner<S>>) -> Result<Database<S>> {
     Ok(db)
 }
 
-/// The log archiver's state, with `Options::wal_archive`.
+/// The log archiver's state, with the archive setting recorded with the
+/// database or given in the options ([`super::archive_setting`]): the
+/// setting this open takes is recorded (durably) before anything is
+/// archived or recycled, so every later open archives as configured.
 fn open_archive<S: Storage>(
     storage: &S,
-    path: &Path,
+    (path, db_id): (&Path, DbId),
     opts: &Options,
     wal: &crate::wal::Wal<S>,
     sched: &Arc<Scheduler>,
 ) -> Result<Option<super::archive::Archive>> {
-    let Some(dir) = &opts.wal_archive else {
+    use super::archive_setting as setting;
+    if let Some(given) = &opts.wal_archive {
+        check_archive_dir(given, path, wal.dir())?;
+    }
+    let recorded = setting::read(storage, path, sched)?;
+    let Some(taken) = setting::resolve(recorded.as_ref().map(|r| &r.setting), opts)? else {
+        if recorded.is_some() {
+            setting::remove(storage, path)?;
+        }
         return Ok(None);
     };
-    let abs = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
-    let (archive, db) = (abs(dir), abs(path));
-    if archive.starts_with(&db) || db.starts_with(&archive) || archive == abs(wal.dir()) {
+    check_archive_dir(&taken.dir, path, wal.dir())?;
+    let here = setting::dir_id(storage, path)?;
+    let keep = opts.wal_archive_change == super::ArchiveChange::Keep;
+    if let Some(r) = recorded.as_ref().filter(|r| keep && r.bound_to != here) {
+        return Err(Error::ArchiveForeign {
+            dir: r.setting.dir.clone(),
+            database: path.to_path_buf(),
+            detail: format!(
+                "the setting was recorded in another directory (device {}, inode {}; this one \
+                 is device {}, inode {}): this is a copy of that database",
+                r.bound_to.dev, r.bound_to.ino, here.dev, here.ino
+            ),
+        });
+    }
+    // The recorded identity, where the same directory is kept.
+    let expected = recorded
+        .as_ref()
+        .filter(|r| keep && r.setting.dir == taken.dir)
+        .map(|r| r.instance);
+    let named = opts.wal_archive.is_some();
+    let db_id = (db_id, named, expected);
+    let instance = setting::claim(storage, (&taken.dir, path), db_id, opts.permissions, sched)?;
+    let record = setting::Recorded {
+        setting: taken.clone(),
+        instance,
+        bound_to: here,
+    };
+    if recorded.as_ref() != Some(&record) {
+        setting::write(storage, path, &record, opts.permissions, sched)?;
+    }
+    let layout = crate::wal::format::Layout {
+        segment_bytes: wal.segment_bytes(),
+    };
+    let current = layout.segment_of(wal.end_lsn());
+    let log = (wal.dir(), current, layout);
+    super::archive::Archive::open(storage, &taken, log, opts.permissions, sched).map(Some)
+}
+
+/// Refuses a log archive `dir` inside the database directory `db` or its
+/// log `wal` (or holding them).
+fn check_archive_dir(dir: &Path, db: &Path, wal: &Path) -> Result<()> {
+    let abs = super::archive_setting::absolute;
+    let (archive, db) = (abs(dir)?, abs(db)?);
+    if archive.starts_with(&db) || db.starts_with(&archive) || archive == abs(wal)? {
         return Err(Error::InvalidArgument(format!(
             "the log archive {} is inside the database's directory or its log's (or holds \
              them): give it a directory of its own",
             dir.display()
         )));
     }
-    let layout = crate::wal::format::Layout {
-        segment_bytes: wal.segment_bytes(),
-    };
-    let current = layout.segment_of(wal.end_lsn());
-    super::archive::Archive::open(storage, dir, wal.dir(), opts.permissions, current, sched)
-        .map(Some)
+    Ok(())
 }
 
 pub(super) fn random_id() -> DbId {

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
+use super::archive_setting::ArchiveChange;
 use crate::io::{AioOptions, DirectIo, Permissions, SyncVariant};
 use crate::sched::SchedOptions;
 
@@ -98,7 +99,32 @@ pub struct Options {
     /// failure counted in [`Stats::archive`](crate::Stats::archive) and
     /// retried, and commits go on until the log's space runs out. Give each
     /// database its own: the archive is never overwritten. Default: none.
+    ///
+    /// The directory (made absolute) is recorded with the database, in its
+    /// file `ARCHIVE`: every later open archives into it, with or without
+    /// this option, until [`wal_archive_change`](Self::wal_archive_change)
+    /// switches or stops it. Given while another directory is recorded, it
+    /// is [`Error::ArchiveMismatch`](crate::Error::ArchiveMismatch). An
+    /// open without this option never creates the recorded directory: a
+    /// missing one is [`Error::ArchiveMissing`](crate::Error::ArchiveMissing),
+    /// one without this database's `ARCHIVE_ID`, or a copy of the database
+    /// directory, [`Error::ArchiveForeign`](crate::Error::ArchiveForeign)
+    /// (docs/backup.md).
     pub wal_archive: Option<PathBuf>,
+    /// What this open does to the recorded archive setting: keep it (the
+    /// default), switch to [`wal_archive`](Self::wal_archive), or turn
+    /// archiving off.
+    pub wal_archive_change: ArchiveChange,
+    /// PostgreSQL's `archive_timeout`: once the archive has lacked a
+    /// durable commit for this long (a seal, holding none, does not count), the segment being written is
+    /// archived as it is (a partial copy, replaced by fuller ones and at
+    /// last by the whole segment), so the archive lags the durable log by
+    /// about this much at most. Needs the background threads. Recorded
+    /// with the archive's directory; `None` keeps the recorded one (none at
+    /// first), `Some(Duration::ZERO)` turns it off. Given without an
+    /// archive (none recorded or given, or with `Off`), it is
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument).
+    pub archive_timeout: Option<std::time::Duration>,
     /// Whether commits wait for durability.
     pub durability: Durability,
     /// WAL segment size.
@@ -241,6 +267,8 @@ impl Default for Options {
             wal_sync: None,
             wal_dir: None,
             wal_archive: None,
+            wal_archive_change: ArchiveChange::Keep,
+            archive_timeout: None,
             durability: Durability::Sync,
             wal_segment_bytes: crate::wal::SEGMENT_BYTES_DEFAULT,
             wal_seal_delay: Some(crate::wal::SEAL_DELAY_DEFAULT),

@@ -417,7 +417,7 @@ impl<S: Storage> Inner<S> {
             archive: self
                 .archive
                 .as_ref()
-                .map(super::archive::Archive::stats)
+                .map(|a| a.stats(self.durable_records_end()))
                 .unwrap_or_default(),
             summary_write_failures: c.summary_failures.load(Ordering::Relaxed),
             checkpoint_running: self.checkpointing.try_lock().is_err(),

@@ -143,6 +143,9 @@ pub struct FileMeta {
     /// one device).
     #[serde(default)]
     pub dev: u64,
+    /// Its inode number (`st_ino`; 0 on the simulated disk).
+    #[serde(default)]
+    pub ino: u64,
 }
 
 impl FileMeta {
@@ -164,6 +167,7 @@ impl FileMeta {
             uid: m.uid(),
             gid: m.gid(),
             dev: m.dev(),
+            ino: m.ino(),
         };
         assert!(meta.mode <= 0o7777, "permission bits only");
         meta
@@ -316,6 +320,7 @@ mod tests {
             uid: 0,
             gid: 0,
             dev: 0,
+            ino: 0,
         };
         assert!(meta(0o620).writable_by_others());
         assert!(meta(0o602).writable_by_others());

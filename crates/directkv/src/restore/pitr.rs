@@ -8,7 +8,9 @@
 //!    one are taken from the archive in order, up to the first it lacks.
 //!    The archive's copy of E's segment must hold the backup's bytes up to
 //!    E: an archive of another database, or of another history of this
-//!    one, is refused there.
+//!    one, is refused there. A partial copy (`archive_timeout`) that ends
+//!    before E, the backup's bytes up to a point and zeros after, is of
+//!    this history but shorter: the backup's own segment is kept instead.
 //! 2. The log is read from the backup's start, every record checked. The
 //!    cut is the end of the last commit the target takes in, or E when
 //!    that is later (every commit before E is part of the backup's state).
@@ -145,12 +147,18 @@ fn take_archived<S: Storage>(
     }
     let first = layout.segment_of(end);
     let mut buf = AlignedBuf::new(CHUNK_BYTES, ALIGN_BYTES)?;
-    same_history(storage, wal, archive, layout, end, &mut buf)?;
+    let shorter = same_history(storage, wal, archive, layout, end, &mut buf)?;
     let archived = list_segments(storage, archive)?;
     let mut taken = Vec::new();
+    // The next segment the log needs from the archive.
+    let mut expected = first;
     for n in archived.iter().copied().filter(|&n| n >= first) {
         let name = segment_file_name(n);
-        let expected = first + taken.len() as u64;
+        if n == first && shorter {
+            // The backup's segment holds more of this one's log.
+            expected = first + 1;
+            continue;
+        }
         if n != expected {
             // The log stops at the hole; what lies after it is named.
             return Ok(Taken {
@@ -164,6 +172,7 @@ fn take_archived<S: Storage>(
         }
         copy_whole(storage, &from, &to, layout, &mut buf)?;
         taken.push(n);
+        expected = n + 1;
     }
     storage.sync_dir(wal)?;
     assert!(
@@ -187,7 +196,9 @@ struct Taken {
 /// Fails unless the archive's log is the backup's up to its end E: the
 /// archive's copy of E's segment holds the backup's bytes before E (or,
 /// when E is a segment's first byte, its copy of the segment before is the
-/// backup's whole). Checked where both copies exist.
+/// backup's whole), or is a partial copy of them (the same bytes up to a
+/// point, zeros after). Checked where both copies exist. Returns whether
+/// the archive's copy of E's segment is such a shorter partial copy.
 fn same_history<S: Storage>(
     storage: &S,
     wal: &Path,
@@ -195,7 +206,7 @@ fn same_history<S: Storage>(
     layout: Layout,
     end: Lsn,
     buf: &mut AlignedBuf,
-) -> Result<()> {
+) -> Result<bool> {
     let at_start = layout.file_offset(end) == SEGMENT_HEADER_BYTES;
     let (n, len) = match (at_start, layout.segment_of(end)) {
         (true, s) if s > 0 => (s - 1, layout.segment_bytes),
@@ -204,42 +215,63 @@ fn same_history<S: Storage>(
     let name = segment_file_name(n);
     let (ours, theirs) = (wal.join(&name), archive.join(&name));
     if storage.exists(&ours) && storage.exists(&theirs) {
-        same_prefix(storage, &ours, &theirs, len, buf)?;
+        let shorter = same_prefix(storage, &ours, &theirs, len, buf)?;
+        return Ok(shorter && n == layout.segment_of(end));
     }
-    Ok(())
+    Ok(false)
 }
 
-/// Fails unless the first `len` bytes of `ours` (the backup's segment) and
-/// `theirs` (the archive's) are the same.
+/// Fails unless the first `len` bytes of `theirs` (the archive's segment)
+/// are those of `ours` (the backup's), or those up to a point past the
+/// segment's header and zeros after (a partial copy: returns true).
 fn same_prefix<S: Storage>(
     storage: &S,
     ours: &Path,
     theirs: &Path,
     len: u64,
     buf: &mut AlignedBuf,
-) -> Result<()> {
+) -> Result<bool> {
     let opts = files::read_options(DirectIo::Auto);
     let (a, b) = (storage.open(ours, &opts)?, storage.open(theirs, &opts)?);
     let mut mine = AlignedBuf::new(CHUNK_BYTES, ALIGN_BYTES)?;
+    // Where the archive's copy first differs (it is zeros from there on).
+    let mut short_at = None;
     let mut at = 0u64;
     while at < len {
         let k = (len - at).min(CHUNK_BYTES as u64) as usize;
         let whole = k.next_multiple_of(ALIGN_BYTES as usize);
         a.read_exact_at(mine.io_mut(0..whole)?, at)?;
         b.read_exact_at(buf.io_mut(0..whole)?, at)?;
-        if mine.as_slice()[..k] != buf.as_slice()[..k] {
-            return Err(Error::Corruption {
-                path: theirs.to_path_buf(),
-                offset: at,
-                detail: "the archived segment differs from the backup's log before the \
-                         backup's end: the archive is of another database or another history \
-                         of this one"
-                    .into(),
-            });
+        let (o, t) = (&mine.as_slice()[..k], &buf.as_slice()[..k]);
+        let from = match short_at {
+            Some(_) => 0,
+            None => o.iter().zip(t).position(|(x, y)| x != y).unwrap_or(k),
+        };
+        if from < k {
+            let first = *short_at.get_or_insert(at + from as u64);
+            let nonzero = t[from..].iter().position(|&x| x != 0);
+            if first < SEGMENT_HEADER_BYTES || nonzero.is_some() {
+                let offset = nonzero.map_or(first, |i| at + (from + i) as u64);
+                return Err(another_history(theirs, offset));
+            }
         }
         at += k as u64;
     }
-    Ok(())
+    assert!(short_at.is_none_or(|s| s >= SEGMENT_HEADER_BYTES && s < len));
+    Ok(short_at.is_some())
+}
+
+/// The failure of an archived segment `theirs` that is not the backup's log
+/// (nor a partial copy of it) before the backup's end.
+fn another_history(theirs: &Path, offset: u64) -> Error {
+    Error::Corruption {
+        path: theirs.to_path_buf(),
+        offset,
+        detail: "the archived segment differs from the backup's log before the backup's end \
+                 (and is not a partial copy of it): the archive is of another database or \
+                 another history of this one"
+            .into(),
+    }
 }
 
 /// Copies the segment file `from` to the new file `to`.

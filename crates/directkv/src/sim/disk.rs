@@ -685,6 +685,7 @@ impl Storage for SimStorage {
             uid: 0,
             gid: 0,
             dev: 0,
+            ino: 0,
         })
     }
 

@@ -191,6 +191,7 @@ impl<S: Storage> Inner<S> {
             note_increment(&mut m, p, &c, listed.is_some());
         }
         m.pages_scanned = c.counts.scanned;
+        let archive_failure = self.archive_for_backup(c.end);
         crate::backup::seal(&self.storage, dest, &m)?;
         crate::io::sync_levels(&self.storage, &made)?;
         self.counters.backups.fetch_add(1, Ordering::Relaxed);
@@ -214,7 +215,22 @@ impl<S: Storage> Inner<S> {
             pages_as_deltas: c.deltas,
             delta_chain_links: chain.map(|c| c.len() as u64),
             micros: began.elapsed().as_micros() as u64,
+            archive_failure,
         })
+    }
+
+    /// Brings the log archive up to the end of a backup about to be sealed
+    /// ([`archive_through`](Self::archive_through)); returns why it could
+    /// not. The backup is whole without: its restore keeps its own last
+    /// segment where the archive's copy of it is shorter. A failure is
+    /// counted in the archive's stats too.
+    fn archive_for_backup(&self, end: Lsn) -> Option<String> {
+        let failed = self.archive_through(end).err();
+        assert!(
+            failed.is_none() || self.archive.is_some(),
+            "only with an archive"
+        );
+        failed.map(|e| e.to_string())
     }
 
     /// Writes the backup's files into `dest` (see the module docs, steps 2
