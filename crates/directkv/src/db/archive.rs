@@ -243,6 +243,7 @@ impl<S: Storage> Inner<S> {
             return Err(Error::Corruption {
                 path: dest,
                 offset: 0,
+                page: None,
                 detail: format!(
                     "the archive holds another {name} than the log's (header, length and \
                      CRC32C {theirs:?}, the log's {ours:?}); an archive is never overwritten: \
@@ -269,6 +270,7 @@ impl<S: Storage> Inner<S> {
             return Err(Error::Corruption {
                 path: src_path,
                 offset: 0,
+                page: None,
                 detail: format!(
                     "{total} bytes, {written} archived: not a whole segment of {} bytes",
                     layout.segment_bytes
@@ -336,6 +338,7 @@ impl<S: Storage> Inner<S> {
             return Err(Error::Corruption {
                 path: self.wal().dir().join(segment_file_name(n)),
                 offset: SEGMENT_HEADER_BYTES,
+                page: None,
                 detail: format!(
                     "no valid record starts in the segment's first {} bytes, where one must: the \
                      segment is damaged",
@@ -361,6 +364,7 @@ impl<S: Storage> Inner<S> {
         Err(Error::Corruption {
             path: self.wal().dir().join(segment_file_name(n)),
             offset: layout.file_offset(end.max(from)),
+            page: None,
             detail: format!(
                 "the log ends at {end} after {records} records, inside a segment the durable \
                  log has passed"

@@ -56,6 +56,9 @@ impl<S: Storage> Pages for PoolPages<'_, S> {
     fn page_bytes(&self) -> usize {
         self.inner.pool.page_bytes()
     }
+    fn corruption(&self, no: PageId, what: &str) -> Error {
+        self.inner.pool.page_corruption(no, what)
+    }
 }
 
 /// Page access that never reads: a page not in the pool fails the operation
@@ -73,6 +76,9 @@ impl<S: Storage> Pages for CachedPages<'_, S> {
     }
     fn page_bytes(&self) -> usize {
         self.inner.pool.page_bytes()
+    }
+    fn corruption(&self, no: PageId, what: &str) -> Error {
+        self.inner.pool.page_corruption(no, what)
     }
 }
 
@@ -441,6 +447,9 @@ impl<S: Storage> Pages for CommitCtx<'_, S> {
     }
     fn page_bytes(&self) -> usize {
         self.inner.pool.page_bytes()
+    }
+    fn corruption(&self, no: PageId, what: &str) -> Error {
+        self.inner.pool.page_corruption(no, what)
     }
 }
 

@@ -500,17 +500,16 @@ fn check_data_head<S: Storage>(pool: &Pool<S>, c: &Control) -> Result<Lsn> {
         Err(e) => return Err(e),
     };
     match data_head::decode(head.data()) {
-        Some(h) if h.flushed_through < c.redo_lsn => Err(Error::Corruption {
-            path: pool.file().path().to_path_buf(),
-            offset: 0,
-            detail: format!(
+        Some(h) if h.flushed_through < c.redo_lsn => Err(pool.page_corruption(
+            data_head::DATA_HEAD_PAGE,
+            format!(
                 "the data file holds the changes logged before LSN {}, but CONTROL's \
                  checkpoint needs every change before LSN {}: the data file is older than \
                  CONTROL (replaced by an older copy?); refusing to open rather than serve \
                  its stale pages",
                 h.flushed_through, c.redo_lsn
             ),
-        }),
+        )),
         Some(h) => Ok(h.log_reached),
         None => Ok(Lsn::ZERO),
     }

@@ -40,6 +40,7 @@ fn bad(what: &str) -> Error {
     Error::Corruption {
         path: "wal".into(),
         offset: 0,
+        page: None,
         detail: format!("malformed {what} record"),
     }
 }

@@ -45,6 +45,38 @@ pub(super) struct Recovered<S: Storage> {
     pub(super) stats: RecoveryStats,
 }
 
+/// Names the segment file in `dir` that holds the record at `lsn`, and the
+/// record's byte offset in it, in a corruption error from a record decoder
+/// (which sees only the payload, so names the log as a whole: the relative
+/// path `wal` at offset 0). Any other error is returned as it is.
+fn at_record(
+    e: Error,
+    dir: &std::path::Path,
+    layout: crate::wal::format::Layout,
+    lsn: Lsn,
+) -> Error {
+    match e {
+        Error::Corruption {
+            path,
+            offset: 0,
+            page,
+            detail,
+        } if path.as_os_str() == "wal" => {
+            let segment = layout.segment_of(lsn);
+            let path = dir.join(crate::wal::format::segment_file_name(segment));
+            let offset = layout.file_offset(lsn);
+            assert!(offset > 0, "a record starts past its segment's header");
+            Error::Corruption {
+                path,
+                offset,
+                page,
+                detail: format!("the record at LSN {lsn}: {detail}"),
+            }
+        }
+        e => e,
+    }
+}
+
 /// Opens the WAL of `control`'s checkpoint and replays it into `pool`.
 ///
 /// # Errors
@@ -65,8 +97,12 @@ pub(super) fn recover<S: Storage>(
     let started = Instant::now();
     let pages_read_before = pool.stats().pages_read;
     let mut replay = Replay::new(pool, log);
+    let layout = crate::wal::format::Layout {
+        segment_bytes: wal_opts.segment_bytes,
+    };
+    let wal_dir = std::path::absolute(&wal_opts.dir).unwrap_or_else(|_| wal_opts.dir.clone());
     let (wal, end) = Wal::open(storage.clone(), wal_opts, control.redo_lsn, |rec| {
-        replay.record(&rec, &mut meta)
+        (replay.record(&rec, &mut meta)).map_err(|e| at_record(e, &wal_dir, layout, rec.lsn))
     })?;
     replay.finish(&mut meta)?;
     // Pages on disk are written only after their log: one newer than the
@@ -186,6 +222,7 @@ impl<'a, S: Storage> Replay<'a, S> {
                 return Err(Error::Corruption {
                     path: "wal".into(),
                     offset: 0,
+                    page: None,
                     detail: format!(
                         "a page record names page {}, past the {page_count} pages its commit \
                          leaves",

@@ -231,6 +231,7 @@ fn same_prefix<S: Storage>(
             return Err(Error::Corruption {
                 path: theirs.to_path_buf(),
                 offset: at,
+                page: None,
                 detail: "the archived segment differs from the backup's log before the \
                          backup's end: the archive is of another database or another history \
                          of this one"
@@ -256,6 +257,7 @@ fn copy_whole<S: Storage>(
         return Err(Error::Corruption {
             path: from.to_path_buf(),
             offset: len,
+            page: None,
             detail: format!(
                 "{len} bytes: not a whole segment of {}",
                 layout.segment_bytes
@@ -285,6 +287,7 @@ fn check_whole(taken: &Taken, archive: &Path, found: &Found) -> Result<()> {
         return Err(Error::Corruption {
             path: archive.join(segment_file_name(missing)),
             offset: 0,
+            page: None,
             detail: format!(
                 "missing from the archive, which holds {} after it: the archive's end cannot be \
                  reached",
@@ -297,6 +300,7 @@ fn check_whole(taken: &Taken, archive: &Path, found: &Found) -> Result<()> {
         return Err(Error::Corruption {
             path: archive.join(segment_file_name(last)),
             offset: 0,
+            page: None,
             detail: "the archived log ends in invalid bytes, but every archived segment was \
                      complete: it is damaged"
                 .into(),
@@ -499,16 +503,19 @@ fn rename_path(e: Error, source: &impl Fn(&Path) -> Option<PathBuf>) -> Error {
         Error::Corruption {
             path,
             offset,
+            page,
             detail,
         } => match source(&path) {
             Some(archived) => Error::Corruption {
                 path: archived,
                 offset,
+                page,
                 detail,
             },
             None => Error::Corruption {
                 path,
                 offset,
+                page,
                 detail,
             },
         },
