@@ -4,7 +4,9 @@
 //! offset (page number times page size) and the page number. Each case
 //! damages one page of a closed database, either resealed so that only a
 //! structural check can see it or left with a wrong checksum, reads it back
-//! and checks the error's `path`, `offset`, `page` and `Display` text.
+//! and checks the error's `path`, `offset`, `page` and `Display` text. A
+//! malformed record in the log, refused by recovery, names its segment file
+//! and the record's byte offset in it the same way.
 
 use std::os::unix::fs::FileExt;
 use std::path::{Component, Path, PathBuf};
@@ -160,4 +162,91 @@ fn a_checksum_mismatch_names_the_data_file_and_its_byte_offset() {
         };
         assert_eq!(path, &dir.path().join("data"), "{e}");
     }
+}
+
+/// A page record with right checksums but an unknown flag (a bug that
+/// logged it, a crafted log) is refused by recovery naming the segment
+/// file that holds it and the record's byte offset there, not the log as a
+/// whole at offset 0.
+#[test]
+fn a_malformed_log_record_names_its_segment_and_byte_offset() {
+    use directkv::internals::sim::SimStorage;
+    use directkv::internals::wal::format::SEGMENT_HEADER_BYTES;
+
+    let path = Path::new("/sim/db");
+    let disk = SimStorage::new();
+    let db = Database::open_with(disk.clone(), path, opts()).expect("open");
+    let mut tx = db.begin_write().expect("begin");
+    tx.put(&key(1), &[1u8; 40]).expect("put");
+    tx.commit().expect("commit");
+    std::mem::forget(db);
+    disk.crash(0);
+
+    let (file, offset_want) = break_first_page_record(&disk, &path.join("wal"));
+
+    let e = match Database::open_with(disk.clone(), path, opts()) {
+        Err(e) => e,
+        Ok(_) => panic!("a log with a malformed record opened"),
+    };
+    let Error::Corruption {
+        path: got,
+        offset,
+        page,
+        detail,
+    } = &e
+    else {
+        panic!("expected Corruption, got {e}");
+    };
+    assert_eq!(got, &file, "{e}");
+    assert_eq!(*offset, offset_want, "{e}");
+    assert!(*offset >= SEGMENT_HEADER_BYTES, "{e}");
+    assert_eq!(*page, None, "{e}");
+    assert!(detail.contains("unknown record flag"), "{e}");
+    let text = e.to_string();
+    let at = format!("{} at byte offset {offset_want}:", file.display());
+    assert!(text.contains(&at), "{text}");
+}
+
+/// Gives the first page record (its payload: txn, page, flag, ...) of the
+/// log under `wal` an unknown flag, its checksum made right again; returns
+/// its segment file and its byte offset there.
+fn break_first_page_record(
+    disk: &directkv::internals::sim::SimStorage,
+    wal: &Path,
+) -> (PathBuf, u64) {
+    use directkv::internals::io::Storage;
+    use directkv::internals::wal::format::{RecordHeader, SegmentHeader, SEGMENT_HEADER_BYTES};
+    use directkv::Lsn;
+
+    let mut found = None;
+    for name in disk.list_dir(wal).expect("list") {
+        let file = wal.join(&name);
+        let mut bytes = disk.file_bytes(&file).expect("segment");
+        let Ok(seg) = SegmentHeader::decode(&bytes) else {
+            continue;
+        };
+        let header = SEGMENT_HEADER_BYTES as usize;
+        let mut off = header;
+        while found.is_none() && off + 16 <= bytes.len() {
+            let lsn = Lsn::new(seg.first_lsn().get() + (off - header) as u64);
+            let Some(h) = RecordHeader::decode(&bytes[off..], lsn) else {
+                off += 8;
+                continue;
+            };
+            let body = off + 16..off + 16 + h.payload_len as usize;
+            // 20: the engine's page record kind.
+            if h.kind == 20 && body.len() > 17 {
+                bytes[body.start + 16] = 9;
+                let fixed = RecordHeader {
+                    payload_crc: crc32c::crc32c(&bytes[body.clone()]),
+                    ..h
+                };
+                bytes[off..body.start].copy_from_slice(&fixed.encode(lsn));
+                found = Some((file.clone(), off as u64));
+            }
+            off = body.end.next_multiple_of(8);
+        }
+        disk.set_file_bytes(&file, bytes);
+    }
+    found.expect("the log holds a page record")
 }
