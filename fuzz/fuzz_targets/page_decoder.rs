@@ -1,7 +1,9 @@
 //! Arbitrary page images: verification and structural validation never panic,
-//! and a random image is never accepted as a page.
+//! a random image is never accepted as a page, and a free page validates
+//! only with a link a file can hold.
 #![no_main]
 use directkv::internals::btree::node;
+use directkv::internals::constants::PAGE_COUNT_MAX;
 use directkv::internals::format::{data_head, page, PageId};
 use libfuzzer_sys::fuzz_target;
 
@@ -17,11 +19,18 @@ fuzz_target!(|data: &[u8]| {
         data_head::encode(&mut again, head);
         assert_eq!(data_head::decode(&again), Some(head));
     }
-    // Also as a sealed page, so validation sees content past the checksum.
-    p[8] = if data.first().is_some_and(|b| b & 1 == 0) { 1 } else { 2 };
+    // Also as a sealed page, so validation sees content past the checksum:
+    // a leaf, a branch or a free page (whose link must name a page a file
+    // can hold).
+    p[8] = match data.first().map_or(0, |b| b % 3) {
+        0 => 1,
+        1 => 2,
+        _ => 4,
+    };
     p[9] = 0;
     page::seal_in_place(&mut p, PageId::new(1), &[0; 16]);
-    if page::verify(&p, PageId::new(1), &[0; 16]).is_ok() {
-        let _ = node::validate(&p);
+    if page::verify(&p, PageId::new(1), &[0; 16]).is_ok() && node::validate(&p).is_ok() && p[8] == 4 {
+        let next = u64::from_le_bytes(p[48..56].try_into().expect("8 bytes"));
+        assert!(next < PAGE_COUNT_MAX, "a free link past any file is refused");
     }
 });

@@ -1,8 +1,12 @@
 //! Arbitrary bytes after a valid segment header: the WAL reader returns
-//! records or an error, never panics.
+//! records or an error, never panics; each record it returns, and the input
+//! itself taken as a payload of each engine kind, decodes to in-range
+//! fields or an error, and a page record applies to a page or errs.
 #![no_main]
 use std::path::Path;
 
+use directkv::internals::constants::{PAGE_COUNT_MAX, PAGE_COUNT_MIN, TXN_ID_MAX};
+use directkv::internals::db::records;
 use directkv::internals::io::{AlignedBuf, FileOptions, Storage, StorageFile, SyncMethod};
 use directkv::internals::sim::SimStorage;
 use directkv::internals::wal::format::SegmentHeader;
@@ -26,8 +30,47 @@ fuzz_target!(|body: &[u8]| {
     let mut r = WalReader::new(disk.clone(), dir, 64 * 1024, Some([1; 16]), Lsn::ZERO);
     for _ in 0..100_000 {
         match r.next_record() {
-            Ok(Some(_)) => {}
+            Ok(Some(rec)) => decode_as(rec.kind, &rec.payload),
             _ => break,
         }
     }
+    for kind in [records::PAGE, records::COMMIT, records::CHECKPOINT, records::ABORT] {
+        decode_as(kind, body);
+    }
 });
+
+/// Decodes `payload` as a record of `kind`; what decodes is in range.
+fn decode_as(kind: u8, payload: &[u8]) {
+    let meta_ok = |m: &records::Meta| {
+        assert!((PAGE_COUNT_MIN..=PAGE_COUNT_MAX).contains(&m.page_count));
+        assert!(m.root.get() >= 1 && m.root.get() < m.page_count);
+        assert!(m.freelist.get() < m.page_count && m.freelist != m.root);
+    };
+    match kind {
+        records::PAGE => {
+            if let Ok(r) = records::decode_page(payload) {
+                assert!(r.page.get() >= 1 && r.page.get() < PAGE_COUNT_MAX);
+                assert!(r.txn.get() <= TXN_ID_MAX);
+                let _ = r.apply(&mut [0u8; 4096]);
+            }
+        }
+        records::COMMIT => {
+            if let Ok((txn, m)) = records::decode_commit(payload) {
+                assert!(txn.get() <= TXN_ID_MAX);
+                meta_ok(&m);
+            }
+        }
+        records::CHECKPOINT => {
+            if let Ok((redo, m)) = records::decode_checkpoint(payload, Lsn::new(1 << 40)) {
+                assert!(redo.get() <= 1 << 40);
+                meta_ok(&m);
+            }
+        }
+        records::ABORT => {
+            if let Ok(txn) = records::decode_abort(payload) {
+                assert!(txn.get() <= TXN_ID_MAX);
+            }
+        }
+        _ => {}
+    }
+}

@@ -274,8 +274,9 @@ pub enum Error {
 
     /// A write transaction could not commit: another transaction committed
     /// a change, after its snapshot, to what it read from the snapshot
-    /// (Serializable) or to what it writes (Snapshot), or its snapshot was
-    /// given up. Nothing of it was applied; run it again
+    /// (Serializable, at commit) or to a key it locks or writes (Snapshot,
+    /// at that `get_for_update`, `put` or `delete`). The reason names the
+    /// rule. Nothing of it was applied; run it again
     /// (`Database::transaction` does).
     #[error(
         "conflict: {reason} (key {key:?}); nothing of the transaction was applied. Run it \

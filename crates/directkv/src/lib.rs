@@ -194,8 +194,10 @@ pub mod internals {
     pub mod backup {
         pub use crate::restore::restore_chain_with;
     }
-    /// The `CONTROL` file the checkpoint writes.
+    /// The `CONTROL` file the checkpoint writes, and the engine's WAL
+    /// records.
     pub mod db {
+        pub use crate::db::records;
         pub use crate::db::ControlFile;
     }
     /// Sizes and bounds.

@@ -381,6 +381,7 @@ fn control_file_falls_back_to_the_older_slot() {
     let mut cf = ControlFile::create(&OsStorage::default(), &path, base).expect("create");
     cf.write(Control {
         redo_lsn: Lsn::new(99),
+        checkpoint_lsn: Lsn::new(120),
         ..base
     })
     .expect("write");

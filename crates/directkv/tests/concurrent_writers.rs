@@ -161,17 +161,106 @@ fn write_skew_under_snapshot_but_not_serializable() {
 }
 
 /// Snapshot isolation: the first committer of a key wins; a later writer
-/// whose snapshot predates that commit gets a conflict.
+/// whose snapshot predates that commit gets a conflict at its write, and
+/// its transaction can only end (its commit returns the same conflict).
 #[test]
 fn snapshot_first_committer_wins() {
     let (_dir, db) = open();
     put(&db, b"k", b"0");
     let mut late = db.begin_write_with(&snapshot_level()).expect("late");
     put(&db, b"k", b"first");
-    late.put(b"k", b"second").expect("the lock is free again");
-    let err = late.commit().expect_err("first committer wins");
+    let err = late.put(b"k", b"second").expect_err("first committer wins");
+    assert!(matches!(err, Error::Conflict { .. }), "{err}");
+    assert_eq!(db.stats().transactions.locked_keys, 0, "its locks went");
+    let err = late.commit().expect_err("a refused transaction only ends");
     assert!(matches!(err, Error::Conflict { .. }), "{err}");
     assert_eq!(read(&db, b"k"), Some(b"first".to_vec()));
+}
+
+/// A lost update through a locking read (PostgreSQL's `REPEATABLE READ`
+/// refuses it): T1 (Snapshot) reads n = 10 from its snapshot; T2, at
+/// either level, commits n = 11; T1 locks n to write its first read + 1.
+/// The lock is refused with the Snapshot rule's conflict, the transaction
+/// ends, and run again it makes n 12: both increments count.
+#[test]
+fn snapshot_refuses_to_lock_a_key_changed_since_its_snapshot() {
+    for t2_level in [WriteOptions::default(), snapshot_level()] {
+        let (_dir, db) = open();
+        put(&db, b"n", &10u64.to_le_bytes());
+        let mut t1 = db.begin_write_with(&snapshot_level()).expect("t1");
+        let first = decode(&t1.get(b"n").expect("get").expect("n"));
+        assert_eq!(first, 10);
+        let mut t2 = db.begin_write_with(&t2_level).expect("t2");
+        t2.put(b"n", &11u64.to_le_bytes()).expect("put");
+        t2.commit().expect("t2 commits first");
+        let err = t1
+            .get_for_update(b"n")
+            .expect_err("n changed since t1's snapshot");
+        let Error::Conflict { key, reason } = &err else {
+            panic!("{t2_level:?}: {err}");
+        };
+        assert_eq!(key, "n");
+        assert!(
+            reason.contains("Snapshot isolation refuses to lock"),
+            "{err}"
+        );
+        assert!(err.is_retryable());
+        let again = t1.put(b"n", &(first + 1).to_le_bytes());
+        assert!(matches!(again, Err(Error::Conflict { .. })), "{again:?}");
+        let err = t1.commit().expect_err("the refused transaction only ends");
+        assert!(matches!(err, Error::Conflict { .. }), "{err}");
+        assert_eq!(read(&db, b"n"), Some(11u64.to_le_bytes().to_vec()));
+        assert_eq!(db.stats().transactions.conflicts, 1, "counted once");
+        // The retry, as `Database::transaction` runs it.
+        db.transaction(&snapshot_level(), |w| {
+            let first = decode(&w.get(b"n")?.expect("n"));
+            assert_eq!(w.get_for_update(b"n")?.map(|v| decode(&v)), Some(first));
+            w.put(b"n", &(first + 1).to_le_bytes())
+        })
+        .expect("the retry commits");
+        assert_eq!(read(&db, b"n"), Some(12u64.to_le_bytes().to_vec()));
+    }
+}
+
+/// Under Snapshot a locking read never mixes the snapshot with a later
+/// commit (read skew), nor does a write rest on a scanned row changed
+/// under it: x and y start at 0, another transaction sets both to 1; a
+/// transaction that read x = 0 from its snapshot is refused the lock of y,
+/// one that scanned both is refused the write of y, and one that wrote
+/// nothing cannot commit either (it was refused). A key unchanged since the
+/// snapshot is locked and written as before.
+#[test]
+fn snapshot_refuses_a_locking_read_of_a_newer_state() {
+    let (_dir, db) = open();
+    put(&db, b"x", b"0");
+    put(&db, b"y", b"0");
+    put(&db, b"z", b"0");
+    let mut skew = db.begin_write_with(&snapshot_level()).expect("skew");
+    let mut scan = db.begin_write_with(&snapshot_level()).expect("scan");
+    let mut calm = db.begin_write_with(&snapshot_level()).expect("calm");
+    assert_eq!(skew.get(b"x").expect("get"), Some(b"0".to_vec()));
+    let rows = scan.range(&b"x"[..]..=&b"y"[..]).count();
+    assert_eq!(rows, 2);
+    let mut both = db.begin_write().expect("both");
+    both.put(b"x", b"1").expect("put");
+    both.put(b"y", b"1").expect("put");
+    both.commit().expect("commit");
+    let err = skew
+        .get_for_update(b"y")
+        .expect_err("y is newer than x's state");
+    assert!(matches!(err, Error::Conflict { .. }), "{err}");
+    let err = skew.commit().expect_err("refused");
+    assert!(matches!(err, Error::Conflict { .. }), "{err}");
+    let err = scan
+        .put(b"y", b"2")
+        .expect_err("the row changed under the scan");
+    assert!(matches!(err, Error::Conflict { .. }), "{err}");
+    drop(scan);
+    assert_eq!(calm.get_for_update(b"z").expect("z"), Some(b"0".to_vec()));
+    calm.put(b"z", b"1").expect("z is unchanged");
+    calm.commit().expect("commit");
+    assert_eq!(read(&db, b"y"), Some(b"1".to_vec()));
+    assert_eq!(read(&db, b"z"), Some(b"1".to_vec()));
 }
 
 /// `get_for_update` locks the key and reads its latest committed value, not
@@ -225,7 +314,8 @@ fn a_read_only_transaction_mixing_snapshot_and_locked_reads_is_validated() {
 /// `get_for_update` of a key the transaction already wrote returns its own
 /// write, so it read nothing committed: the write is still checked. Both
 /// read x from their snapshots; B commits x; A writes x, locks it, and must
-/// not overwrite B's update (a lost update under either level).
+/// not overwrite B's update (a lost update under either level). Serializable
+/// refuses A's commit; Snapshot refuses A's write already.
 #[test]
 fn locking_a_key_after_writing_it_does_not_exempt_the_write() {
     for level in [WriteOptions::default(), snapshot_level()] {
@@ -237,8 +327,13 @@ fn locking_a_key_after_writing_it_does_not_exempt_the_write() {
         assert_eq!(b.get(b"x").expect("get"), Some(b"0".to_vec()));
         b.put(b"x", b"b").expect("put");
         b.commit().expect("b");
-        a.put(b"x", b"a").expect("put");
-        assert_eq!(a.get_for_update(b"x").expect("own"), Some(b"a".to_vec()));
+        let wrote = a.put(b"x", b"a");
+        if level.isolation == Isolation::Snapshot {
+            assert!(matches!(wrote, Err(Error::Conflict { .. })), "{wrote:?}");
+        } else {
+            wrote.expect("put");
+            assert_eq!(a.get_for_update(b"x").expect("own"), Some(b"a".to_vec()));
+        }
         let err = a.commit().expect_err("a lost update");
         assert!(matches!(err, Error::Conflict { .. }), "{level:?}: {err}");
         assert_eq!(read(&db, b"x"), Some(b"b".to_vec()));
@@ -396,6 +491,38 @@ fn blind_writes_commit_past_the_version_cap() {
     locked.commit().expect("a locked read is the latest value");
     assert_eq!(read(&db, b"x"), Some(b"1".to_vec()));
     assert_eq!(read(&db, b"a"), Some(b"1".to_vec()));
+}
+
+/// Under Snapshot a key is checked as it is locked: a snapshot given up to
+/// the cap before the lock cannot say what changed since, so the write is
+/// refused (retryable) and the transaction ends; one given up after its
+/// keys were locked commits (the locks kept them unchanged).
+#[test]
+fn a_snapshot_write_after_its_snapshot_was_given_up_is_refused() {
+    let (_dir, db) = open_with_version_cap(256 << 10);
+    for i in 0..64u32 {
+        put(&db, format!("big{i}").as_bytes(), &[1u8; 8000]);
+    }
+    let mut late = db.begin_write_with(&snapshot_level()).expect("late");
+    let mut early = db.begin_write_with(&snapshot_level()).expect("early");
+    early.put(b"a", b"early").expect("a is unchanged");
+    for i in 0..64u32 {
+        put(&db, format!("big{i}").as_bytes(), &[7u8; 8000]);
+    }
+    assert!(db.stats().snapshots.snapshots_too_old >= 2, "both given up");
+    let err = late
+        .put(b"b", b"late")
+        .expect_err("what changed is not known");
+    assert!(matches!(err, Error::SnapshotTooOld { .. }), "{err}");
+    let err = late
+        .commit()
+        .expect_err("the refused transaction only ends");
+    assert!(matches!(err, Error::SnapshotTooOld { .. }), "{err}");
+    early
+        .commit()
+        .expect("its key was checked and locked in time");
+    assert_eq!(read(&db, b"a"), Some(b"early".to_vec()));
+    assert_eq!(read(&db, b"b"), None);
 }
 
 /// The before-images a commit keeps for a live snapshot come from the leaf

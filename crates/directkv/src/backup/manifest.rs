@@ -10,7 +10,7 @@
 //!
 //! Invariants:
 //! - A manifest that decodes has been checked field by field (LSNs in
-//!   order, sizes a database has, page runs ascending from page 0 below the
+//!   order, sizes and a page count a database has, page runs ascending from page 0 below the
 //!   page count, only a backup's file names), so readers act on it without
 //!   further doubt.
 
@@ -225,11 +225,9 @@ impl Manifest {
         Ok((m, crc))
     }
 
-    /// Checks every field a reader acts on, so a manifest that decodes can
-    /// be used without further doubt: LSNs in order, a page size and a
-    /// segment size a database has, runs of pages that ascend from page 0
-    /// below the page count, and file paths that name a backup's files.
-    fn check(&self) -> std::result::Result<(), String> {
+    /// The part of [`check`](Self::check) for the scalars: LSNs in order,
+    /// and a page size, a page count and a segment size a database has.
+    fn check_sizes(&self) -> std::result::Result<(), String> {
         if !(self.start_lsn <= self.checkpoint_lsn && self.checkpoint_lsn <= self.end_lsn) {
             return Err(format!(
                 "LSNs out of order: start {}, checkpoint {}, end {}",
@@ -242,11 +240,27 @@ impl Manifest {
                 self.page_bytes
             ));
         }
+        use crate::constants::{PAGE_COUNT_MAX, PAGE_COUNT_MIN};
+        if !(PAGE_COUNT_MIN..=PAGE_COUNT_MAX).contains(&self.page_count) {
+            return Err(format!(
+                "page count {} is outside {PAGE_COUNT_MIN}..={PAGE_COUNT_MAX}",
+                self.page_count
+            ));
+        }
         let seg = self.wal_segment_bytes;
         let (min, max) = (SEGMENT_BYTES_MIN, SEGMENT_BYTES_MAX);
         if !(min..=max).contains(&seg) || seg % SEGMENT_HEADER_BYTES != 0 {
             return Err(format!("WAL segment size {seg} is not one a log has"));
         }
+        Ok(())
+    }
+
+    /// Checks every field a reader acts on, so a manifest that decodes can
+    /// be used without further doubt: LSNs in order, a page size, a page
+    /// count and a segment size a database has, runs of pages that ascend from page 0
+    /// below the page count, and file paths that name a backup's files.
+    fn check(&self) -> std::result::Result<(), String> {
+        self.check_sizes()?;
         let mut next = 0u64;
         for &[first, count] in &self.incremental_pages {
             let end = first.checked_add(count).filter(|&e| e <= self.page_count);
@@ -453,6 +467,32 @@ mod tests {
                     ..sample()
                 },
                 "page runs",
+            ),
+            (
+                Manifest {
+                    page_count: 0,
+                    incremental_pages: vec![],
+                    pages_as_deltas: 0,
+                    increment_format: super::super::increment::WHOLE_PAGES,
+                    format: MANIFEST_FORMAT,
+                    pages_from_log: vec![],
+                    ..sample()
+                },
+                "page count",
+            ),
+            (
+                Manifest {
+                    page_count: crate::constants::PAGE_COUNT_MAX + 1,
+                    ..sample()
+                },
+                "page count",
+            ),
+            (
+                Manifest {
+                    page_count: u64::MAX,
+                    ..sample()
+                },
+                "page count",
             ),
             (
                 Manifest {

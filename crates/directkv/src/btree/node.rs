@@ -421,7 +421,7 @@ pub fn remove(p: &mut [u8], i: usize) {
 pub fn validate(p: &[u8]) -> Result<(), String> {
     let t = page_type(p).ok_or("unknown page type")?;
     if !matches!(t, PageType::Leaf | PageType::Branch) {
-        return Ok(());
+        return validate_free(p, t);
     }
     let n = count(p);
     let start = cell_start(p);
@@ -526,6 +526,20 @@ fn check_cell_area(p: &[u8], start: usize, mut cells: Vec<(usize, usize)>) -> Re
 
 /// Fails for a page number no link may hold: the head page, or
 /// `u64::MAX` (the buffer pool's mark of a frame without a page).
+/// A free page's link (0: the end of the list) names a page a file can
+/// hold; other types than the tree's carry nothing more to check here.
+fn validate_free(p: &[u8], t: PageType) -> Result<(), String> {
+    if t != PageType::Free {
+        return Ok(());
+    }
+    let next = crate::btree::tree::free_next(p).get();
+    if next >= crate::constants::PAGE_COUNT_MAX {
+        return Err(format!("the free-list link is page {next}, past any file"));
+    }
+    assert!(next < crate::constants::PAGE_COUNT_MAX);
+    Ok(())
+}
+
 fn check_link(page: u64, what: &str) -> Result<(), String> {
     if page == 0 || page == u64::MAX {
         return Err(format!("{what} is page {page}, which no link may name"));

@@ -685,8 +685,13 @@ mod tests {
             let (tx, rx) = std::sync::mpsc::channel();
             let reader = Arc::clone(&pool);
             std::thread::spawn(move || {
-                let p = reader.read(page, Access::Normal).expect("read again");
-                tx.send(p.data()[60]).expect("send");
+                // The pin is let go before the byte is sent: the pins are
+                // counted as soon as it arrives.
+                let byte = reader
+                    .read(page, Access::Normal)
+                    .expect("read again")
+                    .data()[60];
+                tx.send(byte).expect("send");
             });
             let got = rx.recv_timeout(std::time::Duration::from_secs(30));
             assert_eq!(got, Ok(page.get() as u8), "the page loads again");

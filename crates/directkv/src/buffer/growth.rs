@@ -9,6 +9,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::pool::*;
+use crate::constants::PAGE_COUNT_MAX;
 use crate::error::Result;
 use crate::format::PageId;
 use crate::io::{AlignedBuf, Fill, Storage};
@@ -61,10 +62,11 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
             target = {
                 let _one = lock(&self.extend);
                 let end = self.extended.load(Ordering::Acquire);
-                if ahead(end) {
+                if ahead(end) || end >= PAGE_COUNT_MAX {
                     return Ok(0);
                 }
-                page_count.max(end) + chunk_of(end)
+                // Never past the most pages a data file may hold.
+                (page_count.max(end).saturating_add(chunk_of(end))).min(PAGE_COUNT_MAX)
             };
             // Reserve the blocks first: a full filesystem fails here, where
             // nothing is poisoned, rather than in a zero write, which would

@@ -464,6 +464,18 @@ impl<S: Storage> PagesMut for CommitCtx<'_, S> {
         let head = self.meta.freelist;
         if head != PageId::ZERO {
             let next = self.read(head, Access::Normal, crate::btree::tree::free_next)?;
+            // A link read from disk: past the file, or back to its own
+            // page, it would hand out a page that does not exist or twice.
+            if next.get() >= self.meta.page_count || next == head {
+                return Err(self.inner.pool.page_corruption(
+                    head,
+                    format!(
+                        "the free page links to page {next}, not 0 or one of pages 1..{} \
+                         other than itself",
+                        self.meta.page_count
+                    ),
+                ));
+            }
             self.meta.freelist = next;
             self.change(head, false, |p| {
                 p[page::PAGE_HEADER_BYTES..].fill(0);
@@ -471,8 +483,18 @@ impl<S: Storage> PagesMut for CommitCtx<'_, S> {
             })?;
             return Ok(head);
         }
+        if self.meta.page_count >= crate::constants::PAGE_COUNT_MAX {
+            return Err(Error::Unsupported {
+                what: "a data file of more pages",
+                detail: format!(
+                    "the data file holds {} pages, the most a database may",
+                    self.meta.page_count
+                ),
+            });
+        }
         let no = PageId::new(self.meta.page_count);
         self.meta.page_count += 1;
+        assert!(self.meta.page_count <= crate::constants::PAGE_COUNT_MAX);
         self.change(no, true, init)?;
         Ok(no)
     }

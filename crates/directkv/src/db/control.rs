@@ -96,7 +96,9 @@ impl<S: Storage> ControlFile<S> {
     ///
     /// # Errors
     /// [`Error::NotADatabase`] when neither slot is a control slot;
-    /// [`Error::FormatVersion`] for another format version; I/O errors.
+    /// [`Error::FormatVersion`] for another format version;
+    /// [`Error::Corruption`] for a valid slot with a field out of range
+    /// (naming the field and its offset in the file); I/O errors.
     pub fn open(storage: &S, path: &Path) -> Result<ControlFile<S>> {
         Self::open_scheduled(storage, path, Scheduler::fifo())
     }
@@ -142,7 +144,22 @@ impl<S: Storage> ControlFile<S> {
             if got < SLOT_USED_BYTES {
                 continue;
             }
-            if let Some(c) = Control::decode(buf.as_slice(), path)? {
+            // A field out of range is named at its offset in the file.
+            let decoded = Control::decode(buf.as_slice(), path).map_err(|e| match e {
+                Error::Corruption {
+                    path,
+                    offset,
+                    page,
+                    detail,
+                } => Error::Corruption {
+                    path,
+                    offset: slot * SLOT_BYTES as u64 + offset,
+                    page,
+                    detail: format!("{detail} (slot {slot})"),
+                },
+                e => e,
+            })?;
+            if let Some(c) = decoded {
                 if best.is_none_or(|b| c.generation > b.generation) {
                     best = Some(c);
                 }
@@ -163,8 +180,18 @@ impl<S: Storage> ControlFile<S> {
     /// Durably replaces the control (the generation is set here).
     ///
     /// # Errors
-    /// I/O errors of the write or `fsync`.
+    /// I/O errors of the write or `fsync`; [`Error::Unsupported`] past the
+    /// last generation.
     pub fn write(&mut self, control: Control) -> Result<()> {
+        // The generation a slot may carry ends here (the reader refuses
+        // one past it); 2^62 checkpoints are not reached by running.
+        let most = crate::constants::CONTROL_GENERATION_MAX;
+        if self.current.generation >= most {
+            return Err(Error::Unsupported {
+                what: "a CONTROL generation past the largest",
+                detail: format!("CONTROL is at generation {most}, the last one"),
+            });
+        }
         let next = Control {
             generation: self.current.generation + 1,
             ..control

@@ -28,7 +28,7 @@ mod engine;
 mod locks;
 mod open;
 mod options;
-mod records;
+pub mod records;
 mod recovery;
 mod shape;
 mod stats;

@@ -42,6 +42,7 @@ use super::versions::VersionStore;
 use super::{Database, Options};
 use crate::btree::node;
 use crate::buffer::BufferPool;
+use crate::constants::LOG_BYTES_PER_PAGE_MIN;
 use crate::error::{Error, IoOp, Result};
 use crate::format::control::Control;
 use crate::format::data_head;
@@ -77,6 +78,7 @@ pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result
     let (pool, aio) = open_pool(&storage, path, &opts, &c, &log, &sched)?;
     // A backup's log must reach its end, whatever its page 0 says.
     let reached = check_data_head(&pool, &c)?.max(backup_end);
+    check_page_count(&pool, &c, &control_path)?;
     let (storage, wal_opts) = wal_options(&storage, path, &opts, &c, reached, &sched)?;
     let wal_sync = wal_opts.sync;
     let Recovered {
@@ -437,6 +439,7 @@ fn wal_options<S: Storage>(
     wal_opts.sync = choose_sync(opts, &storage.os_at(&wal_dir));
     wal_opts.segment_bytes = opts.wal_segment_bytes;
     wal_opts.background_prepare = opts.background_threads;
+    wal_opts.seal_delay = opts.wal_seal_delay;
     wal_opts.sched = Arc::clone(sched);
     wal_opts.permissions = opts.permissions;
     Ok((storage, wal_opts))
@@ -486,6 +489,41 @@ fn open_pool<S: Storage>(
         "the pool takes CONTROL's page size"
     );
     Ok((pool, aio))
+}
+
+/// Refuses a `CONTROL` whose page count the data file cannot explain:
+/// every page below a checkpoint's page count was written and synced
+/// before `CONTROL` named it, except those its checkpoint's own window of
+/// log (redo point to checkpoint end) allocated, each of which has at least
+/// [`LOG_BYTES_PER_PAGE_MIN`] bytes of log. A count past that would have
+/// the pool grow the file to it (zero-filling terabytes, or without end)
+/// and read pages that never existed. Called after the head's check,
+/// which names an older (shorter) data file as such.
+///
+/// Worked example: a 1 MiB file of 8 KiB pages holds 128 pages; a window of
+/// 4000 bytes of log explains 100 more: 228 is the largest count allowed.
+fn check_page_count<S: Storage>(pool: &Pool<S>, c: &Control, control_path: &Path) -> Result<()> {
+    let page_bytes = u64::from(c.page_bytes);
+    let file_pages = pool.file().len()?.div_ceil(page_bytes);
+    assert!(c.checkpoint_lsn >= c.redo_lsn, "CONTROL's LSNs are checked");
+    let window = c.checkpoint_lsn.get() - c.redo_lsn.get();
+    let allowed = file_pages.saturating_add(window / LOG_BYTES_PER_PAGE_MIN);
+    if c.page_count > allowed {
+        return Err(Error::Corruption {
+            path: control_path.to_path_buf(),
+            offset: 64,
+            page: None,
+            detail: format!(
+                "CONTROL's page count {} is past the {file_pages} pages of the data file \
+                 and the {} its checkpoint's {window} bytes of log can add: the data file \
+                 is shorter than CONTROL says (truncated?), or CONTROL is damaged",
+                c.page_count,
+                window / LOG_BYTES_PER_PAGE_MIN
+            ),
+        });
+    }
+    assert!(c.page_count <= crate::constants::PAGE_COUNT_MAX);
+    Ok(())
 }
 
 /// Refuses a data file older than the checkpoint `CONTROL` names (see

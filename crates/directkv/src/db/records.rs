@@ -12,7 +12,9 @@
 //! so redo applies a committed transaction's page records to a page exactly when
 //! the page's LSN is below that commit's LSN.
 
+use crate::constants::{PAGE_COUNT_MAX, PAGE_COUNT_MIN, TXN_ID_MAX};
 use crate::error::{Error, Result};
+use crate::format::page::PAGE_SIZES;
 use crate::format::{le, PageId, TxnId};
 use crate::lsn::Lsn;
 
@@ -45,6 +47,45 @@ fn bad(what: &str) -> Error {
     }
 }
 
+/// A record whose bytes parse but whose field is out of its range: what no
+/// build writes (a bug's record, or a crafted log).
+fn out_of_range(kind: &str, detail: String) -> Error {
+    Error::Corruption {
+        path: "wal".into(),
+        offset: 0,
+        page: None,
+        detail: format!("{kind} record's {detail}"),
+    }
+}
+
+/// Checks a transaction id a record carries.
+fn check_txn(kind: &str, txn: u64) -> Result<TxnId> {
+    if txn > TXN_ID_MAX {
+        return Err(out_of_range(
+            kind,
+            format!("transaction id {txn} is past the largest, {TXN_ID_MAX}"),
+        ));
+    }
+    Ok(TxnId::new(txn))
+}
+
+/// Checks the tree state a commit or checkpoint record carries: a page
+/// count in [`PAGE_COUNT_MIN`]..=[`PAGE_COUNT_MAX`], the root and the
+/// free-list head pages of it (as `CONTROL`'s are checked).
+fn check_meta(kind: &str, meta: &Meta) -> Result<()> {
+    let count = meta.page_count;
+    if !(PAGE_COUNT_MIN..=PAGE_COUNT_MAX).contains(&count) {
+        return Err(out_of_range(
+            kind,
+            format!("page count {count} is outside {PAGE_COUNT_MIN}..={PAGE_COUNT_MAX}"),
+        ));
+    }
+    crate::format::control::check_tree_pages(meta.root, meta.freelist, count)
+        .map_err(|(_, detail)| out_of_range(kind, detail))?;
+    assert!(meta.root.get() < count && meta.freelist.get() < count);
+    Ok(())
+}
+
 /// Page record flag: changed byte ranges.
 const DELTA: u8 = 0;
 /// Page record flag: the whole page as one range.
@@ -74,7 +115,7 @@ fn put_header(out: &mut Vec<u8>, txn: TxnId, page: PageId, flag: u8) {
     out.push(flag);
 }
 
-/// [`encode_page`] into `out` (cleared first), reusing its allocation.
+/// `encode_page` (the tests' encoder) into `out` (cleared first), reusing its allocation.
 pub fn encode_page_into(
     out: &mut Vec<u8>,
     txn: TxnId,
@@ -222,12 +263,41 @@ pub fn decode_page(b: &[u8]) -> Result<PageRecord<'_>> {
         .map(usize::from)
         .ok_or_else(|| bad("page"))?;
     let bytes = &b[PAGE_HEADER + 2..];
+    let txn = check_txn("page", txn.get())?;
+    // Page 0 is the data file's head, written whole by checkpoints and
+    // never logged: a record naming it would overwrite the head's claims.
+    if page == PageId::ZERO || page.get() >= PAGE_COUNT_MAX {
+        return Err(out_of_range(
+            "page",
+            format!("page {page} is not one of pages 1..{PAGE_COUNT_MAX} (page 0 is the head)"),
+        ));
+    }
     let (full, body) = match flag {
         DELTA => (false, Body::Ranges { bytes, n }),
         FULL => (true, Body::Ranges { bytes, n }),
         FULL_LZ4 => (true, Body::Lz4 { len: n, bytes }),
         _ => return Err(bad("page (unknown record flag)")),
     };
+    match body {
+        // Each range takes at least its 4-byte offset and length.
+        Body::Ranges { n, .. } if n > bytes.len() / 4 => {
+            return Err(out_of_range(
+                "page",
+                format!(
+                    "range count {n} is past the {} its body holds",
+                    bytes.len() / 4
+                ),
+            ));
+        }
+        Body::Lz4 { len, .. } if !PAGE_SIZES.contains(&(len as u32)) => {
+            return Err(out_of_range(
+                "page",
+                format!("image size {len} is not one of 4096, 8192, 16384"),
+            ));
+        }
+        _ => {}
+    }
+    assert!(page != PageId::ZERO && txn.get() <= TXN_ID_MAX);
     Ok(PageRecord {
         txn,
         page,
@@ -280,10 +350,16 @@ pub fn encode_abort(txn: TxnId) -> [u8; 8] {
     txn.get().to_le_bytes()
 }
 
-/// Decodes an abort record; `None` for a payload that is not one id.
-pub fn decode_abort(b: &[u8]) -> Option<TxnId> {
-    let id = <[u8; 8]>::try_from(b).ok().map(u64::from_le_bytes)?;
-    Some(TxnId::new(id))
+/// Decodes an abort record.
+///
+/// # Errors
+/// [`Error::Corruption`] for a payload that is not one id, or an id past
+/// [`TXN_ID_MAX`].
+pub fn decode_abort(b: &[u8]) -> Result<TxnId> {
+    let id = <[u8; 8]>::try_from(b)
+        .map(u64::from_le_bytes)
+        .map_err(|_| bad("abort"))?;
+    check_txn("abort", id)
 }
 
 /// Bytes of a commit record's payload (with its time).
@@ -295,20 +371,46 @@ pub fn decode_commit_time(b: &[u8]) -> Option<u64> {
     le::get_u64(b, 32)
 }
 
-/// Decodes a commit or checkpoint record: (txn or redo LSN, meta).
+/// Decodes a commit or checkpoint record: (txn or redo LSN, meta), the
+/// meta range-checked (see [`decode_commit`] and [`decode_checkpoint`] for
+/// the first field's check).
 ///
 /// # Errors
-/// [`Error::Corruption`] when it is malformed.
+/// [`Error::Corruption`] when it is malformed or a field is out of range.
 pub fn decode_meta(b: &[u8]) -> Result<(u64, Meta)> {
     let get = |i: usize| le::get_u64(b, 8 * i).ok_or_else(|| bad("commit"));
-    Ok((
-        get(0)?,
-        Meta {
-            root: PageId::new(get(1)?),
-            page_count: get(2)?,
-            freelist: PageId::new(get(3)?),
-        },
-    ))
+    let meta = Meta {
+        root: PageId::new(get(1)?),
+        page_count: get(2)?,
+        freelist: PageId::new(get(3)?),
+    };
+    check_meta("commit or checkpoint", &meta)?;
+    Ok((get(0)?, meta))
+}
+
+/// Decodes a commit record: its transaction and the tree state it leaves.
+///
+/// # Errors
+/// [`Error::Corruption`] when it is malformed or a field is out of range.
+pub fn decode_commit(b: &[u8]) -> Result<(TxnId, Meta)> {
+    let (txn, meta) = decode_meta(b)?;
+    Ok((check_txn("commit", txn)?, meta))
+}
+
+/// Decodes a checkpoint record that starts at `at`: its redo LSN (at most
+/// `at`: a checkpoint's redo point is where it began) and tree state.
+///
+/// # Errors
+/// [`Error::Corruption`] when it is malformed or a field is out of range.
+pub fn decode_checkpoint(b: &[u8], at: Lsn) -> Result<(Lsn, Meta)> {
+    let (redo, meta) = decode_meta(b)?;
+    if redo > at.get() {
+        return Err(out_of_range(
+            "checkpoint",
+            format!("redo LSN {redo} is past the record's own LSN {at}"),
+        ));
+    }
+    Ok((Lsn::new(redo), meta))
 }
 
 pub use crate::format::diff::diff;
@@ -454,6 +556,63 @@ mod tests {
         assert_eq!(rec.len(), 19 + 4 + 8192);
     }
 
+    /// Each field of each record kind at 0, 1, its largest value and just
+    /// past it: in range it decodes, out of range it is corruption naming
+    /// the field (24 cases).
+    #[test]
+    fn record_fields_are_range_checked_at_their_edges() {
+        let meta = |root: u64, count: u64, free: u64| Meta {
+            root: pid(root),
+            page_count: count,
+            freelist: pid(free),
+        };
+        let max = PAGE_COUNT_MAX;
+        let metas = [
+            (meta(1, 2, 0), None),
+            (meta(max - 1, max, max - 2), None),
+            (meta(1, 0, 0), Some("page count")),
+            (meta(1, 1, 0), Some("page count")),
+            (meta(1, max + 1, 0), Some("page count")),
+            (meta(0, 5, 0), Some("root page")),
+            (meta(5, 5, 0), Some("root page")),
+            (meta(2, 5, 2), Some("free-list head")),
+            (meta(2, 5, 5), Some("free-list head")),
+        ];
+        // Raw bytes: the encoders assert what they write is in range.
+        let raw = |first: u64, m: &Meta| -> Vec<u8> {
+            [first, m.root.get(), m.page_count, m.freelist.get(), 0]
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect()
+        };
+        for (m, want) in metas {
+            let got = decode_commit(&raw(1, &m));
+            match want {
+                None => assert_eq!(got.expect("in range"), (tid(1), m)),
+                Some(w) => assert!(got.expect_err(w).to_string().contains(w), "{w}"),
+            }
+        }
+        let m = meta(1, 2, 0);
+        for (txn, ok) in [
+            (0, true),
+            (1, true),
+            (TXN_ID_MAX, true),
+            (TXN_ID_MAX + 1, false),
+        ] {
+            assert_eq!(decode_commit(&raw(txn, &m)).is_ok(), ok);
+            assert_eq!(decode_abort(&encode_abort(tid(txn))).is_ok(), ok);
+        }
+        let at = Lsn::new(1000);
+        for (redo, ok) in [(0, true), (1000, true), (1001, false)] {
+            let rec = raw(redo, &m);
+            assert_eq!(decode_checkpoint(&rec, at).is_ok(), ok, "{redo}");
+        }
+        for (page, ok) in [(0, false), (1, true), (max - 1, true), (max, false)] {
+            let rec = encode_page(tid(1), pid(page), false, &[], &[]);
+            assert_eq!(decode_page(&rec).is_ok(), ok, "page {page}");
+        }
+    }
+
     #[test]
     fn meta_round_trip() {
         let m = Meta {
@@ -469,8 +628,8 @@ mod tests {
         assert_eq!(decode_meta(&c).expect("decode"), (42, m));
         assert_eq!(decode_commit_time(&c), Some(1_700_000_000_000_123));
         assert_eq!(decode_commit_time(&encode_meta(42, &m)), None);
-        assert_eq!(decode_abort(&encode_abort(tid(42))), Some(tid(42)));
-        assert_eq!(decode_abort(&[1, 2, 3]), None);
+        assert_eq!(decode_abort(&encode_abort(tid(42))).ok(), Some(tid(42)));
+        assert!(decode_abort(&[1, 2, 3]).is_err());
         assert!(decode_page(&[0; 5]).is_err());
         let mut unknown = encode_page(tid(1), pid(2), false, &[], &[]);
         unknown[16] = 7;

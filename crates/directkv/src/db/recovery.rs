@@ -16,8 +16,14 @@
 //!   the log past it.
 //! - Replay holds at most [`REPLAY_LOOKAHEAD`] commits ahead of the one it
 //!   applies.
+//! - No record out of range is applied: the decoders refuse page 0 and
+//!   pages past the commit's count, counts and ids out of range
+//!   (`db::records`), and a commit may grow the page count by at most the
+//!   pages it logged; the error names the segment file and the record's
+//!   offset in it.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::path::Path;
 use std::time::Instant;
 
 use super::engine::{EngineLog, Pool};
@@ -30,6 +36,7 @@ use crate::format::{page, PageId, TxnId};
 use crate::io::Storage;
 use crate::lsn::Lsn;
 use crate::sched::IoClass;
+use crate::wal::format::{segment_file_name, Layout};
 use crate::wal::{Record, Wal, WalOptions};
 
 /// What replay leaves for open: the WAL, open at the end of the log, the
@@ -43,38 +50,6 @@ pub(super) struct Recovered<S: Storage> {
     /// Pages the replayed commits changed.
     pub(super) changed: super::summary::PageSet,
     pub(super) stats: RecoveryStats,
-}
-
-/// Names the segment file in `dir` that holds the record at `lsn`, and the
-/// record's byte offset in it, in a corruption error from a record decoder
-/// (which sees only the payload, so names the log as a whole: the relative
-/// path `wal` at offset 0). Any other error is returned as it is.
-fn at_record(
-    e: Error,
-    dir: &std::path::Path,
-    layout: crate::wal::format::Layout,
-    lsn: Lsn,
-) -> Error {
-    match e {
-        Error::Corruption {
-            path,
-            offset: 0,
-            page,
-            detail,
-        } if path.as_os_str() == "wal" => {
-            let segment = layout.segment_of(lsn);
-            let path = dir.join(crate::wal::format::segment_file_name(segment));
-            let offset = layout.file_offset(lsn);
-            assert!(offset > 0, "a record starts past its segment's header");
-            Error::Corruption {
-                path,
-                offset,
-                page,
-                detail: format!("the record at LSN {lsn}: {detail}"),
-            }
-        }
-        e => e,
-    }
 }
 
 /// Opens the WAL of `control`'s checkpoint and replays it into `pool`.
@@ -96,13 +71,17 @@ pub(super) fn recover<S: Storage>(
     };
     let started = Instant::now();
     let pages_read_before = pool.stats().pages_read;
-    let mut replay = Replay::new(pool, log);
-    let layout = crate::wal::format::Layout {
+    let mut replay = Replay::new(pool, log, control.page_count);
+    let layout = Layout {
         segment_bytes: wal_opts.segment_bytes,
     };
+    // Errors name the segment wherever the process's working directory is
+    // when they are read.
     let wal_dir = std::path::absolute(&wal_opts.dir).unwrap_or_else(|_| wal_opts.dir.clone());
     let (wal, end) = Wal::open(storage.clone(), wal_opts, control.redo_lsn, |rec| {
-        (replay.record(&rec, &mut meta)).map_err(|e| at_record(e, &wal_dir, layout, rec.lsn))
+        replay
+            .record(&rec, &mut meta)
+            .map_err(|e| name_record(e, &wal_dir, layout, rec.lsn))
     })?;
     replay.finish(&mut meta)?;
     // Pages on disk are written only after their log: one newer than the
@@ -139,6 +118,25 @@ pub(super) fn recover<S: Storage>(
     })
 }
 
+/// Names the segment file and offset of the record at `lsn` in a decoder's
+/// error, which knows neither (its path is `wal`, its offset 0).
+fn name_record(e: Error, dir: &Path, layout: Layout, lsn: Lsn) -> Error {
+    match e {
+        Error::Corruption {
+            path,
+            offset: 0,
+            page,
+            detail,
+        } if path == Path::new("wal") => Error::Corruption {
+            path: dir.join(segment_file_name(layout.segment_of(lsn))),
+            offset: layout.file_offset(lsn),
+            page,
+            detail: format!("{detail} (met at the record at LSN {lsn})"),
+        },
+        e => e,
+    }
+}
+
 /// Redo: buffers each transaction's page records until its commit, then
 /// applies them to pages whose LSN is below the commit's.
 ///
@@ -169,6 +167,9 @@ struct Replay<'a, S: Storage> {
     queue: VecDeque<Committed>,
     /// Pages to read ahead for the queued commits.
     wanted: Vec<PageId>,
+    /// The largest page count met so far (`CONTROL`'s, then the commits'):
+    /// a commit grows it by at most the pages it logged.
+    page_count_max: u64,
 }
 
 /// A committed transaction waiting in replay's lookahead.
@@ -190,7 +191,7 @@ const REPLAY_READ_BATCH: usize = 32;
 const REPLAY_CLEAN_EVERY: u32 = 16;
 
 impl<'a, S: Storage> Replay<'a, S> {
-    fn new(pool: &'a Pool<S>, log: &'a EngineLog<S>) -> Self {
+    fn new(pool: &'a Pool<S>, log: &'a EngineLog<S>, page_count: u64) -> Self {
         Replay {
             pool,
             log,
@@ -204,7 +205,30 @@ impl<'a, S: Storage> Replay<'a, S> {
             since_clean: 0,
             queue: Default::default(),
             wanted: Vec::new(),
+            page_count_max: page_count,
         }
+    }
+
+    /// Refuses a commit whose page count grows past what its records can
+    /// explain: each page a transaction allocates gets a full image in its
+    /// records, so the count grows by at most the pages it logged.
+    fn check_growth(&mut self, txn: TxnId, m: &Meta, pages_logged: usize) -> Result<()> {
+        let allowed = self.page_count_max.saturating_add(pages_logged as u64);
+        if m.page_count > allowed {
+            return Err(Error::Corruption {
+                path: "wal".into(),
+                offset: 0,
+                page: None,
+                detail: format!(
+                    "commit record's page count {} (transaction {txn}) is past the {} pages \
+                     before it and the {pages_logged} it logged",
+                    m.page_count, self.page_count_max
+                ),
+            });
+        }
+        self.page_count_max = self.page_count_max.max(m.page_count);
+        assert!(self.page_count_max <= crate::constants::PAGE_COUNT_MAX);
+        Ok(())
     }
 
     /// Notes the pages of one commit's records: each as changed (for the
@@ -264,12 +288,12 @@ impl<'a, S: Storage> Replay<'a, S> {
                     .push(rec.payload.clone());
             }
             records::COMMIT => {
-                let (txn, m) = records::decode_meta(&rec.payload)?;
-                let txn = TxnId::new(txn);
+                let (txn, m) = records::decode_commit(&rec.payload)?;
                 self.max_txn = self.max_txn.max(txn);
                 self.note_time(&rec.payload);
                 let payloads = self.pending.remove(&txn).unwrap_or_default();
                 let images = self.note_pages(&payloads, m.page_count)?;
+                self.check_growth(txn, &m, self.commit_pages.len())?;
                 if self.wanted.len() >= REPLAY_READ_BATCH {
                     let loaded = self.pool.read_batch(&self.wanted, Access::Normal) as u64;
                     assert!(
@@ -294,11 +318,13 @@ impl<'a, S: Storage> Replay<'a, S> {
                     "the lookahead is bounded"
                 );
             }
-            records::CHECKPOINT => self.note_time(&rec.payload),
+            records::CHECKPOINT => {
+                records::decode_checkpoint(&rec.payload, rec.lsn)?;
+                self.note_time(&rec.payload);
+            }
             records::ABORT => {
-                if let Some(txn) = records::decode_abort(&rec.payload) {
-                    self.pending.remove(&txn);
-                }
+                let txn = records::decode_abort(&rec.payload)?;
+                self.pending.remove(&txn);
             }
             _ => {}
         }

@@ -147,9 +147,10 @@ pub struct StallHistograms {
 pub struct TxnStats {
     /// Write transactions begun since open.
     pub begun: u64,
-    /// Commits refused because another transaction committed a change to
-    /// what this one read or wrote (`Error::Conflict`), or because its
-    /// snapshot was given up.
+    /// Transactions refused because another transaction committed a change
+    /// to what this one read or wrote (`Error::Conflict`), or because its
+    /// snapshot was given up: at commit, or (under Snapshot) at the
+    /// `put`, `delete` or `get_for_update` that locked a changed key.
     pub conflicts: u64,
     /// Transactions chosen as a deadlock's victim (`Error::Deadlock`).
     pub deadlocks: u64,

@@ -428,6 +428,11 @@ impl VersionStore {
         mut keys: impl Iterator<Item = &'k [u8]>,
         ranges: &[KeyRange],
     ) -> Result<Option<(Vec<u8>, &'static str)>> {
+        if self.visible() == csn {
+            // Nothing published since the snapshot, which is then the
+            // newest and never given up: no look-up, no lock.
+            return Ok(None);
+        }
         // The store's lock first: a collection (which may give the snapshot
         // up and drop versions it needs) cannot run between the liveness
         // check and the look-up.

@@ -23,15 +23,17 @@
 //!    versions no snapshot needs any more are dropped, and the commit
 //!    waits for its record to be durable outside every lock.
 //!
-//! Validation: under [`Isolation::Serializable`] every key and range the
-//! transaction read from its snapshot must be unchanged since; under
-//! [`Isolation::Snapshot`] every key it writes (the first committer wins),
-//! except a key whose latest value it read under the row lock before
-//! writing it. The version store holds a version for
-//! every key each commit since the snapshot changed, because the
-//! transaction's own snapshot is live ([`super::versions`]), so "changed
-//! since" is a look-up there. A committed transaction's reads then equal
-//! the state at its commit point: the order of commits is a serial order.
+//! Validation: under [`Isolation::Serializable`], at commit, every key and
+//! range the transaction read from its snapshot must be unchanged since. A
+//! committed transaction's reads then equal the state at its commit point:
+//! the order of commits is a serial order. Under [`Isolation::Snapshot`]
+//! every key it locks (`put`, `delete`, `get_for_update`) must be unchanged
+//! since its snapshot, checked as the lock is taken (PostgreSQL's
+//! `REPEATABLE READ`): the first committer wins, and a locking read reads
+//! the snapshot's value; the commit checks nothing more. The version store
+//! holds a version for every key each commit since the snapshot changed,
+//! because the transaction's own snapshot is live ([`super::versions`]),
+//! so "changed since" is a look-up there.
 //!
 //! Invariants:
 //! - A transaction holds its snapshot from begin until after its commit
@@ -66,6 +68,48 @@ use crate::lsn::Lsn;
 /// its last try reads missing pages inside the section.
 const COMMIT_MISSES_MAX: usize = 8;
 
+/// Why a locking read or write under [`Isolation::Snapshot`] is refused
+/// (the reason of its [`Error::Conflict`]).
+const SNAPSHOT_CHANGED_SINCE: &str = "Snapshot isolation refuses to lock or write a key that \
+     another transaction committed a change to after this transaction's snapshot (first \
+     committer wins; a locking read must read the snapshot's value)";
+
+/// What ended a transaction before its commit: every later call returns
+/// it again.
+enum Refused {
+    /// It was a deadlock's victim, waiting for `key`.
+    Deadlock { key: String },
+    /// Under Snapshot it locked a key changed since its snapshot.
+    Conflict { key: String },
+    /// Under Snapshot it locked a key after its snapshot was given up.
+    TooOld {
+        snapshot: u64,
+        oldest_kept: u64,
+        cap_bytes: usize,
+    },
+}
+
+impl Refused {
+    fn error(&self) -> Error {
+        match self {
+            Refused::Deadlock { key } => Error::Deadlock { key: key.clone() },
+            Refused::Conflict { key } => Error::Conflict {
+                key: key.clone(),
+                reason: SNAPSHOT_CHANGED_SINCE.into(),
+            },
+            &Refused::TooOld {
+                snapshot,
+                oldest_kept,
+                cap_bytes,
+            } => Error::SnapshotTooOld {
+                snapshot,
+                oldest_kept,
+                cap_bytes,
+            },
+        }
+    }
+}
+
 /// The keys and ranges a transaction read from its snapshot.
 #[derive(Default)]
 struct ReadSet {
@@ -95,8 +139,9 @@ pub struct WriteTxn<'db, S: Storage = crate::io::OsStorage> {
     for_update: BTreeMap<Vec<u8>, (Before, Option<Traced>)>,
     /// What it read from its snapshot (Serializable only).
     read_set: Mutex<ReadSet>,
-    /// Set when it was a deadlock's victim: it can only end.
-    victim: Option<String>,
+    /// Set when it was a deadlock's victim, or a locking read or write
+    /// of it was refused under Snapshot: it can only end.
+    refused: Option<Refused>,
     /// Its writes were applied (it committed, or its commit's outcome is
     /// unknown): they are no longer only its own.
     committed: bool,
@@ -140,7 +185,7 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
             locked: Vec::new(),
             for_update: BTreeMap::new(),
             read_set: Mutex::new(ReadSet::default()),
-            victim: None,
+            refused: None,
             committed: false,
             discarded: std::sync::OnceLock::new(),
         })
@@ -156,11 +201,12 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
             .expect("a live transaction holds its snapshot")
     }
 
-    /// Fails every operation of a deadlock's victim.
+    /// Fails every operation of a deadlock's victim, or of a transaction
+    /// whose locking read or write was refused, with the same error.
     fn check_alive(&self) -> Result<()> {
         self.inner.health.check()?;
-        match &self.victim {
-            Some(key) => Err(Error::Deadlock { key: key.clone() }),
+        match &self.refused {
+            Some(r) => Err(r.error()),
             None => Ok(()),
         }
     }
@@ -177,7 +223,9 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
     }
 
     /// Takes `key`'s row lock (waiting first come first served). A deadlock
-    /// makes this transaction the victim: its locks go at once.
+    /// makes this transaction the victim: its locks go at once. Under
+    /// Snapshot a key newly locked is checked unchanged since the snapshot
+    /// ([`check_locked_unchanged`](Self::check_locked_unchanged)).
     fn lock(&mut self, key: &[u8]) -> Result<()> {
         let _guard = PanicGuard(&self.inner.health);
         let t = Instant::now();
@@ -186,7 +234,7 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
             Ok(true) => {
                 self.locked.push(key.to_vec());
                 self.inner.counters.row_lock_wait.record(t.elapsed());
-                Ok(())
+                self.check_locked_unchanged(key)
             }
             Ok(false) => {
                 assert_eq!(
@@ -200,12 +248,62 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
             Err(e) => {
                 self.inner.counters.row_lock_wait.record(t.elapsed());
                 if let Error::Deadlock { key } = &e {
-                    self.victim = Some(key.clone());
+                    self.refused = Some(Refused::Deadlock { key: key.clone() });
                     self.release_locks();
                 }
                 Err(e)
             }
         }
+    }
+
+    /// Under [`Isolation::Snapshot`], fails when another transaction
+    /// committed a change to `key`, whose row lock this one just took,
+    /// since its snapshot (PostgreSQL's `REPEATABLE READ` rule): whatever
+    /// this transaction does with the key would otherwise rest on a value
+    /// its snapshot does not hold (a lost update, or a locking read that
+    /// mixes two states). Once the lock is held no other commit changes the
+    /// key, so the check holds to the commit, which checks no written key
+    /// again. A commit that held the lock before published its change
+    /// before letting the lock go, so the look-up sees it. A refusal
+    /// ([`Error::Conflict`], or [`Error::SnapshotTooOld`] when what changed
+    /// is no longer known) ends the transaction: its locks go, and every
+    /// later call returns the same error.
+    fn check_locked_unchanged(&mut self, key: &[u8]) -> Result<()> {
+        assert!(
+            self.locked.last().is_some_and(|k| k == key),
+            "the key was just locked"
+        );
+        if self.opts.isolation != Isolation::Snapshot {
+            return Ok(());
+        }
+        assert!(
+            !self.writes.contains_key(key) && !self.for_update.contains_key(key),
+            "a key is written or read under its lock only once it is locked"
+        );
+        let snap = self.snap();
+        let found = snap
+            .store()
+            .changed_since(snap.csn(), std::iter::once(key), &[]);
+        let refused = match found {
+            Ok(None) => return Ok(()),
+            Ok(Some(_)) => Refused::Conflict {
+                key: String::from_utf8_lossy(key).into_owned(),
+            },
+            Err(Error::SnapshotTooOld {
+                snapshot,
+                oldest_kept,
+                cap_bytes,
+            }) => Refused::TooOld {
+                snapshot,
+                oldest_kept,
+                cap_bytes,
+            },
+            Err(e) => return self.inner.health.observe(Err(e)),
+        };
+        let e = refused.error();
+        self.refused = Some(refused);
+        self.release_locks();
+        self.count_refusal(Err(e))
     }
 
     /// Sets `key` to `value`, taking the key's row lock.
@@ -214,7 +312,12 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
     /// [`Error::InvalidArgument`] for a key over the limit (1024 bytes; less
     /// with 4 KiB pages) or a value over [`tree::VALUE_MAX`]: the transaction
     /// is unchanged then. [`Error::Deadlock`] or [`Error::LockTimeout`]
-    /// waiting for the lock.
+    /// waiting for the lock. Under [`Isolation::Snapshot`],
+    /// [`Error::Conflict`] when another transaction committed a change to
+    /// the key since this one's snapshot (first committer wins), or
+    /// [`Error::SnapshotTooOld`] when the snapshot was given up before the
+    /// key was locked: the transaction then ends (its locks go, every later
+    /// call fails the same way); run it again.
     pub fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
         self.check_alive()?;
         self.check_key(key)?;
@@ -270,9 +373,14 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
     /// key waits until this one commits or ends, so the value read stays
     /// the latest and is not validated at commit.
     ///
+    /// Under [`Isolation::Snapshot`] the key must be unchanged since the
+    /// snapshot, so the value read is also the snapshot's.
+    ///
     /// # Errors
     /// [`Error::Deadlock`] (this transaction is the victim: end it and run
-    /// it again), [`Error::LockTimeout`]; as [`get`](Self::get).
+    /// it again), [`Error::LockTimeout`]; under Snapshot the
+    /// [`Error::Conflict`] or [`Error::SnapshotTooOld`] of
+    /// [`put`](Self::put); as [`get`](Self::get).
     pub fn get_for_update(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         self.check_alive()?;
         self.check_key(key)?;
@@ -594,49 +702,63 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
     }
 
     /// Fails with [`Error::Conflict`] when a commit since the snapshot
-    /// changed what this transaction depends on: under Serializable, a key
-    /// or a range it read from its snapshot (also when it locked the key
-    /// later: the snapshot read saw the older value); under Snapshot, a key
-    /// it writes (the first committer wins), unless it read the key's latest
-    /// value under the row lock before writing it. A blind write needs no
-    /// check under Serializable: it takes effect at the commit point, which
-    /// is where the transaction serializes. Called in the commit section,
-    /// where no commit runs beside it (or, for a transaction that writes
-    /// nothing, anywhere: the store's lock makes the look-up one moment).
+    /// changed what this transaction depends on. Under Serializable that is
+    /// a key or a range it read from its snapshot (also when it locked the
+    /// key later: the snapshot read saw the older value); a blind write
+    /// needs no check: it takes effect at the commit point, which is where
+    /// the transaction serializes. Under Snapshot nothing is looked up: each
+    /// key it writes or read under its lock was checked unchanged when it
+    /// took the lock ([`check_locked_unchanged`](Self::check_locked_unchanged)),
+    /// and the lock kept it so (a debug build checks again). Called in the
+    /// commit section, where no commit runs beside it (or, for a
+    /// transaction that writes nothing, anywhere: the store's lock makes
+    /// the look-up one moment).
     fn validate(&self, writes: &BTreeMap<Vec<u8>, Option<Vec<u8>>>) -> Result<()> {
         let set = self.read_set()?;
-        let (keys, ranges): (Vec<&[u8]>, &[KeyRange]) = match self.opts.isolation {
-            Isolation::Serializable => (set.keys.iter().map(Vec::as_slice).collect(), &set.ranges),
-            Isolation::Snapshot => (
-                writes
-                    .keys()
-                    .filter(|k| !self.for_update.contains_key(*k))
-                    .map(Vec::as_slice)
-                    .collect(),
-                &[],
-            ),
-        };
-        assert!(
-            self.opts.isolation == Isolation::Serializable || set.keys.is_empty(),
-            "only Serializable records its reads"
-        );
-        if keys.is_empty() && ranges.is_empty() {
+        if self.opts.isolation == Isolation::Snapshot {
+            assert!(set.keys.is_empty(), "only Serializable records its reads");
+            assert!(set.ranges.is_empty(), "only Serializable records its reads");
+            self.debug_check_locked_unchanged(writes);
+            return Ok(());
+        }
+        if set.keys.is_empty() && set.ranges.is_empty() {
             // Nothing it depends on was read from the snapshot: it needs no
             // look-up, and no refusal when the snapshot was given up.
             return Ok(());
         }
         let snap = self.snap();
-        let found = snap
-            .store()
-            .changed_since(snap.csn(), keys.into_iter(), ranges)?;
+        let keys = set.keys.iter().map(Vec::as_slice);
+        let found = snap.store().changed_since(snap.csn(), keys, &set.ranges)?;
         match found {
             None => Ok(()),
             Some((key, what)) => Err(Error::Conflict {
                 key: String::from_utf8_lossy(&key).into_owned(),
                 reason: format!(
-                    "another transaction committed a change to {what} since this one began"
+                    "Serializable refuses a commit when another transaction committed a \
+                     change, after this transaction's snapshot, to {what} from that snapshot"
                 ),
             }),
+        }
+    }
+
+    /// In a debug build, under Snapshot: every key written or read under
+    /// its lock is still unchanged since the snapshot (its check when the
+    /// lock was taken, and the lock since, hold). A snapshot given up since
+    /// cannot say, and needs not: the check was made while it was live.
+    fn debug_check_locked_unchanged(&self, writes: &BTreeMap<Vec<u8>, Option<Vec<u8>>>) {
+        if !cfg!(debug_assertions) {
+            return;
+        }
+        let snap = self.snap();
+        let keys = writes.keys().chain(self.for_update.keys());
+        let found = snap
+            .store()
+            .changed_since(snap.csn(), keys.map(Vec::as_slice), &[]);
+        if let Ok(Some((key, _))) = found {
+            panic!(
+                "{:?} changed since the snapshot under this transaction's row lock",
+                String::from_utf8_lossy(&key)
+            );
         }
     }
 }

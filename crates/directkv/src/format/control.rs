@@ -21,6 +21,17 @@
 //! | 92 | 16 | history identity |
 //! | 108 | 4 | CRC32C of bytes 92..108 |
 //!
+//! A slot whose checksum holds is still checked field by field, and one
+//! out of range is [`Error::Corruption`] naming the file, the field's
+//! offset and the field (no build writes one; a bug or a crafted file
+//! does): the page size is 4096, 8192 or 16384; the generation is in
+//! 1..=[`CONTROL_GENERATION_MAX`]; the redo LSN is at most the checkpoint
+//! LSN; the page count is in [`PAGE_COUNT_MIN`]..=[`PAGE_COUNT_MAX`]; the
+//! root is one of pages 1..page count; the free-list head is 0 or one of
+//! them other than the root. Whether the page count fits the data file is
+//! open's check, which knows the file (`db::open`). The flags, the
+//! identities and the checkpoint LSN take any value.
+//!
 //! The history identity names one line of the database's history: zero
 //! for the line it was created on, and a new random one each time a
 //! backup's copy is first opened as a database (from then on the copy's
@@ -33,6 +44,7 @@
 use std::path::Path;
 
 use super::{le, DbId, PageId};
+use crate::constants::{CONTROL_GENERATION_MAX, PAGE_COUNT_MAX, PAGE_COUNT_MIN};
 use crate::error::{Error, Result};
 use crate::lsn::Lsn;
 
@@ -115,6 +127,13 @@ impl Control {
             self.flags & FLAG_HISTORY != 0 && !self.history_lost,
             "a slot is written with its history"
         );
+        // What decode refuses is never written.
+        assert!(
+            self.redo_lsn <= self.checkpoint_lsn,
+            "the redo point is not past its checkpoint"
+        );
+        assert!((PAGE_COUNT_MIN..=PAGE_COUNT_MAX).contains(&self.page_count));
+        assert!((1..=CONTROL_GENERATION_MAX).contains(&self.generation));
         out[..SLOT_BYTES].fill(0);
         out[0..8].copy_from_slice(&CONTROL_MAGIC);
         le::put_u32(out, 8, FORMAT_VERSION);
@@ -151,7 +170,9 @@ impl Control {
     /// short, empty or damaged.
     ///
     /// # Errors
-    /// [`Error::FormatVersion`] for a valid slot of another format version.
+    /// [`Error::FormatVersion`] for a valid slot of another format version;
+    /// [`Error::Corruption`] naming `path` and the field for a valid slot
+    /// whose field is out of its range (see the module docs).
     pub fn decode(b: &[u8], path: &Path) -> Result<Option<Control>> {
         if b.len() < SLOT_USED_BYTES {
             return Ok(None);
@@ -178,7 +199,7 @@ impl Control {
             return Ok(None);
         }
         let history_lost = unrecorded && u64_at(80) & FLAG_HISTORY != 0;
-        Ok(Some(Control {
+        let c = Control {
             page_bytes: u32_at(12),
             generation: u64_at(16),
             db_id,
@@ -190,8 +211,89 @@ impl Control {
             flags: u64_at(80),
             history,
             history_lost,
-        }))
+        };
+        c.check_fields(path)?;
+        Ok(Some(c))
     }
+
+    /// Range-checks the fields of a slot whose checksum holds: a value no
+    /// build writes is a bug's or a crafted file's, and must not reach the
+    /// engine (a page count of 2^60 would have the data file grown without
+    /// end, a page size of 0 divide by zero).
+    ///
+    /// # Errors
+    /// [`Error::Corruption`] naming `path`, the field's offset and the field.
+    fn check_fields(&self, path: &Path) -> Result<()> {
+        let bad = |offset: u64, detail: String| {
+            Err(Error::Corruption {
+                path: path.to_path_buf(),
+                offset,
+                page: None,
+                detail: format!("CONTROL's {detail}"),
+            })
+        };
+        if !crate::format::page::PAGE_SIZES.contains(&self.page_bytes) {
+            let found = self.page_bytes;
+            return bad(
+                12,
+                format!("page size {found} is not one of 4096, 8192, 16384"),
+            );
+        }
+        if !(1..=CONTROL_GENERATION_MAX).contains(&self.generation) {
+            let found = self.generation;
+            return bad(
+                16,
+                format!("generation {found} is outside 1..={CONTROL_GENERATION_MAX}"),
+            );
+        }
+        if self.redo_lsn > self.checkpoint_lsn {
+            let (redo, end) = (self.redo_lsn, self.checkpoint_lsn);
+            return bad(
+                48,
+                format!("redo LSN {redo} is past its checkpoint's end {end}"),
+            );
+        }
+        if !(PAGE_COUNT_MIN..=PAGE_COUNT_MAX).contains(&self.page_count) {
+            let found = self.page_count;
+            return bad(
+                64,
+                format!("page count {found} is outside {PAGE_COUNT_MIN}..={PAGE_COUNT_MAX}"),
+            );
+        }
+        check_tree_pages(self.root_page, self.freelist_head, self.page_count)
+            .or_else(|(offset, detail)| bad(offset, detail))?;
+        assert!(self.page_count >= PAGE_COUNT_MIN && self.root_page.get() < self.page_count);
+        assert!(self.freelist_head.get() < self.page_count);
+        Ok(())
+    }
+}
+
+/// Checks a root page and a free-list head against the page count that
+/// carries them (in `CONTROL`, a commit or a checkpoint record): the root
+/// is a page of the file past the head page, the free-list head one too or
+/// 0 (no free page), and they differ. Errs with the field's offset in a
+/// `CONTROL` slot (56: the root, 72: the free-list head) and what is wrong.
+pub fn check_tree_pages(
+    root: PageId,
+    freelist: PageId,
+    page_count: u64,
+) -> std::result::Result<(), (u64, String)> {
+    if root == PageId::ZERO || root.get() >= page_count {
+        return Err((
+            56,
+            format!("root page {root} is not one of pages 1..{page_count}"),
+        ));
+    }
+    if freelist.get() >= page_count || freelist == root {
+        return Err((
+            72,
+            format!(
+                "free-list head {freelist} is not 0 or one of pages 1..{page_count} \
+                 other than the root"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -33,7 +33,8 @@ pub struct SeedReport {
     /// Commits acknowledged while another logical thread's write
     /// transaction was open beside them.
     pub overlapped: u64,
-    /// Commits refused as conflicts (nothing of them applied).
+    /// Transactions refused as conflicts, at commit or (under Snapshot) at
+    /// a write (nothing of them applied).
     pub refused: u64,
     /// The knobs the seed chose.
     pub knobs: String,
@@ -682,6 +683,12 @@ fn step<S: Storage>(
         Ok(()) => o.done.push((k, v)),
         // Another logical thread holds the key: this write is skipped.
         Err(Error::LockTimeout { .. }) => {}
+        // Refused (under Snapshot, a key changed since its snapshot): the
+        // transaction ends with nothing of it applied.
+        Err(e) if e.is_retryable() => {
+            drop(open.swap_remove(i));
+            rs.refused += 1;
+        }
         Err(_) => return Ok(Step::Stop),
     }
     Ok(Step::Go)
@@ -697,11 +704,18 @@ fn commit_logical<S: Storage>(
 ) -> Result<Step, String> {
     let n = log.len() as u64;
     let counter = (b"next".to_vec(), Some((n + 1).to_le_bytes().to_vec()));
-    if o.w
+    match o
+        .w
         .put(&counter.0, counter.1.as_deref().unwrap_or_default())
-        .is_err()
     {
-        return Ok(Step::Stop);
+        Ok(()) => {}
+        // Refused at the lock (Snapshot: a commit since changed the
+        // counter): nothing of it applied, as a refused commit.
+        Err(e) if e.is_retryable() => {
+            rs.refused += 1;
+            return Ok(Step::Go);
+        }
+        Err(_) => return Ok(Step::Stop),
     }
     o.done.push(counter);
     log.push(o.done.clone());
