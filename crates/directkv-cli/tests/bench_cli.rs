@@ -6,7 +6,9 @@
 //! driver. Regression tests named after a case pin that a failed run makes
 //! the command exit non-zero and that nonsense options (zero threads,
 //! seconds, scale, clients or rounds; a 3k page) are refused with an error
-//! naming the option. Nothing here asserts a speed.
+//! naming the option; every numeric option at 0 and past its maximum, where
+//! those mean nothing, is refused naming the option and its range before
+//! anything is created. Nothing here asserts a speed.
 
 use std::path::Path;
 use std::process::Command;
@@ -593,7 +595,7 @@ fn nonsense_bench_options_are_refused() {
     refused(&["bench", "--seconds", "0"], &["--seconds"]);
     refused(
         &["bench", "tpcb", "--scale", "0"],
-        &["--scale must be between 1"],
+        &["--scale", "at least 1"],
     );
     refused(&["bench", "read", "--clients", "0"], &["--clients"]);
     refused(&["bench", "read", "--rounds", "0"], &["--rounds"]);
@@ -608,6 +610,117 @@ fn nonsense_bench_options_are_refused() {
         &["bench", "writers", "--block-size", "1000"],
         &["multiple of 512"],
     );
+}
+
+/// `directkv bench ARGS --dir DIR/bench` exits non-zero with an error naming
+/// `option` and `range`, and creates nothing (the directory stays absent).
+fn refused_before_anything(args: &[&str], option: &str, range: &str) {
+    let dir = scratch();
+    let bench_dir = dir.path().join("bench");
+    let out = Command::new(env!("CARGO_BIN_EXE_directkv"))
+        .arg("bench")
+        .args(args)
+        .arg("--dir")
+        .arg(&bench_dir)
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{args:?} was accepted: {err}");
+    assert!(err.contains(option), "{args:?}: {option:?} not in {err}");
+    assert!(err.contains(range), "{args:?}: {range:?} not in {err}");
+    assert!(!err.contains("panicked"), "{args:?}: {err}");
+    assert!(
+        !bench_dir.exists(),
+        "{args:?} created {}",
+        bench_dir.display()
+    );
+}
+
+/// The ranges the errors name.
+const VALUE_SIZE: &str = "at least 8 and at most 67108864";
+const SCALE: &str = "at least 1 and at most 42949";
+const THREADS: &str = "at least 1 and at most 4096";
+const KEYS: &str = "at least 1 and at most 10000000000";
+const ROUNDS: &str = "at least 1 and at most 1000";
+const BATCH: &str = "at least 1 and at most 1000000";
+const RECORD: &str = "at least 1 and at most 1048576";
+const TIMEOUT: &str = "at least 1 and at most 86400";
+const ABOVE_0: &str = "above 0";
+
+/// Subcommand, option, values out of its range, the range the error names.
+type RangeCase = (
+    &'static str,
+    &'static str,
+    &'static [&'static str],
+    &'static str,
+);
+
+/// Every numeric bench option, at 0 and past its maximum where those mean
+/// nothing.
+const OUT_OF_RANGE: &[RangeCase] = &[
+    ("tpcb", "--value-size", &["0", "7", "67108865"], VALUE_SIZE),
+    ("read", "--value-size", &["0", "67108865"], VALUE_SIZE),
+    ("memory", "--value-size", &["0", "67108865"], VALUE_SIZE),
+    ("updates", "--value-size", &["0", "67108865"], VALUE_SIZE),
+    ("tpcb", "--scale", &["0", "42950"], SCALE),
+    ("recovery", "--scale", &["0", "42950"], SCALE),
+    ("read", "--clients", &["0", "4097", "1,4097"], THREADS),
+    ("recovery", "--clients", &["0", "4097"], THREADS),
+    ("wal", "--threads", &["0", "4097"], THREADS),
+    ("writers", "--threads", &["0", "4097"], THREADS),
+    ("fill", "--keys", &["0", "10000000001"], KEYS),
+    ("updates", "--keys", &["0", "10000000001"], KEYS),
+    ("read", "--rounds", &["0", "1001"], ROUNDS),
+    ("wal", "--rounds", &["0", "1001"], ROUNDS),
+    ("fill", "--batch", &["0", "1000001"], BATCH),
+    ("scan", "--length", &["0", "1000001"], BATCH),
+    ("ycsb", "--scan-length", &["0", "1000001"], BATCH),
+    ("wal", "--record-sizes", &["0", "1048577"], RECORD),
+    ("recovery", "--at", &["0", "2.5"], "above 0 and at most 2"),
+    ("recovery", "--timeout", &["0", "86401"], TIMEOUT),
+    ("read", "--memory-limit", &["0"], ABOVE_0),
+    ("read", "--cache", &["0"], ABOVE_0),
+    ("read", "--checkpoint-wal", &["0"], ABOVE_0),
+    ("recovery", "--cache", &["0"], ABOVE_0),
+    ("recovery", "--checkpoint-wal", &["0"], ABOVE_0),
+    ("memory", "--cache", &["0"], ABOVE_0),
+    ("memory", "--ratio", &["0"], ABOVE_0),
+    ("updates", "--checkpoint-every", &["-1"], "0 or more"),
+    ("writers", "--block-size", &["0"], ABOVE_0),
+    ("writers", "--file-size", &["0"], ABOVE_0),
+    ("ycsb", "--seconds", &["0"], ABOVE_0),
+];
+
+/// `SUB --OPT=VALUE` (so that a negative value is not taken for a flag),
+/// and for the key-value workloads options valid and small otherwise, so a
+/// value wrongly accepted ends quickly in a run that exits 0.
+fn out_of_range_args(sub: &str, opt: &str, value: &str) -> Vec<String> {
+    let small = [
+        ("--seconds", "0.3"),
+        ("--keys", "1000"),
+        ("--clients", "1"),
+        ("--scale", "1"),
+    ];
+    let mut args = vec![sub.to_string(), format!("{opt}={value}")];
+    if ["tpcb", "read", "fill", "scan", "ycsb"].contains(&sub) {
+        for (o, v) in small {
+            if o != opt && (o != "--scale" || sub == "tpcb") {
+                args.extend([o.to_string(), v.to_string()]);
+            }
+        }
+    }
+    args
+}
+
+#[test]
+fn every_bench_option_out_of_range_is_refused_naming_its_range() {
+    for (sub, opt, values, range) in OUT_OF_RANGE {
+        for v in *values {
+            let args = out_of_range_args(sub, opt, v);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            refused_before_anything(&args, opt, range);
+        }
+    }
 }
 
 /// Runs `directkv bench SUB ARGS --json --dir DIR`; every line.

@@ -438,12 +438,20 @@ pub enum Error {
     },
 
     /// Bytes read from disk do not decode to what was expected.
-    #[error("corrupt data in {path} at offset {offset}: {detail}")]
+    #[error(
+        "corrupt data in {path} at byte offset {offset}{}: {detail}",
+        in_page(*.page)
+    )]
     Corruption {
-        /// The file.
+        /// The file, as an absolute path where the database's was given
+        /// relative.
         path: PathBuf,
-        /// The byte offset of the bad structure.
+        /// The byte offset in `path` of the bad structure (a page's start,
+        /// page number times page size, when it is a page).
         offset: u64,
+        /// The page number, when the bad structure is a page of the data
+        /// file (or a copy of one); `offset` is then where it starts.
+        page: Option<u64>,
         /// What is wrong.
         detail: String,
     },
@@ -452,6 +460,13 @@ pub enum Error {
 fn at_offset(offset: Option<u64>) -> String {
     match offset {
         Some(offset) => format!(" at offset {offset}"),
+        None => String::new(),
+    }
+}
+
+fn in_page(page: Option<u64>) -> String {
+    match page {
+        Some(page) => format!(" (page {page})"),
         None => String::new(),
     }
 }

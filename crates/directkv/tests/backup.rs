@@ -368,7 +368,7 @@ fn a_damaged_page_fails_the_backup_naming_it() {
         .expect_err("damage stops the backup");
     assert!(
         matches!(err, Error::Corruption { .. })
-            && err.to_string().contains(&format!("page {victim}:")),
+            && err.to_string().contains(&format!("(page {victim})")),
         "{err}"
     );
     let err = Database::open(&dest, options())

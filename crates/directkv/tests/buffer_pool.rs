@@ -283,10 +283,12 @@ fn damaged_and_misdirected_pages_are_errors_not_data() {
             Error::Corruption {
                 path,
                 offset,
+                page,
                 detail,
             } => {
                 assert!(path.ends_with("data"));
                 assert_eq!(offset, no * 8192);
+                assert_eq!(page, Some(no));
                 assert!(detail.contains(what), "{detail}");
             }
             other => panic!("page {no}: {other}"),

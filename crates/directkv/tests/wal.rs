@@ -307,6 +307,7 @@ fn a_bad_record_followed_by_later_flushes_is_corruption() {
         Err(Error::Corruption {
             path,
             offset,
+            page: None,
             detail,
         }) => {
             assert!(path.ends_with("0000000000000000.seg"), "{path:?}");

@@ -25,11 +25,15 @@ use super::sys::MemCgroup;
 #[derive(clap::Args, Debug, Clone)]
 pub struct Runs {
     /// Rounds; configurations alternate within each.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(
+        long,
+        default_value_t = 1,
+        value_parser = super::args::whole_in::<u32>(1, super::args::ROUNDS_MAX)
+    )]
     pub rounds: u32,
     /// Run each configuration in a fresh memory cgroup with this limit, page
     /// cache included (e.g. 512M, 1G). Needs root and a memory controller.
-    #[arg(long, value_parser = crate::size::parse_bytes)]
+    #[arg(long, value_parser = super::args::parse_positive_bytes)]
     pub memory_limit: Option<u64>,
     /// Print JSON lines (one per row) instead of tables.
     #[arg(long)]

@@ -42,6 +42,15 @@ pub const SEED_DEFAULT: u64 = 42;
 /// How often the watcher samples a run (checkpointing, device, progress).
 const WATCH_INTERVAL: Duration = Duration::from_millis(200);
 
+/// The parser of a `--value-size`: bytes from [`VALUE_SIZE_MIN`] to
+/// [`VALUE_SIZE_MAX`].
+///
+/// [`VALUE_SIZE_MIN`]: super::args::VALUE_SIZE_MIN
+/// [`VALUE_SIZE_MAX`]: super::args::VALUE_SIZE_MAX
+pub fn value_size() -> impl Fn(&str) -> Result<usize, String> + Clone + Send + Sync + 'static {
+    super::args::whole_in(super::args::VALUE_SIZE_MIN, super::args::VALUE_SIZE_MAX)
+}
+
 /// Options every key-value workload takes.
 #[derive(clap::Args, Debug, Clone)]
 pub struct Common {
@@ -52,16 +61,27 @@ pub struct Common {
     /// Client threads (at least 1); several, comma-separated (1,8,32,64),
     /// sweep: every configuration runs with each, named CONFIG@CLIENTS,
     /// and a table of throughput by clients follows.
-    #[arg(long, value_delimiter = ',', default_value = "8", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "8",
+        value_parser = super::args::whole_in::<u64>(1, super::args::THREADS_MAX)
+    )]
     pub clients: Vec<u64>,
     /// Seconds each configuration runs (more than 0).
     #[arg(long, default_value_t = SECONDS_DEFAULT, value_parser = super::args::parse_seconds)]
     pub seconds: f64,
-    /// Records for ycsb, read and scan (loaded first) and fill (inserted).
-    #[arg(long, default_value_t = KEYS_DEFAULT, value_parser = clap::value_parser!(u64).range(1..))]
+    /// Records for ycsb, read and scan (loaded first) and fill (inserted),
+    /// 1 to 10^10.
+    #[arg(
+        long,
+        default_value_t = KEYS_DEFAULT,
+        value_parser = super::args::whole_in::<u64>(1, super::args::KEYS_MAX)
+    )]
     pub keys: u64,
-    /// Bytes per value (per account, teller and branch row in tpcb).
-    #[arg(long, default_value_t = VALUE_SIZE_DEFAULT)]
+    /// Bytes per value (per account, teller and branch row in tpcb), 8 to
+    /// 64 MiB.
+    #[arg(long, default_value_t = VALUE_SIZE_DEFAULT, value_parser = value_size())]
     pub value_size: usize,
     /// Engine cache size (default: 3/4 of --memory-limit, else 128M).
     #[arg(long, value_parser = super::args::parse_positive_bytes)]

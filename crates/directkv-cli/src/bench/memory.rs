@@ -33,7 +33,7 @@ pub struct Args {
     #[arg(long, default_value_t = 4.0, value_parser = parse_ratio)]
     ratio: f64,
     /// Bytes per value.
-    #[arg(long, default_value_t = 400)]
+    #[arg(long, default_value_t = 400, value_parser = super::kv::value_size())]
     value_size: usize,
     /// Seconds of random reads (more than 0).
     #[arg(long, default_value_t = 10.0, value_parser = parse_seconds)]

@@ -111,7 +111,7 @@ pub enum Command {
 #[derive(clap::Args)]
 pub struct TpcbArgs {
     /// Scale factor (default: a data set 4.5x --memory-limit, else 10).
-    #[arg(long)]
+    #[arg(long, value_parser = args::whole_in::<u64>(1, args::SCALE_MAX))]
     scale: Option<u64>,
     #[command(flatten)]
     common: Common,
@@ -138,7 +138,7 @@ pub struct YcsbArgs {
     #[arg(long, value_enum, default_value_t = Distribution::Zipfian)]
     distribution: Distribution,
     /// Longest scan of workload e (at least 1).
-    #[arg(long, default_value_t = 100, value_parser = args::parse_count)]
+    #[arg(long, default_value_t = 100, value_parser = args::whole_in::<usize>(1, args::BATCH_MAX))]
     scan_length: usize,
     #[command(flatten)]
     common: Common,
@@ -160,7 +160,7 @@ pub struct FillArgs {
     #[arg(long, value_enum, default_value_t = Order::Random)]
     order: Order,
     /// Keys per durable commit (at least 1).
-    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 100, value_parser = args::whole_in::<u64>(1, args::BATCH_MAX))]
     batch: u64,
     #[command(flatten)]
     common: Common,
@@ -180,7 +180,7 @@ pub struct ReadArgs {
 #[derive(clap::Args)]
 pub struct ScanArgs {
     /// Keys per scan (at least 1).
-    #[arg(long, default_value_t = 100, value_parser = args::parse_count)]
+    #[arg(long, default_value_t = 100, value_parser = args::whole_in::<usize>(1, args::BATCH_MAX))]
     length: usize,
     #[command(flatten)]
     common: Common,
@@ -201,10 +201,10 @@ fn tpcb(args: TpcbArgs) -> Result<()> {
             .memory_limit
             .map_or(10, |l| kv::tpcb_scale_for(l, args.common.value_size, 4.5))
     });
-    if scale == 0 || scale > u64::from(u32::MAX) / 100_000 {
+    if scale == 0 || scale > args::SCALE_MAX {
         bail!(
             "--scale must be between 1 and {} (got {scale})",
-            u32::MAX / 100_000
+            args::SCALE_MAX
         );
     }
     let shape = shape(&args.common, 1);

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use directkv::{Database, Options};
 
-use crate::size::parse_bytes;
+use super::args::{self, whole_in};
 
 /// Options of `directkv bench recovery`.
 #[derive(clap::Args)]
@@ -24,23 +24,28 @@ pub struct Args {
     #[arg(long, default_value = "directkv-bench")]
     dir: PathBuf,
     /// TPC-B scale factor.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, value_parser = whole_in::<u64>(1, args::SCALE_MAX))]
     scale: u64,
     /// Client threads of the load.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = whole_in::<usize>(1, args::THREADS_MAX))]
     clients: usize,
     /// Cache of the load and of the reopen, e.g. 512M.
-    #[arg(long, default_value = "512M", value_parser = parse_bytes)]
+    #[arg(long, default_value = "512M", value_parser = args::parse_positive_bytes)]
     cache: u64,
     /// The checkpoint distance of the load (default: the engine's).
-    #[arg(long, value_parser = parse_bytes)]
+    #[arg(long, value_parser = args::parse_positive_bytes)]
     checkpoint_wal: Option<u64>,
     /// Kill when the log since the redo point reaches this share of the
-    /// checkpoint distance.
-    #[arg(long, default_value_t = 0.9)]
+    /// checkpoint distance (above 0, at most 2).
+    #[arg(long, default_value_t = 0.9, value_parser = args::parse_share)]
     at: f64,
-    /// Give up when that has not happened after this many seconds of load.
-    #[arg(long, default_value_t = 300)]
+    /// Give up when that has not happened after this many seconds of load
+    /// (1 to a day).
+    #[arg(
+        long,
+        default_value_t = 300,
+        value_parser = whole_in::<u64>(1, args::TIMEOUT_SECONDS_MAX)
+    )]
     timeout: u64,
     /// Print one JSON document instead of text.
     #[arg(long)]

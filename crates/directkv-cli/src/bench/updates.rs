@@ -22,10 +22,14 @@ pub struct Args {
     #[arg(long, default_value = ".")]
     dir: PathBuf,
     /// Keys in the table (at least 1).
-    #[arg(long, default_value_t = 200_000, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(
+        long,
+        default_value_t = 200_000,
+        value_parser = super::args::whole_in::<u64>(1, super::args::KEYS_MAX)
+    )]
     keys: u64,
     /// Bytes per value.
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = 100, value_parser = super::kv::value_size())]
     value_size: usize,
     /// Cache size.
     #[arg(long, default_value = "64M", value_parser = parse_positive_bytes)]

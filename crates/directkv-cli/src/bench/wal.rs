@@ -19,7 +19,7 @@ use directkv::internals::wal::{Wal, WalOptions};
 use directkv::Lsn;
 use serde::{Deserialize, Serialize};
 
-use super::args::{non_empty, parse_count, parse_seconds};
+use super::args::{non_empty, parse_seconds};
 use super::driver::{self, Run, Runs, Spec};
 use super::latency::{Latency, LatencyHistogram};
 use super::output::{col, Column, TableRow};
@@ -31,7 +31,12 @@ pub struct Args {
     #[arg(long, default_value = ".")]
     dir: PathBuf,
     /// Committing thread counts (each at least 1).
-    #[arg(long, value_delimiter = ',', default_value = "1,4,16,64", value_parser = parse_count)]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "1,4,16,64",
+        value_parser = super::args::whole_in::<usize>(1, super::args::THREADS_MAX)
+    )]
     threads: Vec<usize>,
     /// Sync methods (`fdatasync`, `open_datasync+direct`, …; `all` for every durable one).
     #[arg(
@@ -41,7 +46,12 @@ pub struct Args {
     )]
     methods: Vec<String>,
     /// Record payload sizes in bytes (each at least 1).
-    #[arg(long, value_delimiter = ',', default_value = "100,4096", value_parser = parse_count)]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "100,4096",
+        value_parser = super::args::whole_in::<usize>(1, super::args::RECORD_BYTES_MAX)
+    )]
     record_sizes: Vec<usize>,
     /// Seconds per measurement (more than 0).
     #[arg(long, default_value_t = 3.0, value_parser = parse_seconds)]

@@ -12,7 +12,7 @@ use anyhow::{bail, Context, Result};
 use directkv::internals::io::{AlignedBuf, DirectFile, DirectIo, FileOptions, Fill, SyncMethod};
 use serde::{Deserialize, Serialize};
 
-use super::args::{non_empty, parse_count, parse_positive_bytes, parse_seconds};
+use super::args::{non_empty, parse_positive_bytes, parse_seconds};
 use super::driver::{self, Run, Runs, Spec};
 use super::output::{col, Column, TableRow};
 
@@ -23,7 +23,12 @@ pub struct Args {
     #[arg(long, default_value = ".")]
     dir: PathBuf,
     /// Thread counts to measure (each at least 1).
-    #[arg(long, value_delimiter = ',', default_value = "1,2,4", value_parser = parse_count)]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "1,2,4",
+        value_parser = super::args::whole_in::<usize>(1, super::args::THREADS_MAX)
+    )]
     threads: Vec<usize>,
     /// Bytes per write (a multiple of 512).
     #[arg(long, default_value = "8k", value_parser = parse_positive_bytes)]

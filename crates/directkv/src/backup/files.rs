@@ -99,6 +99,7 @@ impl<S: Storage> Sink<S> {
             return Err(Error::Corruption {
                 path: self.file.path().to_path_buf(),
                 offset: len,
+                page: None,
                 detail: format!(
                     "{len} bytes after {} were written: something else writes it",
                     self.len
@@ -183,6 +184,7 @@ pub fn read_small_admitted<S: Storage>(
         return Err(Error::Corruption {
             path: path.to_path_buf(),
             offset: max,
+            page: None,
             detail: format!("{len} bytes, more than the {max} such a file holds"),
         });
     }
@@ -225,6 +227,7 @@ pub fn not_whole_blocks(path: &Path, len: u64) -> Error {
     Error::Corruption {
         path: path.to_path_buf(),
         offset: len,
+        page: None,
         detail: format!("{len} bytes is not a whole number of {ALIGN_BYTES}-byte blocks"),
     }
 }
@@ -235,6 +238,7 @@ pub fn mismatch(path: PathBuf, found: (u64, u32), listed: &ManifestFile) -> Erro
     Error::Corruption {
         path,
         offset: 0,
+        page: None,
         detail: format!(
             "{} bytes with CRC32C {:08x}, but the manifest lists {} bytes with {:08x}: the \
              file is damaged or was replaced",

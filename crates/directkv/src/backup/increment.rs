@@ -93,6 +93,7 @@ fn damaged(path: &Path, offset: u64, detail: String) -> Error {
     Error::Corruption {
         path: path.to_path_buf(),
         offset,
+        page: None,
         detail,
     }
 }

@@ -190,6 +190,7 @@ impl Manifest {
         let bad = |detail: String| Error::Corruption {
             path: path.to_path_buf(),
             offset: 0,
+            page: None,
             detail,
         };
         let body_end = bytes[..bytes.len().saturating_sub(1)]

@@ -192,6 +192,7 @@ pub(crate) fn check_files<S: Storage>(storage: &S, dir: &Path, m: &Manifest) -> 
             return Err(Error::Corruption {
                 path,
                 offset: 0,
+                page: None,
                 detail: "a file the backup's manifest lists is missing".into(),
             });
         }

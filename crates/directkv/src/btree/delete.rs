@@ -70,7 +70,7 @@ fn delete_keeping<P: PagesMut>(
     let root = pages.root();
     let d = descend_or_follow(pages, key, trail)?;
     let found = pages.read(d.leaf, Access::Normal, |p| {
-        let p = leaf_or_corrupt(p, d.leaf)?;
+        let p = leaf_or_corrupt(pages, p, d.leaf)?;
         Ok(node::search(p, key).ok().map(|i| match node::value(p, i) {
             Value::Overflow { len, page } => (i, Some((len, page)), None),
             Value::Inline(b) => (i, None, keep.then(|| b.to_vec())),
@@ -146,17 +146,13 @@ fn shrink_root<P: PagesMut>(pages: &mut P) -> Result<()> {
             return Ok(());
         };
         if child == root {
-            return Err(corrupt(
-                pages.page_bytes(),
-                root,
-                "a branch is its own child",
-            ));
+            return Err(corrupt(pages, root, "a branch is its own child"));
         }
         pages.set_root(child);
         pages.free(root)?;
     }
     Err(corrupt(
-        pages.page_bytes(),
+        pages,
         pages.root(),
         "a chain of one-child roots deeper than the maximum",
     ))

@@ -75,7 +75,7 @@ fn descend_by<P: Pages>(
     let mut page = root;
     // A leaf is read with at most DEPTH_MAX - 1 branches above it.
     for _ in 0..DEPTH_MAX {
-        let route = pages.read(page, access, |p| route_at(p, page, &pick))??;
+        let route = pages.read(page, access, |p| route_at(pages, p, page, &pick))??;
         let Some((child, slot, up, low)) = route else {
             assert!(path.len() < DEPTH_MAX, "a path within the depth bound");
             return Ok(Descent {
@@ -100,14 +100,15 @@ fn descend_by<P: Pages>(
         "every round but a leaf's adds a step"
     );
     Err(corrupt(
-        pages.page_bytes(),
+        pages,
         page,
         "tree deeper than the maximum (a cycle?)",
     ))
 }
 
 /// The route out of page `no` (bytes `p`): `None` at a leaf.
-fn route_at(
+fn route_at<P: Pages>(
+    pages: &P,
     p: &[u8],
     no: PageId,
     pick: impl Fn(&[u8]) -> (PageId, Option<usize>),
@@ -126,6 +127,6 @@ fn route_at(
             let low = slot.map(|i| node::key(p, i).to_vec());
             Ok(Some((child, slot, up, low)))
         }
-        _ => Err(corrupt(p.len(), no, "expected a tree page")),
+        _ => Err(corrupt(pages, no, "expected a tree page")),
     }
 }

@@ -93,7 +93,7 @@ fn put_keeping<P: PagesMut>(
     );
     let d = descend_or_follow(pages, key, trail)?;
     let old = pages.read(d.leaf, Access::Normal, |p| {
-        let p = leaf_or_corrupt(p, d.leaf)?;
+        let p = leaf_or_corrupt(pages, p, d.leaf)?;
         Ok(node::search(p, key).ok().map(|i| match node::value(p, i) {
             Value::Inline(b) => OldValue::Inline(keep.then(|| b.to_vec())),
             Value::Overflow { len, page } => OldValue::Overflow(len, page),

@@ -56,19 +56,11 @@ pub(super) fn read_overflow<P: Pages>(pages: &P, first: PageId, len: usize) -> R
         }
         let next = pages.read(page, Access::Normal, |p| {
             if node::page_type(p) != Some(PageType::Overflow) {
-                return Err(corrupt(
-                    pages.page_bytes(),
-                    page,
-                    "expected an overflow page",
-                ));
+                return Err(corrupt(pages, page, "expected an overflow page"));
             }
             let n = u64_at(p, OVERFLOW_LEN) as usize;
             if n > chunk_max || out.len() + n > len {
-                return Err(corrupt(
-                    pages.page_bytes(),
-                    page,
-                    "overflow length out of range",
-                ));
+                return Err(corrupt(pages, page, "overflow length out of range"));
             }
             out.extend_from_slice(&p[OVERFLOW_DATA..OVERFLOW_DATA + n]);
             Ok(PageId::new(u64_at(p, OVERFLOW_NEXT)))
@@ -77,7 +69,7 @@ pub(super) fn read_overflow<P: Pages>(pages: &P, first: PageId, len: usize) -> R
     }
     if out.len() != len {
         return Err(corrupt(
-            pages.page_bytes(),
+            pages,
             first,
             "overflow chain shorter than its value",
         ));

@@ -58,7 +58,7 @@ fn collect_leaf<P: Pages>(
         // Read again by number after the descent: a lock-free reader may
         // find it changed since (its caller then runs again).
         if !node::is_leaf(p) {
-            return Err(corrupt(pages.page_bytes(), leaf, "expected a leaf"));
+            return Err(corrupt(pages, leaf, "expected a leaf"));
         }
         let n = node::count(p);
         let order: Box<dyn Iterator<Item = usize>> = if reverse {
@@ -142,11 +142,7 @@ pub fn following_leaves<P: Pages>(
     let first = parent.slot.map_or(0, |i| i + 1);
     let leaves: Vec<PageId> = pages.read(parent.page, Access::Normal, |p| {
         if node::page_type(p) != Some(PageType::Branch) {
-            return Err(corrupt(
-                pages.page_bytes(),
-                parent.page,
-                "expected a branch",
-            ));
+            return Err(corrupt(pages, parent.page, "expected a branch"));
         }
         Ok((first..node::count(p).min(first + n))
             .map(|j| node::child(p, j))

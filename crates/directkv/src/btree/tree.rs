@@ -75,6 +75,10 @@ pub trait Pages {
     fn read<R>(&self, no: PageId, access: Access, f: impl FnOnce(&[u8]) -> R) -> Result<R>;
     /// The page size.
     fn page_bytes(&self) -> usize;
+    /// The error for page `no`, whose contents break the tree's shape as
+    /// `what` says: it names the store's file, the page's byte offset in it
+    /// and the page.
+    fn corruption(&self, no: PageId, what: &str) -> Error;
 }
 
 /// Write access to pages, inside a transaction that logs every change.
@@ -121,14 +125,15 @@ pub fn free_next(p: &[u8]) -> PageId {
 
 pub(super) use crate::format::le::u64_at;
 
-/// The error for page `no` (of `page_bytes`) whose contents break the
-/// tree's shape, at the page's byte offset in the data file.
-pub(super) fn corrupt(page_bytes: usize, no: PageId, what: &str) -> Error {
-    Error::Corruption {
-        path: "data".into(),
-        offset: no.offset(page_bytes as u64),
-        detail: format!("page {no}: {what}"),
-    }
+/// The error for page `no` of `pages` whose contents break the tree's
+/// shape: the store names its file and the page's byte offset in it.
+pub(super) fn corrupt<P: Pages>(pages: &P, no: PageId, what: &str) -> Error {
+    let e = pages.corruption(no, what);
+    assert!(
+        matches!(e, Error::Corruption { page: Some(p), .. } if p == no.get()),
+        "a page store's corruption error names the page"
+    );
+    e
 }
 
 /// Where a descent for a key ended: the path from the root and the leaf.
@@ -159,7 +164,7 @@ pub fn get_traced<P: Pages>(
     let found = pages.read(d.leaf, Access::Normal, |p| {
         // A lock-free reader may find it changed since (its caller then
         // runs again).
-        let p = leaf_or_corrupt(p, d.leaf)?;
+        let p = leaf_or_corrupt(pages, p, d.leaf)?;
         Ok(node::search(p, key).ok().map(|i| match node::value(p, i) {
             Value::Inline(b) => Ok(b.to_vec()),
             Value::Overflow { len, page } => Err((len, page)),
@@ -195,11 +200,15 @@ pub(super) fn descend_or_follow<P: PagesMut>(
 /// `p`, page `no`, if it is a leaf: a descent's last page, read again by
 /// number (a followed trail's, or a lock-free reader's that may have
 /// changed since), is checked, never trusted.
-pub(super) fn leaf_or_corrupt(p: &[u8], no: PageId) -> Result<&[u8]> {
+pub(super) fn leaf_or_corrupt<'p, P: Pages>(
+    pages: &P,
+    p: &'p [u8],
+    no: PageId,
+) -> Result<&'p [u8]> {
     if node::is_leaf(p) {
         Ok(p)
     } else {
-        Err(corrupt(p.len(), no, "expected a leaf"))
+        Err(corrupt(pages, no, "expected a leaf"))
     }
 }
 

@@ -433,11 +433,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
         let Some(check) = self.page_check else {
             return Ok(());
         };
-        check(data).map_err(|detail| Error::Corruption {
-            path: self.path.clone(),
-            offset: self.offset_of(page),
-            detail: format!("page {page}: {detail}"),
-        })
+        check(data).map_err(|detail| self.page_corruption(page, detail))
     }
 
     /// Runs the pool's page check on `page` if the pool holds it: for a
@@ -454,10 +450,20 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     }
 
     pub(super) fn corruption(&self, page: PageId, e: &PageError) -> Error {
+        self.page_corruption(page, e.to_string())
+    }
+
+    /// The error for `page` of the data file, whose bytes are not what
+    /// `detail` says they must be: it names the file by its absolute path,
+    /// the page's byte offset in it, and the page.
+    pub fn page_corruption(&self, page: PageId, detail: impl Into<String>) -> Error {
+        let detail = detail.into();
+        assert!(!detail.is_empty(), "a corruption says what is wrong");
         Error::Corruption {
             path: self.path.clone(),
             offset: self.offset_of(page),
-            detail: format!("page {page}: {e}"),
+            page: Some(page.get()),
+            detail,
         }
     }
 
@@ -465,14 +471,13 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
         if lsn <= end {
             return Ok(());
         }
-        Err(Error::Corruption {
-            path: self.path.clone(),
-            offset: self.offset_of(page),
-            detail: format!(
-                "page {page} has LSN {lsn}, past the end of the durable log ({end}): the \
-                 log that wrote it is missing or was replaced by an older copy"
+        Err(self.page_corruption(
+            page,
+            format!(
+                "its LSN {lsn} is past the end of the durable log ({end}): the log that \
+                 wrote it is missing or was replaced by an older copy"
             ),
-        })
+        ))
     }
 }
 

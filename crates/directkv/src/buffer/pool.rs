@@ -302,7 +302,9 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
             })
             .collect();
         Ok(BufferPool {
-            path: file.path().to_path_buf(),
+            // Errors name the file wherever the process's working
+            // directory is when they are read.
+            path: std::path::absolute(file.path()).unwrap_or_else(|_| file.path().to_path_buf()),
             file,
             page_bytes: page_bytes as usize,
             db_id,

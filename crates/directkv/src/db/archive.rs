@@ -565,6 +565,7 @@ impl<S: Storage> Inner<S> {
             return Err(Error::Corruption {
                 path: src_path.to_path_buf(),
                 offset: 0,
+                page: None,
                 detail: format!(
                     "{total} bytes: not a whole segment of {}",
                     layout.segment_bytes
@@ -652,6 +653,7 @@ impl<S: Storage> Inner<S> {
             return Err(Error::Corruption {
                 path: self.wal().dir().join(segment_file_name(n)),
                 offset: SEGMENT_HEADER_BYTES,
+                page: None,
                 detail: format!(
                     "no valid record starts in the segment's first {} bytes, where one must: the \
                      segment is damaged",
@@ -677,6 +679,7 @@ impl<S: Storage> Inner<S> {
         Err(Error::Corruption {
             path: self.wal().dir().join(segment_file_name(n)),
             offset: layout.file_offset(end.max(from)),
+            page: None,
             detail: format!(
                 "the log ends at {end} after {records} records, before {to}, which is durable"
             ),
@@ -705,6 +708,7 @@ fn another_copy(dest: PathBuf, offset: u64, name: &str) -> Error {
     Error::Corruption {
         path: dest,
         offset,
+        page: None,
         detail: format!(
             "the archive holds another {name} than the log's (it differs at this offset, and \
              is not a partial copy of it); an archive is never overwritten: give each \

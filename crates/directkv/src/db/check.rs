@@ -120,12 +120,9 @@ impl<S: Storage> Checker<'_, S> {
     /// A corruption error about `page`, naming the data file and the page's
     /// byte offset in it.
     fn bad(&self, page: PageId, what: impl Into<String>) -> Error {
-        let page_bytes = self.inner.pool.page_bytes() as u64;
-        Error::Corruption {
-            path: self.inner.pool.file().path().to_path_buf(),
-            offset: page.get().saturating_mul(page_bytes),
-            detail: format!("integrity check, page {page}: {}", what.into()),
-        }
+        let what = what.into();
+        assert!(!what.is_empty(), "the check says what it found");
+        (self.inner.pool).page_corruption(page, format!("integrity check: {what}"))
     }
 
     /// Marks `no` reached; a page outside the file or reached twice is damage.

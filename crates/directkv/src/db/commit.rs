@@ -56,6 +56,9 @@ impl<S: Storage> Pages for PoolPages<'_, S> {
     fn page_bytes(&self) -> usize {
         self.inner.pool.page_bytes()
     }
+    fn corruption(&self, no: PageId, what: &str) -> Error {
+        self.inner.pool.page_corruption(no, what)
+    }
 }
 
 /// Page access that never reads: a page not in the pool fails the operation
@@ -73,6 +76,9 @@ impl<S: Storage> Pages for CachedPages<'_, S> {
     }
     fn page_bytes(&self) -> usize {
         self.inner.pool.page_bytes()
+    }
+    fn corruption(&self, no: PageId, what: &str) -> Error {
+        self.inner.pool.page_corruption(no, what)
     }
 }
 
@@ -442,6 +448,9 @@ impl<S: Storage> Pages for CommitCtx<'_, S> {
     fn page_bytes(&self) -> usize {
         self.inner.pool.page_bytes()
     }
+    fn corruption(&self, no: PageId, what: &str) -> Error {
+        self.inner.pool.page_corruption(no, what)
+    }
 }
 
 impl<S: Storage> PagesMut for CommitCtx<'_, S> {
@@ -458,15 +467,14 @@ impl<S: Storage> PagesMut for CommitCtx<'_, S> {
             // A link read from disk: past the file, or back to its own
             // page, it would hand out a page that does not exist or twice.
             if next.get() >= self.meta.page_count || next == head {
-                return Err(Error::Corruption {
-                    path: self.inner.pool.file().path().to_path_buf(),
-                    offset: head.offset(self.page_bytes() as u64),
-                    detail: format!(
-                        "free page {head} links to page {next}, not 0 or one of pages \
-                         1..{} other than itself",
+                return Err(self.inner.pool.page_corruption(
+                    head,
+                    format!(
+                        "the free page links to page {next}, not 0 or one of pages 1..{} \
+                         other than itself",
                         self.meta.page_count
                     ),
-                });
+                ));
             }
             self.meta.freelist = next;
             self.change(head, false, |p| {

@@ -149,10 +149,12 @@ impl<S: Storage> ControlFile<S> {
                 Error::Corruption {
                     path,
                     offset,
+                    page,
                     detail,
                 } => Error::Corruption {
                     path,
                     offset: slot * SLOT_BYTES as u64 + offset,
+                    page,
                     detail: format!("{detail} (slot {slot})"),
                 },
                 e => e,

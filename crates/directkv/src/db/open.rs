@@ -513,6 +513,7 @@ fn check_page_count<S: Storage>(pool: &Pool<S>, c: &Control, control_path: &Path
         return Err(Error::Corruption {
             path: control_path.to_path_buf(),
             offset: 64,
+            page: None,
             detail: format!(
                 "CONTROL's page count {} is past the {file_pages} pages of the data file \
                  and the {} its checkpoint's {window} bytes of log can add: the data file \
@@ -538,17 +539,16 @@ fn check_data_head<S: Storage>(pool: &Pool<S>, c: &Control) -> Result<Lsn> {
         Err(e) => return Err(e),
     };
     match data_head::decode(head.data()) {
-        Some(h) if h.flushed_through < c.redo_lsn => Err(Error::Corruption {
-            path: pool.file().path().to_path_buf(),
-            offset: 0,
-            detail: format!(
+        Some(h) if h.flushed_through < c.redo_lsn => Err(pool.page_corruption(
+            data_head::DATA_HEAD_PAGE,
+            format!(
                 "the data file holds the changes logged before LSN {}, but CONTROL's \
                  checkpoint needs every change before LSN {}: the data file is older than \
                  CONTROL (replaced by an older copy?); refusing to open rather than serve \
                  its stale pages",
                 h.flushed_through, c.redo_lsn
             ),
-        }),
+        )),
         Some(h) => Ok(h.log_reached),
         None => Ok(Lsn::ZERO),
     }

@@ -42,6 +42,7 @@ fn bad(what: &str) -> Error {
     Error::Corruption {
         path: "wal".into(),
         offset: 0,
+        page: None,
         detail: format!("malformed {what} record"),
     }
 }
@@ -52,6 +53,7 @@ fn out_of_range(kind: &str, detail: String) -> Error {
     Error::Corruption {
         path: "wal".into(),
         offset: 0,
+        page: None,
         detail: format!("{kind} record's {detail}"),
     }
 }

@@ -75,7 +75,9 @@ pub(super) fn recover<S: Storage>(
     let layout = Layout {
         segment_bytes: wal_opts.segment_bytes,
     };
-    let wal_dir = wal_opts.dir.clone();
+    // Errors name the segment wherever the process's working directory is
+    // when they are read.
+    let wal_dir = std::path::absolute(&wal_opts.dir).unwrap_or_else(|_| wal_opts.dir.clone());
     let (wal, end) = Wal::open(storage.clone(), wal_opts, control.redo_lsn, |rec| {
         replay
             .record(&rec, &mut meta)
@@ -123,10 +125,12 @@ fn name_record(e: Error, dir: &Path, layout: Layout, lsn: Lsn) -> Error {
         Error::Corruption {
             path,
             offset: 0,
+            page,
             detail,
         } if path == Path::new("wal") => Error::Corruption {
             path: dir.join(segment_file_name(layout.segment_of(lsn))),
             offset: layout.file_offset(lsn),
+            page,
             detail: format!("{detail} (met at the record at LSN {lsn})"),
         },
         e => e,
@@ -214,6 +218,7 @@ impl<'a, S: Storage> Replay<'a, S> {
             return Err(Error::Corruption {
                 path: "wal".into(),
                 offset: 0,
+                page: None,
                 detail: format!(
                     "commit record's page count {} (transaction {txn}) is past the {} pages \
                      before it and the {pages_logged} it logged",
@@ -241,6 +246,7 @@ impl<'a, S: Storage> Replay<'a, S> {
                 return Err(Error::Corruption {
                     path: "wal".into(),
                     offset: 0,
+                    page: None,
                     detail: format!(
                         "a page record names page {}, past the {page_count} pages its commit \
                          leaves",

@@ -310,6 +310,7 @@ fn decode(bytes: &[u8], path: &Path) -> Result<(Lsn, Lsn, PageSet)> {
     let bad = |detail: &str| Error::Corruption {
         path: path.to_path_buf(),
         offset: 0,
+        page: None,
         detail: format!("changed-page summary: {detail}"),
     };
     let u64_at = |at: usize| crate::format::le::get_u64(bytes, at).ok_or_else(|| bad("short"));
@@ -364,6 +365,7 @@ fn read_file<S: Storage>(
         return Err(Error::Corruption {
             path,
             offset: 8,
+            page: None,
             detail: "changed-page summary: its range is not its name's".into(),
         });
     }

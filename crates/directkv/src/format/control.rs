@@ -228,6 +228,7 @@ impl Control {
             Err(Error::Corruption {
                 path: path.to_path_buf(),
                 offset,
+                page: None,
                 detail: format!("CONTROL's {detail}"),
             })
         };

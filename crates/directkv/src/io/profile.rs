@@ -570,12 +570,14 @@ impl DeviceProfile {
             serde_json::from_slice(bytes).map_err(|e| Error::Corruption {
                 path: path.to_path_buf(),
                 offset: 0,
+                page: None,
                 detail: format!("not a directkv device profile: {e}"),
             })?;
         if profile.schema_version != PROFILE_SCHEMA_VERSION {
             return Err(Error::Corruption {
                 path: path.to_path_buf(),
                 offset: 0,
+                page: None,
                 detail: format!(
                     "profile schema {} is not the supported {PROFILE_SCHEMA_VERSION}",
                     profile.schema_version

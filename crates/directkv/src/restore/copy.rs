@@ -223,6 +223,7 @@ fn build<S: Storage>(
         return Err(Error::Corruption {
             path: to.join(DATA_NAME),
             offset: data.len()?,
+            page: None,
             detail: format!(
                 "the combined data file is shorter than the {want} bytes of the last backup's \
                  pages"
@@ -277,6 +278,7 @@ fn copy_listed<S: Storage>(
         return Err(Error::Corruption {
             path: from.join(MANIFEST_NAME),
             offset: 0,
+            page: None,
             detail: format!("the manifest does not list {name}"),
         });
     };
@@ -284,6 +286,7 @@ fn copy_listed<S: Storage>(
         return Err(Error::Corruption {
             path: src_path,
             offset: 0,
+            page: None,
             detail: "a file the backup's manifest lists is missing".into(),
         });
     }
@@ -328,6 +331,7 @@ fn apply_increment<S: Storage>(
         return Err(Error::Corruption {
             path: dir.join(INCREMENT_NAME),
             offset: 0,
+            page: None,
             detail: format!("not the {listed} pages its manifest lists"),
         });
     }
@@ -345,6 +349,7 @@ fn apply_increment<S: Storage>(
                     .map_err(|detail| Error::Corruption {
                         path: dir.join(INCREMENT_NAME),
                         offset: at + i as u64 * pb,
+                        page: Some(first + done + i as u64),
                         detail,
                     })?;
             }
@@ -372,6 +377,7 @@ fn apply_entries<F: StorageFile>(
     let bad = |offset: u64, detail: String| Error::Corruption {
         path: path.clone(),
         offset,
+        page: None,
         detail,
     };
     src.read_exact_at(buf.io_mut(0..pb)?, 0)?;
@@ -447,6 +453,7 @@ fn make_window<F: StorageFile>(
         let bad = |detail: String| Error::Corruption {
             path: path.to_path_buf(),
             offset: e.offset,
+            page: None,
             detail,
         };
         if e.kind == increment::Kind::Delta && i >= have {

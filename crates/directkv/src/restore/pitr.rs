@@ -267,6 +267,7 @@ fn another_history(theirs: &Path, offset: u64) -> Error {
     Error::Corruption {
         path: theirs.to_path_buf(),
         offset,
+        page: None,
         detail: "the archived segment differs from the backup's log before the backup's end \
                  (and is not a partial copy of it): the archive is of another database or \
                  another history of this one"
@@ -288,6 +289,7 @@ fn copy_whole<S: Storage>(
         return Err(Error::Corruption {
             path: from.to_path_buf(),
             offset: len,
+            page: None,
             detail: format!(
                 "{len} bytes: not a whole segment of {}",
                 layout.segment_bytes
@@ -317,6 +319,7 @@ fn check_whole(taken: &Taken, archive: &Path, found: &Found) -> Result<()> {
         return Err(Error::Corruption {
             path: archive.join(segment_file_name(missing)),
             offset: 0,
+            page: None,
             detail: format!(
                 "missing from the archive, which holds {} after it: the archive's end cannot be \
                  reached",
@@ -329,6 +332,7 @@ fn check_whole(taken: &Taken, archive: &Path, found: &Found) -> Result<()> {
         return Err(Error::Corruption {
             path: archive.join(segment_file_name(last)),
             offset: 0,
+            page: None,
             detail: "the archived log ends in invalid bytes, but every archived segment was \
                      complete: it is damaged"
                 .into(),
@@ -531,16 +535,19 @@ fn rename_path(e: Error, source: &impl Fn(&Path) -> Option<PathBuf>) -> Error {
         Error::Corruption {
             path,
             offset,
+            page,
             detail,
         } => match source(&path) {
             Some(archived) => Error::Corruption {
                 path: archived,
                 offset,
+                page,
                 detail,
             },
             None => Error::Corruption {
                 path,
                 offset,
+                page,
                 detail,
             },
         },

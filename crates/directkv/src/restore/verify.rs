@@ -91,6 +91,7 @@ fn check_listing<S: Storage>(storage: &S, dir: &Path, m: &Manifest) -> Result<()
     let unlisted = |path: PathBuf| Error::Corruption {
         path,
         offset: 0,
+        page: None,
         detail: "the backup holds a file its manifest does not list".into(),
     };
     for name in storage.list_dir(dir)? {
@@ -132,6 +133,7 @@ fn check_control<S: Storage>(storage: &S, dir: &Path, m: &Manifest) -> Result<()
         Some(detail) => Err(Error::Corruption {
             path,
             offset: 0,
+            page: None,
             detail,
         }),
         None => Ok(()),
@@ -171,7 +173,8 @@ fn check_pages<S: Storage>(storage: &S, dir: &Path, m: &Manifest) -> Result<u64>
                 Error::Corruption {
                     path: path.clone(),
                     offset: at + (i * pb) as u64,
-                    detail: format!("page {no}: {detail}"),
+                    page: Some(no),
+                    detail,
                 }
             })?;
             pages += 1;
@@ -187,6 +190,7 @@ fn check_pages<S: Storage>(storage: &S, dir: &Path, m: &Manifest) -> Result<u64>
         return Err(Error::Corruption {
             path,
             offset: pages * pb as u64,
+            page: None,
             detail: format!("{pages} pages, but the manifest says {want}"),
         });
     }
@@ -206,7 +210,8 @@ fn check_entries<S: Storage>(storage: &S, dir: &Path, m: &Manifest) -> Result<u6
     let bad = |offset: u64, no: PageId, detail: String| Error::Corruption {
         path: path.clone(),
         offset,
-        detail: format!("page {no}: {detail}"),
+        page: Some(no.get()),
+        detail,
     };
     let mut head = AlignedBuf::new(pb, ALIGN_BYTES)?;
     file.read_exact_at(head.io_all_mut(), 0)?;
@@ -253,6 +258,7 @@ fn check_entries<S: Storage>(storage: &S, dir: &Path, m: &Manifest) -> Result<u6
         return Err(Error::Corruption {
             path,
             offset: 0,
+            page: None,
             detail: format!(
                 "{deltas} deltas, but the manifest says {}",
                 m.pages_as_deltas
@@ -308,6 +314,7 @@ fn check_log<S: Storage>(storage: &S, dir: &Path, m: &Manifest) -> Result<u64> {
         return Err(Error::Corruption {
             path: wal,
             offset: 0,
+            page: None,
             detail: format!(
                 "the log ends at LSN {end}, before the backup's end {}: it is damaged",
                 m.end()

@@ -188,6 +188,7 @@ pub(crate) fn missing_dir(dir: &Path, from: Lsn) -> Error {
     Error::Corruption {
         path: dir.to_path_buf(),
         offset: 0,
+        page: None,
         detail: format!(
             "the WAL directory is missing, but recovery needs the log from LSN {from}; \
              refusing to open rather than serve the data file's older pages"
@@ -215,6 +216,7 @@ fn check_segments<S: Storage>(
     let missing = |n: u64| Error::Corruption {
         path: dir.join(segment_file_name(n)),
         offset: 0,
+        page: None,
         detail: format!(
             "WAL segment {n} is missing (it holds LSN {} to {}), but the log from LSN {from} \
              goes on {}; refusing to open without it",
@@ -247,6 +249,7 @@ fn check_segments<S: Storage>(
             return Err(Error::Corruption {
                 path,
                 offset: len.min(layout.segment_bytes),
+                page: None,
                 detail: format!(
                     "WAL segment {n} is {len} bytes, not the {} every segment is allocated \
                      with: it was cut short or extended, and the log it holds (LSN {} to {}) \
@@ -277,6 +280,7 @@ fn check_end<S: Storage>(
         return Err(Error::Corruption {
             path: at_end(),
             offset: layout.file_offset(end),
+            page: None,
             detail: format!(
                 "the log ends at LSN {end}, but it reached LSN {must_reach} (the last \
                  checkpoint's record ends there, or the data file's head says so): the log \
@@ -297,6 +301,7 @@ fn check_end<S: Storage>(
             return Err(Error::Corruption {
                 path: dir.join(segment_file_name(n)),
                 offset: layout.file_offset(lsn),
+                page: None,
                 detail: format!(
                     "the log stops being valid at LSN {end} (in {}), but segment {n} holds a \
                      record written at LSN {lsn}, later: the log between is damaged or \

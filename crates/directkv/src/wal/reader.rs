@@ -297,6 +297,7 @@ impl<S: Storage> WalReader<S> {
         Error::Corruption {
             path: self.dir.join(segment_file_name(segment)),
             offset: self.layout.file_offset(at),
+            page: None,
             detail: format!(
                 "invalid WAL record at LSN {at}, but the log continues with a valid flush at \
                  LSN {later}: the record was synced before that flush was written, so this \
@@ -534,6 +535,7 @@ impl<S: Storage> WalReader<S> {
                     return Err(Error::Corruption {
                         path,
                         offset: len.min(self.layout.segment_bytes),
+                        page: None,
                         detail: format!(
                             "WAL segment {segment} is {len} bytes, not the {} every segment is \
                              allocated with: it was cut short or extended",
@@ -555,6 +557,7 @@ impl<S: Storage> WalReader<S> {
         let bad = |detail: String| Error::Corruption {
             path: path.to_path_buf(),
             offset: 0,
+            page: None,
             detail,
         };
         if h.segment_no != segment {
@@ -608,6 +611,7 @@ pub(crate) fn read_segment_header<F: StorageFile>(
     let bad = |detail: String| Error::Corruption {
         path: file.path().to_path_buf(),
         offset: 0,
+        page: None,
         detail,
     };
     if got < 64 {

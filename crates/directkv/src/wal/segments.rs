@@ -207,6 +207,7 @@ impl<S: Storage> Segments<S> {
                 return Err(Error::Corruption {
                     path: self.path(n),
                     offset: 0,
+                    page: None,
                     detail: "segment header does not belong here".into(),
                 });
             }

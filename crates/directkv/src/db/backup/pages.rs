@@ -400,14 +400,13 @@ impl<S: Storage> Inner<S> {
             counts.from_log.push(no);
             return Ok(());
         }
-        Err(Error::Corruption {
-            path: self.pool.file().path().to_path_buf(),
-            offset: no.offset(pb as u64),
-            detail: format!(
-                "page {no}: {first}; read again, it is still damaged, and the log since the \
-                 backup's start holds no image of it: the backup stops rather than copy damage"
+        Err(self.pool.page_corruption(
+            no,
+            format!(
+                "{first}; read again, it is still damaged, and the log since the backup's \
+                 start holds no image of it: the backup stops rather than copy damage"
             ),
-        })
+        ))
     }
 }
 
@@ -481,7 +480,7 @@ mod tests {
         let err = inner
             .check_copied(no, &mut vec![0xABu8; pb], redo, &mut counts)
             .expect_err("damage unchanged since the start");
-        assert!(err.to_string().contains("page 1:"), "{err}");
+        assert!(err.to_string().contains("(page 1): "), "{err}");
 
         let mut w = db.begin_write().expect("begin");
         w.put(b"new", b"value").expect("put");
