@@ -3,8 +3,10 @@
 //! moments; the source still opens, checks and holds every key, and a
 //! backup without its completion marker is refused by open, verify and
 //! restore, while a completed one verifies and restores to every key.
+//! What `restore` makes, from a backup alone or rolled forward from a log
+//! archive, is a database every command accepts.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -176,44 +178,7 @@ fn backup_refuses_a_database_open_elsewhere() {
 #[test]
 fn restore_to_an_lsn_and_a_time_from_the_archive() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
-    let (src, archive, backup) = (
-        dir.path().join("db"),
-        dir.path().join("archive"),
-        dir.path().join("backup"),
-    );
-    let opts = Options {
-        wal_segment_bytes: 64 << 10,
-        wal_archive: Some(archive.clone()),
-        ..options()
-    };
-    let db = Database::open(&src, opts).expect("open");
-    db.backup(&backup, &directkv::BackupOptions::default())
-        .expect("backup");
-    let mut lsns = Vec::new();
-    for i in 0..40u32 {
-        let mut w = db.begin_write().expect("begin");
-        w.put(format!("k/{i:06}").as_bytes(), &[1u8; 3000])
-            .expect("put");
-        lsns.push(w.commit_lsn().expect("commit"));
-    }
-    // More log, so the segments holding those commits are complete.
-    let mut x = 0x9E37_79B9_7F4A_7C15u64;
-    for i in 0..100u32 {
-        // Values that do not compress: the log grows by their size.
-        let value: Vec<u8> = (0..3000)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect();
-        let mut w = db.begin_write().expect("begin");
-        w.put(format!("pad/{i:06}").as_bytes(), &value)
-            .expect("put");
-        w.commit().expect("commit");
-    }
-    db.close().expect("close");
+    let (archive, backup, lsns) = archived_commits(dir.path(), 40);
     let restore = |target: &[&str], dest: &Path| {
         let out = bin()
             .arg("restore")
@@ -347,4 +312,109 @@ fn backup_refuses_a_backup_as_source_and_a_used_destination() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("not empty"), "{err}");
     assert_eq!(keys(&src), KEYS);
+}
+
+/// `directkv check` of `dir` succeeds (its stderr says why not).
+fn check_ok(dir: &Path) {
+    run_ok(&["check".as_ref(), dir.as_os_str()]);
+}
+
+/// Opens the database in `dir` publishing its stats, waits (bounded) until
+/// `directkv stats` of it succeeds, and returns its keys under `k/`.
+fn open_with_stats(dir: &Path) -> u64 {
+    let db = Database::open(dir, options()).expect("a restored copy opens");
+    let mut out = None;
+    // The database publishes about once a second; a bounded wait, so a
+    // refused copy fails the test.
+    for _ in 0..300 {
+        let o = bin().arg("stats").arg(dir).output().expect("stats");
+        if o.status.success() {
+            out = Some(o);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = out.expect("`directkv stats` of the open copy succeeds");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("commits"));
+    let n = db.begin_read().expect("read").prefix(b"k/").count() as u64;
+    db.close().expect("close");
+    n
+}
+
+/// A database with a log archive (64 KiB segments) and a backup taken
+/// before `commits` commits of a key `k/…` each, then padding that fills
+/// the segments holding them (values that do not compress: the log grows
+/// by their size); returns the archive, the backup and the commits' LSNs.
+fn archived_commits(dir: &Path, commits: u32) -> (PathBuf, PathBuf, Vec<directkv::Lsn>) {
+    let (src, archive, backup) = (dir.join("db"), dir.join("archive"), dir.join("backup"));
+    let opts = Options {
+        wal_segment_bytes: 64 << 10,
+        wal_archive: Some(archive.clone()),
+        ..options()
+    };
+    let db = Database::open(&src, opts).expect("open");
+    db.backup(&backup, &directkv::BackupOptions::default())
+        .expect("backup");
+    let mut lsns = Vec::new();
+    for i in 0..commits {
+        let mut w = db.begin_write().expect("begin");
+        w.put(format!("k/{i:06}").as_bytes(), &[1u8; 3000])
+            .expect("put");
+        lsns.push(w.commit_lsn().expect("commit"));
+    }
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    for i in 0..100u32 {
+        let mut w = db.begin_write().expect("begin");
+        w.put(format!("pad/{i:06}").as_bytes(), &noise(&mut x, 3000))
+            .expect("put");
+        w.commit().expect("commit");
+    }
+    db.close().expect("close");
+    (archive, backup, lsns)
+}
+
+/// `len` bytes that do not compress (xorshift from `x`).
+fn noise(x: &mut u64, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|_| {
+            *x ^= *x << 13;
+            *x ^= *x >> 7;
+            *x ^= *x << 17;
+            *x as u8
+        })
+        .collect()
+}
+
+/// What `directkv restore` makes is a database: `check` accepts it (it
+/// used to refuse it as a backup), `Database::open` opens it, and while it
+/// is open `stats` reports it; the same for a restore rolled forward from
+/// the archive to its end and to an LSN.
+#[test]
+fn every_command_accepts_a_restored_copy() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    let (archive, backup, lsns) = archived_commits(dir.path(), 40);
+    let plain = dir.path().join("plain");
+    run_ok(&["restore".as_ref(), backup.as_os_str(), plain.as_os_str()]);
+    check_ok(&plain);
+    assert_eq!(open_with_stats(&plain), 0, "the backup's state: no commit");
+    let to_end = dir.path().join("to-end");
+    let to_lsn = dir.path().join("to-lsn");
+    let lsn = lsns[24].to_string();
+    for (dest, target) in [
+        (&to_end, vec!["--to-end"]),
+        (&to_lsn, vec!["--to-lsn", &lsn]),
+    ] {
+        let mut args: Vec<&std::ffi::OsStr> = vec!["restore".as_ref(), "--archive".as_ref()];
+        args.push(archive.as_os_str());
+        args.extend(target.iter().map(|a| std::ffi::OsStr::new(*a)));
+        args.extend([backup.as_os_str(), dest.as_os_str()]);
+        run_ok(&args);
+        check_ok(dest);
+    }
+    assert_eq!(open_with_stats(&to_end), 40, "every archived commit");
+    assert_eq!(open_with_stats(&to_lsn), 25, "the commits through the 25th");
+    // Opened, each is an ordinary database: `check` still accepts it.
+    for d in [&plain, &to_end, &to_lsn] {
+        check_ok(d);
+    }
 }

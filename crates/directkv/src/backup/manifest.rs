@@ -114,6 +114,11 @@ pub struct Manifest {
     /// backup starts a history of its own when first opened.
     #[serde(default)]
     pub history_id: Option<String>,
+    /// Set in the copy a restore makes: a database to be, which every
+    /// command opens (its first open replays its log and makes it one),
+    /// not a backup kept as one. Still checked and restored as a backup.
+    #[serde(default)]
+    pub restored: bool,
 }
 
 impl Manifest {
@@ -395,6 +400,7 @@ mod tests {
             increment_format: super::super::increment::ENTRIES,
             pages_as_deltas: 2,
             history_id: Some("12".repeat(16)),
+            restored: true,
         }
     }
 

@@ -172,6 +172,17 @@ pub(crate) fn complete_manifest<S: Storage>(storage: &S, dir: &Path) -> Result<M
     Ok(m)
 }
 
+/// Whether `dir` holds a copy that a restore made ([`Manifest::restored`]
+/// in a complete manifest): a database to be, which commands open, where
+/// a backup kept as one is refused by them. Anything that does not read as
+/// a complete manifest is not one.
+pub fn is_restored_copy<S: Storage>(storage: &S, dir: &Path) -> bool {
+    complete_manifest(storage, dir).is_ok_and(|m| {
+        assert!(m.start_lsn <= m.end_lsn, "decode checks the order");
+        m.restored
+    })
+}
+
 /// Checks that every file `m` lists in `dir` has its length and CRC32C;
 /// returns the bytes checked.
 ///

@@ -24,7 +24,7 @@ use serde::Serialize;
 
 use crate::backup::files::{self, Sink, ALIGN_BYTES, CHUNK_BYTES};
 use crate::backup::increment;
-use crate::backup::manifest::{self, Manifest, COMPLETE_NAME, MANIFEST_NAME};
+use crate::backup::manifest::{self, Manifest, MANIFEST_NAME};
 use crate::backup::{CONTROL_NAME, DATA_NAME, INCREMENT_NAME, WAL_DIR_NAME};
 use crate::error::{Error, Result};
 use crate::format::PageId;
@@ -240,25 +240,18 @@ fn build<S: Storage>(
     }
     storage.sync_dir(&to.join(WAL_DIR_NAME))?;
     storage.sync_dir(to)?;
-    if ms.len() == 1 {
-        // One full backup: its own manifest and marker, as they were.
-        for name in [MANIFEST_NAME, COMPLETE_NAME] {
-            let b = files::read_small(
-                storage,
-                &last_dir.join(name),
-                crate::backup::MANIFEST_BYTES_MAX,
-            )?;
-            files::write_small(storage, &to.join(name), &b)?;
-            bytes += b.len() as u64;
+    let sealed = if ms.len() == 1 {
+        // One full backup: its own manifest, listing the same files, marked
+        // as a restored copy.
+        Manifest {
+            restored: true,
+            ..last.clone()
         }
-        storage.sync_dir(to)?;
     } else {
-        crate::backup::seal(
-            storage,
-            to,
-            &combined_manifest(storage, to, last, &mut buf)?,
-        )?;
-    }
+        combined_manifest(storage, to, last, &mut buf)?
+    };
+    assert!(sealed.restored && sealed.parent_id.is_none());
+    crate::backup::seal(storage, to, &sealed)?;
     Ok((bytes, from_increments))
 }
 
@@ -463,7 +456,7 @@ fn make_window<F: StorageFile>(
 
 /// The manifest of a restored chain in `dir`: the last backup's, as a full
 /// backup holding the files now in `dir` (`CONTROL`, `data` and the log's
-/// segments).
+/// segments), marked as a restored copy.
 pub(super) fn combined_manifest<S: Storage>(
     storage: &S,
     dir: &Path,
@@ -478,6 +471,7 @@ pub(super) fn combined_manifest<S: Storage>(
     m.increment_format = increment::WHOLE_PAGES;
     m.format = manifest::MANIFEST_FORMAT;
     m.pages_as_deltas = 0;
+    m.restored = true;
     m.files = Vec::new();
     let mut names = vec![CONTROL_NAME.to_string(), DATA_NAME.to_string()];
     for n in crate::wal::list_segments(storage, &dir.join(WAL_DIR_NAME))? {
