@@ -13,6 +13,10 @@
 //!   to exactly the database's contents when each was taken; every broken
 //!   chain is refused naming the culprit.
 //! - Destinations inside the database, or not empty, are refused.
+//! - A manifest edited and sealed again (its CRC line and marker made to
+//!   match) with its end lowered, its last segment dropped with the file,
+//!   or beside a file it does not list: restore refuses each with the
+//!   error verify gives, and leaves nothing at its destination.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -924,4 +928,119 @@ fn a_read_only_backup_verifies_and_takes_an_increment() {
     assert!(writable.is_err(), "CONTROL could not be written");
     verified.expect("a read-only backup verifies");
     increment.expect("an increment of a read-only backup");
+}
+
+/// A backup whose log spans several segments and ends past its
+/// checkpoint: a thread commits while the backup, rate-limited, runs.
+fn backup_under_commits(dir: &std::path::Path) -> std::path::PathBuf {
+    let small = Options {
+        wal_segment_bytes: 64 << 10,
+        ..options()
+    };
+    let db = Arc::new(Database::open(dir.join("db"), small).expect("open"));
+    fill(&db);
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (db, stop) = (Arc::clone(&db), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let mut w = db.begin_write().expect("begin");
+                w.put(format!("log/{i:08}").as_bytes(), &[i as u8; 2000])
+                    .expect("put");
+                w.commit().expect("commit");
+                i += 1;
+                // Paced, so the log the backup carries stays short.
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        })
+    };
+    let dest = dir.join("backup");
+    let opts = BackupOptions {
+        rate_bytes: Some(512 << 10),
+        ..BackupOptions::default()
+    };
+    let report = db.backup(&dest, &opts);
+    stop.store(true, Ordering::Relaxed);
+    writer.join().expect("writer");
+    report.expect("backup");
+    dest
+}
+
+/// Rewrites the manifest of the backup in `dir` as `edit` says and seals
+/// it again: a CRC line and a completion marker that match it.
+fn reseal(dir: &std::path::Path, edit: &dyn Fn(&mut directkv::BackupManifest)) {
+    let path = dir.join("backup_manifest");
+    let bytes = std::fs::read(&path).expect("read");
+    let (mut m, _) = directkv::BackupManifest::decode(&bytes, &path).expect("decodes");
+    edit(&mut m);
+    let bytes = m.encode();
+    let (_, crc) = directkv::BackupManifest::decode(&bytes, &path).expect("sealed");
+    std::fs::write(&path, &bytes).expect("write");
+    let marker = format!("directkv-backup-complete {} {crc:08x}\n", m.backup_id);
+    std::fs::write(dir.join("backup_complete"), marker).expect("write");
+}
+
+/// A manifest edited and sealed again, so that its CRC and marker hold:
+/// verify refuses it, naming the problem, and restore refuses it with the
+/// same error, leaving nothing at its destination (no destination, no
+/// scratch directory). The three edits: the end LSN lowered; the last log
+/// segment removed with its entry; an unlisted file added.
+#[test]
+fn restore_refuses_a_resealed_manifest_as_verify_does() {
+    let dir = scratch();
+    let good = backup_under_commits(dir.path());
+    verify_backup(&good).expect("the backup verifies");
+    let m = directkv::BackupManifest::decode(
+        &std::fs::read(good.join("backup_manifest")).expect("read"),
+        &good,
+    )
+    .expect("decodes")
+    .0;
+    let segments = m
+        .files
+        .iter()
+        .filter(|f| f.path.starts_with("wal/"))
+        .count();
+    assert!(
+        m.end_lsn > m.checkpoint_lsn,
+        "commits ran during the backup"
+    );
+    assert!(segments > 1, "the log spans {segments} segments");
+    let case = |name: &str, damage: &dyn Fn(&std::path::Path), names: &str| {
+        let b = dir.path().join(name);
+        copy_dir(&good, &b);
+        damage(&b);
+        let restored = dir.path().join(format!("{name}-restored"));
+        let verify = verify_backup(&b).map(drop).expect_err("verify refuses");
+        let restore = restore_backup(&b, &restored)
+            .map(drop)
+            .expect_err("restore refuses");
+        assert!(verify.to_string().contains(names), "{name}: {verify}");
+        assert_eq!(restore.to_string(), verify.to_string(), "{name}");
+        assert!(!restored.exists(), "{name}: nothing at the destination");
+        let tmp = dir.path().join(format!("{name}-restored.restore-tmp"));
+        assert!(!tmp.exists(), "{name}: no scratch left");
+    };
+    case(
+        "end-lowered",
+        &|b| reseal(b, &|m| m.end_lsn = m.checkpoint_lsn),
+        "does not name the backup's start and end",
+    );
+    case(
+        "last-segment-dropped",
+        &|b| {
+            reseal(b, &|m| {
+                let last = m.files.iter().rposition(|f| f.path.starts_with("wal/"));
+                let f = m.files.remove(last.expect("a segment"));
+                std::fs::remove_file(b.join(&f.path)).expect("rm");
+            })
+        },
+        "before the backup's end",
+    );
+    case(
+        "unlisted-file",
+        &|b| std::fs::write(b.join("notes"), b"x").expect("write"),
+        "does not list",
+    );
 }

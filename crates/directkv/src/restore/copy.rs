@@ -1,9 +1,13 @@
 //! Restoring a backup, or a chain of backups (a full one and the
 //! incremental ones on top of it, oldest first), into a new database
-//! directory. Everything is built in `DEST.restore-tmp`, each file's CRC32C
-//! checked against its manifest, synced, and the directory renamed to
-//! `DEST` last, so a restore that fails or is killed never leaves a `DEST`
-//! that looks whole.
+//! directory. Each backup first passes every check verify makes short of
+//! opening a copy (`verify::check_contents`: nothing unlisted, each file's
+//! length and CRC32C, `CONTROL`, every page, the log reaching the end), so
+//! restore refuses what verify refuses, with the same error. Everything is
+//! then built in `DEST.restore-tmp`, each file's CRC32C checked again as it
+//! is copied, synced, and the directory renamed to `DEST` last, so a
+//! restore that fails or is killed never leaves a `DEST` that looks whole.
+//! The copy's manifest says it was restored: it is a database to be.
 //!
 //! A chain is combined as `pg_combinebackup` does: the full backup's data
 //! file, then each increment's pages written over it in chain order (the
@@ -65,7 +69,9 @@ pub fn restore_backup(backup: impl AsRef<Path>, dest: impl AsRef<Path>) -> Resul
 /// [`Error::IncompleteBackup`] for a backup never completed;
 /// [`Error::BackupChain`] naming the link that does not fit (an increment
 /// first, a missing link, another database, the wrong order);
-/// [`Error::Corruption`] naming a file missing or damaged;
+/// [`Error::Corruption`] naming a file missing, damaged or unlisted, or
+/// the first damage [`verify_backup`](super::verify_backup) finds in a
+/// backup (its error);
 /// [`Error::InvalidArgument`] for an empty chain or when `dest` (or its
 /// scratch name) exists; I/O errors. On an error nothing is left at `dest`.
 pub fn restore_backup_chain<P: AsRef<Path>>(
@@ -119,6 +125,18 @@ pub fn restore_chain_with<S: Storage, P: AsRef<Path>>(
 ) -> Result<RestoreReport> {
     let chain: Vec<&Path> = chain.iter().map(AsRef::as_ref).collect();
     let ms = crate::backup::check_chain(storage, &chain)?;
+    check_destination(storage, &chain, dest)?;
+    // Everything verify checks short of opening a copy, before anything
+    // is made: a backup verify refuses is refused here with the same error.
+    for (dir, m) in chain.iter().zip(&ms) {
+        super::verify::check_contents(storage, dir, m)?;
+    }
+    restore_checked(storage, &chain, &ms, dest, to, remove_tree)
+}
+
+/// Refuses a destination inside one of the backups of `chain`, one that
+/// exists, and one whose scratch directory exists.
+fn check_destination<S: Storage>(storage: &S, chain: &[&Path], dest: &Path) -> Result<()> {
     let tmp = scratch_of(dest);
     let d = crate::io::resolve(dest);
     if let Some(inside) = chain.iter().find(|b| d.starts_with(crate::io::resolve(b))) {
@@ -141,12 +159,29 @@ pub fn restore_chain_with<S: Storage, P: AsRef<Path>>(
             dest.display()
         )));
     }
+    Ok(())
+}
+
+/// [`restore_chain_with`] of a chain already checked: `ms` are its
+/// manifests, each backup's contents checked against its own.
+pub(super) fn restore_checked<S: Storage>(
+    storage: &S,
+    chain: &[&Path],
+    ms: &[Manifest],
+    dest: &Path,
+    to: Option<(&Path, super::RestoreTarget)>,
+    remove_tree: impl FnOnce(&Path),
+) -> Result<RestoreReport> {
+    assert_eq!(chain.len(), ms.len(), "a manifest per backup");
+    assert!(!ms.is_empty(), "check_chain refuses an empty chain");
+    check_destination(storage, chain, dest)?;
+    let tmp = scratch_of(dest);
     let last = ms.last().expect("a chain has a backup");
     let parent = dest.parent().filter(|p| !p.as_os_str().is_empty());
     // Levels above the destination that the build makes: their entries
     // are synced with the destination's own.
     let made = parent.map_or_else(Vec::new, |p| crate::io::missing_levels(storage, p));
-    let built = build(storage, &chain, &ms, &tmp).and_then(|done| {
+    let built = build(storage, chain, ms, &tmp).and_then(|done| {
         let rolled = match to {
             Some((archive, target)) => Some(super::pitr::roll_forward(
                 storage, &tmp, last, archive, target,
@@ -205,9 +240,6 @@ fn build<S: Storage>(
     ms: &[Manifest],
     to: &Path,
 ) -> Result<(u64, u64)> {
-    for (dir, m) in chain.iter().zip(ms).skip(1) {
-        crate::backup::check_files(storage, dir, m)?;
-    }
     storage.create_dirs(to, Permissions::Private)?;
     storage.create_dirs(&to.join(WAL_DIR_NAME), Permissions::Private)?;
     let mut buf = AlignedBuf::new(CHUNK_BYTES, ALIGN_BYTES)?;

@@ -2,7 +2,8 @@
 //! file's length and CRC32C, nothing unlisted, `CONTROL` and page 0 naming
 //! the manifest's LSNs, every page's checksum and structure, every log
 //! record from the start to past the end; then the backup is restored into
-//! a scratch directory, opened (replaying its log) and checked.
+//! a scratch directory, opened (replaying its log) and checked. Restore
+//! runs the same checks ([`check_contents`]) on every backup it restores.
 //!
 //! Invariants:
 //! - Nothing in the backup is written; the scratch copy is removed whether
@@ -63,13 +64,9 @@ pub fn verify_backup(dir: impl AsRef<Path>) -> Result<VerifyReport> {
     let dir = dir.as_ref();
     let storage = OsStorage::default();
     let m = crate::backup::complete_manifest(&storage, dir)?;
-    check_listing(&storage, dir, &m)?;
-    let bytes = crate::backup::check_files(&storage, dir, &m)?;
-    check_control(&storage, dir, &m)?;
-    let pages = check_pages(&storage, dir, &m)?;
-    let log_records = check_log(&storage, dir, &m)?;
+    let contents = check_contents(&storage, dir, &m)?;
     let check = match m.parent_id {
-        None => Some(replay_scratch(dir)?),
+        None => Some(replay_scratch(&storage, dir, m.clone())?),
         Some(_) => None,
     };
     Ok(VerifyReport {
@@ -77,11 +74,50 @@ pub fn verify_backup(dir: impl AsRef<Path>) -> Result<VerifyReport> {
         start_lsn: m.start(),
         end_lsn: m.end(),
         files: m.files.len(),
+        bytes: contents.bytes,
+        pages: contents.pages,
+        deltas: m.pages_as_deltas,
+        log_records: contents.log_records,
+        check,
+    })
+}
+
+/// What [`check_contents`] read.
+pub(super) struct Contents {
+    /// Bytes of the files checked against the manifest.
+    pub(super) bytes: u64,
+    /// Pages checked.
+    pub(super) pages: u64,
+    /// Log records read from the start to the end of the log.
+    pub(super) log_records: u64,
+}
+
+/// Every check of the backup in `dir` (whose complete manifest is `m`)
+/// that does not open it: nothing unlisted, each file's length and CRC32C,
+/// `CONTROL`, every page, and the log from the start to past the end.
+/// Verify and restore both run it, so restore refuses whatever verify
+/// refuses short of the scratch copy's open, with the same error.
+///
+/// # Errors
+/// [`Error::Corruption`] naming the first damage found; I/O errors.
+pub(super) fn check_contents<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    m: &Manifest,
+) -> Result<Contents> {
+    check_listing(storage, dir, m)?;
+    let bytes = crate::backup::check_files(storage, dir, m)?;
+    check_control(storage, dir, m)?;
+    let pages = check_pages(storage, dir, m)?;
+    let log_records = check_log(storage, dir, m)?;
+    assert!(
+        m.parent_id.is_some() || pages == m.page_count,
+        "a full backup checked holds exactly its manifest's pages"
+    );
+    Ok(Contents {
         bytes,
         pages,
-        deltas: m.pages_as_deltas,
         log_records,
-        check,
     })
 }
 
@@ -319,7 +355,7 @@ fn check_log<S: Storage>(storage: &S, dir: &Path, m: &Manifest) -> Result<u64> {
 
 /// Restores the backup into a scratch directory beside it, opens it
 /// (replaying the log) and checks it; removes the scratch copy.
-fn replay_scratch(dir: &Path) -> Result<CheckReport> {
+fn replay_scratch(storage: &OsStorage, dir: &Path, m: Manifest) -> Result<CheckReport> {
     let name = dir
         .file_name()
         .map_or("backup".into(), |n| n.to_string_lossy().into_owned());
@@ -327,7 +363,11 @@ fn replay_scratch(dir: &Path) -> Result<CheckReport> {
     if scratch.exists() {
         remove_scratch(&scratch)?;
     }
-    let checked = super::copy::restore_backup(dir, &scratch).and_then(|_| {
+    // Checked above: the copy is made without reading the backup twice.
+    let copied = super::copy::restore_checked(storage, &[dir], &[m], &scratch, None, |tmp| {
+        let _ = std::fs::remove_dir_all(tmp);
+    });
+    let checked = copied.and_then(|_| {
         let db = Database::open(
             &scratch,
             Options {
