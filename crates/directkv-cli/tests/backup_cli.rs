@@ -4,7 +4,8 @@
 //! backup without its completion marker is refused by open, verify and
 //! restore, while a completed one verifies and restores to every key.
 //! What `restore` makes, from a backup alone or rolled forward from a log
-//! archive, is a database every command accepts.
+//! archive, is a database every command accepts; and a restore from an
+//! archive of over a thousand segments runs with 64 file descriptors.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -417,4 +418,67 @@ fn every_command_accepts_a_restored_copy() {
     for d in [&plain, &to_end, &to_lsn] {
         check_ok(d);
     }
+}
+
+/// A restore rolled forward through an archive of over a thousand
+/// segments (the smallest size, 64 KiB) succeeds with its descriptors
+/// limited to 64 (`ulimit -n 64` in the child's shell alone): it holds a
+/// bounded number open however long the archive, not one per segment.
+#[test]
+fn a_restore_through_a_thousand_segments_runs_with_64_descriptors() {
+    const SEGMENTS_MIN: u64 = 1_000;
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    let (src, archive, backup) = (
+        dir.path().join("db"),
+        dir.path().join("archive"),
+        dir.path().join("backup"),
+    );
+    let opts = Options {
+        wal_segment_bytes: 64 << 10,
+        wal_archive: Some(archive.clone()),
+        durability: directkv::Durability::NoSyncNotDurable,
+        ..options()
+    };
+    let db = Database::open(&src, opts).expect("open");
+    db.backup(&backup, &directkv::BackupOptions::default())
+        .expect("backup");
+    // About 48 KiB of log a commit, overwriting a few keys: the log grows
+    // past a thousand segments while the data file stays small.
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    let commits = 1_500u32;
+    for i in 0..commits {
+        let mut w = db.begin_write().expect("begin");
+        w.put(
+            format!("k/{:02}", i % 8).as_bytes(),
+            &noise(&mut x, 48 << 10),
+        )
+        .expect("put");
+        w.commit().expect("commit");
+    }
+    db.close().expect("close");
+    let archived = std::fs::read_dir(&archive).expect("archive").count() as u64;
+    assert!(archived >= SEGMENTS_MIN, "{archived} segments archived");
+    let dest = dir.path().join("restored");
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -n 64 && exec \"$0\" \"$@\"")
+        .arg(env!("CARGO_BIN_EXE_directkv"))
+        .args(["restore", "--json", "--to-end", "--archive"])
+        .arg(&archive)
+        .arg(&backup)
+        .arg(&dest)
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let taken = report["rolled_forward"]["archived_segments"].as_u64();
+    assert!(taken >= Some(SEGMENTS_MIN), "{report}");
+    check_ok(&dest);
+    let db = Database::open(&dest, options()).expect("open");
+    assert_eq!(db.begin_read().expect("read").prefix(b"k/").count(), 8);
+    db.close().expect("close");
 }
