@@ -81,37 +81,55 @@ fn issue17_check_of_a_missing_path_creates_nothing() {
     assert!(!dir.path().join("mistyped").exists(), "check made the path");
 }
 
-/// Damage in the log's last flush after a crash reads as a torn write of it:
-/// `check` opens, and says what was discarded and from where.
-#[test]
-fn check_reports_a_discarded_torn_tail() {
+/// A crashed database of 50 commits (the handle dropped: the drop seals
+/// the log), its last commit damaged with 8 bytes in its payload, and its
+/// seal zeroed first when `unseal`. Returns the damaged commit's LSN.
+fn damaged_last_commit(dir: &std::path::Path, unseal: bool) -> directkv::Lsn {
     use directkv::internals::db::ControlFile;
     use directkv::internals::io::OsStorage;
     use directkv::internals::wal::format::{segment_file_name, Layout};
     use directkv::internals::wal::WalReader;
     use std::os::unix::fs::FileExt;
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
-    drop(common::database_with_commits(dir.path(), 50));
-    let wal = dir.path().join("wal");
-    let redo = ControlFile::open(&OsStorage::default(), &dir.path().join("CONTROL"))
+    drop(common::database_with_commits(dir, 50));
+    let wal = dir.join("wal");
+    let redo = ControlFile::open(&OsStorage::default(), &dir.join("CONTROL"))
         .expect("CONTROL")
         .current()
         .redo_lsn;
     let segment_bytes = directkv::Options::default().wal_segment_bytes;
     let mut reader = WalReader::new(OsStorage::default(), &wal, segment_bytes, None, redo);
     let mut last = None;
-    while let Some(rec) = reader.next_user_record().expect("read") {
-        last = Some((rec.lsn, rec.payload.len()));
+    while let Some(rec) = reader.next_record().expect("read") {
+        if rec.kind >= directkv::internals::wal::kind::USER_MIN {
+            last = Some((rec.lsn, rec.payload.len()));
+        }
     }
     let (lsn, len) = last.expect("records");
+    let seal = reader.last_flush_header().expect("a flush");
+    assert!(seal > lsn, "the drop sealed the log");
     let layout = Layout { segment_bytes };
     let f = std::fs::OpenOptions::new()
         .write(true)
         .open(wal.join(segment_file_name(layout.segment_of(lsn))))
         .expect("segment");
+    assert_eq!(layout.segment_of(seal), layout.segment_of(lsn));
+    if unseal {
+        // The log held zeros there before the seal: a crash before it.
+        f.write_all_at(&[0; 512], layout.file_offset(seal))
+            .expect("unseal");
+    }
     let at = layout.file_offset(lsn) + 16 + len as u64 / 2;
     f.write_all_at(&[0x5a; 8], at).expect("flip");
-    drop(f);
+    lsn
+}
+
+/// Damage in the log's last flush after a crash that came before its seal
+/// reads as a torn write of it: `check` opens, and says what was discarded
+/// and from where.
+#[test]
+fn check_reports_a_discarded_torn_tail() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    let lsn = damaged_last_commit(dir.path(), true);
     let out = check(dir.path(), &[]);
     assert!(
         out.status.success(),
@@ -124,6 +142,24 @@ fn check_reports_a_discarded_torn_tail() {
         "{text}"
     );
     assert!(text.contains("check: ok"), "{text}");
+}
+
+/// Issue 43: damage in a sealed last flush is corruption: `check` fails,
+/// naming the segment, the byte offset and the LSN, and changes nothing.
+#[test]
+fn check_fails_on_damage_in_a_sealed_last_commit() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    let lsn = damaged_last_commit(dir.path(), false);
+    let out = check(dir.path(), &[]);
+    assert!(!out.status.success(), "check passed a damaged log");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("corrupt")
+            && err.contains(".seg")
+            && err.contains(&format!("invalid WAL record at LSN {lsn}"))
+            && err.contains("not a torn tail"),
+        "{err}"
+    );
 }
 
 /// Issue 19: `check` reports the mode, owner and kind of every path of the

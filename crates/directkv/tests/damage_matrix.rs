@@ -12,11 +12,16 @@
 //! flipped at seeded random places, replaced by its older copy), a copy of
 //! the database is damaged, opened and read back in full.
 //!
+//! Beside whole files, one target is the last commit's record alone: the
+//! drop sealed the flush holding it (a crash after the seal leaves the same
+//! files), so damage there is refused after the crash as after the close
+//! (issue 43), and the test fails on any other outcome of those rows.
+//!
 //! Outcomes: `whole` (every acknowledged value), `refused` (a typed error
 //! at open or on the reads that met the damage, and no wrong value),
-//! `torn` (after the crash only: damage in the last flush reads as a torn
-//! write of it, so the last commit is dropped, and recovery reports the
-//! discarded tail), and `stale`, the failure. The WAL directory replaced by
+//! `torn` (damage in an unsealed last flush reads as a torn write of it, so
+//! the last commit is dropped, and recovery reports the discarded tail),
+//! and `stale`, the failure. The WAL directory replaced by
 //! its older copy is refused: the data file's head names how far the log
 //! had reached. What no check can see is the segment holding the crashed
 //! log's end rolled back within itself, after the head last named it: that
@@ -181,7 +186,48 @@ fn targets(dir: &Path) -> Vec<Target> {
         .collect();
     segments.sort();
     out.extend(segments.iter().map(|n| whole(&format!("wal/{n}"))));
+    out.push(last_commit(dir));
     out
+}
+
+/// The bytes of the log's last commit record, in its segment: damage there
+/// must be refused after a crash too, since the drop sealed the flush that
+/// holds it (issue 43).
+fn last_commit(dir: &Path) -> Target {
+    use directkv::internals::wal::format::{segment_file_name, Layout};
+    let mut reader = wal_reader(dir);
+    let mut last = None;
+    while let Some(rec) = reader.next_user_record().expect("read the log") {
+        last = Some((rec.lsn, rec.payload.len() as u64));
+    }
+    let (lsn, len) = last.expect("the log holds commits");
+    let layout = Layout {
+        segment_bytes: SEGMENT_BYTES,
+    };
+    let lo = layout.file_offset(lsn);
+    Target {
+        rel: PathBuf::from(format!("wal/{}", segment_file_name(layout.segment_of(lsn)))),
+        range: Some((lo, (lo + 16 + len).min(SEGMENT_BYTES))),
+    }
+}
+
+fn wal_reader(
+    dir: &Path,
+) -> directkv::internals::wal::WalReader<directkv::internals::io::OsStorage> {
+    use directkv::internals::db::ControlFile;
+    use directkv::internals::io::OsStorage;
+    use directkv::internals::wal::WalReader;
+    let redo = ControlFile::open(&OsStorage::default(), &dir.join("CONTROL"))
+        .expect("CONTROL")
+        .current()
+        .redo_lsn;
+    WalReader::new(
+        OsStorage::default(),
+        &dir.join("wal"),
+        SEGMENT_BYTES,
+        None,
+        redo,
+    )
 }
 
 fn damages(t: &Target, is_dir: bool) -> Vec<Damage> {
@@ -345,8 +391,10 @@ fn kind(e: &Error) -> String {
 fn run_matrix(crashed: bool) {
     let tpl = build(crashed);
     let end_segment = newest_used_segment(tpl.dir.path());
+    let last = last_commit(tpl.dir.path());
     let mut counts: BTreeMap<Outcome, usize> = BTreeMap::new();
     let mut stale = Vec::new();
+    let mut not_refused = Vec::new();
     let mut table = String::new();
     for t in targets(tpl.dir.path()) {
         let is_dir = tpl.dir.path().join(&t.rel).is_dir();
@@ -365,6 +413,9 @@ fn run_matrix(crashed: bool) {
             if o == Outcome::Stale {
                 stale.push(format!("{cell}: {why}"));
             }
+            if t.rel == last.rel && t.range == last.range && o != Outcome::Refused {
+                not_refused.push(format!("{cell}: {o:?} {why}"));
+            }
         }
     }
     println!(
@@ -372,6 +423,11 @@ fn run_matrix(crashed: bool) {
         if crashed { "crashed" } else { "closed" }
     );
     assert!(stale.is_empty(), "stale reads:\n{}", stale.join("\n"));
+    assert!(
+        not_refused.is_empty(),
+        "damage in the sealed last commit must be refused:\n{}",
+        not_refused.join("\n")
+    );
     assert!(
         counts.get(&Outcome::Refused).copied().unwrap_or(0) > 10,
         "the matrix damages what matters: {counts:?}"
@@ -387,21 +443,8 @@ fn slot(t: &Target) -> String {
 /// The segment holding the log's newest record, read from `CONTROL`'s
 /// redo point.
 fn newest_used_segment(dir: &Path) -> Option<PathBuf> {
-    use directkv::internals::db::ControlFile;
-    use directkv::internals::io::OsStorage;
     use directkv::internals::wal::format::{segment_file_name, Layout};
-    use directkv::internals::wal::WalReader;
-    let redo = ControlFile::open(&OsStorage::default(), &dir.join("CONTROL"))
-        .expect("CONTROL")
-        .current()
-        .redo_lsn;
-    let mut reader = WalReader::new(
-        OsStorage::default(),
-        &dir.join("wal"),
-        SEGMENT_BYTES,
-        None,
-        redo,
-    );
+    let mut reader = wal_reader(dir);
     let mut last = None;
     while let Some(rec) = reader.next_record().expect("read the log") {
         last = Some(rec.lsn);

@@ -236,19 +236,129 @@ fn issue17_case2_a_missing_segment_after_the_redo_point_is_refused() {
     refused_naming(dir.path(), &end, "is missing");
 }
 
+/// Zeroes the log's last flush when it holds no commit: the seal a drop or
+/// a close writes, or the sealer after a pause. The log there held zeros
+/// before the seal, so this is the state a crash leaves when it comes
+/// before the seal: the flush before it is then the unproven last one.
+fn unseal(dir: &Path) {
+    use std::os::unix::fs::FileExt;
+    let mut reader = WalReader::new(
+        OsStorage::default(),
+        &dir.join("wal"),
+        SEGMENT_BYTES,
+        None,
+        redo_lsn(dir),
+    );
+    let mut last_user = Lsn::ZERO;
+    while let Some(rec) = reader.next_record().expect("read the log") {
+        if rec.kind >= directkv::internals::wal::kind::USER_MIN {
+            last_user = rec.lsn;
+        }
+    }
+    let seal = reader.last_flush_header().expect("a flush");
+    assert!(seal > last_user, "the last flush holds no commit: a seal");
+    let layout = Layout {
+        segment_bytes: SEGMENT_BYTES,
+    };
+    let at = layout.file_offset(seal);
+    let n = 4096.min(SEGMENT_BYTES - at);
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(segment_path(dir, seal))
+        .expect("segment");
+    f.write_all_at(&vec![0u8; n as usize], at).expect("zero");
+}
+
+/// Damage in the last flush after a crash that came before its seal cannot
+/// be told from a torn write of it: the commit is dropped, and recovery
+/// says so.
 #[test]
-fn issue17_case3_damage_in_the_last_record_after_a_crash_is_reported() {
+fn issue17_case3_damage_in_an_unsealed_last_flush_is_reported() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (_, before_last) = scenario(dir.path(), false);
+    unseal(dir.path());
     let (lsn, len) = last_record(dir.path());
     // 8 bytes inside the last commit's payload.
     flip_log(dir.path(), Lsn::new(lsn.get() + 16 + len as u64 - 40), 8);
-    // After a crash, damage in the last flush cannot be told from a torn
-    // write of it: the commit is dropped, and recovery says so.
     let db = reads_back(dir.path(), &before_last);
     let r = db.stats().recovery;
     assert_eq!(r.torn_tail_lsn, Some(lsn.get()), "{r:?}");
     assert!(r.torn_tail_records >= 1 && r.torn_tail_bytes > 40, "{r:?}");
+}
+
+/// Refused with `Corruption` naming the segment, its byte offset and the
+/// LSN of the damaged record, and nothing on disk changed.
+fn refused_at(dir: &Path, lsn: Lsn) {
+    let detail = refused_naming(dir, &segment_path(dir, lsn), "corruption, not a torn tail");
+    assert!(detail.contains("invalid WAL record at LSN"), "{detail}");
+}
+
+/// Issue 43: the drop sealed the last flush (a crash after the seal leaves
+/// the same files), so damage in the last commit — 40 bytes before its
+/// end, or in its record header — is refused, never taken for a torn write
+/// that drops an acknowledged commit.
+#[test]
+fn issue43_damage_in_a_sealed_last_commit_is_refused() {
+    for (what, offset) in [("payload", None), ("header", Some(4u64))] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        scenario(dir.path(), false);
+        let (lsn, len) = last_record(dir.path());
+        let at = offset.unwrap_or(16 + len as u64 - 40);
+        flip_log(dir.path(), Lsn::new(lsn.get() + at), 8);
+        eprintln!("damage in the last commit's {what}");
+        refused_at(dir.path(), lsn);
+    }
+}
+
+/// Issue 43: several commits in the last flush (group commit: four that
+/// did not wait, carried by a fifth that did), damage in its last 512
+/// bytes: refused.
+#[test]
+fn issue43_damage_in_the_last_512_bytes_of_a_sealed_group_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    scenario(dir.path(), false);
+    let db = Database::open(dir.path(), opts()).expect("open");
+    let flushes_before = db.stats().wal.flushes;
+    for t in 800..805 {
+        let mut w = db
+            .begin_write_with(&directkv::WriteOptions {
+                durability: (t < 804).then_some(directkv::Durability::NoSyncNotDurable),
+                ..directkv::WriteOptions::default()
+            })
+            .expect("begin_write");
+        for j in 0..10 {
+            w.put(&key(t * 10 + j), format!("group {t} value {j}").as_bytes())
+                .expect("put");
+        }
+        w.commit().expect("commit");
+    }
+    assert_eq!(
+        db.stats().wal.flushes,
+        flushes_before + 1,
+        "the five commits went out in one flush"
+    );
+    drop(db);
+    let (lsn, len) = last_record(dir.path());
+    let end = lsn.get() + 16 + len as u64;
+    // The flush ends at the next 512-byte boundary (its pad fills it): 8
+    // bytes in its last 512, past the last commit's record when the pad
+    // leaves room, else at the end of that record.
+    let unit_end = end.next_multiple_of(512);
+    let at = if unit_end - end >= 24 {
+        end + 16
+    } else {
+        unit_end - 16
+    };
+    assert!(
+        at + 8 <= unit_end && at + 512 >= unit_end,
+        "in the last 512 bytes"
+    );
+    flip_log(dir.path(), Lsn::new(at), 8);
+    refused_naming(
+        dir.path(),
+        &segment_path(dir.path(), Lsn::new(at)),
+        "corruption, not a torn tail",
+    );
 }
 
 #[test]
@@ -261,7 +371,7 @@ fn issue17_case3_damage_at_the_end_after_a_clean_close_is_refused() {
     refused_naming(
         dir.path(),
         &segment_path(dir.path(), lsn),
-        "checkpoint's record ends there",
+        "corruption, not a torn tail",
     );
 }
 
@@ -338,4 +448,76 @@ fn a_wal_directory_rolled_back_after_a_crash_is_refused() {
         Err(e) => panic!("expected Corruption, got {e}"),
         Ok(_) => panic!("the rolled-back log was taken for the whole log"),
     }
+}
+
+/// The child process of
+/// `issue43_damage_after_a_kill_that_followed_the_background_seal_is_refused`:
+/// commits with real syncs and the background threads on, waits until the
+/// sealer has sealed the last commit's flush, says `sealed`, and waits to
+/// be killed. Does nothing unless `DIRECTKV_SEAL_CHILD` names a directory.
+#[test]
+fn seal_child() {
+    let Ok(dir) = std::env::var("DIRECTKV_SEAL_CHILD") else {
+        return;
+    };
+    let db = Database::open(
+        Path::new(&dir),
+        Options {
+            background_threads: true,
+            wal_sync: Some(SyncVariant {
+                method: SyncMethod::Fdatasync,
+                direct: false,
+            }),
+            ..opts()
+        },
+    )
+    .expect("open");
+    let mut model = Model::new();
+    for t in 0..20 {
+        commit(&db, &mut model, t);
+    }
+    // The seal follows the last commit's flush once the log is idle.
+    // The cap only ends a failing run (the parent then finds no seal).
+    let cap = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !db.stats().wal.sealed {
+        assert!(std::time::Instant::now() < cap, "no seal came");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    assert!(db.stats().wal.seals >= 1, "the sealer wrote it");
+    println!("\nchild: sealed");
+    loop {
+        std::thread::sleep(std::time::Duration::from_secs(1));
+    }
+}
+
+/// Issue 43 on a real process: no drop, no close, a SIGKILL after the
+/// background sealer wrote its seal; damage in the last acknowledged commit
+/// is then refused.
+#[test]
+fn issue43_damage_after_a_kill_that_followed_the_background_seal_is_refused() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut child = std::process::Command::new(std::env::current_exe().expect("test binary"))
+        .args([
+            "--exact",
+            "seal_child",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env("DIRECTKV_SEAL_CHILD", dir.path())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn the child");
+    let stdout = child.stdout.take().expect("stdout");
+    let sealed = std::io::BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        .any(|line| line == "child: sealed");
+    child.kill().expect("kill");
+    let _ = child.wait();
+    assert!(sealed, "the child sealed its log before it was killed");
+    let (lsn, len) = last_record(dir.path());
+    flip_log(dir.path(), Lsn::new(lsn.get() + 16 + len as u64 - 40), 8);
+    refused_at(dir.path(), lsn);
 }

@@ -313,10 +313,12 @@ impl<S: Storage> Database<S> {
 
 impl<S: Storage> Drop for Database<S> {
     fn drop(&mut self) {
-        // An orderly drop writes what was committed to the log (best effort: a
-        // failure here is what recovery is for); it does not checkpoint.
+        // An orderly drop writes what was committed to the log and seals it,
+        // so that damage found in its last flush later is refused, never
+        // taken for a torn write (best effort: a failure here is what
+        // recovery is for); it does not checkpoint.
         if let Some(wal) = self.inner.log.wal_if_open() {
-            let _ = wal.flush(wal.appended_lsn());
+            let _ = wal.seal();
         }
         background::stop(&self.inner.checkpointer);
         if let Some(h) = self.checkpointer.take() {

@@ -437,6 +437,7 @@ fn wal_options<S: Storage>(
     wal_opts.sync = choose_sync(opts, &storage.os_at(&wal_dir));
     wal_opts.segment_bytes = opts.wal_segment_bytes;
     wal_opts.background_prepare = opts.background_threads;
+    wal_opts.seal_delay = opts.wal_seal_delay;
     wal_opts.sched = Arc::clone(sched);
     wal_opts.permissions = opts.permissions;
     Ok((storage, wal_opts))

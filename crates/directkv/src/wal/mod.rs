@@ -5,6 +5,8 @@
 //! - `format`: record and segment headers, LSN-to-file mapping.
 //! - `preparer`: the thread that keeps spare segments ready.
 //! - `reader`: iteration, and the torn-tail versus corruption decision.
+//! - `sealer`: the thread that proves the last flush complete once the log
+//!   goes idle.
 //! - `segments`: preallocated, zero-filled, recycled segment files.
 //! - `writer`: appends, group commit, poisoning.
 
@@ -12,6 +14,7 @@ mod coverage;
 pub mod format;
 mod preparer;
 mod reader;
+mod sealer;
 mod segments;
 mod writer;
 
@@ -23,5 +26,5 @@ pub(crate) use reader::{list_segments, read_segment_header};
 pub use reader::{Record, Tail, WalReader};
 pub use writer::{
     Wal, WalOptions, WalStats, BUFFER_BYTES_DEFAULT, RECYCLE_SEGMENTS_MAX_DEFAULT,
-    SEGMENT_BYTES_DEFAULT, SPARE_SEGMENTS_DEFAULT,
+    SEAL_DELAY_DEFAULT, SEGMENT_BYTES_DEFAULT, SPARE_SEGMENTS_DEFAULT,
 };

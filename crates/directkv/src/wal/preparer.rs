@@ -32,7 +32,7 @@ pub(super) fn spawn<S: Storage>(shared: Arc<Shared<S>>) -> Option<JoinHandle<()>
 
 /// Runs `round` on a thread named `name` until it returns false or the log
 /// shuts down; a panic in it stops the log.
-fn spawn_guarded<S: Storage>(
+pub(super) fn spawn_guarded<S: Storage>(
     shared: Arc<Shared<S>>,
     name: &str,
     mut round: impl FnMut(&Shared<S>) -> bool + Send + 'static,
@@ -47,7 +47,7 @@ fn spawn_guarded<S: Storage>(
                 }
             }));
             if run.is_err() {
-                shared.preparer_panicked.store(true, Ordering::Release);
+                shared.background_panicked.store(true, Ordering::Release);
                 // Waiters look again and find the log stopped.
                 let st = lock(&shared.state);
                 shared.ends.mark_end();

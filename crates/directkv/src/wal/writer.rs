@@ -21,10 +21,14 @@
 //!   only damage the flush it belongs to.
 //! - `durable` only grows, and only after a sync (or an `O_SYNC`/`O_DSYNC`/
 //!   `RWF_DSYNC` write) of every byte up to it returned success.
+//! - A flush that held records is *unsealed* until another flush begins
+//!   after it: that later flush's valid header is what proves to a reader
+//!   that the one before it completed (see [`sealer`] and
+//!   `docs/wal_format.md`, "End of log").
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -34,8 +38,8 @@ use super::format::{
     RECORD_PAYLOAD_MAX, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, SEGMENT_HEADER_BYTES,
 };
 
-use super::preparer;
 use super::segments::Segments;
+use super::{preparer, sealer};
 use crate::error::{Error, Result};
 use crate::io::{AlignedBuf, Storage, SyncVariant};
 use crate::lsn::Lsn;
@@ -51,12 +55,24 @@ use wake::FlushEnds;
 /// that a checkpoint frees space in useful steps and preparing a spare (a 64 MiB
 /// zero fill, about 0.1–0.3 s here) stays a background job.
 pub const SEGMENT_BYTES_DEFAULT: u64 = 64 << 20;
+/// Flushes [`Wal::seal`] leads at most before it leaves the sealing to the
+/// appenders that keep the log busy.
+const SEAL_ROUNDS_MAX: usize = 8;
 /// The default size of each of the two log buffers.
 pub const BUFFER_BYTES_DEFAULT: usize = 4 << 20;
 /// Segments kept prepared ahead of the writer.
 pub const SPARE_SEGMENTS_DEFAULT: usize = 2;
 /// Segments kept for reuse by default (1 GiB at the default segment size).
 pub const RECYCLE_SEGMENTS_MAX_DEFAULT: usize = 16;
+/// How long the log stays idle after a flush that held records before a
+/// seal proves that flush complete, by default. Back-to-back commits (one
+/// committer or many) never wait this long between flushes, so they write
+/// no seal; a commit followed by a pause costs one more 512-byte write and
+/// sync, off every committer's path.
+pub const SEAL_DELAY_DEFAULT: Duration = Duration::from_millis(1);
+/// The bytes of a flush header record: what a flush holds when it holds no
+/// caller record (before its padding).
+const FLUSH_HEADER_RECORD_BYTES: usize = RECORD_HEADER_BYTES as usize + 8;
 
 /// How a log is configured.
 #[derive(Debug, Clone)]
@@ -93,6 +109,12 @@ pub struct WalOptions {
     /// [`IoClass::Read`]: crate::sched::IoClass::Read
     /// [`Scheduler::fifo`]: crate::sched::Scheduler::fifo
     pub sched: Arc<crate::sched::Scheduler>,
+    /// After a flush that held records, how long the log must stay idle
+    /// before a background thread writes a *seal* (a flush of no record)
+    /// that proves it complete. `None`: no such thread; seals are written
+    /// only by [`Wal::seal`] (on close and drop). Runs only with
+    /// `background_prepare`.
+    pub seal_delay: Option<Duration>,
     /// Whether open may make the log: its directory and first segment. Off
     /// for a database whose log exists already, so a missing directory or
     /// redo segment is damage, never a new empty log.
@@ -117,6 +139,7 @@ impl WalOptions {
             spare_segments: SPARE_SEGMENTS_DEFAULT,
             recycle_segments_max: RECYCLE_SEGMENTS_MAX_DEFAULT,
             background_prepare: true,
+            seal_delay: Some(SEAL_DELAY_DEFAULT),
             db_id,
             sched: crate::sched::Scheduler::fifo(),
             create_if_missing: true,
@@ -135,6 +158,9 @@ impl WalOptions {
                  {SEGMENT_BYTES_MIN}..={SEGMENT_BYTES_MAX}",
                 self.segment_bytes
             ));
+        }
+        if self.seal_delay.is_some_and(|d| d.is_zero()) {
+            return bad("WAL seal delay must be more than zero (None: no background seals)".into());
         }
         let min = 2 * (RECORD_PAYLOAD_MAX + 4096);
         if self.buffer_bytes < min
@@ -171,6 +197,12 @@ pub struct WalStats {
     /// `flush` calls that found their LSN already durable or waited for another
     /// thread's flush: the commits group commit saved a sync for.
     pub flushes_joined: u64,
+    /// Seals: flushes of no record, written after the log went idle (or
+    /// at close) so that recovery can prove the flush before them complete.
+    pub seals: u64,
+    /// The last flush that held records is proven complete: a flush began
+    /// after it (true, too, before any flush).
+    pub sealed: bool,
     /// Segments created.
     pub segments_created: u64,
     /// Segments recycled.
@@ -230,7 +262,7 @@ enum FlushError {
     MaybeWritten(Error),
 }
 
-struct Failure {
+pub(super) struct Failure {
     /// The log could not get space for a segment; nothing of the failed flush
     /// was written.
     disk_full: bool,
@@ -259,9 +291,14 @@ pub(super) struct State {
     durable: Lsn,
     phase: Phase,
     /// Flushes begun; while `Flushing`, the number of the one under way.
-    generation: u64,
+    pub(super) generation: u64,
     /// While `Flushing`, the end of the log the flush under way covers.
     flushing_to: Lsn,
+    /// The last flush that completed held records, and no flush has begun
+    /// since: nothing durable proves it complete yet.
+    pub(super) unsealed: bool,
+    /// The sealer sleeps until a flush leaves the log unsealed.
+    pub(super) sealer_parked: bool,
 }
 
 impl State {
@@ -280,14 +317,16 @@ impl State {
             phase: Phase::Open,
             generation: 0,
             flushing_to: durable,
+            unsealed: false,
+            sealer_parked: false,
         }
     }
 
-    fn is_flushing(&self) -> bool {
+    pub(super) fn is_flushing(&self) -> bool {
         matches!(self.phase, Phase::Flushing)
     }
 
-    fn failure(&self) -> Option<&Failure> {
+    pub(super) fn failure(&self) -> Option<&Failure> {
         match &self.phase {
             Phase::Failed(f) => Some(f),
             Phase::Open | Phase::Flushing => None,
@@ -320,11 +359,13 @@ impl State {
     }
 
     /// `Flushing → Open`, or `→ Failed` with `failure`; the written buffer is
-    /// the spare again.
-    fn end_flush(&mut self, written: AlignedBuf, failure: Option<Failure>) {
+    /// the spare again. `held_records`: the flush held caller records, so it
+    /// is unsealed until the next one begins.
+    fn end_flush(&mut self, written: AlignedBuf, failure: Option<Failure>, held_records: bool) {
         assert!(self.is_flushing(), "only a flush under way ends");
         assert!(self.spare.is_none(), "one spare buffer");
         self.spare = Some(written);
+        self.unsealed = held_records && failure.is_none();
         self.phase = match failure {
             Some(f) => Phase::Failed(f),
             None => Phase::Open,
@@ -341,24 +382,29 @@ pub(super) struct Shared<S: Storage> {
     pub(super) state: Mutex<State>,
     /// Where waiters sleep while a flush is under way.
     pub(super) ends: FlushEnds,
+    /// Where the sealer sleeps, with `state`'s lock (see [`sealer`]).
+    pub(super) sealer: Condvar,
+    pub(super) seal_delay: Option<Duration>,
     durable: AtomicU64,
     /// The end of the last caller record appended.
     appended: AtomicU64,
     pub(super) shutdown: AtomicBool,
-    /// The background preparer panicked: the log is stopped.
-    pub(super) preparer_panicked: AtomicBool,
-    counters: Counters,
+    /// A background thread of the log (preparer or sealer) panicked: the
+    /// log is stopped.
+    pub(super) background_panicked: AtomicBool,
+    pub(super) counters: Counters,
 }
 
 /// The log's counters behind [`WalStats`].
 #[derive(Default)]
-struct Counters {
+pub(super) struct Counters {
     records: AtomicU64,
     payload_bytes: AtomicU64,
     flushes: AtomicU64,
     flush_ns: AtomicU64,
     bytes_written: AtomicU64,
     flushes_joined: AtomicU64,
+    pub(super) seals: AtomicU64,
 }
 
 /// A write-ahead log: append records, wait for them to be durable.
@@ -376,8 +422,26 @@ struct Counters {
 pub struct Wal<S: Storage> {
     shared: Arc<Shared<S>>,
     preparer: Option<JoinHandle<()>>,
+    sealer: Option<JoinHandle<()>>,
     /// What open found and discarded past the end of the log.
     discarded: Option<DiscardedTail>,
+}
+
+/// Starts the log's background threads as `opts` asks: the segment
+/// preparer and the sealer (either may be refused by the OS; the log then
+/// does without, see their modules).
+fn spawn_threads<S: Storage>(
+    opts: &WalOptions,
+    shared: &Arc<Shared<S>>,
+) -> (Option<JoinHandle<()>>, Option<JoinHandle<()>>) {
+    if !opts.background_prepare {
+        return (None, None);
+    }
+    let preparer = preparer::spawn(Arc::clone(shared));
+    let sealer = opts
+        .seal_delay
+        .and_then(|_| sealer::spawn(Arc::clone(shared)));
+    (preparer, sealer)
 }
 
 /// See [`crate::health`]: a poisoned lock here means the database has
@@ -438,10 +502,12 @@ impl<S: Storage> Wal<S> {
                 tail.end,
             )),
             ends: FlushEnds::new(),
+            sealer: Condvar::new(),
+            seal_delay: opts.seal_delay,
             durable: AtomicU64::new(tail.end.get()),
             appended: AtomicU64::new(tail.end.get()),
             shutdown: AtomicBool::new(false),
-            preparer_panicked: AtomicBool::new(false),
+            background_panicked: AtomicBool::new(false),
             counters: Counters::default(),
         });
         if !existing.is_empty() {
@@ -455,14 +521,12 @@ impl<S: Storage> Wal<S> {
             st.fill
                 .put(resume_at, kind::FLUSH_HEADER, &tail.end.get().to_le_bytes());
         }
-        let preparer = opts
-            .background_prepare
-            .then(|| preparer::spawn(Arc::clone(&shared)))
-            .flatten();
+        let (preparer, sealer) = spawn_threads(&opts, &shared);
         Ok((
             Wal {
                 shared,
                 preparer,
+                sealer,
                 discarded,
             },
             tail.end,
@@ -588,6 +652,40 @@ impl<S: Storage> Wal<S> {
         Ok(lsn)
     }
 
+    /// Makes everything appended durable, then proves the last flush
+    /// complete with a seal if nothing durable does yet: a later valid
+    /// flush header is how recovery tells an acknowledged flush damaged
+    /// since from one torn by a crash. Waits for a flush under way.
+    ///
+    /// # Errors
+    /// As [`flush`](Self::flush).
+    pub fn seal(&self) -> Result<()> {
+        let sh = &self.shared;
+        let mut st = lock(&sh.state);
+        // Each round either returns, waits for a flush to end, or leads
+        // one; appends racing with it can only make it lead more.
+        for _ in 0..SEAL_ROUNDS_MAX {
+            sh.check_failed(&st, None)?;
+            if st.is_flushing() {
+                let ticket = sh.ends.ticket(st.generation);
+                drop(st);
+                sh.ends.sleep(ticket);
+                st = lock(&sh.state);
+                continue;
+            }
+            let pending = st.fill.used > FLUSH_HEADER_RECORD_BYTES;
+            if !st.unsealed && !pending {
+                return Ok(());
+            }
+            if !pending {
+                sh.counters.seals.fetch_add(1, Ordering::Relaxed);
+            }
+            st = sh.lead_flush(st);
+        }
+        // Appenders kept the log busy throughout: their flushes seal it.
+        Ok(())
+    }
+
     /// The LSN up to which the log is durable.
     pub fn durable_lsn(&self) -> Lsn {
         Lsn::new(self.shared.durable.load(Ordering::Acquire))
@@ -649,6 +747,10 @@ impl<S: Storage> Wal<S> {
     pub fn stats(&self) -> WalStats {
         let sh = &self.shared;
         let c = &sh.segments.counters;
+        let (sealed, end_lsn) = {
+            let st = lock(&sh.state);
+            (!st.unsealed, st.fill.end())
+        };
         WalStats {
             records: sh.counters.records.load(Ordering::Relaxed),
             payload_bytes: sh.counters.payload_bytes.load(Ordering::Relaxed),
@@ -656,21 +758,23 @@ impl<S: Storage> Wal<S> {
             flush_us: sh.counters.flush_ns.load(Ordering::Relaxed) / 1000,
             bytes_written: sh.counters.bytes_written.load(Ordering::Relaxed),
             flushes_joined: sh.counters.flushes_joined.load(Ordering::Relaxed),
+            seals: sh.counters.seals.load(Ordering::Relaxed),
+            sealed,
             segments_created: c.created.load(Ordering::Relaxed),
             segments_recycled: c.recycled.load(Ordering::Relaxed),
             segment_waits: c.writer_waits.load(Ordering::Relaxed),
             durable_lsn: sh.durable.load(Ordering::Relaxed),
-            end_lsn: self.end_lsn().get(),
+            end_lsn: end_lsn.get(),
         }
     }
 
-    /// Makes everything appended durable and stops the background preparer.
+    /// Makes everything appended durable, seals it (see
+    /// [`seal`](Self::seal)) and stops the background threads.
     ///
     /// # Errors
     /// As [`flush`](Self::flush).
     pub fn close(mut self) -> Result<()> {
-        let end = self.end_lsn();
-        let result = self.flush(end);
+        let result = self.seal();
         self.stop();
         result
     }
@@ -678,7 +782,16 @@ impl<S: Storage> Wal<S> {
     fn stop(&mut self) {
         self.shared.shutdown.store(true, Ordering::Release);
         self.shared.segments.shutdown();
-        if let Some(h) = self.preparer.take() {
+        {
+            // Under the lock, so the sealer is either waiting (and woken)
+            // or will see `shutdown` before it waits.
+            let _st = lock(&self.shared.state);
+            self.shared.sealer.notify_all();
+        }
+        for h in [self.preparer.take(), self.sealer.take()]
+            .into_iter()
+            .flatten()
+        {
             let _ = h.join();
         }
     }

@@ -10,10 +10,10 @@ type Panic = Box<dyn std::any::Any + Send>;
 
 impl<S: Storage> Shared<S> {
     pub(super) fn check_failed(&self, st: &State, waiting_for: Option<Lsn>) -> Result<()> {
-        if self.preparer_panicked.load(Ordering::Acquire) {
+        if self.background_panicked.load(Ordering::Acquire) {
             return Err(Error::Poisoned {
                 path: self.dir.clone(),
-                cause: "the WAL segment preparer panicked".into(),
+                cause: "a background thread of the WAL panicked".into(),
             });
         }
         let Some(f) = st.failure() else { return Ok(()) };
@@ -37,7 +37,10 @@ impl<S: Storage> Shared<S> {
 
     /// Leads one flush of everything in the fill buffer. Called with the lock
     /// held and no flush under way; returns with the lock held again.
-    pub(super) fn lead_flush<'a>(&'a self, mut st: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+    pub(in crate::wal) fn lead_flush<'a>(
+        &'a self,
+        mut st: MutexGuard<'a, State>,
+    ) -> MutexGuard<'a, State> {
         assert!(
             matches!(st.phase, Phase::Open),
             "one flush at a time, never after a failure"
@@ -47,6 +50,7 @@ impl<S: Storage> Shared<S> {
             data_end >= st.durable,
             "the fill buffer starts past the durable log"
         );
+        let held_records = st.fill.used > FLUSH_HEADER_RECORD_BYTES;
         let padded = Lsn::new(data_end.get().next_multiple_of(self.unit as u64));
         let pad_at = next_record_start(data_end);
         if pad_at.get() + RECORD_HEADER_BYTES <= padded.get() {
@@ -78,7 +82,7 @@ impl<S: Storage> Shared<S> {
         st.begin_flush(data_end);
         drop(st);
         let (result, panicked) = self.write_out_guarded(&out.buf, out.start, len);
-        self.end_flush(out.buf, result, data_end, len);
+        self.end_flush(out.buf, result, data_end, len, held_records);
         if let Some(p) = panicked {
             // The log has failed and its waiters know; the panic goes on
             // to the caller (whose database latches it).
@@ -96,6 +100,7 @@ impl<S: Storage> Shared<S> {
         result: Result<(), FlushError>,
         data_end: Lsn,
         len: usize,
+        held_records: bool,
     ) {
         let mut st = lock(&self.state);
         let failure = match result {
@@ -112,7 +117,12 @@ impl<S: Storage> Shared<S> {
             Err(e) => Some(failure_of(e, st.durable, data_end)),
         };
         let failed = failure.is_some();
-        st.end_flush(written, failure);
+        st.end_flush(written, failure, held_records);
+        if st.unsealed && st.sealer_parked {
+            // The first flush after the log was idle: the sealer times
+            // the pause that may follow it.
+            self.sealer.notify_one();
+        }
         self.ends.mark_end();
         let generation = st.generation;
         // Waiters wake after the state's lock is let go, so that they do
