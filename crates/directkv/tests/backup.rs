@@ -932,7 +932,9 @@ fn a_read_only_backup_verifies_and_takes_an_increment() {
 
 /// A backup whose log spans several segments and ends past its
 /// checkpoint: a thread commits while the backup, rate-limited, runs.
-fn backup_under_commits(dir: &std::path::Path) -> std::path::PathBuf {
+/// Returns the backup's directory and the end LSN of every commit the
+/// thread made.
+fn backup_under_commits(dir: &std::path::Path) -> (std::path::PathBuf, Vec<u64>) {
     let small = Options {
         wal_segment_bytes: 64 << 10,
         ..options()
@@ -944,15 +946,17 @@ fn backup_under_commits(dir: &std::path::Path) -> std::path::PathBuf {
         let (db, stop) = (Arc::clone(&db), Arc::clone(&stop));
         std::thread::spawn(move || {
             let mut i = 0u64;
+            let mut lsns = Vec::new();
             while !stop.load(Ordering::Relaxed) {
                 let mut w = db.begin_write().expect("begin");
                 w.put(format!("log/{i:08}").as_bytes(), &[i as u8; 2000])
                     .expect("put");
-                w.commit().expect("commit");
+                lsns.push(w.commit_lsn().expect("commit").get());
                 i += 1;
                 // Paced, so the log the backup carries stays short.
                 std::thread::sleep(Duration::from_millis(1));
             }
+            lsns
         })
     };
     let dest = dir.join("backup");
@@ -962,9 +966,9 @@ fn backup_under_commits(dir: &std::path::Path) -> std::path::PathBuf {
     };
     let report = db.backup(&dest, &opts);
     stop.store(true, Ordering::Relaxed);
-    writer.join().expect("writer");
+    let lsns = writer.join().expect("writer");
     report.expect("backup");
-    dest
+    (dest, lsns)
 }
 
 /// Rewrites the manifest of the backup in `dir` as `edit` says and seals
@@ -989,7 +993,7 @@ fn reseal(dir: &std::path::Path, edit: &dyn Fn(&mut directkv::BackupManifest)) {
 #[test]
 fn restore_refuses_a_resealed_manifest_as_verify_does() {
     let dir = scratch();
-    let good = backup_under_commits(dir.path());
+    let (good, commits) = backup_under_commits(dir.path());
     verify_backup(&good).expect("the backup verifies");
     let m = directkv::BackupManifest::decode(
         &std::fs::read(good.join("backup_manifest")).expect("read"),
@@ -1002,9 +1006,15 @@ fn restore_refuses_a_resealed_manifest_as_verify_does() {
         .iter()
         .filter(|f| f.path.starts_with("wal/"))
         .count();
+    // A seal alone moves the end past the checkpoint: a commit must end
+    // between them for the backup's log to carry one.
+    let carried = commits
+        .iter()
+        .filter(|&&c| c > m.checkpoint_lsn && c <= m.end_lsn)
+        .count();
     assert!(
-        m.end_lsn > m.checkpoint_lsn,
-        "commits ran during the backup"
+        carried > 0,
+        "the log carries {carried} commits past its checkpoint"
     );
     assert!(segments > 1, "the log spans {segments} segments");
     let case = |name: &str, damage: &dyn Fn(&std::path::Path), names: &str| {
