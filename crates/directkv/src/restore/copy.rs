@@ -1,12 +1,16 @@
 //! Restoring a backup, or a chain of backups (a full one and the
 //! incremental ones on top of it, oldest first), into a new database
-//! directory. Each backup first passes every check verify makes short of
-//! opening a copy (`verify::check_contents`: nothing unlisted, each file's
-//! length and CRC32C, `CONTROL`, every page, the log reaching the end), so
-//! restore refuses what verify refuses, with the same error. Everything is
-//! then built in `DEST.restore-tmp`, each file's CRC32C checked again as it
-//! is copied, synced, and the directory renamed to `DEST` last, so a
-//! restore that fails or is killed never leaves a `DEST` that looks whole.
+//! directory. Each backup passes every check verify makes short of opening
+//! a copy (nothing unlisted, each file's length and CRC32C, `CONTROL`,
+//! every page, the log reaching the end), so restore refuses what verify
+//! refuses, with the same error. Everything is built in `DEST.restore-tmp`,
+//! each file's CRC32C checked as it is copied, synced, and the directory
+//! renamed to `DEST` last, so a restore that fails or is killed never
+//! leaves a `DEST` that looks whole. One full backup is read once: its
+//! files are checked as they are copied, the rest of the checks read the
+//! copy before the rename (`verify::check_copy`). The backups of a chain
+//! are checked where they are first (`verify::check_contents`, which reads
+//! each file twice), then read again by the build.
 //! The copy's manifest says it was restored: it is a database to be.
 //!
 //! A chain is combined as `pg_combinebackup` does: the full backup's data
@@ -126,12 +130,19 @@ pub fn restore_chain_with<S: Storage, P: AsRef<Path>>(
     let chain: Vec<&Path> = chain.iter().map(AsRef::as_ref).collect();
     let ms = crate::backup::check_chain(storage, &chain)?;
     check_destination(storage, &chain, dest)?;
-    // Everything verify checks short of opening a copy, before anything
-    // is made: a backup verify refuses is refused here with the same error.
+    // Everything verify checks short of opening a copy: a backup verify
+    // refuses is refused with the same error. One full backup is checked
+    // as it is copied and then on the copy, before the rename (`build`),
+    // so it is read once; the links of a chain are checked where they are
+    // first, since the build does not copy each whole.
     for (dir, m) in chain.iter().zip(&ms) {
-        super::verify::check_contents(storage, dir, m)?;
+        if chain.len() == 1 {
+            super::verify::check_listing(storage, dir, m)?;
+        } else {
+            super::verify::check_contents(storage, dir, m)?;
+        }
     }
-    restore_checked(storage, &chain, &ms, dest, to, remove_tree)
+    restore_checked(storage, &chain, &ms, dest, to, remove_tree).map(|(report, _)| report)
 }
 
 /// Refuses a destination inside one of the backups of `chain`, one that
@@ -162,8 +173,9 @@ fn check_destination<S: Storage>(storage: &S, chain: &[&Path], dest: &Path) -> R
     Ok(())
 }
 
-/// [`restore_chain_with`] of a chain already checked: `ms` are its
-/// manifests, each backup's contents checked against its own.
+/// [`restore_chain_with`] of a chain whose links are checked, all but one
+/// full backup's contents, which the build checks: `ms` are the links'
+/// manifests. Returns what that check read, for one full backup.
 pub(super) fn restore_checked<S: Storage>(
     storage: &S,
     chain: &[&Path],
@@ -171,7 +183,7 @@ pub(super) fn restore_checked<S: Storage>(
     dest: &Path,
     to: Option<(&Path, super::RestoreTarget)>,
     remove_tree: impl FnOnce(&Path),
-) -> Result<RestoreReport> {
+) -> Result<(RestoreReport, Option<super::verify::Contents>)> {
     assert_eq!(chain.len(), ms.len(), "a manifest per backup");
     assert!(!ms.is_empty(), "check_chain refuses an empty chain");
     check_destination(storage, chain, dest)?;
@@ -190,7 +202,7 @@ pub(super) fn restore_checked<S: Storage>(
         };
         Ok((done, rolled))
     });
-    let ((bytes, pages_from_increments), rolled_forward) = match built {
+    let ((bytes, pages_from_increments, contents), rolled_forward) = match built {
         Ok(done) => done,
         Err(e) => {
             remove_tree(&tmp);
@@ -205,13 +217,14 @@ pub(super) fn restore_checked<S: Storage>(
     }
     crate::io::sync_levels(storage, &made)?;
     storage.sync_dir(parent.unwrap_or(Path::new(".")))?;
-    Ok(RestoreReport {
+    let report = RestoreReport {
         backup_id: last.backup_id.clone(),
         backups: ms.len(),
         pages_from_increments,
         bytes,
         rolled_forward,
-    })
+    };
+    Ok((report, contents))
 }
 
 /// Where a restore into `dest` builds it: beside it, named after its last
@@ -232,14 +245,15 @@ fn scratch_of(dest: &Path) -> PathBuf {
     }
 }
 
-/// Builds the restored directory at `to` from the checked chain; returns
-/// the bytes written and the pages taken from increments.
+/// Builds the restored directory at `to` from the chain; returns the bytes
+/// written, the pages taken from increments and, for one full backup,
+/// what the check of its copy read: its contents are checked there.
 fn build<S: Storage>(
     storage: &S,
     chain: &[&Path],
     ms: &[Manifest],
     to: &Path,
-) -> Result<(u64, u64)> {
+) -> Result<(u64, u64, Option<super::verify::Contents>)> {
     storage.create_dirs(to, Permissions::Private)?;
     storage.create_dirs(&to.join(WAL_DIR_NAME), Permissions::Private)?;
     let mut buf = AlignedBuf::new(CHUNK_BYTES, ALIGN_BYTES)?;
@@ -270,6 +284,12 @@ fn build<S: Storage>(
     {
         bytes += copy_listed(storage, last_dir, to, last, &f.path, &mut buf)?;
     }
+    // Every file was checked against its CRC32C as it was copied: the
+    // rest of verify's checks read the copy, not the backup again.
+    let contents = match ms.len() {
+        1 => Some(super::verify::check_copy(storage, to, chain[0], last)?),
+        _ => None,
+    };
     storage.sync_dir(&to.join(WAL_DIR_NAME))?;
     storage.sync_dir(to)?;
     let sealed = if ms.len() == 1 {
@@ -284,7 +304,7 @@ fn build<S: Storage>(
     };
     assert!(sealed.restored && sealed.parent_id.is_none());
     crate::backup::seal(storage, to, &sealed)?;
-    Ok((bytes, from_increments))
+    Ok((bytes, from_increments, contents))
 }
 
 /// Copies the file `name` that `m` lists from `from` to `to`, checking its

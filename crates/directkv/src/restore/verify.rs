@@ -3,7 +3,10 @@
 //! the manifest's LSNs, every page's checksum and structure, every log
 //! record from the start to past the end; then the backup is restored into
 //! a scratch directory, opened (replaying its log) and checked. Restore
-//! runs the same checks ([`check_contents`]) on every backup it restores.
+//! runs the same checks on every backup it restores. A full backup is
+//! checked as it is copied (each file's CRC32C) and then on its copy
+//! ([`check_copy`]), so each of its files is read once; an incremental one
+//! is checked where it is ([`check_contents`]).
 //!
 //! Invariants:
 //! - Nothing in the backup is written; the scratch copy is removed whether
@@ -64,10 +67,15 @@ pub fn verify_backup(dir: impl AsRef<Path>) -> Result<VerifyReport> {
     let dir = dir.as_ref();
     let storage = OsStorage::default();
     let m = crate::backup::complete_manifest(&storage, dir)?;
-    let contents = check_contents(&storage, dir, &m)?;
-    let check = match m.parent_id {
-        None => Some(replay_scratch(&storage, dir, m.clone())?),
-        Some(_) => None,
+    // A full backup is checked as restore checks it, while it is copied
+    // into the scratch directory: each of its files is read once.
+    let (contents, check) = match m.parent_id {
+        None => {
+            check_listing(&storage, dir, &m)?;
+            let (contents, report) = replay_scratch(&storage, dir, m.clone())?;
+            (contents, Some(report))
+        }
+        Some(_) => (check_contents(&storage, dir, &m)?, None),
     };
     Ok(VerifyReport {
         backup_id: m.backup_id.clone(),
@@ -121,8 +129,69 @@ pub(super) fn check_contents<S: Storage>(
     })
 }
 
+/// [`check_contents`] of the full backup in `dir`, short of the listing,
+/// run on `copy`: a copy of it whose every file's length and CRC32C were
+/// checked against `m` as it was made, so that the backup itself is read
+/// once. Its errors name the backup's files, as those of the backup's own
+/// check do.
+///
+/// # Errors
+/// As [`check_contents`].
+pub(super) fn check_copy<S: Storage>(
+    storage: &S,
+    copy: &Path,
+    dir: &Path,
+    m: &Manifest,
+) -> Result<Contents> {
+    assert!(m.parent_id.is_none(), "a full backup is copied whole");
+    assert_ne!(copy, dir, "a copy is another directory");
+    let checked = check_control(storage, copy, m).and_then(|()| {
+        let pages = check_pages(storage, copy, m)?;
+        Ok((pages, check_log(storage, copy, m)?))
+    });
+    let (pages, log_records) = checked.map_err(|e| named_in(e, copy, dir))?;
+    assert_eq!(pages, m.page_count, "check_pages counts the manifest's");
+    Ok(Contents {
+        bytes: m.files.iter().map(|f| f.len).sum(),
+        pages,
+        log_records,
+    })
+}
+
+/// `e`, naming the path it names inside `copy` inside `dir` instead.
+fn named_in(e: Error, copy: &Path, dir: &Path) -> Error {
+    let rename = |path: PathBuf| match path.strip_prefix(copy) {
+        Ok(rest) if rest.as_os_str().is_empty() => dir.to_path_buf(),
+        Ok(rest) => dir.join(rest),
+        Err(_) => path,
+    };
+    match e {
+        Error::Corruption {
+            path,
+            offset,
+            detail,
+        } => Error::Corruption {
+            path: rename(path),
+            offset,
+            detail,
+        },
+        Error::Io {
+            op,
+            path,
+            offset,
+            source,
+        } => Error::Io {
+            op,
+            path: rename(path),
+            offset,
+            source,
+        },
+        other => other,
+    }
+}
+
 /// Refuses a file in the backup that its manifest does not list.
-fn check_listing<S: Storage>(storage: &S, dir: &Path, m: &Manifest) -> Result<()> {
+pub(super) fn check_listing<S: Storage>(storage: &S, dir: &Path, m: &Manifest) -> Result<()> {
     let listed = |p: &str| m.files.iter().any(|f| f.path == p);
     let unlisted = |path: PathBuf| Error::Corruption {
         path,
@@ -353,9 +422,11 @@ fn check_log<S: Storage>(storage: &S, dir: &Path, m: &Manifest) -> Result<u64> {
     Ok(records)
 }
 
-/// Restores the backup into a scratch directory beside it, opens it
-/// (replaying the log) and checks it; removes the scratch copy.
-fn replay_scratch(storage: &OsStorage, dir: &Path, m: Manifest) -> Result<CheckReport> {
+/// Restores the backup into a scratch directory beside it (which checks
+/// its contents, [`check_copy`]), opens it (replaying the log) and checks
+/// it; removes the scratch copy. Returns what the contents' check read and
+/// the open copy's check.
+fn replay_scratch(storage: &OsStorage, dir: &Path, m: Manifest) -> Result<(Contents, CheckReport)> {
     let name = dir
         .file_name()
         .map_or("backup".into(), |n| n.to_string_lossy().into_owned());
@@ -363,11 +434,11 @@ fn replay_scratch(storage: &OsStorage, dir: &Path, m: Manifest) -> Result<CheckR
     if scratch.exists() {
         remove_scratch(&scratch)?;
     }
-    // Checked above: the copy is made without reading the backup twice.
     let copied = super::copy::restore_checked(storage, &[dir], &[m], &scratch, None, |tmp| {
         let _ = std::fs::remove_dir_all(tmp);
     });
-    let checked = copied.and_then(|_| {
+    let checked = copied.and_then(|(_, contents)| {
+        let contents = contents.expect("a full backup's copy is checked");
         let db = Database::open(
             &scratch,
             Options {
@@ -383,7 +454,7 @@ fn replay_scratch(storage: &OsStorage, dir: &Path, m: Manifest) -> Result<CheckR
         )?;
         let report = db.check()?;
         db.close()?;
-        Ok(report)
+        Ok((contents, report))
     });
     remove_scratch(&scratch)?;
     checked
