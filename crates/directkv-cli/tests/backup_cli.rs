@@ -396,6 +396,14 @@ fn every_command_accepts_a_restored_copy() {
     let (archive, backup, lsns) = archived_commits(dir.path(), 40);
     let plain = dir.path().join("plain");
     run_ok(&["restore".as_ref(), backup.as_os_str(), plain.as_os_str()]);
+    let out = bin()
+        .arg("verify-backup")
+        .arg(&plain)
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "no backup to verify");
+    assert!(err.contains("a database a restore made"), "{err}");
     check_ok(&plain);
     assert_eq!(open_with_stats(&plain), 0, "the backup's state: no commit");
     let to_end = dir.path().join("to-end");

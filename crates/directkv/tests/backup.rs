@@ -19,6 +19,8 @@
 //!   error verify gives, and leaves nothing at its destination.
 //! - A restore of one full backup reads each of the backup's files once,
 //!   counted by a storage that counts the bytes read from each file.
+//! - What a restore makes is a database and no backup, wherever it is
+//!   moved: verify, restore and incremental backups refuse it as one.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -614,7 +616,6 @@ fn a_chain_of_increments_restores_each_state_exactly() {
         let restored = dir.path().join(format!("restored{upto}"));
         let report = restore_backup_chain(&chain[..upto], &restored).expect("restore");
         assert_eq!(report.backups, upto);
-        verify_backup(&restored).expect("the combined backup verifies");
         let db = Database::open(&restored, options()).expect("open restored");
         db.check().expect("restored checks");
         assert!(
@@ -1175,4 +1176,50 @@ fn a_restore_reads_each_file_of_a_backup_once() {
     let db = Database::open(&dest, options()).expect("the copy opens");
     db.check().expect("check");
     db.close().expect("close");
+}
+
+/// What a restore makes is a database to be, never a backup, wherever it
+/// lies: a chain restored into one directory, and that directory moved,
+/// are each refused as a backup by verify, by restore and as the parent of
+/// an incremental backup, naming it a database a restore made; the moved
+/// copy opens with the chain's last state, and a backup of it verifies.
+#[test]
+fn a_restored_chain_is_a_database_and_no_backup() {
+    let dir = scratch();
+    let db = Database::open(dir.path().join("db"), options()).expect("open");
+    churn(&db, 1, 300);
+    let b0 = dir.path().join("b0");
+    db.backup(&b0, &fast()).expect("full");
+    churn(&db, 100, 3);
+    let b1 = dir.path().join("b1");
+    db.backup(&b1, &increment_of(&b0)).expect("increment");
+    let state = contents(&db);
+    let restored = dir.path().join("restored");
+    restore_backup_chain(&[&b0, &b1], &restored).expect("restore");
+    let moved = dir.path().join("moved");
+    std::fs::rename(&restored, &moved).expect("move");
+    copy_dir(&moved, &restored);
+    for copy in [&restored, &moved] {
+        let not_a_backup = |e: Error| {
+            assert!(
+                matches!(&e, Error::InvalidArgument(t) if t.contains("a database a restore made")),
+                "{}: {e}",
+                copy.display()
+            );
+        };
+        not_a_backup(verify_backup(copy).map(drop).expect_err("verify refuses"));
+        let again = dir.path().join("again");
+        not_a_backup(restore_backup(copy, &again).map(drop).expect_err("refused"));
+        assert!(!again.exists(), "nothing restored");
+        let inc = dir.path().join("inc");
+        let e = db.backup(&inc, &increment_of(copy)).map(drop);
+        not_a_backup(e.expect_err("no parent"));
+    }
+    drop(db);
+    let opened = Database::open(&moved, options()).expect("the moved copy opens");
+    opened.check().expect("check");
+    assert!(contents(&opened) == state, "the chain's last state");
+    let b = dir.path().join("of-restored");
+    opened.backup(&b, &fast()).expect("a backup of it");
+    verify_backup(&b).expect("which verifies");
 }

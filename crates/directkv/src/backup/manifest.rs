@@ -114,9 +114,10 @@ pub struct Manifest {
     /// backup starts a history of its own when first opened.
     #[serde(default)]
     pub history_id: Option<String>,
-    /// Set in the copy a restore makes: a database to be, which every
-    /// command opens (its first open replays its log and makes it one),
-    /// not a backup kept as one. Still checked and restored as a backup.
+    /// Set only in the record a restore leaves in the directory it makes
+    /// (`restored_from_backup`, in place of a manifest and marker): a
+    /// database to be, which every command opens (its first open replays
+    /// its log and makes it one), and never a backup.
     #[serde(default)]
     pub restored: bool,
 }

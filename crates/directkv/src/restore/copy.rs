@@ -11,7 +11,9 @@
 //! copy before the rename (`verify::check_copy`). The backups of a chain
 //! are checked where they are first (`verify::check_contents`, which reads
 //! each file twice), then read again by the build.
-//! The copy's manifest says it was restored: it is a database to be.
+//! The directory holds no backup manifest or marker but the record of the
+//! restore (`backup::RESTORED_NAME`): it is a database to be, which verify,
+//! restore and incremental backups refuse as a backup.
 //!
 //! A chain is combined as `pg_combinebackup` does: the full backup's data
 //! file, then each increment's pages written over it in chain order (the
@@ -292,9 +294,9 @@ fn build<S: Storage>(
     };
     storage.sync_dir(&to.join(WAL_DIR_NAME))?;
     storage.sync_dir(to)?;
-    let sealed = if ms.len() == 1 {
+    let record = if ms.len() == 1 {
         // One full backup: its own manifest, listing the same files, marked
-        // as a restored copy.
+        // as a restore's.
         Manifest {
             restored: true,
             ..last.clone()
@@ -302,8 +304,9 @@ fn build<S: Storage>(
     } else {
         combined_manifest(storage, to, last, &mut buf)?
     };
-    assert!(sealed.restored && sealed.parent_id.is_none());
-    crate::backup::seal(storage, to, &sealed)?;
+    // No backup manifest or marker: the directory is a database to be,
+    // which nothing takes for a backup, wherever it is moved.
+    crate::backup::write_restored(storage, to, &record)?;
     Ok((bytes, from_increments, contents))
 }
 
@@ -506,9 +509,9 @@ fn make_window<F: StorageFile>(
     Ok(())
 }
 
-/// The manifest of a restored chain in `dir`: the last backup's, as a full
-/// backup holding the files now in `dir` (`CONTROL`, `data` and the log's
-/// segments), marked as a restored copy.
+/// The record of a restored chain in `dir`: the last backup's manifest, as
+/// a full backup holding the files now in `dir` (`CONTROL`, `data` and the
+/// log's segments), marked as a restore's.
 pub(super) fn combined_manifest<S: Storage>(
     storage: &S,
     dir: &Path,
