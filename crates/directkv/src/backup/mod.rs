@@ -225,7 +225,7 @@ pub(crate) fn restored_record<S: Storage>(storage: &S, dir: &Path) -> Result<Opt
 }
 
 /// Whether `dir` is a database a restore made and no backup: it holds the
-/// restore's record ([`RESTORED_NAME`]) and no backup's completion marker.
+/// restore's record (`restored_from_backup`) and no backup's completion marker.
 /// Commands open it (its first open replays its log and makes it a
 /// database), where a backup kept as one is refused by them. A copy of it,
 /// wherever it is, is the same: nothing reads it as a backup.
