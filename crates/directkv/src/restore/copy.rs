@@ -78,8 +78,9 @@ pub fn restore_backup(backup: impl AsRef<Path>, dest: impl AsRef<Path>) -> Resul
 /// [`Error::Corruption`] naming a file missing, damaged or unlisted, or
 /// the first damage [`verify_backup`](super::verify_backup) finds in a
 /// backup (its error);
-/// [`Error::InvalidArgument`] for an empty chain or when `dest` (or its
-/// scratch name) exists; I/O errors. On an error nothing is left at `dest`.
+/// [`Error::InvalidArgument`] for an empty chain, a directory a restore
+/// made (a database, no backup) in it, or when `dest` (or its scratch
+/// name) exists; I/O errors. On an error nothing is left at `dest`.
 pub fn restore_backup_chain<P: AsRef<Path>>(
     chain: &[P],
     dest: impl AsRef<Path>,

@@ -61,8 +61,9 @@ pub struct VerifyReport {
 ///
 /// # Errors
 /// [`Error::IncompleteBackup`] for a backup never completed;
-/// [`Error::Corruption`] naming the first damage found; open's and the
-/// check's errors for the scratch copy; I/O errors.
+/// [`Error::InvalidArgument`] for a directory a restore made, a database
+/// and no backup; [`Error::Corruption`] naming the first damage found;
+/// open's and the check's errors for the scratch copy; I/O errors.
 pub fn verify_backup(dir: impl AsRef<Path>) -> Result<VerifyReport> {
     let dir = dir.as_ref();
     let storage = OsStorage::default();
