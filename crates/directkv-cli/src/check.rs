@@ -36,13 +36,17 @@ pub struct Args {
     /// Open a backup's directory as a database: its recovery and first
     /// checkpoint make it one, which ends it as a backup (and as the base
     /// of incremental ones). Without it a backup is refused;
-    /// `directkv verify-backup` checks one without changing it.
+    /// `directkv verify-backup` checks one without changing it. What
+    /// `directkv restore` made needs no flag: it is a database, no backup.
     #[arg(long)]
     open_backup: bool,
 }
 
 /// Refuses `dir` when its `CONTROL` is a backup's, unless `open_anyway`:
 /// the open that checking (or backing up) needs would end it as a backup.
+/// What `directkv restore` made is a database to be, and accepted: it holds
+/// the restore's record and no backup marker, so nothing takes it for a
+/// backup, and its open replays its log and makes it a database.
 pub(crate) fn refuse_a_backup(dir: &std::path::Path, open_anyway: bool) -> Result<()> {
     let storage = directkv::internals::io::OsStorage::default();
     // A CONTROL that does not read is the open's to report.
@@ -51,7 +55,7 @@ pub(crate) fn refuse_a_backup(dir: &std::path::Path, open_anyway: bool) -> Resul
         return Ok(());
     };
     let backup = control.flags & directkv::internals::format::control::FLAG_BACKUP != 0;
-    if backup && !open_anyway {
+    if backup && !open_anyway && !directkv::internals::backup::is_restored_copy(&storage, dir) {
         anyhow::bail!(
             "{} is a backup: `directkv verify-backup` checks it without changing it, and \
              `directkv restore` makes a database of a copy of it; opening it (`check \

@@ -3,8 +3,13 @@
 //! moments; the source still opens, checks and holds every key, and a
 //! backup without its completion marker is refused by open, verify and
 //! restore, while a completed one verifies and restores to every key.
+//! What `restore` makes, from a backup alone or rolled forward from a log
+//! archive, is a database every command accepts and `verify-backup`
+//! refuses as no backup; and a restore from an archive of over a thousand
+//! segments, and the first open of what it made, run with 64 file
+//! descriptors.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -176,44 +181,7 @@ fn backup_refuses_a_database_open_elsewhere() {
 #[test]
 fn restore_to_an_lsn_and_a_time_from_the_archive() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
-    let (src, archive, backup) = (
-        dir.path().join("db"),
-        dir.path().join("archive"),
-        dir.path().join("backup"),
-    );
-    let opts = Options {
-        wal_segment_bytes: 64 << 10,
-        wal_archive: Some(archive.clone()),
-        ..options()
-    };
-    let db = Database::open(&src, opts).expect("open");
-    db.backup(&backup, &directkv::BackupOptions::default())
-        .expect("backup");
-    let mut lsns = Vec::new();
-    for i in 0..40u32 {
-        let mut w = db.begin_write().expect("begin");
-        w.put(format!("k/{i:06}").as_bytes(), &[1u8; 3000])
-            .expect("put");
-        lsns.push(w.commit_lsn().expect("commit"));
-    }
-    // More log, so the segments holding those commits are complete.
-    let mut x = 0x9E37_79B9_7F4A_7C15u64;
-    for i in 0..100u32 {
-        // Values that do not compress: the log grows by their size.
-        let value: Vec<u8> = (0..3000)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect();
-        let mut w = db.begin_write().expect("begin");
-        w.put(format!("pad/{i:06}").as_bytes(), &value)
-            .expect("put");
-        w.commit().expect("commit");
-    }
-    db.close().expect("close");
+    let (archive, backup, lsns) = archived_commits(dir.path(), 40);
     let restore = |target: &[&str], dest: &Path| {
         let out = bin()
             .arg("restore")
@@ -347,4 +315,196 @@ fn backup_refuses_a_backup_as_source_and_a_used_destination() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("not empty"), "{err}");
     assert_eq!(keys(&src), KEYS);
+}
+
+/// `directkv check` of `dir` succeeds (its stderr says why not).
+fn check_ok(dir: &Path) {
+    run_ok(&["check".as_ref(), dir.as_os_str()]);
+}
+
+/// Opens the database in `dir` publishing its stats, waits (bounded) until
+/// `directkv stats` of it succeeds, and returns its keys under `k/`.
+fn open_with_stats(dir: &Path) -> u64 {
+    let db = Database::open(dir, options()).expect("a restored copy opens");
+    let mut out = None;
+    // The database publishes about once a second; a bounded wait, so a
+    // refused copy fails the test.
+    for _ in 0..300 {
+        let o = bin().arg("stats").arg(dir).output().expect("stats");
+        if o.status.success() {
+            out = Some(o);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = out.expect("`directkv stats` of the open copy succeeds");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("commits"));
+    let n = db.begin_read().expect("read").prefix(b"k/").count() as u64;
+    db.close().expect("close");
+    n
+}
+
+/// A database with a log archive (64 KiB segments) and a backup taken
+/// before `commits` commits of a key `k/…` each, then padding that fills
+/// the segments holding them (values that do not compress: the log grows
+/// by their size); returns the archive, the backup and the commits' LSNs.
+fn archived_commits(dir: &Path, commits: u32) -> (PathBuf, PathBuf, Vec<directkv::Lsn>) {
+    let (src, archive, backup) = (dir.join("db"), dir.join("archive"), dir.join("backup"));
+    let opts = Options {
+        wal_segment_bytes: 64 << 10,
+        wal_archive: Some(archive.clone()),
+        ..options()
+    };
+    let db = Database::open(&src, opts).expect("open");
+    db.backup(&backup, &directkv::BackupOptions::default())
+        .expect("backup");
+    let mut lsns = Vec::new();
+    for i in 0..commits {
+        let mut w = db.begin_write().expect("begin");
+        w.put(format!("k/{i:06}").as_bytes(), &[1u8; 3000])
+            .expect("put");
+        lsns.push(w.commit_lsn().expect("commit"));
+    }
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    for i in 0..100u32 {
+        let mut w = db.begin_write().expect("begin");
+        w.put(format!("pad/{i:06}").as_bytes(), &noise(&mut x, 3000))
+            .expect("put");
+        w.commit().expect("commit");
+    }
+    db.close().expect("close");
+    (archive, backup, lsns)
+}
+
+/// `len` bytes that do not compress (xorshift from `x`).
+fn noise(x: &mut u64, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|_| {
+            *x ^= *x << 13;
+            *x ^= *x >> 7;
+            *x ^= *x << 17;
+            *x as u8
+        })
+        .collect()
+}
+
+/// What `directkv restore` makes is a database: `check` accepts it (it
+/// used to refuse it as a backup), `Database::open` opens it, and while it
+/// is open `stats` reports it; the same for a restore rolled forward from
+/// the archive to its end and to an LSN.
+#[test]
+fn every_command_accepts_a_restored_copy() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    let (archive, backup, lsns) = archived_commits(dir.path(), 40);
+    let plain = dir.path().join("plain");
+    run_ok(&["restore".as_ref(), backup.as_os_str(), plain.as_os_str()]);
+    let out = bin()
+        .arg("verify-backup")
+        .arg(&plain)
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "no backup to verify");
+    assert!(err.contains("a database a restore made"), "{err}");
+    check_ok(&plain);
+    assert_eq!(open_with_stats(&plain), 0, "the backup's state: no commit");
+    let to_end = dir.path().join("to-end");
+    let to_lsn = dir.path().join("to-lsn");
+    let lsn = lsns[24].to_string();
+    for (dest, target) in [
+        (&to_end, vec!["--to-end"]),
+        (&to_lsn, vec!["--to-lsn", &lsn]),
+    ] {
+        let mut args: Vec<&std::ffi::OsStr> = vec!["restore".as_ref(), "--archive".as_ref()];
+        args.push(archive.as_os_str());
+        args.extend(target.iter().map(|a| std::ffi::OsStr::new(*a)));
+        args.extend([backup.as_os_str(), dest.as_os_str()]);
+        run_ok(&args);
+        check_ok(dest);
+    }
+    assert_eq!(open_with_stats(&to_end), 40, "every archived commit");
+    assert_eq!(open_with_stats(&to_lsn), 25, "the commits through the 25th");
+    // Opened, each is an ordinary database: `check` still accepts it.
+    for d in [&plain, &to_end, &to_lsn] {
+        check_ok(d);
+    }
+}
+
+/// A restore rolled forward through an archive of over a thousand
+/// segments (the smallest size, 64 KiB) succeeds with its descriptors
+/// limited to 64 (`ulimit -n 64` in the child's shell alone): it holds a
+/// bounded number open however long the archive, not one per segment. So
+/// does the copy's first open, by `directkv check` under the same limit.
+#[test]
+fn a_restore_through_a_thousand_segments_runs_with_64_descriptors() {
+    const SEGMENTS_MIN: u64 = 1_000;
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    let (src, archive, backup) = (
+        dir.path().join("db"),
+        dir.path().join("archive"),
+        dir.path().join("backup"),
+    );
+    let opts = Options {
+        wal_segment_bytes: 64 << 10,
+        wal_archive: Some(archive.clone()),
+        durability: directkv::Durability::NoSyncNotDurable,
+        ..options()
+    };
+    let db = Database::open(&src, opts).expect("open");
+    db.backup(&backup, &directkv::BackupOptions::default())
+        .expect("backup");
+    // About 48 KiB of log a commit, overwriting a few keys: the log grows
+    // past a thousand segments while the data file stays small.
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    let commits = 1_500u32;
+    for i in 0..commits {
+        let mut w = db.begin_write().expect("begin");
+        w.put(
+            format!("k/{:02}", i % 8).as_bytes(),
+            &noise(&mut x, 48 << 10),
+        )
+        .expect("put");
+        w.commit().expect("commit");
+    }
+    db.close().expect("close");
+    let archived = std::fs::read_dir(&archive).expect("archive").count() as u64;
+    assert!(archived >= SEGMENTS_MIN, "{archived} segments archived");
+    let dest = dir.path().join("restored");
+    let out = with_64_descriptors()
+        .args(["restore", "--json", "--to-end", "--archive"])
+        .arg(&archive)
+        .arg(&backup)
+        .arg(&dest)
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let taken = report["rolled_forward"]["archived_segments"].as_u64();
+    assert!(taken >= Some(SEGMENTS_MIN), "{report}");
+    // The copy's first open, by `check` under the same limit, replays the
+    // whole log: it too holds no descriptor per segment.
+    let out = with_64_descriptors().arg("check").arg(&dest).output();
+    let out = out.expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let db = Database::open(&dest, options()).expect("open");
+    assert_eq!(db.begin_read().expect("read").prefix(b"k/").count(), 8);
+    db.close().expect("close");
+}
+
+/// `directkv`, run by `sh -c 'ulimit -n 64 && exec …'` so that the limit
+/// applies to that child alone; its arguments are to be added.
+fn with_64_descriptors() -> Command {
+    let mut c = Command::new("sh");
+    c.arg("-c")
+        .arg("ulimit -n 64 && exec \"$0\" \"$@\"")
+        .arg(env!("CARGO_BIN_EXE_directkv"));
+    c
 }

@@ -190,8 +190,10 @@ pub mod internals {
     pub mod stall {
         pub use crate::stall::*;
     }
-    /// Restoring backups on any storage (the simulated disk's tests).
+    /// Restoring backups on any storage (the simulated disk's tests), and
+    /// telling a restored copy from a backup kept as one.
     pub mod backup {
+        pub use crate::backup::is_restored_copy;
         pub use crate::restore::restore_chain_with;
     }
     /// The `CONTROL` file the checkpoint writes, and the engine's WAL

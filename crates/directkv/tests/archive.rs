@@ -139,9 +139,10 @@ fn restored(root: &Path, backup: &Path, archive: &Path, target: RestoreTarget, i
         assert_eq!(rolled.last_commit_lsn, Some(l), "{rolled:?}");
         assert_eq!(rolled.log_end, l, "{rolled:?}");
     }
-    // What a point-in-time restore makes is a complete backup of that
-    // point until it is opened.
-    directkv::verify_backup(&dest).expect("the restored directory verifies");
+    // What a point-in-time restore makes is a database to be, never a
+    // backup: verify refuses it.
+    let e = directkv::verify_backup(&dest).expect_err("not a backup");
+    assert!(e.to_string().contains("a database a restore made"), "{e}");
     let db = Database::open(&dest, opts(&root.join(format!("archive-of-restored{i}"))))
         .expect("open restored");
     db.check().expect("check");

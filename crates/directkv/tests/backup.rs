@@ -13,11 +13,26 @@
 //!   to exactly the database's contents when each was taken; every broken
 //!   chain is refused naming the culprit.
 //! - Destinations inside the database, or not empty, are refused.
+//! - A manifest edited and sealed again (its CRC line and marker made to
+//!   match) with its end lowered, its last segment dropped with the file,
+//!   or beside a file it does not list: restore refuses each with the
+//!   error verify gives, and leaves nothing at its destination.
+//! - A restore of one full backup reads each of the backup's files once,
+//!   counted by a storage that counts the bytes read from each file.
+//! - What a restore makes is a database and no backup, wherever it is
+//!   moved: verify, restore and incremental backups refuse it as one.
 
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use directkv::internals::backup::restore_chain_with;
+use directkv::internals::io::{
+    Alignment, FileMeta, FileOptions, Fill, IoMut, IoPath, IoRef, OsStorage, Permissions, Storage,
+    StorageFile,
+};
 use directkv::{
     restore_backup, restore_backup_chain, verify_backup, BackupOptions, Database, Error, Options,
     WriteOptions,
@@ -601,7 +616,6 @@ fn a_chain_of_increments_restores_each_state_exactly() {
         let restored = dir.path().join(format!("restored{upto}"));
         let report = restore_backup_chain(&chain[..upto], &restored).expect("restore");
         assert_eq!(report.backups, upto);
-        verify_backup(&restored).expect("the combined backup verifies");
         let db = Database::open(&restored, options()).expect("open restored");
         db.check().expect("restored checks");
         assert!(
@@ -924,4 +938,288 @@ fn a_read_only_backup_verifies_and_takes_an_increment() {
     assert!(writable.is_err(), "CONTROL could not be written");
     verified.expect("a read-only backup verifies");
     increment.expect("an increment of a read-only backup");
+}
+
+/// A backup whose log spans several segments and ends past its
+/// checkpoint: a thread commits while the backup, rate-limited, runs.
+/// Returns the backup's directory and the end LSN of every commit the
+/// thread made.
+fn backup_under_commits(dir: &std::path::Path) -> (std::path::PathBuf, Vec<u64>) {
+    let small = Options {
+        wal_segment_bytes: 64 << 10,
+        ..options()
+    };
+    let db = Arc::new(Database::open(dir.join("db"), small).expect("open"));
+    fill(&db);
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (db, stop) = (Arc::clone(&db), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            let mut i = 0u64;
+            let mut lsns = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                let mut w = db.begin_write().expect("begin");
+                w.put(format!("log/{i:08}").as_bytes(), &[i as u8; 2000])
+                    .expect("put");
+                lsns.push(w.commit_lsn().expect("commit").get());
+                i += 1;
+                // Paced, so the log the backup carries stays short.
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            lsns
+        })
+    };
+    let dest = dir.join("backup");
+    let opts = BackupOptions {
+        rate_bytes: Some(512 << 10),
+        ..BackupOptions::default()
+    };
+    let report = db.backup(&dest, &opts);
+    stop.store(true, Ordering::Relaxed);
+    let lsns = writer.join().expect("writer");
+    report.expect("backup");
+    (dest, lsns)
+}
+
+/// Rewrites the manifest of the backup in `dir` as `edit` says and seals
+/// it again: a CRC line and a completion marker that match it.
+fn reseal(dir: &std::path::Path, edit: &dyn Fn(&mut directkv::BackupManifest)) {
+    let path = dir.join("backup_manifest");
+    let bytes = std::fs::read(&path).expect("read");
+    let (mut m, _) = directkv::BackupManifest::decode(&bytes, &path).expect("decodes");
+    edit(&mut m);
+    let bytes = m.encode();
+    let (_, crc) = directkv::BackupManifest::decode(&bytes, &path).expect("sealed");
+    std::fs::write(&path, &bytes).expect("write");
+    let marker = format!("directkv-backup-complete {} {crc:08x}\n", m.backup_id);
+    std::fs::write(dir.join("backup_complete"), marker).expect("write");
+}
+
+/// A manifest edited and sealed again, so that its CRC and marker hold:
+/// verify refuses it, naming the problem, and restore refuses it with the
+/// same error, leaving nothing at its destination (no destination, no
+/// scratch directory). The three edits: the end LSN lowered; the last log
+/// segment removed with its entry; an unlisted file added.
+#[test]
+fn restore_refuses_a_resealed_manifest_as_verify_does() {
+    let dir = scratch();
+    let (good, commits) = backup_under_commits(dir.path());
+    verify_backup(&good).expect("the backup verifies");
+    let m = directkv::BackupManifest::decode(
+        &std::fs::read(good.join("backup_manifest")).expect("read"),
+        &good,
+    )
+    .expect("decodes")
+    .0;
+    let segments = m
+        .files
+        .iter()
+        .filter(|f| f.path.starts_with("wal/"))
+        .count();
+    // A seal alone moves the end past the checkpoint: a commit must end
+    // between them for the backup's log to carry one.
+    let carried = commits
+        .iter()
+        .filter(|&&c| c > m.checkpoint_lsn && c <= m.end_lsn)
+        .count();
+    assert!(
+        carried > 0,
+        "the log carries {carried} commits past its checkpoint"
+    );
+    assert!(segments > 1, "the log spans {segments} segments");
+    let case = |name: &str, damage: &dyn Fn(&std::path::Path), names: &str| {
+        let b = dir.path().join(name);
+        copy_dir(&good, &b);
+        damage(&b);
+        let restored = dir.path().join(format!("{name}-restored"));
+        let verify = verify_backup(&b).map(drop).expect_err("verify refuses");
+        let restore = restore_backup(&b, &restored)
+            .map(drop)
+            .expect_err("restore refuses");
+        assert!(verify.to_string().contains(names), "{name}: {verify}");
+        assert_eq!(restore.to_string(), verify.to_string(), "{name}");
+        assert!(!restored.exists(), "{name}: nothing at the destination");
+        let tmp = dir.path().join(format!("{name}-restored.restore-tmp"));
+        assert!(!tmp.exists(), "{name}: no scratch left");
+    };
+    case(
+        "end-lowered",
+        &|b| reseal(b, &|m| m.end_lsn = m.checkpoint_lsn),
+        "does not name the backup's start and end",
+    );
+    case(
+        "last-segment-dropped",
+        &|b| {
+            reseal(b, &|m| {
+                let last = m.files.iter().rposition(|f| f.path.starts_with("wal/"));
+                let f = m.files.remove(last.expect("a segment"));
+                std::fs::remove_file(b.join(&f.path)).expect("rm");
+            })
+        },
+        "before the backup's end",
+    );
+    case(
+        "unlisted-file",
+        &|b| std::fs::write(b.join("notes"), b"x").expect("write"),
+        "does not list",
+    );
+}
+
+/// The operating system's files, counting the bytes read from each.
+#[derive(Clone, Default)]
+struct CountingReads(OsStorage, Arc<Mutex<BTreeMap<PathBuf, u64>>>);
+
+/// A file of [`CountingReads`].
+struct CountedFile(
+    <OsStorage as Storage>::File,
+    Arc<Mutex<BTreeMap<PathBuf, u64>>>,
+);
+
+impl StorageFile for CountedFile {
+    fn path(&self) -> &Path {
+        self.0.path()
+    }
+    fn alignment(&self) -> Alignment {
+        self.0.alignment()
+    }
+    fn io_path(&self) -> IoPath {
+        StorageFile::io_path(&self.0)
+    }
+    fn read_at(&self, buf: IoMut<'_>, offset: u64) -> directkv::Result<usize> {
+        let n = self.0.read_at(buf, offset)?;
+        let mut read = self.1.lock().expect("lock");
+        *read.entry(self.0.path().to_path_buf()).or_default() += n as u64;
+        Ok(n)
+    }
+    fn write_all_at(&self, data: IoRef<'_>, offset: u64) -> directkv::Result<()> {
+        self.0.write_all_at(data, offset)
+    }
+    fn sync(&self) -> directkv::Result<()> {
+        self.0.sync()
+    }
+    fn sync_all(&self) -> directkv::Result<()> {
+        self.0.sync_all()
+    }
+    fn len(&self) -> directkv::Result<u64> {
+        self.0.len()
+    }
+    fn allocate(&self, len: u64, fill: Fill) -> directkv::Result<()> {
+        self.0.allocate(len, fill)
+    }
+}
+
+impl Storage for CountingReads {
+    type File = CountedFile;
+    type Lock = <OsStorage as Storage>::Lock;
+
+    fn lock_exclusive(
+        &self,
+        path: &Path,
+        permissions: Permissions,
+    ) -> directkv::Result<Self::Lock> {
+        self.0.lock_exclusive(path, permissions)
+    }
+    fn open(&self, path: &Path, opts: &FileOptions) -> directkv::Result<CountedFile> {
+        Ok(CountedFile(self.0.open(path, opts)?, Arc::clone(&self.1)))
+    }
+    fn create_dirs(&self, path: &Path, permissions: Permissions) -> directkv::Result<()> {
+        self.0.create_dirs(path, permissions)
+    }
+    fn stat(&self, path: &Path) -> directkv::Result<FileMeta> {
+        self.0.stat(path)
+    }
+    fn list_dir(&self, path: &Path) -> directkv::Result<Vec<String>> {
+        self.0.list_dir(path)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> directkv::Result<()> {
+        self.0.rename(from, to)
+    }
+    fn remove_file(&self, path: &Path) -> directkv::Result<()> {
+        self.0.remove_file(path)
+    }
+    fn sync_dir(&self, path: &Path) -> directkv::Result<()> {
+        self.0.sync_dir(path)
+    }
+    fn exists(&self, path: &Path) -> bool {
+        self.0.exists(path)
+    }
+    fn anchor(&self, dir: &Path) -> directkv::Result<Self> {
+        Ok(CountingReads(self.0.anchor(dir)?, Arc::clone(&self.1)))
+    }
+}
+
+/// A restore of one full backup reads each of its files once: every byte
+/// of every file the manifest lists is read exactly once (its CRC32C, the
+/// pages and the log are checked on the copy, not read from the backup
+/// again), and the restored copy opens.
+#[test]
+fn a_restore_reads_each_file_of_a_backup_once() {
+    let dir = scratch();
+    let (backup, _) = backup_under_commits(dir.path());
+    let m = directkv::BackupManifest::decode(
+        &std::fs::read(backup.join("backup_manifest")).expect("read"),
+        &backup,
+    )
+    .expect("decodes")
+    .0;
+    let storage = CountingReads::default();
+    let dest = dir.path().join("restored");
+    restore_chain_with(&storage, &[&backup], &dest, None, |tmp| {
+        let _ = std::fs::remove_dir_all(tmp);
+    })
+    .expect("restore");
+    let read = storage.1.lock().expect("lock").clone();
+    for f in &m.files {
+        let bytes = read.get(&backup.join(&f.path)).copied().unwrap_or(0);
+        assert_eq!(bytes, f.len, "{}: {bytes} bytes read of {}", f.path, f.len);
+    }
+    let db = Database::open(&dest, options()).expect("the copy opens");
+    db.check().expect("check");
+    db.close().expect("close");
+}
+
+/// What a restore makes is a database to be, never a backup, wherever it
+/// lies: a chain restored into one directory, and that directory moved,
+/// are each refused as a backup by verify, by restore and as the parent of
+/// an incremental backup, naming it a database a restore made; the moved
+/// copy opens with the chain's last state, and a backup of it verifies.
+#[test]
+fn a_restored_chain_is_a_database_and_no_backup() {
+    let dir = scratch();
+    let db = Database::open(dir.path().join("db"), options()).expect("open");
+    churn(&db, 1, 300);
+    let b0 = dir.path().join("b0");
+    db.backup(&b0, &fast()).expect("full");
+    churn(&db, 100, 3);
+    let b1 = dir.path().join("b1");
+    db.backup(&b1, &increment_of(&b0)).expect("increment");
+    let state = contents(&db);
+    let restored = dir.path().join("restored");
+    restore_backup_chain(&[&b0, &b1], &restored).expect("restore");
+    let moved = dir.path().join("moved");
+    std::fs::rename(&restored, &moved).expect("move");
+    copy_dir(&moved, &restored);
+    for copy in [&restored, &moved] {
+        let not_a_backup = |e: Error| {
+            assert!(
+                matches!(&e, Error::InvalidArgument(t) if t.contains("a database a restore made")),
+                "{}: {e}",
+                copy.display()
+            );
+        };
+        not_a_backup(verify_backup(copy).map(drop).expect_err("verify refuses"));
+        let again = dir.path().join("again");
+        not_a_backup(restore_backup(copy, &again).map(drop).expect_err("refused"));
+        assert!(!again.exists(), "nothing restored");
+        let inc = dir.path().join("inc");
+        let e = db.backup(&inc, &increment_of(copy)).map(drop);
+        not_a_backup(e.expect_err("no parent"));
+    }
+    drop(db);
+    let opened = Database::open(&moved, options()).expect("the moved copy opens");
+    opened.check().expect("check");
+    assert!(contents(&opened) == state, "the chain's last state");
+    let b = dir.path().join("of-restored");
+    opened.backup(&b, &fast()).expect("a backup of it");
+    verify_backup(&b).expect("which verifies");
 }

@@ -114,6 +114,12 @@ pub struct Manifest {
     /// backup starts a history of its own when first opened.
     #[serde(default)]
     pub history_id: Option<String>,
+    /// Set only in the record a restore leaves in the directory it makes
+    /// (`restored_from_backup`, in place of a manifest and marker): a
+    /// database to be, which every command opens (its first open replays
+    /// its log and makes it one), and never a backup.
+    #[serde(default)]
+    pub restored: bool,
 }
 
 impl Manifest {
@@ -410,6 +416,7 @@ mod tests {
             increment_format: super::super::increment::ENTRIES,
             pages_as_deltas: 2,
             history_id: Some("12".repeat(16)),
+            restored: true,
         }
     }
 

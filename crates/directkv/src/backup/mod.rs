@@ -154,6 +154,13 @@ pub(crate) fn complete_manifest<S: Storage>(storage: &S, dir: &Path) -> Result<M
         detail: detail.to_string(),
     };
     let marker_path = dir.join(COMPLETE_NAME);
+    if !storage.exists(&marker_path) && storage.exists(&dir.join(RESTORED_NAME)) {
+        return Err(Error::InvalidArgument(format!(
+            "{} is a database a restore made, not a backup: open it as a database (`directkv \
+             check` does), and take a backup of it to keep one",
+            dir.display()
+        )));
+    }
     if !storage.exists(&marker_path) {
         return Err(incomplete(
             "it has no completion marker (backup_complete): the backup was interrupted or is \
@@ -176,6 +183,61 @@ pub(crate) fn complete_manifest<S: Storage>(storage: &S, dir: &Path) -> Result<M
     }
     assert!(m.start_lsn <= m.end_lsn, "decode checks the order");
     Ok(m)
+}
+
+/// The record a restore leaves in the directory it makes, in place of a
+/// backup's manifest and completion marker: the manifest of what it
+/// restored (marked [`Manifest::restored`]), listing the files it made.
+/// The directory is a database to be, never a backup: without a marker,
+/// verify, restore and incremental backups refuse it, while its open
+/// takes from the record the end its log must reach.
+pub(crate) const RESTORED_NAME: &str = "restored_from_backup";
+
+/// Writes the record of a restore into `dir` (see [`RESTORED_NAME`]) and
+/// syncs the directory.
+pub(crate) fn write_restored<S: Storage>(storage: &S, dir: &Path, m: &Manifest) -> Result<()> {
+    assert!(m.restored, "the record of a restore is marked restored");
+    assert!(m.parent_id.is_none(), "a restore makes a whole database");
+    let path = dir.join(RESTORED_NAME);
+    let bytes = m.encode();
+    let (back, _) = Manifest::decode(&bytes, &path)?;
+    assert_eq!(back.backup_id, m.backup_id, "the record decodes as written");
+    files::write_small(storage, &path, &bytes)?;
+    storage.sync_dir(dir)
+}
+
+/// The record of the restore that made `dir` ([`RESTORED_NAME`]), if one
+/// did.
+///
+/// # Errors
+/// [`Error::Corruption`] for a record that does not decode or is not a
+/// restore's; I/O errors.
+pub(crate) fn restored_record<S: Storage>(storage: &S, dir: &Path) -> Result<Option<Manifest>> {
+    let path = dir.join(RESTORED_NAME);
+    if !storage.exists(&path) {
+        return Ok(None);
+    }
+    let bytes = files::read_small(storage, &path, MANIFEST_BYTES_MAX)?;
+    let (m, _) = Manifest::decode(&bytes, &path)?;
+    if !m.restored || m.parent_id.is_some() {
+        return Err(Error::Corruption {
+            path,
+            offset: 0,
+            detail: "the record of a restore is not marked restored, or names a parent".into(),
+        });
+    }
+    assert!(m.start_lsn <= m.end_lsn, "decode checks the order");
+    Ok(Some(m))
+}
+
+/// Whether `dir` is a database a restore made and no backup: it holds the
+/// restore's record (`restored_from_backup`) and no backup's completion marker.
+/// Commands open it (its first open replays its log and makes it a
+/// database), where a backup kept as one is refused by them. A copy of it,
+/// wherever it is, is the same: nothing reads it as a backup.
+pub fn is_restored_copy<S: Storage>(storage: &S, dir: &Path) -> bool {
+    let restored = restored_record(storage, dir).is_ok_and(|m| m.is_some());
+    restored && !storage.exists(&dir.join(COMPLETE_NAME))
 }
 
 /// Checks that every file `m` lists in `dir` has its length and CRC32C;

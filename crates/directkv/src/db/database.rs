@@ -259,8 +259,9 @@ impl<S: Storage> Database<S> {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a
-    /// destination inside the database's directories or not empty;
-    /// [`Error::Corruption`](crate::Error::Corruption) naming a damaged page
+    /// destination inside the database's directories or not empty, and
+    /// for an `incremental_from` that a restore made (a database, no
+    /// backup); [`Error::Corruption`](crate::Error::Corruption) naming a damaged page
     /// of the database (the backup stops); I/O errors. A backup that fails
     /// is left without its completion marker, which open and restore
     /// refuse.

@@ -158,8 +158,8 @@ fn check_page_size(page_bytes: u32) -> Result<()> {
 
 /// Opens `CONTROL`; refuses a backup's copy that was never completed (its
 /// marker is written last; its first checkpoint makes it a database) or an
-/// incremental one alone. Returns it with, for a backup, the end its log
-/// must reach (zero otherwise).
+/// incremental one alone. Returns it with, for a backup or a restore's
+/// directory not yet opened, the end its log must reach (zero otherwise).
 fn read_control<S: Storage>(
     storage: &S,
     path: &Path,
@@ -175,7 +175,12 @@ fn read_control<S: Storage>(
     if c.flags & crate::format::control::FLAG_BACKUP == 0 {
         return Ok((control, Lsn::ZERO));
     }
-    let m = crate::backup::complete_manifest(storage, path)?;
+    // A restore's directory holds its record, a backup its manifest: either
+    // names the end the log must reach.
+    let m = match crate::backup::restored_record(storage, path)? {
+        Some(m) => m,
+        None => crate::backup::complete_manifest(storage, path)?,
+    };
     if let Some(parent) = &m.parent_id {
         return Err(Error::BackupChain {
             path: path.to_path_buf(),

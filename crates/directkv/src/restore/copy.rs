@@ -1,9 +1,19 @@
 //! Restoring a backup, or a chain of backups (a full one and the
 //! incremental ones on top of it, oldest first), into a new database
-//! directory. Everything is built in `DEST.restore-tmp`, each file's CRC32C
-//! checked against its manifest, synced, and the directory renamed to
-//! `DEST` last, so a restore that fails or is killed never leaves a `DEST`
-//! that looks whole.
+//! directory. Each backup passes every check verify makes short of opening
+//! a copy (nothing unlisted, each file's length and CRC32C, `CONTROL`,
+//! every page, the log reaching the end), so restore refuses what verify
+//! refuses, with the same error. Everything is built in `DEST.restore-tmp`,
+//! each file's CRC32C checked as it is copied, synced, and the directory
+//! renamed to `DEST` last, so a restore that fails or is killed never
+//! leaves a `DEST` that looks whole. One full backup is read once: its
+//! files are checked as they are copied, the rest of the checks read the
+//! copy before the rename (`verify::check_copy`). The backups of a chain
+//! are checked where they are first (`verify::check_contents`, which reads
+//! each file twice), then read again by the build.
+//! The directory holds no backup manifest or marker but the record of the
+//! restore (`backup::RESTORED_NAME`): it is a database to be, which verify,
+//! restore and incremental backups refuse as a backup.
 //!
 //! A chain is combined as `pg_combinebackup` does: the full backup's data
 //! file, then each increment's pages written over it in chain order (the
@@ -24,7 +34,7 @@ use serde::Serialize;
 
 use crate::backup::files::{self, Sink, ALIGN_BYTES, CHUNK_BYTES};
 use crate::backup::increment;
-use crate::backup::manifest::{self, Manifest, COMPLETE_NAME, MANIFEST_NAME};
+use crate::backup::manifest::{self, Manifest, MANIFEST_NAME};
 use crate::backup::{CONTROL_NAME, DATA_NAME, INCREMENT_NAME, WAL_DIR_NAME};
 use crate::error::{Error, Result};
 use crate::format::PageId;
@@ -65,9 +75,12 @@ pub fn restore_backup(backup: impl AsRef<Path>, dest: impl AsRef<Path>) -> Resul
 /// [`Error::IncompleteBackup`] for a backup never completed;
 /// [`Error::BackupChain`] naming the link that does not fit (an increment
 /// first, a missing link, another database, the wrong order);
-/// [`Error::Corruption`] naming a file missing or damaged;
-/// [`Error::InvalidArgument`] for an empty chain or when `dest` (or its
-/// scratch name) exists; I/O errors. On an error nothing is left at `dest`.
+/// [`Error::Corruption`] naming a file missing, damaged or unlisted, or
+/// the first damage [`verify_backup`](super::verify_backup) finds in a
+/// backup (its error);
+/// [`Error::InvalidArgument`] for an empty chain, a directory a restore
+/// made (a database, no backup) in it, or when `dest` (or its scratch
+/// name) exists; I/O errors. On an error nothing is left at `dest`.
 pub fn restore_backup_chain<P: AsRef<Path>>(
     chain: &[P],
     dest: impl AsRef<Path>,
@@ -119,6 +132,25 @@ pub fn restore_chain_with<S: Storage, P: AsRef<Path>>(
 ) -> Result<RestoreReport> {
     let chain: Vec<&Path> = chain.iter().map(AsRef::as_ref).collect();
     let ms = crate::backup::check_chain(storage, &chain)?;
+    check_destination(storage, &chain, dest)?;
+    // Everything verify checks short of opening a copy: a backup verify
+    // refuses is refused with the same error. One full backup is checked
+    // as it is copied and then on the copy, before the rename (`build`),
+    // so it is read once; the links of a chain are checked where they are
+    // first, since the build does not copy each whole.
+    for (dir, m) in chain.iter().zip(&ms) {
+        if chain.len() == 1 {
+            super::verify::check_listing(storage, dir, m)?;
+        } else {
+            super::verify::check_contents(storage, dir, m)?;
+        }
+    }
+    restore_checked(storage, &chain, &ms, dest, to, remove_tree).map(|(report, _)| report)
+}
+
+/// Refuses a destination inside one of the backups of `chain`, one that
+/// exists, and one whose scratch directory exists.
+fn check_destination<S: Storage>(storage: &S, chain: &[&Path], dest: &Path) -> Result<()> {
     let tmp = scratch_of(dest);
     let d = crate::io::resolve(dest);
     if let Some(inside) = chain.iter().find(|b| d.starts_with(crate::io::resolve(b))) {
@@ -141,12 +173,30 @@ pub fn restore_chain_with<S: Storage, P: AsRef<Path>>(
             dest.display()
         )));
     }
+    Ok(())
+}
+
+/// [`restore_chain_with`] of a chain whose links are checked, all but one
+/// full backup's contents, which the build checks: `ms` are the links'
+/// manifests. Returns what that check read, for one full backup.
+pub(super) fn restore_checked<S: Storage>(
+    storage: &S,
+    chain: &[&Path],
+    ms: &[Manifest],
+    dest: &Path,
+    to: Option<(&Path, super::RestoreTarget)>,
+    remove_tree: impl FnOnce(&Path),
+) -> Result<(RestoreReport, Option<super::verify::Contents>)> {
+    assert_eq!(chain.len(), ms.len(), "a manifest per backup");
+    assert!(!ms.is_empty(), "check_chain refuses an empty chain");
+    check_destination(storage, chain, dest)?;
+    let tmp = scratch_of(dest);
     let last = ms.last().expect("a chain has a backup");
     let parent = dest.parent().filter(|p| !p.as_os_str().is_empty());
     // Levels above the destination that the build makes: their entries
     // are synced with the destination's own.
     let made = parent.map_or_else(Vec::new, |p| crate::io::missing_levels(storage, p));
-    let built = build(storage, &chain, &ms, &tmp).and_then(|done| {
+    let built = build(storage, chain, ms, &tmp).and_then(|done| {
         let rolled = match to {
             Some((archive, target)) => Some(super::pitr::roll_forward(
                 storage, &tmp, last, archive, target,
@@ -155,7 +205,7 @@ pub fn restore_chain_with<S: Storage, P: AsRef<Path>>(
         };
         Ok((done, rolled))
     });
-    let ((bytes, pages_from_increments), rolled_forward) = match built {
+    let ((bytes, pages_from_increments, contents), rolled_forward) = match built {
         Ok(done) => done,
         Err(e) => {
             remove_tree(&tmp);
@@ -170,13 +220,14 @@ pub fn restore_chain_with<S: Storage, P: AsRef<Path>>(
     }
     crate::io::sync_levels(storage, &made)?;
     storage.sync_dir(parent.unwrap_or(Path::new(".")))?;
-    Ok(RestoreReport {
+    let report = RestoreReport {
         backup_id: last.backup_id.clone(),
         backups: ms.len(),
         pages_from_increments,
         bytes,
         rolled_forward,
-    })
+    };
+    Ok((report, contents))
 }
 
 /// Where a restore into `dest` builds it: beside it, named after its last
@@ -197,17 +248,15 @@ fn scratch_of(dest: &Path) -> PathBuf {
     }
 }
 
-/// Builds the restored directory at `to` from the checked chain; returns
-/// the bytes written and the pages taken from increments.
+/// Builds the restored directory at `to` from the chain; returns the bytes
+/// written, the pages taken from increments and, for one full backup,
+/// what the check of its copy read: its contents are checked there.
 fn build<S: Storage>(
     storage: &S,
     chain: &[&Path],
     ms: &[Manifest],
     to: &Path,
-) -> Result<(u64, u64)> {
-    for (dir, m) in chain.iter().zip(ms).skip(1) {
-        crate::backup::check_files(storage, dir, m)?;
-    }
+) -> Result<(u64, u64, Option<super::verify::Contents>)> {
     storage.create_dirs(to, Permissions::Private)?;
     storage.create_dirs(&to.join(WAL_DIR_NAME), Permissions::Private)?;
     let mut buf = AlignedBuf::new(CHUNK_BYTES, ALIGN_BYTES)?;
@@ -239,28 +288,28 @@ fn build<S: Storage>(
     {
         bytes += copy_listed(storage, last_dir, to, last, &f.path, &mut buf)?;
     }
+    // Every file was checked against its CRC32C as it was copied: the
+    // rest of verify's checks read the copy, not the backup again.
+    let contents = match ms.len() {
+        1 => Some(super::verify::check_copy(storage, to, chain[0], last)?),
+        _ => None,
+    };
     storage.sync_dir(&to.join(WAL_DIR_NAME))?;
     storage.sync_dir(to)?;
-    if ms.len() == 1 {
-        // One full backup: its own manifest and marker, as they were.
-        for name in [MANIFEST_NAME, COMPLETE_NAME] {
-            let b = files::read_small(
-                storage,
-                &last_dir.join(name),
-                crate::backup::MANIFEST_BYTES_MAX,
-            )?;
-            files::write_small(storage, &to.join(name), &b)?;
-            bytes += b.len() as u64;
+    let record = if ms.len() == 1 {
+        // One full backup: its own manifest, listing the same files, marked
+        // as a restore's.
+        Manifest {
+            restored: true,
+            ..last.clone()
         }
-        storage.sync_dir(to)?;
     } else {
-        crate::backup::seal(
-            storage,
-            to,
-            &combined_manifest(storage, to, last, &mut buf)?,
-        )?;
-    }
-    Ok((bytes, from_increments))
+        combined_manifest(storage, to, last, &mut buf)?
+    };
+    // No backup manifest or marker: the directory is a database to be,
+    // which nothing takes for a backup, wherever it is moved.
+    crate::backup::write_restored(storage, to, &record)?;
+    Ok((bytes, from_increments, contents))
 }
 
 /// Copies the file `name` that `m` lists from `from` to `to`, checking its
@@ -468,9 +517,9 @@ fn make_window<F: StorageFile>(
     Ok(())
 }
 
-/// The manifest of a restored chain in `dir`: the last backup's, as a full
-/// backup holding the files now in `dir` (`CONTROL`, `data` and the log's
-/// segments).
+/// The record of a restored chain in `dir`: the last backup's manifest, as
+/// a full backup holding the files now in `dir` (`CONTROL`, `data` and the
+/// log's segments), marked as a restore's.
 pub(super) fn combined_manifest<S: Storage>(
     storage: &S,
     dir: &Path,
@@ -485,6 +534,7 @@ pub(super) fn combined_manifest<S: Storage>(
     m.increment_format = increment::WHOLE_PAGES;
     m.format = manifest::MANIFEST_FORMAT;
     m.pages_as_deltas = 0;
+    m.restored = true;
     m.files = Vec::new();
     let mut names = vec![CONTROL_NAME.to_string(), DATA_NAME.to_string()];
     for n in crate::wal::list_segments(storage, &dir.join(WAL_DIR_NAME))? {

@@ -16,8 +16,8 @@
 //!    that is later (every commit before E is part of the backup's state).
 //! 3. Everything after the cut is zeroed and later segments removed: the
 //!    log ends cleanly there, so open replays exactly those commits.
-//! 4. The directory is sealed again with a manifest of the files it now
-//!    holds.
+//! 4. The restore's record (`backup::RESTORED_NAME`) is written again,
+//!    listing the files the directory now holds.
 //!
 //! Invariants:
 //! - The cut is a record's end, at or after E, and no commit record
@@ -29,7 +29,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::backup::files::{self, Sink, ALIGN_BYTES, CHUNK_BYTES};
-use crate::backup::manifest::{Manifest, COMPLETE_NAME, MANIFEST_NAME};
+use crate::backup::manifest::{Manifest, COMPLETE_NAME};
 use crate::backup::WAL_DIR_NAME;
 use crate::error::{Error, Result};
 use crate::io::{AlignedBuf, DirectIo, FileOptions, Storage, StorageFile};
@@ -75,8 +75,8 @@ struct Commit {
     time_us: Option<u64>,
 }
 
-/// Carries the restored backup in `dir` (sealed with `last`'s manifest)
-/// forward from `archive` to `target`, then seals it again.
+/// Carries the restored backup in `dir` (recorded with `last`'s manifest)
+/// forward from `archive` to `target`, then records it again.
 ///
 /// # Errors
 /// [`Error::InvalidArgument`] for a target before the backup's end, or one
@@ -507,18 +507,21 @@ fn cut_log<S: Storage>(storage: &S, wal: &Path, layout: Layout, cut: Lsn) -> Res
     storage.sync_dir(wal)
 }
 
-/// Replaces the manifest and marker of the restored backup in `dir` with
-/// ones listing the files it holds now.
+/// Replaces the record of the restore in `dir` with one listing the files
+/// it holds now.
 fn reseal<S: Storage>(storage: &S, dir: &Path, last: &Manifest) -> Result<()> {
-    for name in [COMPLETE_NAME, MANIFEST_NAME] {
-        if storage.exists(&dir.join(name)) {
-            storage.remove_file(&dir.join(name))?;
-        }
+    let record = dir.join(crate::backup::RESTORED_NAME);
+    assert!(
+        !storage.exists(&dir.join(COMPLETE_NAME)),
+        "a restore's directory holds no backup marker"
+    );
+    if storage.exists(&record) {
+        storage.remove_file(&record)?;
     }
     storage.sync_dir(dir)?;
     let mut buf = AlignedBuf::new(CHUNK_BYTES, ALIGN_BYTES)?;
     let m = super::copy::combined_manifest(storage, dir, last, &mut buf)?;
-    crate::backup::seal(storage, dir, &m)
+    crate::backup::write_restored(storage, dir, &m)
 }
 
 /// Where the segment at `path` in the scratch log came from: its archive

@@ -2,7 +2,11 @@
 //! file's length and CRC32C, nothing unlisted, `CONTROL` and page 0 naming
 //! the manifest's LSNs, every page's checksum and structure, every log
 //! record from the start to past the end; then the backup is restored into
-//! a scratch directory, opened (replaying its log) and checked.
+//! a scratch directory, opened (replaying its log) and checked. Restore
+//! runs the same checks on every backup it restores. A full backup is
+//! checked as it is copied (each file's CRC32C) and then on its copy
+//! ([`check_copy`]), so each of its files is read once; an incremental one
+//! is checked where it is ([`check_contents`]).
 //!
 //! Invariants:
 //! - Nothing in the backup is written; the scratch copy is removed whether
@@ -57,36 +61,138 @@ pub struct VerifyReport {
 ///
 /// # Errors
 /// [`Error::IncompleteBackup`] for a backup never completed;
-/// [`Error::Corruption`] naming the first damage found; open's and the
-/// check's errors for the scratch copy; I/O errors.
+/// [`Error::InvalidArgument`] for a directory a restore made, a database
+/// and no backup; [`Error::Corruption`] naming the first damage found;
+/// open's and the check's errors for the scratch copy; I/O errors.
 pub fn verify_backup(dir: impl AsRef<Path>) -> Result<VerifyReport> {
     let dir = dir.as_ref();
     let storage = OsStorage::default();
     let m = crate::backup::complete_manifest(&storage, dir)?;
-    check_listing(&storage, dir, &m)?;
-    let bytes = crate::backup::check_files(&storage, dir, &m)?;
-    check_control(&storage, dir, &m)?;
-    let pages = check_pages(&storage, dir, &m)?;
-    let log_records = check_log(&storage, dir, &m)?;
-    let check = match m.parent_id {
-        None => Some(replay_scratch(dir)?),
-        Some(_) => None,
+    // A full backup is checked as restore checks it, while it is copied
+    // into the scratch directory: each of its files is read once.
+    let (contents, check) = match m.parent_id {
+        None => {
+            check_listing(&storage, dir, &m)?;
+            let (contents, report) = replay_scratch(&storage, dir, m.clone())?;
+            (contents, Some(report))
+        }
+        Some(_) => (check_contents(&storage, dir, &m)?, None),
     };
     Ok(VerifyReport {
         backup_id: m.backup_id.clone(),
         start_lsn: m.start(),
         end_lsn: m.end(),
         files: m.files.len(),
-        bytes,
-        pages,
+        bytes: contents.bytes,
+        pages: contents.pages,
         deltas: m.pages_as_deltas,
-        log_records,
+        log_records: contents.log_records,
         check,
     })
 }
 
+/// What [`check_contents`] read.
+pub(super) struct Contents {
+    /// Bytes of the files checked against the manifest.
+    pub(super) bytes: u64,
+    /// Pages checked.
+    pub(super) pages: u64,
+    /// Log records read from the start to the end of the log.
+    pub(super) log_records: u64,
+}
+
+/// Every check of the backup in `dir` (whose complete manifest is `m`)
+/// that does not open it: nothing unlisted, each file's length and CRC32C,
+/// `CONTROL`, every page, and the log from the start to past the end.
+/// Verify and restore both run it, so restore refuses whatever verify
+/// refuses short of the scratch copy's open, with the same error.
+///
+/// # Errors
+/// [`Error::Corruption`] naming the first damage found; I/O errors.
+pub(super) fn check_contents<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    m: &Manifest,
+) -> Result<Contents> {
+    check_listing(storage, dir, m)?;
+    let bytes = crate::backup::check_files(storage, dir, m)?;
+    check_control(storage, dir, m)?;
+    let pages = check_pages(storage, dir, m)?;
+    let log_records = check_log(storage, dir, m)?;
+    assert!(
+        m.parent_id.is_some() || pages == m.page_count,
+        "a full backup checked holds exactly its manifest's pages"
+    );
+    Ok(Contents {
+        bytes,
+        pages,
+        log_records,
+    })
+}
+
+/// [`check_contents`] of the full backup in `dir`, short of the listing,
+/// run on `copy`: a copy of it whose every file's length and CRC32C were
+/// checked against `m` as it was made, so that the backup itself is read
+/// once. Its errors name the backup's files, as those of the backup's own
+/// check do.
+///
+/// # Errors
+/// As [`check_contents`].
+pub(super) fn check_copy<S: Storage>(
+    storage: &S,
+    copy: &Path,
+    dir: &Path,
+    m: &Manifest,
+) -> Result<Contents> {
+    assert!(m.parent_id.is_none(), "a full backup is copied whole");
+    assert_ne!(copy, dir, "a copy is another directory");
+    let checked = check_control(storage, copy, m).and_then(|()| {
+        let pages = check_pages(storage, copy, m)?;
+        Ok((pages, check_log(storage, copy, m)?))
+    });
+    let (pages, log_records) = checked.map_err(|e| named_in(e, copy, dir))?;
+    assert_eq!(pages, m.page_count, "check_pages counts the manifest's");
+    Ok(Contents {
+        bytes: m.files.iter().map(|f| f.len).sum(),
+        pages,
+        log_records,
+    })
+}
+
+/// `e`, naming the path it names inside `copy` inside `dir` instead.
+fn named_in(e: Error, copy: &Path, dir: &Path) -> Error {
+    let rename = |path: PathBuf| match path.strip_prefix(copy) {
+        Ok(rest) if rest.as_os_str().is_empty() => dir.to_path_buf(),
+        Ok(rest) => dir.join(rest),
+        Err(_) => path,
+    };
+    match e {
+        Error::Corruption {
+            path,
+            offset,
+            detail,
+        } => Error::Corruption {
+            path: rename(path),
+            offset,
+            detail,
+        },
+        Error::Io {
+            op,
+            path,
+            offset,
+            source,
+        } => Error::Io {
+            op,
+            path: rename(path),
+            offset,
+            source,
+        },
+        other => other,
+    }
+}
+
 /// Refuses a file in the backup that its manifest does not list.
-fn check_listing<S: Storage>(storage: &S, dir: &Path, m: &Manifest) -> Result<()> {
+pub(super) fn check_listing<S: Storage>(storage: &S, dir: &Path, m: &Manifest) -> Result<()> {
     let listed = |p: &str| m.files.iter().any(|f| f.path == p);
     let unlisted = |path: PathBuf| Error::Corruption {
         path,
@@ -324,9 +430,11 @@ fn check_log<S: Storage>(storage: &S, dir: &Path, m: &Manifest) -> Result<u64> {
     Ok(records)
 }
 
-/// Restores the backup into a scratch directory beside it, opens it
-/// (replaying the log) and checks it; removes the scratch copy.
-fn replay_scratch(dir: &Path) -> Result<CheckReport> {
+/// Restores the backup into a scratch directory beside it (which checks
+/// its contents, [`check_copy`]), opens it (replaying the log) and checks
+/// it; removes the scratch copy. Returns what the contents' check read and
+/// the open copy's check.
+fn replay_scratch(storage: &OsStorage, dir: &Path, m: Manifest) -> Result<(Contents, CheckReport)> {
     let name = dir
         .file_name()
         .map_or("backup".into(), |n| n.to_string_lossy().into_owned());
@@ -334,7 +442,11 @@ fn replay_scratch(dir: &Path) -> Result<CheckReport> {
     if scratch.exists() {
         remove_scratch(&scratch)?;
     }
-    let checked = super::copy::restore_backup(dir, &scratch).and_then(|_| {
+    let copied = super::copy::restore_checked(storage, &[dir], &[m], &scratch, None, |tmp| {
+        let _ = std::fs::remove_dir_all(tmp);
+    });
+    let checked = copied.and_then(|(_, contents)| {
+        let contents = contents.expect("a full backup's copy is checked");
         let db = Database::open(
             &scratch,
             Options {
@@ -350,7 +462,7 @@ fn replay_scratch(dir: &Path) -> Result<CheckReport> {
         )?;
         let report = db.check()?;
         db.close()?;
-        Ok(report)
+        Ok((contents, report))
     });
     remove_scratch(&scratch)?;
     checked

@@ -37,6 +37,12 @@ use crate::sched::{IoClass, ScheduledFile, Scheduler};
 /// Bytes read from a segment at a time.
 const CHUNK_BYTES: usize = 1 << 20;
 
+/// Segment files a reader holds open at most, whatever the log's length:
+/// it reads forward, and looks past a record's end into the next segment
+/// or two at most, so the farthest from the one it wants is closed first
+/// (and opened, its header checked again, if ever wanted again).
+const SEGMENT_FILES_OPEN_MAX: usize = 4;
+
 /// One record of the log.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
@@ -543,14 +549,33 @@ impl<S: Storage> WalReader<S> {
                         ),
                     });
                 }
+                self.close_farthest(segment);
                 Some(Arc::new(file))
             } else {
                 None
             };
             self.files.insert(segment, file);
         }
+        debug_assert!(self.files.values().flatten().count() <= SEGMENT_FILES_OPEN_MAX);
         assert!(self.files.contains_key(&segment));
         Ok(self.files.get(&segment).and_then(Option::clone))
+    }
+
+    /// Closes open segment files, farthest from `segment` first, until
+    /// one more may open within [`SEGMENT_FILES_OPEN_MAX`].
+    fn close_farthest(&mut self, segment: u64) {
+        loop {
+            let open = self.files.iter().filter(|(_, f)| f.is_some());
+            if open.clone().count() < SEGMENT_FILES_OPEN_MAX {
+                return;
+            }
+            let far = open
+                .map(|(&n, _)| n)
+                .max_by_key(|&n| n.abs_diff(segment))
+                .expect("a full set of open files has a farthest");
+            assert_ne!(far, segment, "the segment wanted is not open yet");
+            self.files.remove(&far);
+        }
     }
 
     fn check_header(&mut self, path: &Path, segment: u64, h: &SegmentHeader) -> Result<()> {

@@ -377,6 +377,7 @@ impl<S: Storage> Inner<S> {
             increment_format: crate::backup::increment::WHOLE_PAGES,
             pages_as_deltas: 0,
             history_id: Some(manifest::hex(&self.history()?)),
+            restored: false,
         })
     }
 
