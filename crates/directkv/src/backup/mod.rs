@@ -223,6 +223,7 @@ pub(crate) fn restored_record<S: Storage>(storage: &S, dir: &Path) -> Result<Opt
         return Err(Error::Corruption {
             path,
             offset: 0,
+            page: None,
             detail: "the record of a restore is not marked restored, or names a parent".into(),
         });
     }

@@ -170,10 +170,12 @@ fn named_in(e: Error, copy: &Path, dir: &Path) -> Error {
         Error::Corruption {
             path,
             offset,
+            page,
             detail,
         } => Error::Corruption {
             path: rename(path),
             offset,
+            page,
             detail,
         },
         Error::Io {
