@@ -77,8 +77,12 @@ fn round<S: Storage>(sh: &Shared<S>, delay: Duration) -> bool {
         st.unsealed && !st.is_flushing(),
         "sealing an idle, unsealed log"
     );
-    sh.counters.seals.fetch_add(1, Ordering::Relaxed);
-    drop(sh.lead_flush(st));
+    let st = sh.lead_flush(st);
+    // Counted once written, so a reader of the counters sees the seal's
+    // flush with it.
+    if st.failure().is_none() {
+        sh.counters.seals.fetch_add(1, Ordering::Relaxed);
+    }
     true
 }
 

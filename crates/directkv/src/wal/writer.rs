@@ -677,10 +677,10 @@ impl<S: Storage> Wal<S> {
             if !st.unsealed && !pending {
                 return Ok(());
             }
-            if !pending {
+            st = sh.lead_flush(st);
+            if !pending && st.failure().is_none() {
                 sh.counters.seals.fetch_add(1, Ordering::Relaxed);
             }
-            st = sh.lead_flush(st);
         }
         // Appenders kept the log busy throughout: their flushes seal it.
         Ok(())
