@@ -329,12 +329,10 @@ impl<S: Storage> Database<S> {
 
 impl<S: Storage> Drop for Database<S> {
     fn drop(&mut self) {
-        // An orderly drop writes what was committed to the log and seals it,
-        // so that damage found in its last flush later is refused, never
-        // taken for a torn write (best effort: a failure here is what
-        // recovery is for); it does not checkpoint.
+        // An orderly drop writes what was committed to the log (best effort:
+        // a failure here is what recovery is for); it does not checkpoint.
         if let Some(wal) = self.inner.log.wal_if_open() {
-            let _ = wal.seal();
+            let _ = wal.flush(wal.appended_lsn());
         }
         background::stop(&self.inner.checkpointer);
         if let Some(h) = self.checkpointer.take() {
@@ -346,6 +344,12 @@ impl<S: Storage> Drop for Database<S> {
         }
         if let Some(h) = self.archiver.take() {
             let _ = h.join();
+        }
+        // Once no background thread can append (a checkpoint's record), the
+        // log is sealed, so that damage found in its last flush later is
+        // refused, never taken for a torn write of it.
+        if let Some(wal) = self.inner.log.wal_if_open() {
+            let _ = wal.seal();
         }
         // Published stats describe an open database only.
         if self.inner.opts.publish_stats {

@@ -129,15 +129,18 @@ pub struct Options {
     pub durability: Durability,
     /// WAL segment size.
     pub wal_segment_bytes: u64,
-    /// How long the log stays idle after a flush that held commits before a
-    /// background thread writes a *seal* (a flush of no record: 512 bytes
-    /// and a sync) that proves that flush complete. Until then, damage found
-    /// in the last flush after a crash cannot be told from a torn write of
-    /// it and is discarded (and reported) as one; once sealed, it is refused
-    /// as corruption. Close and drop seal too. Back-to-back commits never
-    /// pause this long, so they write no seals. `None`: seal only on close
-    /// and drop. Needs `background_threads`. Default: 1 ms
-    /// ([`SEAL_DELAY_DEFAULT`](crate::internals::wal::SEAL_DELAY_DEFAULT)).
+    /// How long the log stays idle after a flush that held commits ended
+    /// before a background thread writes a *seal* (a flush of no record:
+    /// 512 bytes and a sync) that proves that flush complete. Until then,
+    /// damage found in the last flush after a crash cannot be told from a
+    /// torn write of it and is discarded (and reported) as one; once
+    /// sealed, it is refused as corruption. Close and drop seal too.
+    /// Commits closer together than this write no seals; each commit
+    /// followed by a longer pause costs one seal, which a commit arriving
+    /// while it syncs waits for. `None`: seal only on close and drop.
+    /// Needs `background_threads` and a durable `wal_sync`. At most
+    /// [`SEAL_DELAY_MAX`](crate::internals::wal::SEAL_DELAY_MAX). Default:
+    /// 10 ms ([`SEAL_DELAY_DEFAULT`](crate::internals::wal::SEAL_DELAY_DEFAULT)).
     pub wal_seal_delay: Option<std::time::Duration>,
     /// A checkpoint starts by itself once this much WAL was written since the
     /// last one; at least [`CHECKPOINT_WAL_BYTES_MIN`] (a checkpoint's own

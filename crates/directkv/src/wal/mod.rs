@@ -26,5 +26,5 @@ pub(crate) use reader::{list_segments, read_segment_header};
 pub use reader::{Record, Tail, WalReader};
 pub use writer::{
     Wal, WalOptions, WalStats, BUFFER_BYTES_DEFAULT, RECYCLE_SEGMENTS_MAX_DEFAULT,
-    SEAL_DELAY_DEFAULT, SEGMENT_BYTES_DEFAULT, SPARE_SEGMENTS_DEFAULT,
+    SEAL_DELAY_DEFAULT, SEAL_DELAY_MAX, SEGMENT_BYTES_DEFAULT, SPARE_SEGMENTS_DEFAULT,
 };

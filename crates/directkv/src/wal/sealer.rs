@@ -6,15 +6,20 @@
 //! corruption, never a torn tail (`docs/wal_format.md`, "End of log"). The
 //! last flush has no such witness. Under load the next commit's flush is
 //! its witness within microseconds; when the log goes idle instead, this
-//! thread writes a *seal*, a flush that holds no record, `seal_delay` after
-//! the last flush began (counted in [`WalStats::seals`]).
+//! thread writes a *seal*, a flush that holds no record, once the log has
+//! been idle `seal_delay` since the last flush ended (counted in
+//! [`WalStats::seals`]). It runs only over durable syncs: without them a
+//! later flush proves nothing about an earlier one.
 //!
 //! States (under the writer's `state` lock):
 //! - **Parked** (`sealer_parked`): the last flush is sealed or none has
 //!   run; the thread sleeps until a flush that held records ends (the flush
 //!   wakes it) or the log shuts down.
-//! - **Timing**: an unsealed flush ended; the thread sleeps `seal_delay`
-//!   and, if no flush began meanwhile, leads the seal itself.
+//! - **Watching**: a flush is under way; the thread looks again after
+//!   `seal_delay` (at most one wake-up per delay under any load).
+//! - **Timing**: an unsealed flush ended and none runs; the thread sleeps
+//!   until `seal_delay` after its end and, if no flush began meanwhile
+//!   (`idle_since` unchanged), leads the seal itself.
 //!
 //! A failed seal fails the log like any flush (the records it carried, if
 //! an appender's flush had not run yet, have an unknown outcome). A panic
@@ -44,12 +49,20 @@ pub(super) fn spawn<S: Storage>(shared: Arc<Shared<S>>) -> Option<JoinHandle<()>
     })
 }
 
-/// One round: park until a flush leaves the log unsealed, or time the pause
-/// after it and seal. False once the log shut down or failed.
+/// One round: park until a flush leaves the log unsealed; while a flush
+/// runs, look again after `delay`; once the log has been idle `delay`
+/// since the last flush ended, seal. False once the log shut down or
+/// failed.
 fn round<S: Storage>(sh: &Shared<S>, delay: Duration) -> bool {
     let mut st = lock(&sh.state);
     if stopped(sh, &st) {
         return false;
+    }
+    if st.is_flushing() {
+        // The flush under way is the witness of the one before it, or
+        // the last flush to seal once it ends.
+        drop(wait(sh, st, Some(delay)));
+        return true;
     }
     if !st.unsealed {
         st.sealer_parked = true;
@@ -57,26 +70,19 @@ fn round<S: Storage>(sh: &Shared<S>, delay: Duration) -> bool {
         st.sealer_parked = false;
         return true;
     }
-    let seen = st.generation;
-    let deadline = Instant::now() + delay;
-    // Sleeps out the whole delay: a spurious wake-up must not seal early.
-    while !stopped(sh, &st) && st.generation == seen {
-        let Some(left) = deadline.checked_duration_since(Instant::now()) else {
-            break;
-        };
-        if left.is_zero() {
-            break;
-        }
-        st = wait(sh, st, Some(left));
-    }
-    if stopped(sh, &st) || st.generation != seen || st.is_flushing() || !st.unsealed {
-        // A flush began meanwhile: it is the witness (or will be sealed).
+    // No flush under way and none began since the last ended (a later one
+    // would have moved `idle_since`): idle since then.
+    let now = Instant::now();
+    let due = st.idle_since.checked_add(delay).unwrap_or(now);
+    if now < due {
+        drop(wait(sh, st, Some(due - now)));
         return true;
     }
     assert!(
         st.unsealed && !st.is_flushing(),
         "sealing an idle, unsealed log"
     );
+    assert!(now >= st.idle_since, "the log went idle before now");
     let st = sh.lead_flush(st);
     // Counted once written, so a reader of the counters sees the seal's
     // flush with it.
@@ -87,7 +93,9 @@ fn round<S: Storage>(sh: &Shared<S>, delay: Duration) -> bool {
 }
 
 fn stopped<S: Storage>(sh: &Shared<S>, st: &State) -> bool {
-    sh.shutdown.load(Ordering::Acquire) || st.failure().is_some()
+    sh.shutdown.load(Ordering::Acquire)
+        || sh.background_panicked.load(Ordering::Acquire)
+        || st.failure().is_some()
 }
 
 /// Sleeps on the sealer's condition variable, `for_at_most` or until woken.
@@ -159,14 +167,42 @@ mod tests {
     }
 
     #[test]
-    fn a_zero_delay_is_refused() {
+    fn a_zero_or_endless_delay_is_refused() {
+        for delay in [
+            Duration::ZERO,
+            crate::wal::SEAL_DELAY_MAX * 2,
+            Duration::MAX,
+        ] {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let mut opts = WalOptions::new(dir.path(), [5; 16]);
+            opts.seal_delay = Some(delay);
+            match Wal::open(OsStorage::default(), opts, Lsn::ZERO, |_| Ok(())) {
+                Err(crate::Error::InvalidArgument(m)) => assert!(m.contains("seal delay"), "{m}"),
+                other => panic!("expected InvalidArgument, got {:?}", other.map(|_| ())),
+            }
+        }
+    }
+
+    /// Without durable syncs a seal would prove nothing: no thread writes
+    /// one (close still does, for a log that is read back in this boot).
+    #[test]
+    fn no_background_seal_without_durable_syncs() {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut opts = WalOptions::new(dir.path(), [5; 16]);
-        opts.seal_delay = Some(Duration::ZERO);
-        match Wal::open(OsStorage::default(), opts, Lsn::ZERO, |_| Ok(())) {
-            Err(crate::Error::InvalidArgument(m)) => assert!(m.contains("seal delay"), "{m}"),
-            other => panic!("expected InvalidArgument, got {:?}", other.map(|_| ())),
-        }
+        opts.segment_bytes = 1 << 20;
+        opts.seal_delay = Some(Duration::from_millis(1));
+        opts.sync = crate::io::SyncVariant {
+            method: crate::io::SyncMethod::None,
+            direct: false,
+        };
+        let wal = Wal::open(OsStorage::default(), opts, Lsn::ZERO, |_| Ok(()))
+            .expect("open")
+            .0;
+        let lsn = wal.append(20, b"not durable").expect("append");
+        wal.flush(lsn).expect("flush");
+        std::thread::sleep(Duration::from_millis(30));
+        assert_eq!((wal.stats().seals, wal.stats().sealed), (0, false));
+        wal.close().expect("close");
     }
 
     #[test]

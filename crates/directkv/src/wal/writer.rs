@@ -64,12 +64,16 @@ pub const BUFFER_BYTES_DEFAULT: usize = 4 << 20;
 pub const SPARE_SEGMENTS_DEFAULT: usize = 2;
 /// Segments kept for reuse by default (1 GiB at the default segment size).
 pub const RECYCLE_SEGMENTS_MAX_DEFAULT: usize = 16;
-/// How long the log stays idle after a flush that held records before a
-/// seal proves that flush complete, by default. Back-to-back commits (one
-/// committer or many) never wait this long between flushes, so they write
-/// no seal; a commit followed by a pause costs one more 512-byte write and
-/// sync, off every committer's path.
-pub const SEAL_DELAY_DEFAULT: Duration = Duration::from_millis(1);
+/// How long the log stays idle after a flush that held records ended
+/// before a seal proves that flush complete, by default. Commits less than
+/// this apart (one committer or many) write no seal; each commit followed
+/// by a longer pause costs one more 512-byte write and sync (at most 100 a
+/// second), which a commit arriving while it runs waits for, as for any
+/// flush under way.
+pub const SEAL_DELAY_DEFAULT: Duration = Duration::from_millis(10);
+/// The longest seal delay the log takes: past it, a user who wants no
+/// background seals says `None`.
+pub const SEAL_DELAY_MAX: Duration = Duration::from_secs(3600);
 /// The bytes of a flush header record: what a flush holds when it holds no
 /// caller record (before its padding).
 const FLUSH_HEADER_RECORD_BYTES: usize = RECORD_HEADER_BYTES as usize + 8;
@@ -159,8 +163,15 @@ impl WalOptions {
                 self.segment_bytes
             ));
         }
-        if self.seal_delay.is_some_and(|d| d.is_zero()) {
-            return bad("WAL seal delay must be more than zero (None: no background seals)".into());
+        if self
+            .seal_delay
+            .is_some_and(|d| d.is_zero() || d > SEAL_DELAY_MAX)
+        {
+            return bad(format!(
+                "WAL seal delay {:?} must be more than zero and at most {SEAL_DELAY_MAX:?} \
+                 (None: no background seals)",
+                self.seal_delay
+            ));
         }
         let min = 2 * (RECORD_PAYLOAD_MAX + 4096);
         if self.buffer_bytes < min
@@ -299,6 +310,9 @@ pub(super) struct State {
     pub(super) unsealed: bool,
     /// The sealer sleeps until a flush leaves the log unsealed.
     pub(super) sealer_parked: bool,
+    /// When the last flush ended (or the log opened): with no flush under
+    /// way, the log has been idle since.
+    pub(super) idle_since: Instant,
 }
 
 impl State {
@@ -319,6 +333,7 @@ impl State {
             flushing_to: durable,
             unsealed: false,
             sealer_parked: false,
+            idle_since: Instant::now(),
         }
     }
 
@@ -366,6 +381,7 @@ impl State {
         assert!(self.spare.is_none(), "one spare buffer");
         self.spare = Some(written);
         self.unsealed = held_records && failure.is_none();
+        self.idle_since = Instant::now();
         self.phase = match failure {
             Some(f) => Phase::Failed(f),
             None => Phase::Open,
@@ -438,8 +454,12 @@ fn spawn_threads<S: Storage>(
         return (None, None);
     }
     let preparer = preparer::spawn(Arc::clone(shared));
+    // Without durable syncs a later flush proves nothing about an earlier
+    // one (the page cache may write them in any order): no background
+    // seals there.
     let sealer = opts
         .seal_delay
+        .filter(|_| opts.sync.method.is_durable())
         .and_then(|_| sealer::spawn(Arc::clone(shared)));
     (preparer, sealer)
 }
