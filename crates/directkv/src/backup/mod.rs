@@ -22,6 +22,7 @@
 pub(crate) mod files;
 pub(crate) mod increment;
 pub mod manifest;
+pub(crate) mod restore;
 
 use std::path::Path;
 

@@ -3,7 +3,7 @@
 //! chain of them into a new directory (`copy.rs`), and rolling the result
 //! forward through a log archive to a chosen commit (`pitr.rs`, which
 //! reads the engine's commit records). It sits above `db`; what a backup
-//! is on disk is `crate::backup`, below it. docs/backup.md has the design.
+//! is on disk is the rest of `crate::backup`. docs/backup.md has the design.
 
 mod copy;
 mod pitr;
