@@ -44,7 +44,8 @@ use std::time::Instant;
 
 use self::pages::{Pace, PageCopy, PageCounts, PagesOut};
 use super::summary::PageSet;
-use crate::backup::increment::{ChainPages, EntryWriter};
+use crate::backup::increment::chain::ChainPages;
+use crate::backup::increment::EntryWriter;
 
 use super::checkpoint::Checkpointed;
 use super::engine::Inner;
@@ -166,7 +167,7 @@ impl<S: Storage> Inner<S> {
         let chain = match &opts.incremental_from {
             // The chain is found or done without: looking for it fails
             // nothing.
-            Some(p) => crate::backup::increment::find_chain(&self.storage, p, |dir| {
+            Some(p) => crate::backup::increment::chain::find_chain(&self.storage, p, |dir| {
                 self.unopened_backup(dir)
             })
             .unwrap_or(None),
@@ -374,7 +375,7 @@ impl<S: Storage> Inner<S> {
             // 0: no commit yet (or, for a database whose last commit was
             // written by a build whose records carried no time, unknown).
             start_commit_time_us: Some(cp.commit_time_us),
-            increment_format: crate::backup::increment::WHOLE_PAGES,
+            increment_format: crate::backup::layout::WHOLE_PAGES,
             pages_as_deltas: 0,
             history_id: Some(manifest::hex(&self.history()?)),
             restored: false,
@@ -610,7 +611,7 @@ fn note_increment(m: &mut Manifest, parent: &Manifest, c: &Copied, from_summarie
     m.parent_start_lsn = Some(parent.start_lsn);
     m.incremental_pages =
         manifest::runs(std::iter::once(0).chain(c.counts.copied.iter().map(|p| p.get())));
-    m.increment_format = crate::backup::increment::ENTRIES;
+    m.increment_format = crate::backup::layout::ENTRIES;
     m.format = manifest::MANIFEST_FORMAT_ENTRIES;
     m.pages_as_deltas = c.deltas;
     let method = match from_summaries {
