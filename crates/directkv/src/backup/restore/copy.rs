@@ -215,6 +215,15 @@ pub(super) fn restore_checked<S: Storage>(
             return Err(e);
         }
     };
+    assert_eq!(
+        contents.is_some(),
+        ms.len() == 1,
+        "exactly a lone full backup's copy is checked as it is built"
+    );
+    assert!(
+        ms.len() > 1 || pages_from_increments == 0,
+        "a full backup alone takes no page from an increment"
+    );
     if let Err(e) = storage.rename(&tmp, dest) {
         // Something appeared at `dest` since the look above: the restored
         // copy goes, so that a retry is not refused for it.
@@ -237,7 +246,7 @@ pub(super) fn restore_checked<S: Storage>(
 /// component (the text of `new/` with the suffix appended would put it
 /// inside the destination, and the final rename would fail).
 fn scratch_of(dest: &Path) -> PathBuf {
-    match (dest.parent(), dest.file_name()) {
+    let tmp = match (dest.parent(), dest.file_name()) {
         (Some(parent), Some(name)) => {
             let mut name = name.to_owned();
             name.push(".restore-tmp");
@@ -248,7 +257,12 @@ fn scratch_of(dest: &Path) -> PathBuf {
             name.push(".restore-tmp");
             PathBuf::from(name)
         }
-    }
+    };
+    assert!(
+        tmp != dest && !tmp.starts_with(dest),
+        "the scratch directory is beside the destination, never it or inside it"
+    );
+    tmp
 }
 
 /// Builds the restored directory at `to` from the chain; returns the bytes
@@ -260,6 +274,11 @@ fn build<S: Storage>(
     ms: &[Manifest],
     to: &Path,
 ) -> Result<(u64, u64, Option<Contents>)> {
+    assert_eq!(chain.len(), ms.len(), "a manifest per backup");
+    assert!(
+        ms[0].parent_id.is_none() && ms[1..].iter().all(|m| m.parent_id.is_some()),
+        "check_chain made the chain one full backup, then increments"
+    );
     storage.create_dirs(to, Permissions::Private)?;
     storage.create_dirs(&to.join(WAL_DIR_NAME), Permissions::Private)?;
     let mut buf = AlignedBuf::new(CHUNK_BYTES, ALIGN_BYTES)?;

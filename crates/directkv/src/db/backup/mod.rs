@@ -353,6 +353,11 @@ impl<S: Storage> Inner<S> {
         started_unix_ms: u64,
         files: Vec<ManifestFile>,
     ) -> Result<Manifest> {
+        assert!(
+            cp.redo <= cp.record_end && cp.record_end <= end,
+            "a backup's log runs from its redo point past its checkpoint's record"
+        );
+        assert!(!files.is_empty(), "a backup lists at least its CONTROL");
         Ok(Manifest {
             format: MANIFEST_FORMAT,
             backup_id: manifest::hex(&super::open::random_id()),
