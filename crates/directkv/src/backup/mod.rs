@@ -1,12 +1,14 @@
-//! Online backups. Taking one is the open database's work
-//! ([`Database::backup`](crate::Database::backup), in `db::backup`, which
-//! writes these files); checking and restoring one, and rolling it forward
-//! through a log archive, is [`restore`]'s. docs/backup.md has the design.
+//! Online backups. Taking one ([`take`], behind
+//! [`Database::backup`](crate::Database::backup)) reads the open database
+//! through one interface, [`engine::Engine`], which `db/backup_access.rs`
+//! implements; checking and restoring one, and rolling it forward through
+//! a log archive, is [`restore`]'s. docs/backup.md has the design.
 //!
 //! Files, lowest first (each imports only those above it in this list):
 //! [`layout`] (names and formats), [`options`], [`manifest`], [`files`],
-//! [`dir`] (sealing a backup and reading a complete one), [`increment`]
-//! (then `increment::chain`), [`restore`].
+//! [`engine`], [`dir`] (sealing a backup and reading a complete one),
+//! [`increment`] (then `increment::chain`), [`take`] (`take::pages`, then
+//! `take`), [`restore`].
 //!
 //! A backup is a directory that [`Database::open`](crate::Database::open)
 //! opens directly:
@@ -25,12 +27,14 @@
 //!   before restore copies it, and while it copies.
 
 pub(crate) mod dir;
+pub(crate) mod engine;
 pub(crate) mod files;
 pub(crate) mod increment;
 pub(crate) mod layout;
 pub mod manifest;
 pub(crate) mod options;
 pub(crate) mod restore;
+pub(crate) mod take;
 
 pub use dir::is_restored_copy;
 pub(crate) use dir::{complete_manifest, restored_record, seal};

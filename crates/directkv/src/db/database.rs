@@ -272,7 +272,7 @@ impl<S: Storage> Database<S> {
     ) -> Result<crate::backup::BackupReport> {
         self.inner.health.check()?;
         let _guard = health::PanicGuard(&self.inner.health);
-        self.inner.backup(dest.as_ref(), opts)
+        crate::backup::take::backup(&*self.inner, dest.as_ref(), opts)
     }
 
     /// Walks the whole database and proves its structure: pages verify, keys
