@@ -124,7 +124,6 @@ mod format;
 mod health;
 mod io;
 mod lsn;
-mod restore;
 mod sched;
 #[cfg(feature = "sim")]
 mod sim;
@@ -132,6 +131,10 @@ mod stall;
 mod wal;
 
 pub use backup::manifest::{Manifest as BackupManifest, ManifestFile as BackupManifestFile};
+pub use backup::restore::{
+    restore_backup, restore_backup_chain, restore_backup_chain_to, verify_backup, RestoreReport,
+    RestoreTarget, RolledForward, VerifyReport,
+};
 pub use backup::{BackupOptions, BackupReport};
 pub use buffer::{PoolStats, WritesByCause};
 pub use db::{
@@ -145,10 +148,6 @@ pub use error::{Error, IoOp, Result};
 pub use io::{AioBackend, AioOptions, AioStats, DirectIo, IoPath, SyncMethod, SyncVariant};
 pub use io::{FileKind, Permissions};
 pub use lsn::Lsn;
-pub use restore::{
-    restore_backup, restore_backup_chain, restore_backup_chain_to, verify_backup, RestoreReport,
-    RestoreTarget, RolledForward, VerifyReport,
-};
 pub use sched::{SchedMode, SchedOptions, SchedStats};
 pub use stall::StallHistogram;
 pub use wal::WalStats;
@@ -194,7 +193,7 @@ pub mod internals {
     /// telling a restored copy from a backup kept as one.
     pub mod backup {
         pub use crate::backup::is_restored_copy;
-        pub use crate::restore::restore_chain_with;
+        pub use crate::backup::restore::restore_chain_with;
     }
     /// The `CONTROL` file the checkpoint writes, and the engine's WAL
     /// records.

@@ -6,10 +6,8 @@
 //! - Every file is created exclusively and private, written in whole
 //!   aligned blocks, and synced before its length and CRC are reported.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
-
-use super::manifest::ManifestFile;
 
 use crate::error::{Error, Result};
 use crate::io::{AlignedBuf, DirectIo, FileOptions, Permissions, Storage, StorageFile, SyncMethod};
@@ -229,21 +227,6 @@ pub fn not_whole_blocks(path: &Path, len: u64) -> Error {
         offset: len,
         page: None,
         detail: format!("{len} bytes is not a whole number of {ALIGN_BYTES}-byte blocks"),
-    }
-}
-
-/// The error for a file whose length and CRC32C (`found`) are not the
-/// ones its manifest lists.
-pub fn mismatch(path: PathBuf, found: (u64, u32), listed: &ManifestFile) -> Error {
-    Error::Corruption {
-        path,
-        offset: 0,
-        page: None,
-        detail: format!(
-            "{} bytes with CRC32C {:08x}, but the manifest lists {} bytes with {:08x}: the \
-             file is damaged or was replaced",
-            found.0, found.1, listed.len, listed.crc32c
-        ),
     }
 }
 

@@ -6,7 +6,7 @@
 //! backup can read the page as the chain up to its parent holds it, it
 //! stores only the bytes that differ (a delta); elsewhere the whole page.
 //!
-//! Layout of `data.incr` ([`ENTRIES`], the manifest's `increment_format`):
+//! Layout of `data.incr` ([`ENTRIES`](super::layout::ENTRIES), the manifest's `increment_format`):
 //!
 //! | bytes | what |
 //! |-------|------|
@@ -25,28 +25,20 @@
 //! - The page an entry makes has the CRC32C the entry carries; restore
 //!   checks it and the page's own check before writing the page.
 //! - A delta is made only against the chain's bytes of the page, read from
-//!   backups whose links [`find_chain`] checked; otherwise the page is
+//!   backups whose links [`find_chain`](chain::find_chain) checked; otherwise the page is
 //!   stored whole.
 
 use std::path::{Path, PathBuf};
 
 use super::files::{self, Sink, ALIGN_BYTES, CHUNK_BYTES};
+use super::layout::{DATA_NAME, INCREMENT_NAME, WHOLE_PAGES};
 use super::manifest::Manifest;
-use super::{DATA_NAME, INCREMENT_NAME};
 use crate::constants::DELTA_CHAIN_LINKS_MAX;
 use crate::error::{Error, Result};
 use crate::format::{le, PageId};
 use crate::io::{AlignedBuf, DirectIo, Storage, StorageFile};
 
-mod chain;
-
-pub use chain::{find_chain, ChainPages};
-
-/// `increment_format` of backups that hold whole pages, in the manifest's
-/// page order, page 0 first.
-pub const WHOLE_PAGES: u32 = 0;
-/// `increment_format` of backups that hold page 0, then entries.
-pub const ENTRIES: u32 = 1;
+pub mod chain;
 
 const KIND_END: u8 = 0;
 const KIND_WHOLE: u8 = 1;
@@ -281,7 +273,7 @@ impl<F: StorageFile> EntryReader<F> {
     }
 
     /// [`new`](Self::new) for pages of `page_bytes`, of [`WHOLE_PAGES`]
-    /// numbered `numbers` (page 0 aside) when given, else of [`ENTRIES`].
+    /// numbered `numbers` (page 0 aside) when given, else of [`ENTRIES`](super::layout::ENTRIES).
     fn with(
         file: F,
         path: &Path,

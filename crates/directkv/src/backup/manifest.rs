@@ -16,6 +16,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::layout::{CONTROL_NAME, DATA_NAME, ENTRIES, INCREMENT_NAME, WAL_DIR_NAME, WHOLE_PAGES};
 use crate::error::{Error, Result};
 use crate::lsn::Lsn;
 use crate::wal::format::{
@@ -44,6 +45,23 @@ pub struct ManifestFile {
     pub len: u64,
     /// The CRC32C of its bytes.
     pub crc32c: u32,
+}
+
+impl ManifestFile {
+    /// The error for a file whose length and CRC32C (`found`) are not the
+    /// ones its manifest lists.
+    pub(crate) fn mismatch(&self, path: std::path::PathBuf, found: (u64, u32)) -> Error {
+        Error::Corruption {
+            path,
+            offset: 0,
+            page: None,
+            detail: format!(
+                "{} bytes with CRC32C {:08x}, but the manifest lists {} bytes with {:08x}: the \
+                 file is damaged or was replaced",
+                found.0, found.1, self.len, self.crc32c
+            ),
+        }
+    }
 }
 
 /// What a backup holds (see the module docs for the file).
@@ -278,7 +296,6 @@ impl Manifest {
             }
             next = end.unwrap_or(u64::MAX);
         }
-        use super::increment::{ENTRIES, WHOLE_PAGES};
         let full = self.parent_id.is_none();
         let want_format = match self.increment_format {
             ENTRIES => MANIFEST_FORMAT_ENTRIES,
@@ -325,9 +342,9 @@ impl Manifest {
 /// the changed pages, or a log segment in `wal/`.
 fn is_backup_file(path: &str) -> bool {
     match path.split_once('/') {
-        Some((super::WAL_DIR_NAME, name)) => parse_segment_file_name(name).is_some(),
+        Some((WAL_DIR_NAME, name)) => parse_segment_file_name(name).is_some(),
         Some(_) => false,
-        None => [super::CONTROL_NAME, super::DATA_NAME, super::INCREMENT_NAME].contains(&path),
+        None => [CONTROL_NAME, DATA_NAME, INCREMENT_NAME].contains(&path),
     }
 }
 
@@ -413,7 +430,7 @@ mod tests {
             changed_pages_method: Some(PAGE_LSN_SCAN.into()),
             pages_scanned: 8,
             start_commit_time_us: Some(5),
-            increment_format: super::super::increment::ENTRIES,
+            increment_format: ENTRIES,
             pages_as_deltas: 2,
             history_id: Some("12".repeat(16)),
             restored: true,
@@ -480,7 +497,7 @@ mod tests {
                     page_count: 0,
                     incremental_pages: vec![],
                     pages_as_deltas: 0,
-                    increment_format: super::super::increment::WHOLE_PAGES,
+                    increment_format: WHOLE_PAGES,
                     format: MANIFEST_FORMAT,
                     pages_from_log: vec![],
                     ..sample()

@@ -268,11 +268,11 @@ impl<S: Storage> Database<S> {
     pub fn backup(
         &self,
         dest: impl AsRef<Path>,
-        opts: &crate::BackupOptions,
-    ) -> Result<crate::BackupReport> {
+        opts: &crate::backup::BackupOptions,
+    ) -> Result<crate::backup::BackupReport> {
         self.inner.health.check()?;
         let _guard = health::PanicGuard(&self.inner.health);
-        self.inner.backup(dest.as_ref(), opts)
+        crate::backup::take::backup(&*self.inner, dest.as_ref(), opts)
     }
 
     /// Walks the whole database and proves its structure: pages verify, keys

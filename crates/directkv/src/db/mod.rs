@@ -21,7 +21,7 @@ mod access;
 mod archive;
 mod archive_setting;
 mod background;
-mod backup;
+mod backup_access;
 mod check;
 mod checkpoint;
 mod commit;

@@ -4,6 +4,7 @@
 //! against.
 
 use super::*;
+use crate::backup::dir;
 
 /// Finds the chain of complete backups that ends with the one in `parent`:
 /// each earlier link among `parent`'s sibling directories, by the backup id
@@ -23,7 +24,7 @@ pub fn find_chain<S: Storage>(
     unopened: impl Fn(&Path) -> bool,
 ) -> Result<Option<Vec<PathBuf>>> {
     let mut chain = vec![parent.to_path_buf()];
-    let mut m = crate::backup::complete_manifest(storage, parent)?;
+    let mut m = dir::complete_manifest(storage, parent)?;
     let root = match parent.parent() {
         Some(r) if r.as_os_str().is_empty() => Path::new("."),
         Some(r) => r,
@@ -49,7 +50,7 @@ pub fn find_chain<S: Storage>(
             },
         };
         let found = names.iter().find_map(|dir| {
-            let mm = crate::backup::complete_manifest(storage, dir).ok()?;
+            let mm = dir::complete_manifest(storage, dir).ok()?;
             (mm.backup_id == want && unopened(dir)).then(|| (dir.clone(), mm))
         });
         let Some((dir, mm)) = found else {
@@ -61,9 +62,7 @@ pub fn find_chain<S: Storage>(
     assert!(chain.len() <= DELTA_CHAIN_LINKS_MAX, "the chain is bounded");
     chain.reverse();
     let links: Vec<&Path> = chain.iter().map(PathBuf::as_path).collect();
-    Ok(crate::backup::check_chain(storage, &links)
-        .ok()
-        .map(|_| chain))
+    Ok(dir::check_chain(storage, &links).ok().map(|_| chain))
 }
 
 /// The pages as the chain of backups holds them, read in ascending page
@@ -99,14 +98,14 @@ impl<S: Storage> ChainPages<S> {
             "a chain has a full backup and is bounded"
         );
         let opts = files::read_options(DirectIo::Auto);
-        let first = crate::backup::complete_manifest(storage, &chain[0])?;
+        let first = dir::complete_manifest(storage, &chain[0])?;
         assert!(
             first.parent_id.is_none(),
             "a chain starts with a full backup"
         );
         let mut increments = Vec::new();
         for dir in &chain[1..] {
-            let m = crate::backup::complete_manifest(storage, dir)?;
+            let m = dir::complete_manifest(storage, dir)?;
             let path = dir.join(INCREMENT_NAME);
             let file = storage.open(&path, &opts)?;
             let mut reader = EntryReader::new(file, &path, &m)?;

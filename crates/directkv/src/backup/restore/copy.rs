@@ -32,10 +32,13 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use super::checks::{self, Contents};
+use super::pitr::{self, RestoreTarget, RolledForward};
+use crate::backup::dir;
 use crate::backup::files::{self, Sink, ALIGN_BYTES, CHUNK_BYTES};
 use crate::backup::increment;
-use crate::backup::manifest::{self, Manifest, MANIFEST_NAME};
-use crate::backup::{CONTROL_NAME, DATA_NAME, INCREMENT_NAME, WAL_DIR_NAME};
+use crate::backup::layout::{DATA_NAME, ENTRIES, INCREMENT_NAME, WAL_DIR_NAME};
+use crate::backup::manifest::{Manifest, MANIFEST_NAME};
 use crate::error::{Error, Result};
 use crate::format::PageId;
 use crate::io::{AlignedBuf, DirectIo, FileOptions, OsStorage, Permissions, Storage, StorageFile};
@@ -55,7 +58,7 @@ pub struct RestoreReport {
     /// Where the log was carried forward to from an archive
     /// ([`restore_backup_chain_to`]); `None` for a restore of the backups
     /// alone.
-    pub rolled_forward: Option<super::RolledForward>,
+    pub rolled_forward: Option<RolledForward>,
 }
 
 /// Restores the complete full backup in `backup` into `dest`, which must not
@@ -91,7 +94,7 @@ pub fn restore_backup_chain<P: AsRef<Path>>(
 fn restore_chain<P: AsRef<Path>>(
     chain: &[P],
     dest: &Path,
-    to: Option<(&Path, super::RestoreTarget)>,
+    to: Option<(&Path, RestoreTarget)>,
 ) -> Result<RestoreReport> {
     restore_chain_with(&OsStorage::default(), chain, dest, to, |tmp| {
         let _ = std::fs::remove_dir_all(tmp);
@@ -111,7 +114,7 @@ fn restore_chain<P: AsRef<Path>>(
 pub fn restore_backup_chain_to<P: AsRef<Path>>(
     chain: &[P],
     archive: impl AsRef<Path>,
-    target: super::RestoreTarget,
+    target: RestoreTarget,
     dest: impl AsRef<Path>,
 ) -> Result<RestoreReport> {
     restore_chain(chain, dest.as_ref(), Some((archive.as_ref(), target)))
@@ -127,11 +130,11 @@ pub fn restore_chain_with<S: Storage, P: AsRef<Path>>(
     storage: &S,
     chain: &[P],
     dest: &Path,
-    to: Option<(&Path, super::RestoreTarget)>,
+    to: Option<(&Path, RestoreTarget)>,
     remove_tree: impl FnOnce(&Path),
 ) -> Result<RestoreReport> {
     let chain: Vec<&Path> = chain.iter().map(AsRef::as_ref).collect();
-    let ms = crate::backup::check_chain(storage, &chain)?;
+    let ms = dir::check_chain(storage, &chain)?;
     check_destination(storage, &chain, dest)?;
     // Everything verify checks short of opening a copy: a backup verify
     // refuses is refused with the same error. One full backup is checked
@@ -140,9 +143,9 @@ pub fn restore_chain_with<S: Storage, P: AsRef<Path>>(
     // first, since the build does not copy each whole.
     for (dir, m) in chain.iter().zip(&ms) {
         if chain.len() == 1 {
-            super::verify::check_listing(storage, dir, m)?;
+            checks::check_listing(storage, dir, m)?;
         } else {
-            super::verify::check_contents(storage, dir, m)?;
+            checks::check_contents(storage, dir, m)?;
         }
     }
     restore_checked(storage, &chain, &ms, dest, to, remove_tree).map(|(report, _)| report)
@@ -184,9 +187,9 @@ pub(super) fn restore_checked<S: Storage>(
     chain: &[&Path],
     ms: &[Manifest],
     dest: &Path,
-    to: Option<(&Path, super::RestoreTarget)>,
+    to: Option<(&Path, RestoreTarget)>,
     remove_tree: impl FnOnce(&Path),
-) -> Result<(RestoreReport, Option<super::verify::Contents>)> {
+) -> Result<(RestoreReport, Option<Contents>)> {
     assert_eq!(chain.len(), ms.len(), "a manifest per backup");
     assert!(!ms.is_empty(), "check_chain refuses an empty chain");
     check_destination(storage, chain, dest)?;
@@ -198,9 +201,9 @@ pub(super) fn restore_checked<S: Storage>(
     let made = parent.map_or_else(Vec::new, |p| crate::io::missing_levels(storage, p));
     let built = build(storage, chain, ms, &tmp).and_then(|done| {
         let rolled = match to {
-            Some((archive, target)) => Some(super::pitr::roll_forward(
-                storage, &tmp, last, archive, target,
-            )?),
+            Some((archive, target)) => {
+                Some(pitr::roll_forward(storage, &tmp, last, archive, target)?)
+            }
             None => None,
         };
         Ok((done, rolled))
@@ -212,6 +215,15 @@ pub(super) fn restore_checked<S: Storage>(
             return Err(e);
         }
     };
+    assert_eq!(
+        contents.is_some(),
+        ms.len() == 1,
+        "exactly a lone full backup's copy is checked as it is built"
+    );
+    assert!(
+        ms.len() > 1 || pages_from_increments == 0,
+        "a full backup alone takes no page from an increment"
+    );
     if let Err(e) = storage.rename(&tmp, dest) {
         // Something appeared at `dest` since the look above: the restored
         // copy goes, so that a retry is not refused for it.
@@ -234,7 +246,7 @@ pub(super) fn restore_checked<S: Storage>(
 /// component (the text of `new/` with the suffix appended would put it
 /// inside the destination, and the final rename would fail).
 fn scratch_of(dest: &Path) -> PathBuf {
-    match (dest.parent(), dest.file_name()) {
+    let tmp = match (dest.parent(), dest.file_name()) {
         (Some(parent), Some(name)) => {
             let mut name = name.to_owned();
             name.push(".restore-tmp");
@@ -245,7 +257,12 @@ fn scratch_of(dest: &Path) -> PathBuf {
             name.push(".restore-tmp");
             PathBuf::from(name)
         }
-    }
+    };
+    assert!(
+        tmp != dest && !tmp.starts_with(dest),
+        "the scratch directory is beside the destination, never it or inside it"
+    );
+    tmp
 }
 
 /// Builds the restored directory at `to` from the chain; returns the bytes
@@ -256,7 +273,12 @@ fn build<S: Storage>(
     chain: &[&Path],
     ms: &[Manifest],
     to: &Path,
-) -> Result<(u64, u64, Option<super::verify::Contents>)> {
+) -> Result<(u64, u64, Option<Contents>)> {
+    assert_eq!(chain.len(), ms.len(), "a manifest per backup");
+    assert!(
+        ms[0].parent_id.is_none() && ms[1..].iter().all(|m| m.parent_id.is_some()),
+        "check_chain made the chain one full backup, then increments"
+    );
     storage.create_dirs(to, Permissions::Private)?;
     storage.create_dirs(&to.join(WAL_DIR_NAME), Permissions::Private)?;
     let mut buf = AlignedBuf::new(CHUNK_BYTES, ALIGN_BYTES)?;
@@ -291,7 +313,7 @@ fn build<S: Storage>(
     // Every file was checked against its CRC32C as it was copied: the
     // rest of verify's checks read the copy, not the backup again.
     let contents = match ms.len() {
-        1 => Some(super::verify::check_copy(storage, to, chain[0], last)?),
+        1 => Some(checks::check_copy(storage, to, chain[0], last)?),
         _ => None,
     };
     storage.sync_dir(&to.join(WAL_DIR_NAME))?;
@@ -304,11 +326,11 @@ fn build<S: Storage>(
             ..last.clone()
         }
     } else {
-        combined_manifest(storage, to, last, &mut buf)?
+        dir::combined_manifest(storage, to, last, &mut buf)?
     };
     // No backup manifest or marker: the directory is a database to be,
     // which nothing takes for a backup, wherever it is moved.
-    crate::backup::write_restored(storage, to, &record)?;
+    dir::write_restored(storage, to, &record)?;
     Ok((bytes, from_increments, contents))
 }
 
@@ -346,7 +368,7 @@ fn copy_listed<S: Storage>(
     files::copy_into((&src, IoClass::Backup), len, &mut sink, buf, |_| ())?;
     let (len, crc) = sink.finish()?;
     if (len, crc) != (f.len, f.crc32c) {
-        return Err(files::mismatch(src_path, (len, crc), f));
+        return Err(f.mismatch(src_path, (len, crc)));
     }
     Ok(len)
 }
@@ -372,7 +394,7 @@ fn apply_increment<S: Storage>(
             ..FileOptions::default()
         },
     )?;
-    if m.increment_format == increment::ENTRIES {
+    if m.increment_format == ENTRIES {
         return apply_entries(dir, m, src, &out, buf);
     }
     let listed: u64 = m.incremental_pages.iter().map(|r| r[1]).sum();
@@ -411,7 +433,7 @@ fn apply_increment<S: Storage>(
     Ok(listed)
 }
 
-/// [`apply_increment`] for a backup of [`increment::ENTRIES`]: page 0, then
+/// [`apply_increment`] for a backup of [`ENTRIES`]: page 0, then
 /// each entry's page, made over the data file's (a delta), checked and
 /// written, a window of up to a chunk of pages at a time.
 fn apply_entries<F: StorageFile>(
@@ -432,7 +454,7 @@ fn apply_entries<F: StorageFile>(
     src.read_exact_at(buf.io_mut(0..pb)?, 0)?;
     m.page_ok(&buf.as_slice()[..pb], 0).map_err(|d| bad(0, d))?;
     out.write_all_at(buf.io(0..pb)?, 0)?;
-    let mut numbers = manifest::pages_of(&m.incremental_pages)
+    let mut numbers = crate::backup::manifest::pages_of(&m.incremental_pages)
         .filter(|&p| p != 0)
         .map(PageId::new);
     let mut reader = increment::EntryReader::new(src, &path, m)?;
@@ -515,39 +537,4 @@ fn make_window<F: StorageFile>(
     }
     out.write_all_at(buf.io(0..span * pb)?, first * pb as u64)?;
     Ok(())
-}
-
-/// The record of a restored chain in `dir`: the last backup's manifest, as
-/// a full backup holding the files now in `dir` (`CONTROL`, `data` and the
-/// log's segments), marked as a restore's.
-pub(super) fn combined_manifest<S: Storage>(
-    storage: &S,
-    dir: &Path,
-    last: &Manifest,
-    buf: &mut AlignedBuf,
-) -> Result<Manifest> {
-    let mut m = last.clone();
-    m.parent_id = None;
-    m.parent_start_lsn = None;
-    m.incremental_pages = Vec::new();
-    m.changed_pages_method = None;
-    m.increment_format = increment::WHOLE_PAGES;
-    m.format = manifest::MANIFEST_FORMAT;
-    m.pages_as_deltas = 0;
-    m.restored = true;
-    m.files = Vec::new();
-    let mut names = vec![CONTROL_NAME.to_string(), DATA_NAME.to_string()];
-    for n in crate::wal::list_segments(storage, &dir.join(WAL_DIR_NAME))? {
-        let name = crate::wal::format::segment_file_name(n);
-        names.push(format!("{WAL_DIR_NAME}/{name}"));
-    }
-    for name in names {
-        let (len, crc32c) = files::crc_of(storage, &dir.join(&name), buf)?;
-        m.files.push(manifest::ManifestFile {
-            path: name,
-            len,
-            crc32c,
-        });
-    }
-    Ok(m)
 }

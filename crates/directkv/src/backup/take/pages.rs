@@ -11,35 +11,44 @@
 //! - No page that fails its check is written as read: it is read again, or
 //!   left to the log as zeros, or the backup fails naming it.
 
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::super::checkpoint::Checkpointed;
-use super::super::engine::Inner;
-use super::super::summary::PageSet;
+use crate::backup::engine::{ChangedPages, Checkpointed, Engine, Progress};
 use crate::backup::files::{Sink, ALIGN_BYTES, CHUNK_BYTES};
-use crate::backup::increment::{ChainPages, EntryWriter};
+use crate::backup::increment::chain::ChainPages;
+use crate::backup::increment::EntryWriter;
 use crate::backup::manifest;
-use crate::buffer::Access;
 use crate::error::{Error, Result};
 use crate::format::{page, PageId};
 use crate::io::{AlignedBuf, Storage};
 use crate::lsn::Lsn;
 use crate::sched::IoClass;
 
+/// A backup being taken, over the engine it reads.
+pub(crate) struct Take<'a, E: Engine> {
+    pub(super) e: &'a E,
+}
+
+impl<'a, E: Engine> Take<'a, E> {
+    /// A backup of `e`, not yet begun.
+    pub(crate) fn new(e: &'a E) -> Take<'a, E> {
+        Take { e }
+    }
+}
+
 /// How the pages were found while copying.
 #[derive(Default)]
-pub(super) struct PageCounts {
+pub(crate) struct PageCounts {
     /// The database's identity, which every page names.
-    pub(super) db_id: crate::format::DbId,
+    pub(crate) db_id: crate::format::DbId,
     /// Pages read and checked.
-    pub(super) scanned: u64,
+    pub(crate) scanned: u64,
     /// An incremental backup's pages copied (page 0 aside), in order.
-    pub(super) copied: Vec<PageId>,
+    pub(crate) copied: Vec<PageId>,
     /// Pages that passed their check only when read again.
-    pub(super) reread: u64,
+    pub(crate) reread: u64,
     /// Pages left to the log's image of them (copied as zeros).
-    pub(super) from_log: Vec<PageId>,
+    pub(crate) from_log: Vec<PageId>,
 }
 
 /// The rate limit: sleeps so the bytes moved stay under `rate` per second.
@@ -172,7 +181,7 @@ pub(super) struct PageCopy<'a, S: Storage> {
     pub(super) out: PagesOut<S>,
 }
 
-impl<S: Storage> Inner<S> {
+impl<E: Engine> Take<'_, E> {
     /// Reads pages 1 to the checkpoint's page count, checking each one, and
     /// writes those the backup keeps (all, or those changed after its
     /// parent's start), in page order (page 0 is written last, by the
@@ -180,8 +189,8 @@ impl<S: Storage> Inner<S> {
     ///
     /// A reader thread reads the next chunk while this one checks and
     /// writes the last: two buffers go round between them.
-    pub(super) fn copy_pages(&self, run: &mut PageCopy<'_, S>) -> Result<()> {
-        let pb = self.pool.page_bytes();
+    pub(super) fn copy_pages(&self, run: &mut PageCopy<'_, E::S>) -> Result<()> {
+        let pb = self.e.page_bytes();
         let per_chunk = (CHUNK_BYTES / pb) as u64;
         assert!(per_chunk >= 1, "a chunk holds a page");
         let first = AlignedBuf::new(CHUNK_BYTES, ALIGN_BYTES)?;
@@ -221,7 +230,7 @@ impl<S: Storage> Inner<S> {
         bytes: usize,
     ) -> Option<crate::sched::Permit<'_>> {
         pace.dest_shares_device
-            .then(|| self.sched.admit(IoClass::Backup, bytes as u64))
+            .then(|| self.e.sched().admit(IoClass::Backup, bytes as u64))
     }
 
     /// The reader of [`copy_pages`](Self::copy_pages): reads pages 1 to
@@ -237,16 +246,16 @@ impl<S: Storage> Inner<S> {
         free: std::sync::mpsc::Receiver<AlignedBuf>,
         fill: std::sync::mpsc::SyncSender<Result<(u64, u64, AlignedBuf)>>,
     ) {
-        let pb = self.pool.page_bytes();
+        let pb = self.e.page_bytes();
         let mut no = 1u64;
         while no < pages {
             let Ok(mut b) = free.recv() else { return };
-            let request = (self.sched.backup_request_bytes() / pb as u64).max(1);
+            let request = (self.e.sched().backup_request_bytes() / pb as u64).max(1);
             let k = per_chunk.min(request).min(pages - no);
             let bytes = k as usize * pb;
             let read = b.io_mut(0..bytes).and_then(|io| {
-                self.pool
-                    .file()
+                self.e
+                    .data_file()
                     .read_exact_at(IoClass::Backup, io, no * pb as u64)
             });
             let failed = read.is_err();
@@ -264,27 +273,27 @@ impl<S: Storage> Inner<S> {
     /// earlier).
     pub(super) fn copy_listed_pages(
         &self,
-        run: &mut PageCopy<'_, S>,
-        pages: &PageSet,
+        run: &mut PageCopy<'_, E::S>,
+        pages: &ChangedPages,
         buf: &mut AlignedBuf,
     ) -> Result<()> {
-        let pb = self.pool.page_bytes();
+        let pb = self.e.page_bytes();
         let per_chunk = (buf.len() / pb) as u64;
         let wanted: Vec<u64> = pages
             .pages()
             .map(PageId::get)
             .filter(|&p| p >= 1 && p < run.cp.meta.page_count)
             .collect();
-        self.counters
-            .backup_pages_total
-            .store(wanted.len() as u64, Ordering::Relaxed);
+        self.e.progress(Progress::Total {
+            pages: wanted.len() as u64,
+        });
         for [first, count] in manifest::runs(wanted) {
             let mut done = 0;
             while done < count {
-                let request = (self.sched.backup_request_bytes() / pb as u64).max(1);
+                let request = (self.e.sched().backup_request_bytes() / pb as u64).max(1);
                 let (no, k) = (first + done, per_chunk.min(request).min(count - done));
                 let bytes = k as usize * pb;
-                self.pool.file().read_exact_at(
+                self.e.data_file().read_exact_at(
                     IoClass::Backup,
                     buf.io_mut(0..bytes)?,
                     no * pb as u64,
@@ -300,12 +309,12 @@ impl<S: Storage> Inner<S> {
     /// backup keeps, and counts the progress.
     fn take_chunk(
         &self,
-        run: &mut PageCopy<'_, S>,
+        run: &mut PageCopy<'_, E::S>,
         buf: &mut AlignedBuf,
         no: u64,
         k: u64,
     ) -> Result<()> {
-        let pb = self.pool.page_bytes();
+        let pb = self.e.page_bytes();
         let listed = run.counts.copied.len();
         let kept = self.keep_changed(buf, no, k, run.since, run.cp.redo, &mut run.counts)?;
         let mut written = 0;
@@ -315,14 +324,18 @@ impl<S: Storage> Inner<S> {
             // page each per page kept) that share the database's device.
             let here =
                 usize::from(run.pace.dest_shares_device) + usize::from(run.out.reads_chain_here());
-            let _permit =
-                (here > 0).then(|| self.sched.admit(IoClass::Backup, (here * kept * pb) as u64));
+            let _permit = (here > 0).then(|| {
+                self.e
+                    .sched()
+                    .admit(IoClass::Backup, (here * kept * pb) as u64)
+            });
             let nos = &run.counts.copied[listed..];
             written = run.out.put(buf, kept, nos, pb)?;
         }
-        let c = &self.counters;
-        c.backup_pages_done.fetch_add(k, Ordering::Relaxed);
-        c.backup_bytes.fetch_add(written as u64, Ordering::Relaxed);
+        self.e.progress(Progress::Copied {
+            pages: k,
+            bytes: written as u64,
+        });
         let chain_read = run.out.chain_bytes() - chain_before;
         run.pace.moved(k as usize * pb + chain_read as usize);
         Ok(())
@@ -340,7 +353,7 @@ impl<S: Storage> Inner<S> {
         redo: Lsn,
         counts: &mut PageCounts,
     ) -> Result<usize> {
-        let pb = self.pool.page_bytes();
+        let pb = self.e.page_bytes();
         let mut kept = 0usize;
         for i in 0..k as usize {
             let page = &mut buf.as_mut_slice()[i * pb..(i + 1) * pb];
@@ -367,32 +380,27 @@ impl<S: Storage> Inner<S> {
 
     /// Checks page `no` as read into `page`; on failure reads it again
     /// under its frame's latch into `page` (see the module docs).
-    fn check_copied(
+    pub(crate) fn check_copied(
         &self,
         no: PageId,
         page: &mut [u8],
         redo: Lsn,
         counts: &mut PageCounts,
     ) -> Result<()> {
-        let durable = self.wal().durable_lsn();
+        let durable = self.e.wal().durable_lsn();
         let Err(first) = check_page(page, no, &counts.db_id, durable) else {
             return Ok(());
         };
-        let pb = self.pool.page_bytes();
+        let pb = self.e.page_bytes();
         let mut one = AlignedBuf::new(pb, ALIGN_BYTES)?;
-        // The permit first: waiting for it while holding the latch would
-        // hold up a commit that needs the page.
-        let io = self.pool.file().admit(IoClass::Backup, pb as u64);
-        let resident = self.pool.try_read(no, Access::Scan);
-        io.read_exact_at(one.io_all_mut(), no.offset(pb as u64))?;
-        drop(io);
+        let resident_lsn = self.e.reread_page(no, &mut one)?;
         page.copy_from_slice(one.as_slice());
-        let durable = self.wal().durable_lsn();
+        let durable = self.e.wal().durable_lsn();
         if check_page(page, no, &counts.db_id, durable).is_ok() {
             counts.reread += 1;
             return Ok(());
         }
-        if resident.is_some_and(|r| page::page_lsn(r.data()) > redo) {
+        if resident_lsn.is_some_and(|lsn| lsn > redo) {
             // Zeros, not the damaged bytes: the backup's files hold no page
             // that fails its check, and replay installs the image without
             // reading this one.
@@ -400,7 +408,7 @@ impl<S: Storage> Inner<S> {
             counts.from_log.push(no);
             return Ok(());
         }
-        Err(self.pool.page_corruption(
+        Err(self.e.page_corruption(
             no,
             format!(
                 "{first}; read again, it is still damaged, and the log since the backup's \
@@ -427,74 +435,4 @@ fn check_page(
         ));
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::{Database, Options};
-    use std::os::unix::fs::FileExt;
-
-    /// The three outcomes of a page that fails its first check: a read torn
-    /// by a write passes when read again; damage on disk fails, naming the
-    /// page; damage on disk of a page changed since the start is covered by
-    /// the log's image of it.
-    #[test]
-    fn a_failed_page_is_read_again_then_covered_or_refused() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let opts = Options {
-            cache_bytes: 8 << 20,
-            background_threads: false,
-            ..Options::default()
-        };
-        let db = Database::open(dir.path(), opts).expect("open");
-        let mut w = db.begin_write().expect("begin");
-        for i in 0..10u32 {
-            w.put(format!("k{i:02}").as_bytes(), b"value").expect("put");
-        }
-        w.commit().expect("commit");
-        db.checkpoint().expect("checkpoint");
-        let inner = &db.inner;
-        let redo = Lsn::new(inner.last_redo.load(Ordering::Acquire));
-        let pb = inner.pool.page_bytes();
-        // Ten small keys: the root leaf is page 1, the only tree page.
-        let no = PageId::new(1);
-        let mut counts = PageCounts {
-            db_id: inner.pool_db_id().expect("id"),
-            ..PageCounts::default()
-        };
-        let mut torn = vec![0xABu8; pb];
-        inner
-            .check_copied(no, &mut torn, redo, &mut counts)
-            .expect("a torn read passes when read again");
-        assert_eq!((counts.reread, counts.from_log.len()), (1, 0));
-        page::verify(&torn, no, &inner.pool_db_id().expect("id")).expect("the good copy");
-
-        let data = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(dir.path().join("data"))
-            .expect("data");
-        data.write_all_at(&[0x5A; 64], no.offset(pb as u64) + 100)
-            .expect("damage");
-        let err = inner
-            .check_copied(no, &mut vec![0xABu8; pb], redo, &mut counts)
-            .expect_err("damage unchanged since the start");
-        assert!(err.to_string().contains("(page 1): "), "{err}");
-
-        let mut w = db.begin_write().expect("begin");
-        w.put(b"new", b"value").expect("put");
-        w.commit().expect("commit");
-        let mut damaged = vec![0u8; pb];
-        data.read_exact_at(&mut damaged, no.offset(pb as u64))
-            .expect("read");
-        inner
-            .check_copied(no, &mut damaged, redo, &mut counts)
-            .expect("a page changed since the start has its image in the log");
-        assert_eq!(
-            (counts.reread, counts.from_log.as_slice()),
-            (1, [no].as_slice())
-        );
-        assert!(damaged.iter().all(|&b| b == 0), "copied as zeros");
-    }
 }

@@ -28,9 +28,10 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::backup::dir;
 use crate::backup::files::{self, Sink, ALIGN_BYTES, CHUNK_BYTES};
+use crate::backup::layout::{archive_dir_of, RESTORED_NAME, WAL_DIR_NAME};
 use crate::backup::manifest::{Manifest, COMPLETE_NAME};
-use crate::backup::WAL_DIR_NAME;
 use crate::error::{Error, Result};
 use crate::io::{AlignedBuf, DirectIo, FileOptions, Storage, StorageFile};
 use crate::lsn::Lsn;
@@ -102,7 +103,7 @@ pub(super) fn roll_forward<S: Storage>(
     }
     let wal = dir.join(WAL_DIR_NAME);
     // The segments of the line of history the backup was taken on.
-    let line = crate::backup::archive_dir_of(archive, last.history_id.as_deref());
+    let line = archive_dir_of(archive, last.history_id.as_deref());
     if storage.exists(archive) && !storage.exists(&line) {
         return Err(Error::InvalidArgument(format!(
             "log archive {} holds no segment of history {}, the line the backup was taken on",
@@ -510,7 +511,7 @@ fn cut_log<S: Storage>(storage: &S, wal: &Path, layout: Layout, cut: Lsn) -> Res
 /// Replaces the record of the restore in `dir` with one listing the files
 /// it holds now.
 fn reseal<S: Storage>(storage: &S, dir: &Path, last: &Manifest) -> Result<()> {
-    let record = dir.join(crate::backup::RESTORED_NAME);
+    let record = dir.join(RESTORED_NAME);
     assert!(
         !storage.exists(&dir.join(COMPLETE_NAME)),
         "a restore's directory holds no backup marker"
@@ -520,8 +521,8 @@ fn reseal<S: Storage>(storage: &S, dir: &Path, last: &Manifest) -> Result<()> {
     }
     storage.sync_dir(dir)?;
     let mut buf = AlignedBuf::new(CHUNK_BYTES, ALIGN_BYTES)?;
-    let m = super::copy::combined_manifest(storage, dir, last, &mut buf)?;
-    crate::backup::write_restored(storage, dir, &m)
+    let m = dir::combined_manifest(storage, dir, last, &mut buf)?;
+    dir::write_restored(storage, dir, &m)
 }
 
 /// Where the segment at `path` in the scratch log came from: its archive

@@ -30,73 +30,74 @@
 //! 6. Every file and directory is synced; the manifest, then the
 //!    completion marker, are written and synced.
 //!
+//! The database is reached only through [`Engine`] (its checkpoint and
+//! log pin, `CONTROL`, summaries, pool and archive); `pages.rs` reads and
+//! checks the pages.
+//!
 //! Invariants:
 //! - R ≤ the checkpoint record's end ≤ E, and every page copied has an LSN
 //!   at most E.
 //! - While a backup runs, no log segment from R's on is recycled.
 
-mod pages;
+pub(crate) mod pages;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-use self::pages::{Pace, PageCopy, PageCounts, PagesOut};
-use super::summary::PageSet;
-use crate::backup::increment::{ChainPages, EntryWriter};
+use self::pages::{Pace, PageCopy, PageCounts, PagesOut, Take};
+use crate::backup::engine::{ChangedPages, Checkpointed, Engine, Progress};
+use crate::backup::increment::chain::{find_chain, ChainPages};
+use crate::backup::increment::EntryWriter;
 
-use super::checkpoint::Checkpointed;
-use super::engine::Inner;
 use crate::backup::files::{self, Sink, ALIGN_BYTES, CHUNK_BYTES};
 use crate::backup::manifest::{self, Manifest, ManifestFile, MANIFEST_FORMAT};
 use crate::backup::{BackupOptions, BackupReport, WAL_DIR_NAME};
-use crate::buffer::WriteCause;
 use crate::error::{Error, Result};
 use crate::format::control::{Control, FLAG_BACKUP};
 use crate::format::{data_head, page, PageId};
-use crate::health;
 use crate::io::{AlignedBuf, Permissions, Storage};
 use crate::lsn::Lsn;
 use crate::sched::{IoClass, ScheduledFile};
 use crate::wal::format::{segment_file_name, Layout};
 
 /// Holds the log from an LSN on while it lives.
-struct LogPin<'a, S: Storage> {
-    inner: &'a Inner<S>,
+struct LogPin<'a, E: Engine> {
+    e: &'a E,
     lsn: Lsn,
 }
 
-impl<S: Storage> Drop for LogPin<'_, S> {
+impl<E: Engine> Drop for LogPin<'_, E> {
     fn drop(&mut self) {
-        let mut pins = health::lock_even_poisoned(&self.inner.log_pins);
-        let at = pins.iter().position(|&p| p == self.lsn);
-        let at = at.expect("a pin is removed once, by its holder");
-        pins.swap_remove(at);
+        self.e.unpin_log(self.lsn);
     }
 }
 
 /// Counts a running backup in `stats().backup` while it lives.
-struct Running<'a>(&'a super::stats::Counters);
+struct Running<'a, E: Engine>(&'a E);
 
-impl<'a> Running<'a> {
-    fn start(c: &'a super::stats::Counters, pages: u64) -> Running<'a> {
-        c.backup_pages_total.store(pages, Ordering::Relaxed);
-        c.backup_pages_done.store(0, Ordering::Relaxed);
-        c.backup_bytes.store(0, Ordering::Relaxed);
-        c.backup_running.fetch_add(1, Ordering::AcqRel);
-        Running(c)
+impl<'a, E: Engine> Running<'a, E> {
+    fn start(e: &'a E, pages: u64) -> Running<'a, E> {
+        e.progress(Progress::Started { pages });
+        Running(e)
     }
 }
 
-impl Drop for Running<'_> {
+impl<E: Engine> Drop for Running<'_, E> {
     fn drop(&mut self) {
-        let before = self.0.backup_running.fetch_sub(1, Ordering::AcqRel);
-        assert!(before > 0, "a running backup was counted");
+        self.0.progress(Progress::Ended);
     }
 }
 
-/// What [`Inner::copy_files`] wrote.
+/// Takes a backup of the engine `e` into `dest` (see the module docs).
+///
+/// # Errors
+/// As [`Database::backup`](crate::Database::backup).
+pub(crate) fn backup<E: Engine>(e: &E, dest: &Path, opts: &BackupOptions) -> Result<BackupReport> {
+    Take::new(e).backup(dest, opts)
+}
+
+/// What [`Take::copy_files`] wrote.
 struct Copied {
     /// The log's end in the backup.
     end: Lsn,
@@ -109,22 +110,22 @@ struct Copied {
     deltas: u64,
 }
 
-impl<S: Storage> Inner<S> {
+impl<E: Engine> Take<'_, E> {
     /// Whether the backup in `dir` was never opened as a database (its
     /// `CONTROL` still carries the backup flag).
     fn unopened_backup(&self, dir: &Path) -> bool {
         let path = dir.join(crate::backup::CONTROL_NAME);
-        super::control::ControlFile::read(&self.storage, &path)
+        self.e
+            .read_control(&path)
             .is_ok_and(|c| c.flags & FLAG_BACKUP != 0)
     }
 
     /// The pages changed from `since` (an incremental backup's parent's
     /// start) to `redo`, from the summaries when they cover the range;
     /// `None`: every page is read.
-    fn changed_since(&self, since: Option<Lsn>, redo: Lsn) -> Result<Option<PageSet>> {
+    fn changed_since(&self, since: Option<Lsn>, redo: Lsn) -> Result<Option<ChangedPages>> {
         let Some(from) = since else { return Ok(None) };
-        let io = (&self.sched, IoClass::Backup);
-        super::summary::changed_pages(&self.storage, &self.dir, (from, redo), io)
+        self.e.changed_pages(from, redo)
     }
 
     /// Checks `dest` and makes it, with its log directory, if missing;
@@ -138,11 +139,12 @@ impl<S: Storage> Inner<S> {
     /// empty one an open would make a database in.
     fn make_dest<'a>(&self, dest: &'a Path, parent: Option<&Path>) -> Result<Vec<&'a Path>> {
         self.check_backup_dest(dest, parent)?;
-        let mut made = crate::io::missing_levels(&self.storage, dest);
+        let mut made = crate::io::missing_levels(self.e.storage(), dest);
         if made.is_empty() {
             made.push(dest);
         }
-        self.storage
+        self.e
+            .storage()
             .create_dirs(&dest.join(WAL_DIR_NAME), Permissions::Private)?;
         Ok(made)
     }
@@ -160,25 +162,25 @@ impl<S: Storage> Inner<S> {
             .transpose()?;
         let made = self.make_dest(dest, opts.incremental_from.as_deref())?;
         let (cp, _pin) = self.backup_start(opts)?;
-        let _running = Running::start(&self.counters, cp.meta.page_count - 1);
+        let _running = Running::start(self.e, cp.meta.page_count - 1);
         let since = parent.as_ref().map(Manifest::start);
         // The backups the parent builds on, for deltas against its pages.
         let chain = match &opts.incremental_from {
             // The chain is found or done without: looking for it fails
             // nothing.
-            Some(p) => crate::backup::increment::find_chain(&self.storage, p, |dir| {
-                self.unopened_backup(dir)
-            })
-            .unwrap_or(None),
+            Some(p) => {
+                find_chain(self.e.storage(), p, |dir| self.unopened_backup(dir)).unwrap_or(None)
+            }
             None => None,
         };
         let listed = self.changed_since(since, cp.redo)?;
         // The rate counts from the copy's start, not the checkpoint's.
+        let storage = self.e.storage();
         let pace = Pace {
             rate: opts.rate_bytes,
             began: Instant::now(),
             moved: 0,
-            dest_shares_device: self.storage.stat(dest)?.dev == self.storage.stat(&self.dir)?.dev,
+            dest_shares_device: storage.stat(dest)?.dev == storage.stat(self.e.dir())?.dev,
         };
         let mut c = self.copy_files(dest, &cp, since, listed.as_ref(), chain.as_deref(), pace)?;
         let mut m = self.manifest(&cp, c.end, started_unix_ms, std::mem::take(&mut c.listed))?;
@@ -192,9 +194,9 @@ impl<S: Storage> Inner<S> {
         }
         m.pages_scanned = c.counts.scanned;
         let archive_failure = self.archive_for_backup(c.end);
-        crate::backup::seal(&self.storage, dest, &m)?;
-        crate::io::sync_levels(&self.storage, &made)?;
-        self.counters.backups.fetch_add(1, Ordering::Relaxed);
+        crate::backup::seal(self.e.storage(), dest, &m)?;
+        crate::io::sync_levels(self.e.storage(), &made)?;
+        self.e.progress(Progress::Sealed);
         Ok(BackupReport {
             incremental: parent.is_some(),
             pages_scanned: c.counts.scanned,
@@ -220,14 +222,14 @@ impl<S: Storage> Inner<S> {
     }
 
     /// Brings the log archive up to the end of a backup about to be sealed
-    /// ([`archive_through`](Self::archive_through)); returns why it could
+    /// ([`Engine::archive_through`]); returns why it could
     /// not. The backup is whole without: its restore keeps its own last
     /// segment where the archive's copy of it is shorter. A failure is
     /// counted in the archive's stats too.
     fn archive_for_backup(&self, end: Lsn) -> Option<String> {
-        let failed = self.archive_through(end).err();
+        let failed = self.e.archive_through(end).err();
         assert!(
-            failed.is_none() || self.archive.is_some(),
+            failed.is_none() || self.e.archive_dir().is_some(),
             "only with an archive"
         );
         failed.map(|e| e.to_string())
@@ -242,7 +244,7 @@ impl<S: Storage> Inner<S> {
         dest: &Path,
         cp: &Checkpointed,
         since: Option<Lsn>,
-        listed: Option<&PageSet>,
+        listed: Option<&ChangedPages>,
         chain: Option<&[PathBuf]>,
         pace: Pace,
     ) -> Result<Copied> {
@@ -257,7 +259,7 @@ impl<S: Storage> Inner<S> {
             since,
             pace,
             counts: PageCounts {
-                db_id: self.pool_db_id()?,
+                db_id: self.e.control()?.db_id,
                 ..PageCounts::default()
             },
             out: self.pages_out(&dest.join(data_name), since.is_some(), chain)?,
@@ -274,7 +276,7 @@ impl<S: Storage> Inner<S> {
         } = run;
         let (data, deltas) = out.finish()?;
         let end = {
-            let wal = self.wal();
+            let wal = self.e.wal();
             wal.flush(wal.end_lsn())?;
             wal.durable_lsn()
         };
@@ -284,14 +286,14 @@ impl<S: Storage> Inner<S> {
         );
         let mut listed = vec![file_entry(
             crate::backup::CONTROL_NAME,
-            files::crc_of(&self.storage, &control_path, &mut buf)?,
+            files::crc_of(self.e.storage(), &control_path, &mut buf)?,
         )];
         let (data_bytes, crc) = self.finish_data(data, cp, end)?;
         listed.push(file_entry(data_name, (data_bytes, crc)));
         let wal_dest = dest.join(WAL_DIR_NAME);
         let wal_bytes = self.copy_log(&wal_dest, cp.redo, end, &mut buf, &mut pace, &mut listed)?;
-        self.storage.sync_dir(&wal_dest)?;
-        self.storage.sync_dir(dest)?;
+        self.e.storage().sync_dir(&wal_dest)?;
+        self.e.storage().sync_dir(dest)?;
         Ok(Copied {
             end,
             listed,
@@ -307,9 +309,8 @@ impl<S: Storage> Inner<S> {
     /// the database's scheduler (a FIFO one of its own).
     fn write_backup_control(&self, dest: &Path, cp: &Checkpointed) -> Result<PathBuf> {
         let path = dest.join(crate::backup::CONTROL_NAME);
-        let (control, fifo) = (self.backup_control(cp)?, crate::sched::Scheduler::fifo());
-        let private = Permissions::Private;
-        super::control::ControlFile::create_with(&self.storage, &path, private, control, fifo)?;
+        let control = self.backup_control(cp)?;
+        self.e.create_control(&path, control)?;
         Ok(path)
     }
 
@@ -321,15 +322,18 @@ impl<S: Storage> Inner<S> {
         path: &Path,
         incremental: bool,
         chain: Option<&[PathBuf]>,
-    ) -> Result<PagesOut<S>> {
-        let mut sink = Sink::create(&self.storage, path)?;
-        sink.skip(self.pool.page_bytes());
+    ) -> Result<PagesOut<E::S>> {
+        let mut sink = Sink::create(self.e.storage(), path)?;
+        sink.skip(self.e.page_bytes());
         if !incremental {
             return Ok(PagesOut::Whole(sink));
         }
         let chain_shares_device = match chain {
             Some(c) => {
-                let (theirs, ours) = (self.storage.stat(&c[0]), self.storage.stat(&self.dir));
+                let (theirs, ours) = (
+                    self.e.storage().stat(&c[0]),
+                    self.e.storage().stat(self.e.dir()),
+                );
                 matches!((theirs, ours), (Ok(t), Ok(o)) if t.dev == o.dev)
             }
             None => false,
@@ -337,7 +341,7 @@ impl<S: Storage> Inner<S> {
         Ok(PagesOut::Entries {
             writer: EntryWriter::new(sink)?,
             // A chain that does not open is done without (whole pages).
-            chain: chain.and_then(|c| ChainPages::open(&self.storage, c).ok().map(Box::new)),
+            chain: chain.and_then(|c| ChainPages::open(self.e.storage(), c).ok().map(Box::new)),
             chain_failed: false,
             chain_shares_device,
             base: Vec::new(),
@@ -352,17 +356,22 @@ impl<S: Storage> Inner<S> {
         started_unix_ms: u64,
         files: Vec<ManifestFile>,
     ) -> Result<Manifest> {
+        assert!(
+            cp.redo <= cp.record_end && cp.record_end <= end,
+            "a backup's log runs from its redo point past its checkpoint's record"
+        );
+        assert!(!files.is_empty(), "a backup lists at least its CONTROL");
         Ok(Manifest {
             format: MANIFEST_FORMAT,
-            backup_id: manifest::hex(&super::open::random_id()),
-            db_id: manifest::hex(&self.pool_db_id()?),
-            page_bytes: self.pool.page_bytes() as u32,
+            backup_id: manifest::hex(&self.e.new_id()),
+            db_id: manifest::hex(&self.e.control()?.db_id),
+            page_bytes: self.e.page_bytes() as u32,
             parent_id: None,
             start_lsn: cp.redo.get(),
             checkpoint_lsn: cp.record_end.get(),
             end_lsn: end.get(),
             page_count: cp.meta.page_count,
-            wal_segment_bytes: self.wal().segment_bytes(),
+            wal_segment_bytes: self.e.wal().segment_bytes(),
             started_unix_ms,
             finished_unix_ms: unix_ms(),
             files,
@@ -374,9 +383,9 @@ impl<S: Storage> Inner<S> {
             // 0: no commit yet (or, for a database whose last commit was
             // written by a build whose records carried no time, unknown).
             start_commit_time_us: Some(cp.commit_time_us),
-            increment_format: crate::backup::increment::WHOLE_PAGES,
+            increment_format: crate::backup::layout::WHOLE_PAGES,
             pages_as_deltas: 0,
-            history_id: Some(manifest::hex(&self.history()?)),
+            history_id: Some(manifest::hex(&self.e.control()?.history)),
             restored: false,
         })
     }
@@ -384,13 +393,12 @@ impl<S: Storage> Inner<S> {
     /// The manifest of `dir`, the complete backup of this database an
     /// incremental backup is to build on.
     fn incremental_parent(&self, dir: &Path) -> Result<Manifest> {
-        let m = crate::backup::complete_manifest(&self.storage, dir)?;
-        let ours = manifest::hex(&self.pool_db_id()?);
-        let durable = self.wal().durable_lsn();
+        let m = crate::backup::complete_manifest(self.e.storage(), dir)?;
+        let ours = manifest::hex(&self.e.control()?.db_id);
+        let durable = self.e.wal().durable_lsn();
         let control = dir.join(crate::backup::CONTROL_NAME);
-        let opened =
-            super::control::ControlFile::read(&self.storage, &control)?.flags & FLAG_BACKUP == 0;
-        let history = manifest::hex(&self.history()?);
+        let opened = self.e.read_control(&control)?.flags & FLAG_BACKUP == 0;
+        let history = manifest::hex(&self.e.control()?.history);
         let detail = if opened {
             Some("it was opened as a database since it was taken: it is no longer a backup".into())
         } else if m.db_id != ours {
@@ -429,12 +437,12 @@ impl<S: Storage> Inner<S> {
     fn check_backup_dest(&self, dest: &Path, parent: Option<&Path>) -> Result<()> {
         let abs = crate::io::resolve;
         let d = abs(dest);
-        let wal = self.wal().dir().to_path_buf();
-        let archive = self.archive.as_ref().map(|a| a.dir());
+        let wal = self.e.wal().dir().to_path_buf();
+        let archive = self.e.archive_dir();
         let others = [
-            ("database", Some(self.dir.as_path())),
+            ("database", Some(self.e.dir())),
             ("log", Some(wal.as_path())),
-            ("log archive", archive),
+            ("log archive", archive.as_deref()),
             ("parent backup", parent),
         ];
         for (what, dir) in others.into_iter().filter_map(|(w, d)| Some((w, d?))) {
@@ -447,7 +455,7 @@ impl<S: Storage> Inner<S> {
                 )));
             }
         }
-        if self.storage.exists(dest) && !self.storage.list_dir(dest)?.is_empty() {
+        if self.e.storage().exists(dest) && !self.e.storage().list_dir(dest)?.is_empty() {
             return Err(Error::InvalidArgument(format!(
                 "backup destination {} exists and is not empty",
                 dest.display()
@@ -458,24 +466,16 @@ impl<S: Storage> Inner<S> {
 
     /// Runs the backup's checkpoint and pins the log at its redo point
     /// before any later checkpoint can recycle it.
-    fn backup_start(&self, opts: &BackupOptions) -> Result<(Checkpointed, LogPin<'_, S>)> {
-        if opts.fast_checkpoint {
-            self.hurry.fetch_add(1, Ordering::AcqRel);
-        }
-        let started = health::lock(&self.checkpointing).and_then(|one| {
-            let cp = self.checkpoint_locked(&one, !opts.fast_checkpoint, WriteCause::Checkpoint)?;
-            health::lock(&self.log_pins)?.push(cp.redo);
-            Ok(cp)
-        });
-        if opts.fast_checkpoint {
-            let before = self.hurry.fetch_sub(1, Ordering::AcqRel);
-            assert!(before > 0, "every hurry is counted before it is taken back");
-        }
-        let cp = self.health.observe(started)?;
+    fn backup_start(&self, opts: &BackupOptions) -> Result<(Checkpointed, LogPin<'_, E>)> {
+        let cp = self.e.checkpoint_and_pin(opts.fast_checkpoint)?;
+        assert!(
+            cp.redo < cp.record_end,
+            "a checkpoint's record follows its redo point"
+        );
         Ok((
             cp,
             LogPin {
-                inner: self,
+                e: self.e,
                 lsn: cp.redo,
             },
         ))
@@ -483,7 +483,7 @@ impl<S: Storage> Inner<S> {
 
     /// The backup's `CONTROL`: the checkpoint that began it, flagged.
     fn backup_control(&self, cp: &Checkpointed) -> Result<Control> {
-        let c = health::lock(&self.control)?.current();
+        let c = self.e.control()?;
         assert!(
             c.redo_lsn >= cp.redo,
             "CONTROL names this checkpoint or a later one"
@@ -500,19 +500,10 @@ impl<S: Storage> Inner<S> {
         })
     }
 
-    /// The line of history the database is on.
-    fn history(&self) -> Result<crate::format::control::HistoryId> {
-        Ok(health::lock(&self.control)?.current().history)
-    }
-
-    fn pool_db_id(&self) -> Result<crate::format::DbId> {
-        Ok(health::lock(&self.control)?.current().db_id)
-    }
-
     /// Writes the backup's page 0 (the data file's head: flushed through
     /// the redo point, the log reaching `end`) and syncs the file.
-    fn finish_data(&self, mut data: Sink<S>, cp: &Checkpointed, end: Lsn) -> Result<(u64, u32)> {
-        let pb = self.pool.page_bytes();
+    fn finish_data(&self, mut data: Sink<E::S>, cp: &Checkpointed, end: Lsn) -> Result<(u64, u32)> {
+        let pb = self.e.page_bytes();
         let mut head = AlignedBuf::new(pb, ALIGN_BYTES)?;
         let p = head.as_mut_slice();
         crate::btree::tree::init_free(p, PageId::ZERO);
@@ -530,7 +521,7 @@ impl<S: Storage> Inner<S> {
                 flags: 0,
                 page_no: data_head::DATA_HEAD_PAGE,
                 lsn: cp.redo,
-                db_id: self.pool_db_id()?,
+                db_id: self.e.control()?.db_id,
             },
         );
         data.write_first(&head, pb)?;
@@ -550,14 +541,14 @@ impl<S: Storage> Inner<S> {
         listed: &mut Vec<ManifestFile>,
     ) -> Result<u64> {
         let layout = Layout {
-            segment_bytes: self.wal().segment_bytes(),
+            segment_bytes: self.e.wal().segment_bytes(),
         };
         let (first, last) = (layout.segment_of(from), layout.segment_of(end));
         let mut copied = 0u64;
         for n in first..=last {
             let name = segment_file_name(n);
-            let src_path = self.wal().dir().join(&name);
-            if n == last && !self.storage.exists(&src_path) && layout.segment_start(n) == end {
+            let src_path = self.e.wal().dir().join(&name);
+            if n == last && !self.e.storage().exists(&src_path) && layout.segment_start(n) == end {
                 // The log ends exactly where segment `n` would begin.
                 break;
             }
@@ -568,12 +559,13 @@ impl<S: Storage> Inner<S> {
                 layout.segment_bytes
             };
             let src = ScheduledFile::new(
-                self.storage
+                self.e
+                    .storage()
                     .open(&src_path, &crate::wal::reader_options())?,
-                Arc::clone(&self.sched),
+                Arc::clone(self.e.sched()),
             );
             let dest_path = dest.join(&name);
-            let mut sink = Sink::create(&self.storage, &dest_path)?;
+            let mut sink = Sink::create(self.e.storage(), &dest_path)?;
             let mut at = 0u64;
             while at < layout.segment_bytes {
                 let n_bytes = (layout.segment_bytes - at).min(buf.len() as u64) as usize;
@@ -590,9 +582,10 @@ impl<S: Storage> Inner<S> {
                     sink.append(buf, n_bytes)?;
                 }
                 pace.moved(read);
-                self.counters
-                    .backup_bytes
-                    .fetch_add(n_bytes as u64, Ordering::Relaxed);
+                self.e.progress(Progress::Copied {
+                    pages: 0,
+                    bytes: n_bytes as u64,
+                });
                 at += n_bytes as u64;
             }
             let (len, crc) = sink.finish()?;
@@ -610,7 +603,7 @@ fn note_increment(m: &mut Manifest, parent: &Manifest, c: &Copied, from_summarie
     m.parent_start_lsn = Some(parent.start_lsn);
     m.incremental_pages =
         manifest::runs(std::iter::once(0).chain(c.counts.copied.iter().map(|p| p.get())));
-    m.increment_format = crate::backup::increment::ENTRIES;
+    m.increment_format = crate::backup::layout::ENTRIES;
     m.format = manifest::MANIFEST_FORMAT_ENTRIES;
     m.pages_as_deltas = c.deltas;
     let method = match from_summaries {

@@ -2,9 +2,11 @@
 //! ([`verify_backup`], which opens a copy as a database), restoring it or a
 //! chain of them into a new directory (`copy.rs`), and rolling the result
 //! forward through a log archive to a chosen commit (`pitr.rs`, which
-//! reads the engine's commit records). It sits above `db`; what a backup
-//! is on disk is `crate::backup`, below it. docs/backup.md has the design.
+//! reads the engine's commit records); `checks.rs` holds the checks both
+//! verify and restore run. It sits above `db`; what a backup is on disk is
+//! the rest of `crate::backup`. docs/backup.md has the design.
 
+mod checks;
 mod copy;
 mod pitr;
 mod verify;
