@@ -63,10 +63,10 @@ const FILE_SLOTS: u32 = 64;
 /// The largest buffer the kernel registers in one piece.
 const FIXED_BUFFER_MAX: usize = 1 << 30;
 
-/// See [`crate::health`]: a poisoned lock here means the database has
+/// See [`crate::error::lock_even_poisoned`]: a poisoned lock here means the database has
 /// failed already.
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    crate::health::lock_even_poisoned(m)
+    crate::error::lock_even_poisoned(m)
 }
 
 /// Which backend carries asynchronous I/O.
