@@ -116,6 +116,7 @@ impl Health {
 
     /// The error of a failed database.
     fn error(&self) -> Error {
+        assert!(self.is_failed(), "only a failed database has its error");
         let cause = lock_even_poisoned(&self.cause)
             .clone()
             .unwrap_or_else(|| "unknown failure".to_string());

@@ -124,6 +124,7 @@ impl<S: Storage> FaultyStorage<S> {
 
     /// As [`fail_after`](Self::fail_after), failing with `errno` (say `ENOSPC`).
     pub fn fail_after_with(&self, op: FaultOp, ok_calls: u64, transient: bool, errno: i32) {
+        assert!(errno > 0, "an injected errno is a real one");
         self.fail_after(op, ok_calls, transient);
         self.faults.lock().unwrap_or_else(|p| p.into_inner()).errno[op as usize] = Some(errno);
     }

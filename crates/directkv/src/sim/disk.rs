@@ -209,6 +209,7 @@ impl SimStorage {
     pub fn power_fail_after(&self, n: u64) {
         let mut s = lock(&self.state);
         let at = s.ops + n.max(1);
+        assert!(at > s.ops, "the power fails at an operation still to come");
         s.fail_at = Some(at);
     }
 

@@ -165,6 +165,10 @@ fn differing_keys(
 /// Checks a recovered database against the log; returns how many transactions
 /// it holds.
 fn verify<S: Storage>(db: &Database<S>, log: &[Txn], acked: u64) -> Result<u64, String> {
+    assert!(
+        acked as usize <= log.len(),
+        "only logged transactions are acknowledged"
+    );
     let r = db.begin_read().map_err(|e| format!("begin_read: {e}"))?;
     let next = match r.get(b"next").map_err(|e| format!("get next: {e}"))? {
         Some(v) => u64::from_le_bytes(
@@ -273,6 +277,7 @@ pub fn sweep_crash_points(seed: u64, txns: u64, tears: u64) -> Result<u64, SeedF
         run_workload(&disk, path, &opts, &log);
         disk.stats().ops
     };
+    assert!(total > 0, "creating a database does I/O");
     let mut checked = 0;
     for point in 1..=total {
         // The last round is the kill.
@@ -296,6 +301,7 @@ pub fn sweep_crash_points(seed: u64, txns: u64, tears: u64) -> Result<u64, SeedF
             checked += 1;
         }
     }
+    assert_eq!(checked, total * (tears + 1), "every crash point, every way");
     Ok(checked)
 }
 
@@ -377,6 +383,7 @@ pub fn sweep_fsync_eio(seed: u64, txns: u64) -> Result<u64, SeedFailure> {
         recover_and_verify(&sim, path, &opts, &log, acked).map_err(fail)?;
         checked += 1;
     }
+    assert_eq!(checked, syncs, "every sync failed once");
     Ok(checked)
 }
 

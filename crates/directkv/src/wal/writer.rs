@@ -304,6 +304,18 @@ fn spawn_threads<S: Storage>(
     (preparer, sealer)
 }
 
+/// Where the first flush after open starts: the first I/O-unit boundary
+/// at or past the end of the log found (end 5000, unit 4096: 8192), so no
+/// sector that holds durable records is written again.
+fn resume_point(end: Lsn, unit: usize) -> Lsn {
+    let resume_at = Lsn::new(end.get().next_multiple_of(unit as u64));
+    assert!(
+        resume_at >= end && resume_at.get() - end.get() < unit as u64,
+        "the next flush starts at the first unit boundary at or past the end"
+    );
+    resume_at
+}
+
 /// See [`crate::health`]: a poisoned lock here means the database has
 /// failed already.
 pub(super) fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
@@ -348,7 +360,7 @@ impl<S: Storage> Wal<S> {
             });
         }
         drop(probe);
-        let resume_at = Lsn::new(tail.end.get().next_multiple_of(unit as u64));
+        let resume_at = resume_point(tail.end, unit);
         let shared = Arc::new(Shared {
             dir: opts.dir.clone(),
             layout,
@@ -426,7 +438,9 @@ impl<S: Storage> Wal<S> {
             let at = next_record_start(st.fill.end());
             let end = at.get() + RECORD_HEADER_BYTES + payload.len() as u64;
             if end <= st.fill.start.get() + st.fill.buf.len() as u64 {
-                let end = st.fill.put(at, kind, payload);
+                let put_end = st.fill.put(at, kind, payload);
+                assert_eq!(put_end.get(), end, "the record fills the room made for it");
+                let end = put_end;
                 let before = sh.appended.fetch_max(end.get(), Ordering::AcqRel);
                 assert!(before < end.get(), "records are appended in LSN order");
                 sh.counters.records.fetch_add(1, Ordering::Relaxed);
@@ -590,6 +604,10 @@ impl<S: Storage> Wal<S> {
     /// # Errors
     /// I/O errors of renaming, syncing or removing segments.
     pub fn recycle_before(&self, lsn: Lsn) -> Result<usize> {
+        assert!(
+            lsn <= self.durable_lsn(),
+            "only segments of durable log are recycled"
+        );
         let keep_from = self.shared.layout.segment_of(lsn);
         self.shared.segments.recycle_before(keep_from)
     }

@@ -91,6 +91,10 @@ impl StorageFile for SimFile {
         }
         let n = bytes.len().min(f.live.len() - off);
         bytes[..n].copy_from_slice(&f.live[off..off + n]);
+        assert!(
+            n == bytes.len() || off + n == f.live.len(),
+            "a short read ends at the end of the file"
+        );
         Ok(n)
     }
     fn write_all_at(&self, data: IoRef<'_>, offset: u64) -> Result<()> {

@@ -154,6 +154,10 @@ impl Storage for SimStorage {
                 .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned())),
         );
         names.sort();
+        assert!(
+            names.windows(2).all(|w| w[0] < w[1]),
+            "a name in a directory is a file or a directory, once"
+        );
         Ok(names)
     }
 
@@ -167,6 +171,10 @@ impl Storage for SimStorage {
             .remove(from)
             .ok_or_else(|| enoent(IoOp::Rename, from))?;
         assert!(s.files.contains_key(&id), "a named file has data");
+        assert!(
+            !s.dirs.contains(to),
+            "the engine never renames a file over a directory"
+        );
         s.live.insert(to.to_path_buf(), id);
         Ok(())
     }
@@ -179,6 +187,7 @@ impl Storage for SimStorage {
         s.live
             .remove(path)
             .ok_or_else(|| enoent(IoOp::Remove, path))?;
+        assert!(!s.live.contains_key(path), "a removed name is gone");
         Ok(())
     }
 

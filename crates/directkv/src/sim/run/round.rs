@@ -25,6 +25,10 @@ const HELD_SNAPSHOTS_MAX: usize = 3;
 /// failure (reads meet injected faults, and a snapshot may be given up);
 /// a wrong value is.
 fn check_snapshot<S: Storage>(r: &ReadTxn<'_, S>, log: &[Txn], upto: u64) -> Result<(), String> {
+    assert!(
+        upto as usize <= log.len(),
+        "a snapshot began after a commit of the log"
+    );
     let expect = model(log, upto);
     let mut got = BTreeMap::new();
     for e in r.range::<std::ops::RangeFull>(..) {
@@ -106,6 +110,10 @@ pub(super) fn commit_round<S: Storage>(
             if let Ok(r) = db.begin_read() {
                 held.push((r, n));
             }
+            assert!(
+                held.len() <= HELD_SNAPSHOTS_MAX,
+                "a round holds few snapshots"
+            );
         }
         if !held.is_empty() && rng.chance(1, 10) {
             let (r, upto) = &held[rng.range(0, held.len() as u64) as usize];
@@ -154,6 +162,7 @@ fn begin_logical<'db, S: Storage>(
     let w = db.begin_write_with(&opts).ok()?;
     let mut plan = random_txn(rng, n);
     plan.pop(); // the counter is written at commit, by whoever commits
+    assert!(!plan.is_empty(), "a logical thread plans a write");
     plan.reverse();
     Some(Open {
         w,
@@ -173,6 +182,7 @@ fn step<S: Storage>(
     log: &mut Vec<Txn>,
     rs: &mut RoundState,
 ) -> Result<Step, String> {
+    assert!(i < open.len(), "a step is of an open logical thread");
     let o = &mut open[i];
     if o.plan.is_empty() {
         let o = open.swap_remove(i);
@@ -266,6 +276,7 @@ fn commit_logical<S: Storage>(
             None => rs.state.remove(k),
         };
     }
+    assert_eq!(log.len() as u64, n + 1, "the commit is the last in the log");
     rs.acked = Some(n + 1);
     rs.committed += 1;
     if rng.chance(1, 12) && db.checkpoint().is_err() {
