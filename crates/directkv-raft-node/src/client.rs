@@ -139,6 +139,10 @@ impl Client {
         let at = self.addrs.iter().position(|a| *a == self.target);
         let next = at.map_or(0, |i| (i + 1) % self.addrs.len());
         self.target = self.addrs[next].clone();
+        assert!(
+            at.is_none() || self.addrs.len() == 1 || at != Some(next),
+            "the client moves on to another node"
+        );
     }
 
     /// Sends `body` to `route` on the leader until it is done, refused, or
@@ -156,6 +160,7 @@ impl Client {
         let mut last = ClientError::Unavailable("no node answered".into());
         let mut redirects = 0;
         while Instant::now() < deadline {
+            assert!(redirects <= REDIRECTS_MAX, "redirects are bounded");
             let at = self.target.clone();
             match self.attempt::<B, T>(route, body).await {
                 Attempt::Done(v) => return Ok(v),

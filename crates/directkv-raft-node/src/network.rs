@@ -78,6 +78,7 @@ impl Peer {
     {
         let url = format!("http://{}/raft/{route}", self.node.addr);
         let body = wire::encode(req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        assert!(!body.is_empty(), "every RPC has a body to send");
         let sent = self
             .client
             .post(url)
@@ -123,6 +124,10 @@ impl RaftNetwork<TypeConfig> for Peer {
         option: RPCOption,
     ) -> RpcResult<AppendEntriesResponse<NodeId>, RaftError<NodeId>> {
         let cut = cut_to_budget(&mut rpc.entries, APPEND_BYTES_MAX);
+        assert!(
+            cut.is_none() || cut == rpc.entries.last().map(|e| e.log_id),
+            "a cut append answers up to the last entry it carries"
+        );
         let resp = self.call("append", &rpc, &option).await?;
         Ok(answer(resp, cut))
     }

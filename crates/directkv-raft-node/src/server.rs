@@ -100,6 +100,7 @@ impl SnapshotHold {
     /// Allows elections again once no chunk has come for `quiet`.
     async fn watch(node: Arc<Node>) {
         let hold = &node.snapshot_hold;
+        assert!(!hold.quiet.is_zero(), "a watch of no silence would spin");
         loop {
             tokio::time::sleep(hold.quiet / 4).await;
             let silent = hold.last().is_some_and(|t| t.elapsed() >= hold.quiet);
@@ -152,6 +153,14 @@ async fn proposer(raft: Raft, mut rx: mpsc::Receiver<Pending>) {
             bytes += p.0.bytes();
             batch.push(p);
         }
+        assert!(
+            batch.len() <= PROPOSAL_COMMANDS_MAX,
+            "a proposal carries at most {PROPOSAL_COMMANDS_MAX} commands"
+        );
+        assert!(
+            batch.len() == 1 || bytes <= BATCH_MAX_BYTES,
+            "only a command alone may be over the batch's bytes"
+        );
         propose(&raft, batch).await;
     }
 }

@@ -48,7 +48,12 @@ fn options() -> impl Options {
 /// `value` encodes to more than the body limit (see [`BODY_BYTES_MAX`]
 /// for why no message of a node should).
 pub(crate) fn encode<T: Serialize>(value: &T) -> bincode::Result<Vec<u8>> {
-    options().serialize(value)
+    let body = options().serialize(value)?;
+    assert!(
+        body.len() <= BODY_BYTES_MAX,
+        "the encoder holds a body to the limit the decoder takes"
+    );
+    Ok(body)
 }
 
 /// The value a body holds.

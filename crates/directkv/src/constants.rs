@@ -71,11 +71,6 @@ pub const CONTROL_GENERATION_MAX: u64 = 1 << 62;
 
 const _: () = assert!(PAGE_COUNT_MIN < PAGE_COUNT_MAX);
 const _: () = assert!(
-    PAGE_COUNT_MAX
-        <= i64::MAX as u64
-            / crate::format::page::PAGE_SIZES[crate::format::page::PAGE_SIZES.len() - 1] as u64
-);
-const _: () = assert!(
     PAGE_COUNT_MAX < u64::MAX,
     "u64::MAX is the pool's empty frame"
 );

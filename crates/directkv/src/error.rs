@@ -18,6 +18,16 @@ use std::path::PathBuf;
 /// The result type of the engine.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// Locks `m` even when poisoned. Only for teardown (a `Drop` that must stop
+/// threads whatever happened), for reading diagnostics, and for critical
+/// sections a panic cannot leave half done (a push, a pop, a counter's
+/// arithmetic); never for state a panic could leave inconsistent. It lives
+/// here, at the bottom of the layers, so that `io` and `sched` can use it;
+/// `health` re-exports it beside its poison-aware locks.
+pub(crate) fn lock_even_poisoned<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// The system call an I/O error came from. More may be added: a match on
 /// it needs a wildcard arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -480,7 +490,14 @@ impl Error {
         source: std::io::Error,
     ) -> Error {
         let path = path.into();
-        match source.raw_os_error() {
+        let errno = source.raw_os_error();
+        // Errno 0 is success: a caller that made an error of it lost the
+        // real one.
+        assert!(
+            errno.is_none_or(|e| e > 0),
+            "an OS error's errno is positive"
+        );
+        let classified = match errno {
             Some(libc::ENOSPC) | Some(libc::EDQUOT) => Error::DiskFull {
                 op,
                 path,
@@ -494,7 +511,17 @@ impl Error {
                 offset,
                 source,
             },
-        }
+        };
+        assert_eq!(
+            classified.raw_os_error(),
+            errno,
+            "classification keeps the errno"
+        );
+        assert!(
+            !classified.is_retryable(),
+            "an I/O error is never retried as a conflict is"
+        );
+        classified
     }
 
     /// Whether running the transaction again may succeed: a
@@ -502,10 +529,15 @@ impl Error {
     /// [`SnapshotTooOld`](Error::SnapshotTooOld) of a write transaction's
     /// reads. `Database::transaction` retries exactly these.
     pub fn is_retryable(&self) -> bool {
-        matches!(
+        let retryable = matches!(
             self,
             Error::Conflict { .. } | Error::Deadlock { .. } | Error::SnapshotTooOld { .. }
-        )
+        );
+        assert!(
+            !retryable || self.raw_os_error().is_none(),
+            "a retryable error comes from the engine, never from the OS"
+        );
+        retryable
     }
 
     /// The errno behind this error, where there is one.

@@ -116,6 +116,7 @@ impl Health {
 
     /// The error of a failed database.
     fn error(&self) -> Error {
+        assert!(self.is_failed(), "only a failed database has its error");
         let cause = lock_even_poisoned(&self.cause)
             .clone()
             .unwrap_or_else(|| "unknown failure".to_string());
@@ -175,13 +176,7 @@ pub(crate) fn write<T>(rw: &RwLock<T>) -> Result<RwLockWriteGuard<'_, T>> {
     rw.write().map_err(|_| lock_poisoned())
 }
 
-/// Locks `m` even when poisoned. Only for teardown (a `Drop` that must stop
-/// threads whatever happened), for reading diagnostics, and for critical
-/// sections a panic cannot leave half done (a push, a pop, a counter's
-/// arithmetic); never for state a panic could leave inconsistent.
-pub(crate) fn lock_even_poisoned<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
+pub(crate) use crate::error::lock_even_poisoned;
 
 /// Takes `rw` shared even when poisoned, for reading diagnostics (as
 /// [`lock_even_poisoned`]).

@@ -220,9 +220,9 @@ impl Scheduler {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        // See crate::health: a poisoned lock here means the database has
+        // See crate::error::lock_even_poisoned: a poisoned lock here means the database has
         // failed already.
-        crate::health::lock_even_poisoned(&self.state)
+        crate::error::lock_even_poisoned(&self.state)
     }
 
     /// The bytes a batch of `class` should carry at once: Background's

@@ -284,9 +284,10 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
             });
         }
         let arena = AlignedArena::new(page_bytes as usize, n, unit)?;
+        assert!(n < u32::MAX as usize, "a frame's index fits its u32");
         // Whole pages on disk now; nothing past them has been written.
         let allocated = file.len()? / u64::from(page_bytes);
-        let frames = (0..n)
+        let frames: Box<[Frame]> = (0..n)
             .map(|_| {
                 let buf = arena.acquire().expect("the arena has a slot per frame");
                 Frame {
@@ -301,6 +302,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
                 }
             })
             .collect();
+        assert_eq!(frames.len(), n, "a frame per slot of the arena");
         Ok(BufferPool {
             // Errors name the file wherever the process's working
             // directory is when they are read.
@@ -407,6 +409,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
 
     /// Where `page` starts in the data file.
     pub(super) fn offset_of(&self, page: PageId) -> u64 {
+        assert!(page != NO_PAGE, "the no-page mark has no place in the file");
         page.offset(self.page_bytes as u64)
     }
 
@@ -435,9 +438,14 @@ pub(super) fn runs_of<T>(items: &[T], page: impl Fn(&T) -> PageId) -> Vec<std::o
             || page(&items[i]) != page(&items[i - 1]).next()
             || i - start >= COALESCE_PAGES_MAX;
         if ends {
+            assert!(
+                i - start <= COALESCE_PAGES_MAX,
+                "a run is at most {COALESCE_PAGES_MAX} pages"
+            );
             runs.push(start..i);
             start = i;
         }
     }
+    assert_eq!(start, items.len(), "the runs cover every item");
     runs
 }

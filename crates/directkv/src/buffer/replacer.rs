@@ -118,13 +118,23 @@ impl Replacer {
         } else {
             self.ends(l).tail = p;
         }
+        assert!(
+            self.ends(l).len > 0,
+            "a linked frame is counted in its list"
+        );
         self.ends(l).len -= 1;
+        let e = *self.ends(l);
+        assert!(
+            (e.len == 0) == (e.head == NIL && e.tail == NIL),
+            "a list is empty exactly when it has no ends"
+        );
         self.prev[f.index()] = NIL;
         self.next[f.index()] = NIL;
         self.list[f.index()] = List::None;
     }
 
     fn push_head(&mut self, l: List, f: FrameIndex) {
+        assert_eq!(self.list[f.index()], List::None, "a frame is on one list");
         let head = self.ends(l).head;
         self.prev[f.index()] = NIL;
         self.next[f.index()] = head;
@@ -141,6 +151,7 @@ impl Replacer {
     }
 
     fn push_tail(&mut self, l: List, f: FrameIndex) {
+        assert_eq!(self.list[f.index()], List::None, "a frame is on one list");
         let tail = self.ends(l).tail;
         self.next[f.index()] = NIL;
         self.prev[f.index()] = tail;
@@ -190,6 +201,7 @@ impl Replacer {
                     let t = self.protected.tail;
                     self.unlink(t);
                     self.push_head(List::Probation, t);
+                    assert!(self.protected.len <= self.protected_max);
                     t
                 })
             }

@@ -27,6 +27,12 @@ pub const PAGE_MAGIC: [u8; 4] = *b"DKVP";
 /// The page sizes a database may be created with.
 pub const PAGE_SIZES: [u32; 3] = [4096, 8192, 16384];
 
+// The largest file the page count allows has a byte size that fits an
+// `i64` (`off_t`) at the largest page size.
+const _: () = assert!(
+    crate::constants::PAGE_COUNT_MAX <= i64::MAX as u64 / PAGE_SIZES[PAGE_SIZES.len() - 1] as u64
+);
+
 /// What a page holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u16)]

@@ -175,11 +175,16 @@ impl<'a> At<'a> {
             Some(q) if !q.as_os_str().is_empty() => q.to_path_buf(),
             _ => PathBuf::from("."),
         };
-        At {
+        let parent = At {
             base: self.base,
             rel: up(&self.rel),
             path: up(&self.path),
-        }
+        };
+        assert!(
+            !parent.rel.as_os_str().is_empty(),
+            "an empty path opens nothing: the directory itself is `.`"
+        );
+        parent
     }
 
     /// `openat(2)` with `flags` (`O_CLOEXEC` always added) and `mode` for a

@@ -303,6 +303,10 @@ pub struct Clock {
 impl Clock {
     /// A measurement of `seconds` starting now.
     pub fn new(seconds: f64) -> Clock {
+        assert!(
+            seconds > 0.0 && seconds.is_finite(),
+            "a measurement lasts a while"
+        );
         let start = Instant::now();
         Clock {
             start,
@@ -487,6 +491,7 @@ pub fn measure_and_save(dir: &At<'_>, candidates: &[SyncVariant]) -> Option<Sync
         }
     }
     let &(best, ops) = measured.iter().max_by(|a, b| a.1.total_cmp(&b.1))?;
+    assert!(ops > 0.0, "a measured variant completed an op");
     if let Ok(filesystem) = dir.fs_info() {
         let profile = DeviceProfile {
             schema_version: PROFILE_SCHEMA_VERSION,

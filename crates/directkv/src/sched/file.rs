@@ -180,8 +180,11 @@ impl<F: StorageFile> Admitted<'_, F> {
     /// # Errors
     /// As [`StorageFile::read_at`].
     pub fn read_at(&self, buf: IoMut<'_>, offset: u64) -> Result<usize> {
-        self.spend(buf.len());
-        self.file.read_at(buf, offset)
+        let len = buf.len();
+        self.spend(len);
+        let n = self.file.read_at(buf, offset)?;
+        assert!(n <= len, "a read of {len} bytes returned {n}");
+        Ok(n)
     }
 
     /// As [`StorageFile::read_exact_at`].
@@ -204,9 +207,12 @@ impl<F: StorageFile> Admitted<'_, F> {
 
     /// As [`StorageFile::run_batch`].
     pub fn run_batch(&self, ops: Vec<BatchOp<'_>>) -> Vec<Result<()>> {
-        self.count(ops.len());
+        let n = ops.len();
+        self.count(n);
         self.charge(ops.iter().map(BatchOp::len).sum());
-        self.file.run_batch(ops)
+        let results = self.file.run_batch(ops);
+        assert_eq!(results.len(), n, "a batch answers once per request");
+        results
     }
 
     /// As [`StorageFile::sync`] (moves no bytes of the permit's).

@@ -17,9 +17,10 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::disk::SimStorage;
+use super::disk::{SimStorage, SIM_SECTOR_BYTES};
 use super::rng::Rng;
 use crate::db::Database;
+use crate::error::{Error, Result};
 use crate::io::Storage;
 
 /// Every file under a database directory, with its bytes: the older copies.
@@ -73,6 +74,10 @@ pub(super) fn damage(
     page: usize,
     rng: &mut Rng,
 ) -> Option<Damaged> {
+    assert!(
+        page.is_power_of_two() && page >= SIM_SECTOR_BYTES,
+        "a page is a power of two of whole sectors"
+    );
     let wal = root.join("wal");
     let mut targets = paths(disk, root);
     targets.push(wal.clone());
@@ -95,6 +100,7 @@ pub(super) fn damage(
         }
         1 => {
             let to = [0, 4096.min(len), len / 2, len.saturating_sub(512)][rng.range(0, 4) as usize];
+            assert!(to <= len, "a truncation only shortens");
             bytes.truncate(to);
             format!("{name} truncated to {to}")
         }
@@ -102,13 +108,7 @@ pub(super) fn damage(
             bytes.fill(0);
             format!("{name} zero-filled")
         }
-        3 if name == "data" && len >= 3 * page => {
-            let pages = (len / page) as u64;
-            let (a, b) = (rng.range(1, pages), rng.range(1, pages));
-            let (a, b) = (a as usize * page, b as usize * page);
-            bytes.copy_within(a..a + page, b);
-            format!("data page {} copied over page {}", a / page, b / page)
-        }
+        3 if name == "data" && len >= 3 * page => copy_page(&mut bytes, page, rng),
         6 => {
             let older = old.files.get(&target)?;
             bytes.clone_from(older);
@@ -127,6 +127,20 @@ pub(super) fn damage(
     };
     disk.set_file_bytes(&target, bytes);
     done(what, false)
+}
+
+/// Copies one page of the data file's `bytes` over another (a misdirected
+/// write), neither of them the head page; says which.
+fn copy_page(bytes: &mut [u8], page: usize, rng: &mut Rng) -> String {
+    let pages = (bytes.len() / page) as u64;
+    let (a, b) = (rng.range(1, pages), rng.range(1, pages));
+    let (a, b) = (a as usize * page, b as usize * page);
+    assert!(
+        a.max(b) + page <= bytes.len(),
+        "both pages lie inside the file"
+    );
+    bytes.copy_within(a..a + page, b);
+    format!("data page {} copied over page {}", a / page, b / page)
 }
 
 /// Deletes the WAL directory, or replaces it with its older copy.
@@ -168,15 +182,19 @@ pub(super) enum Outcome {
 /// # Errors
 /// What was wrong when the outcome is none of the allowed ones.
 pub(super) fn classify<S: Storage>(
-    opened: crate::Result<Database<S>>,
+    opened: Result<Database<S>>,
     expect: impl Fn(u64) -> BTreeMap<Vec<u8>, Vec<u8>>,
     acked: u64,
     copied: u64,
     limit: bool,
 ) -> Result<Outcome, String> {
+    assert!(
+        copied <= acked,
+        "the older copies were taken before the last acknowledged commit"
+    );
     let db = match opened {
         Ok(db) => db,
-        Err(crate::Error::Poisoned { .. } | crate::Error::InvalidArgument(_)) => {
+        Err(Error::Poisoned { .. } | Error::InvalidArgument(_)) => {
             return Err("open failed with an error that names no damage".into())
         }
         Err(_) => return Ok(Outcome::Detected),

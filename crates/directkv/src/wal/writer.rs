@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use super::coverage::{self, DiscardedTail};
 use super::format::{
-    kind, next_record_start, DbId, Layout, RecordHeader, FLUSH_BYTES_MAX, RECORD_HEADER_BYTES,
+    kind, next_record_start, DbId, Layout, FLUSH_BYTES_MAX, RECORD_HEADER_BYTES,
     RECORD_PAYLOAD_MAX, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, SEGMENT_HEADER_BYTES,
 };
 
@@ -46,8 +46,11 @@ use crate::lsn::Lsn;
 use crate::sched::{IoClass, ScheduledFile};
 
 mod flush;
+mod state;
 mod wake;
 
+use state::{Buffer, FlushError, Phase};
+pub(super) use state::{Failure, State};
 use wake::FlushEnds;
 
 /// The default segment size: 64 MiB. Large enough that moving to a new segment
@@ -226,169 +229,6 @@ pub struct WalStats {
     pub end_lsn: u64,
 }
 
-struct Buffer {
-    buf: AlignedBuf,
-    start: Lsn,
-    used: usize,
-}
-
-impl Buffer {
-    fn end(&self) -> Lsn {
-        Lsn::new(self.start.get() + self.used as u64)
-    }
-
-    /// Writes a record at `at` (≥ the current end); returns its end.
-    fn put(&mut self, at: Lsn, kind: u8, payload: &[u8]) -> Lsn {
-        assert!(at >= self.end(), "records are put in LSN order");
-        assert!(
-            payload.len() <= RECORD_PAYLOAD_MAX,
-            "the caller bounded the payload"
-        );
-        let rel = (at.get() - self.start.get()) as usize;
-        assert!(
-            rel + RECORD_HEADER_BYTES as usize + payload.len() <= self.buf.len(),
-            "the caller made room for the record"
-        );
-        let bytes = self.buf.as_mut_slice();
-        // Bytes skipped before a record (block tails) must read as zeros.
-        bytes[self.used..rel].fill(0);
-        let header = RecordHeader {
-            payload_len: payload.len() as u32,
-            payload_crc: crc32c::crc32c(payload),
-            kind,
-        };
-        let h = RECORD_HEADER_BYTES as usize;
-        bytes[rel..rel + h].copy_from_slice(&header.encode(at));
-        bytes[rel + h..rel + h + payload.len()].copy_from_slice(payload);
-        self.used = rel + h + payload.len();
-        Lsn::new(at.get() + (h + payload.len()) as u64)
-    }
-}
-
-/// How a flush failed.
-enum FlushError {
-    /// Before any byte was written: the records are definitely not durable.
-    NothingWritten(Error),
-    /// During the write or sync: they may or may not be.
-    MaybeWritten(Error),
-}
-
-pub(super) struct Failure {
-    /// The log could not get space for a segment; nothing of the failed flush
-    /// was written.
-    disk_full: bool,
-    cause: String,
-    /// Commits up to this LSN may or may not be durable.
-    unknown_until: Lsn,
-}
-
-/// The writer's phase. `Open → Flushing` when a committer leads a flush
-/// ([`State::begin_flush`]); `Flushing → Open` when it succeeds, `Flushing →
-/// Failed` when it does not ([`State::end_flush`]). `Failed` is final: every
-/// later append and flush returns an error, and nothing is written again.
-enum Phase {
-    /// No flush under way; the spare buffer is at hand.
-    Open,
-    /// One committer writes and syncs the previous fill buffer, without the
-    /// lock; the spare buffer is the fill buffer meanwhile.
-    Flushing,
-    /// A flush failed (see [`Failure`]).
-    Failed(Failure),
-}
-
-pub(super) struct State {
-    fill: Buffer,
-    spare: Option<AlignedBuf>,
-    durable: Lsn,
-    phase: Phase,
-    /// Flushes begun; while `Flushing`, the number of the one under way.
-    pub(super) generation: u64,
-    /// While `Flushing`, the end of the log the flush under way covers.
-    flushing_to: Lsn,
-    /// The last flush that completed held records, and no flush has begun
-    /// since: nothing durable proves it complete yet.
-    pub(super) unsealed: bool,
-    /// The sealer sleeps until a flush leaves the log unsealed.
-    pub(super) sealer_parked: bool,
-    /// When the last flush ended (or the log opened): with no flush under
-    /// way, the log has been idle since.
-    pub(super) idle_since: Instant,
-}
-
-impl State {
-    /// An open writer whose next flush starts at `resume_at` (unit-aligned,
-    /// at or past `durable`, the end of the log found).
-    fn new(fill: AlignedBuf, spare: AlignedBuf, resume_at: Lsn, durable: Lsn) -> Self {
-        assert!(resume_at >= durable, "the next flush starts past the log");
-        State {
-            fill: Buffer {
-                buf: fill,
-                start: resume_at,
-                used: 0,
-            },
-            spare: Some(spare),
-            durable,
-            phase: Phase::Open,
-            generation: 0,
-            flushing_to: durable,
-            unsealed: false,
-            sealer_parked: false,
-            idle_since: Instant::now(),
-        }
-    }
-
-    pub(super) fn is_flushing(&self) -> bool {
-        matches!(self.phase, Phase::Flushing)
-    }
-
-    pub(super) fn failure(&self) -> Option<&Failure> {
-        match &self.phase {
-            Phase::Failed(f) => Some(f),
-            Phase::Open | Phase::Flushing => None,
-        }
-    }
-
-    /// `Open → Flushing`: the leader took the spare buffer and flushes the
-    /// log up to `to`.
-    fn begin_flush(&mut self, to: Lsn) {
-        assert!(
-            matches!(self.phase, Phase::Open),
-            "a flush starts only when open"
-        );
-        assert!(self.spare.is_none(), "the leader took the spare buffer");
-        assert!(to >= self.durable, "a flush covers the durable log");
-        self.phase = Phase::Flushing;
-        self.generation += 1;
-        self.flushing_to = to;
-    }
-
-    /// The flush a waiter for `lsn` sleeps until, while one is under way:
-    /// that one if it covers `lsn`, else the next.
-    fn flush_needed(&self, lsn: Lsn) -> u64 {
-        assert!(self.is_flushing(), "waiting for a flush under way");
-        if lsn <= self.flushing_to {
-            self.generation
-        } else {
-            self.generation + 1
-        }
-    }
-
-    /// `Flushing → Open`, or `→ Failed` with `failure`; the written buffer is
-    /// the spare again. `held_records`: the flush held caller records, so it
-    /// is unsealed until the next one begins.
-    fn end_flush(&mut self, written: AlignedBuf, failure: Option<Failure>, held_records: bool) {
-        assert!(self.is_flushing(), "only a flush under way ends");
-        assert!(self.spare.is_none(), "one spare buffer");
-        self.spare = Some(written);
-        self.unsealed = held_records && failure.is_none();
-        self.idle_since = Instant::now();
-        self.phase = match failure {
-            Some(f) => Phase::Failed(f),
-            None => Phase::Open,
-        };
-    }
-}
-
 pub(super) struct Shared<S: Storage> {
     dir: PathBuf,
     layout: Layout,
@@ -464,6 +304,18 @@ fn spawn_threads<S: Storage>(
     (preparer, sealer)
 }
 
+/// Where the first flush after open starts: the first I/O-unit boundary
+/// at or past the end of the log found (end 5000, unit 4096: 8192), so no
+/// sector that holds durable records is written again.
+fn resume_point(end: Lsn, unit: usize) -> Lsn {
+    let resume_at = Lsn::new(end.get().next_multiple_of(unit as u64));
+    assert!(
+        resume_at >= end && resume_at.get() - end.get() < unit as u64,
+        "the next flush starts at the first unit boundary at or past the end"
+    );
+    resume_at
+}
+
 /// See [`crate::health`]: a poisoned lock here means the database has
 /// failed already.
 pub(super) fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
@@ -508,7 +360,7 @@ impl<S: Storage> Wal<S> {
             });
         }
         drop(probe);
-        let resume_at = Lsn::new(tail.end.get().next_multiple_of(unit as u64));
+        let resume_at = resume_point(tail.end, unit);
         let shared = Arc::new(Shared {
             dir: opts.dir.clone(),
             layout,
@@ -586,7 +438,9 @@ impl<S: Storage> Wal<S> {
             let at = next_record_start(st.fill.end());
             let end = at.get() + RECORD_HEADER_BYTES + payload.len() as u64;
             if end <= st.fill.start.get() + st.fill.buf.len() as u64 {
-                let end = st.fill.put(at, kind, payload);
+                let put_end = st.fill.put(at, kind, payload);
+                assert_eq!(put_end.get(), end, "the record fills the room made for it");
+                let end = put_end;
                 let before = sh.appended.fetch_max(end.get(), Ordering::AcqRel);
                 assert!(before < end.get(), "records are appended in LSN order");
                 sh.counters.records.fetch_add(1, Ordering::Relaxed);
@@ -750,6 +604,10 @@ impl<S: Storage> Wal<S> {
     /// # Errors
     /// I/O errors of renaming, syncing or removing segments.
     pub fn recycle_before(&self, lsn: Lsn) -> Result<usize> {
+        assert!(
+            lsn <= self.durable_lsn(),
+            "only segments of durable log are recycled"
+        );
         let keep_from = self.shared.layout.segment_of(lsn);
         self.shared.segments.recycle_before(keep_from)
     }

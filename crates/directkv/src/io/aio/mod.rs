@@ -63,10 +63,10 @@ const FILE_SLOTS: u32 = 64;
 /// The largest buffer the kernel registers in one piece.
 const FIXED_BUFFER_MAX: usize = 1 << 30;
 
-/// See [`crate::health`]: a poisoned lock here means the database has
+/// See [`crate::error::lock_even_poisoned`]: a poisoned lock here means the database has
 /// failed already.
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    crate::health::lock_even_poisoned(m)
+    crate::error::lock_even_poisoned(m)
 }
 
 /// Which backend carries asynchronous I/O.
@@ -312,11 +312,16 @@ impl Aio {
                 ),
             },
         };
-        Ok(Arc::new(Aio {
+        let aio = Arc::new(Aio {
             imp,
             note: Mutex::new(note),
             counters: Counters::default(),
-        }))
+        });
+        assert!(
+            opts.backend == AioBackend::Auto || aio.backend() == opts.backend,
+            "the backend asked for is the one built"
+        );
+        Ok(aio)
     }
 
     /// The backend in use: [`AioBackend::Uring`] or [`AioBackend::Threads`].
@@ -349,10 +354,15 @@ impl Aio {
     /// Registers a descriptor as a fixed file; `None` when there is no room
     /// or the backend has no fixed files (the plain descriptor is used then).
     pub(crate) fn register_file(&self, fd: RawFd) -> Option<u32> {
-        match &self.imp {
+        let slot = match &self.imp {
             Imp::Uring(u) => u.register_file(fd),
             Imp::Threads(_) => None,
-        }
+        };
+        assert!(
+            slot.is_none_or(|s| s < FILE_SLOTS),
+            "a fixed file takes a slot of the table"
+        );
+        slot
     }
 
     /// Frees a fixed-file slot before its descriptor is closed.
@@ -373,10 +383,19 @@ impl Aio {
         c.requests.fetch_add(reqs.len() as u64, Ordering::Relaxed);
         c.bytes
             .fetch_add(reqs.iter().map(|r| r.len as u64).sum(), Ordering::Relaxed);
+        assert!(target.fd >= 0, "a batch runs on an open file");
         let in_flight = match &self.imp {
             Imp::Uring(u) => u.run(target, reqs, c),
             Imp::Threads(t) => t.run(target.fd, reqs, c),
         };
+        assert!(
+            (1..=reqs.len()).contains(&in_flight),
+            "a batch has 1 to all of its requests in flight at once"
+        );
+        assert!(
+            reqs.iter().all(|r| r.result.is_some()),
+            "a batch returns with every request answered"
+        );
         c.max_in_flight
             .fetch_max(in_flight as u64, Ordering::Relaxed);
     }

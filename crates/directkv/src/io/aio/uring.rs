@@ -46,6 +46,7 @@ pub(super) struct Uring {
 
 impl Uring {
     pub(super) fn new(depth: u32) -> std::io::Result<Uring> {
+        assert!(depth > 0, "a ring has room for a request");
         let mut rings = Vec::with_capacity(RINGS);
         for _ in 0..RINGS {
             rings.push(IoUring::new(depth)?);
@@ -82,6 +83,16 @@ impl Uring {
             regions.push((base as usize + at, len));
             at += len;
         }
+        assert_eq!(
+            piece % arena.slot_bytes(),
+            0,
+            "no slot straddles two pieces"
+        );
+        assert_eq!(
+            regions.iter().map(|&(_, len)| len).sum::<usize>(),
+            size,
+            "the pieces cover the arena"
+        );
         if regions.len() > usize::from(u16::MAX) {
             return Ok(false);
         }
@@ -118,6 +129,7 @@ impl Uring {
         }
         let mut files = lock(&self.files);
         let slot = files.iter().position(Option::is_none)? as u32;
+        assert!(slot < FILE_SLOTS, "the table has FILE_SLOTS slots");
         for (i, r) in self.rings.iter().enumerate() {
             if lock(r)
                 .ring
@@ -249,6 +261,8 @@ impl Uring {
             }
             for cqe in ring.completion() {
                 let i = cqe.user_data() as usize;
+                assert!(i < reqs.len(), "a completion names a request of the batch");
+                assert!(kernel.0 > 0, "a completion of a request the kernel owned");
                 kernel.0 -= 1;
                 let res = cqe.result();
                 let res = if res < 0 {
@@ -261,6 +275,10 @@ impl Uring {
                 }
             }
         }
+        assert!(
+            most <= self.depth,
+            "never more in flight than the ring's depth"
+        );
         most
     }
 }
