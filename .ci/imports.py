@@ -55,15 +55,13 @@ TEST_MAY_USE = {"sim", ""}
 ALLOW = {
     "db/archive.rs -> backup",
     "db/archive_setting.rs -> backup",
-    "db/backup/mod.rs -> backup",
-    "db/backup/pages.rs -> backup",
+    "db/backup_access.rs -> backup",
+    "db/database.rs -> backup",
     "db/commit.rs -> crate root",
-    "db/database.rs -> crate root",
     "db/open.rs -> backup",
     "db/summary.rs -> backup",
     "circle db: access, archive, archive_setting, background, check, commit, database, engine, "
     "open, options, recovery, stats, txn, versions, write",
-    "circle backup: files, increment, manifest",
 }
 
 IDENT = r"[A-Za-z_][A-Za-z0-9_]*"

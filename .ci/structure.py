@@ -37,8 +37,6 @@ ALLOW = {
     "crates/directkv/src/db/write.rs": {"lines"},
     "crates/directkv/src/db/txn.rs": {"lines", "density"},
     "crates/directkv/src/db/archive.rs": {"lines"},
-    "crates/directkv/src/db/backup/mod.rs": {"density"},
-    "crates/directkv/src/restore/copy.rs": {"density"},
     "crates/directkv/src/db/stats.rs": {"density"},
     "crates/directkv/src/db/options.rs": {"density"},
     "crates/directkv/src/lib.rs": {"density"},
