@@ -28,16 +28,16 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use directkv::internals::backup::restore_chain_with;
+use directkv::internals::engine::restore_chain_with;
 use directkv::internals::io::{
-    Alignment, DirectIo, FileKind, FileMeta, FileOptions, Fill, IoMut, IoPath, IoRef, Permissions,
-    Storage, StorageFile,
+    Alignment, FileMeta, FileOptions, Fill, IoMut, IoRef, Storage, StorageFile,
 };
 use directkv::internals::sim::{Rng, SimFile, SimLock, SimStorage, SIM_SECTOR_BYTES};
-use directkv::internals::wal::format::{parse_segment_file_name, Layout, SegmentHeader};
+use directkv::internals::wal::{parse_segment_file_name, Layout, SegmentHeader};
 use directkv::{
     BackupOptions, Database, Error, IoOp, Lsn, Options, RestoreTarget, SyncMethod, SyncVariant,
 };
+use directkv::{DirectIo, FileKind, IoPath, Permissions};
 
 /// The simulated disk as the engine's storage, with buffered I/O for the
 /// files opened without direct I/O.
@@ -497,7 +497,7 @@ fn assert_no_segment_lost(disk: &Disk, db: &Db, from: u64, ctx: &str) -> Vec<u64
 }
 
 fn file_name(n: u64) -> String {
-    directkv::internals::wal::format::segment_file_name(n)
+    directkv::internals::wal::segment_file_name(n)
 }
 
 /// The backup's first log segment.

@@ -28,15 +28,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use directkv::internals::backup::restore_chain_with;
+use directkv::internals::engine::restore_chain_with;
 use directkv::internals::io::{
-    Alignment, FileMeta, FileOptions, Fill, IoMut, IoPath, IoRef, OsStorage, Permissions, Storage,
-    StorageFile,
+    Alignment, FileMeta, FileOptions, Fill, IoMut, IoRef, OsStorage, Storage, StorageFile,
 };
 use directkv::{
     restore_backup, restore_backup_chain, verify_backup, BackupOptions, Database, Error, Options,
     WriteOptions,
 };
+use directkv::{IoPath, Permissions};
 
 const ACCOUNTS: u64 = 500;
 const START_BALANCE: u64 = 1000;
@@ -836,7 +836,7 @@ fn a_lost_history_starts_a_new_line_at_open() {
 /// also when the caller made the directory just before.
 #[test]
 fn new_directory_levels_of_a_restore_and_a_backup_are_synced() {
-    use directkv::internals::backup::restore_chain_with;
+    use directkv::internals::engine::restore_chain_with;
     use directkv::internals::io::{FaultOp, FaultyStorage, OsStorage};
     let dir = scratch();
     let (_, bk) = made_backup(dir.path());

@@ -10,13 +10,14 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use directkv::internals::buffer::{Access, BufferPool, LogFlusher, WriteCause};
-use directkv::internals::db::ControlFile;
-use directkv::internals::format::control::Control;
-use directkv::internals::format::page::{self, PageType, PAGE_HEADER_BYTES};
-use directkv::internals::format::PageId;
-use directkv::internals::io::{DirectFile, DirectIo, FileOptions, OsStorage, SyncMethod};
-use directkv::internals::sched::{IoClass, ScheduledFile, Scheduler};
+use directkv::internals::engine::{Access, BufferPool, LogFlusher, WriteCause};
+use directkv::internals::engine::{IoClass, ScheduledFile, Scheduler};
+use directkv::internals::io::{DirectFile, FileOptions, OsStorage};
+use directkv::internals::pages::page::{self, PageType, PAGE_HEADER_BYTES};
+use directkv::internals::pages::Control;
+use directkv::internals::pages::ControlFile;
+use directkv::internals::pages::PageId;
+use directkv::{DirectIo, SyncMethod};
 use directkv::{Error, Lsn};
 
 const DB: [u8; 16] = *b"buffer-pool-test";
@@ -374,7 +375,7 @@ fn control_file_falls_back_to_the_older_slot() {
         root_page: PageId::new(1),
         page_count: 2,
         freelist_head: PageId::ZERO,
-        flags: directkv::internals::format::control::FLAG_HISTORY,
+        flags: directkv::internals::pages::FLAG_HISTORY,
         history: [7; 16],
         history_lost: false,
     };
@@ -466,10 +467,10 @@ fn crc32c_of(b: &[u8]) -> u32 {
 fn growth_ahead_of_use_races_writes_past_the_end_and_loses_nothing() {
     let dir = scratch();
     // A tight scheduler: one Background request in flight, a low rate.
-    let sched = Arc::new(Scheduler::new(directkv::internals::sched::SchedOptions {
+    let sched = Arc::new(Scheduler::new(directkv::SchedOptions {
         background_inflight_bytes: 64 << 10,
         background_rate_bytes: 8 << 20,
-        ..directkv::internals::sched::SchedOptions::default()
+        ..directkv::SchedOptions::default()
     }));
     let log = Arc::new(FakeLog::default());
     let p = Arc::new(pool_scheduled(dir.path(), 64, log, Arc::clone(&sched)));

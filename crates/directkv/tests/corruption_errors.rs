@@ -11,8 +11,8 @@
 use std::os::unix::fs::FileExt;
 use std::path::{Component, Path, PathBuf};
 
-use directkv::internals::format::page::{self, PageType};
-use directkv::internals::format::{DbId, PageId};
+use directkv::internals::pages::page::{self, PageType};
+use directkv::internals::pages::{DbId, PageId};
 use directkv::{Database, Error, Options, SyncMethod, SyncVariant};
 
 const PAGE: usize = 8192;
@@ -171,7 +171,7 @@ fn a_checksum_mismatch_names_the_data_file_and_its_byte_offset() {
 #[test]
 fn a_malformed_log_record_names_its_segment_and_byte_offset() {
     use directkv::internals::sim::SimStorage;
-    use directkv::internals::wal::format::SEGMENT_HEADER_BYTES;
+    use directkv::internals::wal::SEGMENT_HEADER_BYTES;
 
     let path = Path::new("/sim/db");
     let disk = SimStorage::new();
@@ -215,7 +215,7 @@ fn break_first_page_record(
     wal: &Path,
 ) -> (PathBuf, u64) {
     use directkv::internals::io::Storage;
-    use directkv::internals::wal::format::{RecordHeader, SegmentHeader, SEGMENT_HEADER_BYTES};
+    use directkv::internals::wal::{RecordHeader, SegmentHeader, SEGMENT_HEADER_BYTES};
     use directkv::Lsn;
 
     let mut found = None;

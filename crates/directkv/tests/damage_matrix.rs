@@ -194,7 +194,7 @@ fn targets(dir: &Path) -> Vec<Target> {
 /// must be refused after a crash too, since the drop sealed the flush that
 /// holds it (issue 43).
 fn last_commit(dir: &Path) -> Target {
-    use directkv::internals::wal::format::{segment_file_name, Layout};
+    use directkv::internals::wal::{segment_file_name, Layout};
     let mut reader = wal_reader(dir);
     let mut last = None;
     while let Some(rec) = reader.next_user_record().expect("read the log") {
@@ -214,8 +214,8 @@ fn last_commit(dir: &Path) -> Target {
 fn wal_reader(
     dir: &Path,
 ) -> directkv::internals::wal::WalReader<directkv::internals::io::OsStorage> {
-    use directkv::internals::db::ControlFile;
     use directkv::internals::io::OsStorage;
+    use directkv::internals::pages::ControlFile;
     use directkv::internals::wal::WalReader;
     let redo = ControlFile::open(&OsStorage::default(), &dir.join("CONTROL"))
         .expect("CONTROL")
@@ -443,7 +443,7 @@ fn slot(t: &Target) -> String {
 /// The segment holding the log's newest record, read from `CONTROL`'s
 /// redo point.
 fn newest_used_segment(dir: &Path) -> Option<PathBuf> {
-    use directkv::internals::wal::format::{segment_file_name, Layout};
+    use directkv::internals::wal::{segment_file_name, Layout};
     let mut reader = wal_reader(dir);
     let mut last = None;
     while let Some(rec) = reader.next_record().expect("read the log") {

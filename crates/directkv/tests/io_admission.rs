@@ -8,8 +8,8 @@
 
 use std::path::Path;
 
+use directkv::internals::engine::IoClass;
 use directkv::internals::io::{FaultOp, FaultyStorage, OsStorage};
-use directkv::internals::sched::IoClass;
 use directkv::{Database, Options, SchedStats};
 
 fn opts() -> Options {

@@ -12,10 +12,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use directkv::internals::io::{
-    device_info, fs_info, statx_direct_io, AlignedBuf, AlignmentSource, DirectFile, DirectIo,
-    FileOptions, Fill, IoPath, SyncMethod,
+    device_info, fs_info, statx_direct_io, AlignedBuf, AlignmentSource, DirectFile, FileOptions,
+    Fill,
 };
 use directkv::Error;
+use directkv::{DirectIo, IoPath, SyncMethod};
 
 fn scratch_dir() -> tempfile::TempDir {
     tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir")

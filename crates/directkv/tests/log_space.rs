@@ -2,9 +2,8 @@
 //! point never grows past `WAL_HARD_LIMIT_FACTOR` checkpoint distances plus
 //! the transaction that crossed it, however fast transactions come.
 
-use directkv::{
-    Database, Durability, Error, Options, CHECKPOINT_WAL_BYTES_MIN, WAL_HARD_LIMIT_FACTOR,
-};
+use directkv::internals::engine::WAL_HARD_LIMIT_FACTOR;
+use directkv::{Database, Durability, Error, Options, CHECKPOINT_WAL_BYTES_MIN};
 
 #[test]
 fn the_log_since_the_redo_point_stays_under_the_hard_limit() {
@@ -20,7 +19,7 @@ fn the_log_since_the_redo_point_stays_under_the_hard_limit() {
             // CI reruns this suite on the thread-pool backend through the
             // variable the directkv command honours; the library reads no
             // environment itself.
-            async_io: directkv::internals::io::AioOptions::default()
+            async_io: directkv::AioOptions::default()
                 .with_env_override()
                 .expect("a valid DIRECTKV_IO_BACKEND"),
             ..Options::default()

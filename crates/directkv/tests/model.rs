@@ -8,8 +8,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use directkv::internals::io::{SyncMethod, SyncVariant};
 use directkv::{Database, Durability, Options};
+use directkv::{SyncMethod, SyncVariant};
 use proptest::prelude::*;
 
 fn options() -> Options {
@@ -25,7 +25,7 @@ fn options() -> Options {
         // CI reruns this suite on the thread-pool backend through the
         // variable the directkv command honours; the library reads no
         // environment itself.
-        async_io: directkv::internals::io::AioOptions::default()
+        async_io: directkv::AioOptions::default()
             .with_env_override()
             .expect("a valid DIRECTKV_IO_BACKEND"),
         ..Options::default()

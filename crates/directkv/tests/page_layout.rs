@@ -7,8 +7,8 @@
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use directkv::internals::format::page::{self, PageType, PAGE_HEADER_BYTES};
-use directkv::internals::format::{DbId, PageId};
+use directkv::internals::pages::page::{self, PageType, PAGE_HEADER_BYTES};
+use directkv::internals::pages::{DbId, PageId};
 use directkv::{Database, Error, Options, SyncMethod, SyncVariant};
 
 const PAGE: usize = 8192;
@@ -234,7 +234,7 @@ fn a_replayed_page_image_with_a_wrong_layout_is_corruption() {
 /// the pages' numbers.
 fn damage_logged_leaf_images(disk: &directkv::internals::sim::SimStorage, wal: &Path) -> Vec<u64> {
     use directkv::internals::io::Storage;
-    use directkv::internals::wal::format::{RecordHeader, SegmentHeader, SEGMENT_HEADER_BYTES};
+    use directkv::internals::wal::{RecordHeader, SegmentHeader, SEGMENT_HEADER_BYTES};
     use directkv::Lsn;
 
     let mut damaged = Vec::new();

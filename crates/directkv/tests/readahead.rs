@@ -18,7 +18,7 @@ fn options(readahead_pages: usize) -> Options {
         // CI reruns this suite on the thread-pool backend through the
         // variable the directkv command honours; the library reads no
         // environment itself.
-        async_io: directkv::internals::io::AioOptions::default()
+        async_io: directkv::AioOptions::default()
             .with_env_override()
             .expect("a valid DIRECTKV_IO_BACKEND"),
         ..Options::default()

@@ -11,10 +11,10 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use directkv::internals::db::ControlFile;
 use directkv::internals::io::OsStorage;
-use directkv::internals::wal::format::{segment_file_name, Layout};
+use directkv::internals::pages::ControlFile;
 use directkv::internals::wal::WalReader;
+use directkv::internals::wal::{segment_file_name, Layout};
 use directkv::{Database, Error, Lsn, Options, SyncMethod, SyncVariant};
 
 const SEGMENT_BYTES: u64 = 1 << 20;

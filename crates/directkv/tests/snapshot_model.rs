@@ -8,8 +8,8 @@
 
 use std::collections::BTreeMap;
 
-use directkv::internals::io::{SyncMethod, SyncVariant};
 use directkv::{Database, Durability, Error, Options, ReadTxn};
+use directkv::{SyncMethod, SyncVariant};
 use proptest::prelude::*;
 
 const CAP: usize = 48 << 10;

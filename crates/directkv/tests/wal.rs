@@ -12,11 +12,10 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use directkv::internals::io::{
-    FaultOp, FaultyStorage, OsStorage, Storage, SyncMethod, SyncVariant,
-};
+use directkv::internals::io::{FaultOp, FaultyStorage, OsStorage, Storage};
 use directkv::internals::wal::{Record, Wal, WalOptions, WalReader};
 use directkv::{Error, Lsn};
+use directkv::{SyncMethod, SyncVariant};
 
 const SEGMENT: u64 = 256 * 1024;
 const DB: [u8; 16] = *b"directkv-test-db";
@@ -577,7 +576,8 @@ fn records_over_the_limit_and_reserved_kinds_are_refused() {
 
 #[test]
 fn a_buffered_reader_sees_the_direct_writers_bytes() {
-    use directkv::internals::io::{AlignedBuf, DirectFile, DirectIo, FileOptions};
+    use directkv::internals::io::{AlignedBuf, DirectFile, FileOptions};
+    use directkv::DirectIo;
     let dir = scratch();
     let sync = SyncVariant {
         method: SyncMethod::Fdatasync,
