@@ -23,6 +23,8 @@
 //! needs, renames a restore's directory, and notes where archiving and
 //! recycling happen so that the power cuts can be aimed there.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -34,9 +36,7 @@ use directkv::internals::io::{
 };
 use directkv::internals::sim::{Rng, SimFile, SimLock, SimStorage, SIM_SECTOR_BYTES};
 use directkv::internals::wal::{parse_segment_file_name, Layout, SegmentHeader};
-use directkv::{
-    BackupOptions, Database, Error, IoOp, Lsn, Options, RestoreTarget, SyncMethod, SyncVariant,
-};
+use directkv::{BackupOptions, Database, Error, IoOp, Lsn, Options, RestoreTarget};
 use directkv::{DirectIo, FileKind, IoPath, Permissions};
 
 /// The simulated disk as the engine's storage, with buffered I/O for the
@@ -314,10 +314,7 @@ fn opts(archive: bool) -> Options {
     Options {
         cache_bytes: 32 * 4096,
         page_bytes: 4096,
-        wal_sync: Some(SyncVariant {
-            method: SyncMethod::Fdatasync,
-            direct: true,
-        }),
+        wal_sync: common::SIM_SYNC,
         wal_segment_bytes: SEGMENT_BYTES,
         checkpoint_wal_bytes: 128 << 10,
         wal_archive: archive.then(|| PathBuf::from(ARCHIVE)),

@@ -22,6 +22,8 @@
 //! - What a restore makes is a database and no backup, wherever it is
 //!   moved: verify, restore and incremental backups refuse it as one.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -40,10 +42,6 @@ use directkv::{IoPath, Permissions};
 
 const ACCOUNTS: u64 = 500;
 const START_BALANCE: u64 = 1000;
-
-fn scratch() -> tempfile::TempDir {
-    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir")
-}
 
 fn options() -> Options {
     Options {
@@ -107,7 +105,7 @@ fn marks(db: &Database) -> u64 {
 #[test]
 fn backup_under_load_restores_a_consistent_state() {
     for round in 0..3u64 {
-        let dir = scratch();
+        let dir = common::scratch();
         let src = dir.path().join("db");
         // The smallest segments: any backup spans several.
         let small = Options {
@@ -271,7 +269,7 @@ fn flip(path: &std::path::Path, at: u64) {
 
 #[test]
 fn incomplete_or_damaged_backups_are_refused_by_name() {
-    let dir = scratch();
+    let dir = common::scratch();
     let (_, good) = made_backup(dir.path());
     verify_backup(&good).expect("a good backup verifies");
     // A destination named with a trailing slash is built beside itself,
@@ -365,7 +363,7 @@ fn incomplete_or_damaged_backups_are_refused_by_name() {
 
 #[test]
 fn a_damaged_page_fails_the_backup_naming_it() {
-    let dir = scratch();
+    let dir = common::scratch();
     let src = dir.path().join("db");
     let db = Database::open(&src, options()).expect("open");
     fill(&db);
@@ -394,7 +392,7 @@ fn a_damaged_page_fails_the_backup_naming_it() {
 
 #[test]
 fn backup_destinations_are_checked() {
-    let dir = scratch();
+    let dir = common::scratch();
     let src = dir.path().join("db");
     let db = Database::open(&src, options()).expect("open");
     fill(&db);
@@ -523,7 +521,7 @@ fn method(dir: &std::path::Path) -> String {
 /// replays).
 #[test]
 fn summaries_and_a_scan_find_the_same_pages() {
-    let dir = scratch();
+    let dir = common::scratch();
     let path = dir.path().join("db");
     let db = Database::open(&path, options()).expect("open");
     churn(&db, 1, 300);
@@ -567,7 +565,7 @@ fn increment_of(parent: &std::path::Path) -> BackupOptions {
 
 #[test]
 fn a_chain_of_increments_restores_each_state_exactly() {
-    let dir = scratch();
+    let dir = common::scratch();
     let db = Database::open(dir.path().join("db"), options()).expect("open");
     churn(&db, 1, 300);
     let mut chain = vec![dir.path().join("b0")];
@@ -627,7 +625,7 @@ fn a_chain_of_increments_restores_each_state_exactly() {
 
 #[test]
 fn broken_chains_are_refused_naming_the_link() {
-    let dir = scratch();
+    let dir = common::scratch();
     let db = Database::open(dir.path().join("db"), options()).expect("open");
     churn(&db, 1, 50);
     let b: Vec<_> = (0..3).map(|i| dir.path().join(format!("b{i}"))).collect();
@@ -682,7 +680,7 @@ fn broken_chains_are_refused_naming_the_link() {
 /// one whose chain is found stores deltas, and a fraction of the bytes.
 #[test]
 fn increments_store_deltas_only_against_a_chain_they_find() {
-    let dir = scratch();
+    let dir = common::scratch();
     let db = Database::open(dir.path().join("db"), options()).expect("open");
     churn(&db, 1, 300);
     let full = dir.path().join("x").join("b0");
@@ -747,7 +745,7 @@ fn assert_restores(
 /// missed), while one on a backup of its own line is taken.
 #[test]
 fn a_restored_copy_starts_its_own_history() {
-    let dir = scratch();
+    let dir = common::scratch();
     let db = Database::open(dir.path().join("db"), options()).expect("open");
     churn(&db, 1, 100);
     let b0 = dir.path().join("b0");
@@ -796,7 +794,7 @@ fn a_restored_copy_starts_its_own_history() {
 #[test]
 fn a_lost_history_starts_a_new_line_at_open() {
     use std::os::unix::fs::FileExt;
-    let dir = scratch();
+    let dir = common::scratch();
     let path = dir.path().join("db");
     let db = Database::open(&path, options()).expect("open");
     churn(&db, 1, 50);
@@ -838,7 +836,7 @@ fn a_lost_history_starts_a_new_line_at_open() {
 fn new_directory_levels_of_a_restore_and_a_backup_are_synced() {
     use directkv::internals::engine::restore_chain_with;
     use directkv::internals::io::{FaultOp, FaultyStorage, OsStorage};
-    let dir = scratch();
+    let dir = common::scratch();
     let (_, bk) = made_backup(dir.path());
     let restore_syncs = |dest: &std::path::Path| {
         let storage = FaultyStorage::new(OsStorage::default());
@@ -879,7 +877,7 @@ fn new_directory_levels_of_a_restore_and_a_backup_are_synced() {
 /// whole pages, and the real chain restores it exactly.
 #[test]
 fn a_damaged_copy_beside_the_chain_fails_no_increment() {
-    let dir = scratch();
+    let dir = common::scratch();
     let db = Database::open(dir.path().join("db"), options()).expect("open");
     churn(&db, 1, 300);
     let b0 = dir.path().join("b0");
@@ -913,7 +911,7 @@ fn a_damaged_copy_beside_the_chain_fails_no_increment() {
 /// and checks nothing.)
 #[test]
 fn a_read_only_backup_verifies_and_takes_an_increment() {
-    let dir = scratch();
+    let dir = common::scratch();
     let db = Database::open(dir.path().join("db"), options()).expect("open");
     churn(&db, 1, 50);
     let b0 = dir.path().join("b0");
@@ -1002,7 +1000,7 @@ fn reseal(dir: &std::path::Path, edit: &dyn Fn(&mut directkv::BackupManifest)) {
 /// segment removed with its entry; an unlisted file added.
 #[test]
 fn restore_refuses_a_resealed_manifest_as_verify_does() {
-    let dir = scratch();
+    let dir = common::scratch();
     let (good, commits) = backup_under_commits(dir.path());
     verify_backup(&good).expect("the backup verifies");
     let m = directkv::BackupManifest::decode(
@@ -1154,7 +1152,7 @@ impl Storage for CountingReads {
 /// again), and the restored copy opens.
 #[test]
 fn a_restore_reads_each_file_of_a_backup_once() {
-    let dir = scratch();
+    let dir = common::scratch();
     let (backup, _) = backup_under_commits(dir.path());
     let m = directkv::BackupManifest::decode(
         &std::fs::read(backup.join("backup_manifest")).expect("read"),
@@ -1185,7 +1183,7 @@ fn a_restore_reads_each_file_of_a_backup_once() {
 /// copy opens with the chain's last state, and a backup of it verifies.
 #[test]
 fn a_restored_chain_is_a_database_and_no_backup() {
-    let dir = scratch();
+    let dir = common::scratch();
     let db = Database::open(dir.path().join("db"), options()).expect("open");
     churn(&db, 1, 300);
     let b0 = dir.path().join("b0");

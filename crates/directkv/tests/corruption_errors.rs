@@ -8,12 +8,14 @@
 //! malformed record in the log, refused by recovery, names its segment file
 //! and the record's byte offset in it the same way.
 
+mod common;
+
 use std::os::unix::fs::FileExt;
 use std::path::{Component, Path, PathBuf};
 
 use directkv::internals::pages::page::{self, PageType};
 use directkv::internals::pages::{DbId, PageId};
-use directkv::{Database, Error, Options, SyncMethod, SyncVariant};
+use directkv::{Database, Error, Options};
 
 const PAGE: usize = 8192;
 const KEYS: u32 = 2000;
@@ -21,14 +23,7 @@ const KEYS: u32 = 2000;
 const LONG: u32 = 7;
 
 fn opts() -> Options {
-    Options {
-        cache_bytes: 4 << 20,
-        wal_sync: Some(SyncVariant {
-            method: SyncMethod::None,
-            direct: false,
-        }),
-        ..Options::default()
-    }
+    common::unsynced(4 << 20)
 }
 
 fn key(i: u32) -> Vec<u8> {
@@ -121,7 +116,7 @@ fn names_the_page(e: &Error, dir: &Path, no: u64) {
 
 #[test]
 fn an_overflow_page_of_another_type_names_the_data_file_and_its_byte_offset() {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    let dir = common::scratch();
     build(dir.path());
     let (no, mut p, id) = find(dir.path(), PageType::Overflow);
     // A free page passes the page check; only the chain's walk sees that
@@ -145,7 +140,7 @@ fn an_overflow_page_of_another_type_names_the_data_file_and_its_byte_offset() {
 
 #[test]
 fn a_checksum_mismatch_names_the_data_file_and_its_byte_offset() {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    let dir = common::scratch();
     build(dir.path());
     let (no, mut p, _) = find(dir.path(), PageType::Leaf);
     p[PAGE - 100] ^= 0x55;

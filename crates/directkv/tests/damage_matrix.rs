@@ -29,10 +29,12 @@
 //! read a state the database really had at some commit, per key
 //! (docs/fault_coverage.md).
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use directkv::{Database, Error, Options, SyncMethod, SyncVariant};
+use directkv::{Database, Error, Options};
 
 const KEYS: u32 = 600;
 const SEGMENT_BYTES: u64 = 256 << 10;
@@ -43,10 +45,7 @@ fn opts() -> Options {
     Options {
         page_bytes: 4096,
         cache_bytes: 1 << 20,
-        wal_sync: Some(SyncVariant {
-            method: SyncMethod::None,
-            direct: false,
-        }),
+        wal_sync: common::NO_SYNC,
         wal_segment_bytes: SEGMENT_BYTES,
         background_threads: false,
         create_if_missing: false,
@@ -194,8 +193,8 @@ fn targets(dir: &Path) -> Vec<Target> {
 /// must be refused after a crash too, since the drop sealed the flush that
 /// holds it (issue 43).
 fn last_commit(dir: &Path) -> Target {
-    use directkv::internals::wal::{segment_file_name, Layout};
-    let mut reader = wal_reader(dir);
+    use directkv::internals::wal::Layout;
+    let mut reader = common::log_reader(dir, SEGMENT_BYTES);
     let mut last = None;
     while let Some(rec) = reader.next_user_record().expect("read the log") {
         last = Some((rec.lsn, rec.payload.len() as u64));
@@ -206,28 +205,9 @@ fn last_commit(dir: &Path) -> Target {
     };
     let lo = layout.file_offset(lsn);
     Target {
-        rel: PathBuf::from(format!("wal/{}", segment_file_name(layout.segment_of(lsn)))),
+        rel: common::segment_rel_path(SEGMENT_BYTES, lsn),
         range: Some((lo, (lo + 16 + len).min(SEGMENT_BYTES))),
     }
-}
-
-fn wal_reader(
-    dir: &Path,
-) -> directkv::internals::wal::WalReader<directkv::internals::io::OsStorage> {
-    use directkv::internals::io::OsStorage;
-    use directkv::internals::pages::ControlFile;
-    use directkv::internals::wal::WalReader;
-    let redo = ControlFile::open(&OsStorage::default(), &dir.join("CONTROL"))
-        .expect("CONTROL")
-        .current()
-        .redo_lsn;
-    WalReader::new(
-        OsStorage::default(),
-        &dir.join("wal"),
-        SEGMENT_BYTES,
-        None,
-        redo,
-    )
 }
 
 fn damages(t: &Target, is_dir: bool) -> Vec<Damage> {
@@ -443,16 +423,12 @@ fn slot(t: &Target) -> String {
 /// The segment holding the log's newest record, read from `CONTROL`'s
 /// redo point.
 fn newest_used_segment(dir: &Path) -> Option<PathBuf> {
-    use directkv::internals::wal::{segment_file_name, Layout};
-    let mut reader = wal_reader(dir);
+    let mut reader = common::log_reader(dir, SEGMENT_BYTES);
     let mut last = None;
     while let Some(rec) = reader.next_record().expect("read the log") {
         last = Some(rec.lsn);
     }
-    let layout = Layout {
-        segment_bytes: SEGMENT_BYTES,
-    };
-    last.map(|l| PathBuf::from(format!("wal/{}", segment_file_name(layout.segment_of(l)))))
+    last.map(|l| common::segment_rel_path(SEGMENT_BYTES, l))
 }
 
 #[test]

@@ -28,15 +28,14 @@
 //! tests (24 more); `directkv check` meets the five found cases in
 //! crates/directkv-cli/tests/check_hostile.rs.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use directkv::internals::io::OsStorage;
-use directkv::internals::pages::ControlFile;
 use directkv::internals::pages::{PAGE_COUNT_MAX, TXN_ID_MAX};
-use directkv::internals::wal::WalReader;
-use directkv::internals::wal::{segment_file_name, Layout};
-use directkv::{Database, Error, Lsn, Options, SyncMethod, SyncVariant};
+use directkv::internals::wal::Layout;
+use directkv::{Database, Error, Lsn, Options};
 
 const SEGMENT_BYTES: u64 = 1 << 20;
 const KEYS: u32 = 400;
@@ -49,10 +48,7 @@ fn opts() -> Options {
     Options {
         page_bytes: 4096,
         cache_bytes: 1 << 20,
-        wal_sync: Some(SyncVariant {
-            method: SyncMethod::None,
-            direct: false,
-        }),
+        wal_sync: common::NO_SYNC,
         wal_segment_bytes: SEGMENT_BYTES,
         background_threads: false,
         create_if_missing: false,
@@ -115,14 +111,14 @@ struct Template {
 }
 
 fn template(close: bool) -> Template {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    let dir = common::scratch();
     let model = build(dir.path(), close);
     Template { dir, model }
 }
 
 impl Template {
     fn copy(&self) -> tempfile::TempDir {
-        let to = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+        let to = common::scratch();
         for (p, bytes) in snapshot(self.dir.path()) {
             let rel = p.strip_prefix(self.dir.path()).expect("inside");
             if bytes.is_empty() && p.is_dir() {
@@ -346,13 +342,6 @@ fn control_fields_out_of_range_are_refused_by_name() {
 
 // ---- WAL records ----
 
-fn redo_lsn(dir: &Path) -> Lsn {
-    ControlFile::open(&OsStorage::default(), &control_path(dir))
-        .expect("CONTROL")
-        .current()
-        .redo_lsn
-}
-
 fn layout() -> Layout {
     Layout {
         segment_bytes: SEGMENT_BYTES,
@@ -360,19 +349,12 @@ fn layout() -> Layout {
 }
 
 fn segment_path(dir: &Path, lsn: Lsn) -> PathBuf {
-    dir.join("wal")
-        .join(segment_file_name(layout().segment_of(lsn)))
+    dir.join(common::segment_rel_path(SEGMENT_BYTES, lsn))
 }
 
 /// The log's engine records from the redo point: (LSN, kind, payload).
 fn records(dir: &Path) -> Vec<(Lsn, u8, Vec<u8>)> {
-    let mut reader = WalReader::new(
-        OsStorage::default(),
-        &dir.join("wal"),
-        SEGMENT_BYTES,
-        None,
-        redo_lsn(dir),
-    );
+    let mut reader = common::log_reader(dir, SEGMENT_BYTES);
     let mut out = Vec::new();
     while let Some(rec) = reader.next_user_record().expect("read the log") {
         out.push((rec.lsn, rec.kind, rec.payload));
@@ -522,7 +504,7 @@ fn record_fields_out_of_range_are_refused_by_name() {
 /// pool's empty-frame marker (a panic) or a page past the file.
 #[test]
 fn a_free_page_linking_past_the_file_is_refused_at_allocation() {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    let dir = common::scratch();
     let create = Options {
         create_if_missing: true,
         ..opts()
@@ -542,7 +524,7 @@ fn a_free_page_linking_past_the_file_is_refused_at_allocation() {
     let count = control_u64(dir.path(), PAGE_COUNT_AT);
     assert!(head != 0, "the deletes freed pages");
     for link in [u64::MAX, count] {
-        let d = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+        let d = common::scratch();
         for name in ["CONTROL", "data"] {
             std::fs::copy(dir.path().join(name), d.path().join(name)).expect("copy");
         }

@@ -4,25 +4,20 @@
 //! Each case damages one page of a closed database, seals it again so that
 //! its checksum, number and identity are right, and reads every key.
 
+mod common;
+
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use directkv::internals::pages::page::{self, PageType, PAGE_HEADER_BYTES};
 use directkv::internals::pages::{DbId, PageId};
-use directkv::{Database, Error, Options, SyncMethod, SyncVariant};
+use directkv::{Database, Error, Options};
 
 const PAGE: usize = 8192;
 const KEYS: u32 = 3000;
 
 fn opts() -> Options {
-    Options {
-        cache_bytes: 4 << 20,
-        wal_sync: Some(SyncVariant {
-            method: SyncMethod::None,
-            direct: false,
-        }),
-        ..Options::default()
-    }
+    common::unsynced(4 << 20)
 }
 
 fn key(i: u32) -> Vec<u8> {
@@ -103,7 +98,7 @@ const SLOTS: usize = PAGE_HEADER_BYTES + 16;
 
 #[test]
 fn a_slot_past_the_page_end_is_corruption() {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    let dir = common::scratch();
     build(dir.path());
     let (no, mut p, id) = find(dir.path(), PageType::Leaf);
     p[SLOTS..SLOTS + 2].copy_from_slice(&0xFFF0u16.to_le_bytes());
@@ -113,7 +108,7 @@ fn a_slot_past_the_page_end_is_corruption() {
 
 #[test]
 fn a_slot_count_past_the_cells_is_corruption() {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    let dir = common::scratch();
     build(dir.path());
     let (no, mut p, id) = find(dir.path(), PageType::Leaf);
     p[PAGE_HEADER_BYTES..PAGE_HEADER_BYTES + 2].copy_from_slice(&0xFFFFu16.to_le_bytes());
@@ -123,7 +118,7 @@ fn a_slot_count_past_the_cells_is_corruption() {
 
 #[test]
 fn a_garbage_count_that_does_not_add_up_is_corruption() {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    let dir = common::scratch();
     build(dir.path());
     let (no, mut p, id) = find(dir.path(), PageType::Leaf);
     // The garbage count: free space, compaction and removal rely on it.
@@ -146,7 +141,7 @@ fn a_garbage_count_that_does_not_add_up_is_corruption() {
 
 #[test]
 fn a_branch_child_that_is_no_page_is_corruption() {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    let dir = common::scratch();
     build(dir.path());
     let (no, mut p, id) = find(dir.path(), PageType::Branch);
     // The leftmost child: every descent into the first keys follows it.
@@ -158,7 +153,7 @@ fn a_branch_child_that_is_no_page_is_corruption() {
 
 #[test]
 fn an_overflow_value_over_the_limit_is_corruption() {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    let dir = common::scratch();
     build(dir.path());
     let file = std::fs::File::open(dir.path().join("data")).expect("data");
     let pages = file.metadata().expect("meta").len() / PAGE as u64;

@@ -8,13 +8,14 @@
 //! files, and open must either give back every acknowledged commit or
 //! refuse with `Corruption` naming the file, changing nothing on disk.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use directkv::internals::io::OsStorage;
-use directkv::internals::pages::ControlFile;
+use directkv::internals::wal::Layout;
 use directkv::internals::wal::WalReader;
-use directkv::internals::wal::{segment_file_name, Layout};
 use directkv::{Database, Error, Lsn, Options, SyncMethod, SyncVariant};
 
 const SEGMENT_BYTES: u64 = 1 << 20;
@@ -24,10 +25,7 @@ fn opts() -> Options {
     Options {
         page_bytes: 4096,
         cache_bytes: 4 << 20,
-        wal_sync: Some(SyncVariant {
-            method: SyncMethod::None,
-            direct: false,
-        }),
+        wal_sync: common::NO_SYNC,
         wal_segment_bytes: SEGMENT_BYTES,
         background_threads: false,
         create_if_missing: true,
@@ -95,29 +93,16 @@ fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
 }
 
 fn redo_lsn(dir: &Path) -> Lsn {
-    ControlFile::open(&OsStorage::default(), &dir.join("CONTROL"))
-        .expect("CONTROL")
-        .current()
-        .redo_lsn
+    common::redo_lsn(dir)
 }
 
 fn segment_path(dir: &Path, lsn: Lsn) -> PathBuf {
-    let layout = Layout {
-        segment_bytes: SEGMENT_BYTES,
-    };
-    dir.join("wal")
-        .join(segment_file_name(layout.segment_of(lsn)))
+    dir.join(common::segment_rel_path(SEGMENT_BYTES, lsn))
 }
 
 /// A reader of the log from the redo point.
 fn log_reader(dir: &Path) -> WalReader<OsStorage> {
-    WalReader::new(
-        OsStorage::default(),
-        &dir.join("wal"),
-        SEGMENT_BYTES,
-        None,
-        redo_lsn(dir),
-    )
+    common::log_reader(dir, SEGMENT_BYTES)
 }
 
 /// The LSN and payload length of the log's last caller record.

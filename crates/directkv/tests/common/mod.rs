@@ -1,0 +1,83 @@
+//! Helpers the integration tests share: scratch directories on the build's
+//! filesystem, the option values many tests open with, and reading a
+//! closed database's log from its redo point.
+//!
+//! Each test file declares `mod common;` and compiles this module into its
+//! own crate; a file uses some of the helpers, never all, hence the
+//! `dead_code` allowance below.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+
+use directkv::internals::io::OsStorage;
+use directkv::internals::pages::ControlFile;
+use directkv::internals::wal::{segment_file_name, Layout, WalReader};
+use directkv::{AioOptions, Lsn, Options, SyncMethod, SyncVariant};
+
+/// A WAL sync that never syncs: for tests whose subject is not durability
+/// across power loss, so they do not pay for fsyncs.
+pub const NO_SYNC: Option<SyncVariant> = Some(SyncVariant {
+    method: SyncMethod::None,
+    direct: false,
+});
+
+/// The durable WAL sync the simulated disk's tests use: `fdatasync` on a
+/// log opened for direct I/O.
+pub const SIM_SYNC: Option<SyncVariant> = Some(SyncVariant {
+    method: SyncMethod::Fdatasync,
+    direct: true,
+});
+
+/// A fresh directory under `CARGO_TARGET_TMPDIR`: on the build's filesystem,
+/// where direct I/O is usually allowed (a tmpfs `/tmp` refuses it), and
+/// removed when dropped.
+pub fn scratch() -> tempfile::TempDir {
+    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir")
+}
+
+/// The default options with a cache of `cache_bytes` and a WAL that never
+/// syncs ([`NO_SYNC`]).
+pub fn unsynced(cache_bytes: usize) -> Options {
+    Options {
+        cache_bytes,
+        wal_sync: NO_SYNC,
+        ..Options::default()
+    }
+}
+
+/// The default asynchronous-I/O options, with the backend
+/// `DIRECTKV_IO_BACKEND` names where it is set (CI runs the tests once per
+/// backend).
+pub fn env_async_io() -> AioOptions {
+    AioOptions::default()
+        .with_env_override()
+        .expect("a valid DIRECTKV_IO_BACKEND")
+}
+
+/// The redo point recorded in the `CONTROL` file of the database in `dir`.
+pub fn redo_lsn(dir: &Path) -> Lsn {
+    ControlFile::open(&OsStorage::default(), &dir.join("CONTROL"))
+        .expect("CONTROL")
+        .current()
+        .redo_lsn
+}
+
+/// A reader of the log of the closed database in `dir` (segments of
+/// `segment_bytes`, in `dir/wal`) from its redo point.
+pub fn log_reader(dir: &Path, segment_bytes: u64) -> WalReader<OsStorage> {
+    WalReader::new(
+        OsStorage::default(),
+        &dir.join("wal"),
+        segment_bytes,
+        None,
+        redo_lsn(dir),
+    )
+}
+
+/// The path, relative to the database directory, of the log segment (of
+/// `segment_bytes`) that holds `lsn`.
+pub fn segment_rel_path(segment_bytes: u64, lsn: Lsn) -> PathBuf {
+    let layout = Layout { segment_bytes };
+    Path::new("wal").join(segment_file_name(layout.segment_of(lsn)))
+}
