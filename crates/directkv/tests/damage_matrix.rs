@@ -85,7 +85,7 @@ fn build(crashed: bool) -> Template {
     for t in 0..400u32 {
         if t == 150 {
             db.checkpoint().expect("checkpoint");
-            copy_tree(dir.path(), old.path());
+            common::copy_tree(dir.path(), old.path());
             history = model
                 .iter()
                 .map(|(k, v)| (k.clone(), vec![v.clone()]))
@@ -118,19 +118,6 @@ fn build(crashed: bool) -> Template {
         before_last,
         history,
         crashed,
-    }
-}
-
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).expect("mkdir");
-    for e in std::fs::read_dir(from).expect("read_dir") {
-        let e = e.expect("entry");
-        let (src, dst) = (e.path(), to.join(e.file_name()));
-        if src.is_dir() {
-            copy_tree(&src, &dst);
-        } else {
-            std::fs::copy(&src, &dst).expect("copy");
-        }
     }
 }
 
@@ -278,7 +265,7 @@ fn apply(dir: &Path, old: &Path, t: &Target, d: Damage) -> bool {
             }
             if path.is_dir() {
                 std::fs::remove_dir_all(&path).expect("rm -r");
-                copy_tree(&from, &path);
+                common::copy_tree(&from, &path);
             } else {
                 std::fs::copy(&from, &path).expect("copy");
             }
@@ -380,7 +367,7 @@ fn run_matrix(crashed: bool) {
         let is_dir = tpl.dir.path().join(&t.rel).is_dir();
         for d in damages(&t, is_dir) {
             let work = tempfile::tempdir().expect("tempdir");
-            copy_tree(tpl.dir.path(), work.path());
+            common::copy_tree(tpl.dir.path(), work.path());
             if !apply(work.path(), tpl.old.path(), &t, d) {
                 continue;
             }

@@ -119,7 +119,7 @@ fn template(close: bool) -> Template {
 impl Template {
     fn copy(&self) -> tempfile::TempDir {
         let to = common::scratch();
-        for (p, bytes) in snapshot(self.dir.path()) {
+        for (p, bytes) in common::files_snapshot(self.dir.path()) {
             let rel = p.strip_prefix(self.dir.path()).expect("inside");
             if bytes.is_empty() && p.is_dir() {
                 std::fs::create_dir_all(to.path().join(rel)).expect("mkdir");
@@ -131,30 +131,12 @@ impl Template {
     }
 }
 
-/// Every file and directory under `dir` (but `LOCK`) with its bytes.
-fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).expect("read_dir") {
-            let p = e.expect("entry").path();
-            if p.is_dir() {
-                stack.push(p.clone());
-                out.insert(p, Vec::new());
-            } else if p.file_name().is_some_and(|n| n != "LOCK") {
-                out.insert(p.clone(), std::fs::read(&p).expect("read"));
-            }
-        }
-    }
-    out
-}
-
 /// Open refuses with `Corruption` naming `path` and `words`, and nothing
 /// on disk changed. An open that succeeds is leaked rather than closed: on
 /// a database whose page count is 2^60, closing would grow the data file
 /// without end.
 fn refused(dir: &Path, path: &Path, words: &str) -> String {
-    let before = snapshot(dir);
+    let before = common::files_snapshot(dir);
     let detail = match Database::open(dir, opts()) {
         Err(Error::Corruption {
             path: named,
@@ -171,7 +153,10 @@ fn refused(dir: &Path, path: &Path, words: &str) -> String {
         }
     };
     assert!(detail.contains(words), "{words}: {detail}");
-    assert!(snapshot(dir) == before, "a refused open changes no byte");
+    assert!(
+        common::files_snapshot(dir) == before,
+        "a refused open changes no byte"
+    );
     detail
 }
 
@@ -528,7 +513,7 @@ fn a_free_page_linking_past_the_file_is_refused_at_allocation() {
         for name in ["CONTROL", "data"] {
             std::fs::copy(dir.path().join(name), d.path().join(name)).expect("copy");
         }
-        copy_dir(&dir.path().join("wal"), &d.path().join("wal"));
+        common::copy_tree(&dir.path().join("wal"), &d.path().join("wal"));
         let data = d.path().join("data");
         let mut bytes = std::fs::read(&data).expect("data");
         let at = (head * 4096) as usize;
@@ -551,13 +536,5 @@ fn a_free_page_linking_past_the_file_is_refused_at_allocation() {
             }
             e => panic!("expected Corruption naming the data file, got {e}"),
         }
-    }
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).expect("mkdir");
-    for e in std::fs::read_dir(from).expect("read_dir") {
-        let p = e.expect("entry").path();
-        std::fs::copy(&p, to.join(p.file_name().expect("name"))).expect("copy");
     }
 }

@@ -173,7 +173,7 @@ fn replay_installs_full_images_without_reading_the_data_file() {
     // The pages the replay will change: those a checkpointed copy of this
     // state holds differently from the checkpoint.
     let crashed = common::scratch();
-    copy_dir(dir.path(), crashed.path());
+    common::copy_tree(dir.path(), crashed.path());
     Database::open(dir.path(), options())
         .expect("recover")
         .close()
@@ -217,19 +217,6 @@ fn replay_installs_full_images_without_reading_the_data_file() {
     let r = db.stats().recovery;
     assert_eq!((r.transactions, r.page_records), (0, 0), "{r:?}");
     assert_eq!(all(&db), expect);
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).expect("mkdir");
-    for e in std::fs::read_dir(from).expect("list") {
-        let e = e.expect("entry");
-        let target = to.join(e.file_name());
-        if e.file_type().expect("type").is_dir() {
-            copy_dir(&e.path(), &target);
-        } else {
-            std::fs::copy(e.path(), target).expect("copy");
-        }
-    }
 }
 
 /// Replay through a cache far smaller than the pages it changes: it writes

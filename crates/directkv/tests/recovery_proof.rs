@@ -74,24 +74,6 @@ fn scenario(dir: &Path, close: bool) -> (Model, Model) {
     (model, before_last)
 }
 
-/// Every file under `dir` with its bytes.
-fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).expect("read_dir") {
-            let p = e.expect("entry").path();
-            if p.is_dir() {
-                stack.push(p.clone());
-                out.insert(p, Vec::new());
-            } else if p.file_name().is_some_and(|n| n != "LOCK") {
-                out.insert(p.clone(), std::fs::read(&p).expect("read"));
-            }
-        }
-    }
-    out
-}
-
 fn redo_lsn(dir: &Path) -> Lsn {
     common::redo_lsn(dir)
 }
@@ -137,7 +119,7 @@ fn flip_log(dir: &Path, lsn: Lsn, n: usize) {
 
 /// Open refuses with `Corruption` naming `path`, and nothing on disk changed.
 fn refused_naming(dir: &Path, path: &Path, words: &str) -> String {
-    let before = snapshot(dir);
+    let before = common::files_snapshot(dir);
     let detail = match Database::open(dir, opts()) {
         Err(Error::Corruption {
             path: named,
@@ -152,11 +134,14 @@ fn refused_naming(dir: &Path, path: &Path, words: &str) -> String {
     };
     assert!(detail.contains(words), "{detail}");
     assert_eq!(
-        snapshot(dir).keys().collect::<Vec<_>>(),
+        common::files_snapshot(dir).keys().collect::<Vec<_>>(),
         before.keys().collect::<Vec<_>>(),
         "a refused open makes and removes no file"
     );
-    assert!(snapshot(dir) == before, "a refused open changes no byte");
+    assert!(
+        common::files_snapshot(dir) == before,
+        "a refused open changes no byte"
+    );
     detail
 }
 

@@ -1,6 +1,7 @@
 //! Helpers the integration tests share: scratch directories on the build's
-//! filesystem, the option values many tests open with, and reading a
-//! closed database's log from its redo point.
+//! filesystem, the option values many tests open with, reading a closed
+//! database's log from its redo point, and copying, damaging and
+//! snapshotting a database's files.
 //!
 //! Each test file declares `mod common;` and compiles this module into its
 //! own crate; a file uses some of the helpers, never all, hence the
@@ -8,12 +9,13 @@
 
 #![allow(dead_code)]
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use directkv::internals::io::OsStorage;
 use directkv::internals::pages::ControlFile;
 use directkv::internals::wal::{segment_file_name, Layout, WalReader};
-use directkv::{AioOptions, Lsn, Options, SyncMethod, SyncVariant};
+use directkv::{AioOptions, Database, Lsn, Options, SyncMethod, SyncVariant};
 
 /// A WAL sync that never syncs: for tests whose subject is not durability
 /// across power loss, so they do not pay for fsyncs.
@@ -80,4 +82,63 @@ pub fn log_reader(dir: &Path, segment_bytes: u64) -> WalReader<OsStorage> {
 pub fn segment_rel_path(segment_bytes: u64, lsn: Lsn) -> PathBuf {
     let layout = Layout { segment_bytes };
     Path::new("wal").join(segment_file_name(layout.segment_of(lsn)))
+}
+
+/// Copies the directory tree `from` (files and subdirectories) to `to`,
+/// creating `to`: a database or a backup copied while closed.
+pub fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for e in std::fs::read_dir(from).expect("read_dir") {
+        let e = e.expect("entry");
+        let (src, dst) = (e.path(), to.join(e.file_name()));
+        if e.file_type().expect("type").is_dir() {
+            copy_tree(&src, &dst);
+        } else {
+            std::fs::copy(&src, &dst).expect("copy");
+        }
+    }
+}
+
+/// Flips the bits of `mask` in the byte at `offset` of the file at `path`:
+/// a one-byte corruption a checksum must catch.
+pub fn flip_byte(path: &Path, offset: u64, mask: u8) {
+    use std::os::unix::fs::FileExt;
+    assert_ne!(mask, 0, "a mask that flips no bit changes nothing");
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .expect("open");
+    let mut b = [0u8; 1];
+    f.read_exact_at(&mut b, offset).expect("read");
+    b[0] ^= mask;
+    f.write_all_at(&b, offset).expect("write");
+}
+
+/// Every key and value `db` holds, read in one snapshot.
+pub fn contents(db: &Database) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    let r = db.begin_read().expect("read");
+    r.range::<std::ops::RangeFull>(..)
+        .map(|kv| kv.expect("row"))
+        .collect()
+}
+
+/// Every file under `dir` with its bytes, and every subdirectory (with no
+/// bytes), but not the `LOCK` file: what a refused open must leave as it
+/// was.
+pub fn files_snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).expect("read_dir") {
+            let p = e.expect("entry").path();
+            if p.is_dir() {
+                stack.push(p.clone());
+                out.insert(p, Vec::new());
+            } else if p.file_name().is_some_and(|n| n != "LOCK") {
+                out.insert(p.clone(), std::fs::read(&p).expect("read"));
+            }
+        }
+    }
+    out
 }
