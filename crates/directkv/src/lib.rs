@@ -214,7 +214,7 @@ pub mod internals {
         pub use crate::constants::{PAGE_COUNT_MAX, PAGE_COUNT_MIN, SECTOR_BYTES, TXN_ID_MAX};
         pub use crate::db::ControlFile;
         pub use crate::format::control::{Control, FLAG_BACKUP, FLAG_HISTORY};
-        pub use crate::format::{DbId, PageId};
+        pub use crate::format::PageId;
 
         /// A page's header, checksum and type.
         pub mod page {

@@ -14,7 +14,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Component, Path, PathBuf};
 
 use directkv::internals::pages::page::{self, PageType};
-use directkv::internals::pages::{DbId, PageId};
+use directkv::internals::pages::PageId;
 use directkv::{Database, Error, Options};
 
 const PAGE: usize = 8192;
@@ -45,23 +45,6 @@ fn build(dir: &Path) {
     }
     tx.commit().expect("commit");
     db.close().expect("close");
-}
-
-/// The first page of type `t` in the data file, its bytes, and the
-/// database's identity.
-fn find(dir: &Path, t: PageType) -> (u64, Vec<u8>, DbId) {
-    let file = std::fs::File::open(dir.join("data")).expect("data");
-    let pages = file.metadata().expect("meta").len() / PAGE as u64;
-    for no in 1..pages {
-        let mut p = vec![0u8; PAGE];
-        file.read_exact_at(&mut p, no * PAGE as u64).expect("read");
-        if u16::from_le_bytes([p[8], p[9]]) == t as u16 {
-            let id: DbId = p[32..48].try_into().expect("16 bytes");
-            page::verify(&p, PageId::new(no), &id).expect("an intact page");
-            return (no, p, id);
-        }
-    }
-    panic!("no {t:?} page");
 }
 
 fn write_page(dir: &Path, no: u64, p: &[u8]) {
@@ -118,7 +101,7 @@ fn names_the_page(e: &Error, dir: &Path, no: u64) {
 fn an_overflow_page_of_another_type_names_the_data_file_and_its_byte_offset() {
     let dir = common::scratch();
     build(dir.path());
-    let (no, mut p, id) = find(dir.path(), PageType::Overflow);
+    let (no, mut p, id) = common::first_page_of_type(dir.path(), PAGE, PageType::Overflow);
     // A free page passes the page check; only the chain's walk sees that
     // it is not the overflow page the leaf points to.
     p[8..10].copy_from_slice(&(PageType::Free as u16).to_le_bytes());
@@ -142,7 +125,7 @@ fn an_overflow_page_of_another_type_names_the_data_file_and_its_byte_offset() {
 fn a_checksum_mismatch_names_the_data_file_and_its_byte_offset() {
     let dir = common::scratch();
     build(dir.path());
-    let (no, mut p, _) = find(dir.path(), PageType::Leaf);
+    let (no, mut p, _) = common::first_page_of_type(dir.path(), PAGE, PageType::Leaf);
     p[PAGE - 100] ^= 0x55;
     write_page(dir.path(), no, &p);
 

@@ -10,7 +10,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use directkv::internals::pages::page::{self, PageType, PAGE_HEADER_BYTES};
-use directkv::internals::pages::{DbId, PageId};
+use directkv::internals::pages::PageId;
 use directkv::{Database, Error, Options};
 
 const PAGE: usize = 8192;
@@ -41,25 +41,8 @@ fn build(dir: &Path) {
     db.close().expect("close");
 }
 
-/// The first page of type `t` in the data file, its bytes, and the
-/// database's identity (from its header).
-fn find(dir: &Path, t: PageType) -> (u64, Vec<u8>, DbId) {
-    let file = std::fs::File::open(dir.join("data")).expect("data");
-    let pages = file.metadata().expect("meta").len() / PAGE as u64;
-    for no in 1..pages {
-        let mut p = vec![0u8; PAGE];
-        file.read_exact_at(&mut p, no * PAGE as u64).expect("read");
-        if u16::from_le_bytes([p[8], p[9]]) == t as u16 {
-            let id: DbId = p[32..48].try_into().expect("16 bytes");
-            page::verify(&p, PageId::new(no), &id).expect("an intact page");
-            return (no, p, id);
-        }
-    }
-    panic!("no {t:?} page");
-}
-
 /// Seals `p` as page `no` and writes it in place.
-fn put_back(dir: &Path, no: u64, mut p: Vec<u8>, id: &DbId) {
+fn put_back(dir: &Path, no: u64, mut p: Vec<u8>, id: &[u8; 16]) {
     page::seal_in_place(&mut p, PageId::new(no), id);
     let file = std::fs::OpenOptions::new()
         .write(true)
@@ -100,7 +83,7 @@ const SLOTS: usize = PAGE_HEADER_BYTES + 16;
 fn a_slot_past_the_page_end_is_corruption() {
     let dir = common::scratch();
     build(dir.path());
-    let (no, mut p, id) = find(dir.path(), PageType::Leaf);
+    let (no, mut p, id) = common::first_page_of_type(dir.path(), PAGE, PageType::Leaf);
     p[SLOTS..SLOTS + 2].copy_from_slice(&0xFFF0u16.to_le_bytes());
     put_back(dir.path(), no, p, &id);
     reads_refuse(dir.path(), no);
@@ -110,7 +93,7 @@ fn a_slot_past_the_page_end_is_corruption() {
 fn a_slot_count_past_the_cells_is_corruption() {
     let dir = common::scratch();
     build(dir.path());
-    let (no, mut p, id) = find(dir.path(), PageType::Leaf);
+    let (no, mut p, id) = common::first_page_of_type(dir.path(), PAGE, PageType::Leaf);
     p[PAGE_HEADER_BYTES..PAGE_HEADER_BYTES + 2].copy_from_slice(&0xFFFFu16.to_le_bytes());
     put_back(dir.path(), no, p, &id);
     reads_refuse(dir.path(), no);
@@ -120,7 +103,7 @@ fn a_slot_count_past_the_cells_is_corruption() {
 fn a_garbage_count_that_does_not_add_up_is_corruption() {
     let dir = common::scratch();
     build(dir.path());
-    let (no, mut p, id) = find(dir.path(), PageType::Leaf);
+    let (no, mut p, id) = common::first_page_of_type(dir.path(), PAGE, PageType::Leaf);
     // The garbage count: free space, compaction and removal rely on it.
     let garbage = PAGE_HEADER_BYTES + 4;
     p[garbage..garbage + 2].copy_from_slice(&0xFFF0u16.to_le_bytes());
@@ -143,7 +126,7 @@ fn a_garbage_count_that_does_not_add_up_is_corruption() {
 fn a_branch_child_that_is_no_page_is_corruption() {
     let dir = common::scratch();
     build(dir.path());
-    let (no, mut p, id) = find(dir.path(), PageType::Branch);
+    let (no, mut p, id) = common::first_page_of_type(dir.path(), PAGE, PageType::Branch);
     // The leftmost child: every descent into the first keys follows it.
     let at = PAGE_HEADER_BYTES + 8;
     p[at..at + 8].copy_from_slice(&u64::MAX.to_le_bytes());
@@ -171,7 +154,7 @@ fn an_overflow_value_over_the_limit_is_corruption() {
         for i in 0..n {
             let c = usize::from(u16::from_le_bytes([p[SLOTS + 2 * i], p[SLOTS + 2 * i + 1]]));
             if p[c + 2] & 1 == 1 {
-                let id: DbId = p[32..48].try_into().expect("16 bytes");
+                let id: [u8; 16] = p[32..48].try_into().expect("16 bytes");
                 p[c + 3..c + 7].copy_from_slice(&u32::MAX.to_le_bytes());
                 put_back(dir.path(), no, p, &id);
                 reads_refuse(dir.path(), no);

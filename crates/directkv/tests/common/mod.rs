@@ -13,7 +13,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use directkv::internals::io::OsStorage;
-use directkv::internals::pages::ControlFile;
+use directkv::internals::pages::page::{self, PageType};
+use directkv::internals::pages::{ControlFile, PageId};
 use directkv::internals::wal::{segment_file_name, Layout, WalReader};
 use directkv::{AioOptions, Database, Lsn, Options, SyncMethod, SyncVariant};
 
@@ -141,4 +142,24 @@ pub fn files_snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
         }
     }
     out
+}
+
+/// The first page of type `t` in the data file of the closed database in
+/// `dir` (pages of `page_bytes`): its number, its bytes, checked intact, and
+/// the database's identity read from its header.
+pub fn first_page_of_type(dir: &Path, page_bytes: usize, t: PageType) -> (u64, Vec<u8>, [u8; 16]) {
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::File::open(dir.join("data")).expect("data");
+    let pages = file.metadata().expect("meta").len() / page_bytes as u64;
+    for no in 1..pages {
+        let mut p = vec![0u8; page_bytes];
+        file.read_exact_at(&mut p, no * page_bytes as u64)
+            .expect("read");
+        if u16::from_le_bytes([p[8], p[9]]) == t as u16 {
+            let id: [u8; 16] = p[32..48].try_into().expect("16 bytes");
+            page::verify(&p, PageId::new(no), &id).expect("an intact page");
+            return (no, p, id);
+        }
+    }
+    panic!("no {t:?} page");
 }
