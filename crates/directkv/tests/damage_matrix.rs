@@ -42,16 +42,7 @@ const SEGMENT_BYTES: u64 = 256 << 10;
 const SLOT_USED: u64 = 92;
 
 fn opts() -> Options {
-    Options {
-        page_bytes: 4096,
-        cache_bytes: 1 << 20,
-        wal_sync: common::NO_SYNC,
-        wal_segment_bytes: SEGMENT_BYTES,
-        background_threads: false,
-        create_if_missing: false,
-        publish_stats: false,
-        ..Options::default()
-    }
+    common::quiet(1 << 20, SEGMENT_BYTES)
 }
 
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;

@@ -45,34 +45,18 @@ const COMMIT: u8 = 21;
 const CHECKPOINT: u8 = 22;
 
 fn opts() -> Options {
-    Options {
-        page_bytes: 4096,
-        cache_bytes: 1 << 20,
-        wal_sync: common::NO_SYNC,
-        wal_segment_bytes: SEGMENT_BYTES,
-        background_threads: false,
-        create_if_missing: false,
-        publish_stats: false,
-        ..Options::default()
-    }
+    common::quiet(1 << 20, SEGMENT_BYTES)
 }
 
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 
 fn key(i: u32) -> Vec<u8> {
-    format!("key{:05}", i % KEYS).into_bytes()
+    common::numbered_key(i, KEYS)
 }
 
 /// Commits transaction `t` (ten keys) and records it in `model`.
 fn commit(db: &Database, model: &mut Model, t: u32) {
-    let mut w = db.begin_write().expect("begin_write");
-    for j in 0..10 {
-        let k = key(t * 10 + j);
-        let v = format!("txn {t} value {j} {}", "x".repeat(60)).into_bytes();
-        w.put(&k, &v).expect("put");
-        model.insert(k, v);
-    }
-    w.commit().expect("commit");
+    common::commit_ten(db, model, t, KEYS);
 }
 
 /// A database of 120 transactions, a checkpoint, 120 more that update the

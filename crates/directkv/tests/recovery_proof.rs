@@ -23,33 +23,20 @@ const KEYS: u32 = 2500;
 
 fn opts() -> Options {
     Options {
-        page_bytes: 4096,
-        cache_bytes: 4 << 20,
-        wal_sync: common::NO_SYNC,
-        wal_segment_bytes: SEGMENT_BYTES,
-        background_threads: false,
         create_if_missing: true,
-        publish_stats: false,
-        ..Options::default()
+        ..common::quiet(4 << 20, SEGMENT_BYTES)
     }
 }
 
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 
 fn key(i: u32) -> Vec<u8> {
-    format!("key{:05}", i % KEYS).into_bytes()
+    common::numbered_key(i, KEYS)
 }
 
 /// Commits transaction `t` (ten keys) and records it in `model`.
 fn commit(db: &Database, model: &mut Model, t: u32) {
-    let mut w = db.begin_write().expect("begin_write");
-    for j in 0..10 {
-        let k = key(t * 10 + j);
-        let v = format!("txn {t} value {j} {}", "x".repeat(60)).into_bytes();
-        w.put(&k, &v).expect("put");
-        model.insert(k, v);
-    }
-    w.commit().expect("commit");
+    common::commit_ten(db, model, t, KEYS);
 }
 
 /// The scenario of the module docs; returns the acknowledged state and the

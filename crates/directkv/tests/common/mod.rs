@@ -163,3 +163,39 @@ pub fn first_page_of_type(dir: &Path, page_bytes: usize, t: PageType) -> (u64, V
     }
     panic!("no {t:?} page");
 }
+
+/// Options for a test that reads and damages the files of a database it
+/// built: 4 KiB pages, a cache of `cache_bytes`, log segments of
+/// `segment_bytes`, an unsynced WAL, no background threads (no checkpoint
+/// but the test's own), no stats file, and an existing database.
+pub fn quiet(cache_bytes: usize, segment_bytes: u64) -> Options {
+    Options {
+        page_bytes: 4096,
+        cache_bytes,
+        wal_sync: NO_SYNC,
+        wal_segment_bytes: segment_bytes,
+        background_threads: false,
+        create_if_missing: false,
+        publish_stats: false,
+        ..Options::default()
+    }
+}
+
+/// Key `i` of a key space of `keys` keys (`i` wraps around).
+pub fn numbered_key(i: u32, keys: u32) -> Vec<u8> {
+    assert!(keys > 0, "an empty key space");
+    format!("key{:05}", i % keys).into_bytes()
+}
+
+/// Commits transaction `t`, ten keys of a space of `keys` with 70-byte
+/// values naming `t`, and records it in `model`.
+pub fn commit_ten(db: &Database, model: &mut BTreeMap<Vec<u8>, Vec<u8>>, t: u32, keys: u32) {
+    let mut w = db.begin_write().expect("begin_write");
+    for j in 0..10 {
+        let k = numbered_key(t * 10 + j, keys);
+        let v = format!("txn {t} value {j} {}", "x".repeat(60)).into_bytes();
+        w.put(&k, &v).expect("put");
+        model.insert(k, v);
+    }
+    w.commit().expect("commit");
+}
