@@ -27,24 +27,13 @@ fn opts() -> Options {
 }
 
 fn key(i: u32) -> Vec<u8> {
-    format!("key-{i:06}").into_bytes()
+    common::page_key(i)
 }
 
 /// A closed database of `KEYS` keys, the value of `LONG` in an overflow
 /// chain.
 fn build(dir: &Path) {
-    let db = Database::open(dir, opts()).expect("open");
-    let mut tx = db.begin_write().expect("begin");
-    for i in 0..KEYS {
-        let v = if i == LONG {
-            vec![7u8; 3 * PAGE]
-        } else {
-            vec![1u8; 40]
-        };
-        tx.put(&key(i), &v).expect("put");
-    }
-    tx.commit().expect("commit");
-    db.close().expect("close");
+    common::build_with_overflow(dir, opts(), KEYS, LONG, PAGE);
 }
 
 fn write_page(dir: &Path, no: u64, p: &[u8]) {

@@ -199,3 +199,27 @@ pub fn commit_ten(db: &Database, model: &mut BTreeMap<Vec<u8>, Vec<u8>>, t: u32,
     }
     w.commit().expect("commit");
 }
+
+/// Key `i` of the page-damaging tests: `key-` and six digits.
+pub fn page_key(i: u32) -> Vec<u8> {
+    format!("key-{i:06}").into_bytes()
+}
+
+/// Builds and closes a database in `dir` of `keys` keys ([`page_key`]),
+/// one transaction: 40-byte values, but key `long` holds three pages of
+/// `page_bytes` (an overflow chain).
+pub fn build_with_overflow(dir: &Path, opts: Options, keys: u32, long: u32, page_bytes: usize) {
+    assert!(long < keys, "the long value's key is one of the keys");
+    let db = Database::open(dir, opts).expect("open");
+    let mut tx = db.begin_write().expect("begin");
+    for i in 0..keys {
+        let v = if i == long {
+            vec![7u8; 3 * page_bytes]
+        } else {
+            vec![1u8; 40]
+        };
+        tx.put(&page_key(i), &v).expect("put");
+    }
+    tx.commit().expect("commit");
+    db.close().expect("close");
+}
