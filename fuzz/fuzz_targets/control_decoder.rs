@@ -5,10 +5,11 @@
 #![no_main]
 use std::path::Path;
 
-use directkv::internals::constants::{PAGE_COUNT_MAX, PAGE_COUNT_MIN};
-use directkv::internals::db::ControlFile;
-use directkv::internals::format::page;
-use directkv::internals::io::{AlignedBuf, FileOptions, Storage, StorageFile, SyncMethod};
+use directkv::internals::pages::{PAGE_COUNT_MAX, PAGE_COUNT_MIN};
+use directkv::internals::pages::ControlFile;
+use directkv::internals::pages::page;
+use directkv::internals::io::{AlignedBuf, FileOptions, Storage, StorageFile};
+use directkv::{SyncMethod};
 use directkv::internals::sim::SimStorage;
 use libfuzzer_sys::fuzz_target;
 

@@ -2,9 +2,9 @@
 //! a random image is never accepted as a page, and a free page validates
 //! only with a link a file can hold.
 #![no_main]
-use directkv::internals::btree::node;
-use directkv::internals::constants::PAGE_COUNT_MAX;
-use directkv::internals::format::{data_head, page, PageId};
+use directkv::internals::pages::node;
+use directkv::internals::pages::PAGE_COUNT_MAX;
+use directkv::internals::pages::{data_head, page, PageId};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

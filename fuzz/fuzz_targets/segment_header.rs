@@ -3,7 +3,7 @@
 //! fields themselves are what is judged, a header it accepts is one the
 //! engine can use and encodes back to itself.
 #![no_main]
-use directkv::internals::wal::format::{SegmentHeader, SEGMENT_MAGIC};
+use directkv::internals::wal::{SegmentHeader, SEGMENT_MAGIC};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -5,11 +5,12 @@
 #![no_main]
 use std::path::Path;
 
-use directkv::internals::constants::{PAGE_COUNT_MAX, PAGE_COUNT_MIN, TXN_ID_MAX};
-use directkv::internals::db::records;
-use directkv::internals::io::{AlignedBuf, FileOptions, Storage, StorageFile, SyncMethod};
+use directkv::internals::pages::{PAGE_COUNT_MAX, PAGE_COUNT_MIN, TXN_ID_MAX};
+use directkv::internals::wal::records;
+use directkv::internals::io::{AlignedBuf, FileOptions, Storage, StorageFile};
+use directkv::{SyncMethod};
 use directkv::internals::sim::SimStorage;
-use directkv::internals::wal::format::SegmentHeader;
+use directkv::internals::wal::SegmentHeader;
 use directkv::internals::wal::WalReader;
 use directkv::Lsn;
 use libfuzzer_sys::fuzz_target;

@@ -50,12 +50,12 @@ pub struct Args {
 pub(crate) fn refuse_a_backup(dir: &std::path::Path, open_anyway: bool) -> Result<()> {
     let storage = directkv::internals::io::OsStorage::default();
     // A CONTROL that does not read is the open's to report.
-    let Ok(control) = directkv::internals::db::ControlFile::read(&storage, &dir.join("CONTROL"))
+    let Ok(control) = directkv::internals::pages::ControlFile::read(&storage, &dir.join("CONTROL"))
     else {
         return Ok(());
     };
-    let backup = control.flags & directkv::internals::format::control::FLAG_BACKUP != 0;
-    if backup && !open_anyway && !directkv::internals::backup::is_restored_copy(&storage, dir) {
+    let backup = control.flags & directkv::internals::pages::FLAG_BACKUP != 0;
+    if backup && !open_anyway && !directkv::internals::engine::is_restored_copy(&storage, dir) {
         anyhow::bail!(
             "{} is a backup: `directkv verify-backup` checks it without changing it, and \
              `directkv restore` makes a database of a copy of it; opening it (`check \

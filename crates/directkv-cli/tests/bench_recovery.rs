@@ -42,7 +42,7 @@ fn bench_recovery_kills_reopens_and_reports() {
     // record; two clients' transactions under way pass the limit by little.
     assert!(wal_bytes >= transactions * 64, "{doc}");
     assert!(
-        wal_bytes <= directkv::WAL_HARD_LIMIT_FACTOR * DISTANCE + (1 << 20),
+        wal_bytes <= directkv::internals::engine::WAL_HARD_LIMIT_FACTOR * DISTANCE + (1 << 20),
         "the replay starts at the redo point, within the hard limit: {doc}"
     );
     assert!(

@@ -85,10 +85,10 @@ fn issue17_check_of_a_missing_path_creates_nothing() {
 /// the log), its last commit damaged with 8 bytes in its payload, and its
 /// seal zeroed first when `unseal`. Returns the damaged commit's LSN.
 fn damaged_last_commit(dir: &std::path::Path, unseal: bool) -> directkv::Lsn {
-    use directkv::internals::db::ControlFile;
     use directkv::internals::io::OsStorage;
-    use directkv::internals::wal::format::{segment_file_name, Layout};
+    use directkv::internals::pages::ControlFile;
     use directkv::internals::wal::WalReader;
+    use directkv::internals::wal::{segment_file_name, Layout};
     use std::os::unix::fs::FileExt;
     drop(common::database_with_commits(dir, 50));
     let wal = dir.join("wal");

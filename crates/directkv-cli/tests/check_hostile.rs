@@ -120,8 +120,8 @@ fn check_refuses_a_page_size_of_0_or_2_pow_30_without_a_panic() {
 /// key read its old value, and `check` passed.
 #[test]
 fn check_refuses_a_page_record_naming_the_head_page() {
-    use directkv::internals::wal::format::{segment_file_name, Layout};
     use directkv::internals::wal::WalReader;
+    use directkv::internals::wal::{segment_file_name, Layout};
     use std::os::unix::fs::FileExt;
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
     database(dir.path(), true);

@@ -94,7 +94,7 @@ fn the_engine_runs_on_a_4k_sector_device() {
         ..Options::default()
     };
     let db = Database::open(&db_dir, opts.clone()).expect("open");
-    assert_eq!(db.stats().data_io, directkv::internals::io::IoPath::Direct);
+    assert_eq!(db.stats().data_io, directkv::IoPath::Direct);
     for i in 0..300u32 {
         let mut w = db.begin_write().expect("begin");
         w.put(format!("k{i:04}").as_bytes(), &[i as u8; 700])

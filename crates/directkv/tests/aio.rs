@@ -5,10 +5,9 @@
 
 use std::sync::Arc;
 
-use directkv::internals::io::{
-    Aio, AioBackend, AioOptions, AlignedArena, BatchOp, DirectFile, DirectIo, FileOptions,
-};
+use directkv::internals::io::{Aio, AlignedArena, BatchOp, DirectFile, FileOptions};
 use directkv::Error;
+use directkv::{AioBackend, AioOptions, DirectIo};
 
 const PAGE: usize = 4096;
 

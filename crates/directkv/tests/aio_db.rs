@@ -5,7 +5,8 @@
 //! `AioOptions::with_env_override`, which the directkv command and the test
 //! suites call. One test function, because the variable is process-wide.
 
-use directkv::internals::io::{AioBackend, AioOptions, IO_BACKEND_ENV};
+use directkv::internals::io::IO_BACKEND_ENV;
+use directkv::{AioBackend, AioOptions};
 use directkv::{Database, Options};
 
 /// Looks at the data file's length at most this many times for a moment

@@ -13,6 +13,8 @@
 //! archive lags, counting neither a seal nor time before the oldest
 //! missing record.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -73,11 +75,6 @@ fn commit_some(db: &Database, model: &mut Model, rng: &mut Rng) -> Lsn {
     w.commit_lsn().expect("commit")
 }
 
-fn contents(db: &Database) -> Model {
-    let r = db.begin_read().expect("read");
-    r.range(..).map(|kv| kv.expect("row")).collect()
-}
-
 /// Writes big values under a key of their own until `n` more segments are
 /// complete, so every commit before is archived once a checkpoint runs.
 fn push_log_on(db: &Database, model: &mut Model, segments: u64) {
@@ -121,7 +118,7 @@ fn setup(root: &Path, n: usize, seed: u64) -> (PathBuf, PathBuf, PathBuf, Vec<Re
             state: model.clone(),
         });
     }
-    assert_eq!(contents(&db), model, "the database holds the model");
+    assert_eq!(common::contents(&db), model, "the database holds the model");
     push_log_on(&db, &mut model, 2);
     db.checkpoint().expect("checkpoint");
     let s = db.stats().archive;
@@ -146,7 +143,7 @@ fn restored(root: &Path, backup: &Path, archive: &Path, target: RestoreTarget, i
     let db = Database::open(&dest, opts(&root.join(format!("archive-of-restored{i}"))))
         .expect("open restored");
     db.check().expect("check");
-    let got = contents(&db);
+    let got = common::contents(&db);
     drop(db);
     got
 }
@@ -299,7 +296,11 @@ fn impossible_targets_and_damaged_archives_are_refused_by_name() {
     // A damaged record inside an archived segment: named with its file.
     let damaged = copy_archive(&archive, &root.join("damaged"));
     let victim = damaged.join(seg_name(seg_of(records[40].lsn)));
-    flip(&victim, 4096 + (records[40].lsn.get() % (60 << 10)) - 100);
+    common::flip_byte(
+        &victim,
+        4096 + (records[40].lsn.get() % (60 << 10)) - 100,
+        0x5A,
+    );
     let e = refuse(&damaged, RestoreTarget::Lsn(last_lsn));
     match &e {
         Error::Corruption { path, .. } => assert_eq!(path, &victim, "{e}"),
@@ -380,19 +381,6 @@ fn copy_archive(from: &Path, to: &Path) -> PathBuf {
     to.to_path_buf()
 }
 
-fn flip(path: &Path, offset: u64) {
-    use std::os::unix::fs::FileExt;
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .expect("open");
-    let mut b = [0u8; 1];
-    f.read_exact_at(&mut b, offset).expect("read");
-    b[0] ^= 0x5A;
-    f.write_all_at(&b, offset).expect("write");
-}
-
 /// An archive that refuses a segment (a different file under its name)
 /// keeps the segment and every later one in the log, counts the failure
 /// and lets commits go on; once the way is clear it catches up and the
@@ -466,7 +454,7 @@ fn a_failing_archive_keeps_the_log_and_catches_up() {
         wal_segments(&db_dir).first().is_some_and(|&f| f > next),
         "archived segments were recycled"
     );
-    assert_eq!(contents(&db), model);
+    assert_eq!(common::contents(&db), model);
     db.close().expect("close");
 }
 
@@ -747,7 +735,7 @@ fn the_recorded_archive_changes_only_when_told() {
     assert!(!db.stats().archive.enabled, "archiving stays off");
     drop(db);
     drop(Database::open(&db_dir, opts(&archive)).expect("on again"));
-    flip(&db_dir.join("ARCHIVE"), 30);
+    common::flip_byte(&db_dir.join("ARCHIVE"), 30, 0x5A);
     let e = Database::open(&db_dir, plain)
         .map(drop)
         .expect_err("damaged setting");
@@ -1074,21 +1062,6 @@ fn a_backup_past_the_archives_partial_copy_still_restores() {
     assert!(at_end == newer.state, "the backup's state");
 }
 
-/// Copies the directory `from` (and its subdirectories) to `to`, as
-/// `cp -r` does: new files, new inodes.
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).expect("mkdir");
-    for e in std::fs::read_dir(from).expect("list") {
-        let e = e.expect("entry");
-        let dest = to.join(e.file_name());
-        if e.file_type().expect("type").is_dir() {
-            copy_tree(&e.path(), &dest);
-        } else {
-            std::fs::copy(e.path(), &dest).expect("copy");
-        }
-    }
-}
-
 /// A copy of the database directory never archives into the original's
 /// archive: its first open, with or without `wal_archive`, is a typed
 /// error naming the archive and the copy, and nothing is archived; `Off`
@@ -1105,7 +1078,7 @@ fn a_copied_database_directory_is_refused_the_originals_archive() {
     push_log_on(&db, &mut model, 2);
     db.checkpoint().expect("checkpoint");
     db.close().expect("close");
-    copy_tree(&db_dir, &clone);
+    common::copy_tree(&db_dir, &clone);
     let before = std::fs::read_dir(&archive).expect("list").count();
     let plain = Options {
         wal_archive: None,

@@ -23,21 +23,21 @@
 //! needs, renames a restore's directory, and notes where archiving and
 //! recycling happen so that the power cuts can be aimed there.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use directkv::internals::backup::restore_chain_with;
+use directkv::internals::engine::restore_chain_with;
 use directkv::internals::io::{
-    Alignment, DirectIo, FileKind, FileMeta, FileOptions, Fill, IoMut, IoPath, IoRef, Permissions,
-    Storage, StorageFile,
+    Alignment, FileMeta, FileOptions, Fill, IoMut, IoRef, Storage, StorageFile,
 };
 use directkv::internals::sim::{Rng, SimFile, SimLock, SimStorage, SIM_SECTOR_BYTES};
-use directkv::internals::wal::format::{parse_segment_file_name, Layout, SegmentHeader};
-use directkv::{
-    BackupOptions, Database, Error, IoOp, Lsn, Options, RestoreTarget, SyncMethod, SyncVariant,
-};
+use directkv::internals::wal::{parse_segment_file_name, Layout, SegmentHeader};
+use directkv::{BackupOptions, Database, Error, IoOp, Lsn, Options, RestoreTarget};
+use directkv::{DirectIo, FileKind, IoPath, Permissions};
 
 /// The simulated disk as the engine's storage, with buffered I/O for the
 /// files opened without direct I/O.
@@ -314,10 +314,7 @@ fn opts(archive: bool) -> Options {
     Options {
         cache_bytes: 32 * 4096,
         page_bytes: 4096,
-        wal_sync: Some(SyncVariant {
-            method: SyncMethod::Fdatasync,
-            direct: true,
-        }),
+        wal_sync: common::SIM_SYNC,
         wal_segment_bytes: SEGMENT_BYTES,
         checkpoint_wal_bytes: 128 << 10,
         wal_archive: archive.then(|| PathBuf::from(ARCHIVE)),
@@ -497,7 +494,7 @@ fn assert_no_segment_lost(disk: &Disk, db: &Db, from: u64, ctx: &str) -> Vec<u64
 }
 
 fn file_name(n: u64) -> String {
-    directkv::internals::wal::format::segment_file_name(n)
+    directkv::internals::wal::segment_file_name(n)
 }
 
 /// The backup's first log segment.

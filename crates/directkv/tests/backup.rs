@@ -22,28 +22,26 @@
 //! - What a restore makes is a database and no backup, wherever it is
 //!   moved: verify, restore and incremental backups refuse it as one.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use directkv::internals::backup::restore_chain_with;
+use directkv::internals::engine::restore_chain_with;
 use directkv::internals::io::{
-    Alignment, FileMeta, FileOptions, Fill, IoMut, IoPath, IoRef, OsStorage, Permissions, Storage,
-    StorageFile,
+    Alignment, FileMeta, FileOptions, Fill, IoMut, IoRef, OsStorage, Storage, StorageFile,
 };
 use directkv::{
     restore_backup, restore_backup_chain, verify_backup, BackupOptions, Database, Error, Options,
     WriteOptions,
 };
+use directkv::{IoPath, Permissions};
 
 const ACCOUNTS: u64 = 500;
 const START_BALANCE: u64 = 1000;
-
-fn scratch() -> tempfile::TempDir {
-    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir")
-}
 
 fn options() -> Options {
     Options {
@@ -107,7 +105,7 @@ fn marks(db: &Database) -> u64 {
 #[test]
 fn backup_under_load_restores_a_consistent_state() {
     for round in 0..3u64 {
-        let dir = scratch();
+        let dir = common::scratch();
         let src = dir.path().join("db");
         // The smallest segments: any backup spans several.
         let small = Options {
@@ -243,35 +241,9 @@ fn made_backup(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf
     (src, dest)
 }
 
-fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
-    std::fs::create_dir_all(to).expect("mkdir");
-    for e in std::fs::read_dir(from).expect("list") {
-        let e = e.expect("entry");
-        let target = to.join(e.file_name());
-        if e.file_type().expect("type").is_dir() {
-            copy_dir(&e.path(), &target);
-        } else {
-            std::fs::copy(e.path(), &target).expect("copy");
-        }
-    }
-}
-
-fn flip(path: &std::path::Path, at: u64) {
-    use std::os::unix::fs::FileExt;
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .expect("open");
-    let mut b = [0u8; 1];
-    f.read_exact_at(&mut b, at).expect("read");
-    b[0] ^= 0x40;
-    f.write_all_at(&b, at).expect("write");
-}
-
 #[test]
 fn incomplete_or_damaged_backups_are_refused_by_name() {
-    let dir = scratch();
+    let dir = common::scratch();
     let (_, good) = made_backup(dir.path());
     verify_backup(&good).expect("a good backup verifies");
     // A destination named with a trailing slash is built beside itself,
@@ -285,7 +257,7 @@ fn incomplete_or_damaged_backups_are_refused_by_name() {
     Database::open(&slash, options()).expect("the restored database opens");
     let case = |name: &str, damage: &dyn Fn(&std::path::Path)| {
         let b = dir.path().join(name);
-        copy_dir(&good, &b);
+        common::copy_tree(&good, &b);
         damage(&b);
         let restored = dir.path().join(format!("{name}-restored"));
         let errs = [
@@ -354,7 +326,9 @@ fn incomplete_or_damaged_backups_are_refused_by_name() {
         assert!(e.to_string().contains("missing"), "{e}");
     }
     let pb = u64::from(options().page_bytes);
-    let errs = case("flipped-data", &|b| flip(&b.join("data"), 3 * pb + 100));
+    let errs = case("flipped-data", &|b| {
+        common::flip_byte(&b.join("data"), 3 * pb + 100, 0x40)
+    });
     for e in &errs {
         assert!(
             e.to_string().contains("data") && e.to_string().contains("damaged"),
@@ -365,7 +339,7 @@ fn incomplete_or_damaged_backups_are_refused_by_name() {
 
 #[test]
 fn a_damaged_page_fails_the_backup_naming_it() {
-    let dir = scratch();
+    let dir = common::scratch();
     let src = dir.path().join("db");
     let db = Database::open(&src, options()).expect("open");
     fill(&db);
@@ -374,7 +348,7 @@ fn a_damaged_page_fails_the_backup_naming_it() {
     assert!(pages > 4, "the data spans pages");
     let victim = pages - 2;
     let pb = u64::from(options().page_bytes);
-    flip(&src.join("data"), victim * pb + 200);
+    common::flip_byte(&src.join("data"), victim * pb + 200, 0x40);
     // Reopened, the damaged page is not in the cache: the backup reads it.
     let db = Database::open(&src, options()).expect("reopen");
     let dest = dir.path().join("backup");
@@ -394,7 +368,7 @@ fn a_damaged_page_fails_the_backup_naming_it() {
 
 #[test]
 fn backup_destinations_are_checked() {
-    let dir = scratch();
+    let dir = common::scratch();
     let src = dir.path().join("db");
     let db = Database::open(&src, options()).expect("open");
     fill(&db);
@@ -470,15 +444,6 @@ fn backup_destinations_are_checked() {
     assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
 }
 
-/// Every key and value of a database.
-fn contents(db: &Database) -> std::collections::BTreeMap<Vec<u8>, Vec<u8>> {
-    let r = db.begin_read().expect("read");
-    r.range::<std::ops::RangeFull>(..)
-        .map(|e| e.expect("entry"))
-        .map(|(k, v)| (k.to_vec(), v.to_vec()))
-        .collect()
-}
-
 /// Random puts (some past a page, in overflow chains) and deletes.
 fn churn(db: &Database, seed: u64, n: u64) {
     let mut x = seed;
@@ -523,7 +488,7 @@ fn method(dir: &std::path::Path) -> String {
 /// replays).
 #[test]
 fn summaries_and_a_scan_find_the_same_pages() {
-    let dir = scratch();
+    let dir = common::scratch();
     let path = dir.path().join("db");
     let db = Database::open(&path, options()).expect("open");
     churn(&db, 1, 300);
@@ -567,12 +532,12 @@ fn increment_of(parent: &std::path::Path) -> BackupOptions {
 
 #[test]
 fn a_chain_of_increments_restores_each_state_exactly() {
-    let dir = scratch();
+    let dir = common::scratch();
     let db = Database::open(dir.path().join("db"), options()).expect("open");
     churn(&db, 1, 300);
     let mut chain = vec![dir.path().join("b0")];
     let full = db.backup(&chain[0], &fast()).expect("full");
-    let mut states = vec![contents(&db)];
+    let mut states = vec![common::contents(&db)];
     for i in 1..4u64 {
         churn(&db, i * 100, 3);
         let b = dir.path().join(format!("b{i}"));
@@ -609,7 +574,7 @@ fn a_chain_of_increments_restores_each_state_exactly() {
         );
         verify_backup(&b).expect("an increment verifies on its own");
         chain.push(b);
-        states.push(contents(&db));
+        states.push(common::contents(&db));
     }
     drop(db);
     for upto in 1..=chain.len() {
@@ -619,7 +584,7 @@ fn a_chain_of_increments_restores_each_state_exactly() {
         let db = Database::open(&restored, options()).expect("open restored");
         db.check().expect("restored checks");
         assert!(
-            contents(&db) == states[upto - 1],
+            common::contents(&db) == states[upto - 1],
             "chain of {upto}: not the state at its end"
         );
     }
@@ -627,7 +592,7 @@ fn a_chain_of_increments_restores_each_state_exactly() {
 
 #[test]
 fn broken_chains_are_refused_naming_the_link() {
-    let dir = scratch();
+    let dir = common::scratch();
     let db = Database::open(dir.path().join("db"), options()).expect("open");
     churn(&db, 1, 50);
     let b: Vec<_> = (0..3).map(|i| dir.path().join(format!("b{i}"))).collect();
@@ -682,7 +647,7 @@ fn broken_chains_are_refused_naming_the_link() {
 /// one whose chain is found stores deltas, and a fraction of the bytes.
 #[test]
 fn increments_store_deltas_only_against_a_chain_they_find() {
-    let dir = scratch();
+    let dir = common::scratch();
     let db = Database::open(dir.path().join("db"), options()).expect("open");
     churn(&db, 1, 300);
     let full = dir.path().join("x").join("b0");
@@ -713,7 +678,7 @@ fn increments_store_deltas_only_against_a_chain_they_find() {
         r1.data_bytes * 2 < r1.pages_copied * pb,
         "deltas take less than half the pages' bytes: {r1:?}"
     );
-    let state = contents(&db);
+    let state = common::contents(&db);
     drop(db);
     for b in [&full, &first, &second] {
         verify_backup(b).expect("each backup verifies");
@@ -736,7 +701,7 @@ fn assert_restores(
     let db = Database::open(dest, options()).expect("open restored");
     db.check().expect("restored checks");
     assert!(
-        &contents(&db) == state,
+        &common::contents(&db) == state,
         "the state at the last backup's end"
     );
 }
@@ -747,7 +712,7 @@ fn assert_restores(
 /// missed), while one on a backup of its own line is taken.
 #[test]
 fn a_restored_copy_starts_its_own_history() {
-    let dir = scratch();
+    let dir = common::scratch();
     let db = Database::open(dir.path().join("db"), options()).expect("open");
     churn(&db, 1, 100);
     let b0 = dir.path().join("b0");
@@ -781,12 +746,12 @@ fn a_restored_copy_starts_its_own_history() {
     churn(&db, 4, 20);
     let c2 = dir.path().join("c2");
     db.backup(&c2, &increment_of(&c0)).expect("its own line");
-    let state = contents(&db);
+    let state = common::contents(&db);
     drop(db);
     let again = dir.path().join("again");
     restore_backup_chain(&[c0, c2], &again).expect("restore the copy's chain");
     let db = Database::open(&again, options()).expect("open");
-    assert!(contents(&db) == state, "the copy's state");
+    assert!(common::contents(&db) == state, "the copy's state");
 }
 
 /// A `CONTROL` that a build recording no history wrote after one that did
@@ -796,7 +761,7 @@ fn a_restored_copy_starts_its_own_history() {
 #[test]
 fn a_lost_history_starts_a_new_line_at_open() {
     use std::os::unix::fs::FileExt;
-    let dir = scratch();
+    let dir = common::scratch();
     let path = dir.path().join("db");
     let db = Database::open(&path, options()).expect("open");
     churn(&db, 1, 50);
@@ -836,9 +801,9 @@ fn a_lost_history_starts_a_new_line_at_open() {
 /// also when the caller made the directory just before.
 #[test]
 fn new_directory_levels_of_a_restore_and_a_backup_are_synced() {
-    use directkv::internals::backup::restore_chain_with;
+    use directkv::internals::engine::restore_chain_with;
     use directkv::internals::io::{FaultOp, FaultyStorage, OsStorage};
-    let dir = scratch();
+    let dir = common::scratch();
     let (_, bk) = made_backup(dir.path());
     let restore_syncs = |dest: &std::path::Path| {
         let storage = FaultyStorage::new(OsStorage::default());
@@ -879,7 +844,7 @@ fn new_directory_levels_of_a_restore_and_a_backup_are_synced() {
 /// whole pages, and the real chain restores it exactly.
 #[test]
 fn a_damaged_copy_beside_the_chain_fails_no_increment() {
-    let dir = scratch();
+    let dir = common::scratch();
     let db = Database::open(dir.path().join("db"), options()).expect("open");
     churn(&db, 1, 300);
     let b0 = dir.path().join("b0");
@@ -890,7 +855,7 @@ fn a_damaged_copy_beside_the_chain_fails_no_increment() {
     db.backup(&b1, &increment_of(&b0)).expect("increment");
     // Sorted before b0, so found first.
     let stray = dir.path().join("a-copy-of-b0");
-    copy_dir(&b0, &stray);
+    common::copy_tree(&b0, &stray);
     let data = stray.join("data");
     let len = std::fs::metadata(&data).expect("stat").len();
     std::fs::OpenOptions::new()
@@ -902,7 +867,7 @@ fn a_damaged_copy_beside_the_chain_fails_no_increment() {
     churn(&db, 3, 3);
     db.backup(&b2, &increment_of(&b1))
         .expect("an increment despite the damaged copy");
-    let state = contents(&db);
+    let state = common::contents(&db);
     drop(db);
     assert_restores(&[&b0, &b1, &b2], &dir.path().join("restored"), &state);
 }
@@ -913,7 +878,7 @@ fn a_damaged_copy_beside_the_chain_fails_no_increment() {
 /// and checks nothing.)
 #[test]
 fn a_read_only_backup_verifies_and_takes_an_increment() {
-    let dir = scratch();
+    let dir = common::scratch();
     let db = Database::open(dir.path().join("db"), options()).expect("open");
     churn(&db, 1, 50);
     let b0 = dir.path().join("b0");
@@ -1002,7 +967,7 @@ fn reseal(dir: &std::path::Path, edit: &dyn Fn(&mut directkv::BackupManifest)) {
 /// segment removed with its entry; an unlisted file added.
 #[test]
 fn restore_refuses_a_resealed_manifest_as_verify_does() {
-    let dir = scratch();
+    let dir = common::scratch();
     let (good, commits) = backup_under_commits(dir.path());
     verify_backup(&good).expect("the backup verifies");
     let m = directkv::BackupManifest::decode(
@@ -1029,7 +994,7 @@ fn restore_refuses_a_resealed_manifest_as_verify_does() {
     assert!(segments > 1, "the log spans {segments} segments");
     let case = |name: &str, damage: &dyn Fn(&std::path::Path), names: &str| {
         let b = dir.path().join(name);
-        copy_dir(&good, &b);
+        common::copy_tree(&good, &b);
         damage(&b);
         let restored = dir.path().join(format!("{name}-restored"));
         let verify = verify_backup(&b).map(drop).expect_err("verify refuses");
@@ -1154,7 +1119,7 @@ impl Storage for CountingReads {
 /// again), and the restored copy opens.
 #[test]
 fn a_restore_reads_each_file_of_a_backup_once() {
-    let dir = scratch();
+    let dir = common::scratch();
     let (backup, _) = backup_under_commits(dir.path());
     let m = directkv::BackupManifest::decode(
         &std::fs::read(backup.join("backup_manifest")).expect("read"),
@@ -1185,7 +1150,7 @@ fn a_restore_reads_each_file_of_a_backup_once() {
 /// copy opens with the chain's last state, and a backup of it verifies.
 #[test]
 fn a_restored_chain_is_a_database_and_no_backup() {
-    let dir = scratch();
+    let dir = common::scratch();
     let db = Database::open(dir.path().join("db"), options()).expect("open");
     churn(&db, 1, 300);
     let b0 = dir.path().join("b0");
@@ -1193,12 +1158,12 @@ fn a_restored_chain_is_a_database_and_no_backup() {
     churn(&db, 100, 3);
     let b1 = dir.path().join("b1");
     db.backup(&b1, &increment_of(&b0)).expect("increment");
-    let state = contents(&db);
+    let state = common::contents(&db);
     let restored = dir.path().join("restored");
     restore_backup_chain(&[&b0, &b1], &restored).expect("restore");
     let moved = dir.path().join("moved");
     std::fs::rename(&restored, &moved).expect("move");
-    copy_dir(&moved, &restored);
+    common::copy_tree(&moved, &restored);
     for copy in [&restored, &moved] {
         let not_a_backup = |e: Error| {
             assert!(
@@ -1218,7 +1183,7 @@ fn a_restored_chain_is_a_database_and_no_backup() {
     drop(db);
     let opened = Database::open(&moved, options()).expect("the moved copy opens");
     opened.check().expect("check");
-    assert!(contents(&opened) == state, "the chain's last state");
+    assert!(common::contents(&opened) == state, "the chain's last state");
     let b = dir.path().join("of-restored");
     opened.backup(&b, &fast()).expect("a backup of it");
     verify_backup(&b).expect("which verifies");

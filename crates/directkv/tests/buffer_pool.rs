@@ -6,17 +6,20 @@
 //! readable; concurrent latched updates lose nothing; the control file falls back
 //! to its older slot when the newer one is damaged.
 
+mod common;
+
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use directkv::internals::buffer::{Access, BufferPool, LogFlusher, WriteCause};
-use directkv::internals::db::ControlFile;
-use directkv::internals::format::control::Control;
-use directkv::internals::format::page::{self, PageType, PAGE_HEADER_BYTES};
-use directkv::internals::format::PageId;
-use directkv::internals::io::{DirectFile, DirectIo, FileOptions, OsStorage, SyncMethod};
-use directkv::internals::sched::{IoClass, ScheduledFile, Scheduler};
+use directkv::internals::engine::{Access, BufferPool, LogFlusher, WriteCause};
+use directkv::internals::engine::{IoClass, ScheduledFile, Scheduler};
+use directkv::internals::io::{DirectFile, FileOptions, OsStorage};
+use directkv::internals::pages::page::{self, PageType, PAGE_HEADER_BYTES};
+use directkv::internals::pages::Control;
+use directkv::internals::pages::ControlFile;
+use directkv::internals::pages::PageId;
+use directkv::{DirectIo, SyncMethod};
 use directkv::{Error, Lsn};
 
 const DB: [u8; 16] = *b"buffer-pool-test";
@@ -70,10 +73,6 @@ fn pool_scheduled(dir: &Path, frames: usize, log: Arc<FakeLog>, sched: Arc<Sched
     BufferPool::new(file, PAGE, frames * PAGE as usize, DB, log).expect("pool")
 }
 
-fn scratch() -> tempfile::TempDir {
-    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir")
-}
-
 fn put_pattern(pool: &Pool, no: u64, value: u64, lsn: u64) {
     let mut p = pool.create(PageId::new(no)).expect("create");
     page::init(p.data_mut(), PageType::Leaf);
@@ -89,7 +88,7 @@ fn get_value(pool: &Pool, no: u64, access: Access) -> u64 {
 
 #[test]
 fn pages_survive_eviction_and_reopen_and_obey_the_wal_rule() {
-    let dir = scratch();
+    let dir = common::scratch();
     let log = Arc::new(FakeLog::default());
     let p = pool(dir.path(), 16, Arc::clone(&log));
     for no in 0..200u64 {
@@ -132,7 +131,7 @@ fn pool_with_ten_dirty(dir: &Path, sched: Arc<Scheduler>) -> Pool {
 
 #[test]
 fn flushing_visits_only_dirty_pages() {
-    let dir = scratch();
+    let dir = common::scratch();
     let p = pool_with_ten_dirty(dir.path(), Scheduler::fifo());
     let before = p.stats();
     assert_eq!(p.stats().dirty_pages, 10);
@@ -149,7 +148,7 @@ fn flushing_visits_only_dirty_pages() {
 
 #[test]
 fn a_checkpoint_writes_only_pages_dirtied_before_it_and_the_cleaner_only_cold_ones() {
-    let dir = scratch();
+    let dir = common::scratch();
     // Every request goes through the scheduler under its class.
     let sched = Arc::new(Scheduler::default());
     let p = pool_with_ten_dirty(dir.path(), Arc::clone(&sched));
@@ -215,7 +214,7 @@ fn a_checkpoint_writes_only_pages_dirtied_before_it_and_the_cleaner_only_cold_on
 
 #[test]
 fn scan_does_not_flush_the_hot_set() {
-    let dir = scratch();
+    let dir = common::scratch();
     let p = pool(dir.path(), 64, Arc::new(FakeLog::default()));
     for no in 0..1000u64 {
         put_pattern(&p, no, no, 1 + no);
@@ -252,7 +251,7 @@ fn scan_does_not_flush_the_hot_set() {
 #[test]
 fn damaged_and_misdirected_pages_are_errors_not_data() {
     use std::os::unix::fs::FileExt;
-    let dir = scratch();
+    let dir = common::scratch();
     let p = pool(dir.path(), 32, Arc::new(FakeLog::default()));
     for no in 0..8u64 {
         put_pattern(&p, no, 100 + no, 1);
@@ -308,7 +307,7 @@ fn concurrent_updates_through_latches_lose_nothing() {
     const THREADS: u64 = 4;
     const ROUNDS: u64 = 2000;
     const PAGES: u64 = 200;
-    let dir = scratch();
+    let dir = common::scratch();
     let log = Arc::new(FakeLog::default());
     let p = Arc::new(pool(dir.path(), 16, log));
     for no in 0..PAGES {
@@ -363,7 +362,7 @@ fn concurrent_updates_through_latches_lose_nothing() {
 #[test]
 fn control_file_falls_back_to_the_older_slot() {
     use std::os::unix::fs::FileExt;
-    let dir = scratch();
+    let dir = common::scratch();
     let path = dir.path().join("CONTROL");
     let base = Control {
         page_bytes: 8192,
@@ -374,7 +373,7 @@ fn control_file_falls_back_to_the_older_slot() {
         root_page: PageId::new(1),
         page_count: 2,
         freelist_head: PageId::ZERO,
-        flags: directkv::internals::format::control::FLAG_HISTORY,
+        flags: directkv::internals::pages::FLAG_HISTORY,
         history: [7; 16],
         history_lost: false,
     };
@@ -464,12 +463,12 @@ fn crc32c_of(b: &[u8]) -> u32 {
 /// every page in use.
 #[test]
 fn growth_ahead_of_use_races_writes_past_the_end_and_loses_nothing() {
-    let dir = scratch();
+    let dir = common::scratch();
     // A tight scheduler: one Background request in flight, a low rate.
-    let sched = Arc::new(Scheduler::new(directkv::internals::sched::SchedOptions {
+    let sched = Arc::new(Scheduler::new(directkv::SchedOptions {
         background_inflight_bytes: 64 << 10,
         background_rate_bytes: 8 << 20,
-        ..directkv::internals::sched::SchedOptions::default()
+        ..directkv::SchedOptions::default()
     }));
     let log = Arc::new(FakeLog::default());
     let p = Arc::new(pool_scheduled(dir.path(), 64, log, Arc::clone(&sched)));
@@ -520,7 +519,7 @@ fn growth_ahead_of_use_races_writes_past_the_end_and_loses_nothing() {
 /// served.
 #[test]
 fn a_page_newer_than_the_durable_log_is_refused() {
-    let dir = scratch();
+    let dir = common::scratch();
     let p = pool(dir.path(), 32, Arc::new(FakeLog::default()));
     put_pattern(&p, 3, 33, 5000);
     put_pattern(&p, 4, 44, 10);
@@ -558,7 +557,7 @@ fn a_page_newer_than_the_durable_log_is_refused() {
 #[test]
 fn the_cleaner_writes_only_cold_pages_and_only_when_the_pool_runs_short() {
     use std::os::unix::fs::FileExt;
-    let dir = scratch();
+    let dir = common::scratch();
     let p = pool(dir.path(), 64, Arc::new(FakeLog::default()));
     let window = 8;
     let touch_hot = |v: u64| {

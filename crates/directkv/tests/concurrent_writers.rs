@@ -4,21 +4,16 @@
 //! interleaving it fixes (several open on one thread, or threads meeting at
 //! a lock), so the outcome is determined, then reads the database back.
 
+mod common;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
-use directkv::{Database, Error, Isolation, Options, SyncMethod, SyncVariant, WriteOptions};
+use directkv::{Database, Error, Isolation, Options, WriteOptions};
 
 fn opts() -> Options {
-    Options {
-        cache_bytes: 8 << 20,
-        wal_sync: Some(SyncVariant {
-            method: SyncMethod::None,
-            direct: false,
-        }),
-        ..Options::default()
-    }
+    common::unsynced(8 << 20)
 }
 
 fn open() -> (tempfile::TempDir, Database) {

@@ -8,12 +8,14 @@
 //! malformed record in the log, refused by recovery, names its segment file
 //! and the record's byte offset in it the same way.
 
+mod common;
+
 use std::os::unix::fs::FileExt;
 use std::path::{Component, Path, PathBuf};
 
-use directkv::internals::format::page::{self, PageType};
-use directkv::internals::format::{DbId, PageId};
-use directkv::{Database, Error, Options, SyncMethod, SyncVariant};
+use directkv::internals::pages::page::{self, PageType};
+use directkv::internals::pages::PageId;
+use directkv::{Database, Error, Options};
 
 const PAGE: usize = 8192;
 const KEYS: u32 = 2000;
@@ -21,52 +23,17 @@ const KEYS: u32 = 2000;
 const LONG: u32 = 7;
 
 fn opts() -> Options {
-    Options {
-        cache_bytes: 4 << 20,
-        wal_sync: Some(SyncVariant {
-            method: SyncMethod::None,
-            direct: false,
-        }),
-        ..Options::default()
-    }
+    common::unsynced(4 << 20)
 }
 
 fn key(i: u32) -> Vec<u8> {
-    format!("key-{i:06}").into_bytes()
+    common::page_key(i)
 }
 
 /// A closed database of `KEYS` keys, the value of `LONG` in an overflow
 /// chain.
 fn build(dir: &Path) {
-    let db = Database::open(dir, opts()).expect("open");
-    let mut tx = db.begin_write().expect("begin");
-    for i in 0..KEYS {
-        let v = if i == LONG {
-            vec![7u8; 3 * PAGE]
-        } else {
-            vec![1u8; 40]
-        };
-        tx.put(&key(i), &v).expect("put");
-    }
-    tx.commit().expect("commit");
-    db.close().expect("close");
-}
-
-/// The first page of type `t` in the data file, its bytes, and the
-/// database's identity.
-fn find(dir: &Path, t: PageType) -> (u64, Vec<u8>, DbId) {
-    let file = std::fs::File::open(dir.join("data")).expect("data");
-    let pages = file.metadata().expect("meta").len() / PAGE as u64;
-    for no in 1..pages {
-        let mut p = vec![0u8; PAGE];
-        file.read_exact_at(&mut p, no * PAGE as u64).expect("read");
-        if u16::from_le_bytes([p[8], p[9]]) == t as u16 {
-            let id: DbId = p[32..48].try_into().expect("16 bytes");
-            page::verify(&p, PageId::new(no), &id).expect("an intact page");
-            return (no, p, id);
-        }
-    }
-    panic!("no {t:?} page");
+    common::build_with_overflow(dir, opts(), KEYS, LONG, PAGE);
 }
 
 fn write_page(dir: &Path, no: u64, p: &[u8]) {
@@ -121,9 +88,9 @@ fn names_the_page(e: &Error, dir: &Path, no: u64) {
 
 #[test]
 fn an_overflow_page_of_another_type_names_the_data_file_and_its_byte_offset() {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    let dir = common::scratch();
     build(dir.path());
-    let (no, mut p, id) = find(dir.path(), PageType::Overflow);
+    let (no, mut p, id) = common::first_page_of_type(dir.path(), PAGE, PageType::Overflow);
     // A free page passes the page check; only the chain's walk sees that
     // it is not the overflow page the leaf points to.
     p[8..10].copy_from_slice(&(PageType::Free as u16).to_le_bytes());
@@ -145,9 +112,9 @@ fn an_overflow_page_of_another_type_names_the_data_file_and_its_byte_offset() {
 
 #[test]
 fn a_checksum_mismatch_names_the_data_file_and_its_byte_offset() {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    let dir = common::scratch();
     build(dir.path());
-    let (no, mut p, _) = find(dir.path(), PageType::Leaf);
+    let (no, mut p, _) = common::first_page_of_type(dir.path(), PAGE, PageType::Leaf);
     p[PAGE - 100] ^= 0x55;
     write_page(dir.path(), no, &p);
 
@@ -171,7 +138,7 @@ fn a_checksum_mismatch_names_the_data_file_and_its_byte_offset() {
 #[test]
 fn a_malformed_log_record_names_its_segment_and_byte_offset() {
     use directkv::internals::sim::SimStorage;
-    use directkv::internals::wal::format::SEGMENT_HEADER_BYTES;
+    use directkv::internals::wal::SEGMENT_HEADER_BYTES;
 
     let path = Path::new("/sim/db");
     let disk = SimStorage::new();
@@ -215,7 +182,7 @@ fn break_first_page_record(
     wal: &Path,
 ) -> (PathBuf, u64) {
     use directkv::internals::io::Storage;
-    use directkv::internals::wal::format::{RecordHeader, SegmentHeader, SEGMENT_HEADER_BYTES};
+    use directkv::internals::wal::{RecordHeader, SegmentHeader, SEGMENT_HEADER_BYTES};
     use directkv::Lsn;
 
     let mut found = None;

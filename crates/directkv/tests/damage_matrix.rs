@@ -29,10 +29,12 @@
 //! read a state the database really had at some commit, per key
 //! (docs/fault_coverage.md).
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use directkv::{Database, Error, Options, SyncMethod, SyncVariant};
+use directkv::{Database, Error, Options};
 
 const KEYS: u32 = 600;
 const SEGMENT_BYTES: u64 = 256 << 10;
@@ -40,19 +42,7 @@ const SEGMENT_BYTES: u64 = 256 << 10;
 const SLOT_USED: u64 = 92;
 
 fn opts() -> Options {
-    Options {
-        page_bytes: 4096,
-        cache_bytes: 1 << 20,
-        wal_sync: Some(SyncVariant {
-            method: SyncMethod::None,
-            direct: false,
-        }),
-        wal_segment_bytes: SEGMENT_BYTES,
-        background_threads: false,
-        create_if_missing: false,
-        publish_stats: false,
-        ..Options::default()
-    }
+    common::quiet(1 << 20, SEGMENT_BYTES)
 }
 
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
@@ -86,7 +76,7 @@ fn build(crashed: bool) -> Template {
     for t in 0..400u32 {
         if t == 150 {
             db.checkpoint().expect("checkpoint");
-            copy_tree(dir.path(), old.path());
+            common::copy_tree(dir.path(), old.path());
             history = model
                 .iter()
                 .map(|(k, v)| (k.clone(), vec![v.clone()]))
@@ -119,19 +109,6 @@ fn build(crashed: bool) -> Template {
         before_last,
         history,
         crashed,
-    }
-}
-
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).expect("mkdir");
-    for e in std::fs::read_dir(from).expect("read_dir") {
-        let e = e.expect("entry");
-        let (src, dst) = (e.path(), to.join(e.file_name()));
-        if src.is_dir() {
-            copy_tree(&src, &dst);
-        } else {
-            std::fs::copy(&src, &dst).expect("copy");
-        }
     }
 }
 
@@ -194,8 +171,8 @@ fn targets(dir: &Path) -> Vec<Target> {
 /// must be refused after a crash too, since the drop sealed the flush that
 /// holds it (issue 43).
 fn last_commit(dir: &Path) -> Target {
-    use directkv::internals::wal::format::{segment_file_name, Layout};
-    let mut reader = wal_reader(dir);
+    use directkv::internals::wal::Layout;
+    let mut reader = common::log_reader(dir, SEGMENT_BYTES);
     let mut last = None;
     while let Some(rec) = reader.next_user_record().expect("read the log") {
         last = Some((rec.lsn, rec.payload.len() as u64));
@@ -206,28 +183,9 @@ fn last_commit(dir: &Path) -> Target {
     };
     let lo = layout.file_offset(lsn);
     Target {
-        rel: PathBuf::from(format!("wal/{}", segment_file_name(layout.segment_of(lsn)))),
+        rel: common::segment_rel_path(SEGMENT_BYTES, lsn),
         range: Some((lo, (lo + 16 + len).min(SEGMENT_BYTES))),
     }
-}
-
-fn wal_reader(
-    dir: &Path,
-) -> directkv::internals::wal::WalReader<directkv::internals::io::OsStorage> {
-    use directkv::internals::db::ControlFile;
-    use directkv::internals::io::OsStorage;
-    use directkv::internals::wal::WalReader;
-    let redo = ControlFile::open(&OsStorage::default(), &dir.join("CONTROL"))
-        .expect("CONTROL")
-        .current()
-        .redo_lsn;
-    WalReader::new(
-        OsStorage::default(),
-        &dir.join("wal"),
-        SEGMENT_BYTES,
-        None,
-        redo,
-    )
 }
 
 fn damages(t: &Target, is_dir: bool) -> Vec<Damage> {
@@ -298,7 +256,7 @@ fn apply(dir: &Path, old: &Path, t: &Target, d: Damage) -> bool {
             }
             if path.is_dir() {
                 std::fs::remove_dir_all(&path).expect("rm -r");
-                copy_tree(&from, &path);
+                common::copy_tree(&from, &path);
             } else {
                 std::fs::copy(&from, &path).expect("copy");
             }
@@ -400,7 +358,7 @@ fn run_matrix(crashed: bool) {
         let is_dir = tpl.dir.path().join(&t.rel).is_dir();
         for d in damages(&t, is_dir) {
             let work = tempfile::tempdir().expect("tempdir");
-            copy_tree(tpl.dir.path(), work.path());
+            common::copy_tree(tpl.dir.path(), work.path());
             if !apply(work.path(), tpl.old.path(), &t, d) {
                 continue;
             }
@@ -443,16 +401,12 @@ fn slot(t: &Target) -> String {
 /// The segment holding the log's newest record, read from `CONTROL`'s
 /// redo point.
 fn newest_used_segment(dir: &Path) -> Option<PathBuf> {
-    use directkv::internals::wal::format::{segment_file_name, Layout};
-    let mut reader = wal_reader(dir);
+    let mut reader = common::log_reader(dir, SEGMENT_BYTES);
     let mut last = None;
     while let Some(rec) = reader.next_record().expect("read the log") {
         last = Some(rec.lsn);
     }
-    let layout = Layout {
-        segment_bytes: SEGMENT_BYTES,
-    };
-    last.map(|l| PathBuf::from(format!("wal/{}", segment_file_name(layout.segment_of(l)))))
+    last.map(|l| common::segment_rel_path(SEGMENT_BYTES, l))
 }
 
 #[test]

@@ -5,14 +5,15 @@
 
 use std::path::Path;
 
-use directkv::internals::btree::node;
-use directkv::internals::db::ControlFile;
-use directkv::internals::format::{page, PageId};
-use directkv::internals::io::{AlignedBuf, FileOptions, Storage, StorageFile, SyncMethod};
+use directkv::internals::io::{AlignedBuf, FileOptions, Storage, StorageFile};
+use directkv::internals::pages::node;
+use directkv::internals::pages::ControlFile;
+use directkv::internals::pages::{page, PageId};
 use directkv::internals::sim::SimStorage;
-use directkv::internals::wal::format::{RecordHeader, SegmentHeader};
 use directkv::internals::wal::WalReader;
+use directkv::internals::wal::{RecordHeader, SegmentHeader};
 use directkv::Lsn;
+use directkv::SyncMethod;
 use proptest::prelude::*;
 
 fn write_file(disk: &SimStorage, path: &Path, bytes: &[u8]) {
@@ -37,7 +38,7 @@ proptest! {
 
     #[test]
     fn data_file_head(bytes in prop::collection::vec(any::<u8>(), 0..256)) {
-        use directkv::internals::format::data_head;
+        use directkv::internals::pages::data_head;
         if let Some(h) = data_head::decode(&bytes) {
             // A head it accepts carries the magic, and reads back as itself.
             prop_assert_eq!(&bytes[56..64], &data_head::DATA_HEAD_MAGIC[..]);

@@ -6,19 +6,18 @@
 //! acknowledged commit. Runs on the simulated disk, which fails exactly the
 //! operations asked of it.
 
+mod common;
+
 use std::path::Path;
 
 use directkv::internals::sim::SimStorage;
-use directkv::{Database, Error, Options, SyncMethod, SyncVariant};
+use directkv::{Database, Error, Options};
 
 fn opts() -> Options {
     Options {
         cache_bytes: 32 * 4096,
         page_bytes: 4096,
-        wal_sync: Some(SyncVariant {
-            method: SyncMethod::Fdatasync,
-            direct: true,
-        }),
+        wal_sync: common::SIM_SYNC,
         wal_segment_bytes: 256 << 10,
         background_threads: false,
         data_extend_bytes: 0,

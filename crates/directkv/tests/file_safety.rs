@@ -20,12 +20,14 @@
 //! the parent, `LOCK`'s `flock` included, so another test's reopen right
 //! after its close would meet a lock still held.
 
+mod common;
+
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use directkv::internals::io::profile;
-use directkv::{Database, Error, Options, SyncMethod, SyncVariant};
+use directkv::{Database, Error, Options};
 
 /// Holds the lock that runs the tests of this file one at a time.
 fn serial() -> std::sync::MutexGuard<'static, ()> {
@@ -36,10 +38,7 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 fn opts() -> Options {
     Options {
         cache_bytes: 4 << 20,
-        wal_sync: Some(SyncVariant {
-            method: SyncMethod::None,
-            direct: false,
-        }),
+        wal_sync: common::NO_SYNC,
         background_threads: false,
         publish_stats: false,
         ..Options::default()

@@ -58,16 +58,15 @@
 //! transactions from the default seed; the threads' interleaving, and so
 //! the history, differs from run to run.
 
+mod common;
+
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::fmt;
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
-use directkv::{
-    Database, Error, Isolation, Options, RangeIter, ReadTxn, SyncMethod, SyncVariant, WriteOptions,
-    WriteTxn,
-};
+use directkv::{Database, Error, Isolation, Options, RangeIter, ReadTxn, WriteOptions, WriteTxn};
 
 type DbResult<T> = directkv::Result<T>;
 type Entries = Vec<(Vec<u8>, Vec<u8>)>;
@@ -85,14 +84,7 @@ const INITIAL: u64 = 0;
 const SETUP: u64 = 1;
 
 fn options() -> Options {
-    Options {
-        cache_bytes: 8 << 20,
-        wal_sync: Some(SyncVariant {
-            method: SyncMethod::None,
-            direct: false,
-        }),
-        ..Options::default()
-    }
+    common::unsynced(8 << 20)
 }
 
 fn env_u64(name: &str, default: u64) -> u64 {

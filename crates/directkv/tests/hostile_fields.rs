@@ -28,15 +28,14 @@
 //! tests (24 more); `directkv check` meets the five found cases in
 //! crates/directkv-cli/tests/check_hostile.rs.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use directkv::internals::constants::{PAGE_COUNT_MAX, TXN_ID_MAX};
-use directkv::internals::db::ControlFile;
-use directkv::internals::io::OsStorage;
-use directkv::internals::wal::format::{segment_file_name, Layout};
-use directkv::internals::wal::WalReader;
-use directkv::{Database, Error, Lsn, Options, SyncMethod, SyncVariant};
+use directkv::internals::pages::{PAGE_COUNT_MAX, TXN_ID_MAX};
+use directkv::internals::wal::Layout;
+use directkv::{Database, Error, Lsn, Options};
 
 const SEGMENT_BYTES: u64 = 1 << 20;
 const KEYS: u32 = 400;
@@ -46,37 +45,18 @@ const COMMIT: u8 = 21;
 const CHECKPOINT: u8 = 22;
 
 fn opts() -> Options {
-    Options {
-        page_bytes: 4096,
-        cache_bytes: 1 << 20,
-        wal_sync: Some(SyncVariant {
-            method: SyncMethod::None,
-            direct: false,
-        }),
-        wal_segment_bytes: SEGMENT_BYTES,
-        background_threads: false,
-        create_if_missing: false,
-        publish_stats: false,
-        ..Options::default()
-    }
+    common::quiet(1 << 20, SEGMENT_BYTES)
 }
 
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 
 fn key(i: u32) -> Vec<u8> {
-    format!("key{:05}", i % KEYS).into_bytes()
+    common::numbered_key(i, KEYS)
 }
 
 /// Commits transaction `t` (ten keys) and records it in `model`.
 fn commit(db: &Database, model: &mut Model, t: u32) {
-    let mut w = db.begin_write().expect("begin_write");
-    for j in 0..10 {
-        let k = key(t * 10 + j);
-        let v = format!("txn {t} value {j} {}", "x".repeat(60)).into_bytes();
-        w.put(&k, &v).expect("put");
-        model.insert(k, v);
-    }
-    w.commit().expect("commit");
+    common::commit_ten(db, model, t, KEYS);
 }
 
 /// A database of 120 transactions, a checkpoint, 120 more that update the
@@ -115,15 +95,15 @@ struct Template {
 }
 
 fn template(close: bool) -> Template {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    let dir = common::scratch();
     let model = build(dir.path(), close);
     Template { dir, model }
 }
 
 impl Template {
     fn copy(&self) -> tempfile::TempDir {
-        let to = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
-        for (p, bytes) in snapshot(self.dir.path()) {
+        let to = common::scratch();
+        for (p, bytes) in common::files_snapshot(self.dir.path()) {
             let rel = p.strip_prefix(self.dir.path()).expect("inside");
             if bytes.is_empty() && p.is_dir() {
                 std::fs::create_dir_all(to.path().join(rel)).expect("mkdir");
@@ -135,30 +115,12 @@ impl Template {
     }
 }
 
-/// Every file and directory under `dir` (but `LOCK`) with its bytes.
-fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).expect("read_dir") {
-            let p = e.expect("entry").path();
-            if p.is_dir() {
-                stack.push(p.clone());
-                out.insert(p, Vec::new());
-            } else if p.file_name().is_some_and(|n| n != "LOCK") {
-                out.insert(p.clone(), std::fs::read(&p).expect("read"));
-            }
-        }
-    }
-    out
-}
-
 /// Open refuses with `Corruption` naming `path` and `words`, and nothing
 /// on disk changed. An open that succeeds is leaked rather than closed: on
 /// a database whose page count is 2^60, closing would grow the data file
 /// without end.
 fn refused(dir: &Path, path: &Path, words: &str) -> String {
-    let before = snapshot(dir);
+    let before = common::files_snapshot(dir);
     let detail = match Database::open(dir, opts()) {
         Err(Error::Corruption {
             path: named,
@@ -175,7 +137,10 @@ fn refused(dir: &Path, path: &Path, words: &str) -> String {
         }
     };
     assert!(detail.contains(words), "{words}: {detail}");
-    assert!(snapshot(dir) == before, "a refused open changes no byte");
+    assert!(
+        common::files_snapshot(dir) == before,
+        "a refused open changes no byte"
+    );
     detail
 }
 
@@ -346,13 +311,6 @@ fn control_fields_out_of_range_are_refused_by_name() {
 
 // ---- WAL records ----
 
-fn redo_lsn(dir: &Path) -> Lsn {
-    ControlFile::open(&OsStorage::default(), &control_path(dir))
-        .expect("CONTROL")
-        .current()
-        .redo_lsn
-}
-
 fn layout() -> Layout {
     Layout {
         segment_bytes: SEGMENT_BYTES,
@@ -360,19 +318,12 @@ fn layout() -> Layout {
 }
 
 fn segment_path(dir: &Path, lsn: Lsn) -> PathBuf {
-    dir.join("wal")
-        .join(segment_file_name(layout().segment_of(lsn)))
+    dir.join(common::segment_rel_path(SEGMENT_BYTES, lsn))
 }
 
 /// The log's engine records from the redo point: (LSN, kind, payload).
 fn records(dir: &Path) -> Vec<(Lsn, u8, Vec<u8>)> {
-    let mut reader = WalReader::new(
-        OsStorage::default(),
-        &dir.join("wal"),
-        SEGMENT_BYTES,
-        None,
-        redo_lsn(dir),
-    );
+    let mut reader = common::log_reader(dir, SEGMENT_BYTES);
     let mut out = Vec::new();
     while let Some(rec) = reader.next_user_record().expect("read the log") {
         out.push((rec.lsn, rec.kind, rec.payload));
@@ -522,7 +473,7 @@ fn record_fields_out_of_range_are_refused_by_name() {
 /// pool's empty-frame marker (a panic) or a page past the file.
 #[test]
 fn a_free_page_linking_past_the_file_is_refused_at_allocation() {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    let dir = common::scratch();
     let create = Options {
         create_if_missing: true,
         ..opts()
@@ -542,11 +493,11 @@ fn a_free_page_linking_past_the_file_is_refused_at_allocation() {
     let count = control_u64(dir.path(), PAGE_COUNT_AT);
     assert!(head != 0, "the deletes freed pages");
     for link in [u64::MAX, count] {
-        let d = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+        let d = common::scratch();
         for name in ["CONTROL", "data"] {
             std::fs::copy(dir.path().join(name), d.path().join(name)).expect("copy");
         }
-        copy_dir(&dir.path().join("wal"), &d.path().join("wal"));
+        common::copy_tree(&dir.path().join("wal"), &d.path().join("wal"));
         let data = d.path().join("data");
         let mut bytes = std::fs::read(&data).expect("data");
         let at = (head * 4096) as usize;
@@ -569,13 +520,5 @@ fn a_free_page_linking_past_the_file_is_refused_at_allocation() {
             }
             e => panic!("expected Corruption naming the data file, got {e}"),
         }
-    }
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).expect("mkdir");
-    for e in std::fs::read_dir(from).expect("read_dir") {
-        let p = e.expect("entry").path();
-        std::fs::copy(&p, to.join(p.file_name().expect("name"))).expect("copy");
     }
 }

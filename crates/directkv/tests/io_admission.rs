@@ -6,10 +6,12 @@
 //! reads of the log) equal the requests its scheduler counted under
 //! permits, class by class summed.
 
+mod common;
+
 use std::path::Path;
 
+use directkv::internals::engine::IoClass;
 use directkv::internals::io::{FaultOp, FaultyStorage, OsStorage};
-use directkv::internals::sched::IoClass;
 use directkv::{Database, Options, SchedStats};
 
 fn opts() -> Options {
@@ -54,7 +56,7 @@ fn put_many(db: &Database<FaultyStorage<OsStorage>>, round: u32) {
 
 #[test]
 fn every_request_of_a_database_passes_the_scheduler() {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    let dir = common::scratch();
     let path = dir.path().join("db");
     let storage = FaultyStorage::new(OsStorage::default());
 

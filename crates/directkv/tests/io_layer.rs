@@ -7,19 +7,18 @@
 //! Direct-I/O cases run in `CARGO_TARGET_TMPDIR` (the build's filesystem); where
 //! that filesystem refuses `O_DIRECT` they print why and skip.
 
+mod common;
+
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use directkv::internals::io::{
-    device_info, fs_info, statx_direct_io, AlignedBuf, AlignmentSource, DirectFile, DirectIo,
-    FileOptions, Fill, IoPath, SyncMethod,
+    device_info, fs_info, statx_direct_io, AlignedBuf, AlignmentSource, DirectFile, FileOptions,
+    Fill,
 };
 use directkv::Error;
-
-fn scratch_dir() -> tempfile::TempDir {
-    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir")
-}
+use directkv::{DirectIo, IoPath, SyncMethod};
 
 fn opts(direct_io: DirectIo, sync: SyncMethod) -> FileOptions {
     FileOptions {
@@ -66,7 +65,7 @@ fn tmpfs_dir() -> Option<PathBuf> {
 
 #[test]
 fn alignment_matches_statx_and_sysfs() {
-    let dir = scratch_dir();
+    let dir = common::scratch();
     let Some(file) = open_direct(dir.path(), "a", SyncMethod::Fdatasync) else {
         return;
     };
@@ -116,7 +115,7 @@ fn alignment_matches_statx_and_sysfs() {
 
 #[test]
 fn sync_methods_open_the_right_flags() {
-    let dir = scratch_dir();
+    let dir = common::scratch();
     let direct_works = open_direct(dir.path(), "probe", SyncMethod::None).is_some();
     for method in SyncMethod::ALL {
         for direct in [false, true] {
@@ -146,7 +145,7 @@ fn sync_methods_open_the_right_flags() {
 
 #[test]
 fn every_sync_method_writes_and_syncs() {
-    let dir = scratch_dir();
+    let dir = common::scratch();
     for method in SyncMethod::ALL {
         let f = DirectFile::open(
             dir.path().join(method.name()),
@@ -203,7 +202,7 @@ fn tmpfs_auto_falls_back_and_on_fails_cleanly() {
 
 #[test]
 fn unaligned_direct_io_is_a_typed_error() {
-    let dir = scratch_dir();
+    let dir = common::scratch();
     let Some(f) = open_direct(dir.path(), "u", SyncMethod::None) else {
         return;
     };
@@ -234,7 +233,7 @@ fn concurrent_positional_writes_are_exact() {
     const THREADS: usize = 4;
     const BLOCKS_PER_THREAD: usize = 64;
     const BLOCK: usize = 4096;
-    let dir = scratch_dir();
+    let dir = common::scratch();
     let Some(f) = open_direct(dir.path(), "c", SyncMethod::Fdatasync) else {
         return;
     };
@@ -276,7 +275,7 @@ fn concurrent_positional_writes_are_exact() {
 #[test]
 fn buffered_reader_sees_direct_writes() {
     use std::os::unix::fs::FileExt;
-    let dir = scratch_dir();
+    let dir = common::scratch();
     let Some(f) = open_direct(dir.path(), "coherent", SyncMethod::None) else {
         return;
     };
@@ -306,7 +305,7 @@ fn buffered_reader_sees_direct_writes() {
 
 #[test]
 fn failed_write_poisons_writes_and_syncs_but_not_reads() {
-    let dir = scratch_dir();
+    let dir = common::scratch();
     let f = DirectFile::open(
         dir.path().join("p"),
         &opts(DirectIo::Auto, SyncMethod::Fdatasync),
@@ -336,7 +335,7 @@ fn failed_write_poisons_writes_and_syncs_but_not_reads() {
 
 #[test]
 fn read_past_end_is_a_typed_error() {
-    let dir = scratch_dir();
+    let dir = common::scratch();
     let f = DirectFile::open(
         dir.path().join("r"),
         &opts(DirectIo::Auto, SyncMethod::None),
@@ -363,7 +362,7 @@ fn read_past_end_is_a_typed_error() {
 #[test]
 fn zero_fill_allocates_every_block() {
     use std::os::unix::fs::MetadataExt;
-    let dir = scratch_dir();
+    let dir = common::scratch();
     let f = DirectFile::open(
         dir.path().join("z"),
         &opts(DirectIo::Auto, SyncMethod::Fdatasync),
@@ -401,7 +400,7 @@ fn zero_fill_allocates_every_block() {
 /// open, after creating the file). Mounting it needs root; elsewhere this skips.
 #[test]
 fn kernel_refusal_of_o_direct_is_handled() {
-    let dir = scratch_dir();
+    let dir = common::scratch();
     let mnt = dir.path().join("ramfs");
     std::fs::create_dir(&mnt).expect("mkdir");
     let mounted = std::process::Command::new("mount")

@@ -2,13 +2,14 @@
 //! point never grows past `WAL_HARD_LIMIT_FACTOR` checkpoint distances plus
 //! the transaction that crossed it, however fast transactions come.
 
-use directkv::{
-    Database, Durability, Error, Options, CHECKPOINT_WAL_BYTES_MIN, WAL_HARD_LIMIT_FACTOR,
-};
+mod common;
+
+use directkv::internals::engine::WAL_HARD_LIMIT_FACTOR;
+use directkv::{Database, Durability, Error, Options, CHECKPOINT_WAL_BYTES_MIN};
 
 #[test]
 fn the_log_since_the_redo_point_stays_under_the_hard_limit() {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    let dir = common::scratch();
     let distance = 1u64 << 20;
     let db = Database::open(
         dir.path(),
@@ -20,9 +21,7 @@ fn the_log_since_the_redo_point_stays_under_the_hard_limit() {
             // CI reruns this suite on the thread-pool backend through the
             // variable the directkv command honours; the library reads no
             // environment itself.
-            async_io: directkv::internals::io::AioOptions::default()
-                .with_env_override()
-                .expect("a valid DIRECTKV_IO_BACKEND"),
+            async_io: common::env_async_io(),
             ..Options::default()
         },
     )
@@ -60,7 +59,7 @@ fn the_log_since_the_redo_point_stays_under_the_hard_limit() {
 /// no checkpoint frees. The smallest opens and commits.
 #[test]
 fn a_checkpoint_distance_below_the_smallest_is_refused() {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    let dir = common::scratch();
     let with = |distance| Options {
         checkpoint_wal_bytes: distance,
         ..Options::default()

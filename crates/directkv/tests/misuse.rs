@@ -5,19 +5,14 @@
 //! otherwise wait for itself forever), and the transaction it holds still
 //! commits. Pins issue 17, case 7.
 
+mod common;
+
 use std::time::Duration;
 
-use directkv::{Database, Error, Options, SyncMethod, SyncVariant, WriteOptions};
+use directkv::{Database, Error, Options, WriteOptions};
 
 fn opts() -> Options {
-    Options {
-        cache_bytes: 4 << 20,
-        wal_sync: Some(SyncVariant {
-            method: SyncMethod::None,
-            direct: false,
-        }),
-        ..Options::default()
-    }
+    common::unsynced(4 << 20)
 }
 
 #[test]

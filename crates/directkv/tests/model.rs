@@ -5,11 +5,13 @@
 //! and recovery from the WAL (reopen without close drops the handle the way a
 //! crash would, minus the lost page cache).
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use directkv::internals::io::{SyncMethod, SyncVariant};
 use directkv::{Database, Durability, Options};
+use directkv::{SyncMethod, SyncVariant};
 use proptest::prelude::*;
 
 fn options() -> Options {
@@ -25,9 +27,7 @@ fn options() -> Options {
         // CI reruns this suite on the thread-pool backend through the
         // variable the directkv command honours; the library reads no
         // environment itself.
-        async_io: directkv::internals::io::AioOptions::default()
-            .with_env_override()
-            .expect("a valid DIRECTKV_IO_BACKEND"),
+        async_io: common::env_async_io(),
         ..Options::default()
     }
 }
@@ -229,8 +229,7 @@ fn engine_matches_a_btreemap() {
                     let sequences = prop::collection::vec(op(), 1..300);
                     runner
                         .run(&sequences, |ops| {
-                            let dir =
-                                tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+                            let dir = common::scratch();
                             run(dir.path(), &ops);
                             Ok(())
                         })
@@ -248,7 +247,7 @@ fn engine_matches_a_btreemap() {
 
 #[test]
 fn many_keys_grow_and_shrink_the_tree() {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    let dir = common::scratch();
     let opts = Options {
         cache_bytes: 4 << 20,
         ..options()

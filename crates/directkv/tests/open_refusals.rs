@@ -7,17 +7,16 @@
 //! or an empty one of those);
 //! a user's file named `data` is refused by name and left untouched.
 
+mod common;
+
 use std::path::Path;
 
-use directkv::{Database, Error, Options, SyncMethod, SyncVariant};
+use directkv::{Database, Error, Options};
 
 fn opts(create_if_missing: bool) -> Options {
     Options {
         cache_bytes: 4 << 20,
-        wal_sync: Some(SyncVariant {
-            method: SyncMethod::None,
-            direct: false,
-        }),
+        wal_sync: common::NO_SYNC,
         create_if_missing,
         ..Options::default()
     }

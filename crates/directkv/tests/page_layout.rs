@@ -4,67 +4,34 @@
 //! Each case damages one page of a closed database, seals it again so that
 //! its checksum, number and identity are right, and reads every key.
 
+mod common;
+
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use directkv::internals::format::page::{self, PageType, PAGE_HEADER_BYTES};
-use directkv::internals::format::{DbId, PageId};
-use directkv::{Database, Error, Options, SyncMethod, SyncVariant};
+use directkv::internals::pages::page::{self, PageType, PAGE_HEADER_BYTES};
+use directkv::internals::pages::PageId;
+use directkv::{Database, Error, Options};
 
 const PAGE: usize = 8192;
 const KEYS: u32 = 3000;
 
 fn opts() -> Options {
-    Options {
-        cache_bytes: 4 << 20,
-        wal_sync: Some(SyncVariant {
-            method: SyncMethod::None,
-            direct: false,
-        }),
-        ..Options::default()
-    }
+    common::unsynced(4 << 20)
 }
 
 fn key(i: u32) -> Vec<u8> {
-    format!("key-{i:06}").into_bytes()
+    common::page_key(i)
 }
 
 /// A closed database of `KEYS` keys (several leaves under a branch root),
 /// one of them with a value long enough for an overflow chain.
 fn build(dir: &Path) {
-    let db = Database::open(dir, opts()).expect("open");
-    let mut tx = db.begin_write().expect("begin");
-    for i in 0..KEYS {
-        let v = if i == 7 {
-            vec![7u8; 3 * PAGE]
-        } else {
-            vec![1u8; 40]
-        };
-        tx.put(&key(i), &v).expect("put");
-    }
-    tx.commit().expect("commit");
-    db.close().expect("close");
-}
-
-/// The first page of type `t` in the data file, its bytes, and the
-/// database's identity (from its header).
-fn find(dir: &Path, t: PageType) -> (u64, Vec<u8>, DbId) {
-    let file = std::fs::File::open(dir.join("data")).expect("data");
-    let pages = file.metadata().expect("meta").len() / PAGE as u64;
-    for no in 1..pages {
-        let mut p = vec![0u8; PAGE];
-        file.read_exact_at(&mut p, no * PAGE as u64).expect("read");
-        if u16::from_le_bytes([p[8], p[9]]) == t as u16 {
-            let id: DbId = p[32..48].try_into().expect("16 bytes");
-            page::verify(&p, PageId::new(no), &id).expect("an intact page");
-            return (no, p, id);
-        }
-    }
-    panic!("no {t:?} page");
+    common::build_with_overflow(dir, opts(), KEYS, 7, PAGE);
 }
 
 /// Seals `p` as page `no` and writes it in place.
-fn put_back(dir: &Path, no: u64, mut p: Vec<u8>, id: &DbId) {
+fn put_back(dir: &Path, no: u64, mut p: Vec<u8>, id: &[u8; 16]) {
     page::seal_in_place(&mut p, PageId::new(no), id);
     let file = std::fs::OpenOptions::new()
         .write(true)
@@ -103,9 +70,9 @@ const SLOTS: usize = PAGE_HEADER_BYTES + 16;
 
 #[test]
 fn a_slot_past_the_page_end_is_corruption() {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    let dir = common::scratch();
     build(dir.path());
-    let (no, mut p, id) = find(dir.path(), PageType::Leaf);
+    let (no, mut p, id) = common::first_page_of_type(dir.path(), PAGE, PageType::Leaf);
     p[SLOTS..SLOTS + 2].copy_from_slice(&0xFFF0u16.to_le_bytes());
     put_back(dir.path(), no, p, &id);
     reads_refuse(dir.path(), no);
@@ -113,9 +80,9 @@ fn a_slot_past_the_page_end_is_corruption() {
 
 #[test]
 fn a_slot_count_past_the_cells_is_corruption() {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    let dir = common::scratch();
     build(dir.path());
-    let (no, mut p, id) = find(dir.path(), PageType::Leaf);
+    let (no, mut p, id) = common::first_page_of_type(dir.path(), PAGE, PageType::Leaf);
     p[PAGE_HEADER_BYTES..PAGE_HEADER_BYTES + 2].copy_from_slice(&0xFFFFu16.to_le_bytes());
     put_back(dir.path(), no, p, &id);
     reads_refuse(dir.path(), no);
@@ -123,9 +90,9 @@ fn a_slot_count_past_the_cells_is_corruption() {
 
 #[test]
 fn a_garbage_count_that_does_not_add_up_is_corruption() {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    let dir = common::scratch();
     build(dir.path());
-    let (no, mut p, id) = find(dir.path(), PageType::Leaf);
+    let (no, mut p, id) = common::first_page_of_type(dir.path(), PAGE, PageType::Leaf);
     // The garbage count: free space, compaction and removal rely on it.
     let garbage = PAGE_HEADER_BYTES + 4;
     p[garbage..garbage + 2].copy_from_slice(&0xFFF0u16.to_le_bytes());
@@ -146,9 +113,9 @@ fn a_garbage_count_that_does_not_add_up_is_corruption() {
 
 #[test]
 fn a_branch_child_that_is_no_page_is_corruption() {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    let dir = common::scratch();
     build(dir.path());
-    let (no, mut p, id) = find(dir.path(), PageType::Branch);
+    let (no, mut p, id) = common::first_page_of_type(dir.path(), PAGE, PageType::Branch);
     // The leftmost child: every descent into the first keys follows it.
     let at = PAGE_HEADER_BYTES + 8;
     p[at..at + 8].copy_from_slice(&u64::MAX.to_le_bytes());
@@ -158,7 +125,7 @@ fn a_branch_child_that_is_no_page_is_corruption() {
 
 #[test]
 fn an_overflow_value_over_the_limit_is_corruption() {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    let dir = common::scratch();
     build(dir.path());
     let file = std::fs::File::open(dir.path().join("data")).expect("data");
     let pages = file.metadata().expect("meta").len() / PAGE as u64;
@@ -176,7 +143,7 @@ fn an_overflow_value_over_the_limit_is_corruption() {
         for i in 0..n {
             let c = usize::from(u16::from_le_bytes([p[SLOTS + 2 * i], p[SLOTS + 2 * i + 1]]));
             if p[c + 2] & 1 == 1 {
-                let id: DbId = p[32..48].try_into().expect("16 bytes");
+                let id: [u8; 16] = p[32..48].try_into().expect("16 bytes");
                 p[c + 3..c + 7].copy_from_slice(&u32::MAX.to_le_bytes());
                 put_back(dir.path(), no, p, &id);
                 reads_refuse(dir.path(), no);
@@ -234,7 +201,7 @@ fn a_replayed_page_image_with_a_wrong_layout_is_corruption() {
 /// the pages' numbers.
 fn damage_logged_leaf_images(disk: &directkv::internals::sim::SimStorage, wal: &Path) -> Vec<u64> {
     use directkv::internals::io::Storage;
-    use directkv::internals::wal::format::{RecordHeader, SegmentHeader, SEGMENT_HEADER_BYTES};
+    use directkv::internals::wal::{RecordHeader, SegmentHeader, SEGMENT_HEADER_BYTES};
     use directkv::Lsn;
 
     let mut damaged = Vec::new();

@@ -5,6 +5,8 @@
 // Big-endian keys: byte order is numeric order.
 #![allow(clippy::big_endian_bytes)]
 
+mod common;
+
 use directkv::{Database, Durability, Options};
 
 const KEYS: u32 = 40_000;
@@ -18,9 +20,7 @@ fn options(readahead_pages: usize) -> Options {
         // CI reruns this suite on the thread-pool backend through the
         // variable the directkv command honours; the library reads no
         // environment itself.
-        async_io: directkv::internals::io::AioOptions::default()
-            .with_env_override()
-            .expect("a valid DIRECTKV_IO_BACKEND"),
+        async_io: common::env_async_io(),
         ..Options::default()
     }
 }
@@ -39,7 +39,7 @@ fn build(dir: &std::path::Path) {
 
 #[test]
 fn a_sequential_scan_reads_ahead_and_point_reads_do_not() {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    let dir = common::scratch();
     build(dir.path());
     let db = Database::open(dir.path(), options(32)).expect("open");
 
@@ -72,7 +72,7 @@ fn a_sequential_scan_reads_ahead_and_point_reads_do_not() {
 
 #[test]
 fn readahead_can_be_turned_off() {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    let dir = common::scratch();
     build(dir.path());
     let db = Database::open(dir.path(), options(0)).expect("open");
     let n = db

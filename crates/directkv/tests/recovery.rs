@@ -3,33 +3,25 @@
 //! point), and with torn or rotten data pages repaired from full-page images.
 //! Each regression found by the model test is pinned here under its own name.
 
+mod common;
+
 use std::path::Path;
 
-use directkv::internals::io::{SyncMethod, SyncVariant};
 use directkv::{Database, Durability, Options};
 
 fn options() -> Options {
     Options {
         cache_bytes: 16 * 4096,
         page_bytes: 4096,
-        wal_sync: Some(SyncVariant {
-            method: SyncMethod::Fdatasync,
-            direct: true,
-        }),
+        wal_sync: common::SIM_SYNC,
         durability: Durability::Sync,
         wal_segment_bytes: 256 * 1024,
         // CI reruns this suite on the thread-pool backend through the
         // variable the directkv command honours; the library reads no
         // environment itself.
-        async_io: directkv::internals::io::AioOptions::default()
-            .with_env_override()
-            .expect("a valid DIRECTKV_IO_BACKEND"),
+        async_io: common::env_async_io(),
         ..Options::default()
     }
-}
-
-fn scratch() -> tempfile::TempDir {
-    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir")
 }
 
 fn all(db: &Database) -> Vec<(Vec<u8>, Vec<u8>)> {
@@ -45,7 +37,7 @@ fn all(db: &Database) -> Vec<(Vec<u8>, Vec<u8>)> {
 /// stamped the page with the commit LSN before the delta was considered.
 #[test]
 fn regression_two_records_for_one_page_in_one_transaction() {
-    let dir = scratch();
+    let dir = common::scratch();
     let db = Database::open(dir.path(), options()).expect("open");
     let mut w = db.begin_write().expect("begin");
     w.put(b"k000", &[1u8; 41]).expect("put");
@@ -73,7 +65,7 @@ fn fill(db: &Database, n: u32, tag: u8) {
 
 #[test]
 fn redo_after_a_checkpoint_replays_only_what_follows_it() {
-    let dir = scratch();
+    let dir = common::scratch();
     let db = Database::open(dir.path(), options()).expect("open");
     fill(&db, 1000, 1);
     db.checkpoint().expect("checkpoint");
@@ -104,7 +96,7 @@ fn torn_pages_are_rebuilt_from_uncompressed_full_page_images() {
 
 fn torn_pages_rebuilt(compress: bool) {
     use std::os::unix::fs::FileExt;
-    let dir = scratch();
+    let dir = common::scratch();
     let options = || Options {
         compress_page_images: compress,
         ..options()
@@ -166,7 +158,7 @@ fn torn_pages_rebuilt(compress: bool) {
 #[test]
 fn replay_installs_full_images_without_reading_the_data_file() {
     use std::os::unix::fs::FileExt;
-    let dir = scratch();
+    let dir = common::scratch();
     let options = || Options {
         cache_bytes: 1024 * 4096,
         ..options()
@@ -180,8 +172,8 @@ fn replay_installs_full_images_without_reading_the_data_file() {
     drop(db);
     // The pages the replay will change: those a checkpointed copy of this
     // state holds differently from the checkpoint.
-    let crashed = scratch();
-    copy_dir(dir.path(), crashed.path());
+    let crashed = common::scratch();
+    common::copy_tree(dir.path(), crashed.path());
     Database::open(dir.path(), options())
         .expect("recover")
         .close()
@@ -227,26 +219,13 @@ fn replay_installs_full_images_without_reading_the_data_file() {
     assert_eq!(all(&db), expect);
 }
 
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).expect("mkdir");
-    for e in std::fs::read_dir(from).expect("list") {
-        let e = e.expect("entry");
-        let target = to.join(e.file_name());
-        if e.file_type().expect("type").is_dir() {
-            copy_dir(&e.path(), &target);
-        } else {
-            std::fs::copy(e.path(), target).expect("copy");
-        }
-    }
-}
-
 /// Replay through a cache far smaller than the pages it changes: it writes
 /// the coldest dirty pages out in batches as it goes, reads back the pages it
 /// evicted and meets again (those in its lookahead ahead of time, in batches
 /// in flight together), and ends with every commit in place.
 #[test]
 fn replay_through_a_small_cache_cleans_as_it_goes() {
-    let dir = scratch();
+    let dir = common::scratch();
     let db = Database::open(dir.path(), options()).expect("open");
     fill(&db, 2000, 1);
     db.checkpoint().expect("checkpoint");
@@ -277,7 +256,7 @@ fn replay_through_a_small_cache_cleans_as_it_goes() {
 /// together, and the replay ends in the state that was committed.
 #[test]
 fn replay_reads_ahead_many_pages_at_once() {
-    let dir = scratch();
+    let dir = common::scratch();
     let o = Options {
         cache_bytes: 256 * 4096,
         ..options()
@@ -314,12 +293,12 @@ fn replay_reads_ahead_many_pages_at_once() {
 
 #[test]
 fn a_database_is_one_process_and_not_a_random_directory() {
-    let dir = scratch();
+    let dir = common::scratch();
     let db = Database::open(dir.path(), options()).expect("open");
     let again = Database::open(dir.path(), options());
     assert!(matches!(again, Err(directkv::Error::DatabaseLocked { .. })));
     drop(db);
-    let other = scratch();
+    let other = common::scratch();
     std::fs::write(other.path().join("notes.txt"), b"mine").expect("write");
     match Database::open(other.path(), options()) {
         Err(directkv::Error::NotADatabase { .. }) => {}
@@ -338,7 +317,7 @@ fn a_database_is_one_process_and_not_a_random_directory() {
 
 #[test]
 fn oversized_input_is_refused_and_changes_nothing() {
-    let dir = scratch();
+    let dir = common::scratch();
     let db = Database::open(dir.path(), options()).expect("open");
     let mut w = db.begin_write().expect("begin");
     w.put(b"ok", b"v").expect("put");
@@ -382,7 +361,7 @@ fn database_is_send_and_sync() {
 /// ratio within 10% of what it was (the scan's pages never become hot).
 #[test]
 fn a_full_scan_does_not_evict_the_hot_set() {
-    let dir = scratch();
+    let dir = common::scratch();
     let opts = Options {
         cache_bytes: 256 * 4096,
         durability: Durability::NoSyncNotDurable,
@@ -431,7 +410,7 @@ fn wal_on_another_filesystem_with_a_measured_default() {
         eprintln!("skipped: no /dev/shm");
         return;
     };
-    let dir = scratch();
+    let dir = common::scratch();
     let opts = Options {
         wal_dir: Some(shm.path().join("wal")),
         wal_sync: None,

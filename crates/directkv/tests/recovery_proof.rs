@@ -8,12 +8,13 @@
 //! files, and open must either give back every acknowledged commit or
 //! refuse with `Corruption` naming the file, changing nothing on disk.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use directkv::internals::db::ControlFile;
 use directkv::internals::io::OsStorage;
-use directkv::internals::wal::format::{segment_file_name, Layout};
+use directkv::internals::wal::Layout;
 use directkv::internals::wal::WalReader;
 use directkv::{Database, Error, Lsn, Options, SyncMethod, SyncVariant};
 
@@ -22,36 +23,20 @@ const KEYS: u32 = 2500;
 
 fn opts() -> Options {
     Options {
-        page_bytes: 4096,
-        cache_bytes: 4 << 20,
-        wal_sync: Some(SyncVariant {
-            method: SyncMethod::None,
-            direct: false,
-        }),
-        wal_segment_bytes: SEGMENT_BYTES,
-        background_threads: false,
         create_if_missing: true,
-        publish_stats: false,
-        ..Options::default()
+        ..common::quiet(4 << 20, SEGMENT_BYTES)
     }
 }
 
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 
 fn key(i: u32) -> Vec<u8> {
-    format!("key{:05}", i % KEYS).into_bytes()
+    common::numbered_key(i, KEYS)
 }
 
 /// Commits transaction `t` (ten keys) and records it in `model`.
 fn commit(db: &Database, model: &mut Model, t: u32) {
-    let mut w = db.begin_write().expect("begin_write");
-    for j in 0..10 {
-        let k = key(t * 10 + j);
-        let v = format!("txn {t} value {j} {}", "x".repeat(60)).into_bytes();
-        w.put(&k, &v).expect("put");
-        model.insert(k, v);
-    }
-    w.commit().expect("commit");
+    common::commit_ten(db, model, t, KEYS);
 }
 
 /// The scenario of the module docs; returns the acknowledged state and the
@@ -76,48 +61,17 @@ fn scenario(dir: &Path, close: bool) -> (Model, Model) {
     (model, before_last)
 }
 
-/// Every file under `dir` with its bytes.
-fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).expect("read_dir") {
-            let p = e.expect("entry").path();
-            if p.is_dir() {
-                stack.push(p.clone());
-                out.insert(p, Vec::new());
-            } else if p.file_name().is_some_and(|n| n != "LOCK") {
-                out.insert(p.clone(), std::fs::read(&p).expect("read"));
-            }
-        }
-    }
-    out
-}
-
 fn redo_lsn(dir: &Path) -> Lsn {
-    ControlFile::open(&OsStorage::default(), &dir.join("CONTROL"))
-        .expect("CONTROL")
-        .current()
-        .redo_lsn
+    common::redo_lsn(dir)
 }
 
 fn segment_path(dir: &Path, lsn: Lsn) -> PathBuf {
-    let layout = Layout {
-        segment_bytes: SEGMENT_BYTES,
-    };
-    dir.join("wal")
-        .join(segment_file_name(layout.segment_of(lsn)))
+    dir.join(common::segment_rel_path(SEGMENT_BYTES, lsn))
 }
 
 /// A reader of the log from the redo point.
 fn log_reader(dir: &Path) -> WalReader<OsStorage> {
-    WalReader::new(
-        OsStorage::default(),
-        &dir.join("wal"),
-        SEGMENT_BYTES,
-        None,
-        redo_lsn(dir),
-    )
+    common::log_reader(dir, SEGMENT_BYTES)
 }
 
 /// The LSN and payload length of the log's last caller record.
@@ -152,7 +106,7 @@ fn flip_log(dir: &Path, lsn: Lsn, n: usize) {
 
 /// Open refuses with `Corruption` naming `path`, and nothing on disk changed.
 fn refused_naming(dir: &Path, path: &Path, words: &str) -> String {
-    let before = snapshot(dir);
+    let before = common::files_snapshot(dir);
     let detail = match Database::open(dir, opts()) {
         Err(Error::Corruption {
             path: named,
@@ -167,11 +121,14 @@ fn refused_naming(dir: &Path, path: &Path, words: &str) -> String {
     };
     assert!(detail.contains(words), "{detail}");
     assert_eq!(
-        snapshot(dir).keys().collect::<Vec<_>>(),
+        common::files_snapshot(dir).keys().collect::<Vec<_>>(),
         before.keys().collect::<Vec<_>>(),
         "a refused open makes and removes no file"
     );
-    assert!(snapshot(dir) == before, "a refused open changes no byte");
+    assert!(
+        common::files_snapshot(dir) == before,
+        "a refused open changes no byte"
+    );
     detail
 }
 

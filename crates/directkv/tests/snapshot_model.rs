@@ -6,10 +6,12 @@
 //! a given-up snapshot must return `SnapshotTooOld` from then on, and a
 //! live one exactly its copy, by get, range (both directions) and prefix.
 
+mod common;
+
 use std::collections::BTreeMap;
 
-use directkv::internals::io::{SyncMethod, SyncVariant};
 use directkv::{Database, Durability, Error, Options, ReadTxn};
+use directkv::{SyncMethod, SyncVariant};
 use proptest::prelude::*;
 
 const CAP: usize = 48 << 10;
@@ -107,7 +109,7 @@ fn read_range(h: &Held<'_>, a: &[u8], b: &[u8], rev: bool) -> Result<Entries, Er
 }
 
 fn run(ops: &[Op]) {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    let dir = common::scratch();
     let db = Database::open(dir.path(), options()).expect("open");
     let mut committed: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
     let mut pending: BTreeMap<Vec<u8>, Option<Vec<u8>>> = BTreeMap::new();

@@ -5,6 +5,8 @@
 // Big-endian keys: byte order is numeric order, so 0..n is an append.
 #![allow(clippy::big_endian_bytes)]
 
+mod common;
+
 use directkv::{Database, Durability, Options};
 
 fn options() -> Options {
@@ -15,9 +17,7 @@ fn options() -> Options {
         // CI reruns this suite on the thread-pool backend through the
         // variable the directkv command honours; the library reads no
         // environment itself.
-        async_io: directkv::internals::io::AioOptions::default()
-            .with_env_override()
-            .expect("a valid DIRECTKV_IO_BACKEND"),
+        async_io: common::env_async_io(),
         ..Options::default()
     }
 }
@@ -44,7 +44,7 @@ fn packed_pages() -> f64 {
 
 #[test]
 fn appends_in_key_order_pack_leaves() {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    let dir = common::scratch();
     let db = Database::open(dir.path(), options()).expect("open");
     load(&db, 0..KEYS);
     let r = db.check().expect("check");
@@ -67,7 +67,7 @@ fn appends_in_key_order_pack_leaves() {
 
 #[test]
 fn inserts_in_random_order_split_in_half() {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    let dir = common::scratch();
     let db = Database::open(dir.path(), options()).expect("open");
     // A bijection of 0..KEYS (KEYS is not a multiple of 7919).
     load(
@@ -93,7 +93,7 @@ fn inserts_in_random_order_split_in_half() {
 
 #[test]
 fn prefetch_brings_the_pages_of_keys_into_the_cache() {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    let dir = common::scratch();
     let db = Database::open(dir.path(), options()).expect("open");
     load(&db, 0..KEYS);
     db.close().expect("close");

@@ -4,19 +4,18 @@
 //! on a `Sync` database does not wait for the log. Runs on the simulated
 //! disk, which loses, keeps or tears every unsynced write at a crash.
 
+mod common;
+
 use std::path::Path;
 
 use directkv::internals::sim::SimStorage;
-use directkv::{Database, Durability, Options, SyncMethod, SyncVariant, WriteOptions};
+use directkv::{Database, Durability, Options, WriteOptions};
 
 fn opts(durability: Durability) -> Options {
     Options {
         cache_bytes: 32 * 4096,
         page_bytes: 4096,
-        wal_sync: Some(SyncVariant {
-            method: SyncMethod::Fdatasync,
-            direct: true,
-        }),
+        wal_sync: common::SIM_SYNC,
         durability,
         wal_segment_bytes: 256 << 10,
         // Nothing flushes the log behind the test's back.

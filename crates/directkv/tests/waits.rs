@@ -3,6 +3,8 @@
 //! commit waits for the WAL sync once, every commit to enter the commit
 //! section once, and every foreground cache miss for its read.
 
+mod common;
+
 use directkv::{Database, Durability, Options};
 
 fn options() -> Options {
@@ -16,7 +18,7 @@ fn options() -> Options {
 
 #[test]
 fn every_foreground_wait_is_summed_under_its_cause() {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    let dir = common::scratch();
     let value = vec![7u8; 300];
     {
         let db = Database::open(dir.path(), options()).expect("open");

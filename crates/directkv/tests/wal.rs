@@ -9,21 +9,18 @@
 //! the time that passed (they run one at a time); segments are recycled; a
 //! segment of another database is refused.
 
+mod common;
+
 use std::path::Path;
 use std::sync::Arc;
 
-use directkv::internals::io::{
-    FaultOp, FaultyStorage, OsStorage, Storage, SyncMethod, SyncVariant,
-};
+use directkv::internals::io::{FaultOp, FaultyStorage, OsStorage, Storage};
 use directkv::internals::wal::{Record, Wal, WalOptions, WalReader};
 use directkv::{Error, Lsn};
+use directkv::{SyncMethod, SyncVariant};
 
 const SEGMENT: u64 = 256 * 1024;
 const DB: [u8; 16] = *b"directkv-test-db";
-
-fn scratch() -> tempfile::TempDir {
-    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir")
-}
 
 fn options(dir: &Path) -> WalOptions {
     let mut o = WalOptions::new(dir.join("wal"), DB);
@@ -93,7 +90,7 @@ fn write_log(dir: &Path, n: usize, per_flush: usize, sync: SyncVariant) -> Vec<(
 fn records_round_trip_under_every_sync_method() {
     for method in SyncMethod::ALL {
         for direct in [false, true] {
-            let dir = scratch();
+            let dir = common::scratch();
             let sync = SyncVariant { method, direct };
             let written = write_log(dir.path(), 300, 7, sync);
             let (wal, seen, end) = open(OsStorage::default(), {
@@ -191,7 +188,7 @@ fn poke(dir: &Path, lsn: Lsn, f: impl FnOnce(&mut u8)) {
 
 #[test]
 fn a_cut_at_any_byte_recovers_exactly_the_records_before_it() {
-    let base_dir = scratch();
+    let base_dir = common::scratch();
     // Everything in one flush, so the cut models the last, interrupted write.
     let written = write_log(base_dir.path(), 40, usize::MAX, SyncVariant::SAFE_DEFAULT);
     let base = Image::load(base_dir.path());
@@ -214,7 +211,7 @@ fn a_cut_at_any_byte_recovers_exactly_the_records_before_it() {
                 _ => base.get(Lsn::new(x.saturating_sub(1024).max(first_start.get()))),
             };
         }
-        let dir = scratch();
+        let dir = common::scratch();
         img.store(dir.path());
         let got = read_all(dir.path()).expect("a torn tail is not corruption");
         // A record survives when none of its bytes (or the gap before it)
@@ -263,7 +260,7 @@ fn a_cut_at_any_byte_recovers_exactly_the_records_before_it() {
 
 #[test]
 fn a_bit_flip_is_never_returned_as_data() {
-    let base_dir = scratch();
+    let base_dir = common::scratch();
     let written = write_log(base_dir.path(), 30, 5, SyncVariant::SAFE_DEFAULT);
     let base = Image::load(base_dir.path());
     let last = written.last().expect("records").1;
@@ -272,7 +269,7 @@ fn a_bit_flip_is_never_returned_as_data() {
     while at < last {
         let mut img = base.clone();
         *img.byte(at) ^= 1 << (at.get() % 8);
-        let dir = scratch();
+        let dir = common::scratch();
         img.store(dir.path());
         match read_all(dir.path()) {
             Ok(got) => {
@@ -296,7 +293,7 @@ fn a_bit_flip_is_never_returned_as_data() {
 
 #[test]
 fn a_bad_record_followed_by_later_flushes_is_corruption() {
-    let dir = scratch();
+    let dir = common::scratch();
     let written = write_log(dir.path(), 50, 5, SyncVariant::SAFE_DEFAULT);
     // A record in the second flush; later flushes prove it had been synced.
     let (_, end) = written[7];
@@ -339,7 +336,7 @@ fn open_faulty(dir: &Path) -> (Wal<FaultyStorage<OsStorage>>, FaultyStorage<OsSt
 /// error at once instead of waiting for a flush that never ends.
 #[test]
 fn a_panicking_flush_fails_the_log_instead_of_hanging_it() {
-    let dir = scratch();
+    let dir = common::scratch();
     let (wal, storage) = open_faulty(dir.path());
     let ok = wal.append(20, b"durable").expect("append");
     wal.flush(ok).expect("first flush");
@@ -369,7 +366,7 @@ fn a_panicking_flush_fails_the_log_instead_of_hanging_it() {
 #[test]
 fn a_failed_write_poisons_the_log() {
     for op in [FaultOp::Write, FaultOp::Sync] {
-        let dir = scratch();
+        let dir = common::scratch();
         let (wal, storage) = open_faulty(dir.path());
         let ok = wal.append(20, b"durable").expect("append");
         wal.flush(ok).expect("first flush");
@@ -406,7 +403,7 @@ fn a_failed_write_poisons_the_log() {
 fn concurrent_committers_share_flushes() {
     const THREADS: usize = 16;
     const COMMITS: usize = 40;
-    let dir = scratch();
+    let dir = common::scratch();
     let (wal, _, _) = open(OsStorage::default(), options(dir.path()));
     let wal = Arc::new(wal);
     let started = std::time::Instant::now();
@@ -458,7 +455,7 @@ fn concurrent_committers_share_flushes() {
 fn a_failed_flush_wakes_every_waiting_committer() {
     const THREADS: usize = 12;
     for op in [FaultOp::Write, FaultOp::Sync] {
-        let dir = scratch();
+        let dir = common::scratch();
         let (wal, storage) = open_faulty(dir.path());
         storage.fail_after(op, 40, false);
         let wal = Arc::new(wal);
@@ -504,7 +501,7 @@ fn a_failed_flush_wakes_every_waiting_committer() {
 
 #[test]
 fn segments_are_recycled_and_the_log_reads_on() {
-    let dir = scratch();
+    let dir = common::scratch();
     let (wal, _, _) = open(OsStorage::default(), options(dir.path()));
     let big = vec![7u8; 60_000];
     let mut last = Lsn::ZERO;
@@ -544,7 +541,7 @@ fn segments_are_recycled_and_the_log_reads_on() {
 
 #[test]
 fn a_segment_of_another_database_is_refused() {
-    let dir = scratch();
+    let dir = common::scratch();
     write_log(dir.path(), 10, 10, SyncVariant::SAFE_DEFAULT);
     let mut o = options(dir.path());
     o.db_id = [1; 16];
@@ -559,7 +556,7 @@ fn a_segment_of_another_database_is_refused() {
 
 #[test]
 fn records_over_the_limit_and_reserved_kinds_are_refused() {
-    let dir = scratch();
+    let dir = common::scratch();
     let (wal, _, _) = open(OsStorage::default(), options(dir.path()));
     let huge = vec![0u8; directkv::internals::wal::RECORD_PAYLOAD_MAX + 1];
     assert!(matches!(
@@ -577,8 +574,9 @@ fn records_over_the_limit_and_reserved_kinds_are_refused() {
 
 #[test]
 fn a_buffered_reader_sees_the_direct_writers_bytes() {
-    use directkv::internals::io::{AlignedBuf, DirectFile, DirectIo, FileOptions};
-    let dir = scratch();
+    use directkv::internals::io::{AlignedBuf, DirectFile, FileOptions};
+    use directkv::DirectIo;
+    let dir = common::scratch();
     let sync = SyncVariant {
         method: SyncMethod::Fdatasync,
         direct: true,
@@ -608,7 +606,7 @@ fn a_buffered_reader_sees_the_direct_writers_bytes() {
 /// after reopening every acknowledged record is there and the log is clean.
 #[test]
 fn running_out_of_space_is_a_clear_error_and_tears_nothing() {
-    let dir = scratch();
+    let dir = common::scratch();
     let storage = FaultyStorage::new(OsStorage::default());
     let mut o = options(dir.path());
     o.segment_bytes = 64 * 1024;
@@ -649,7 +647,7 @@ fn running_out_of_space_is_a_clear_error_and_tears_nothing() {
 /// not corruption (issue 17, case 9): its header is whole, only newer.
 #[test]
 fn issue17_a_segment_of_another_version_is_a_format_version_error() {
-    let dir = scratch();
+    let dir = common::scratch();
     write_log(
         dir.path(),
         10,
@@ -682,7 +680,7 @@ fn issue17_a_segment_of_another_version_is_a_format_version_error() {
 /// archived yet) ends cleanly before that record, not in torn bytes.
 #[test]
 fn a_record_running_into_an_absent_segment_ends_the_log_cleanly() {
-    let dir = scratch();
+    let dir = common::scratch();
     let (wal, _, _) = open(OsStorage::default(), options(dir.path()));
     let big = vec![9u8; 60_000];
     let mut ends = Vec::new();

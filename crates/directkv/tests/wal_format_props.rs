@@ -2,7 +2,7 @@
 //! itself at its LSN and at no other; any single-bit flip in a header or a
 //! segment header is detected; record starts never straddle a block.
 
-use directkv::internals::wal::format::{
+use directkv::internals::wal::{
     next_record_start, RecordHeader, SegmentHeader, FORMAT_BLOCK_BYTES, RECORD_HEADER_BYTES,
 };
 use directkv::Lsn;

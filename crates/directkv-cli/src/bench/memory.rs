@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{bail, Result};
-use directkv::internals::io::DirectIo;
+use directkv::DirectIo;
 use directkv::{Database, Durability, Options};
 use serde::{Deserialize, Serialize};
 

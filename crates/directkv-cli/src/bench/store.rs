@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use anyhow::{bail, Result};
-use directkv::internals::io::{AioBackend, DirectIo, SyncVariant};
+use directkv::{AioBackend, DirectIo, SyncVariant};
 use directkv::{Database, Durability, Options, WriteOptions};
 use serde::{Deserialize, Serialize};
 
@@ -381,16 +381,16 @@ pub fn open(
                     0
                 },
                 direct_io: if *direct { DirectIo::On } else { DirectIo::Off },
-                io_scheduler: directkv::internals::sched::SchedOptions {
+                io_scheduler: directkv::SchedOptions {
                     mode: if *scheduled {
-                        directkv::internals::sched::SchedMode::Classes
+                        directkv::SchedMode::Classes
                     } else {
-                        directkv::internals::sched::SchedMode::Fifo
+                        directkv::SchedMode::Fifo
                     },
                     ..defaults.io_scheduler
                 },
                 // DIRECTKV_IO_BACKEND, where set, wins over the configuration.
-                async_io: directkv::internals::io::AioOptions {
+                async_io: directkv::AioOptions {
                     backend: aio.unwrap_or(defaults.async_io.backend),
                     ..defaults.async_io
                 }

@@ -470,7 +470,8 @@ impl DeviceProbe {
     /// `start`); `None` where no file there can be read with direct I/O
     /// (tmpfs, or no file of at least a block).
     pub fn start(dir: &Path, start: std::time::Instant, secs: usize) -> Option<DeviceProbe> {
-        use directkv::internals::io::{AlignedBuf, DirectFile, DirectIo, FileOptions};
+        use directkv::internals::io::{AlignedBuf, DirectFile, FileOptions};
+        use directkv::DirectIo;
         let path = files_under(dir)
             .into_iter()
             .filter_map(|p| Some((fs::metadata(&p).ok()?.len(), p)))

@@ -14,9 +14,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use directkv::internals::io::profile::{self, Outcome};
-use directkv::internals::io::{At, OsStorage, SyncVariant};
+use directkv::internals::io::{At, OsStorage};
 use directkv::internals::wal::{Wal, WalOptions};
 use directkv::Lsn;
+use directkv::SyncVariant;
 use serde::{Deserialize, Serialize};
 
 use super::args::{non_empty, parse_seconds};

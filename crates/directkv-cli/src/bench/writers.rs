@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use directkv::internals::io::{AlignedBuf, DirectFile, DirectIo, FileOptions, Fill, SyncMethod};
+use directkv::internals::io::{AlignedBuf, DirectFile, FileOptions, Fill};
+use directkv::{DirectIo, SyncMethod};
 use serde::{Deserialize, Serialize};
 
 use super::args::{non_empty, parse_positive_bytes, parse_seconds};

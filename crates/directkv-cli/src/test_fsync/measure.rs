@@ -268,7 +268,7 @@ fn run_fd_sync(
         method: SyncMethod::Fsync,
         direct: false,
     };
-    let mut buf = AlignedBuf::new(block, directkv::internals::constants::SECTOR_BYTES)?;
+    let mut buf = AlignedBuf::new(block, directkv::internals::pages::SECTOR_BYTES)?;
     fill_pattern(buf.as_mut_slice());
     let clock = Clock::new(seconds);
     let mut ops = 0u64;

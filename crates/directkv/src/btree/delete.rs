@@ -22,33 +22,18 @@ use crate::buffer::Access;
 use crate::error::Result;
 use crate::format::page::PageType;
 
-/// Deletes `key`; returns whether it was there.
+/// Deletes `key`, starting from `trail` (a descent for `key` taken while
+/// the tree had the structure it has now) instead of the root when given;
+/// returns whether it was there.
 ///
 /// # Errors
-/// Page and logging errors.
-pub fn delete<P: PagesMut>(pages: &mut P, key: &[u8]) -> Result<bool> {
-    delete_keeping(pages, key, false, None).map(|(found, _)| found)
-}
-
-/// [`delete`], starting from `trail` (a descent for `key` taken while the
-/// tree had the structure it has now) instead of the root when given.
-///
-/// # Errors
-/// As [`delete`]; corruption when the trail's leaf is not a leaf.
+/// Page and logging errors; corruption when the trail's leaf is not a leaf.
 pub fn delete_along<P: PagesMut>(pages: &mut P, key: &[u8], trail: Option<Trail>) -> Result<bool> {
     delete_keeping(pages, key, false, trail).map(|(found, _)| found)
 }
 
-/// Deletes `key`, like [`delete`], and returns the value it held (`None`:
-/// absent), read from the leaf it changes.
-///
-/// # Errors
-/// As [`delete`].
-pub fn remove<P: PagesMut>(pages: &mut P, key: &[u8]) -> Result<Option<Vec<u8>>> {
-    delete_keeping(pages, key, true, None).map(|(_, before)| before)
-}
-
-/// [`remove`], starting from `trail` as [`delete_along`] does.
+/// Deletes `key`, like [`delete_along`], and returns the value it held
+/// (`None`: absent), read from the leaf it changes.
 ///
 /// # Errors
 /// As [`delete_along`].
@@ -60,7 +45,7 @@ pub fn remove_along<P: PagesMut>(
     delete_keeping(pages, key, true, trail).map(|(_, before)| before)
 }
 
-/// [`delete`]: whether the key was there, and its value when `keep` asks.
+/// [`delete_along`]: whether the key was there, and its value when `keep` asks.
 fn delete_keeping<P: PagesMut>(
     pages: &mut P,
     key: &[u8],

@@ -22,20 +22,13 @@ use crate::buffer::Access;
 use crate::error::{Error, Result};
 use crate::format::PageId;
 
-/// Inserts or replaces `key` → `value`.
+/// Inserts or replaces `key` → `value`, starting from `trail` (a descent
+/// for `key` taken while the tree had the structure it has now) instead of
+/// the root when given.
 ///
 /// # Errors
 /// [`Error::InvalidArgument`] for a key or value over the limits; page and
-/// logging errors.
-pub fn put<P: PagesMut>(pages: &mut P, key: &[u8], value: &[u8]) -> Result<()> {
-    put_keeping(pages, key, value, false, None).map(drop)
-}
-
-/// [`put`], starting from `trail` (a descent for `key` taken while the
-/// tree had the structure it has now) instead of the root when given.
-///
-/// # Errors
-/// As [`put`]; corruption when the trail's leaf is not a leaf.
+/// logging errors; corruption when the trail's leaf is not a leaf.
 pub fn put_along<P: PagesMut>(
     pages: &mut P,
     key: &[u8],
@@ -45,12 +38,13 @@ pub fn put_along<P: PagesMut>(
     put_keeping(pages, key, value, false, trail).map(drop)
 }
 
-/// Sets `key` to `value`, like [`put`], and returns the value it replaces
+/// Sets `key` to `value`, like [`put_along`], and returns the value it replaces
 /// (`None`: the key was absent), read from the leaf it changes, so no
 /// second descent is needed.
 ///
 /// # Errors
-/// As [`put`].
+/// As [`put_along`].
+#[cfg(test)]
 pub fn replace<P: PagesMut>(pages: &mut P, key: &[u8], value: &[u8]) -> Result<Option<Vec<u8>>> {
     put_keeping(pages, key, value, true, None)
 }
@@ -68,7 +62,7 @@ pub fn replace_along<P: PagesMut>(
     put_keeping(pages, key, value, true, trail)
 }
 
-/// [`put`], returning the replaced value when `keep` asks for it.
+/// [`put_along`], returning the replaced value when `keep` asks for it.
 fn put_keeping<P: PagesMut>(
     pages: &mut P,
     key: &[u8],

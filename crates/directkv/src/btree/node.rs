@@ -183,13 +183,6 @@ pub fn set_leftmost(p: &mut [u8], child: PageId) {
     p[LEFTMOST..LEFTMOST + 8].copy_from_slice(&child.get().to_le_bytes());
 }
 
-/// Sets the child of branch cell `i`.
-pub fn set_child(p: &mut [u8], i: usize, child: PageId) {
-    assert!(i < count(p), "cell {i} of {}", count(p));
-    let c = slot(p, i);
-    p[c + 2..c + 10].copy_from_slice(&child.get().to_le_bytes());
-}
-
 /// Binary search: `Ok(i)` if cell `i` has `key`, else `Err(i)` where it would go.
 pub fn search(p: &[u8], k: &[u8]) -> Result<usize, usize> {
     let (mut lo, mut hi) = (0usize, count(p));
@@ -226,11 +219,6 @@ pub fn route_below(p: &[u8], k: &[u8]) -> (PageId, Option<usize>) {
 /// Bytes a leaf cell for `key`/`value` takes, slot included.
 pub fn leaf_cell_bytes(key: &[u8], v: &Value<'_>) -> usize {
     2 + LEAF_CELL_HEADER + key.len() + v.cell_bytes()
-}
-
-/// Bytes a branch cell for `key` takes, slot included.
-pub fn branch_cell_bytes(key: &[u8]) -> usize {
-    2 + BRANCH_CELL_HEADER + key.len()
 }
 
 /// Free bytes after compaction.

@@ -36,8 +36,10 @@ use crate::error::{Error, Result};
 use crate::format::page::{PageType, PAGE_HEADER_BYTES, PAGE_SIZES};
 use crate::format::PageId;
 
-pub use super::delete::{delete, delete_along, remove, remove_along};
-pub use super::insert::{put, put_along, replace, replace_along};
+pub use super::delete::{delete_along, remove_along};
+#[cfg(test)]
+pub use super::insert::replace;
+pub use super::insert::{put_along, replace_along};
 pub use super::scan::{following_leaves, scan_forward, scan_reverse};
 
 /// The deepest tree allowed. At 4 KiB pages and 1 KiB keys a branch holds at

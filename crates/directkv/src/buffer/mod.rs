@@ -10,8 +10,6 @@ mod replacer;
 mod table;
 mod write_back;
 
-pub use page::{Held, PageMut, PageRef};
-pub use pool::{
-    BufferPool, LogFlusher, PageCheck, PoolStats, WriteCause, WritesByCause, FRAMES_MIN,
-};
+pub use page::{Held, PageMut};
+pub use pool::{BufferPool, LogFlusher, PoolStats, WriteCause, WritesByCause};
 pub use replacer::Access;

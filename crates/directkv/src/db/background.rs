@@ -403,7 +403,7 @@ mod tests {
         let db = Database::open(dir.path(), opts).expect("open");
         let inner = &*db.inner;
         let held = health::lock(&inner.checkpointing).expect("checkpoint lock");
-        let limit = crate::CHECKPOINT_WAL_BYTES_MIN * crate::WAL_HARD_LIMIT_FACTOR;
+        let limit = crate::CHECKPOINT_WAL_BYTES_MIN * crate::db::WAL_HARD_LIMIT_FACTOR;
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::scope(|s| {
             s.spawn(|| {

@@ -49,8 +49,7 @@ pub use checkpoint::WAL_HARD_LIMIT_FACTOR;
 pub use control::ControlFile;
 pub use database::{Database, TRANSACTION_ATTEMPTS_MAX};
 pub use options::{
-    Durability, Isolation, Options, WriteOptions, CHECKPOINT_WAL_BYTES_MIN,
-    VERSION_STORE_BYTES_MIN, VERSION_STORE_CACHE_FRACTION, WAL_BUFFERS_INCLUDED_FROM,
+    Durability, Isolation, Options, WriteOptions, CHECKPOINT_WAL_BYTES_MIN, VERSION_STORE_BYTES_MIN,
 };
 pub(crate) use records::{decode_commit_time as commit_record_time, COMMIT as COMMIT_RECORD};
 pub use stats::TxnStats;

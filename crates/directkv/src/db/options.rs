@@ -60,16 +60,16 @@ impl Options {
 #[derive(Debug, Clone)]
 pub struct Options {
     /// The engine's memory for data: the buffer pool and, for caches of
-    /// [`WAL_BUFFERS_INCLUDED_FROM`] bytes and more, the two 4 MiB WAL buffers
-    /// and the version store's cap (smaller caches get them on top). Beyond
-    /// it: per-transaction state.
+    /// 32 MiB and more, the two 4 MiB WAL buffers and the version store's cap
+    /// (smaller caches get them on top). Beyond it: per-transaction state.
     pub cache_bytes: usize,
     /// The most memory the version store may hold for read transactions'
     /// snapshots (before-images of what commits changed since the oldest
     /// snapshot began), counted inside `cache_bytes`. A read transaction
     /// whose snapshot would need more is given up: its next read returns
     /// [`Error::SnapshotTooOld`](crate::Error::SnapshotTooOld). `None` (the
-    /// default): `cache_bytes / 32`, at least 256 KiB.
+    /// default): `cache_bytes / 32`, at least 256 KiB
+    /// ([`VERSION_STORE_BYTES_MIN`](crate::VERSION_STORE_BYTES_MIN)).
     pub version_store_bytes: Option<usize>,
     /// Page size, fixed at creation: 4096, 8192 or 16384.
     pub page_bytes: u32,
@@ -138,14 +138,15 @@ pub struct Options {
     /// Commits closer together than this write no seals; each commit
     /// followed by a longer pause costs one seal, which a commit arriving
     /// while it syncs waits for. `None`: seal only on close and drop.
-    /// Needs `background_threads` and a durable `wal_sync`. At most
-    /// [`SEAL_DELAY_MAX`](crate::internals::wal::SEAL_DELAY_MAX). Default:
-    /// 10 ms ([`SEAL_DELAY_DEFAULT`](crate::internals::wal::SEAL_DELAY_DEFAULT)).
+    /// Needs `background_threads` and a durable `wal_sync`. At most one
+    /// hour. Default: 10 ms.
     pub wal_seal_delay: Option<std::time::Duration>,
     /// A checkpoint starts by itself once this much WAL was written since the
     /// last one; at least [`CHECKPOINT_WAL_BYTES_MIN`] (a checkpoint's own
     /// record and padding take log space too, so a smaller distance could
-    /// never be met).
+    /// never be met). Once the log since the redo point reaches three times
+    /// this distance, new write transactions wait for the checkpoint, which
+    /// bounds the log a crash leaves to replay.
     pub checkpoint_wal_bytes: u64,
     /// Create the database if the directory is missing or empty.
     pub create_if_missing: bool,

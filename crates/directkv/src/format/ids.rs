@@ -104,6 +104,7 @@ impl FrameIndex {
     }
 
     /// The raw index.
+    #[cfg(test)]
     pub const fn get(self) -> u32 {
         self.0
     }

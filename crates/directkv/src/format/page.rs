@@ -170,7 +170,7 @@ pub fn init(page: &mut [u8], page_type: PageType) {
 /// Checks a page image read from position `page_no` of database `db_id`.
 ///
 /// # Errors
-/// [`PageError`] saying what is wrong; such an image is never used as data.
+/// `PageError` saying what is wrong; such an image is never used as data.
 pub fn verify(page: &[u8], page_no: PageId, db_id: &DbId) -> Result<PageHeader, PageError> {
     if le::u32_at(page, 0) != crc32c::crc32c(&page[4..]) {
         if page.iter().all(|&b| b == 0) {

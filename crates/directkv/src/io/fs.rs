@@ -166,17 +166,6 @@ pub fn device_info(dev: (u32, u32)) -> Option<DeviceInfo> {
     })
 }
 
-/// Makes a directory's entries durable: `fsync` on the directory itself. Needed
-/// after creating, renaming or removing a file in it (RELIABILITY.md F16).
-///
-/// # Errors
-/// [`Error::Io`] when the directory cannot be opened or synced.
-pub fn sync_dir(dir: &Path) -> Result<()> {
-    let file = std::fs::File::open(dir).map_err(|e| Error::from_io(IoOp::Open, dir, None, e))?;
-    file.sync_all()
-        .map_err(|e| Error::from_io(IoOp::Sync, dir, None, e))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -150,7 +150,7 @@ fn process_alive(pid: u32) -> bool {
 /// Removes the scratch files a killed process left in `dir`: each entry
 /// named as a scratch file of a process that is gone (not this one), that
 /// is a regular file and starts with the scratch header of that pid, and
-/// each alignment probe's leftover ([`is_align_probe_leftover`]).
+/// each alignment probe's leftover (`is_align_probe_leftover`).
 /// Anything else, however named, is left alone. Returns what it removed.
 ///
 /// # Errors
@@ -364,7 +364,7 @@ pub fn open_for(at: &At<'_>, variant: SyncVariant) -> Result<DirectFile> {
 }
 
 /// Measures `writes` writes of `write_bytes` each (at consecutive offsets
-/// from [`SCRATCH_HEADER_BYTES`]) plus the variant's sync, repeated for `seconds`, on the scratch
+/// from `SCRATCH_HEADER_BYTES`) plus the variant's sync, repeated for `seconds`, on the scratch
 /// file at `path` made by [`prepare`].
 ///
 /// # Errors
@@ -417,7 +417,7 @@ pub fn measure_sync(
 }
 
 /// Creates the scratch file at `path` (exclusively, private), stamps its
-/// header ([`stamp_scratch`]) and writes the rest through once (zeros,
+/// header (`stamp_scratch`) and writes the rest through once (zeros,
 /// synced), as a recycled WAL segment is; returns its direct-I/O alignment,
 /// or why direct I/O is unavailable there.
 ///

@@ -234,7 +234,7 @@ pub trait Storage: Clone + Send + Sync + 'static {
 pub const HELD_DIRS_MAX: usize = 2;
 
 /// The operating system's files, through [`DirectFile`], with the
-/// directories given to [`Storage::anchor`] held open (see [`Dir`]).
+/// directories given to [`Storage::anchor`] held open (see `Dir`).
 #[derive(Debug, Clone, Default)]
 pub struct OsStorage {
     held: Arc<[Arc<Dir>]>,

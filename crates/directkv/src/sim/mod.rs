@@ -6,9 +6,6 @@ mod disk;
 mod rng;
 mod run;
 
-pub use disk::{SimFile, SimLock, SimStats, SimStorage, SIM_SECTOR_BYTES};
+pub use disk::{SimFile, SimLock, SimStorage, SIM_SECTOR_BYTES};
 pub use rng::Rng;
-pub use run::{
-    run_seed, sweep_corruption, sweep_crash_points, sweep_fsync_eio, sweep_io_errors, SeedFailure,
-    SeedReport,
-};
+pub use run::{run_seed, sweep_corruption, sweep_crash_points, sweep_fsync_eio, sweep_io_errors};

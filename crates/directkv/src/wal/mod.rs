@@ -20,11 +20,10 @@ mod writer;
 
 pub(crate) use coverage::missing_dir;
 pub use coverage::DiscardedTail;
-pub use format::{kind, DbId, RECORD_PAYLOAD_MAX};
+pub use format::{kind, RECORD_PAYLOAD_MAX};
 pub(crate) use reader::read_options as reader_options;
 pub(crate) use reader::{list_segments, read_segment_header};
-pub use reader::{Record, Tail, WalReader};
+pub use reader::{Record, WalReader};
 pub use writer::{
-    Wal, WalOptions, WalStats, BUFFER_BYTES_DEFAULT, RECYCLE_SEGMENTS_MAX_DEFAULT,
-    SEAL_DELAY_DEFAULT, SEAL_DELAY_MAX, SEGMENT_BYTES_DEFAULT, SPARE_SEGMENTS_DEFAULT,
+    Wal, WalOptions, WalStats, BUFFER_BYTES_DEFAULT, SEAL_DELAY_DEFAULT, SEGMENT_BYTES_DEFAULT,
 };

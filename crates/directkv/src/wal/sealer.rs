@@ -170,7 +170,7 @@ mod tests {
     fn a_zero_or_endless_delay_is_refused() {
         for delay in [
             Duration::ZERO,
-            crate::wal::SEAL_DELAY_MAX * 2,
+            crate::wal::writer::SEAL_DELAY_MAX * 2,
             Duration::MAX,
         ] {
             let dir = tempfile::tempdir().expect("tempdir");

@@ -97,7 +97,7 @@ impl DirectFile {
     ///
     /// # Examples
     /// ```no_run
-    /// use directkv::internals::io::{DirectFile, DirectIo, FileOptions, SyncMethod};
+    /// use directkv::{internals::io::{DirectFile, FileOptions}, DirectIo, SyncMethod};
     /// let opts = FileOptions { create: true, direct_io: DirectIo::On,
     ///                          sync: SyncMethod::Fdatasync, ..FileOptions::default() };
     /// let file = DirectFile::open("data", &opts)?;
