@@ -47,9 +47,11 @@ def measure(path):
     """(all lines, code lines, runtime assertions) of one file."""
     text = open(path, encoding="utf-8").read()
     total = len(text.splitlines())
-    cut = text.find("#[cfg(test)]")
-    if cut >= 0:
-        text = text[:cut]
+    # The unit tests: from `#[cfg(test)]` on a `mod` to the end (a test-only
+    # item elsewhere in the file is code like any other).
+    tests = re.search(r"^[ \t]*#\[cfg\(test\)\]\s*(?:#\[[^\]]*\]\s*)*mod\s", text, re.M)
+    if tests:
+        text = text[: tests.start()]
     code = asserts = 0
     for line in text.splitlines():
         s = line.strip()
