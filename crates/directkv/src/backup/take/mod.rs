@@ -222,12 +222,12 @@ impl<E: Engine> Take<'_, E> {
     }
 
     /// Brings the log archive up to the end of a backup about to be sealed
-    /// ([`Engine::archive_through`]); returns why it could
+    /// ([`archive::through`](crate::backup::archive::through)); returns why it could
     /// not. The backup is whole without: its restore keeps its own last
     /// segment where the archive's copy of it is shorter. A failure is
     /// counted in the archive's stats too.
     fn archive_for_backup(&self, end: Lsn) -> Option<String> {
-        let failed = self.e.archive_through(end).err();
+        let failed = crate::backup::archive::through(self.e, end).err();
         assert!(
             failed.is_none() || self.e.archive_dir().is_some(),
             "only with an archive"
