@@ -5,7 +5,8 @@
 //! a log archive, is [`restore`]'s. docs/backup.md has the design.
 //!
 //! Files, lowest first (each imports only those above it in this list):
-//! [`layout`] (names and formats), [`options`], [`manifest`], [`files`],
+//! [`layout`] (names and formats), [`options`], [`manifest`] (the
+//! CRC-checked file I/O they write with is `sched::crc_files`),
 //! `archive::setting` and `archive::state` (the log archiver's setting and
 //! state), [`engine`], the rest of [`archive`] (the log archiver), [`dir`]
 //! (sealing a backup and reading a complete one), [`increment`] (then
@@ -31,7 +32,6 @@
 pub(crate) mod archive;
 pub(crate) mod dir;
 pub(crate) mod engine;
-pub(crate) mod files;
 pub(crate) mod increment;
 pub(crate) mod layout;
 pub mod manifest;

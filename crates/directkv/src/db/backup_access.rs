@@ -171,6 +171,9 @@ impl<S: Storage> Engine for Inner<S> {
 
 pub(super) use crate::backup::archive::{setting as archive_setting, Archive};
 pub use crate::backup::archive::{ArchiveChange, ArchiveStats};
+/// What open reads of a backup's or a restore's directory: the end its log
+/// must reach, and whether it is an increment (which open refuses).
+pub(super) use crate::backup::{complete_manifest, restored_record};
 
 /// The log archiver ([`crate::backup::archive`]) as the rest of the
 /// database calls it, each a no-op when it does not archive.

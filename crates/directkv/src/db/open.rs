@@ -177,9 +177,9 @@ fn read_control<S: Storage>(
     }
     // A restore's directory holds its record, a backup its manifest: either
     // names the end the log must reach.
-    let m = match crate::backup::restored_record(storage, path)? {
+    let m = match super::backup_access::restored_record(storage, path)? {
         Some(m) => m,
-        None => crate::backup::complete_manifest(storage, path)?,
+        None => super::backup_access::complete_manifest(storage, path)?,
     };
     if let Some(parent) = &m.parent_id {
         return Err(Error::BackupChain {

@@ -13,13 +13,13 @@ use std::sync::Arc;
 
 use super::state::{Archive, CHECK_CLASS};
 use crate::backup::engine::Engine;
-use crate::backup::files::{self, Sink, ALIGN_BYTES, CHUNK_BYTES};
 use crate::backup::layout::archive_dir_of;
 use crate::backup::manifest;
 use crate::error::{Error, Result};
 use crate::health;
 use crate::io::{AlignedBuf, DirectIo, Storage};
 use crate::lsn::Lsn;
+use crate::sched::crc_files::{self as files, Sink, ALIGN_BYTES, CHUNK_BYTES};
 use crate::sched::{IoClass, ScheduledFile};
 use crate::wal::format::{
     segment_file_name, Layout, FORMAT_BLOCK_BYTES, RECORD_HEADER_BYTES, RECORD_PAYLOAD_MAX,

@@ -66,11 +66,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backup::files;
 use crate::db::Options;
 use crate::error::{Error, Result};
 use crate::format::{le, DbId};
 use crate::io::{Permissions, Storage};
+use crate::sched::crc_files as files;
 use crate::sched::{IoClass, Scheduler};
 
 /// The setting's file in the database directory.

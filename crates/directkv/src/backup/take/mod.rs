@@ -50,7 +50,6 @@ use crate::backup::engine::{ChangedPages, Checkpointed, Engine, Progress};
 use crate::backup::increment::chain::{find_chain, ChainPages};
 use crate::backup::increment::EntryWriter;
 
-use crate::backup::files::{self, Sink, ALIGN_BYTES, CHUNK_BYTES};
 use crate::backup::manifest::{self, Manifest, ManifestFile, MANIFEST_FORMAT};
 use crate::backup::{BackupOptions, BackupReport, WAL_DIR_NAME};
 use crate::error::{Error, Result};
@@ -58,6 +57,7 @@ use crate::format::control::{Control, FLAG_BACKUP};
 use crate::format::{data_head, page, PageId};
 use crate::io::{AlignedBuf, Permissions, Storage};
 use crate::lsn::Lsn;
+use crate::sched::crc_files::{self as files, Sink, ALIGN_BYTES, CHUNK_BYTES};
 use crate::sched::{IoClass, ScheduledFile};
 use crate::wal::format::{segment_file_name, Layout};
 
