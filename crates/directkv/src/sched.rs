@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+pub(crate) mod crc_files;
 mod file;
 
 pub use file::{Admitted, ScheduledFile};

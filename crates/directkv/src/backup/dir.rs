@@ -10,7 +10,6 @@
 
 use std::path::Path;
 
-use super::files;
 use super::layout::WHOLE_PAGES;
 use super::layout::{CONTROL_NAME, DATA_NAME, MANIFEST_BYTES_MAX, RESTORED_NAME, WAL_DIR_NAME};
 use super::manifest::{
@@ -18,6 +17,7 @@ use super::manifest::{
 };
 use crate::error::{Error, Result};
 use crate::io::{AlignedBuf, Storage};
+use crate::sched::crc_files as files;
 
 /// Seals a backup whose files are written and synced: writes the manifest,
 /// syncs, then writes the completion marker and syncs again.

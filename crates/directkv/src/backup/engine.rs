@@ -6,7 +6,8 @@
 //! The engine's lower layers (storage, scheduler, log, page formats) are
 //! named directly; what belongs to the database (its checkpoint, log pins,
 //! `CONTROL`, changed-page summaries, archive and counters) is reached
-//! only through [`Engine`].
+//! only through [`Engine`]. The log archiver (`archive/`) works through it
+//! too, on the archiver's state the database holds.
 //!
 //! Invariants:
 //! - A log pin taken by [`Engine::checkpoint_and_pin`] holds every segment
@@ -17,6 +18,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::backup::archive::state::Archive;
 use crate::error::{Error, Result};
 use crate::format::control::Control;
 use crate::format::{DbId, PageId};
@@ -116,8 +118,9 @@ pub(crate) trait Engine: Sync {
     fn reread_page(&self, no: PageId, out: &mut AlignedBuf) -> Result<Option<Lsn>>;
     /// The error for damage to page `no`, naming it.
     fn page_corruption(&self, no: PageId, detail: String) -> Error;
-    /// Brings the log archive up to `end`; `Ok` when there is none.
-    fn archive_through(&self, end: Lsn) -> Result<()>;
+    /// The log archiver's state, when the database archives: the
+    /// archiver ([`crate::backup::archive`]) works on it and this engine.
+    fn archive(&self) -> Option<&Archive>;
     /// Counts a backup's progress.
     fn progress(&self, p: Progress);
     /// A new random id.

@@ -30,13 +30,13 @@
 
 use std::path::{Path, PathBuf};
 
-use super::files::{self, Sink, ALIGN_BYTES, CHUNK_BYTES};
 use super::layout::{DATA_NAME, INCREMENT_NAME, WHOLE_PAGES};
 use super::manifest::Manifest;
 use crate::constants::DELTA_CHAIN_LINKS_MAX;
 use crate::error::{Error, Result};
 use crate::format::{le, PageId};
 use crate::io::{AlignedBuf, DirectIo, Storage, StorageFile};
+use crate::sched::crc_files::{self as files, Sink, ALIGN_BYTES, CHUNK_BYTES};
 
 pub mod chain;
 

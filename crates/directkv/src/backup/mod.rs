@@ -5,10 +5,13 @@
 //! a log archive, is [`restore`]'s. docs/backup.md has the design.
 //!
 //! Files, lowest first (each imports only those above it in this list):
-//! [`layout`] (names and formats), [`options`], [`manifest`], [`files`],
-//! [`engine`], [`dir`] (sealing a backup and reading a complete one),
-//! [`increment`] (then `increment::chain`), [`take`] (`take::pages`, then
-//! `take`), [`restore`].
+//! [`layout`] (names and formats), [`options`], [`manifest`] (the
+//! CRC-checked file I/O they write with is `sched::crc_files`),
+//! `archive::setting` and `archive::state` (the log archiver's setting and
+//! state), [`engine`], the rest of [`archive`] (the log archiver), [`dir`]
+//! (sealing a backup and reading a complete one), [`increment`] (then
+//! `increment::chain`), [`take`] (`take::pages`, then `take`),
+//! [`restore`].
 //!
 //! A backup is a directory that [`Database::open`](crate::Database::open)
 //! opens directly:
@@ -26,9 +29,9 @@
 //! - Every file a manifest lists is checked against its length and CRC32C
 //!   before restore copies it, and while it copies.
 
+pub(crate) mod archive;
 pub(crate) mod dir;
 pub(crate) mod engine;
-pub(crate) mod files;
 pub(crate) mod increment;
 pub(crate) mod layout;
 pub mod manifest;
@@ -38,5 +41,5 @@ pub(crate) mod take;
 
 pub use dir::is_restored_copy;
 pub(crate) use dir::{complete_manifest, restored_record, seal};
-pub(crate) use layout::{archive_dir_of, CONTROL_NAME, DATA_NAME, INCREMENT_NAME, WAL_DIR_NAME};
+pub(crate) use layout::{CONTROL_NAME, DATA_NAME, INCREMENT_NAME, WAL_DIR_NAME};
 pub use options::{BackupOptions, BackupReport};

@@ -287,7 +287,7 @@ const ARCHIVER_IDLE: Duration = Duration::from_millis(100);
 /// How long the archiver waits after a failed round before the next.
 const ARCHIVER_RETRY: Duration = Duration::from_secs(1);
 
-/// The log archiver ([`super::archive`]): copies each log segment into the
+/// The log archiver (`backup/archive/`): copies each log segment into the
 /// archive once it is complete (and, with `archive_timeout`, the segment
 /// being written once its commits waited that long). Checkpoints archive what is pending too,
 /// before they recycle, so without this thread nothing is lost, only later.

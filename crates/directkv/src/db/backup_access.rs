@@ -1,7 +1,10 @@
 //! The open database as `backup/` sees it: [`Engine`] for [`Inner`], the
-//! one place where taking a backup reaches the engine's state (its
-//! checkpoint and log pins, `CONTROL`, the changed-page summaries, the
-//! buffer pool's latches, the archive and the counters).
+//! one place where taking a backup and archiving the log reach the
+//! engine's state (its checkpoint and log pins, `CONTROL`, the changed-page
+//! summaries, the buffer pool's latches, the archiver's state and the
+//! counters). It is also the one door the other way: the log archiver's
+//! entry points, as the checkpoint, the archiver thread, `stats` and open
+//! call them, and the archiver's types they name.
 //!
 //! Invariants:
 //! - A log pin is pushed under the checkpoint lock, so no checkpoint
@@ -14,6 +17,7 @@ use std::sync::Arc;
 
 use super::control::ControlFile;
 use super::engine::Inner;
+use crate::backup::archive;
 use crate::backup::engine::{ChangedPages, Checkpointed, Engine, Meta, Progress};
 use crate::buffer::{Access, WriteCause};
 use crate::error::{Error, Result};
@@ -132,8 +136,8 @@ impl<S: Storage> Engine for Inner<S> {
         self.pool.page_corruption(no, detail)
     }
 
-    fn archive_through(&self, end: Lsn) -> Result<()> {
-        Inner::archive_through(self, end)
+    fn archive(&self) -> Option<&Archive> {
+        self.archive.as_ref()
     }
 
     fn progress(&self, p: Progress) {
@@ -162,6 +166,52 @@ impl<S: Storage> Engine for Inner<S> {
 
     fn new_id(&self) -> DbId {
         super::open::random_id()
+    }
+}
+
+pub(super) use crate::backup::archive::{setting as archive_setting, Archive};
+pub use crate::backup::archive::{ArchiveChange, ArchiveStats};
+/// What open reads of a backup's or a restore's directory: the end its log
+/// must reach, and whether it is an increment (which open refuses).
+pub(super) use crate::backup::{complete_manifest, restored_record};
+
+/// The log archiver ([`crate::backup::archive`]) as the rest of the
+/// database calls it, each a no-op when it does not archive.
+impl<S: Storage> Inner<S> {
+    /// Archives complete segments not yet archived: at most `limit`, and
+    /// none when a round is under way, when it is given.
+    ///
+    /// # Errors
+    /// The failure of the first segment that could not be archived.
+    pub(super) fn archive_complete_segments(&self, limit: Option<u64>) -> Result<u64> {
+        archive::complete_segments(self, limit)
+    }
+
+    /// Archives the segment being written once `archive_timeout` says so.
+    ///
+    /// # Errors
+    /// The copy's failure, counted as a failed round.
+    pub(super) fn archive_partial_if_due(&self) -> Result<bool> {
+        archive::partial_if_due(self)
+    }
+
+    /// A test's archiver round, its clock moved `ahead`.
+    ///
+    /// # Errors
+    /// As the archiver's round.
+    pub(super) fn archive_round_for_test(&self, ahead: std::time::Duration) -> Result<bool> {
+        archive::round_for_test(self, ahead)
+    }
+
+    /// The end of the last durable record: what the archive must hold to
+    /// lack no commit.
+    pub(super) fn durable_records_end(&self) -> Lsn {
+        archive::durable_records_end(Inner::wal(self))
+    }
+
+    /// The first LSN checkpoints must keep for the archiver, if archiving.
+    pub(super) fn archive_keep(&self) -> Option<Lsn> {
+        archive::keep(self)
     }
 }
 

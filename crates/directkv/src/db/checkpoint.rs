@@ -141,7 +141,7 @@ impl<S: Storage> Inner<S> {
         let limit = (self.opts.background_threads && cause != WriteCause::Shutdown)
             .then_some(CHECKPOINT_ARCHIVE_MAX);
         let _ = self.archive_complete_segments(limit);
-        let keep = [self.oldest_log_pin(), super::archive::archive_keep(self)]
+        let keep = [self.oldest_log_pin(), self.archive_keep()]
             .into_iter()
             .flatten()
             .fold(start, Lsn::min);

@@ -196,7 +196,7 @@ pub(crate) struct Inner<S: Storage> {
     /// earlier ones ([`super::summary`]).
     pub(super) summaries: super::summary::Summaries,
     /// The log archiver's state (with `Options::wal_archive`).
-    pub(super) archive: Option<super::archive::Archive>,
+    pub(super) archive: Option<super::backup_access::Archive>,
     /// Callers of [`Database::checkpoint`](super::Database::checkpoint)
     /// waiting for the running one.
     pub(super) hurry: AtomicU64,

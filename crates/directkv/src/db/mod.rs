@@ -14,12 +14,10 @@
 //!   checkpointer, cleaner and readahead threads.
 //! - [`engine`]: the state they share; [`options`] and [`stats`]: what a
 //!   user sets and reads; [`check`]: the structural check.
-//! - [`archive`]: the log archiver; [`archive_setting`]: its setting,
-//!   recorded with the database.
+//! - [`backup_access`]: the one door to and from `backup/` (the backup's
+//!   and the log archiver's `Engine`, and the archiver's entry points).
 
 mod access;
-mod archive;
-mod archive_setting;
 mod background;
 mod backup_access;
 mod check;
@@ -42,12 +40,12 @@ mod versions;
 mod write;
 
 pub use access::FileAccess;
-pub use archive::ArchiveStats;
-pub use archive_setting::ArchiveChange;
+pub use backup_access::{ArchiveChange, ArchiveStats};
 pub use check::CheckReport;
 pub use checkpoint::WAL_HARD_LIMIT_FACTOR;
 pub use control::ControlFile;
 pub use database::{Database, TRANSACTION_ATTEMPTS_MAX};
+pub(crate) use open::random_id;
 pub use options::{
     Durability, Isolation, Options, WriteOptions, CHECKPOINT_WAL_BYTES_MIN, VERSION_STORE_BYTES_MIN,
 };

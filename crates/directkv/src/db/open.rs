@@ -177,9 +177,9 @@ fn read_control<S: Storage>(
     }
     // A restore's directory holds its record, a backup its manifest: either
     // names the end the log must reach.
-    let m = match crate::backup::restored_record(storage, path)? {
+    let m = match super::backup_access::restored_record(storage, path)? {
         Some(m) => m,
-        None => crate::backup::complete_manifest(storage, path)?,
+        None => super::backup_access::complete_manifest(storage, path)?,
     };
     if let Some(parent) = &m.parent_id {
         return Err(Error::BackupChain {
@@ -597,7 +597,7 @@ fn start_threads<S: Storage>(inner: Arc<Inner<S>>) -> Result<Database<S>> {
 }
 
 /// The log archiver's state, with the archive setting recorded with the
-/// database or given in the options ([`super::archive_setting`]): the
+/// database or given in the options ([`super::backup_access::archive_setting`]): the
 /// setting this open takes is recorded (durably) before anything is
 /// archived or recycled, so every later open archives as configured.
 fn open_archive<S: Storage>(
@@ -606,8 +606,8 @@ fn open_archive<S: Storage>(
     opts: &Options,
     wal: &crate::wal::Wal<S>,
     sched: &Arc<Scheduler>,
-) -> Result<Option<super::archive::Archive>> {
-    use super::archive_setting as setting;
+) -> Result<Option<super::backup_access::Archive>> {
+    use super::backup_access::archive_setting as setting;
     if let Some(given) = &opts.wal_archive {
         check_archive_dir(given, path, wal.dir())?;
     }
@@ -653,13 +653,13 @@ fn open_archive<S: Storage>(
     };
     let current = layout.segment_of(wal.end_lsn());
     let log = (wal.dir(), current, layout);
-    super::archive::Archive::open(storage, &taken, log, opts.permissions, sched).map(Some)
+    super::backup_access::Archive::open(storage, &taken, log, opts.permissions, sched).map(Some)
 }
 
 /// Refuses a log archive `dir` inside the database directory `db` or its
 /// log `wal` (or holding them).
 fn check_archive_dir(dir: &Path, db: &Path, wal: &Path) -> Result<()> {
-    let abs = super::archive_setting::absolute;
+    let abs = super::backup_access::archive_setting::absolute;
     let (archive, db) = (abs(dir)?, abs(db)?);
     if archive.starts_with(&db) || db.starts_with(&archive) || archive == abs(wal)? {
         return Err(Error::InvalidArgument(format!(
@@ -671,7 +671,7 @@ fn check_archive_dir(dir: &Path, db: &Path, wal: &Path) -> Result<()> {
     Ok(())
 }
 
-pub(super) fn random_id() -> DbId {
+pub(crate) fn random_id() -> DbId {
     let mut id = [0u8; 16];
     // SAFETY: `id` is a writable buffer of 16 bytes for the call.
     let n = unsafe { libc::getrandom(id.as_mut_ptr().cast(), id.len(), 0) };

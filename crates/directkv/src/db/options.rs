@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-use super::archive_setting::ArchiveChange;
+use super::ArchiveChange;
 use crate::io::{AioOptions, DirectIo, Permissions, SyncVariant};
 use crate::sched::SchedOptions;
 

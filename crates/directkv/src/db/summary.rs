@@ -37,12 +37,12 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use crate::backup::files;
 use crate::error::{Error, Result};
 use crate::format::PageId;
 use crate::health;
 use crate::io::{Permissions, Storage};
 use crate::lsn::Lsn;
+use crate::sched::crc_files as files;
 use crate::sched::{IoClass, Scheduler};
 
 /// The directory of the summaries, inside the database directory.

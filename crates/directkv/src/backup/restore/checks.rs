@@ -11,7 +11,6 @@
 use std::path::{Path, PathBuf};
 
 use crate::backup::dir;
-use crate::backup::files::{self, ALIGN_BYTES, CHUNK_BYTES};
 use crate::backup::increment;
 use crate::backup::layout::{CONTROL_NAME, DATA_NAME, ENTRIES, INCREMENT_NAME, WAL_DIR_NAME};
 use crate::backup::manifest::{Manifest, COMPLETE_NAME, MANIFEST_NAME};
@@ -20,6 +19,7 @@ use crate::error::{Error, Result};
 use crate::format::control::FLAG_BACKUP;
 use crate::format::{data_head, page, PageId};
 use crate::io::{AlignedBuf, DirectIo, Storage, StorageFile};
+use crate::sched::crc_files::{self as files, ALIGN_BYTES, CHUNK_BYTES};
 use crate::wal::WalReader;
 
 /// What [`check_contents`] read.

@@ -35,13 +35,13 @@ use serde::Serialize;
 use super::checks::{self, Contents};
 use super::pitr::{self, RestoreTarget, RolledForward};
 use crate::backup::dir;
-use crate::backup::files::{self, Sink, ALIGN_BYTES, CHUNK_BYTES};
 use crate::backup::increment;
 use crate::backup::layout::{DATA_NAME, ENTRIES, INCREMENT_NAME, WAL_DIR_NAME};
 use crate::backup::manifest::{Manifest, MANIFEST_NAME};
 use crate::error::{Error, Result};
 use crate::format::PageId;
 use crate::io::{AlignedBuf, DirectIo, FileOptions, OsStorage, Permissions, Storage, StorageFile};
+use crate::sched::crc_files::{self as files, Sink, ALIGN_BYTES, CHUNK_BYTES};
 use crate::sched::{IoClass, ScheduledFile, Scheduler};
 
 /// What [`restore_backup`] or [`restore_backup_chain`] did.

@@ -29,12 +29,12 @@
 use std::path::{Path, PathBuf};
 
 use crate::backup::dir;
-use crate::backup::files::{self, Sink, ALIGN_BYTES, CHUNK_BYTES};
 use crate::backup::layout::{archive_dir_of, RESTORED_NAME, WAL_DIR_NAME};
 use crate::backup::manifest::{Manifest, COMPLETE_NAME};
 use crate::error::{Error, Result};
 use crate::io::{AlignedBuf, DirectIo, FileOptions, Storage, StorageFile};
 use crate::lsn::Lsn;
+use crate::sched::crc_files::{self as files, Sink, ALIGN_BYTES, CHUNK_BYTES};
 use crate::sched::{IoClass, ScheduledFile, Scheduler};
 use crate::wal::format::{segment_file_name, Layout, SEGMENT_HEADER_BYTES};
 use crate::wal::{list_segments, WalReader};

@@ -50,7 +50,6 @@ use crate::backup::engine::{ChangedPages, Checkpointed, Engine, Progress};
 use crate::backup::increment::chain::{find_chain, ChainPages};
 use crate::backup::increment::EntryWriter;
 
-use crate::backup::files::{self, Sink, ALIGN_BYTES, CHUNK_BYTES};
 use crate::backup::manifest::{self, Manifest, ManifestFile, MANIFEST_FORMAT};
 use crate::backup::{BackupOptions, BackupReport, WAL_DIR_NAME};
 use crate::error::{Error, Result};
@@ -58,6 +57,7 @@ use crate::format::control::{Control, FLAG_BACKUP};
 use crate::format::{data_head, page, PageId};
 use crate::io::{AlignedBuf, Permissions, Storage};
 use crate::lsn::Lsn;
+use crate::sched::crc_files::{self as files, Sink, ALIGN_BYTES, CHUNK_BYTES};
 use crate::sched::{IoClass, ScheduledFile};
 use crate::wal::format::{segment_file_name, Layout};
 
@@ -222,12 +222,12 @@ impl<E: Engine> Take<'_, E> {
     }
 
     /// Brings the log archive up to the end of a backup about to be sealed
-    /// ([`Engine::archive_through`]); returns why it could
+    /// ([`archive::through`](crate::backup::archive::through)); returns why it could
     /// not. The backup is whole without: its restore keeps its own last
     /// segment where the archive's copy of it is shorter. A failure is
     /// counted in the archive's stats too.
     fn archive_for_backup(&self, end: Lsn) -> Option<String> {
-        let failed = self.e.archive_through(end).err();
+        let failed = crate::backup::archive::through(self.e, end).err();
         assert!(
             failed.is_none() || self.e.archive_dir().is_some(),
             "only with an archive"

@@ -14,7 +14,6 @@
 use std::time::{Duration, Instant};
 
 use crate::backup::engine::{ChangedPages, Checkpointed, Engine, Progress};
-use crate::backup::files::{Sink, ALIGN_BYTES, CHUNK_BYTES};
 use crate::backup::increment::chain::ChainPages;
 use crate::backup::increment::EntryWriter;
 use crate::backup::manifest;
@@ -22,6 +21,7 @@ use crate::error::{Error, Result};
 use crate::format::{page, PageId};
 use crate::io::{AlignedBuf, Storage};
 use crate::lsn::Lsn;
+use crate::sched::crc_files::{Sink, ALIGN_BYTES, CHUNK_BYTES};
 use crate::sched::IoClass;
 
 /// A backup being taken, over the engine it reads.

@@ -1,6 +1,9 @@
-//! The file work of backups: writing a backup's files (direct I/O where the
-//! destination has it, each one's CRC32C computed as it is written) and
-//! reading them back.
+//! Files written whole, in order, with their CRC32C: a new file written
+//! chunk by chunk (direct I/O where the destination has it, its CRC32C
+//! computed as it is written), small files written or read in one request
+//! of the scheduler, and reading or copying a file back in chunks. A
+//! backup's files, a restore's, the log archive's copies and setting, and
+//! the database's changed-page summaries are written through these.
 //!
 //! Invariants:
 //! - Every file is created exclusively and private, written in whole
@@ -9,9 +12,9 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use super::{IoClass, ScheduledFile, Scheduler};
 use crate::error::{Error, Result};
 use crate::io::{AlignedBuf, DirectIo, FileOptions, Permissions, Storage, StorageFile, SyncMethod};
-use crate::sched::{IoClass, ScheduledFile, Scheduler};
 
 /// Bytes moved per request: large enough for sequential speed, small enough
 /// that a request of the backup's class holds the device briefly.
@@ -19,7 +22,7 @@ pub const CHUNK_BYTES: usize = 1 << 20;
 /// The alignment of every buffer here: a valid direct-I/O unit everywhere.
 pub const ALIGN_BYTES: u32 = 4096;
 
-/// A new file of a backup being written in order, chunk by chunk.
+/// A new file being written in order, chunk by chunk.
 pub struct Sink<S: Storage> {
     file: S::File,
     len: u64,

@@ -66,30 +66,30 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::Options;
-use crate::backup::files;
+use crate::db::Options;
 use crate::error::{Error, Result};
 use crate::format::{le, DbId};
 use crate::io::{Permissions, Storage};
+use crate::sched::crc_files as files;
 use crate::sched::{IoClass, Scheduler};
 
 /// The setting's file in the database directory.
-pub(super) const SETTING_NAME: &str = "ARCHIVE";
+pub(crate) const SETTING_NAME: &str = "ARCHIVE";
 /// Its copy while it is written.
 const SETTING_TMP_NAME: &str = "ARCHIVE.tmp";
 const MAGIC: [u8; 8] = *b"DKVARCHS";
 const VERSION: u32 = 1;
 const HEADER_BYTES: usize = 48;
 /// The archive's identity, in its root.
-pub(super) const IDENTITY_NAME: &str = "ARCHIVE_ID";
+pub(crate) const IDENTITY_NAME: &str = "ARCHIVE_ID";
 /// Its copy while it is written.
 const IDENTITY_TMP_NAME: &str = "ARCHIVE_ID.tmp";
 const IDENTITY_MAGIC: [u8; 8] = *b"DKVARCID";
 const IDENTITY_BYTES: usize = 44;
 /// The longest archive directory recorded (Linux's `PATH_MAX`).
-pub(super) const ARCHIVE_PATH_BYTES_MAX: usize = 4096;
+pub(crate) const ARCHIVE_PATH_BYTES_MAX: usize = 4096;
 /// The largest `ARCHIVE` file.
-pub(super) const SETTING_BYTES_MAX: usize = HEADER_BYTES + ARCHIVE_PATH_BYTES_MAX + 4;
+pub(crate) const SETTING_BYTES_MAX: usize = HEADER_BYTES + ARCHIVE_PATH_BYTES_MAX + 4;
 const _: () = assert!(SETTING_BYTES_MAX < 8192 && HEADER_BYTES % 8 == 0);
 
 /// How an open treats the archive setting recorded with the database.
@@ -110,31 +110,31 @@ pub enum ArchiveChange {
 
 /// Where and how the log is archived.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct ArchiveSetting {
+pub(crate) struct ArchiveSetting {
     /// The archive's root, absolute.
-    pub(super) dir: PathBuf,
+    pub(crate) dir: PathBuf,
     /// `archive_timeout`: a partial segment is archived once it holds
     /// commits this long unarchived; `None`, only whole segments.
-    pub(super) timeout: Option<Duration>,
+    pub(crate) timeout: Option<Duration>,
 }
 
 /// A setting as recorded: bound to its archive's identity and to the
 /// database directory it was written in.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Recorded {
+pub(crate) struct Recorded {
     /// Where and how.
-    pub(super) setting: ArchiveSetting,
+    pub(crate) setting: ArchiveSetting,
     /// The instance id of the archive's `ARCHIVE_ID`.
-    pub(super) instance: u64,
+    pub(crate) instance: u64,
     /// The database directory's device and inode.
-    pub(super) bound_to: DirId,
+    pub(crate) bound_to: DirId,
 }
 
 /// A directory's device and inode numbers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct DirId {
-    pub(super) dev: u64,
-    pub(super) ino: u64,
+pub(crate) struct DirId {
+    pub(crate) dev: u64,
+    pub(crate) ino: u64,
 }
 
 /// The setting this open archives with, from the one `recorded` and the
@@ -146,7 +146,7 @@ pub(super) struct DirId {
 /// directory, `Off` with one, `archive_timeout` with no archive (none
 /// recorded or given, or `Off`), a directory path too long to record, or a
 /// relative one when the working directory cannot be read.
-pub(super) fn resolve(
+pub(crate) fn resolve(
     recorded: Option<&ArchiveSetting>,
     opts: &Options,
 ) -> Result<Option<ArchiveSetting>> {
@@ -206,7 +206,7 @@ pub(super) fn resolve(
 /// # Errors
 /// [`Error::InvalidArgument`] for an empty path, or a relative one when
 /// the working directory cannot be read (removed, or not searchable).
-pub(super) fn absolute(path: &Path) -> Result<PathBuf> {
+pub(crate) fn absolute(path: &Path) -> Result<PathBuf> {
     let abs = std::path::absolute(path).map_err(|e| {
         Error::InvalidArgument(format!(
             "cannot make the path {:?} absolute ({e}): give an absolute path",
@@ -304,7 +304,7 @@ fn decode(bytes: &[u8], path: &Path) -> Result<Recorded> {
 /// # Errors
 /// [`Error::NotADatabase`] naming `ARCHIVE` or `ARCHIVE.tmp` when it is not
 /// a file this engine wrote; I/O errors.
-pub(super) fn read<S: Storage>(
+pub(crate) fn read<S: Storage>(
     storage: &S,
     db: &Path,
     sched: &Arc<Scheduler>,
@@ -346,7 +346,7 @@ fn not_ours(path: &Path) -> Error {
 ///
 /// # Errors
 /// I/O errors; on one, the record is the old one or the new one, whole.
-pub(super) fn write<S: Storage>(
+pub(crate) fn write<S: Storage>(
     storage: &S,
     db: &Path,
     s: &Recorded,
@@ -367,7 +367,7 @@ pub(super) fn write<S: Storage>(
 ///
 /// # Errors
 /// I/O errors.
-pub(super) fn remove<S: Storage>(storage: &S, db: &Path) -> Result<()> {
+pub(crate) fn remove<S: Storage>(storage: &S, db: &Path) -> Result<()> {
     let path = db.join(SETTING_NAME);
     if storage.exists(&path) {
         storage.remove_file(&path)?;
@@ -380,7 +380,7 @@ pub(super) fn remove<S: Storage>(storage: &S, db: &Path) -> Result<()> {
 ///
 /// # Errors
 /// I/O errors of its `stat`.
-pub(super) fn dir_id<S: Storage>(storage: &S, db: &Path) -> Result<DirId> {
+pub(crate) fn dir_id<S: Storage>(storage: &S, db: &Path) -> Result<DirId> {
     let m = storage.stat(db)?;
     Ok(DirId {
         dev: m.dev,
@@ -429,7 +429,7 @@ fn decode_identity(b: &[u8]) -> Option<Identity> {
 /// # Errors
 /// [`Error::ArchiveMissing`], [`Error::ArchiveForeign`] (nothing is
 /// written then); I/O errors.
-pub(super) fn claim<S: Storage>(
+pub(crate) fn claim<S: Storage>(
     storage: &S,
     (dir, db): (&Path, &Path),
     (db_id, named, expected): (DbId, bool, Option<u64>),
@@ -479,7 +479,7 @@ pub(super) fn claim<S: Storage>(
             let id = Identity {
                 db_id,
                 instance: u64::from_le_bytes(
-                    super::open::random_id()[..8].try_into().unwrap_or_default(),
+                    crate::db::random_id()[..8].try_into().unwrap_or_default(),
                 ),
             };
             let tmp = dir.join(IDENTITY_TMP_NAME);
