@@ -449,7 +449,7 @@ impl<S: Storage> Inner<S> {
             .line_dir(archive)
             .inspect_err(|e| archive.failed(last, e))?;
         // A copy of `end`'s segment not counted whole: a partial one.
-        if !self.storage.exists(&line.join(segment_file_name(last))) {
+        if !self.env.storage.exists(&line.join(segment_file_name(last))) {
             return Ok(());
         }
         self.archive_whole(archive, None)?;
@@ -513,7 +513,7 @@ impl<S: Storage> Inner<S> {
         // The file offset of `end`: the whole file for a whole copy.
         let upto = SEGMENT_HEADER_BYTES + (end.get() - layout.segment_start(n).get());
         assert!(upto <= layout.segment_bytes);
-        if self.storage.exists(&dest) {
+        if self.env.storage.exists(&dest) {
             // The copy this open made last needs no reading: its bytes are
             // the log's up to where it ended.
             let known = *health::lock(&archive.last_copy)?;
@@ -529,7 +529,7 @@ impl<S: Storage> Inner<S> {
                     self.open_for_archive(&dest)?
                         .admit(IoClass::Backup, 0)
                         .sync_all()?;
-                    self.storage.sync_dir(&dir)?;
+                    self.env.storage.sync_dir(&dir)?;
                     *health::lock(&archive.last_copy)? = Some((n, upto));
                     return Ok(0);
                 }
@@ -539,13 +539,13 @@ impl<S: Storage> Inner<S> {
             }
         }
         let tmp = dir.join(format!("{name}{TMP_SUFFIX}"));
-        if self.storage.exists(&tmp) {
+        if self.env.storage.exists(&tmp) {
             // A copy interrupted by a crash.
-            self.storage.remove_file(&tmp)?;
+            self.env.storage.remove_file(&tmp)?;
         }
         let written = self.copy_segment(&src_path, &tmp, (layout, upto), &mut buf)?;
-        self.storage.rename(&tmp, &dest)?;
-        self.storage.sync_dir(&dir)?;
+        self.env.storage.rename(&tmp, &dest)?;
+        self.env.storage.sync_dir(&dir)?;
         *health::lock(&archive.last_copy)? = Some((n, upto));
         Ok(written)
     }
@@ -573,7 +573,7 @@ impl<S: Storage> Inner<S> {
             });
         }
         assert!(upto <= total && total % u64::from(ALIGN_BYTES) == 0);
-        let mut sink = Sink::create(&self.storage, tmp)?;
+        let mut sink = Sink::create(&self.env.storage, tmp)?;
         let mut at = 0u64;
         while at < total {
             let k = (total - at).min(buf.len() as u64) as usize;
@@ -582,14 +582,14 @@ impl<S: Storage> Inner<S> {
                 src.read_exact_at(IoClass::Backup, buf.io_mut(0..k)?, at)?;
             }
             buf.as_mut_slice()[log..k].fill(0);
-            let _write = self.sched.admit(IoClass::Backup, k as u64);
+            let _write = self.env.sched.admit(IoClass::Backup, k as u64);
             sink.append(buf, k)?;
             at += k as u64;
         }
         let (written, sink_crc) = sink.finish()?;
         assert_eq!(written, total, "the copy is a whole segment's length");
         debug_assert_eq!(
-            files::crc_of(&self.storage, tmp, buf).ok(),
+            files::crc_of(&self.env.storage, tmp, buf).ok(),
             Some((written, sink_crc)),
             "the copy reads back as written"
         );
@@ -601,15 +601,15 @@ impl<S: Storage> Inner<S> {
     fn line_dir(&self, archive: &Archive) -> Result<PathBuf> {
         // Read each time: a copy opened from a backup starts a history of
         // its own at its first checkpoint, and archives apart from then on.
-        let history = health::lock(&self.control)?.current().history;
+        let history = health::lock(&self.ckpt.control)?.current().history;
         let history = crate::backup::manifest::hex(&history);
         let dir = crate::backup::archive_dir_of(&archive.dir, Some(&history));
-        crate::io::create_dir_synced(&self.storage, &dir, archive.permissions)?;
+        crate::io::create_dir_synced(&self.env.storage, &dir, archive.permissions)?;
         if dir != archive.dir {
             // The line's directory may have been made just before a crash
             // that lost the root's sync: its entry is durable before a
             // segment in it lets the log recycle one.
-            self.storage.sync_dir(&archive.dir)?;
+            self.env.storage.sync_dir(&archive.dir)?;
         }
         Ok(dir)
     }
@@ -626,13 +626,13 @@ impl<S: Storage> Inner<S> {
         let db_id = Some(self.db_id_for_archive()?);
         let reader_at = |lsn| {
             WalReader::new(
-                self.storage.clone(),
+                self.env.storage.clone(),
                 self.wal().dir(),
                 layout.segment_bytes,
                 db_id,
                 lsn,
             )
-            .scheduled(Arc::clone(&self.sched), CHECK_CLASS)
+            .scheduled(Arc::clone(&self.env.sched), CHECK_CLASS)
         };
         // A record may run on from the segment before: reading starts at
         // the first record that starts in this one (that record's bytes
@@ -688,7 +688,7 @@ impl<S: Storage> Inner<S> {
 
     /// The database's identity, as its log segments carry it.
     fn db_id_for_archive(&self) -> Result<crate::format::DbId> {
-        Ok(health::lock(&self.control)?.current().db_id)
+        Ok(health::lock(&self.ckpt.control)?.current().db_id)
     }
 }
 
@@ -722,9 +722,10 @@ impl<S: Storage> Inner<S> {
     /// archiver's reads and syncs, which ask the database's scheduler.
     fn open_for_archive(&self, path: &Path) -> Result<ScheduledFile<S::File>> {
         Ok(ScheduledFile::new(
-            self.storage
+            self.env
+                .storage
                 .open(path, &files::read_options(DirectIo::Auto))?,
-            Arc::clone(&self.sched),
+            Arc::clone(&self.env.sched),
         ))
     }
 

@@ -75,7 +75,7 @@ fn run_guarded<S: Storage>(
     let Some(inner) = weak.upgrade() else {
         return false;
     };
-    if inner.health.is_failed() {
+    if inner.vitals.health.is_failed() {
         return false;
     }
     match catch_unwind(AssertUnwindSafe(|| round(&inner))) {
@@ -87,9 +87,10 @@ fn run_guarded<S: Storage>(
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "a panic".to_string());
             inner
+                .vitals
                 .health
                 .fail(&format!("background thread {name} panicked: {what}"));
-            assert!(inner.health.is_failed());
+            assert!(inner.vitals.health.is_failed());
             false
         }
     }
@@ -137,10 +138,10 @@ const CHECKPOINTER_IDLE: Duration = Duration::from_millis(200);
 
 /// Starts the readahead readers (none when readahead is off).
 pub(super) fn spawn_readers<S: Storage>(inner: &Arc<Inner<S>>) -> Vec<JoinHandle<()>> {
-    if inner.opts.readahead_pages == 0 {
+    if inner.env.opts.readahead_pages == 0 {
         return Vec::new();
     }
-    let window = inner.opts.readahead_pages;
+    let window = inner.env.opts.readahead_pages;
     let (tx, rx) = std::sync::mpsc::sync_channel::<PageId>(READAHEAD_QUEUE);
     let rx = Arc::new(Mutex::new(rx));
     let handles: Vec<_> = (0..READAHEAD_READERS)
@@ -162,6 +163,7 @@ pub(super) fn spawn_readers<S: Storage>(inner: &Arc<Inner<S>>) -> Vec<JoinHandle
                     // A failed read is the scan's to meet and report.
                     let read = inner.pool.read_batch(&pages, Access::Normal);
                     inner
+                        .vitals
                         .counters
                         .readahead_reads
                         .fetch_add(read as u64, Ordering::Relaxed);
@@ -222,14 +224,14 @@ struct CleanerPass {
 
 impl CleanerPass {
     fn run<S: Storage>(&mut self, inner: &Inner<S>) {
-        if inner.opts.publish_stats && self.published.elapsed() >= STATS_EVERY {
+        if inner.env.opts.publish_stats && self.published.elapsed() >= STATS_EVERY {
             inner.publish_stats();
             self.published = Instant::now();
         }
         // Growth ahead of use is speculative: a full filesystem refuses the
         // reservation, which changes nothing, and the file then grows by its
         // page writes (a failure there is a real one, and stops the engine).
-        if let Ok(meta) = health::read(&inner.tree) {
+        if let Ok(meta) = health::read(&inner.txns.tree) {
             let pages = meta.page_count;
             drop(meta);
             let _ = inner.pool.extend_ahead(pages, IoClass::Background);
@@ -238,6 +240,7 @@ impl CleanerPass {
         // A failed write leaves the page dirty and stops the database: every
         // later operation reports it.
         let written = inner
+            .vitals
             .health
             .observe(inner.pool.clean_cold(window))
             .unwrap_or(0);
@@ -253,6 +256,7 @@ impl CleanerPass {
             if behind > 0 { 1.0 } else { 0.0 },
         );
         inner
+            .vitals
             .counters
             .cleaner_writes
             .fetch_add(written as u64, Ordering::Relaxed);
@@ -402,7 +406,7 @@ mod tests {
         };
         let db = Database::open(dir.path(), opts).expect("open");
         let inner = &*db.inner;
-        let held = health::lock(&inner.checkpointing).expect("checkpoint lock");
+        let held = health::lock(&inner.ckpt.checkpointing).expect("checkpoint lock");
         let limit = crate::CHECKPOINT_WAL_BYTES_MIN * crate::WAL_HARD_LIMIT_FACTOR;
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::scope(|s| {
@@ -420,7 +424,10 @@ mod tests {
             // Past the limit, its next begin waits; give it time to.
             std::thread::sleep(Duration::from_millis(200));
             assert_eq!(db.stats().stalls.log_space_wait, 0, "still waiting");
-            inner.health.fail("a failure while a committer waits");
+            inner
+                .vitals
+                .health
+                .fail("a failure while a committer waits");
             let r = rx
                 .recv_timeout(Duration::from_secs(30))
                 .expect("the committer stopped waiting at the failure");
@@ -465,6 +472,7 @@ mod tests {
         let mut w = db.begin_write().expect("begin_write");
         w.put(b"k", b"v").expect("put");
         db.inner
+            .vitals
             .health
             .fail("background thread directkv-test panicked: test");
         assert_poisoned(r.get(b"k"), "get");
@@ -479,7 +487,7 @@ mod tests {
         let db = Arc::new(small_db(dir.path()));
         let db2 = Arc::clone(&db);
         let _ = std::thread::spawn(move || {
-            let _held = db2.inner.tree.write();
+            let _held = db2.inner.txns.tree.write();
             panic!("a bug while the tree lock is held");
         })
         .join();

@@ -74,7 +74,7 @@ impl<S: Storage> Inner<S> {
     /// Walks the whole database and proves its structure (see the module
     /// docs).
     pub(crate) fn check(&self) -> Result<CheckReport> {
-        let meta = crate::health::read(&self.tree)?;
+        let meta = crate::health::read(&self.txns.tree)?;
         let mut c = Checker {
             inner: self,
             pages: PoolPages { inner: self },
@@ -96,9 +96,9 @@ impl<S: Storage> Inner<S> {
         // Reported, not refused: the database is open already.
         let look = super::Options {
             accept_writable_by_others: true,
-            ..self.opts.clone()
+            ..self.env.opts.clone()
         };
-        let audit = super::access::audit(&self.storage, &self.dir, &look)?;
+        let audit = super::access::audit(&self.env.storage, &self.env.dir, &look)?;
         c.report.files = audit.entries;
         c.report.readable_by_others = audit.readable_by_others;
         c.report.writable_by_others = audit.writable_by_others;

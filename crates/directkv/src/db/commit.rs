@@ -31,7 +31,6 @@
 //!   ([`CommitCtx::settle`]), and at the latest when the context ends.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
 
 use super::engine::Inner;
 use super::records::{self, Meta};
@@ -79,39 +78,6 @@ impl<S: Storage> Pages for CachedPages<'_, S> {
     }
     fn corruption(&self, no: PageId, what: &str) -> Error {
         self.inner.pool.page_corruption(no, what)
-    }
-}
-
-/// Buffers kept for reuse at most; a transaction larger than this allocates
-/// the rest.
-const SPARE_BUFFERS_MAX: usize = 64;
-
-/// Page-sized buffers that commits borrow (before-images, the diff scratch,
-/// encoded records) and give back. A commit runs while every other writer
-/// waits, and allocating and freeing two or three page-sized blocks for every
-/// page it changes was a fifth of that time.
-#[derive(Default)]
-pub(crate) struct SpareBuffers {
-    bufs: Mutex<Vec<Vec<u8>>>,
-}
-
-impl SpareBuffers {
-    /// An empty buffer, with a page's capacity when one is spare.
-    fn take(&self) -> Vec<u8> {
-        // A push or a pop cannot leave the list half changed.
-        crate::health::lock_even_poisoned(&self.bufs)
-            .pop()
-            .unwrap_or_default()
-    }
-
-    /// Keeps `buf` for a later commit.
-    fn give(&self, mut buf: Vec<u8>) {
-        buf.clear();
-        let mut bufs = crate::health::lock_even_poisoned(&self.bufs);
-        assert!(bufs.len() <= SPARE_BUFFERS_MAX, "the spare list is bounded");
-        if bufs.len() < SPARE_BUFFERS_MAX {
-            bufs.push(buf);
-        }
     }
 }
 
@@ -172,8 +138,8 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
             horizon,
             held: HashMap::new(),
             order: Vec::new(),
-            scratch: inner.spare_buffers.take(),
-            rec: inner.spare_buffers.take(),
+            scratch: inner.txns.spare_buffers.take(),
+            rec: inner.txns.spare_buffers.take(),
             full_images: 0,
             full_image_bytes: 0,
             deltas: 0,
@@ -187,7 +153,7 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
     /// way.
     fn reshape(&mut self) {
         if !self.reshaping {
-            self.inner.shape.begin();
+            self.inner.txns.shape.begin();
             self.reshaping = true;
         }
     }
@@ -197,11 +163,11 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
     pub fn settle(&mut self) {
         if self.reshaping {
             assert_eq!(
-                self.inner.shape.root(),
+                self.inner.txns.shape.root(),
                 self.meta.root,
                 "readers descend from the root the tree has"
             );
-            self.inner.shape.end();
+            self.inner.txns.shape.end();
             self.reshaping = false;
         }
     }
@@ -280,7 +246,7 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
         }
         let first = !self.held.contains_key(&no);
         let imaged = first && {
-            let mut before = self.inner.spare_buffers.take();
+            let mut before = self.inner.txns.spare_buffers.take();
             before.extend_from_slice(p.data());
             let held = p.hold();
             self.hold(no, fresh, before, held)
@@ -288,7 +254,7 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
         if imaged {
             // The page's full image is logged after the change.
             let r = f(p.data_mut());
-            let compress = self.inner.opts.compress_page_images;
+            let compress = self.inner.env.opts.compress_page_images;
             records::encode_full_image_into(&mut self.rec, self.txn, no, p.data(), compress);
             drop(p);
             self.log_page(true)?;
@@ -312,7 +278,7 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
         let changed: usize = ranges.iter().map(|r| r.1).sum();
         let full = changed * 2 > p.data().len();
         if full {
-            let compress = self.inner.opts.compress_page_images;
+            let compress = self.inner.env.opts.compress_page_images;
             records::encode_full_image_into(&mut self.rec, self.txn, no, p.data(), compress);
         } else {
             records::encode_page_into(&mut self.rec, self.txn, no, false, &ranges, p.data());
@@ -370,11 +336,11 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
         // Every page is stamped with the commit's end, which is past the
         // image horizon this transaction started under.
         assert!(lsn > self.horizon, "a commit ends past its image horizon");
-        self.inner.summaries.note(&self.order);
+        self.inner.ckpt.summaries.note(&self.order);
         for no in std::mem::take(&mut self.order) {
             let h = self.held.remove(&no).expect("held page");
             self.inner.pool.release_held(h.held, Some(lsn));
-            self.inner.spare_buffers.give(h.before);
+            self.inner.txns.spare_buffers.give(h.before);
         }
         assert!(self.held.is_empty(), "a commit releases every page it held");
         Ok(lsn)
@@ -390,14 +356,14 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
                 p.data_mut().copy_from_slice(&h.before);
             }
             self.inner.pool.release_held(h.held, None);
-            self.inner.spare_buffers.give(h.before);
+            self.inner.txns.spare_buffers.give(h.before);
         }
         assert!(
             self.held.is_empty(),
             "a rollback releases every page it held"
         );
         self.meta.root = self.root_before;
-        self.inner.shape.set_root(self.root_before);
+        self.inner.txns.shape.set_root(self.root_before);
         self.settle();
         // Best effort: recovery ignores page records without a commit anyway.
         let _ = self
@@ -418,7 +384,7 @@ impl<S: Storage> Drop for CommitCtx<'_, S> {
             }
             // Every error path rolls back or commits, which settle; this
             // is a context dropped unused past a structure change.
-            self.inner.shape.set_root(self.meta.root);
+            self.inner.txns.shape.set_root(self.meta.root);
             self.settle();
         }
         self.give_back_buffers();
@@ -428,7 +394,7 @@ impl<S: Storage> Drop for CommitCtx<'_, S> {
 impl<S: Storage> CommitCtx<'_, S> {
     /// Returns the context's page buffers to the spares.
     fn give_back_buffers(&mut self) {
-        let spare = &self.inner.spare_buffers;
+        let spare = &self.inner.txns.spare_buffers;
         spare.give(std::mem::take(&mut self.scratch));
         spare.give(std::mem::take(&mut self.rec));
     }
@@ -518,6 +484,6 @@ impl<S: Storage> PagesMut for CommitCtx<'_, S> {
     fn set_root(&mut self, no: PageId) {
         self.reshape();
         self.meta.root = no;
-        self.inner.shape.set_root(no);
+        self.inner.txns.shape.set_root(no);
     }
 }

@@ -17,26 +17,19 @@
 //! - Every operation of a [`Database`](super::Database) checks
 //!   [`Inner::health`] first; once failed, it stays failed.
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
-use super::commit::SpareBuffers;
-use super::control::ControlFile;
-use super::locks::LockTable;
-use super::records::Meta;
-use super::shape::TreeShape;
-use super::stats::{Counters, RecoveryStats};
-use super::ticket::TicketLock;
-use super::versions::VersionStore;
-use super::Options;
+use super::ckpt_state::CheckpointState;
+use super::env::Env;
+use super::txn_core::TxnCore;
+use super::vitals::Vitals;
 use crate::buffer::{BufferPool, LogFlusher};
 use crate::error::Result;
 use crate::format::{PageId, TxnId};
-use crate::health::{self, Health};
-use crate::io::{Aio, Storage, SyncVariant};
+use crate::health;
+use crate::io::Storage;
 use crate::lsn::Lsn;
-use crate::sched::Scheduler;
 use crate::wal::Wal;
 
 /// The buffer pool of a database, over its data file and its log.
@@ -136,78 +129,36 @@ impl<S: Storage> LogFlusher for EngineLog<S> {
     }
 }
 
-/// The shared state of one open database.
+/// The shared state of one open database: its parts, each owning its
+/// fields and saying what guards each (see the lock order in the module
+/// docs).
 pub(crate) struct Inner<S: Storage> {
-    pub(super) dir: PathBuf,
-    pub(super) opts: Options,
-    pub(super) wal_sync: SyncVariant,
+    /// Directory, options, storage and disk gates. Immutable after open.
+    pub(crate) env: Env<S>,
+    /// The log (its phases: see the module docs). The `Arc` is immutable
+    /// after open; the log synchronises itself.
     pub(crate) log: Arc<EngineLog<S>>,
+    /// The buffer pool (it locks its own frames and tables). Immutable
+    /// after open.
     pub(crate) pool: Pool<S>,
-    /// The tree's root state: a commit holds it exclusively while it changes
-    /// pages (the checkpoint, to start between commits); readers take it
-    /// shared only when the shape kept changing under them.
-    pub(crate) tree: RwLock<Meta>,
-    /// The root and structure sequence readers descend by, lock-free.
-    pub(crate) shape: TreeShape,
-    /// The one writer lock of `Options::serial_writers`.
-    pub(super) writer: TicketLock,
-    /// The commit section's gate: one transaction validates and applies at
-    /// a time. Not first come, first served: a thread that is running takes
-    /// it when it is free instead of waiting for a sleeping next-in-line to
-    /// be woken, which, with many committers on few cores, left it idle
-    /// between holders for longer than it was held. Fairness among writers
-    /// comes from the row locks, whose queues are first come, first served.
-    pub(super) committer: Mutex<()>,
-    /// Row locks of write transactions.
-    pub(super) locks: LockTable,
-    /// Read transactions' snapshots and the before-images they need.
-    pub(super) versions: VersionStore,
-    /// Page-sized buffers commits reuse.
-    pub(super) spare_buffers: SpareBuffers,
-    pub(super) control: Mutex<ControlFile<S>>,
-    /// Held by the checkpoint running, so one runs at a time.
-    pub(super) checkpointing: Mutex<()>,
-    /// Signalled when a checkpoint moves the redo point: committers waiting
-    /// at the log's hard limit wait on it.
-    pub(super) log_space: (Mutex<()>, std::sync::Condvar),
-    /// Stop flag and wake-up of the background checkpointer.
-    pub(super) checkpointer: Arc<(Mutex<bool>, std::sync::Condvar)>,
-    /// Pages last changed at or before this LSN get a full image logged.
-    pub(super) fpi_horizon: AtomicU64,
-    /// The redo LSN of the last checkpoint.
-    pub(super) last_redo: AtomicU64,
-    /// The log segment the data file's head last named as reached.
-    pub(super) reach_stamped: AtomicU64,
-    pub(super) counters: Counters,
-    /// Every disk request's gate.
-    pub(super) sched: Arc<Scheduler>,
-    /// What the replay at open did.
-    pub(super) recovery: RecoveryStats,
-    /// Paths readable beyond `Options::permissions` when the database was
-    /// opened (see [`super::access`]).
-    pub(super) readable_by_others: Vec<std::path::PathBuf>,
-    /// The storage the database's files are on, for the check's look at
-    /// their modes.
-    pub(super) storage: S,
-    /// Where running backups need the log from: no segment from the
-    /// oldest's on is recycled (a multiset: one entry per backup).
-    pub(super) log_pins: Mutex<Vec<Lsn>>,
-    /// The pages changed since the last checkpoint, and the summaries of
-    /// earlier ones ([`super::summary`]).
-    pub(super) summaries: super::summary::Summaries,
-    /// The log archiver's state (with `Options::wal_archive`).
-    pub(super) archive: Option<super::archive::Archive>,
-    /// Callers of [`Database::checkpoint`](super::Database::checkpoint)
-    /// waiting for the running one.
-    pub(super) hurry: AtomicU64,
-    /// The asynchronous I/O engine of the data file (none for storage that
-    /// runs batches one request at a time, such as the simulated disk).
-    pub(super) aio: Option<Arc<Aio>>,
-    /// Queue of the readahead readers (none without background threads).
+    /// The tree, writer and commit gates, row locks and version store.
+    pub(crate) txns: TxnCore,
+    /// The control file, the checkpoint gate, log-space pacing and the
+    /// LSNs the last checkpoint set.
+    pub(crate) ckpt: CheckpointState<S>,
+    /// Health, replay figures and counters.
+    pub(crate) vitals: Vitals,
+    /// Queue of the readahead readers (none without background threads);
+    /// the mutex guards the sender, set once by open and taken by close.
+    /// A leaf lock.
     pub(super) readahead: Mutex<Option<std::sync::mpsc::SyncSender<PageId>>>,
-    /// Running or failed (see [`crate::health`]).
-    pub(crate) health: Health,
-    pub(super) _lock: S::Lock,
+    /// Where running backups need the log from: no segment from the
+    /// oldest's on is recycled (a multiset: one entry per backup). The
+    /// mutex guards the list. A leaf lock.
+    pub(super) log_pins: Mutex<Vec<Lsn>>,
+    /// The log archiver's state (with `Options::wal_archive`); it locks its
+    /// own state. Immutable after open.
+    pub(super) archive: Option<super::archive::Archive>,
 }
 
 impl<S: Storage> Inner<S> {
@@ -224,6 +175,7 @@ impl<S: Storage> Inner<S> {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
         let last = self
+            .vitals
             .counters
             .commit_clock_us
             .fetch_max(now, Ordering::AcqRel);
@@ -234,7 +186,12 @@ impl<S: Storage> Inner<S> {
 
     /// A new transaction id.
     pub(crate) fn next_txn(&self) -> TxnId {
-        TxnId::new(self.counters.next_txn.fetch_add(1, Ordering::Relaxed))
+        TxnId::new(
+            self.vitals
+                .counters
+                .next_txn
+                .fetch_add(1, Ordering::Relaxed),
+        )
     }
 
     /// Queues reads of those of `pages` not in the pool; returns how many it
@@ -256,11 +213,11 @@ impl<S: Storage> Inner<S> {
     /// After a commit: wakes the background checkpointer when the log has
     /// grown enough, and names a new log segment in the data file's head.
     pub(crate) fn after_commit(&self) {
-        if self.wal_since_checkpoint() >= self.opts.checkpoint_wal_bytes {
-            self.checkpointer.1.notify_one();
+        if self.wal_since_checkpoint() >= self.env.opts.checkpoint_wal_bytes {
+            self.ckpt.checkpointer.1.notify_one();
         }
         // The commit is durable either way; a failed head write stops the
         // engine like any failed write.
-        let _ = self.health.observe(self.stamp_log_reach());
+        let _ = self.vitals.health.observe(self.stamp_log_reach());
     }
 }

@@ -12,8 +12,11 @@
 //!   replay of the WAL at open.
 //! - [`checkpoint`]: checkpoints and log-space pacing; [`background`]: the
 //!   checkpointer, cleaner and readahead threads.
-//! - [`engine`]: the state they share; [`options`] and [`stats`]: what a
-//!   user sets and reads; [`check`]: the structural check.
+//! - [`engine`]: the state they share, cut into parts that own their
+//!   fields: [`env`] (fixed at open), [`txn_core`] (tree, gates, row locks,
+//!   versions), [`ckpt_state`] (control file, checkpoint gate, log-space
+//!   pacing), [`vitals`] (health, counters); [`options`] and [`stats`]:
+//!   what a user sets and reads; [`check`]: the structural check.
 //! - [`archive`]: the log archiver; [`archive_setting`]: its setting,
 //!   recorded with the database.
 
@@ -24,10 +27,12 @@ mod background;
 mod backup;
 mod check;
 mod checkpoint;
+mod ckpt_state;
 mod commit;
 mod control;
 mod database;
 mod engine;
+mod env;
 mod locks;
 mod open;
 mod options;
@@ -38,7 +43,9 @@ mod stats;
 mod summary;
 mod ticket;
 mod txn;
+mod txn_core;
 mod versions;
+mod vitals;
 mod write;
 
 pub use access::FileAccess;

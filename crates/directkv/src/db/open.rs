@@ -26,20 +26,19 @@
 //!   at the name is written through.
 
 use std::path::Path;
-use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 
 use super::access::{self, Audit};
 use super::background::{self, stop_signal};
-use super::commit::SpareBuffers;
+use super::ckpt_state::CheckpointState;
 use super::control::ControlFile;
 use super::engine::{EngineLog, Inner, Pool};
+use super::env::Env;
 use super::recovery::{self, Recovered};
-use super::shape::TreeShape;
 use super::stats::Counters;
 use super::summary::Summaries;
-use super::ticket::TicketLock;
-use super::versions::VersionStore;
+use super::txn_core::TxnCore;
+use super::vitals::Vitals;
 use super::{Database, Options};
 use crate::btree::node;
 use crate::buffer::BufferPool;
@@ -95,38 +94,28 @@ pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result
     log.open(wal);
     let version_cap = opts.version_store_cap();
     let mut inner = Inner {
-        dir: path.to_path_buf(),
-        wal_sync,
-        opts,
+        env: Env {
+            dir: path.to_path_buf(),
+            opts,
+            wal_sync,
+            storage: storage.clone(),
+            readable_by_others: audit.readable_by_others,
+            sched: Arc::clone(&sched),
+            aio,
+            _lock: lock,
+        },
         log,
         pool,
-        tree: RwLock::new(meta),
-        shape: TreeShape::new(meta.root),
-        writer: TicketLock::default(),
-        committer: Mutex::new(()),
-        locks: Default::default(),
-        versions: VersionStore::new(version_cap),
-        spare_buffers: SpareBuffers::default(),
-        control: Mutex::new(control),
-        checkpointing: Mutex::new(()),
-        log_space: (Mutex::new(()), std::sync::Condvar::new()),
-        checkpointer: stop_signal(),
-        fpi_horizon: AtomicU64::new(c.redo_lsn.get()),
-        last_redo: AtomicU64::new(c.redo_lsn.get()),
-        reach_stamped: AtomicU64::new(0),
-        counters: Counters::starting_at(next_txn, last_commit_us),
+        txns: TxnCore::new(meta, version_cap),
+        ckpt: CheckpointState::new(control, c.redo_lsn, stop_signal(), summaries),
+        vitals: Vitals {
+            counters: Counters::starting_at(next_txn, last_commit_us),
+            recovery: stats,
+            health: Health::new(path),
+        },
         readahead: Mutex::new(None),
-        sched: Arc::clone(&sched),
-        hurry: AtomicU64::new(0),
         log_pins: Mutex::new(Vec::new()),
         archive,
-        summaries,
-        aio,
-        recovery: stats,
-        readable_by_others: audit.readable_by_others,
-        storage: storage.clone(),
-        health: Health::new(path),
-        _lock: lock,
     };
     checkpoint_if_due(&mut inner, &c)?;
     start_threads(Arc::new(inner))
@@ -244,14 +233,14 @@ fn checkpoint_if_due<S: Storage>(inner: &mut Inner<S>, c: &Control) -> Result<()
     // A copy of a backup, or a database whose line of history was lost,
     // starts a line of its own at this checkpoint.
     let new_line = c.flags & crate::format::control::FLAG_BACKUP != 0 || c.history_lost;
-    if c.checkpoint_lsn != Lsn::ZERO && inner.recovery.transactions == 0 && !new_line {
+    if c.checkpoint_lsn != Lsn::ZERO && inner.vitals.recovery.transactions == 0 && !new_line {
         return Ok(());
     }
     let t = std::time::Instant::now();
     inner.checkpoint_as(crate::buffer::WriteCause::Recovery)?;
-    inner.recovery.checkpoint_micros = t.elapsed().as_micros() as u64;
+    inner.vitals.recovery.checkpoint_micros = t.elapsed().as_micros() as u64;
     assert!(
-        health::lock(&inner.control)?.current().checkpoint_lsn > Lsn::ZERO,
+        health::lock(&inner.ckpt.control)?.current().checkpoint_lsn > Lsn::ZERO,
         "a checkpoint names its record"
     );
     Ok(())
@@ -577,13 +566,13 @@ fn start_threads<S: Storage>(inner: Arc<Inner<S>>) -> Result<Database<S>> {
         archiver: None,
         readers: Vec::new(),
     };
-    if !db.inner.opts.background_threads {
+    if !db.inner.env.opts.background_threads {
         return Ok(db);
     }
     let weak = Arc::downgrade(&db.inner);
-    let refused = |source| Error::from_io(IoOp::SpawnThread, &db.inner.dir, None, source);
+    let refused = |source| Error::from_io(IoOp::SpawnThread, &db.inner.env.dir, None, source);
     db.checkpointer = Some(
-        background::spawn_checkpointer(weak.clone(), Arc::clone(&db.inner.checkpointer))
+        background::spawn_checkpointer(weak.clone(), Arc::clone(&db.inner.ckpt.checkpointer))
             .map_err(refused)?,
     );
     db.cleaner = Some(

@@ -331,18 +331,19 @@ impl<S: Storage> Inner<S> {
             "stats": self.stats(),
         });
         let tmp = self
+            .env
             .storage
-            .os_at(&self.dir)
+            .os_at(&self.env.dir)
             .join(format!("{STATS_FILE}.tmp"));
         let bytes = doc.to_string().into_bytes();
-        if crate::io::write_new_file(&tmp, &bytes, self.opts.permissions).is_ok() {
-            let _ = tmp.rename_to(&self.storage.os_at(&self.dir.join(STATS_FILE)));
+        if crate::io::write_new_file(&tmp, &bytes, self.env.opts.permissions).is_ok() {
+            let _ = tmp.rename_to(&self.env.storage.os_at(&self.env.dir.join(STATS_FILE)));
         }
     }
 
     /// The foreground waits by cause.
     fn stalls(&self) -> Stalls {
-        let c = &self.counters;
+        let c = &self.vitals.counters;
         let h = StallHistograms {
             wal_sync_wait: c.wal_sync_wait.snapshot(),
             writer_lock_wait: c.writer_lock_wait.snapshot(),
@@ -368,8 +369,8 @@ impl<S: Storage> Inner<S> {
 
     /// The write transactions' counters.
     fn txn_stats(&self) -> TxnStats {
-        let c = &self.counters;
-        let l = &self.locks.counters;
+        let c = &self.vitals.counters;
+        let l = &self.txns.locks.counters;
         TxnStats {
             begun: c.writers_begun.load(Ordering::Relaxed),
             conflicts: c.conflicts.load(Ordering::Relaxed),
@@ -377,8 +378,8 @@ impl<S: Storage> Inner<S> {
             lock_timeouts: l.timeouts.load(Ordering::Relaxed),
             lock_waits: l.waits.load(Ordering::Relaxed),
             lock_wait_us: l.waited_us.load(Ordering::Relaxed),
-            locked_keys: self.locks.locked_keys() as u64,
-            waiting_for_locks: self.locks.waiting() as u64,
+            locked_keys: self.txns.locks.locked_keys() as u64,
+            waiting_for_locks: self.txns.locks.waiting() as u64,
             retries: c.retries.load(Ordering::Relaxed),
             commit_misses: c.commit_misses.load(Ordering::Relaxed),
             shape_retries: c.shape_retries.load(Ordering::Relaxed),
@@ -395,7 +396,7 @@ impl<S: Storage> Inner<S> {
         let w = cache.writes_by_cause;
         assert_eq!(w.total(), cache.pages_written, "every write has one cause");
         let wal = self.wal().stats();
-        let c = &self.counters;
+        let c = &self.vitals.counters;
         Stats {
             cache,
             cache_hits: cache.hits,
@@ -420,7 +421,7 @@ impl<S: Storage> Inner<S> {
                 .map(|a| a.stats(self.durable_records_end()))
                 .unwrap_or_default(),
             summary_write_failures: c.summary_failures.load(Ordering::Relaxed),
-            checkpoint_running: self.checkpointing.try_lock().is_err(),
+            checkpoint_running: self.ckpt.checkpointing.try_lock().is_err(),
             wal_since_redo_bytes: self.wal_since_checkpoint(),
             full_page_images: c.full_images.load(Ordering::Relaxed),
             page_deltas: c.deltas.load(Ordering::Relaxed),
@@ -429,8 +430,9 @@ impl<S: Storage> Inner<S> {
             cleaner_writes: c.cleaner_writes.load(Ordering::Relaxed),
             writes_by_cause: cache.writes_by_cause,
             readahead_reads: c.readahead_reads.load(Ordering::Relaxed),
-            io_scheduler: self.sched.stats(),
+            io_scheduler: self.env.sched.stats(),
             async_io: self
+                .env
                 .aio
                 .as_ref()
                 .map(|a| a.stats())
@@ -444,12 +446,12 @@ impl<S: Storage> Inner<S> {
             eviction_writes: cache.eviction_writes,
             stalls: self.stalls(),
             data_io: self.pool.file().io_path(),
-            wal_sync: self.wal_sync,
+            wal_sync: self.env.wal_sync,
             torn_page_protection: "full_page_images_after_checkpoint",
-            recovery: self.recovery,
-            snapshots: self.versions.stats(),
+            recovery: self.vitals.recovery,
+            snapshots: self.txns.versions.stats(),
             transactions: self.txn_stats(),
-            readable_by_others: self.readable_by_others.clone(),
+            readable_by_others: self.env.readable_by_others.clone(),
         }
     }
 }

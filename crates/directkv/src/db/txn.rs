@@ -115,31 +115,43 @@ fn read_tree_at<S: Storage, R>(
     inner: &Inner<S>,
     op: impl Fn(&PoolPages<'_, S>, PageId) -> Result<R>,
 ) -> Result<(R, u64)> {
-    inner.health.check()?;
-    let _guard = PanicGuard(&inner.health);
+    inner.vitals.health.check()?;
+    let _guard = PanicGuard(&inner.vitals.health);
     let pages = PoolPages { inner };
     for _ in 0..SHAPE_RETRIES_MAX {
-        let Some((seq, root)) = inner.shape.stable() else {
-            inner.counters.shape_retries.fetch_add(1, Ordering::Relaxed);
+        let Some((seq, root)) = inner.txns.shape.stable() else {
+            inner
+                .vitals
+                .counters
+                .shape_retries
+                .fetch_add(1, Ordering::Relaxed);
             std::thread::yield_now();
             continue;
         };
         // An error may come of a path a change crossed: judged after.
         let r = op(&pages, root);
-        if inner.shape.unchanged(seq) {
-            return inner.health.observe(r).map(|r| (r, seq));
+        if inner.txns.shape.unchanged(seq) {
+            return inner.vitals.health.observe(r).map(|r| (r, seq));
         }
-        inner.counters.shape_retries.fetch_add(1, Ordering::Relaxed);
+        inner
+            .vitals
+            .counters
+            .shape_retries
+            .fetch_add(1, Ordering::Relaxed);
     }
-    let meta = inner.health.observe(health::read(&inner.tree))?;
-    assert_eq!(meta.root, inner.shape.root(), "no commit applies");
+    let meta = inner
+        .vitals
+        .health
+        .observe(health::read(&inner.txns.tree))?;
+    assert_eq!(meta.root, inner.txns.shape.root(), "no commit applies");
     let (seq, _) = inner
+        .txns
         .shape
         .stable()
         .expect("no structure change while the tree is shared");
     let r = op(&pages, meta.root);
     drop(meta);
-    inner.health.observe(r).map(|r| (r, seq))
+    inner.vitals.health.observe(r).map(|r| (r, seq))
 }
 
 /// Reads `key` as the tree holds it: the latest committed value, or one a
@@ -170,7 +182,7 @@ impl Traced {
     /// The trail, if the tree's structure is still the one it was taken
     /// in (no structure change began since).
     pub(crate) fn valid<S: Storage>(self, inner: &Inner<S>) -> Option<tree::Trail> {
-        inner.shape.unchanged(self.seq).then_some(self.trail)
+        inner.txns.shape.unchanged(self.seq).then_some(self.trail)
     }
 }
 
@@ -205,7 +217,7 @@ pub struct ReadTxn<'db, S: Storage = crate::io::OsStorage> {
 
 impl<'db, S: Storage> ReadTxn<'db, S> {
     pub(crate) fn new(inner: &'db Inner<S>) -> Result<Self> {
-        let snap = Arc::new(Snapshot::take(&inner.versions)?);
+        let snap = Arc::new(Snapshot::take(&inner.txns.versions)?);
         Ok(ReadTxn { inner, snap })
     }
 
@@ -352,19 +364,19 @@ impl<'db, S: Storage> RangeIter<'db, S> {
     /// window before the scan gets there. Direct I/O has no kernel readahead;
     /// a point read never comes here.
     fn read_ahead(&mut self, at: &[u8]) {
-        let window = self.inner.opts.readahead_pages;
+        let window = self.inner.env.opts.readahead_pages;
         if window == 0 || self.leaves < 2 || self.leaves < self.ahead_until {
             return;
         }
         let inner = self.inner;
-        let Some((seq, root)) = inner.shape.stable() else {
+        let Some((seq, root)) = inner.txns.shape.stable() else {
             return;
         };
         let leaves = tree::following_leaves(&CachedPages { inner }, root, at, window);
         // Best effort: a branch not in the cache, or a structure change
         // meanwhile, means no readahead this time.
         let Ok(leaves) = leaves else { return };
-        if !inner.shape.unchanged(seq) {
+        if !inner.txns.shape.unchanged(seq) {
             return;
         }
         let queued = inner.read_ahead(&leaves);
@@ -532,7 +544,7 @@ impl<S: Storage> Iterator for RangeIter<'_, S> {
         if self.failed {
             return None;
         }
-        let _guard = PanicGuard(&self.inner.health);
+        let _guard = PanicGuard(&self.inner.vitals.health);
         match self.next_front() {
             Ok(Some(e)) => {
                 self.last_front = Some(e.0.clone());
@@ -552,7 +564,7 @@ impl<S: Storage> DoubleEndedIterator for RangeIter<'_, S> {
         if self.failed {
             return None;
         }
-        let _guard = PanicGuard(&self.inner.health);
+        let _guard = PanicGuard(&self.inner.vitals.health);
         match self.next_back_entry() {
             Ok(Some(e)) => {
                 self.last_back = Some(e.0.clone());
@@ -593,8 +605,8 @@ mod tests {
             w.put(format!("k{i:05}").as_bytes(), &[7; 40]).expect("put");
         }
         w.commit().expect("commit");
-        let section = crate::health::lock(&db.inner.committer).expect("section");
-        let tree = crate::health::write(&db.inner.tree).expect("tree lock");
+        let section = crate::health::lock(&db.inner.txns.committer).expect("section");
+        let tree = crate::health::write(&db.inner.txns.tree).expect("tree lock");
         let (tx, rx) = mpsc::channel();
         std::thread::scope(|s| {
             s.spawn(|| {
@@ -630,25 +642,25 @@ mod tests {
         w.commit().expect("commit");
         let r = db.begin_read().expect("begin_read");
         let inner = &*db.inner;
-        let (seq, root) = inner.shape.stable().expect("no change under way");
-        let section = crate::health::lock(&inner.committer).expect("section");
-        let meta = crate::health::write(&inner.tree).expect("tree lock");
-        let horizon = Lsn::new(inner.fpi_horizon.load(Ordering::Acquire));
+        let (seq, root) = inner.txns.shape.stable().expect("no change under way");
+        let section = crate::health::lock(&inner.txns.committer).expect("section");
+        let meta = crate::health::write(&inner.txns.tree).expect("tree lock");
+        let horizon = Lsn::new(inner.ckpt.fpi_horizon.load(Ordering::Acquire));
         let mut ctx = CommitCtx::new(inner, *meta, inner.next_txn(), horizon);
-        let csn = inner.versions.visible() + 1;
+        let csn = inner.txns.versions.visible() + 1;
         let before = vec![(b"k".to_vec(), Some(b"old".to_vec()))];
-        inner.versions.stage(csn, before).expect("stage");
+        inner.txns.versions.stage(csn, before).expect("stage");
         tree::replace(&mut ctx, b"k", b"new").expect("a value-only change");
         let latest = tree::get(&PoolPages { inner }, root, b"k").expect("get");
         assert_eq!(latest.as_deref(), Some(&b"new"[..]), "the tree's value");
         assert!(
-            inner.shape.unchanged(seq),
+            inner.txns.shape.unchanged(seq),
             "a value change is no structure change"
         );
         ctx.rollback();
-        inner.versions.retract(csn);
+        inner.txns.versions.retract(csn);
         assert!(
-            !inner.shape.unchanged(seq),
+            !inner.txns.shape.unchanged(seq),
             "a read that took the rolled-back value runs again"
         );
         drop(meta);
@@ -695,9 +707,9 @@ mod tests {
         }
         w.commit().expect("commit");
         assert!(stale.valid(inner).is_none(), "the structure changed");
-        let section = crate::health::lock(&inner.committer).expect("section");
-        let meta = crate::health::write(&inner.tree).expect("tree lock");
-        let horizon = Lsn::new(inner.fpi_horizon.load(Ordering::Acquire));
+        let section = crate::health::lock(&inner.txns.committer).expect("section");
+        let meta = crate::health::write(&inner.txns.tree).expect("tree lock");
+        let horizon = Lsn::new(inner.ckpt.fpi_horizon.load(Ordering::Acquire));
         let mut ctx = CommitCtx::new(inner, *meta, inner.next_txn(), horizon);
         let followed = tree::put_along(&mut ctx, &key(0), b"v", Some(traced.trail));
         assert!(

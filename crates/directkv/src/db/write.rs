@@ -161,20 +161,24 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
     ) -> Result<Self> {
         assert_eq!(
             serial.is_some(),
-            inner.opts.serial_writers,
+            inner.env.opts.serial_writers,
             "serial writers hold the writer lock"
         );
-        let snap = Snapshot::take(&inner.versions).map(Arc::new);
+        let snap = Snapshot::take(&inner.txns.versions).map(Arc::new);
         let snap = match snap {
             Ok(s) => s,
             Err(e) => {
                 if let Some(t) = serial {
-                    inner.writer.release(t);
+                    inner.txns.writer.release(t);
                 }
                 return Err(e);
             }
         };
-        inner.counters.writers_begun.fetch_add(1, Ordering::Relaxed);
+        inner
+            .vitals
+            .counters
+            .writers_begun
+            .fetch_add(1, Ordering::Relaxed);
         Ok(WriteTxn {
             inner,
             id: inner.next_txn(),
@@ -204,7 +208,7 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
     /// Fails every operation of a deadlock's victim, or of a transaction
     /// whose locking read or write was refused, with the same error.
     fn check_alive(&self) -> Result<()> {
-        self.inner.health.check()?;
+        self.inner.vitals.health.check()?;
         match &self.refused {
             Some(r) => Err(r.error()),
             None => Ok(()),
@@ -227,13 +231,18 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
     /// Snapshot a key newly locked is checked unchanged since the snapshot
     /// ([`check_locked_unchanged`](Self::check_locked_unchanged)).
     fn lock(&mut self, key: &[u8]) -> Result<()> {
-        let _guard = PanicGuard(&self.inner.health);
+        let _guard = PanicGuard(&self.inner.vitals.health);
         let t = Instant::now();
         let held = self.locked.len();
-        match self.inner.locks.lock(self.id, key, self.opts.lock_timeout) {
+        match self
+            .inner
+            .txns
+            .locks
+            .lock(self.id, key, self.opts.lock_timeout)
+        {
             Ok(true) => {
                 self.locked.push(key.to_vec());
-                self.inner.counters.row_lock_wait.record(t.elapsed());
+                self.inner.vitals.counters.row_lock_wait.record(t.elapsed());
                 self.check_locked_unchanged(key)
             }
             Ok(false) => {
@@ -244,9 +253,9 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
                 );
                 Ok(())
             }
-            Err(e @ Error::Poisoned { .. }) => self.inner.health.observe(Err(e)),
+            Err(e @ Error::Poisoned { .. }) => self.inner.vitals.health.observe(Err(e)),
             Err(e) => {
-                self.inner.counters.row_lock_wait.record(t.elapsed());
+                self.inner.vitals.counters.row_lock_wait.record(t.elapsed());
                 if let Error::Deadlock { key } = &e {
                     self.refused = Some(Refused::Deadlock { key: key.clone() });
                     self.release_locks();
@@ -298,7 +307,7 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
                 oldest_kept,
                 cap_bytes,
             },
-            Err(e) => return self.inner.health.observe(Err(e)),
+            Err(e) => return self.inner.vitals.health.observe(Err(e)),
         };
         let e = refused.error();
         self.refused = Some(refused);
@@ -439,7 +448,7 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
 
     fn release_locks(&mut self) {
         let keys = std::mem::take(&mut self.locked);
-        self.inner.locks.release_all(self.id, &keys);
+        self.inner.txns.locks.release_all(self.id, &keys);
     }
 
     /// Ends the transaction: its locks, its snapshot, the writer lock.
@@ -450,7 +459,7 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
         self.release_locks();
         self.snap = None;
         if let Some(t) = self.serial.take() {
-            self.inner.writer.release(t);
+            self.inner.txns.writer.release(t);
         }
     }
 
@@ -481,7 +490,7 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
     /// As [`commit`](Self::commit).
     pub fn commit_lsn(mut self) -> Result<Lsn> {
         self.check_alive()?;
-        let _guard = PanicGuard(&self.inner.health);
+        let _guard = PanicGuard(&self.inner.vitals.health);
         let writes = std::mem::take(&mut self.writes);
         if writes.is_empty() {
             // Reads of the snapshot alone serialize at the snapshot; mixed
@@ -504,14 +513,21 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
         assert!(self.locked.is_empty(), "row locks go before the sync");
         let lsn = match self.count_refusal(lsn) {
             Err(e) if e.is_retryable() => return Err(e),
-            r => self.inner.health.observe(r)?,
+            r => self.inner.vitals.health.observe(r)?,
         };
         // Its snapshot has ended (an iterator may still hold it) and its row
         // locks are gone: the versions no snapshot needs go now, outside
         // the commit section.
-        self.inner.health.observe(self.inner.versions.collect())?;
+        self.inner
+            .vitals
+            .health
+            .observe(self.inner.txns.versions.collect())?;
         self.await_durable(lsn)?;
-        self.inner.counters.commits.fetch_add(1, Ordering::Relaxed);
+        self.inner
+            .vitals
+            .counters
+            .commits
+            .fetch_add(1, Ordering::Relaxed);
         self.inner.after_commit();
         Ok(lsn)
     }
@@ -540,16 +556,19 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
         if self.durability() == Durability::Sync {
             let t = Instant::now();
             self.inner
+                .vitals
                 .health
                 .observe(self.inner.log.flush_to_wal(lsn))?;
-            self.inner.counters.wal_sync_wait.record(t.elapsed());
+            self.inner.vitals.counters.wal_sync_wait.record(t.elapsed());
         }
         Ok(())
     }
 
     /// The durability its commit waits for.
     fn durability(&self) -> Durability {
-        self.opts.durability.unwrap_or(self.inner.opts.durability)
+        self.opts
+            .durability
+            .unwrap_or(self.inner.env.opts.durability)
     }
 
     /// Counts a commit refused with a retryable error (a conflict, or a
@@ -557,6 +576,7 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
     fn count_refusal<T>(&self, r: Result<T>) -> Result<T> {
         if r.as_ref().is_err_and(Error::is_retryable) {
             self.inner
+                .vitals
                 .counters
                 .conflicts
                 .fetch_add(1, Ordering::Relaxed);
@@ -616,14 +636,15 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
             // holds no allocation it can do without.
             let staged = befores.clone();
             let t = Instant::now();
-            let section = health::lock(&inner.committer)?;
+            let section = health::lock(&inner.txns.committer)?;
             let entered = Instant::now();
-            inner.counters.commit_wait.record(entered - t);
+            inner.vitals.counters.commit_wait.record(entered - t);
             let trails = trails.take().unwrap_or_default();
             let r = self.apply(writes, befores, staged, trails, read_through);
             drop(section);
             let held = u64::try_from(entered.elapsed().as_nanos()).unwrap_or(u64::MAX);
             inner
+                .vitals
                 .counters
                 .commit_section_ns
                 .fetch_add(held, Ordering::Relaxed);
@@ -631,9 +652,14 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
                 Applied::Done(lsn) => return Ok(lsn),
                 Applied::Missed(page) => {
                     assert!(!read_through, "the last try reads what it misses");
-                    inner.counters.commit_misses.fetch_add(1, Ordering::Relaxed);
+                    inner
+                        .vitals
+                        .counters
+                        .commit_misses
+                        .fetch_add(1, Ordering::Relaxed);
                     drop(
                         inner
+                            .vitals
                             .health
                             .observe(inner.pool.read(page, Access::Normal))?,
                     );
@@ -658,14 +684,14 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
     ) -> Result<Applied> {
         let inner = self.inner;
         let t = Instant::now();
-        let mut meta = health::write(&inner.tree)?;
-        inner.counters.tree_lock_wait.record(t.elapsed());
+        let mut meta = health::write(&inner.txns.tree)?;
+        inner.vitals.counters.tree_lock_wait.record(t.elapsed());
         self.validate(writes)?;
-        let horizon = Lsn::new(inner.fpi_horizon.load(Ordering::Acquire));
+        let horizon = Lsn::new(inner.ckpt.fpi_horizon.load(Ordering::Acquire));
         let mut ctx = CommitCtx::new(inner, *meta, inner.next_txn(), horizon);
         ctx.read_through = read_through;
-        let csn = inner.versions.visible() + 1;
-        inner.versions.stage(csn, staged)?;
+        let csn = inner.txns.versions.visible() + 1;
+        inner.txns.versions.stage(csn, staged)?;
         let mut trails = trails.into_iter();
         for ((k, v), (bk, before)) in writes.iter().zip(befores) {
             assert_eq!(k, bk, "before-images are in key order");
@@ -674,7 +700,7 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
             if let Err(e) = apply_one(&mut ctx, k, v, before, trail) {
                 let (missed, held) = (ctx.missed(), ctx.held_pages());
                 ctx.rollback();
-                inner.versions.retract(csn);
+                inner.txns.versions.retract(csn);
                 return match (missed, e) {
                     (Some(page), _) => Ok(Applied::Missed(page)),
                     (None, Error::CacheExhausted { frames }) => Err(Error::TransactionTooLarge {
@@ -690,14 +716,14 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
         let lsn = match ctx.commit() {
             Ok(lsn) => lsn,
             Err(e) => {
-                inner.versions.retract(csn);
+                inner.txns.versions.retract(csn);
                 return Err(e);
             }
         };
         *meta = new_meta;
         // Published before the tree lock is let go.
-        inner.versions.publish(csn)?;
-        inner.counters.add_page_records(counts);
+        inner.txns.versions.publish(csn)?;
+        inner.vitals.counters.add_page_records(counts);
         Ok(Applied::Done(lsn))
     }
 

@@ -114,7 +114,7 @@ impl<S: Storage> Inner<S> {
     /// `CONTROL` still carries the backup flag).
     fn unopened_backup(&self, dir: &Path) -> bool {
         let path = dir.join(crate::backup::CONTROL_NAME);
-        super::control::ControlFile::read(&self.storage, &path)
+        super::control::ControlFile::read(&self.env.storage, &path)
             .is_ok_and(|c| c.flags & FLAG_BACKUP != 0)
     }
 
@@ -123,8 +123,14 @@ impl<S: Storage> Inner<S> {
     /// `None`: every page is read.
     fn changed_since(&self, since: Option<Lsn>, redo: Lsn) -> Result<Option<PageSet>> {
         let Some(from) = since else { return Ok(None) };
-        let io = (&self.sched, IoClass::Backup);
-        super::summary::changed_pages(&self.storage, &self.dir, (from, redo), io)
+        let io = (&self.env.sched, IoClass::Backup);
+        super::summary::changed_pages(&self.env.storage, &self.env.dir, (from, redo), io)
+    }
+
+    /// Whether `dest` is on the database's own device.
+    fn on_own_device(&self, dest: &Path) -> Result<bool> {
+        let storage = &self.env.storage;
+        Ok(storage.stat(dest)?.dev == storage.stat(&self.env.dir)?.dev)
     }
 
     /// Checks `dest` and makes it, with its log directory, if missing;
@@ -138,11 +144,12 @@ impl<S: Storage> Inner<S> {
     /// empty one an open would make a database in.
     fn make_dest<'a>(&self, dest: &'a Path, parent: Option<&Path>) -> Result<Vec<&'a Path>> {
         self.check_backup_dest(dest, parent)?;
-        let mut made = crate::io::missing_levels(&self.storage, dest);
+        let mut made = crate::io::missing_levels(&self.env.storage, dest);
         if made.is_empty() {
             made.push(dest);
         }
-        self.storage
+        self.env
+            .storage
             .create_dirs(&dest.join(WAL_DIR_NAME), Permissions::Private)?;
         Ok(made)
     }
@@ -160,13 +167,13 @@ impl<S: Storage> Inner<S> {
             .transpose()?;
         let made = self.make_dest(dest, opts.incremental_from.as_deref())?;
         let (cp, _pin) = self.backup_start(opts)?;
-        let _running = Running::start(&self.counters, cp.meta.page_count - 1);
+        let _running = Running::start(&self.vitals.counters, cp.meta.page_count - 1);
         let since = parent.as_ref().map(Manifest::start);
         // The backups the parent builds on, for deltas against its pages.
         let chain = match &opts.incremental_from {
             // The chain is found or done without: looking for it fails
             // nothing.
-            Some(p) => crate::backup::increment::find_chain(&self.storage, p, |dir| {
+            Some(p) => crate::backup::increment::find_chain(&self.env.storage, p, |dir| {
                 self.unopened_backup(dir)
             })
             .unwrap_or(None),
@@ -178,7 +185,7 @@ impl<S: Storage> Inner<S> {
             rate: opts.rate_bytes,
             began: Instant::now(),
             moved: 0,
-            dest_shares_device: self.storage.stat(dest)?.dev == self.storage.stat(&self.dir)?.dev,
+            dest_shares_device: self.on_own_device(dest)?,
         };
         let mut c = self.copy_files(dest, &cp, since, listed.as_ref(), chain.as_deref(), pace)?;
         let mut m = self.manifest(&cp, c.end, started_unix_ms, std::mem::take(&mut c.listed))?;
@@ -192,9 +199,9 @@ impl<S: Storage> Inner<S> {
         }
         m.pages_scanned = c.counts.scanned;
         let archive_failure = self.archive_for_backup(c.end);
-        crate::backup::seal(&self.storage, dest, &m)?;
-        crate::io::sync_levels(&self.storage, &made)?;
-        self.counters.backups.fetch_add(1, Ordering::Relaxed);
+        crate::backup::seal(&self.env.storage, dest, &m)?;
+        crate::io::sync_levels(&self.env.storage, &made)?;
+        self.vitals.counters.backups.fetch_add(1, Ordering::Relaxed);
         Ok(BackupReport {
             incremental: parent.is_some(),
             pages_scanned: c.counts.scanned,
@@ -284,14 +291,14 @@ impl<S: Storage> Inner<S> {
         );
         let mut listed = vec![file_entry(
             crate::backup::CONTROL_NAME,
-            files::crc_of(&self.storage, &control_path, &mut buf)?,
+            files::crc_of(&self.env.storage, &control_path, &mut buf)?,
         )];
         let (data_bytes, crc) = self.finish_data(data, cp, end)?;
         listed.push(file_entry(data_name, (data_bytes, crc)));
         let wal_dest = dest.join(WAL_DIR_NAME);
         let wal_bytes = self.copy_log(&wal_dest, cp.redo, end, &mut buf, &mut pace, &mut listed)?;
-        self.storage.sync_dir(&wal_dest)?;
-        self.storage.sync_dir(dest)?;
+        self.env.storage.sync_dir(&wal_dest)?;
+        self.env.storage.sync_dir(dest)?;
         Ok(Copied {
             end,
             listed,
@@ -309,7 +316,7 @@ impl<S: Storage> Inner<S> {
         let path = dest.join(crate::backup::CONTROL_NAME);
         let (control, fifo) = (self.backup_control(cp)?, crate::sched::Scheduler::fifo());
         let private = Permissions::Private;
-        super::control::ControlFile::create_with(&self.storage, &path, private, control, fifo)?;
+        super::control::ControlFile::create_with(&self.env.storage, &path, private, control, fifo)?;
         Ok(path)
     }
 
@@ -322,14 +329,17 @@ impl<S: Storage> Inner<S> {
         incremental: bool,
         chain: Option<&[PathBuf]>,
     ) -> Result<PagesOut<S>> {
-        let mut sink = Sink::create(&self.storage, path)?;
+        let mut sink = Sink::create(&self.env.storage, path)?;
         sink.skip(self.pool.page_bytes());
         if !incremental {
             return Ok(PagesOut::Whole(sink));
         }
         let chain_shares_device = match chain {
             Some(c) => {
-                let (theirs, ours) = (self.storage.stat(&c[0]), self.storage.stat(&self.dir));
+                let (theirs, ours) = (
+                    self.env.storage.stat(&c[0]),
+                    self.env.storage.stat(&self.env.dir),
+                );
                 matches!((theirs, ours), (Ok(t), Ok(o)) if t.dev == o.dev)
             }
             None => false,
@@ -337,7 +347,7 @@ impl<S: Storage> Inner<S> {
         Ok(PagesOut::Entries {
             writer: EntryWriter::new(sink)?,
             // A chain that does not open is done without (whole pages).
-            chain: chain.and_then(|c| ChainPages::open(&self.storage, c).ok().map(Box::new)),
+            chain: chain.and_then(|c| ChainPages::open(&self.env.storage, c).ok().map(Box::new)),
             chain_failed: false,
             chain_shares_device,
             base: Vec::new(),
@@ -384,12 +394,13 @@ impl<S: Storage> Inner<S> {
     /// The manifest of `dir`, the complete backup of this database an
     /// incremental backup is to build on.
     fn incremental_parent(&self, dir: &Path) -> Result<Manifest> {
-        let m = crate::backup::complete_manifest(&self.storage, dir)?;
+        let m = crate::backup::complete_manifest(&self.env.storage, dir)?;
         let ours = manifest::hex(&self.pool_db_id()?);
         let durable = self.wal().durable_lsn();
         let control = dir.join(crate::backup::CONTROL_NAME);
-        let opened =
-            super::control::ControlFile::read(&self.storage, &control)?.flags & FLAG_BACKUP == 0;
+        let opened = super::control::ControlFile::read(&self.env.storage, &control)?.flags
+            & FLAG_BACKUP
+            == 0;
         let history = manifest::hex(&self.history()?);
         let detail = if opened {
             Some("it was opened as a database since it was taken: it is no longer a backup".into())
@@ -432,7 +443,7 @@ impl<S: Storage> Inner<S> {
         let wal = self.wal().dir().to_path_buf();
         let archive = self.archive.as_ref().map(|a| a.dir());
         let others = [
-            ("database", Some(self.dir.as_path())),
+            ("database", Some(self.env.dir.as_path())),
             ("log", Some(wal.as_path())),
             ("log archive", archive),
             ("parent backup", parent),
@@ -447,7 +458,7 @@ impl<S: Storage> Inner<S> {
                 )));
             }
         }
-        if self.storage.exists(dest) && !self.storage.list_dir(dest)?.is_empty() {
+        if self.env.storage.exists(dest) && !self.env.storage.list_dir(dest)?.is_empty() {
             return Err(Error::InvalidArgument(format!(
                 "backup destination {} exists and is not empty",
                 dest.display()
@@ -460,18 +471,18 @@ impl<S: Storage> Inner<S> {
     /// before any later checkpoint can recycle it.
     fn backup_start(&self, opts: &BackupOptions) -> Result<(Checkpointed, LogPin<'_, S>)> {
         if opts.fast_checkpoint {
-            self.hurry.fetch_add(1, Ordering::AcqRel);
+            self.ckpt.hurry.fetch_add(1, Ordering::AcqRel);
         }
-        let started = health::lock(&self.checkpointing).and_then(|one| {
+        let started = health::lock(&self.ckpt.checkpointing).and_then(|one| {
             let cp = self.checkpoint_locked(&one, !opts.fast_checkpoint, WriteCause::Checkpoint)?;
             health::lock(&self.log_pins)?.push(cp.redo);
             Ok(cp)
         });
         if opts.fast_checkpoint {
-            let before = self.hurry.fetch_sub(1, Ordering::AcqRel);
+            let before = self.ckpt.hurry.fetch_sub(1, Ordering::AcqRel);
             assert!(before > 0, "every hurry is counted before it is taken back");
         }
-        let cp = self.health.observe(started)?;
+        let cp = self.vitals.health.observe(started)?;
         Ok((
             cp,
             LogPin {
@@ -483,7 +494,7 @@ impl<S: Storage> Inner<S> {
 
     /// The backup's `CONTROL`: the checkpoint that began it, flagged.
     fn backup_control(&self, cp: &Checkpointed) -> Result<Control> {
-        let c = health::lock(&self.control)?.current();
+        let c = health::lock(&self.ckpt.control)?.current();
         assert!(
             c.redo_lsn >= cp.redo,
             "CONTROL names this checkpoint or a later one"
@@ -502,11 +513,11 @@ impl<S: Storage> Inner<S> {
 
     /// The line of history the database is on.
     fn history(&self) -> Result<crate::format::control::HistoryId> {
-        Ok(health::lock(&self.control)?.current().history)
+        Ok(health::lock(&self.ckpt.control)?.current().history)
     }
 
     fn pool_db_id(&self) -> Result<crate::format::DbId> {
-        Ok(health::lock(&self.control)?.current().db_id)
+        Ok(health::lock(&self.ckpt.control)?.current().db_id)
     }
 
     /// Writes the backup's page 0 (the data file's head: flushed through
@@ -557,7 +568,7 @@ impl<S: Storage> Inner<S> {
         for n in first..=last {
             let name = segment_file_name(n);
             let src_path = self.wal().dir().join(&name);
-            if n == last && !self.storage.exists(&src_path) && layout.segment_start(n) == end {
+            if n == last && !self.env.storage.exists(&src_path) && layout.segment_start(n) == end {
                 // The log ends exactly where segment `n` would begin.
                 break;
             }
@@ -568,12 +579,13 @@ impl<S: Storage> Inner<S> {
                 layout.segment_bytes
             };
             let src = ScheduledFile::new(
-                self.storage
+                self.env
+                    .storage
                     .open(&src_path, &crate::wal::reader_options())?,
-                Arc::clone(&self.sched),
+                Arc::clone(&self.env.sched),
             );
             let dest_path = dest.join(&name);
-            let mut sink = Sink::create(&self.storage, &dest_path)?;
+            let mut sink = Sink::create(&self.env.storage, &dest_path)?;
             let mut at = 0u64;
             while at < layout.segment_bytes {
                 let n_bytes = (layout.segment_bytes - at).min(buf.len() as u64) as usize;
@@ -590,7 +602,8 @@ impl<S: Storage> Inner<S> {
                     sink.append(buf, n_bytes)?;
                 }
                 pace.moved(read);
-                self.counters
+                self.vitals
+                    .counters
                     .backup_bytes
                     .fetch_add(n_bytes as u64, Ordering::Relaxed);
                 at += n_bytes as u64;

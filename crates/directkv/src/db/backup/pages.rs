@@ -221,7 +221,7 @@ impl<S: Storage> Inner<S> {
         bytes: usize,
     ) -> Option<crate::sched::Permit<'_>> {
         pace.dest_shares_device
-            .then(|| self.sched.admit(IoClass::Backup, bytes as u64))
+            .then(|| self.env.sched.admit(IoClass::Backup, bytes as u64))
     }
 
     /// The reader of [`copy_pages`](Self::copy_pages): reads pages 1 to
@@ -241,7 +241,7 @@ impl<S: Storage> Inner<S> {
         let mut no = 1u64;
         while no < pages {
             let Ok(mut b) = free.recv() else { return };
-            let request = (self.sched.backup_request_bytes() / pb as u64).max(1);
+            let request = (self.env.sched.backup_request_bytes() / pb as u64).max(1);
             let k = per_chunk.min(request).min(pages - no);
             let bytes = k as usize * pb;
             let read = b.io_mut(0..bytes).and_then(|io| {
@@ -275,13 +275,14 @@ impl<S: Storage> Inner<S> {
             .map(PageId::get)
             .filter(|&p| p >= 1 && p < run.cp.meta.page_count)
             .collect();
-        self.counters
+        self.vitals
+            .counters
             .backup_pages_total
             .store(wanted.len() as u64, Ordering::Relaxed);
         for [first, count] in manifest::runs(wanted) {
             let mut done = 0;
             while done < count {
-                let request = (self.sched.backup_request_bytes() / pb as u64).max(1);
+                let request = (self.env.sched.backup_request_bytes() / pb as u64).max(1);
                 let (no, k) = (first + done, per_chunk.min(request).min(count - done));
                 let bytes = k as usize * pb;
                 self.pool.file().read_exact_at(
@@ -315,12 +316,15 @@ impl<S: Storage> Inner<S> {
             // page each per page kept) that share the database's device.
             let here =
                 usize::from(run.pace.dest_shares_device) + usize::from(run.out.reads_chain_here());
-            let _permit =
-                (here > 0).then(|| self.sched.admit(IoClass::Backup, (here * kept * pb) as u64));
+            let _permit = (here > 0).then(|| {
+                self.env
+                    .sched
+                    .admit(IoClass::Backup, (here * kept * pb) as u64)
+            });
             let nos = &run.counts.copied[listed..];
             written = run.out.put(buf, kept, nos, pb)?;
         }
-        let c = &self.counters;
+        let c = &self.vitals.counters;
         c.backup_pages_done.fetch_add(k, Ordering::Relaxed);
         c.backup_bytes.fetch_add(written as u64, Ordering::Relaxed);
         let chain_read = run.out.chain_bytes() - chain_before;
@@ -455,7 +459,7 @@ mod tests {
         w.commit().expect("commit");
         db.checkpoint().expect("checkpoint");
         let inner = &db.inner;
-        let redo = Lsn::new(inner.last_redo.load(Ordering::Acquire));
+        let redo = Lsn::new(inner.ckpt.last_redo.load(Ordering::Acquire));
         let pb = inner.pool.page_bytes();
         // Ten small keys: the root leaf is page 1, the only tree page.
         let no = PageId::new(1);
