@@ -479,7 +479,9 @@ pub(super) fn claim<S: Storage>(
             let id = Identity {
                 db_id,
                 instance: u64::from_le_bytes(
-                    super::open::random_id()[..8].try_into().unwrap_or_default(),
+                    super::control::random_id()[..8]
+                        .try_into()
+                        .unwrap_or_default(),
                 ),
             };
             let tmp = dir.join(IDENTITY_TMP_NAME);

@@ -34,6 +34,7 @@ use std::collections::HashMap;
 
 use super::engine::Inner;
 use super::records::{self, Meta};
+use super::stats::RecordCounts;
 use crate::btree::node;
 use crate::btree::tree::{Pages, PagesMut};
 use crate::buffer::{Access, Held};
@@ -92,15 +93,6 @@ pub(crate) enum Applied {
     Done(Lsn),
     /// Rolled back: this page was not in the pool.
     Missed(PageId),
-}
-
-/// The page records one commit logged, for the counters.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct RecordCounts {
-    pub full_images: u64,
-    pub full_image_bytes: u64,
-    pub deltas: u64,
-    pub logged_bytes: u64,
 }
 
 /// A transaction being applied.
@@ -211,7 +203,7 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
         &mut self,
         no: PageId,
         fresh: bool,
-    ) -> Result<crate::buffer::PageMut<'a, S, super::engine::EngineLog<S>>> {
+    ) -> Result<crate::buffer::PageMut<'a, S, super::engine_log::EngineLog<S>>> {
         let pool = &self.inner.pool;
         if fresh {
             return pool.create(no);
@@ -325,7 +317,11 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
     /// Writes the commit record and releases every held page at its LSN.
     pub fn commit(mut self) -> Result<Lsn> {
         self.settle();
-        let rec = records::encode_commit(self.txn, &self.meta, self.inner.commit_time_us());
+        let rec = records::encode_commit(
+            self.txn,
+            &self.meta,
+            self.inner.vitals.counters.commit_time_us(),
+        );
         let lsn = match self.wal().append(records::COMMIT, &rec) {
             Ok(lsn) => lsn,
             Err(e) => {

@@ -32,7 +32,8 @@ use super::access::{self, Audit};
 use super::background::{self, stop_signal};
 use super::ckpt_state::CheckpointState;
 use super::control::ControlFile;
-use super::engine::{EngineLog, Inner, Pool};
+use super::engine::Inner;
+use super::engine_log::{EngineLog, Pool};
 use super::env::Env;
 use super::recovery::{self, Recovered};
 use super::stats::Counters;
@@ -660,21 +661,6 @@ fn check_archive_dir(dir: &Path, db: &Path, wal: &Path) -> Result<()> {
     Ok(())
 }
 
-pub(super) fn random_id() -> DbId {
-    let mut id = [0u8; 16];
-    // SAFETY: `id` is a writable buffer of 16 bytes for the call.
-    let n = unsafe { libc::getrandom(id.as_mut_ptr().cast(), id.len(), 0) };
-    if n != 16 {
-        // Fall back to time and pid: unique enough to tell databases apart.
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
-        id.copy_from_slice(&(t ^ (u128::from(std::process::id()) << 64)).to_le_bytes());
-    }
-    id
-}
-
 /// The WAL's sync method when none is given: the fastest durable one the
 /// device profile of `wal_dir` recorded (measured now and saved if there is
 /// none), among the direct variants when the database uses direct I/O and
@@ -746,7 +732,7 @@ fn create<S: Storage>(
     opts: &Options,
     sched: &Arc<Scheduler>,
 ) -> Result<()> {
-    let db_id = random_id();
+    let db_id = super::control::random_id();
     let data_path = path.join(DATA_NAME);
     // What `look` let through is an interrupted creation's `data`.
     if storage.exists(&data_path) {

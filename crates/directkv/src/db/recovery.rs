@@ -26,7 +26,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::Path;
 use std::time::Instant;
 
-use super::engine::{EngineLog, Pool};
+use super::engine_log::{EngineLog, Pool};
 use super::records::{self, Meta};
 use super::stats::RecoveryStats;
 use crate::buffer::{Access, WriteCause};

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use super::commit::{CachedPages, PoolPages};
 use super::engine::Inner;
-use super::versions::Snapshot;
+use super::versions::{nonempty, Snapshot};
 use crate::btree::tree;
 use crate::error::{Error, Result};
 use crate::format::PageId;
@@ -39,17 +39,6 @@ pub(super) fn bounds<'k, R: RangeBounds<&'k [u8]>>(r: &R) -> (Bound<Vec<u8>>, Bo
         owned(r.start_bound().cloned()),
         owned(r.end_bound().cloned()),
     )
-}
-
-/// Whether `(from, to)` can hold any key; an inverted range is empty, never a
-/// panic.
-pub(super) fn nonempty(from: &Bound<Vec<u8>>, to: &Bound<Vec<u8>>) -> bool {
-    match (from, to) {
-        (Bound::Included(a), Bound::Included(b)) => a <= b,
-        (Bound::Included(a) | Bound::Excluded(a), Bound::Excluded(b))
-        | (Bound::Excluded(a), Bound::Included(b)) => a < b,
-        _ => true,
-    }
 }
 
 pub(super) fn overlay_range(
@@ -646,7 +635,7 @@ mod tests {
         let section = crate::health::lock(&inner.txns.committer).expect("section");
         let meta = crate::health::write(&inner.txns.tree).expect("tree lock");
         let horizon = Lsn::new(inner.ckpt.fpi_horizon.load(Ordering::Acquire));
-        let mut ctx = CommitCtx::new(inner, *meta, inner.next_txn(), horizon);
+        let mut ctx = CommitCtx::new(inner, *meta, inner.vitals.counters.next_txn(), horizon);
         let csn = inner.txns.versions.visible() + 1;
         let before = vec![(b"k".to_vec(), Some(b"old".to_vec()))];
         inner.txns.versions.stage(csn, before).expect("stage");
@@ -710,7 +699,7 @@ mod tests {
         let section = crate::health::lock(&inner.txns.committer).expect("section");
         let meta = crate::health::write(&inner.txns.tree).expect("tree lock");
         let horizon = Lsn::new(inner.ckpt.fpi_horizon.load(Ordering::Acquire));
-        let mut ctx = CommitCtx::new(inner, *meta, inner.next_txn(), horizon);
+        let mut ctx = CommitCtx::new(inner, *meta, inner.vitals.counters.next_txn(), horizon);
         let followed = tree::put_along(&mut ctx, &key(0), b"v", Some(traced.trail));
         assert!(
             matches!(followed, Err(crate::Error::Corruption { .. })),

@@ -387,7 +387,7 @@ impl VersionStore {
         }
         let store = health::read(&self.store)?;
         self.check_live(csn)?;
-        if !crate::db::txn::nonempty(lo, hi) {
+        if !nonempty(lo, hi) {
             return Ok(entries);
         }
         let changed: Vec<(&Vec<u8>, &Before)> = store
@@ -453,7 +453,7 @@ impl VersionStore {
             return Ok(Some((k.to_vec(), "the key")));
         }
         for (lo, hi) in ranges {
-            if !crate::db::txn::nonempty(lo, hi) {
+            if !nonempty(lo, hi) {
                 continue;
             }
             let hit = store
@@ -575,6 +575,17 @@ impl<'db> Snapshot<'db> {
 impl Drop for Snapshot<'_> {
     fn drop(&mut self) {
         self.store.release(self.csn);
+    }
+}
+
+/// Whether `(from, to)` can hold any key; an inverted range is empty, never a
+/// panic.
+pub(super) fn nonempty(from: &Bound<Vec<u8>>, to: &Bound<Vec<u8>>) -> bool {
+    match (from, to) {
+        (Bound::Included(a), Bound::Included(b)) => a <= b,
+        (Bound::Included(a) | Bound::Excluded(a), Bound::Excluded(b))
+        | (Bound::Excluded(a), Bound::Included(b)) => a < b,
+        _ => true,
     }
 }
 

@@ -181,7 +181,7 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
             .fetch_add(1, Ordering::Relaxed);
         Ok(WriteTxn {
             inner,
-            id: inner.next_txn(),
+            id: inner.vitals.counters.next_txn(),
             opts,
             snap: Some(snap),
             serial,
@@ -688,7 +688,7 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
         inner.vitals.counters.tree_lock_wait.record(t.elapsed());
         self.validate(writes)?;
         let horizon = Lsn::new(inner.ckpt.fpi_horizon.load(Ordering::Acquire));
-        let mut ctx = CommitCtx::new(inner, *meta, inner.next_txn(), horizon);
+        let mut ctx = CommitCtx::new(inner, *meta, inner.vitals.counters.next_txn(), horizon);
         ctx.read_through = read_through;
         let csn = inner.txns.versions.visible() + 1;
         inner.txns.versions.stage(csn, staged)?;

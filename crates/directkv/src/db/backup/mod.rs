@@ -364,7 +364,7 @@ impl<S: Storage> Inner<S> {
     ) -> Result<Manifest> {
         Ok(Manifest {
             format: MANIFEST_FORMAT,
-            backup_id: manifest::hex(&super::open::random_id()),
+            backup_id: manifest::hex(&super::control::random_id()),
             db_id: manifest::hex(&self.pool_db_id()?),
             page_bytes: self.pool.page_bytes() as u32,
             parent_id: None,
