@@ -601,7 +601,7 @@ impl<S: Storage> Inner<S> {
     fn line_dir(&self, archive: &Archive) -> Result<PathBuf> {
         // Read each time: a copy opened from a backup starts a history of
         // its own at its first checkpoint, and archives apart from then on.
-        let history = health::lock(&self.ckpt.control)?.current().history;
+        let history = self.ckpt.control.lock()?.current().history;
         let history = crate::backup::manifest::hex(&history);
         let dir = crate::backup::archive_dir_of(&archive.dir, Some(&history));
         crate::io::create_dir_synced(&self.env.storage, &dir, archive.permissions)?;
@@ -688,7 +688,7 @@ impl<S: Storage> Inner<S> {
 
     /// The database's identity, as its log segments carry it.
     fn db_id_for_archive(&self) -> Result<crate::format::DbId> {
-        Ok(health::lock(&self.ckpt.control)?.current().db_id)
+        Ok(self.ckpt.control.lock()?.current().db_id)
     }
 }
 

@@ -176,7 +176,7 @@ pub(super) fn spawn_readers<S: Storage>(inner: &Arc<Inner<S>>) -> Vec<JoinHandle
         })
         .collect();
     if !handles.is_empty() {
-        if let Ok(mut queue) = health::lock(&inner.readahead) {
+        if let Ok(mut queue) = inner.readahead.lock() {
             *queue = Some(tx);
         }
     }
@@ -231,7 +231,7 @@ impl CleanerPass {
         // Growth ahead of use is speculative: a full filesystem refuses the
         // reservation, which changes nothing, and the file then grows by its
         // page writes (a failure there is a real one, and stops the engine).
-        if let Ok(meta) = health::read(&inner.txns.tree) {
+        if let Ok(meta) = inner.txns.tree.read() {
             let pages = meta.page_count;
             drop(meta);
             let _ = inner.pool.extend_ahead(pages, IoClass::Background);
@@ -406,7 +406,7 @@ mod tests {
         };
         let db = Database::open(dir.path(), opts).expect("open");
         let inner = &*db.inner;
-        let held = health::lock(&inner.ckpt.checkpointing).expect("checkpoint lock");
+        let held = inner.ckpt.checkpointing.lock().expect("checkpoint lock");
         let limit = crate::CHECKPOINT_WAL_BYTES_MIN * crate::WAL_HARD_LIMIT_FACTOR;
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::scope(|s| {

@@ -74,7 +74,7 @@ impl<S: Storage> Inner<S> {
     /// Walks the whole database and proves its structure (see the module
     /// docs).
     pub(crate) fn check(&self) -> Result<CheckReport> {
-        let meta = crate::health::read(&self.txns.tree)?;
+        let meta = self.txns.tree.read()?;
         let mut c = Checker {
             inner: self,
             pages: PoolPages { inner: self },

@@ -19,10 +19,10 @@
 //!   point), and that wait is counted.
 
 use std::sync::atomic::Ordering;
-use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
 use super::engine::Inner;
+use super::lock_rank::RankedMutexGuard;
 use super::records;
 use crate::buffer::WriteCause;
 use crate::error::{Error, Result};
@@ -84,7 +84,10 @@ impl<S: Storage> Inner<S> {
         // A paced background checkpoint under way finishes at full speed
         // instead of making this caller wait out its pace.
         self.ckpt.hurry.fetch_add(1, Ordering::AcqRel);
-        let done = health::lock(&self.ckpt.checkpointing)
+        let done = self
+            .ckpt
+            .checkpointing
+            .lock()
             .and_then(|one| self.checkpoint_locked(&one, false, cause).map(drop));
         let before = self.ckpt.hurry.fetch_sub(1, Ordering::AcqRel);
         assert!(before > 0, "every hurry is counted before it is taken back");
@@ -94,7 +97,7 @@ impl<S: Storage> Inner<S> {
     /// The checkpoint itself, with `checkpointing` held.
     pub(super) fn checkpoint_locked(
         &self,
-        _one: &MutexGuard<'_, ()>,
+        _one: &RankedMutexGuard<'_, ()>,
         paced: bool,
         cause: WriteCause,
     ) -> Result<Checkpointed> {
@@ -165,7 +168,7 @@ impl<S: Storage> Inner<S> {
     /// the changed-page summary there and writes it.
     fn checkpoint_start(&self) -> Result<(Lsn, records::Meta, u64)> {
         let (start, meta, commit_time_us, summary) = {
-            let tree = health::write(&self.txns.tree)?;
+            let tree = self.txns.tree.write()?;
             let start = self.wal().end_lsn();
             let summary = self.ckpt.summaries.cut(start);
             let commit_time_us = self.vitals.counters.commit_clock_us.load(Ordering::Acquire);
@@ -198,7 +201,7 @@ impl<S: Storage> Inner<S> {
     /// Makes `CONTROL` name the checkpoint starting at `start` whose record
     /// ends at `end`.
     fn name_checkpoint(&self, start: Lsn, end: Lsn, meta: &records::Meta) -> Result<()> {
-        let mut control = health::lock(&self.ckpt.control)?;
+        let mut control = self.ckpt.control.lock()?;
         let c = control.current();
         assert!(
             c.redo_lsn.get() <= start.get(),
@@ -269,7 +272,7 @@ impl<S: Storage> Inner<S> {
         if segment <= self.ckpt.reach_stamped.load(Ordering::Acquire) {
             return Ok(());
         }
-        let Ok(_one) = self.ckpt.checkpointing.try_lock() else {
+        let Some(_one) = self.ckpt.checkpointing.try_lock() else {
             return Ok(());
         };
         // Under the checkpoint lock the last redo point is CONTROL's.
@@ -384,7 +387,7 @@ impl<S: Storage> Inner<S> {
         if self.wal_since_checkpoint() < self.env.opts.checkpoint_wal_bytes {
             return Ok(false);
         }
-        let Ok(one) = self.ckpt.checkpointing.try_lock() else {
+        let Some(one) = self.ckpt.checkpointing.try_lock() else {
             return Ok(false);
         };
         // Plain FIFO scheduling is the baseline without pacing too.

@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 use super::control::ControlFile;
+use super::lock_rank::{Rank, RankedMutex};
 use super::summary::Summaries;
 use crate::io::Storage;
 use crate::lsn::Lsn;
@@ -21,11 +22,11 @@ use crate::lsn::Lsn;
 pub(crate) struct CheckpointState<S: Storage> {
     /// The control file; the mutex serialises its rewrites and reads of
     /// its last contents. Rank `CONTROL` in the lock order.
-    pub(super) control: Mutex<ControlFile<S>>,
+    pub(super) control: RankedMutex<ControlFile<S>>,
     /// Held by the checkpoint running, so one runs at a time; guards no
     /// data of its own. Rank `CHECKPOINTING` (the first lock a checkpoint
     /// takes).
-    pub(super) checkpointing: Mutex<()>,
+    pub(super) checkpointing: RankedMutex<()>,
     /// Signalled when a checkpoint moves the redo point: committers waiting
     /// at the log's hard limit wait on it. The mutex guards no data (the
     /// condition is the WAL's size since `last_redo`). Rank `LOG_SPACE`.
@@ -63,8 +64,8 @@ impl<S: Storage> CheckpointState<S> {
         summaries: Summaries,
     ) -> Self {
         let state = CheckpointState {
-            control: Mutex::new(control),
-            checkpointing: Mutex::new(()),
+            control: RankedMutex::new(Rank::Control, control),
+            checkpointing: RankedMutex::new(Rank::Checkpointing, ()),
             log_space: (Mutex::new(()), Condvar::new()),
             checkpointer,
             fpi_horizon: AtomicU64::new(redo.get()),

@@ -365,7 +365,7 @@ impl<S: Storage> Drop for Database<S> {
                 .remove_file(&self.inner.env.dir.join(STATS_FILE));
         }
         // Closing the queue ends the readers once they finish their read.
-        drop(health::lock_even_poisoned(&self.inner.readahead).take());
+        drop(self.inner.readahead.lock_even_poisoned().take());
         for h in self.readers.drain(..) {
             let _ = h.join();
         }

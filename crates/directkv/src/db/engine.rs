@@ -3,20 +3,46 @@
 //! fields: [`Env`] (fixed at open), [`TxnCore`], [`CheckpointState`],
 //! [`Vitals`], beside the log ([`super::engine_log`]) and the pool.
 //!
+//! # Lock order
+//!
+//! The engine's locks, outermost first. A thread holding one may wait only
+//! for a lock below it in this list; the ranked ones carry their
+//! [`Rank`](super::lock_rank::Rank) and debug builds panic on a wait out of
+//! order ([`super::lock_rank`]). A `try_lock` never waits and may go
+//! against the order.
+//!
+//! | rank | lock | held by |
+//! |------|------|---------|
+//! | (0)  | `TxnCore::writer`, the ticket of `serial_writers` | a write transaction, begin to end |
+//! | (0)  | row locks (`TxnCore::locks`) | a write transaction, first write to end; waited for outside the commit section |
+//! | 1    | `CheckpointState::checkpointing` | a checkpoint, a backup's checkpoint |
+//! | 2    | `TxnCore::committer` | the commit section |
+//! | 3    | `TxnCore::tree` | a commit's apply (exclusive), a checkpoint's start (exclusive), a reader retrying (shared) |
+//! | 4    | `CheckpointState::control` | a checkpoint naming itself, open, backups, the archiver |
+//! | 5    | `Inner::readahead` | a queue of readahead |
+//!
+//! Leaves (no engine lock is taken while one is held, so they are not
+//! ranked): the locks inside `VersionStore`, `LockTable`'s table,
+//! `SpareBuffers`, `Summaries`, `CheckpointState::log_space` and
+//! `checkpointer` (condvar mutexes guarding a flag or nothing),
+//! `Inner::log_pins`, the archiver's own, and every lock of the layers
+//! below (pool, WAL, scheduler, I/O), which never call back up.
+//!
 //! Invariants:
 //! - Every operation of a [`Database`](super::Database) checks
 //!   [`Vitals::health`] first; once failed, it stays failed.
+//! - Ranked locks are taken in increasing rank on every thread.
 
 use std::sync::{Arc, Mutex};
 
 use super::ckpt_state::CheckpointState;
 use super::env::Env;
+use super::lock_rank::RankedMutex;
 use super::txn_core::TxnCore;
 use super::vitals::Vitals;
 
 use super::engine_log::{EngineLog, Pool};
 use crate::format::PageId;
-use crate::health;
 use crate::io::Storage;
 use crate::lsn::Lsn;
 use crate::wal::Wal;
@@ -43,7 +69,7 @@ pub(crate) struct Inner<S: Storage> {
     /// Queue of the readahead readers (none without background threads);
     /// the mutex guards the sender, set once by open and taken by close.
     /// A leaf lock.
-    pub(super) readahead: Mutex<Option<std::sync::mpsc::SyncSender<PageId>>>,
+    pub(super) readahead: RankedMutex<Option<std::sync::mpsc::SyncSender<PageId>>>,
     /// Where running backups need the log from: no segment from the
     /// oldest's on is recycled (a multiset: one entry per backup). The
     /// mutex guards the list. A leaf lock.
@@ -64,7 +90,7 @@ impl<S: Storage> Inner<S> {
     pub(crate) fn read_ahead(&self, pages: &[PageId]) -> usize {
         // Readahead is a hint: with its queue's lock poisoned, none is queued
         // (the reader that panicked has failed the database already).
-        let Ok(q) = health::lock(&self.readahead) else {
+        let Ok(q) = self.readahead.lock() else {
             return 0;
         };
         let Some(tx) = q.as_ref() else { return 0 };

@@ -34,6 +34,7 @@ mod database;
 mod engine;
 mod engine_log;
 mod env;
+mod lock_rank;
 mod locks;
 mod open;
 mod options;

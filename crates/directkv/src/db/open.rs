@@ -35,6 +35,7 @@ use super::control::ControlFile;
 use super::engine::Inner;
 use super::engine_log::{EngineLog, Pool};
 use super::env::Env;
+use super::lock_rank::{Rank, RankedMutex};
 use super::recovery::{self, Recovered};
 use super::stats::Counters;
 use super::summary::Summaries;
@@ -49,7 +50,7 @@ use crate::format::control::Control;
 use crate::format::data_head;
 use crate::format::page;
 use crate::format::{DbId, PageId};
-use crate::health::{self, Health};
+use crate::health::Health;
 use crate::io::{Aio, AioBackend, DirectIo, FileOptions, Storage, SyncMethod, SyncVariant};
 use crate::lsn::Lsn;
 use crate::sched::{IoClass, ScheduledFile, Scheduler};
@@ -114,7 +115,7 @@ pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result
             recovery: stats,
             health: Health::new(path),
         },
-        readahead: Mutex::new(None),
+        readahead: RankedMutex::new(Rank::Readahead, None),
         log_pins: Mutex::new(Vec::new()),
         archive,
     };
@@ -241,7 +242,7 @@ fn checkpoint_if_due<S: Storage>(inner: &mut Inner<S>, c: &Control) -> Result<()
     inner.checkpoint_as(crate::buffer::WriteCause::Recovery)?;
     inner.vitals.recovery.checkpoint_micros = t.elapsed().as_micros() as u64;
     assert!(
-        health::lock(&inner.ckpt.control)?.current().checkpoint_lsn > Lsn::ZERO,
+        inner.ckpt.control.lock()?.current().checkpoint_lsn > Lsn::ZERO,
         "a checkpoint names its record"
     );
     Ok(())

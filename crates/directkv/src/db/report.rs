@@ -115,7 +115,7 @@ impl<S: Storage> Inner<S> {
                 .map(|a| a.stats(self.durable_records_end()))
                 .unwrap_or_default(),
             summary_write_failures: c.summary_failures.load(Ordering::Relaxed),
-            checkpoint_running: self.ckpt.checkpointing.try_lock().is_err(),
+            checkpoint_running: self.ckpt.checkpointing.try_lock().is_none(),
             wal_since_redo_bytes: self.wal_since_checkpoint(),
             full_page_images: c.full_images.load(Ordering::Relaxed),
             page_deltas: c.deltas.load(Ordering::Relaxed),

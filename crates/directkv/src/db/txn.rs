@@ -23,7 +23,7 @@ use super::versions::{nonempty, Snapshot};
 use crate::btree::tree;
 use crate::error::{Error, Result};
 use crate::format::PageId;
-use crate::health::{self, PanicGuard};
+use crate::health::PanicGuard;
 use crate::io::Storage;
 
 fn owned(b: Bound<&[u8]>) -> Bound<Vec<u8>> {
@@ -128,10 +128,7 @@ fn read_tree_at<S: Storage, R>(
             .shape_retries
             .fetch_add(1, Ordering::Relaxed);
     }
-    let meta = inner
-        .vitals
-        .health
-        .observe(health::read(&inner.txns.tree))?;
+    let meta = inner.vitals.health.observe(inner.txns.tree.read())?;
     assert_eq!(meta.root, inner.txns.shape.root(), "no commit applies");
     let (seq, _) = inner
         .txns
@@ -594,8 +591,8 @@ mod tests {
             w.put(format!("k{i:05}").as_bytes(), &[7; 40]).expect("put");
         }
         w.commit().expect("commit");
-        let section = crate::health::lock(&db.inner.txns.committer).expect("section");
-        let tree = crate::health::write(&db.inner.txns.tree).expect("tree lock");
+        let section = db.inner.txns.committer.lock().expect("section");
+        let tree = db.inner.txns.tree.write().expect("tree lock");
         let (tx, rx) = mpsc::channel();
         std::thread::scope(|s| {
             s.spawn(|| {
@@ -632,8 +629,8 @@ mod tests {
         let r = db.begin_read().expect("begin_read");
         let inner = &*db.inner;
         let (seq, root) = inner.txns.shape.stable().expect("no change under way");
-        let section = crate::health::lock(&inner.txns.committer).expect("section");
-        let meta = crate::health::write(&inner.txns.tree).expect("tree lock");
+        let section = inner.txns.committer.lock().expect("section");
+        let meta = inner.txns.tree.write().expect("tree lock");
         let horizon = Lsn::new(inner.ckpt.fpi_horizon.load(Ordering::Acquire));
         let mut ctx = CommitCtx::new(inner, *meta, inner.vitals.counters.next_txn(), horizon);
         let csn = inner.txns.versions.visible() + 1;
@@ -696,8 +693,8 @@ mod tests {
         }
         w.commit().expect("commit");
         assert!(stale.valid(inner).is_none(), "the structure changed");
-        let section = crate::health::lock(&inner.txns.committer).expect("section");
-        let meta = crate::health::write(&inner.txns.tree).expect("tree lock");
+        let section = inner.txns.committer.lock().expect("section");
+        let meta = inner.txns.tree.write().expect("tree lock");
         let horizon = Lsn::new(inner.ckpt.fpi_horizon.load(Ordering::Acquire));
         let mut ctx = CommitCtx::new(inner, *meta, inner.vitals.counters.next_txn(), horizon);
         let followed = tree::put_along(&mut ctx, &key(0), b"v", Some(traced.trail));

@@ -8,7 +8,9 @@
 //! - `shape` changes only in the commit section, so a reader that saw the
 //!   same even shape sequence before and after its descent saw one tree.
 
-use std::sync::{Mutex, RwLock};
+use std::sync::Mutex;
+
+use super::lock_rank::{Rank, RankedMutex, RankedRwLock};
 
 use super::locks::LockTable;
 use super::records::Meta;
@@ -22,7 +24,7 @@ pub(crate) struct TxnCore {
     /// changes pages (the checkpoint, to start between commits); readers
     /// take it shared only when the shape kept changing under them. Rank
     /// `TREE` in the lock order.
-    pub(crate) tree: RwLock<Meta>,
+    pub(crate) tree: RankedRwLock<Meta>,
     /// The root and structure sequence readers descend by, lock-free:
     /// atomics moved only by the commit section (under `committer` and
     /// `tree` held exclusively), read by readers without a lock (see
@@ -39,7 +41,7 @@ pub(crate) struct TxnCore {
     /// comes from the row locks, whose queues are first come, first served.
     /// Guards no data of its own: it serialises validation, apply and the
     /// commit record. Rank `COMMITTER`.
-    pub(super) committer: Mutex<()>,
+    pub(super) committer: RankedMutex<()>,
     /// Row locks of write transactions (the table locks its own shards).
     pub(super) locks: LockTable,
     /// Read transactions' snapshots and the before-images they need (the
@@ -55,10 +57,10 @@ impl TxnCore {
     /// version store of at most `version_cap` bytes.
     pub(super) fn new(meta: Meta, version_cap: usize) -> Self {
         let core = TxnCore {
-            tree: RwLock::new(meta),
+            tree: RankedRwLock::new(Rank::Tree, meta),
             shape: TreeShape::new(meta.root),
             writer: TicketLock::default(),
-            committer: Mutex::new(()),
+            committer: RankedMutex::new(Rank::Committer, ()),
             locks: LockTable::default(),
             versions: VersionStore::new(version_cap),
             spare_buffers: SpareBuffers::default(),

@@ -636,7 +636,7 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
             // holds no allocation it can do without.
             let staged = befores.clone();
             let t = Instant::now();
-            let section = health::lock(&inner.txns.committer)?;
+            let section = inner.txns.committer.lock()?;
             let entered = Instant::now();
             inner.vitals.counters.commit_wait.record(entered - t);
             let trails = trails.take().unwrap_or_default();
@@ -684,7 +684,7 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
     ) -> Result<Applied> {
         let inner = self.inner;
         let t = Instant::now();
-        let mut meta = health::write(&inner.txns.tree)?;
+        let mut meta = inner.txns.tree.write()?;
         inner.vitals.counters.tree_lock_wait.record(t.elapsed());
         self.validate(writes)?;
         let horizon = Lsn::new(inner.ckpt.fpi_horizon.load(Ordering::Acquire));

@@ -473,7 +473,7 @@ impl<S: Storage> Inner<S> {
         if opts.fast_checkpoint {
             self.ckpt.hurry.fetch_add(1, Ordering::AcqRel);
         }
-        let started = health::lock(&self.ckpt.checkpointing).and_then(|one| {
+        let started = self.ckpt.checkpointing.lock().and_then(|one| {
             let cp = self.checkpoint_locked(&one, !opts.fast_checkpoint, WriteCause::Checkpoint)?;
             health::lock(&self.log_pins)?.push(cp.redo);
             Ok(cp)
@@ -494,7 +494,7 @@ impl<S: Storage> Inner<S> {
 
     /// The backup's `CONTROL`: the checkpoint that began it, flagged.
     fn backup_control(&self, cp: &Checkpointed) -> Result<Control> {
-        let c = health::lock(&self.ckpt.control)?.current();
+        let c = self.ckpt.control.lock()?.current();
         assert!(
             c.redo_lsn >= cp.redo,
             "CONTROL names this checkpoint or a later one"
@@ -513,11 +513,11 @@ impl<S: Storage> Inner<S> {
 
     /// The line of history the database is on.
     fn history(&self) -> Result<crate::format::control::HistoryId> {
-        Ok(health::lock(&self.ckpt.control)?.current().history)
+        Ok(self.ckpt.control.lock()?.current().history)
     }
 
     fn pool_db_id(&self) -> Result<crate::format::DbId> {
-        Ok(health::lock(&self.ckpt.control)?.current().db_id)
+        Ok(self.ckpt.control.lock()?.current().db_id)
     }
 
     /// Writes the backup's page 0 (the data file's head: flushed through
