@@ -77,7 +77,7 @@ impl<S: Storage> Inner<S> {
         let meta = self.txns.tree.read()?;
         let mut c = Checker {
             inner: self,
-            pages: PoolPages { inner: self },
+            pages: PoolPages { pool: &self.pool },
             page_count: meta.page_count,
             end_lsn: self.log.durable_or_end(),
             seen: HashSet::new(),

@@ -24,6 +24,10 @@
 //! which is rolled back so the caller can read the page outside the section
 //! and try again.
 //!
+//! The pipeline reaches the rest of the engine only through [`CommitEnv`]
+//! (pool, log, shape, spare buffers, clock, summaries), so its tests below
+//! run it over a bare pool and log without a database.
+//!
 //! Invariants:
 //! - A page change that splits a page, frees one, changes a branch or
 //!   moves the root happens inside a structure change of [`super::shape`],
@@ -32,9 +36,13 @@
 
 use std::collections::HashMap;
 
-use super::engine::Inner;
+use super::engine_log::{EngineLog, Pool};
 use super::records::{self, Meta};
+use super::shape::TreeShape;
+use super::stats::Counters;
 use super::stats::RecordCounts;
+use super::summary::Summaries;
+use super::txn_core::SpareBuffers;
 use crate::btree::node;
 use crate::btree::tree::{Pages, PagesMut};
 use crate::buffer::{Access, Held};
@@ -45,41 +53,64 @@ use crate::lsn::Lsn;
 
 /// Read-only page access through the pool.
 pub(crate) struct PoolPages<'a, S: Storage> {
-    pub inner: &'a Inner<S>,
+    pub pool: &'a Pool<S>,
 }
 
 impl<S: Storage> Pages for PoolPages<'_, S> {
     fn read<R>(&self, no: PageId, access: Access, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
-        let p = self.inner.pool.read(no, access)?;
+        let p = self.pool.read(no, access)?;
         Ok(f(p.data()))
     }
     fn page_bytes(&self) -> usize {
-        self.inner.pool.page_bytes()
+        self.pool.page_bytes()
     }
     fn corruption(&self, no: PageId, what: &str) -> Error {
-        self.inner.pool.page_corruption(no, what)
+        self.pool.page_corruption(no, what)
     }
 }
 
 /// Page access that never reads: a page not in the pool fails the operation
 /// (readahead, a hint, gives up rather than read a branch).
 pub(crate) struct CachedPages<'a, S: Storage> {
-    pub inner: &'a Inner<S>,
+    pub pool: &'a Pool<S>,
 }
 
 impl<S: Storage> Pages for CachedPages<'_, S> {
     fn read<R>(&self, no: PageId, access: Access, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
-        match self.inner.pool.try_read(no, access) {
+        match self.pool.try_read(no, access) {
             Some(p) => Ok(f(p.data())),
             None => Err(crate::Error::CacheExhausted { frames: 0 }),
         }
     }
     fn page_bytes(&self) -> usize {
-        self.inner.pool.page_bytes()
+        self.pool.page_bytes()
     }
     fn corruption(&self, no: PageId, what: &str) -> Error {
-        self.inner.pool.page_corruption(no, what)
+        self.pool.page_corruption(no, what)
     }
+}
+
+/// What the commit pipeline needs from the rest of the engine, and no
+/// more (Pebble's `commitEnv`): the pages, the log it appends to, the
+/// shape readers descend by, the spare buffers, the clock of commit times,
+/// and the summary of changed pages. Built by
+/// [`Inner::commit_env`](super::engine::Inner::commit_env) in the engine,
+/// and over a bare pool and log in this file's tests.
+pub(crate) struct CommitEnv<'a, S: Storage> {
+    /// The buffer pool the pages are changed in.
+    pub(super) pool: &'a Pool<S>,
+    /// The log the page and commit records are appended to (open).
+    pub(super) log: &'a EngineLog<S>,
+    /// The structure sequence readers descend by.
+    pub(super) shape: &'a TreeShape,
+    /// Page-sized buffers to borrow.
+    pub(super) spare: &'a SpareBuffers,
+    /// The clock of commit times (and transaction ids).
+    pub(super) clock: &'a Counters,
+    /// Where the pages a commit changed are noted for the next summary.
+    pub(super) summaries: &'a Summaries,
+    /// Whether full page images are compressed.
+    pub(super) compress_page_images: bool,
 }
 
 struct HeldPage {
@@ -97,7 +128,7 @@ pub(crate) enum Applied {
 
 /// A transaction being applied.
 pub(crate) struct CommitCtx<'a, S: Storage> {
-    inner: &'a Inner<S>,
+    env: CommitEnv<'a, S>,
     pub meta: Meta,
     /// Read missing pages from disk; otherwise a miss fails the attempt.
     pub read_through: bool,
@@ -120,9 +151,10 @@ pub(crate) struct CommitCtx<'a, S: Storage> {
 }
 
 impl<'a, S: Storage> CommitCtx<'a, S> {
-    pub fn new(inner: &'a Inner<S>, meta: Meta, txn: TxnId, horizon: Lsn) -> Self {
+    pub fn new(env: CommitEnv<'a, S>, meta: Meta, txn: TxnId, horizon: Lsn) -> Self {
+        let (scratch, rec) = (env.spare.take(), env.spare.take());
         CommitCtx {
-            inner,
+            env,
             meta,
             read_through: true,
             missed: std::cell::Cell::new(None),
@@ -130,8 +162,8 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
             horizon,
             held: HashMap::new(),
             order: Vec::new(),
-            scratch: inner.txns.spare_buffers.take(),
-            rec: inner.txns.spare_buffers.take(),
+            scratch,
+            rec,
             full_images: 0,
             full_image_bytes: 0,
             deltas: 0,
@@ -145,7 +177,7 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
     /// way.
     fn reshape(&mut self) {
         if !self.reshaping {
-            self.inner.txns.shape.begin();
+            self.env.shape.begin();
             self.reshaping = true;
         }
     }
@@ -155,17 +187,17 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
     pub fn settle(&mut self) {
         if self.reshaping {
             assert_eq!(
-                self.inner.txns.shape.root(),
+                self.env.shape.root(),
                 self.meta.root,
                 "readers descend from the root the tree has"
             );
-            self.inner.txns.shape.end();
+            self.env.shape.end();
             self.reshaping = false;
         }
     }
 
     fn wal(&self) -> &crate::wal::Wal<S> {
-        self.inner.log.wal()
+        self.env.log.wal()
     }
 
     /// Pages held so far.
@@ -204,7 +236,7 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
         no: PageId,
         fresh: bool,
     ) -> Result<crate::buffer::PageMut<'a, S, super::engine_log::EngineLog<S>>> {
-        let pool = &self.inner.pool;
+        let pool = &self.env.pool;
         if fresh {
             return pool.create(no);
         }
@@ -238,7 +270,7 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
         }
         let first = !self.held.contains_key(&no);
         let imaged = first && {
-            let mut before = self.inner.txns.spare_buffers.take();
+            let mut before = self.env.spare.take();
             before.extend_from_slice(p.data());
             let held = p.hold();
             self.hold(no, fresh, before, held)
@@ -246,7 +278,7 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
         if imaged {
             // The page's full image is logged after the change.
             let r = f(p.data_mut());
-            let compress = self.inner.env.opts.compress_page_images;
+            let compress = self.env.compress_page_images;
             records::encode_full_image_into(&mut self.rec, self.txn, no, p.data(), compress);
             drop(p);
             self.log_page(true)?;
@@ -270,7 +302,7 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
         let changed: usize = ranges.iter().map(|r| r.1).sum();
         let full = changed * 2 > p.data().len();
         if full {
-            let compress = self.inner.env.opts.compress_page_images;
+            let compress = self.env.compress_page_images;
             records::encode_full_image_into(&mut self.rec, self.txn, no, p.data(), compress);
         } else {
             records::encode_page_into(&mut self.rec, self.txn, no, false, &ranges, p.data());
@@ -317,11 +349,7 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
     /// Writes the commit record and releases every held page at its LSN.
     pub fn commit(mut self) -> Result<Lsn> {
         self.settle();
-        let rec = records::encode_commit(
-            self.txn,
-            &self.meta,
-            self.inner.vitals.counters.commit_time_us(),
-        );
+        let rec = records::encode_commit(self.txn, &self.meta, self.env.clock.commit_time_us());
         let lsn = match self.wal().append(records::COMMIT, &rec) {
             Ok(lsn) => lsn,
             Err(e) => {
@@ -332,11 +360,11 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
         // Every page is stamped with the commit's end, which is past the
         // image horizon this transaction started under.
         assert!(lsn > self.horizon, "a commit ends past its image horizon");
-        self.inner.ckpt.summaries.note(&self.order);
+        self.env.summaries.note(&self.order);
         for no in std::mem::take(&mut self.order) {
             let h = self.held.remove(&no).expect("held page");
-            self.inner.pool.release_held(h.held, Some(lsn));
-            self.inner.txns.spare_buffers.give(h.before);
+            self.env.pool.release_held(h.held, Some(lsn));
+            self.env.spare.give(h.before);
         }
         assert!(self.held.is_empty(), "a commit releases every page it held");
         Ok(lsn)
@@ -348,18 +376,18 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
         self.reshape();
         for no in std::mem::take(&mut self.order).into_iter().rev() {
             let h = self.held.remove(&no).expect("held page");
-            if let Ok(mut p) = self.inner.pool.write(no) {
+            if let Ok(mut p) = self.env.pool.write(no) {
                 p.data_mut().copy_from_slice(&h.before);
             }
-            self.inner.pool.release_held(h.held, None);
-            self.inner.txns.spare_buffers.give(h.before);
+            self.env.pool.release_held(h.held, None);
+            self.env.spare.give(h.before);
         }
         assert!(
             self.held.is_empty(),
             "a rollback releases every page it held"
         );
         self.meta.root = self.root_before;
-        self.inner.txns.shape.set_root(self.root_before);
+        self.env.shape.set_root(self.root_before);
         self.settle();
         // Best effort: recovery ignores page records without a commit anyway.
         let _ = self
@@ -380,7 +408,7 @@ impl<S: Storage> Drop for CommitCtx<'_, S> {
             }
             // Every error path rolls back or commits, which settle; this
             // is a context dropped unused past a structure change.
-            self.inner.txns.shape.set_root(self.meta.root);
+            self.env.shape.set_root(self.meta.root);
             self.settle();
         }
         self.give_back_buffers();
@@ -390,7 +418,7 @@ impl<S: Storage> Drop for CommitCtx<'_, S> {
 impl<S: Storage> CommitCtx<'_, S> {
     /// Returns the context's page buffers to the spares.
     fn give_back_buffers(&mut self) {
-        let spare = &self.inner.txns.spare_buffers;
+        let spare = &self.env.spare;
         spare.give(std::mem::take(&mut self.scratch));
         spare.give(std::mem::take(&mut self.rec));
     }
@@ -399,19 +427,19 @@ impl<S: Storage> CommitCtx<'_, S> {
 impl<S: Storage> Pages for CommitCtx<'_, S> {
     fn read<R>(&self, no: PageId, access: Access, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
         if self.read_through {
-            let p = self.inner.pool.read(no, access)?;
+            let p = self.env.pool.read(no, access)?;
             return Ok(f(p.data()));
         }
-        match self.inner.pool.try_read(no, access) {
+        match self.env.pool.try_read(no, access) {
             Some(p) => Ok(f(p.data())),
             None => Err(self.miss(no)),
         }
     }
     fn page_bytes(&self) -> usize {
-        self.inner.pool.page_bytes()
+        self.env.pool.page_bytes()
     }
     fn corruption(&self, no: PageId, what: &str) -> Error {
-        self.inner.pool.page_corruption(no, what)
+        self.env.pool.page_corruption(no, what)
     }
 }
 
@@ -429,7 +457,7 @@ impl<S: Storage> PagesMut for CommitCtx<'_, S> {
             // A link read from disk: past the file, or back to its own
             // page, it would hand out a page that does not exist or twice.
             if next.get() >= self.meta.page_count || next == head {
-                return Err(self.inner.pool.page_corruption(
+                return Err(self.env.pool.page_corruption(
                     head,
                     format!(
                         "the free page links to page {next}, not 0 or one of pages 1..{} \
@@ -480,6 +508,211 @@ impl<S: Storage> PagesMut for CommitCtx<'_, S> {
     fn set_root(&mut self, no: PageId) {
         self.reshape();
         self.meta.root = no;
-        self.inner.txns.shape.set_root(no);
+        self.env.shape.set_root(no);
+    }
+}
+
+/// The commit pipeline over a bare pool and log on the simulated disk, with
+/// no `Database` around it: what [`CommitEnv`] hands it is all it uses.
+#[cfg(all(test, feature = "sim"))]
+mod tests {
+    use std::path::Path;
+    use std::sync::Arc;
+
+    use super::super::summary::PageSet;
+    use super::*;
+    use crate::btree::tree::PagesMut;
+    use crate::buffer::BufferPool;
+    use crate::io::FileOptions;
+    use crate::sched::{ScheduledFile, Scheduler};
+    use crate::sim::SimStorage;
+    use crate::wal::{Wal, WalOptions, WalReader};
+
+    const WAL_DIR: &str = "/db/wal";
+    const SEGMENT_BYTES: u64 = 1 << 20;
+
+    /// Everything a [`CommitEnv`] borrows.
+    struct Parts {
+        disk: SimStorage,
+        log: Arc<EngineLog<SimStorage>>,
+        pool: Pool<SimStorage>,
+        shape: TreeShape,
+        spare: SpareBuffers,
+        clock: Counters,
+        summaries: Summaries,
+    }
+
+    /// A pool of 16 pages of 4 KiB and an open log on a fresh simulated
+    /// disk, the commit clock starting at `clock_us`.
+    fn parts(clock_us: u64) -> Parts {
+        let disk = SimStorage::new();
+        let opts = FileOptions {
+            create: true,
+            ..FileOptions::default()
+        };
+        let file = disk.open(Path::new("/db/data"), &opts).expect("data file");
+        let file = ScheduledFile::new(file, Scheduler::fifo());
+        let log = Arc::new(EngineLog::replaying(Lsn::ZERO));
+        let pool = BufferPool::new(file, 4096, 16 * 4096, [7; 16], Arc::clone(&log)).expect("pool");
+        let mut wal_opts = WalOptions::new(WAL_DIR, [7; 16]);
+        wal_opts.segment_bytes = SEGMENT_BYTES;
+        wal_opts.background_prepare = false;
+        let (wal, _) = Wal::open(disk.clone(), wal_opts, Lsn::ZERO, |_| Ok(())).expect("wal");
+        log.open(wal);
+        let summaries = Summaries::open(
+            &disk,
+            Path::new("/db"),
+            Lsn::ZERO,
+            PageSet::default(),
+            Scheduler::fifo(),
+        )
+        .expect("summaries");
+        Parts {
+            disk,
+            log,
+            pool,
+            shape: TreeShape::new(PageId::new(1)),
+            spare: SpareBuffers::default(),
+            clock: Counters::starting_at(TxnId::new(1), clock_us),
+            summaries,
+        }
+    }
+
+    fn env(p: &Parts) -> CommitEnv<'_, SimStorage> {
+        CommitEnv {
+            pool: &p.pool,
+            log: &p.log,
+            shape: &p.shape,
+            spare: &p.spare,
+            clock: &p.clock,
+            summaries: &p.summaries,
+            compress_page_images: false,
+        }
+    }
+
+    /// A tree of a root (page 1) past the head page, nothing free.
+    const META: Meta = Meta {
+        root: PageId::new(1),
+        page_count: 2,
+        freelist: PageId::ZERO,
+    };
+
+    /// Runs one transaction that applies `change` and commits; returns the
+    /// commit's LSN and the tree after it.
+    fn commit_one(
+        p: &Parts,
+        meta: Meta,
+        txn: u64,
+        change: impl FnOnce(&mut CommitCtx<'_, SimStorage>) -> PageId,
+    ) -> Result<(Lsn, Meta, PageId)> {
+        let horizon = p.log.wal().appended_lsn();
+        let mut ctx = CommitCtx::new(env(p), meta, TxnId::new(txn), horizon);
+        let page = change(&mut ctx);
+        let after = ctx.meta;
+        let lsn = ctx.commit()?;
+        Ok((lsn, after, page))
+    }
+
+    /// The commit records in the log, in log order: (end LSN, time).
+    fn commit_records(p: &Parts) -> Vec<(Lsn, u64)> {
+        let mut r = WalReader::new(
+            p.disk.clone(),
+            Path::new(WAL_DIR),
+            SEGMENT_BYTES,
+            None,
+            Lsn::ZERO,
+        );
+        let mut out = Vec::new();
+        while let Some(rec) = r.next_user_record().expect("the log reads back") {
+            if rec.kind == records::COMMIT {
+                let t = records::decode_commit_time(&rec.payload).expect("a time");
+                out.push((rec.end(), t));
+            }
+        }
+        out
+    }
+
+    fn fill(page: &mut [u8], byte: u8) {
+        page[64..128].fill(byte);
+    }
+
+    /// Commits get rising LSNs and commit times that never go back, even
+    /// when the wall clock is behind the last commit's time; every changed
+    /// page is stamped with its commit and noted for the next summary.
+    #[test]
+    fn commits_get_rising_lsns_and_times_and_note_their_pages() {
+        // The last commit (replayed) is an hour ahead of the wall clock.
+        let ahead_us = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("after the epoch")
+            .as_micros() as u64
+            + 3_600_000_000;
+        let p = parts(ahead_us);
+        let (lsn1, meta, page) = commit_one(&p, META, 1, |c| {
+            c.allocate(|b| fill(b, 1)).expect("allocate")
+        })
+        .expect("first commit");
+        assert_eq!(page, PageId::new(2), "the first page past the tree");
+        assert_eq!(meta.page_count, 3, "the allocation grew the tree");
+        let (lsn2, _, _) = commit_one(&p, meta, 2, |c| {
+            c.modify(page, |b| fill(b, 2)).expect("modify");
+            page
+        })
+        .expect("second commit");
+        assert!(lsn2 > lsn1, "a later commit ends later in the log");
+        p.log.wal().flush(lsn2).expect("flush");
+        let recs = commit_records(&p);
+        assert_eq!(
+            recs.iter().map(|r| r.0).collect::<Vec<_>>(),
+            vec![lsn1, lsn2]
+        );
+        assert!(recs[0].1 >= ahead_us, "a commit time never goes back");
+        assert!(recs[1].1 >= recs[0].1, "commit times rise with LSNs");
+        let read = p.pool.read(page, Access::Normal).expect("page");
+        assert!(
+            read.data()[64..128].iter().all(|&b| b == 2),
+            "the change is in"
+        );
+        drop(read);
+        let (_, noted) = p.summaries.cut(lsn2);
+        assert!(
+            noted.pages().any(|n| n == page),
+            "the changed page is noted"
+        );
+    }
+
+    /// A commit whose record cannot be appended (the log failed under an
+    /// earlier flush) returns the error and puts every page it changed
+    /// back: no reader sees a change of a transaction that did not commit.
+    #[test]
+    fn a_failed_commit_append_leaves_no_change_visible() {
+        let p = parts(0);
+        let (lsn1, meta, page) = commit_one(&p, META, 1, |c| {
+            c.allocate(|b| fill(b, 1)).expect("allocate")
+        })
+        .expect("first commit");
+        let failed = commit_one(&p, meta, 2, |c| {
+            c.modify(page, |b| fill(b, 2)).expect("modify");
+            // The page record is in; now the log fails under a flush (its
+            // sync fails), so the commit record's append is refused.
+            p.disk.fail_sync_linux_style(1);
+            let wal = p.log.wal();
+            assert!(wal.flush(wal.appended_lsn()).is_err(), "the sync fails");
+            page
+        });
+        assert!(failed.is_err(), "the commit reports the failed append");
+        let read = p.pool.read(page, Access::Normal).expect("page");
+        assert!(
+            read.data()[64..128].iter().all(|&b| b == 1),
+            "the page is as the last commit left it"
+        );
+        drop(read);
+        assert_eq!(p.shape.root(), META.root, "the root did not move");
+        let (_, noted) = p.summaries.cut(lsn1);
+        assert_eq!(
+            noted.pages().collect::<Vec<_>>(),
+            vec![page],
+            "the first commit noted it"
+        );
     }
 }

@@ -85,6 +85,20 @@ impl<S: Storage> Inner<S> {
         self.log.wal()
     }
 
+    /// What the commit pipeline needs of the engine (see
+    /// [`CommitEnv`](super::commit::CommitEnv)).
+    pub(crate) fn commit_env(&self) -> super::commit::CommitEnv<'_, S> {
+        super::commit::CommitEnv {
+            pool: &self.pool,
+            log: &self.log,
+            shape: &self.txns.shape,
+            spare: &self.txns.spare_buffers,
+            clock: &self.vitals.counters,
+            summaries: &self.ckpt.summaries,
+            compress_page_images: self.env.opts.compress_page_images,
+        }
+    }
+
     /// Queues reads of those of `pages` not in the pool; returns how many it
     /// queued (a full queue drops the rest).
     pub(crate) fn read_ahead(&self, pages: &[PageId]) -> usize {

@@ -106,7 +106,7 @@ fn read_tree_at<S: Storage, R>(
 ) -> Result<(R, u64)> {
     inner.vitals.health.check()?;
     let _guard = PanicGuard(&inner.vitals.health);
-    let pages = PoolPages { inner };
+    let pages = PoolPages { pool: &inner.pool };
     for _ in 0..SHAPE_RETRIES_MAX {
         let Some((seq, root)) = inner.txns.shape.stable() else {
             inner
@@ -358,7 +358,7 @@ impl<'db, S: Storage> RangeIter<'db, S> {
         let Some((seq, root)) = inner.txns.shape.stable() else {
             return;
         };
-        let leaves = tree::following_leaves(&CachedPages { inner }, root, at, window);
+        let leaves = tree::following_leaves(&CachedPages { pool: &inner.pool }, root, at, window);
         // Best effort: a branch not in the cache, or a structure change
         // meanwhile, means no readahead this time.
         let Ok(leaves) = leaves else { return };
@@ -632,12 +632,17 @@ mod tests {
         let section = inner.txns.committer.lock().expect("section");
         let meta = inner.txns.tree.write().expect("tree lock");
         let horizon = Lsn::new(inner.ckpt.fpi_horizon.load(Ordering::Acquire));
-        let mut ctx = CommitCtx::new(inner, *meta, inner.vitals.counters.next_txn(), horizon);
+        let mut ctx = CommitCtx::new(
+            inner.commit_env(),
+            *meta,
+            inner.vitals.counters.next_txn(),
+            horizon,
+        );
         let csn = inner.txns.versions.visible() + 1;
         let before = vec![(b"k".to_vec(), Some(b"old".to_vec()))];
         inner.txns.versions.stage(csn, before).expect("stage");
         tree::replace(&mut ctx, b"k", b"new").expect("a value-only change");
-        let latest = tree::get(&PoolPages { inner }, root, b"k").expect("get");
+        let latest = tree::get(&PoolPages { pool: &inner.pool }, root, b"k").expect("get");
         assert_eq!(latest.as_deref(), Some(&b"new"[..]), "the tree's value");
         assert!(
             inner.txns.shape.unchanged(seq),
@@ -696,7 +701,12 @@ mod tests {
         let section = inner.txns.committer.lock().expect("section");
         let meta = inner.txns.tree.write().expect("tree lock");
         let horizon = Lsn::new(inner.ckpt.fpi_horizon.load(Ordering::Acquire));
-        let mut ctx = CommitCtx::new(inner, *meta, inner.vitals.counters.next_txn(), horizon);
+        let mut ctx = CommitCtx::new(
+            inner.commit_env(),
+            *meta,
+            inner.vitals.counters.next_txn(),
+            horizon,
+        );
         let followed = tree::put_along(&mut ctx, &key(0), b"v", Some(traced.trail));
         assert!(
             matches!(followed, Err(crate::Error::Corruption { .. })),

@@ -688,7 +688,12 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
         inner.vitals.counters.tree_lock_wait.record(t.elapsed());
         self.validate(writes)?;
         let horizon = Lsn::new(inner.ckpt.fpi_horizon.load(Ordering::Acquire));
-        let mut ctx = CommitCtx::new(inner, *meta, inner.vitals.counters.next_txn(), horizon);
+        let mut ctx = CommitCtx::new(
+            inner.commit_env(),
+            *meta,
+            inner.vitals.counters.next_txn(),
+            horizon,
+        );
         ctx.read_through = read_through;
         let csn = inner.txns.versions.visible() + 1;
         inner.txns.versions.stage(csn, staged)?;
