@@ -35,9 +35,14 @@ impl Options {
     /// The version store's cap: `version_store_bytes`, or by default
     /// `cache_bytes / 32` (at least 256 KiB).
     pub fn version_store_cap(&self) -> usize {
-        self.version_store_bytes.unwrap_or_else(|| {
+        let cap = self.version_store_bytes.unwrap_or_else(|| {
             (self.cache_bytes / VERSION_STORE_CACHE_FRACTION).max(VERSION_STORE_BYTES_MIN)
-        })
+        });
+        assert!(
+            self.version_store_bytes.is_some() || cap >= VERSION_STORE_BYTES_MIN,
+            "the default cap is at least the floor"
+        );
+        cap
     }
 
     /// The buffer pool's share of `cache_bytes`: for caches of
@@ -52,6 +57,7 @@ impl Options {
         let rest = cache - 2 * crate::wal::BUFFER_BYTES_DEFAULT;
         let pool = rest.saturating_sub(self.version_store_cap()).max(cache / 2);
         assert!(pool <= cache, "the pool is inside the cache");
+        assert!(pool >= cache / 2, "the pool gets at least half the cache");
         pool
     }
 }

@@ -95,6 +95,10 @@ impl Counters {
 
     /// Counts the page records of one commit.
     pub(super) fn add_page_records(&self, r: RecordCounts) {
+        assert!(
+            r.full_image_bytes <= r.logged_bytes,
+            "full images are part of what was logged"
+        );
         self.full_images.fetch_add(r.full_images, Ordering::Relaxed);
         self.deltas.fetch_add(r.deltas, Ordering::Relaxed);
         self.full_image_bytes

@@ -55,6 +55,21 @@ pub(super) fn overlay_range(
         .collect()
 }
 
+/// Whether `key` is inside the range `(lo, hi)`.
+fn in_bounds(lo: &Bound<Vec<u8>>, hi: &Bound<Vec<u8>>, key: &[u8]) -> bool {
+    let above = match lo {
+        Bound::Included(l) => key >= l.as_slice(),
+        Bound::Excluded(l) => key > l.as_slice(),
+        Bound::Unbounded => true,
+    };
+    let below = match hi {
+        Bound::Included(h) => key <= h.as_slice(),
+        Bound::Excluded(h) => key < h.as_slice(),
+        Bound::Unbounded => true,
+    };
+    above && below
+}
+
 /// The bound that ends a batch where the next one, starting at `next`,
 /// begins (the batches of a scan partition its range).
 fn batch_end(next: &Bound<Vec<u8>>) -> Bound<Vec<u8>> {
@@ -74,6 +89,10 @@ pub(super) fn prefix_bounds(prefix: &[u8]) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
             end.pop();
         } else {
             *end.last_mut().expect("non-empty") += 1;
+            assert!(
+                end.as_slice() > prefix && !end.starts_with(prefix),
+                "the end is above every key with the prefix"
+            );
             return (Bound::Included(prefix.to_vec()), Bound::Excluded(end));
         }
     }
@@ -117,6 +136,7 @@ fn read_tree_at<S: Storage, R>(
             std::thread::yield_now();
             continue;
         };
+        assert_eq!(seq % 2, 0, "a stable structure sequence is even");
         // An error may come of a path a change crossed: judged after.
         let r = op(&pages, root);
         if inner.txns.shape.unchanged(seq) {
@@ -480,6 +500,33 @@ impl<'db, S: Storage> RangeIter<'db, S> {
         }
     }
 
+    /// Asserts what a key about to be yielded from the front (`front`) or
+    /// the back must be: in the range, past what its end yielded or passed,
+    /// and short of what the other end did (the ends never cross).
+    fn check_yield(&self, key: &[u8], front: bool) {
+        assert!(
+            in_bounds(&self.lo, &self.hi, key),
+            "a key yielded is in the range"
+        );
+        let (own, other) = match front {
+            true => (&self.last_front, &self.last_back),
+            false => (&self.last_back, &self.last_front),
+        };
+        let onward = |k: &Vec<u8>| match front {
+            true => key > k.as_slice(),
+            false => key < k.as_slice(),
+        };
+        assert!(own.as_ref().is_none_or(onward), "each end moves one way");
+        let short_of = |k: &Vec<u8>| match front {
+            true => key < k.as_slice(),
+            false => key > k.as_slice(),
+        };
+        assert!(
+            other.as_ref().is_none_or(short_of),
+            "the two ends never cross"
+        );
+    }
+
     fn next_back_entry(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
         loop {
             self.fill_back()?;
@@ -533,6 +580,7 @@ impl<S: Storage> Iterator for RangeIter<'_, S> {
         let _guard = PanicGuard(&self.inner.vitals.health);
         match self.next_front() {
             Ok(Some(e)) => {
+                self.check_yield(&e.0, true);
                 self.last_front = Some(e.0.clone());
                 Some(Ok(e))
             }
@@ -553,6 +601,7 @@ impl<S: Storage> DoubleEndedIterator for RangeIter<'_, S> {
         let _guard = PanicGuard(&self.inner.vitals.health);
         match self.next_back_entry() {
             Ok(Some(e)) => {
+                self.check_yield(&e.0, false);
                 self.last_back = Some(e.0.clone());
                 Some(Ok(e))
             }
