@@ -11,8 +11,9 @@ use crate::health::Health;
 
 /// Health, replay figures and counters of one open database.
 pub(crate) struct Vitals {
-    /// The engine's counters: atomics, each updated with `Relaxed` except
-    /// `next_txn` and `commit_clock_us` (see [`Counters`]); any thread.
+    /// The engine's counters: atomics any thread updates, `Relaxed` (they
+    /// order nothing) except `commit_clock_us`, raised with `AcqRel` so
+    /// commit times never go back (see [`Counters::commit_time_us`]).
     pub(super) counters: Counters,
     /// What the replay at open did. Immutable after open.
     pub(super) recovery: RecoveryStats,
