@@ -12,8 +12,8 @@ use std::collections::HashSet;
 
 use serde::Serialize;
 
-use super::commit::PoolPages;
 use super::engine::Inner;
+use super::txn::commit::PoolPages;
 use crate::btree::node::{self, Value};
 use crate::btree::tree::{free_next, Pages, DEPTH_MAX};
 use crate::buffer::Access;

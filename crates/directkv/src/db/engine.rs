@@ -38,7 +38,7 @@ use std::sync::{Arc, Mutex};
 use super::ckpt_state::CheckpointState;
 use super::env::Env;
 use super::lock_rank::RankedMutex;
-use super::txn_core::TxnCore;
+use super::txn::core::TxnCore;
 use super::vitals::Vitals;
 
 use super::engine_log::{EngineLog, Pool};
@@ -86,9 +86,9 @@ impl<S: Storage> Inner<S> {
     }
 
     /// What the commit pipeline needs of the engine (see
-    /// [`CommitEnv`](super::commit::CommitEnv)).
-    pub(crate) fn commit_env(&self) -> super::commit::CommitEnv<'_, S> {
-        super::commit::CommitEnv {
+    /// [`CommitEnv`](super::txn::commit::CommitEnv)).
+    pub(crate) fn commit_env(&self) -> super::txn::commit::CommitEnv<'_, S> {
+        super::txn::commit::CommitEnv {
             pool: &self.pool,
             log: &self.log,
             shape: &self.txns.shape,

@@ -2,18 +2,15 @@
 //! engine around them, each in its own file.
 //!
 //! - [`database`]: `Database`, its operations and orderly drop.
-//! - [`txn`]: read transactions and range iterators; [`write`]: write
-//!   transactions, many at once; [`locks`]: their row locks; [`ticket`]:
-//!   the first-come, first-served writer lock of `serial_writers`; [`commit`]:
-//!   applying a transaction (page records, apply, log); [`records`]: the
-//!   engine's WAL records; [`versions`]: snapshots and the version store;
-//!   [`shape`]: how readers descend while a commit changes the tree.
+//! - [`txn`]: transactions: reads, writes, row locks, the writer ticket,
+//!   the commit pipeline, versions and the tree's shape; [`records`]: the
+//!   engine's WAL records.
 //! - [`open`]: create or recover, and start the threads; [`recovery`]: the
 //!   replay of the WAL at open.
 //! - [`checkpoint`]: checkpoints and log-space pacing; [`background`]: the
 //!   checkpointer, cleaner and readahead threads.
 //! - [`engine`]: the state they share, cut into parts that own their
-//!   fields: [`env`] (fixed at open), [`txn_core`] (tree, gates, row locks,
+//!   fields: [`env`] (fixed at open), `txn::core` (tree, gates, row locks,
 //!   versions), [`ckpt_state`] (control file, checkpoint gate, log-space
 //!   pacing), [`vitals`] (health, counters); [`options`] and [`stats`]:
 //!   what a user sets and reads; [`check`]: the structural check.
@@ -28,28 +25,21 @@ mod backup;
 mod check;
 mod checkpoint;
 mod ckpt_state;
-mod commit;
 mod control;
 mod database;
 mod engine;
 mod engine_log;
 mod env;
 mod lock_rank;
-mod locks;
 mod open;
 mod options;
 pub mod records;
 mod recovery;
 mod report;
-mod shape;
 mod stats;
 mod summary;
-mod ticket;
 mod txn;
-mod txn_core;
-mod versions;
 mod vitals;
-mod write;
 
 pub use access::FileAccess;
 pub use archive::ArchiveStats;
@@ -65,6 +55,6 @@ pub use options::{
 pub(crate) use records::{decode_commit_time as commit_record_time, COMMIT as COMMIT_RECORD};
 pub use stats::TxnStats;
 pub use stats::{BackupProgress, RecoveryStats, StallHistograms, Stalls, Stats, STATS_FILE};
-pub use txn::{RangeIter, ReadTxn};
-pub use versions::SnapshotStats;
-pub use write::WriteTxn;
+pub use txn::read::{RangeIter, ReadTxn};
+pub use txn::versions::SnapshotStats;
+pub use txn::write::WriteTxn;

@@ -39,7 +39,7 @@ use super::lock_rank::{Rank, RankedMutex};
 use super::recovery::{self, Recovered};
 use super::stats::Counters;
 use super::summary::Summaries;
-use super::txn_core::TxnCore;
+use super::txn::core::TxnCore;
 use super::vitals::Vitals;
 use super::{Database, Options};
 use crate::btree::node;

@@ -17,8 +17,8 @@ use std::ops::{Bound, RangeBounds};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use super::super::engine::Inner;
 use super::commit::{CachedPages, PoolPages};
-use super::engine::Inner;
 use super::versions::{nonempty, Snapshot};
 use crate::btree::tree;
 use crate::error::{Error, Result};
@@ -34,14 +34,16 @@ fn owned(b: Bound<&[u8]>) -> Bound<Vec<u8>> {
     }
 }
 
-pub(super) fn bounds<'k, R: RangeBounds<&'k [u8]>>(r: &R) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
+pub(in crate::db) fn bounds<'k, R: RangeBounds<&'k [u8]>>(
+    r: &R,
+) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
     (
         owned(r.start_bound().cloned()),
         owned(r.end_bound().cloned()),
     )
 }
 
-pub(super) fn overlay_range(
+pub(in crate::db) fn overlay_range(
     writes: &BTreeMap<Vec<u8>, Option<Vec<u8>>>,
     from: &Bound<Vec<u8>>,
     to: &Bound<Vec<u8>>,
@@ -80,7 +82,7 @@ fn batch_end(next: &Bound<Vec<u8>>) -> Bound<Vec<u8>> {
     }
 }
 
-pub(super) fn prefix_bounds(prefix: &[u8]) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
+pub(in crate::db) fn prefix_bounds(prefix: &[u8]) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
     // The smallest key above every key with the prefix: the prefix with its
     // last non-0xFF byte incremented and the rest dropped.
     let mut end = prefix.to_vec();
@@ -198,7 +200,7 @@ impl Traced {
 /// its pages back inside a structure change and only then retracts its
 /// versions, so a read that took the tree's value before the rollback and
 /// missed the versions after it sees the sequence moved, and runs again.
-pub(super) fn get_at<S: Storage>(
+pub(in crate::db) fn get_at<S: Storage>(
     inner: &Inner<S>,
     snap: &Snapshot<'_>,
     key: &[u8],
@@ -287,7 +289,7 @@ pub struct RangeIter<'db, S: Storage = crate::io::OsStorage> {
 }
 
 impl<'db, S: Storage> RangeIter<'db, S> {
-    pub(super) fn new(
+    pub(in crate::db) fn new(
         inner: &'db Inner<S>,
         lo: Bound<Vec<u8>>,
         hi: Bound<Vec<u8>>,
@@ -317,7 +319,7 @@ impl<'db, S: Storage> RangeIter<'db, S> {
     /// Fails the iterator once the flag `flag` gives is set, if it merges
     /// writes of a transaction (a write transaction's, which sets it when it ends
     /// without committing).
-    pub(super) fn discarded_when(mut self, flag: impl FnOnce() -> Arc<AtomicBool>) -> Self {
+    pub(in crate::db) fn discarded_when(mut self, flag: impl FnOnce() -> Arc<AtomicBool>) -> Self {
         if !self.overlay.is_empty() {
             self.discarded = Some(flag());
         }

@@ -5,7 +5,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use crate::btree::tree;
-use crate::db::commit::{CommitCtx, PoolPages};
+use crate::db::txn::commit::{CommitCtx, PoolPages};
 use crate::{Database, Lsn, Options};
 
 /// A commit holds the commit section's gate and the tree's write lock

@@ -36,13 +36,13 @@
 
 use std::collections::HashMap;
 
-use super::engine_log::{EngineLog, Pool};
-use super::records::{self, Meta};
+use super::super::engine_log::{EngineLog, Pool};
+use super::super::records::{self, Meta};
+use super::super::stats::Counters;
+use super::super::stats::RecordCounts;
+use super::super::summary::Summaries;
+use super::core::SpareBuffers;
 use super::shape::TreeShape;
-use super::stats::Counters;
-use super::stats::RecordCounts;
-use super::summary::Summaries;
-use super::txn_core::SpareBuffers;
 use crate::btree::node;
 use crate::btree::tree::{Pages, PagesMut};
 use crate::buffer::{Access, Held};
@@ -94,23 +94,23 @@ impl<S: Storage> Pages for CachedPages<'_, S> {
 /// more (Pebble's `commitEnv`): the pages, the log it appends to, the
 /// shape readers descend by, the spare buffers, the clock of commit times,
 /// and the summary of changed pages. Built by
-/// [`Inner::commit_env`](super::engine::Inner::commit_env) in the engine,
+/// [`Inner::commit_env`](super::super::engine::Inner::commit_env) in the engine,
 /// and over a bare pool and log in this file's tests.
 pub(crate) struct CommitEnv<'a, S: Storage> {
     /// The buffer pool the pages are changed in.
-    pub(super) pool: &'a Pool<S>,
+    pub(in crate::db) pool: &'a Pool<S>,
     /// The log the page and commit records are appended to (open).
-    pub(super) log: &'a EngineLog<S>,
+    pub(in crate::db) log: &'a EngineLog<S>,
     /// The structure sequence readers descend by.
-    pub(super) shape: &'a TreeShape,
+    pub(in crate::db) shape: &'a TreeShape,
     /// Page-sized buffers to borrow.
-    pub(super) spare: &'a SpareBuffers,
+    pub(in crate::db) spare: &'a SpareBuffers,
     /// The clock of commit times (and transaction ids).
-    pub(super) clock: &'a Counters,
+    pub(in crate::db) clock: &'a Counters,
     /// Where the pages a commit changed are noted for the next summary.
-    pub(super) summaries: &'a Summaries,
+    pub(in crate::db) summaries: &'a Summaries,
     /// Whether full page images are compressed.
-    pub(super) compress_page_images: bool,
+    pub(in crate::db) compress_page_images: bool,
 }
 
 struct HeldPage {
@@ -235,7 +235,7 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
         &mut self,
         no: PageId,
         fresh: bool,
-    ) -> Result<crate::buffer::PageMut<'a, S, super::engine_log::EngineLog<S>>> {
+    ) -> Result<crate::buffer::PageMut<'a, S, super::super::engine_log::EngineLog<S>>> {
         let pool = &self.env.pool;
         if fresh {
             return pool.create(no);

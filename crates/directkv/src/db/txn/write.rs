@@ -50,12 +50,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use super::super::engine::Inner;
+use super::super::options::{Isolation, WriteOptions};
+use super::super::Durability;
 use super::commit::{Applied, CommitCtx};
-use super::engine::Inner;
-use super::options::{Isolation, WriteOptions};
-use super::txn::{self, RangeIter, Traced};
+use super::read::{self as txn, RangeIter, Traced};
 use super::versions::{Before, CommitVersions, KeyRange, Snapshot};
-use super::Durability;
 use crate::btree::tree;
 use crate::buffer::Access;
 use crate::error::{Error, Result};
@@ -156,7 +156,7 @@ pub struct WriteTxn<'db, S: Storage = crate::io::OsStorage> {
 impl<'db, S: Storage> WriteTxn<'db, S> {
     /// Begins a write transaction (with the writer lock's `serial` ticket
     /// under `Options::serial_writers`).
-    pub(super) fn new(
+    pub(in crate::db) fn new(
         inner: &'db Inner<S>,
         opts: WriteOptions,
         serial: Option<u64>,

@@ -4,16 +4,16 @@
 //!
 //! Invariants:
 //! - A commit changes pages only while it holds `committer` and `tree`
-//!   exclusively (in that order; see the lock order in [`super::engine`]).
+//!   exclusively (in that order; see the lock order in [`super::super::engine`]).
 //! - `shape` changes only in the commit section, so a reader that saw the
 //!   same even shape sequence before and after its descent saw one tree.
 
 use std::sync::Mutex;
 
-use super::lock_rank::{Rank, RankedMutex, RankedRwLock};
+use super::super::lock_rank::{Rank, RankedMutex, RankedRwLock};
 
+use super::super::records::Meta;
 use super::locks::LockTable;
-use super::records::Meta;
 use super::shape::TreeShape;
 use super::ticket::TicketLock;
 use super::versions::VersionStore;
@@ -32,7 +32,7 @@ pub(crate) struct TxnCore {
     pub(crate) shape: TreeShape,
     /// The one writer lock of `Options::serial_writers` (first come, first
     /// served). Rank `WRITER` in the lock order.
-    pub(super) writer: TicketLock,
+    pub(in crate::db) writer: TicketLock,
     /// The commit section's gate: one transaction validates and applies at
     /// a time. Not first come, first served: a thread that is running takes
     /// it when it is free instead of waiting for a sleeping next-in-line to
@@ -41,21 +41,21 @@ pub(crate) struct TxnCore {
     /// comes from the row locks, whose queues are first come, first served.
     /// Guards no data of its own: it serialises validation, apply and the
     /// commit record. Rank `COMMITTER`.
-    pub(super) committer: RankedMutex<()>,
+    pub(in crate::db) committer: RankedMutex<()>,
     /// Row locks of write transactions (the table locks its own shards).
-    pub(super) locks: LockTable,
+    pub(in crate::db) locks: LockTable,
     /// Read transactions' snapshots and the before-images they need (the
     /// store locks its own state; see [`super::versions`]).
-    pub(super) versions: VersionStore,
+    pub(in crate::db) versions: VersionStore,
     /// Page-sized buffers commits reuse (its own mutex, a leaf: held for a
     /// push or a pop only).
-    pub(super) spare_buffers: SpareBuffers,
+    pub(in crate::db) spare_buffers: SpareBuffers,
 }
 
 impl TxnCore {
     /// The transaction side of a database whose tree is `meta`, with a
     /// version store of at most `version_cap` bytes.
-    pub(super) fn new(meta: Meta, version_cap: usize) -> Self {
+    pub(in crate::db) fn new(meta: Meta, version_cap: usize) -> Self {
         let core = TxnCore {
             tree: RankedRwLock::new(Rank::Tree, meta),
             shape: TreeShape::new(meta.root),
@@ -85,7 +85,7 @@ pub(crate) struct SpareBuffers {
 
 impl SpareBuffers {
     /// An empty buffer, with a page's capacity when one is spare.
-    pub(super) fn take(&self) -> Vec<u8> {
+    pub(in crate::db) fn take(&self) -> Vec<u8> {
         // A push or a pop cannot leave the list half changed.
         crate::health::lock_even_poisoned(&self.bufs)
             .pop()
@@ -93,7 +93,7 @@ impl SpareBuffers {
     }
 
     /// Keeps `buf` for a later commit.
-    pub(super) fn give(&self, mut buf: Vec<u8>) {
+    pub(in crate::db) fn give(&self, mut buf: Vec<u8>) {
         buf.clear();
         let mut bufs = crate::health::lock_even_poisoned(&self.bufs);
         assert!(bufs.len() <= SPARE_BUFFERS_MAX, "the spare list is bounded");

@@ -49,20 +49,20 @@ use crate::health;
 /// the commit's share of its key list, and the allocator's headers and
 /// rounding of each of those blocks (docs/mvcc.md, "The cap"), so that the
 /// cap bounds the memory the store takes, not only its payload.
-pub(super) const VERSION_OVERHEAD_BYTES: usize = 272;
+pub(in crate::db) const VERSION_OVERHEAD_BYTES: usize = 272;
 
 /// A key's value before a commit changed it.
-pub(super) type Before = Option<Vec<u8>>;
+pub(in crate::db) type Before = Option<Vec<u8>>;
 
 /// A key's versions: (CSN of the commit that changed it, the value before),
 /// oldest first.
 type Chain = VecDeque<(u64, Before)>;
 
 /// A key range, by its bounds.
-pub(super) type KeyRange = (Bound<Vec<u8>>, Bound<Vec<u8>>);
+pub(in crate::db) type KeyRange = (Bound<Vec<u8>>, Bound<Vec<u8>>);
 
 /// The versions of one commit, as the commit path hands them over.
-pub(super) type CommitVersions = Vec<(Vec<u8>, Before)>;
+pub(in crate::db) type CommitVersions = Vec<(Vec<u8>, Before)>;
 
 /// The before-images kept for live snapshots.
 #[derive(Default)]
@@ -127,7 +127,7 @@ pub(crate) struct VersionStore {
 
 impl VersionStore {
     /// An empty store holding at most `cap_bytes`.
-    pub(super) fn new(cap_bytes: usize) -> Self {
+    pub(in crate::db) fn new(cap_bytes: usize) -> Self {
         VersionStore {
             cap_bytes,
             visible: AtomicU64::new(0),
@@ -141,7 +141,7 @@ impl VersionStore {
     }
 
     /// The CSN of the last published commit.
-    pub(super) fn visible(&self) -> u64 {
+    pub(in crate::db) fn visible(&self) -> u64 {
         self.visible.load(Ordering::Acquire)
     }
 
@@ -149,7 +149,7 @@ impl VersionStore {
     ///
     /// # Errors
     /// [`Error::Poisoned`] when a thread panicked holding the registry.
-    pub(super) fn register(&self) -> Result<u64> {
+    pub(in crate::db) fn register(&self) -> Result<u64> {
         let mut reg = health::lock(&self.registry)?;
         let csn = self.visible();
         assert!(
@@ -164,7 +164,7 @@ impl VersionStore {
     }
 
     /// Ends a snapshot taken at `csn` (a given-up one is no longer counted).
-    pub(super) fn release(&self, csn: u64) {
+    pub(in crate::db) fn release(&self, csn: u64) {
         // Counting only: a panic cannot leave the registry half changed.
         let mut reg = health::lock_even_poisoned(&self.registry);
         if csn < self.too_old_below.load(Ordering::Acquire) {
@@ -188,7 +188,7 @@ impl VersionStore {
     ///
     /// # Errors
     /// [`Error::Poisoned`] when a thread panicked holding the store.
-    pub(super) fn stage(&self, csn: u64, versions: CommitVersions) -> Result<()> {
+    pub(in crate::db) fn stage(&self, csn: u64, versions: CommitVersions) -> Result<()> {
         let mut store = health::write(&self.store)?;
         assert_eq!(csn, self.visible() + 1, "commits are staged in order");
         assert_eq!(
@@ -224,7 +224,7 @@ impl VersionStore {
 
     /// Takes back staged commit `csn`, which failed: its pages are back as
     /// they were.
-    pub(super) fn retract(&self, csn: u64) {
+    pub(in crate::db) fn retract(&self, csn: u64) {
         // A poisoned store fails every later stage and read: nothing to undo.
         let Ok(mut guard) = health::write(&self.store) else {
             return;
@@ -262,7 +262,7 @@ impl VersionStore {
     ///
     /// # Errors
     /// [`Error::Poisoned`] when a thread panicked holding the store.
-    pub(super) fn publish(&self, csn: u64) -> Result<()> {
+    pub(in crate::db) fn publish(&self, csn: u64) -> Result<()> {
         // Under the store's lock: a validation sees the commit published
         // together with its versions, or neither.
         let _store = health::write(&self.store)?;
@@ -284,7 +284,7 @@ impl VersionStore {
     ///
     /// # Errors
     /// [`Error::Poisoned`] when a thread panicked holding the store.
-    pub(super) fn collect(&self) -> Result<()> {
+    pub(in crate::db) fn collect(&self) -> Result<()> {
         let mut garbage = Garbage::default();
         {
             let mut store = health::write(&self.store)?;
@@ -336,7 +336,7 @@ impl VersionStore {
     ///
     /// # Errors
     /// [`Error::SnapshotTooOld`] then.
-    pub(super) fn check_live(&self, csn: u64) -> Result<()> {
+    pub(in crate::db) fn check_live(&self, csn: u64) -> Result<()> {
         let below = self.too_old_below.load(Ordering::Acquire);
         if csn < below {
             return Err(Error::SnapshotTooOld {
@@ -353,7 +353,7 @@ impl VersionStore {
     ///
     /// # Errors
     /// [`Error::SnapshotTooOld`] when the snapshot was given up.
-    pub(super) fn read_at(&self, csn: u64, key: &[u8], latest: Before) -> Result<Before> {
+    pub(in crate::db) fn read_at(&self, csn: u64, key: &[u8], latest: Before) -> Result<Before> {
         assert!(csn <= self.visible(), "a snapshot is of a published commit");
         if self.staged.load(Ordering::Acquire) == csn {
             // Nothing committed or being applied since the snapshot: the
@@ -373,7 +373,7 @@ impl VersionStore {
     ///
     /// # Errors
     /// [`Error::SnapshotTooOld`] when the snapshot was given up.
-    pub(super) fn batch_at(
+    pub(in crate::db) fn batch_at(
         &self,
         csn: u64,
         lo: &Bound<Vec<u8>>,
@@ -422,7 +422,7 @@ impl VersionStore {
     /// # Errors
     /// [`Error::SnapshotTooOld`] when the snapshot was given up (what
     /// changed since is no longer known).
-    pub(super) fn changed_since<'k>(
+    pub(in crate::db) fn changed_since<'k>(
         &self,
         csn: u64,
         mut keys: impl Iterator<Item = &'k [u8]>,
@@ -468,7 +468,7 @@ impl VersionStore {
     }
 
     /// What the store reports.
-    pub(super) fn stats(&self) -> SnapshotStats {
+    pub(in crate::db) fn stats(&self) -> SnapshotStats {
         let (bytes, versions) = {
             let s = health::read_even_poisoned(&self.store);
             (s.bytes, s.versions)
@@ -554,7 +554,7 @@ impl<'db> Snapshot<'db> {
     ///
     /// # Errors
     /// [`Error::Poisoned`] when a thread panicked holding the registry.
-    pub(super) fn take(store: &'db VersionStore) -> Result<Self> {
+    pub(in crate::db) fn take(store: &'db VersionStore) -> Result<Self> {
         Ok(Snapshot {
             store,
             csn: store.register()?,
@@ -562,12 +562,12 @@ impl<'db> Snapshot<'db> {
     }
 
     /// The commit this snapshot sees.
-    pub(super) fn csn(&self) -> u64 {
+    pub(in crate::db) fn csn(&self) -> u64 {
         self.csn
     }
 
     /// The store it reads.
-    pub(super) fn store(&self) -> &'db VersionStore {
+    pub(in crate::db) fn store(&self) -> &'db VersionStore {
         self.store
     }
 }
@@ -580,7 +580,7 @@ impl Drop for Snapshot<'_> {
 
 /// Whether `(from, to)` can hold any key; an inverted range is empty, never a
 /// panic.
-pub(super) fn nonempty(from: &Bound<Vec<u8>>, to: &Bound<Vec<u8>>) -> bool {
+pub(in crate::db) fn nonempty(from: &Bound<Vec<u8>>, to: &Bound<Vec<u8>>) -> bool {
     match (from, to) {
         (Bound::Included(a), Bound::Included(b)) => a <= b,
         (Bound::Included(a) | Bound::Excluded(a), Bound::Excluded(b))
