@@ -5,8 +5,8 @@
 //! - [`txn`]: transactions: reads, writes, row locks, the writer ticket,
 //!   the commit pipeline, versions and the tree's shape; [`records`]: the
 //!   engine's WAL records.
-//! - [`open`]: create or recover, and start the threads; [`recovery`]: the
-//!   replay of the WAL at open.
+//! - [`open`]: create or recover, and start the threads (with `open::claim`,
+//!   taking the directory, and `open::recovery`, the replay of the WAL).
 //! - [`checkpoint`]: checkpoints and log-space pacing; [`background`]: the
 //!   checkpointer, cleaner and readahead threads.
 //! - [`engine`]: the state they share, cut into parts that own their
@@ -34,7 +34,6 @@ mod lock_rank;
 mod open;
 mod options;
 pub mod records;
-mod recovery;
 mod report;
 mod stats;
 mod summary;

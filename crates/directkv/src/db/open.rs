@@ -10,7 +10,7 @@
 //! directory is empty); open `data` with the
 //! direct-I/O policy and the buffer pool over it; open the WAL from
 //! `CONTROL`'s redo point, replaying every committed transaction
-//! ([`super::recovery`]); then accept transactions and start the
+//! ([`recovery`]); then accept transactions and start the
 //! background threads ([`super::background`]). A first open, and an open
 //! that replayed transactions, checkpoint before they return.
 //!
@@ -36,7 +36,6 @@ use super::engine::Inner;
 use super::engine_log::{EngineLog, Pool};
 use super::env::Env;
 use super::lock_rank::{Rank, RankedMutex};
-use super::recovery::{self, Recovered};
 use super::stats::Counters;
 use super::summary::Summaries;
 use super::txn::core::TxnCore;
@@ -55,8 +54,10 @@ use crate::io::{Aio, AioBackend, DirectIo, FileOptions, Storage, SyncMethod, Syn
 use crate::lsn::Lsn;
 use crate::sched::{IoClass, ScheduledFile, Scheduler};
 use crate::wal::WalOptions;
+use recovery::Recovered;
 
 mod claim;
+mod recovery;
 
 use claim::claim;
 
