@@ -479,7 +479,7 @@ pub(super) fn claim<S: Storage>(
             let id = Identity {
                 db_id,
                 instance: u64::from_le_bytes(
-                    super::control::random_id()[..8]
+                    super::checkpoint::control::random_id()[..8]
                         .try_into()
                         .unwrap_or_default(),
                 ),

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use super::background::{self, StopSignal};
+use super::checkpoint::background::{self, StopSignal};
 use super::engine::Inner;
 use super::stats::STATS_FILE;
 use super::txn::read::{self as txn, ReadTxn};

@@ -35,7 +35,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use super::ckpt_state::CheckpointState;
+use super::checkpoint::state::CheckpointState;
 use super::env::Env;
 use super::lock_rank::RankedMutex;
 use super::txn::core::TxnCore;

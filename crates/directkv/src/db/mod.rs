@@ -7,12 +7,12 @@
 //!   engine's WAL records.
 //! - [`open`]: create or recover, and start the threads (with `open::claim`,
 //!   taking the directory, and `open::recovery`, the replay of the WAL).
-//! - [`checkpoint`]: checkpoints and log-space pacing; [`background`]: the
-//!   checkpointer, cleaner and readahead threads.
+//! - [`checkpoint`]: checkpoints and log-space pacing, the control file,
+//!   the changed-page summaries, and the background threads.
 //! - [`engine`]: the state they share, cut into parts that own their
 //!   fields: [`env`] (fixed at open), `txn::core` (tree, gates, row locks,
-//!   versions), [`ckpt_state`] (control file, checkpoint gate, log-space
-//!   pacing), [`vitals`] (health, counters); [`options`] and [`stats`]:
+//!   versions), `checkpoint::state` (control file, checkpoint gate,
+//!   log-space pacing), [`vitals`] (health, counters); [`options`] and [`stats`]:
 //!   what a user sets and reads; [`check`]: the structural check.
 //! - [`archive`]: the log archiver; [`archive_setting`]: its setting,
 //!   recorded with the database.
@@ -20,12 +20,9 @@
 mod access;
 mod archive;
 mod archive_setting;
-mod background;
 mod backup;
 mod check;
 mod checkpoint;
-mod ckpt_state;
-mod control;
 mod database;
 mod engine;
 mod engine_log;
@@ -36,7 +33,6 @@ mod options;
 pub mod records;
 mod report;
 mod stats;
-mod summary;
 mod txn;
 mod vitals;
 
@@ -44,8 +40,8 @@ pub use access::FileAccess;
 pub use archive::ArchiveStats;
 pub use archive_setting::ArchiveChange;
 pub use check::CheckReport;
-pub use checkpoint::WAL_HARD_LIMIT_FACTOR;
-pub use control::ControlFile;
+pub use checkpoint::control::ControlFile;
+pub use checkpoint::run::WAL_HARD_LIMIT_FACTOR;
 pub use database::{Database, TRANSACTION_ATTEMPTS_MAX};
 pub use options::{
     Durability, Isolation, Options, WriteOptions, CHECKPOINT_WAL_BYTES_MIN,

@@ -11,7 +11,7 @@
 //! direct-I/O policy and the buffer pool over it; open the WAL from
 //! `CONTROL`'s redo point, replaying every committed transaction
 //! ([`recovery`]); then accept transactions and start the
-//! background threads ([`super::background`]). A first open, and an open
+//! background threads ([`super::checkpoint::background`]). A first open, and an open
 //! that replayed transactions, checkpoint before they return.
 //!
 //! Invariants:
@@ -29,15 +29,15 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use super::access::{self, Audit};
-use super::background::{self, stop_signal};
-use super::ckpt_state::CheckpointState;
-use super::control::ControlFile;
+use super::checkpoint::background::{self, stop_signal};
+use super::checkpoint::control::ControlFile;
+use super::checkpoint::state::CheckpointState;
+use super::checkpoint::summary::Summaries;
 use super::engine::Inner;
 use super::engine_log::{EngineLog, Pool};
 use super::env::Env;
 use super::lock_rank::{Rank, RankedMutex};
 use super::stats::Counters;
-use super::summary::Summaries;
 use super::txn::core::TxnCore;
 use super::vitals::Vitals;
 use super::{Database, Options};

@@ -43,10 +43,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use self::pages::{Pace, PageCopy, PageCounts, PagesOut};
-use super::summary::PageSet;
+use super::checkpoint::summary::PageSet;
 use crate::backup::increment::{ChainPages, EntryWriter};
 
-use super::checkpoint::Checkpointed;
+use super::checkpoint::run::Checkpointed;
 use super::engine::Inner;
 use crate::backup::files::{self, Sink, ALIGN_BYTES, CHUNK_BYTES};
 use crate::backup::manifest::{self, Manifest, ManifestFile, MANIFEST_FORMAT};
@@ -114,7 +114,7 @@ impl<S: Storage> Inner<S> {
     /// `CONTROL` still carries the backup flag).
     fn unopened_backup(&self, dir: &Path) -> bool {
         let path = dir.join(crate::backup::CONTROL_NAME);
-        super::control::ControlFile::read(&self.env.storage, &path)
+        super::checkpoint::control::ControlFile::read(&self.env.storage, &path)
             .is_ok_and(|c| c.flags & FLAG_BACKUP != 0)
     }
 
@@ -124,7 +124,12 @@ impl<S: Storage> Inner<S> {
     fn changed_since(&self, since: Option<Lsn>, redo: Lsn) -> Result<Option<PageSet>> {
         let Some(from) = since else { return Ok(None) };
         let io = (&self.env.sched, IoClass::Backup);
-        super::summary::changed_pages(&self.env.storage, &self.env.dir, (from, redo), io)
+        super::checkpoint::summary::changed_pages(
+            &self.env.storage,
+            &self.env.dir,
+            (from, redo),
+            io,
+        )
     }
 
     /// Whether `dest` is on the database's own device.
@@ -316,7 +321,13 @@ impl<S: Storage> Inner<S> {
         let path = dest.join(crate::backup::CONTROL_NAME);
         let (control, fifo) = (self.backup_control(cp)?, crate::sched::Scheduler::fifo());
         let private = Permissions::Private;
-        super::control::ControlFile::create_with(&self.env.storage, &path, private, control, fifo)?;
+        super::checkpoint::control::ControlFile::create_with(
+            &self.env.storage,
+            &path,
+            private,
+            control,
+            fifo,
+        )?;
         Ok(path)
     }
 
@@ -364,7 +375,7 @@ impl<S: Storage> Inner<S> {
     ) -> Result<Manifest> {
         Ok(Manifest {
             format: MANIFEST_FORMAT,
-            backup_id: manifest::hex(&super::control::random_id()),
+            backup_id: manifest::hex(&super::checkpoint::control::random_id()),
             db_id: manifest::hex(&self.pool_db_id()?),
             page_bytes: self.pool.page_bytes() as u32,
             parent_id: None,
@@ -398,7 +409,8 @@ impl<S: Storage> Inner<S> {
         let ours = manifest::hex(&self.pool_db_id()?);
         let durable = self.wal().durable_lsn();
         let control = dir.join(crate::backup::CONTROL_NAME);
-        let opened = super::control::ControlFile::read(&self.env.storage, &control)?.flags
+        let opened = super::checkpoint::control::ControlFile::read(&self.env.storage, &control)?
+            .flags
             & FLAG_BACKUP
             == 0;
         let history = manifest::hex(&self.history()?);

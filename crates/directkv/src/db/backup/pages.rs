@@ -14,9 +14,9 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::super::checkpoint::Checkpointed;
+use super::super::checkpoint::run::Checkpointed;
+use super::super::checkpoint::summary::PageSet;
 use super::super::engine::Inner;
-use super::super::summary::PageSet;
 use crate::backup::files::{Sink, ALIGN_BYTES, CHUNK_BYTES};
 use crate::backup::increment::{ChainPages, EntryWriter};
 use crate::backup::manifest;

@@ -48,7 +48,7 @@ pub(super) struct Recovered<S: Storage> {
     /// The latest commit time replayed (0 for none).
     pub(super) last_commit_us: u64,
     /// Pages the replayed commits changed.
-    pub(super) changed: super::super::summary::PageSet,
+    pub(super) changed: super::super::checkpoint::summary::PageSet,
     pub(super) stats: RecoveryStats,
 }
 
@@ -154,7 +154,7 @@ struct Replay<'a, S: Storage> {
     /// The latest commit time seen.
     last_commit_us: u64,
     /// Pages the replayed commits changed.
-    changed: super::super::summary::PageSet,
+    changed: super::super::checkpoint::summary::PageSet,
     /// The pages of the commit being queued, each once.
     commit_pages: HashSet<PageId>,
     /// Pages a queued commit first changes with an image: how many such

@@ -36,11 +36,11 @@
 
 use std::collections::HashMap;
 
+use super::super::checkpoint::summary::Summaries;
 use super::super::engine_log::{EngineLog, Pool};
 use super::super::records::{self, Meta};
 use super::super::stats::Counters;
 use super::super::stats::RecordCounts;
-use super::super::summary::Summaries;
 use super::core::SpareBuffers;
 use super::shape::TreeShape;
 use crate::btree::node;

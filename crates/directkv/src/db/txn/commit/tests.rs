@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use super::super::super::summary::PageSet;
+use super::super::super::checkpoint::summary::PageSet;
 use super::*;
 use crate::btree::tree::PagesMut;
 use crate::buffer::BufferPool;

@@ -217,7 +217,7 @@ impl<S: Storage> ControlFile<S> {
 
 /// A new database id: 16 random bytes (time and pid when the kernel has
 /// no randomness to give).
-pub(super) fn random_id() -> crate::format::DbId {
+pub(in crate::db) fn random_id() -> crate::format::DbId {
     let mut id = [0u8; 16];
     // SAFETY: `id` is a writable buffer of 16 bytes for the call.
     let n = unsafe { libc::getrandom(id.as_mut_ptr().cast(), id.len(), 0) };

@@ -21,9 +21,9 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::engine::Inner;
-use super::lock_rank::RankedMutexGuard;
-use super::records;
+use super::super::engine::Inner;
+use super::super::lock_rank::RankedMutexGuard;
+use super::super::records;
 use crate::buffer::WriteCause;
 use crate::error::{Error, Result};
 use crate::format::control::{Control, FLAG_BACKUP, FLAG_HISTORY};
@@ -59,28 +59,28 @@ const CHECKPOINT_IDLE_ROUNDS_MAX: u32 = 10_000;
 
 /// What a completed checkpoint names in `CONTROL`.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Checkpointed {
+pub(in crate::db) struct Checkpointed {
     /// Its redo point: replay from here.
-    pub(super) redo: Lsn,
+    pub(in crate::db) redo: Lsn,
     /// The end of its record.
-    pub(super) record_end: Lsn,
+    pub(in crate::db) record_end: Lsn,
     /// The tree at its start.
-    pub(super) meta: records::Meta,
+    pub(in crate::db) meta: records::Meta,
     /// The time of the last commit before its start (µs since the epoch; 0
     /// for none): every commit after it has this time or a later one.
-    pub(super) commit_time_us: u64,
+    pub(in crate::db) commit_time_us: u64,
 }
 
 impl<S: Storage> Inner<S> {
     /// Runs a checkpoint now, at full speed (see the module docs).
-    pub(super) fn checkpoint(&self) -> Result<()> {
+    pub(in crate::db) fn checkpoint(&self) -> Result<()> {
         self.checkpoint_as(WriteCause::Checkpoint)
     }
 
     /// [`checkpoint`](Self::checkpoint), its page writes counted as `cause`
     /// (a closing database's as `Shutdown`, the end of recovery's as
     /// `Recovery`).
-    pub(super) fn checkpoint_as(&self, cause: WriteCause) -> Result<()> {
+    pub(in crate::db) fn checkpoint_as(&self, cause: WriteCause) -> Result<()> {
         // A paced background checkpoint under way finishes at full speed
         // instead of making this caller wait out its pace.
         self.ckpt.hurry.fetch_add(1, Ordering::AcqRel);
@@ -95,7 +95,7 @@ impl<S: Storage> Inner<S> {
     }
 
     /// The checkpoint itself, with `checkpointing` held.
-    pub(super) fn checkpoint_locked(
+    pub(in crate::db) fn checkpoint_locked(
         &self,
         _one: &RankedMutexGuard<'_, ()>,
         paced: bool,
@@ -148,10 +148,13 @@ impl<S: Storage> Inner<S> {
         let limit = (self.env.opts.background_threads && cause != WriteCause::Shutdown)
             .then_some(CHECKPOINT_ARCHIVE_MAX);
         let _ = self.archive_complete_segments(limit);
-        let keep = [self.oldest_log_pin(), super::archive::archive_keep(self)]
-            .into_iter()
-            .flatten()
-            .fold(start, Lsn::min);
+        let keep = [
+            self.oldest_log_pin(),
+            super::super::archive::archive_keep(self),
+        ]
+        .into_iter()
+        .flatten()
+        .fold(start, Lsn::min);
         self.wal().recycle_before(keep)?;
         Ok(Checkpointed {
             redo: start,
@@ -267,7 +270,7 @@ impl<S: Storage> Inner<S> {
     /// head has not yet named, writes the head with the log's reach and
     /// syncs it (see [`data_head`]); once per segment of log. Skipped while
     /// a checkpoint runs (its own head names its start), never waited for.
-    pub(super) fn stamp_log_reach(&self) -> Result<()> {
+    pub(in crate::db) fn stamp_log_reach(&self) -> Result<()> {
         let segment = self.log_segment_of(self.wal().durable_lsn());
         if segment <= self.ckpt.reach_stamped.load(Ordering::Acquire) {
             return Ok(());
@@ -383,7 +386,7 @@ impl<S: Storage> Inner<S> {
 
     /// Runs a checkpoint if the WAL grew past the threshold since the last one
     /// and no checkpoint is running.
-    pub(super) fn maybe_checkpoint(&self) -> Result<bool> {
+    pub(in crate::db) fn maybe_checkpoint(&self) -> Result<bool> {
         if self.wal_since_checkpoint() < self.env.opts.checkpoint_wal_bytes {
             return Ok(false);
         }
@@ -411,7 +414,7 @@ impl<S: Storage> Inner<S> {
     /// redo point, a new transaction waits for the checkpoint (which runs
     /// uncapped by then) to free log space. Counted as a `log_space_wait`
     /// stall; it gives up waiting after a minute rather than hang.
-    pub(super) fn wait_for_log_space(&self) {
+    pub(in crate::db) fn wait_for_log_space(&self) {
         let limit = self
             .env
             .opts
@@ -448,7 +451,7 @@ impl<S: Storage> Inner<S> {
     /// to write a dirty victim itself since the last pass), or how far the
     /// log has grown past the checkpoint distance (twice the distance is
     /// full pressure).
-    pub(super) fn report_pressure(&self, cold_dirty_share: f64, foreground_wrote: f64) {
+    pub(in crate::db) fn report_pressure(&self, cold_dirty_share: f64, foreground_wrote: f64) {
         let frames = (cold_dirty_share * 2.0).max(foreground_wrote).min(1.0);
         let log = self.wal_since_checkpoint() as f64
             / self.env.opts.checkpoint_wal_bytes.max(1) as f64

@@ -2,7 +2,7 @@
 //! cleaner and the readahead readers.
 //!
 //! Each holds only a weak reference to the engine and takes a strong one for
-//! one round of work, so dropping the [`Database`](super::Database) ends
+//! one round of work, so dropping the [`Database`](super::super::Database) ends
 //! them: it sets their stop flags, wakes them and joins them.
 //!
 //! Invariants:
@@ -10,7 +10,7 @@
 //!   the database ([`crate::health`]), so every later call returns
 //!   `Poisoned` instead of running on beside a dead thread.
 //! - The foreground never waits for a background thread except at the
-//!   hard log-space limit (see [`super::checkpoint`]).
+//!   hard log-space limit (see [`super::run`]).
 //! - Their waits are not foreground stalls ([`crate::stall`]).
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -19,8 +19,8 @@ use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::engine::Inner;
-use super::stats::STATS_EVERY;
+use super::super::engine::Inner;
+use super::super::stats::STATS_EVERY;
 use crate::buffer::Access;
 use crate::format::PageId;
 use crate::health;
@@ -28,15 +28,15 @@ use crate::io::Storage;
 use crate::sched::IoClass;
 
 /// A stop flag and the condition variable that wakes its thread.
-pub(super) type StopSignal = Arc<(Mutex<bool>, Condvar)>;
+pub(in crate::db) type StopSignal = Arc<(Mutex<bool>, Condvar)>;
 
 /// A new, unset stop signal.
-pub(super) fn stop_signal() -> StopSignal {
+pub(in crate::db) fn stop_signal() -> StopSignal {
     Arc::new((Mutex::new(false), Condvar::new()))
 }
 
 /// Sets `signal` and wakes its thread (teardown: works on a poisoned lock).
-pub(super) fn stop(signal: &StopSignal) {
+pub(in crate::db) fn stop(signal: &StopSignal) {
     let (stop, wake) = &**signal;
     *health::lock_even_poisoned(stop) = true;
     wake.notify_all();
@@ -137,7 +137,7 @@ const CLEANER_IDLE: Duration = Duration::from_millis(10);
 const CHECKPOINTER_IDLE: Duration = Duration::from_millis(200);
 
 /// Starts the readahead readers (none when readahead is off).
-pub(super) fn spawn_readers<S: Storage>(inner: &Arc<Inner<S>>) -> Vec<JoinHandle<()>> {
+pub(in crate::db) fn spawn_readers<S: Storage>(inner: &Arc<Inner<S>>) -> Vec<JoinHandle<()>> {
     if inner.env.opts.readahead_pages == 0 {
         return Vec::new();
     }
@@ -189,7 +189,7 @@ pub(super) fn spawn_readers<S: Storage>(inner: &Arc<Inner<S>>) -> Vec<JoinHandle
 /// for that write). It writes the dirty pages among the coldest sixteenth of
 /// the frames, WAL first, and stops when the database is dropped. It also
 /// grows the data file ahead of use and publishes the stats.
-pub(super) fn spawn_cleaner<S: Storage>(
+pub(in crate::db) fn spawn_cleaner<S: Storage>(
     weak: Weak<Inner<S>>,
     signal: StopSignal,
 ) -> std::io::Result<JoinHandle<()>> {
@@ -267,7 +267,7 @@ impl CleanerPass {
 /// Checkpoints in the background when the WAL since the last checkpoint passes
 /// `checkpoint_wal_bytes`, so no committer runs one. It holds the engine only
 /// while checkpointing, and stops when the database is dropped.
-pub(super) fn spawn_checkpointer<S: Storage>(
+pub(in crate::db) fn spawn_checkpointer<S: Storage>(
     weak: Weak<Inner<S>>,
     signal: StopSignal,
 ) -> std::io::Result<JoinHandle<()>> {
@@ -291,11 +291,11 @@ const ARCHIVER_IDLE: Duration = Duration::from_millis(100);
 /// How long the archiver waits after a failed round before the next.
 const ARCHIVER_RETRY: Duration = Duration::from_secs(1);
 
-/// The log archiver ([`super::archive`]): copies each log segment into the
+/// The log archiver ([`super::super::archive`]): copies each log segment into the
 /// archive once it is complete (and, with `archive_timeout`, the segment
 /// being written once its commits waited that long). Checkpoints archive what is pending too,
 /// before they recycle, so without this thread nothing is lost, only later.
-pub(super) fn spawn_archiver<S: Storage>(
+pub(in crate::db) fn spawn_archiver<S: Storage>(
     weak: Weak<Inner<S>>,
     signal: StopSignal,
 ) -> Option<JoinHandle<()>> {
