@@ -53,15 +53,17 @@ TEST_MAY_USE = {"sim", ""}
 # naming the whole set of files that reach each other, so a circle that
 # shrinks is a new entry in place of the old one.
 ALLOW = {
-    "db/archive.rs -> backup",
-    "db/archive_setting.rs -> backup",
+    # The log archiver and backups are backup/'s; the database drives the
+    # archiver (opens it, runs its rounds on a thread, keeps its segments)
+    # and holds its state. It does so through one door, db/backup_access.rs
+    # (which implements backup's `Engine` and forwards to the archiver), plus
+    # the field that holds the state and `Database::backup`'s entry point.
+    # Inverting these (db defining the archiver's interface, a higher layer
+    # handing open its implementation) empties the list.
     "db/backup_access.rs -> backup",
     "db/database.rs -> backup",
-    "db/commit.rs -> crate root",
+    "db/engine.rs -> backup",
     "db/open.rs -> backup",
-    "db/summary.rs -> backup",
-    "circle db: access, archive, archive_setting, background, check, commit, database, engine, "
-    "open, options, recovery, stats, txn, versions, write",
 }
 
 IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
@@ -176,14 +178,20 @@ def test_only_children(files):
         lines = open(os.path.join(SRC, rel), encoding="utf-8").read().split("\n")
         for i, line in enumerate(lines[1:], 1):
             m = re.match(r"\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+(" + IDENT + r")\s*;", line)
-            if m and re.match(r"\s*#\[cfg\((?:all\()?test", lines[i - 1]):
-                out.add(mod + (m.group(1),))
+            if not m:
+                continue
+            j = i - 1  # the attributes stacked above the declaration
+            while j >= 0 and lines[j].strip().startswith("#["):
+                if re.match(r"\s*#\[cfg\((?:all\()?test", lines[j]):
+                    out.add(mod + (m.group(1),))
+                    break
+                j -= 1
     return out
 
 
 def split_test(text):
-    """(library code, test code) of a file: tests from its first top-level #[cfg(test)]."""
-    m = re.search(r"(?m)^#\[cfg\((?:all\()?test\b", text)
+    """(library code, test code) of a file: tests from its first top-level `#[cfg(test)]` module."""
+    m = re.search(r"(?m)^#\[cfg\((?:all\()?test\b[^\n]*\n(?:[ \t]*(?:(?:#\[|//)[^\n]*)?\n)*(?:pub(?:\([^)]*\))?\s+)?mod\s", text)
     return (text, "") if not m else (text[:m.start()], text[m.start():])
 
 
@@ -298,10 +306,11 @@ def mod_rank(mod):
 
 
 def circles(files, es, folder):
-    """Strongly connected sets of the folder's children (library code only)."""
+    """Strongly connected sets of the folder's files (library code only):
+    each file under the folder, at any depth, is one node."""
     def node(m):
         if len(m) >= 2 and m[0] == folder:
-            return m[1]
+            return "/".join(m[1:])
         return None
     graph = {}
     for a, b, in_test in es:

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::control::ControlFile;
+use super::checkpoint::control::ControlFile;
 use super::engine::Inner;
 use crate::backup::archive;
 use crate::backup::engine::{ChangedPages, Checkpointed, Engine, Meta, Progress};
@@ -33,15 +33,15 @@ impl<S: Storage> Engine for Inner<S> {
     type S = S;
 
     fn storage(&self) -> &S {
-        &self.storage
+        &self.env.storage
     }
 
     fn dir(&self) -> &Path {
-        &self.dir
+        &self.env.dir
     }
 
     fn sched(&self) -> &Arc<Scheduler> {
-        &self.sched
+        &self.env.sched
     }
 
     fn wal(&self) -> &Wal<S> {
@@ -62,18 +62,18 @@ impl<S: Storage> Engine for Inner<S> {
 
     fn checkpoint_and_pin(&self, fast: bool) -> Result<Checkpointed> {
         if fast {
-            self.hurry.fetch_add(1, Ordering::AcqRel);
+            self.ckpt.hurry.fetch_add(1, Ordering::AcqRel);
         }
-        let started = health::lock(&self.checkpointing).and_then(|one| {
+        let started = self.ckpt.checkpointing.lock().and_then(|one| {
             let cp = self.checkpoint_locked(&one, !fast, WriteCause::Checkpoint)?;
             health::lock(&self.log_pins)?.push(cp.redo);
             Ok(cp)
         });
         if fast {
-            let before = self.hurry.fetch_sub(1, Ordering::AcqRel);
+            let before = self.ckpt.hurry.fetch_sub(1, Ordering::AcqRel);
             assert!(before > 0, "every hurry is counted before it is taken back");
         }
-        let cp = self.health.observe(started)?;
+        let cp = self.vitals.health.observe(started)?;
         assert!(
             cp.redo < cp.record_end,
             "a checkpoint's record follows its redo point"
@@ -98,25 +98,30 @@ impl<S: Storage> Engine for Inner<S> {
     }
 
     fn control(&self) -> Result<Control> {
-        Ok(health::lock(&self.control)?.current())
+        Ok(self.ckpt.control.lock()?.current())
     }
 
     fn create_control(&self, path: &Path, control: Control) -> Result<()> {
         // The backup's file, not the database's: its 8 KiB take no permit
         // of the database's scheduler (a FIFO one of its own).
         let (private, fifo) = (Permissions::Private, Scheduler::fifo());
-        ControlFile::create_with(&self.storage, path, private, control, fifo)?;
+        ControlFile::create_with(&self.env.storage, path, private, control, fifo)?;
         Ok(())
     }
 
     fn read_control(&self, path: &Path) -> Result<Control> {
-        ControlFile::read(&self.storage, path)
+        ControlFile::read(&self.env.storage, path)
     }
 
     fn changed_pages(&self, from: Lsn, to: Lsn) -> Result<Option<ChangedPages>> {
         assert!(from <= to, "a range runs forward");
-        let io = (&self.sched, IoClass::Backup);
-        let set = super::summary::changed_pages(&self.storage, &self.dir, (from, to), io)?;
+        let io = (&self.env.sched, IoClass::Backup);
+        let set = super::checkpoint::summary::changed_pages(
+            &self.env.storage,
+            &self.env.dir,
+            (from, to),
+            io,
+        )?;
         Ok(set.map(|s| ChangedPages(s.pages().collect())))
     }
 
@@ -141,7 +146,7 @@ impl<S: Storage> Engine for Inner<S> {
     }
 
     fn progress(&self, p: Progress) {
-        let c = &self.counters;
+        let c = &self.vitals.counters;
         match p {
             Progress::Started { pages } => {
                 c.backup_pages_total.store(pages, Ordering::Relaxed);
@@ -165,12 +170,11 @@ impl<S: Storage> Engine for Inner<S> {
     }
 
     fn new_id(&self) -> DbId {
-        super::open::random_id()
+        super::checkpoint::control::random_id()
     }
 }
 
 pub(super) use crate::backup::archive::{setting as archive_setting, Archive};
-pub use crate::backup::archive::{ArchiveChange, ArchiveStats};
 /// What open reads of a backup's or a restore's directory: the end its log
 /// must reach, and whether it is an increment (which open refuses).
 pub(super) use crate::backup::{complete_manifest, restored_record};
@@ -244,7 +248,7 @@ mod tests {
         db.checkpoint().expect("checkpoint");
         let inner = &*db.inner;
         let take = Take::new(inner);
-        let redo = Lsn::new(inner.last_redo.load(Ordering::Acquire));
+        let redo = Lsn::new(inner.ckpt.last_redo.load(Ordering::Acquire));
         let pb = inner.pool.page_bytes();
         // Ten small keys: the root leaf is page 1, the only tree page.
         let no = PageId::new(1);

@@ -12,8 +12,8 @@ use std::collections::HashSet;
 
 use serde::Serialize;
 
-use super::commit::PoolPages;
 use super::engine::Inner;
+use super::txn::commit::PoolPages;
 use crate::btree::node::{self, Value};
 use crate::btree::tree::{free_next, Pages, DEPTH_MAX};
 use crate::buffer::Access;
@@ -74,10 +74,10 @@ impl<S: Storage> Inner<S> {
     /// Walks the whole database and proves its structure (see the module
     /// docs).
     pub(crate) fn check(&self) -> Result<CheckReport> {
-        let meta = crate::health::read(&self.tree)?;
+        let meta = self.txns.tree.read()?;
         let mut c = Checker {
             inner: self,
-            pages: PoolPages { inner: self },
+            pages: PoolPages { pool: &self.pool },
             page_count: meta.page_count,
             end_lsn: self.log.durable_or_end(),
             seen: HashSet::new(),
@@ -96,9 +96,9 @@ impl<S: Storage> Inner<S> {
         // Reported, not refused: the database is open already.
         let look = super::Options {
             accept_writable_by_others: true,
-            ..self.opts.clone()
+            ..self.env.opts.clone()
         };
-        let audit = super::access::audit(&self.storage, &self.dir, &look)?;
+        let audit = super::access::audit(&self.env.storage, &self.env.dir, &look)?;
         c.report.files = audit.entries;
         c.report.readable_by_others = audit.readable_by_others;
         c.report.writable_by_others = audit.writable_by_others;

@@ -14,13 +14,13 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use super::background::{self, StopSignal};
+use super::checkpoint::background::{self, stop_signal, StopSignal};
 use super::engine::Inner;
 use super::stats::STATS_FILE;
-use super::txn::{self, ReadTxn};
-use super::write::WriteTxn;
+use super::txn::read::{self as txn, ReadTxn};
+use super::txn::write::WriteTxn;
 use super::{CheckReport, Options, Stats, WriteOptions};
-use crate::error::{Error, Result};
+use crate::error::{Error, IoOp, Result};
 use crate::health;
 use crate::io::{OsStorage, Storage};
 
@@ -111,7 +111,7 @@ impl<S: Storage> Database<S> {
     /// # Errors
     /// As [`Database::open`].
     pub fn open_with(storage: S, path: &Path, opts: Options) -> Result<Self> {
-        super::open::open(storage, path, opts)
+        start_threads(super::open::open(storage, path, opts)?)
     }
 
     /// Begins a read transaction: a snapshot of the last commit, which
@@ -121,7 +121,7 @@ impl<S: Storage> Database<S> {
     /// [`Error::Poisoned`](crate::Error::Poisoned) once the database has
     /// failed.
     pub fn begin_read(&self) -> Result<ReadTxn<'_, S>> {
-        self.inner.health.check()?;
+        self.inner.vitals.health.check()?;
         ReadTxn::new(&self.inner)
     }
 
@@ -156,14 +156,14 @@ impl<S: Storage> Database<S> {
     /// # Errors
     /// As [`begin_write`](Self::begin_write).
     pub fn begin_write_with(&self, opts: &WriteOptions) -> Result<WriteTxn<'_, S>> {
-        self.inner.health.check()?;
+        self.inner.vitals.health.check()?;
         self.inner.wait_for_log_space();
         // The database may have failed during the wait.
-        self.inner.health.check()?;
-        if !self.inner.opts.serial_writers {
+        self.inner.vitals.health.check()?;
+        if !self.inner.env.opts.serial_writers {
             return WriteTxn::new(&self.inner, *opts, None);
         }
-        if self.inner.writer.held_by_this_thread() {
+        if self.inner.txns.writer.held_by_this_thread() {
             return Err(Error::InvalidArgument(
                 "this thread already holds the database's write transaction; commit or drop \
                  it before beginning another (Options::serial_writers runs one at a time)"
@@ -171,8 +171,12 @@ impl<S: Storage> Database<S> {
             ));
         }
         let t = Instant::now();
-        let ticket = self.inner.writer.acquire(opts.lock_timeout);
-        self.inner.counters.writer_lock_wait.record(t.elapsed());
+        let ticket = self.inner.txns.writer.acquire(opts.lock_timeout);
+        self.inner
+            .vitals
+            .counters
+            .writer_lock_wait
+            .record(t.elapsed());
         let Some(ticket) = ticket else {
             return Err(Error::LockTimeout {
                 key: "(the one write transaction of Options::serial_writers)".into(),
@@ -210,6 +214,7 @@ impl<S: Storage> Database<S> {
                 Err(e) if e.is_retryable() && attempt + 1 < TRANSACTION_ATTEMPTS_MAX => {
                     attempt += 1;
                     self.inner
+                        .vitals
                         .counters
                         .retries
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -230,7 +235,7 @@ impl<S: Storage> Database<S> {
     /// # Errors
     /// As [`ReadTxn::get`].
     pub fn prefetch(&self, keys: &[&[u8]]) -> Result<()> {
-        self.inner.health.check()?;
+        self.inner.vitals.health.check()?;
         for key in keys {
             txn::get_committed(&self.inner, key)?;
         }
@@ -244,8 +249,8 @@ impl<S: Storage> Database<S> {
     /// # Errors
     /// I/O errors; the previous checkpoint stays valid then.
     pub fn checkpoint(&self) -> Result<()> {
-        self.inner.health.check()?;
-        let _guard = health::PanicGuard(&self.inner.health);
+        self.inner.vitals.health.check()?;
+        let _guard = health::PanicGuard(&self.inner.vitals.health);
         self.inner.checkpoint()
     }
 
@@ -270,8 +275,8 @@ impl<S: Storage> Database<S> {
         dest: impl AsRef<Path>,
         opts: &crate::backup::BackupOptions,
     ) -> Result<crate::backup::BackupReport> {
-        self.inner.health.check()?;
-        let _guard = health::PanicGuard(&self.inner.health);
+        self.inner.vitals.health.check()?;
+        let _guard = health::PanicGuard(&self.inner.vitals.health);
         crate::backup::take::backup(&*self.inner, dest.as_ref(), opts)
     }
 
@@ -283,10 +288,10 @@ impl<S: Storage> Database<S> {
     /// [`Error::Corruption`](crate::Error::Corruption) describing the first
     /// problem found.
     pub fn check(&self) -> Result<CheckReport> {
-        self.inner.health.check()?;
-        let _guard = health::PanicGuard(&self.inner.health);
+        self.inner.vitals.health.check()?;
+        let _guard = health::PanicGuard(&self.inner.vitals.health);
         let report = self.inner.check();
-        self.inner.health.observe(report)
+        self.inner.vitals.health.observe(report)
     }
 
     /// Runs one round of the log archiver now, with its clock moved
@@ -299,8 +304,8 @@ impl<S: Storage> Database<S> {
     /// The round's failure (counted in `stats().archive`).
     #[doc(hidden)]
     pub fn archive_round_for_test(&self, clock_ahead: std::time::Duration) -> Result<bool> {
-        self.inner.health.check()?;
-        let _guard = health::PanicGuard(&self.inner.health);
+        self.inner.vitals.health.check()?;
+        let _guard = health::PanicGuard(&self.inner.vitals.health);
         self.inner.archive_round_for_test(clock_ahead)
     }
 
@@ -311,7 +316,7 @@ impl<S: Storage> Database<S> {
 
     /// The database directory.
     pub fn path(&self) -> &Path {
-        &self.inner.dir
+        &self.inner.env.dir
     }
 
     /// Checkpoints and closes. Dropping without closing is safe too: the next
@@ -320,8 +325,8 @@ impl<S: Storage> Database<S> {
     /// # Errors
     /// As [`checkpoint`](Self::checkpoint).
     pub fn close(self) -> Result<()> {
-        self.inner.health.check()?;
-        let _guard = health::PanicGuard(&self.inner.health);
+        self.inner.vitals.health.check()?;
+        let _guard = health::PanicGuard(&self.inner.vitals.health);
         self.inner
             .checkpoint_as(crate::buffer::WriteCause::Shutdown)
     }
@@ -334,7 +339,7 @@ impl<S: Storage> Drop for Database<S> {
         if let Some(wal) = self.inner.log.wal_if_open() {
             let _ = wal.flush(wal.appended_lsn());
         }
-        background::stop(&self.inner.checkpointer);
+        background::stop(&self.inner.ckpt.checkpointer);
         if let Some(h) = self.checkpointer.take() {
             let _ = h.join();
         }
@@ -352,18 +357,56 @@ impl<S: Storage> Drop for Database<S> {
             let _ = wal.seal();
         }
         // Published stats describe an open database only.
-        if self.inner.opts.publish_stats {
+        if self.inner.env.opts.publish_stats {
             let _ = self
                 .inner
+                .env
                 .storage
-                .remove_file(&self.inner.dir.join(STATS_FILE));
+                .remove_file(&self.inner.env.dir.join(STATS_FILE));
         }
         // Closing the queue ends the readers once they finish their read.
-        drop(health::lock_even_poisoned(&self.inner.readahead).take());
+        drop(self.inner.readahead.lock_even_poisoned().take());
         for h in self.readers.drain(..) {
             let _ = h.join();
         }
         assert!(self.checkpointer.is_none() && self.cleaner.is_none() && self.archiver.is_none());
         assert!(self.readers.is_empty(), "every background thread is joined");
     }
+}
+
+/// Starts the background threads of an engine just opened (unless the
+/// options turn them off) and returns the handle that owns them.
+///
+/// The checkpointer and the cleaner are the engine's: without the first
+/// the log would grow until committers wait for a checkpoint nobody runs.
+/// If the operating system refuses either thread, open fails (those started
+/// are stopped when the handle drops). The readahead readers, the archiver
+/// and the log's segment preparer are helpers whose work the foreground
+/// does without them.
+fn start_threads<S: Storage>(inner: Arc<Inner<S>>) -> Result<Database<S>> {
+    let mut db = Database {
+        inner,
+        checkpointer: None,
+        cleaner: None,
+        cleaner_stop: stop_signal(),
+        archiver: None,
+        readers: Vec::new(),
+    };
+    if !db.inner.env.opts.background_threads {
+        return Ok(db);
+    }
+    let weak = Arc::downgrade(&db.inner);
+    let refused = |source| Error::from_io(IoOp::SpawnThread, &db.inner.env.dir, None, source);
+    db.checkpointer = Some(
+        background::spawn_checkpointer(weak.clone(), Arc::clone(&db.inner.ckpt.checkpointer))
+            .map_err(refused)?,
+    );
+    db.cleaner = Some(
+        background::spawn_cleaner(weak.clone(), Arc::clone(&db.cleaner_stop)).map_err(refused)?,
+    );
+    db.readers = background::spawn_readers(&db.inner);
+    if db.inner.archive.is_some() {
+        db.archiver = background::spawn_archiver(weak, Arc::clone(&db.cleaner_stop));
+    }
+    Ok(db)
 }

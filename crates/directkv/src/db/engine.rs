@@ -1,213 +1,82 @@
 //! The state one open database shares between its handle, its transactions
-//! and its background threads ([`Inner`]), and the log as the buffer pool
-//! sees it ([`EngineLog`]).
+//! and its background threads ([`Inner`]), cut into parts that own their
+//! fields: [`Env`] (fixed at open), [`TxnCore`], [`CheckpointState`],
+//! [`Vitals`], beside the log ([`super::engine_log`]) and the pool.
 //!
-//! The log has two phases, in this order:
-//! - `Replaying` (open's redo): the WAL object does not exist yet, and every
-//!   record replay has read is durable, so the WAL rule holds for any page
-//!   stamped with an LSN up to what was read ([`EngineLog::replayed_to`]).
-//! - `Open`: the WAL accepts appends; durability is the WAL's.
+//! # Lock order
 //!
-//! [`EngineLog::open`] is the one transition, asserted to happen once and
-//! to start the WAL at or past everything replay read.
+//! The engine's locks, outermost first. A thread holding one may wait only
+//! for a lock below it in this list; the ranked ones carry their
+//! [`Rank`](super::lock_rank::Rank) and debug builds panic on a wait out of
+//! order ([`super::lock_rank`]). A `try_lock` never waits and may go
+//! against the order.
+//!
+//! | rank | lock | held by |
+//! |------|------|---------|
+//! | (0)  | `TxnCore::writer`, the ticket of `serial_writers` | a write transaction, begin to end |
+//! | (0)  | row locks (`TxnCore::locks`) | a write transaction, first write to end; waited for outside the commit section |
+//! | 1    | `CheckpointState::checkpointing` | a checkpoint, a backup's checkpoint |
+//! | 2    | `TxnCore::committer` | the commit section |
+//! | 3    | `TxnCore::tree` | a commit's apply (exclusive), a checkpoint's start (exclusive), a reader retrying (shared) |
+//! | 4    | `CheckpointState::control` | a checkpoint naming itself, open, backups, the archiver |
+//! | 5    | `Inner::readahead` | a queue of readahead |
+//!
+//! Leaves (no engine lock is taken while one is held, so they are not
+//! ranked): the locks inside `VersionStore`, `LockTable`'s table,
+//! `SpareBuffers`, `Summaries`, `CheckpointState::log_space` and
+//! `checkpointer` (condvar mutexes guarding a flag or nothing),
+//! `Inner::log_pins`, the archiver's own, and every lock of the layers
+//! below (pool, WAL, scheduler, I/O), which never call back up.
 //!
 //! Invariants:
-//! - The replayed LSN only grows, and no page write during replay asks for
-//!   durability past it.
 //! - Every operation of a [`Database`](super::Database) checks
-//!   [`Inner::health`] first; once failed, it stays failed.
+//!   [`Vitals::health`] first; once failed, it stays failed.
+//! - Ranked locks are taken in increasing rank on every thread.
 
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::sync::{Arc, Mutex};
 
-use super::commit::SpareBuffers;
-use super::control::ControlFile;
-use super::locks::LockTable;
-use super::records::Meta;
-use super::shape::TreeShape;
-use super::stats::{Counters, RecoveryStats};
-use super::ticket::TicketLock;
-use super::versions::VersionStore;
-use super::Options;
-use crate::buffer::{BufferPool, LogFlusher};
-use crate::error::Result;
-use crate::format::{PageId, TxnId};
-use crate::health::{self, Health};
-use crate::io::{Aio, Storage, SyncVariant};
+use super::checkpoint::state::CheckpointState;
+use super::env::Env;
+use super::lock_rank::RankedMutex;
+use super::txn::core::TxnCore;
+use super::vitals::Vitals;
+
+use super::engine_log::{EngineLog, Pool};
+use crate::format::PageId;
+use crate::io::Storage;
 use crate::lsn::Lsn;
-use crate::sched::Scheduler;
 use crate::wal::Wal;
 
-/// The buffer pool of a database, over its data file and its log.
-pub(crate) type Pool<S> = BufferPool<S, EngineLog<S>>;
-
-/// The log as the buffer pool sees it (see the module docs for its phases).
-pub(crate) struct EngineLog<S: Storage> {
-    /// `Replaying`: the end of the records replay has read.
-    replayed: AtomicU64,
-    /// `Open` once set.
-    wal: OnceLock<Wal<S>>,
-}
-
-impl<S: Storage> EngineLog<S> {
-    /// A log in its replay phase, starting at the redo point.
-    pub(crate) fn replaying(redo: Lsn) -> Self {
-        EngineLog {
-            replayed: AtomicU64::new(redo.get()),
-            wal: OnceLock::new(),
-        }
-    }
-
-    /// Replay has read (and so found durable) the log up to `end`.
-    pub(crate) fn replayed_to(&self, end: Lsn) {
-        assert!(
-            self.wal.get().is_none(),
-            "replay reads before the WAL opens"
-        );
-        let before = self.replayed.fetch_max(end.get(), Ordering::AcqRel);
-        assert!(before <= end.get(), "replay reads the log in order");
-    }
-
-    /// The transition to `Open`: the WAL, opened at the end of what replay
-    /// read, takes over.
-    pub(crate) fn open(&self, wal: Wal<S>) {
-        let replayed = self.replayed.load(Ordering::Acquire);
-        assert!(
-            wal.end_lsn().get() >= replayed,
-            "the WAL opens at or past the replayed log"
-        );
-        let set = self.wal.set(wal);
-        assert!(set.is_ok(), "the log opens once");
-    }
-
-    /// The open WAL. Panics in the replay phase: only a bug asks for it there.
-    pub(crate) fn wal(&self) -> &Wal<S> {
-        match self.wal.get() {
-            Some(w) => w,
-            None => panic!("the WAL is used before open finished replay"),
-        }
-    }
-
-    /// The open WAL, or `None` during replay.
-    pub(crate) fn wal_if_open(&self) -> Option<&Wal<S>> {
-        self.wal.get()
-    }
-
-    /// The end of the log: what replay read, or the WAL's end once open.
-    pub(crate) fn durable_or_end(&self) -> Lsn {
-        match self.wal.get() {
-            Some(w) => w.end_lsn(),
-            None => Lsn::new(self.replayed.load(Ordering::Acquire)),
-        }
-    }
-
-    /// Waits until the WAL is durable up to `lsn`.
-    pub(crate) fn flush_to_wal(&self, lsn: Lsn) -> Result<()> {
-        self.wal().flush(lsn)
-    }
-}
-
-impl<S: Storage> LogFlusher for EngineLog<S> {
-    fn durable_lsn(&self) -> Lsn {
-        match self.wal.get() {
-            Some(w) => w.durable_lsn(),
-            None => Lsn::new(self.replayed.load(Ordering::Acquire)),
-        }
-    }
-
-    fn replaying(&self) -> bool {
-        self.wal.get().is_none()
-    }
-
-    fn flush_to(&self, lsn: Lsn) -> Result<()> {
-        match self.wal.get() {
-            Some(w) => w.flush(lsn),
-            None => {
-                // Everything replay read is durable; nothing past it exists.
-                let replayed = self.replayed.load(Ordering::Acquire);
-                assert!(
-                    lsn.get() <= replayed,
-                    "a page is newer than the replayed log"
-                );
-                Ok(())
-            }
-        }
-    }
-}
-
-/// The shared state of one open database.
+/// The shared state of one open database: its parts, each owning its
+/// fields and saying what guards each (see the lock order in the module
+/// docs).
 pub(crate) struct Inner<S: Storage> {
-    pub(super) dir: PathBuf,
-    pub(super) opts: Options,
-    pub(super) wal_sync: SyncVariant,
+    /// Directory, options, storage and disk gates. Immutable after open.
+    pub(crate) env: Env<S>,
+    /// The log (its phases: see the module docs). The `Arc` is immutable
+    /// after open; the log synchronises itself.
     pub(crate) log: Arc<EngineLog<S>>,
+    /// The buffer pool (it locks its own frames and tables). Immutable
+    /// after open.
     pub(crate) pool: Pool<S>,
-    /// The tree's root state: a commit holds it exclusively while it changes
-    /// pages (the checkpoint, to start between commits); readers take it
-    /// shared only when the shape kept changing under them.
-    pub(crate) tree: RwLock<Meta>,
-    /// The root and structure sequence readers descend by, lock-free.
-    pub(crate) shape: TreeShape,
-    /// The one writer lock of `Options::serial_writers`.
-    pub(super) writer: TicketLock,
-    /// The commit section's gate: one transaction validates and applies at
-    /// a time. Not first come, first served: a thread that is running takes
-    /// it when it is free instead of waiting for a sleeping next-in-line to
-    /// be woken, which, with many committers on few cores, left it idle
-    /// between holders for longer than it was held. Fairness among writers
-    /// comes from the row locks, whose queues are first come, first served.
-    pub(super) committer: Mutex<()>,
-    /// Row locks of write transactions.
-    pub(super) locks: LockTable,
-    /// Read transactions' snapshots and the before-images they need.
-    pub(super) versions: VersionStore,
-    /// Page-sized buffers commits reuse.
-    pub(super) spare_buffers: SpareBuffers,
-    pub(super) control: Mutex<ControlFile<S>>,
-    /// Held by the checkpoint running, so one runs at a time.
-    pub(super) checkpointing: Mutex<()>,
-    /// Signalled when a checkpoint moves the redo point: committers waiting
-    /// at the log's hard limit wait on it.
-    pub(super) log_space: (Mutex<()>, std::sync::Condvar),
-    /// Stop flag and wake-up of the background checkpointer.
-    pub(super) checkpointer: Arc<(Mutex<bool>, std::sync::Condvar)>,
-    /// Pages last changed at or before this LSN get a full image logged.
-    pub(super) fpi_horizon: AtomicU64,
-    /// The redo LSN of the last checkpoint.
-    pub(super) last_redo: AtomicU64,
-    /// The log segment the data file's head last named as reached.
-    pub(super) reach_stamped: AtomicU64,
-    pub(super) counters: Counters,
-    /// Every disk request's gate.
-    pub(super) sched: Arc<Scheduler>,
-    /// What the replay at open did.
-    pub(super) recovery: RecoveryStats,
-    /// Paths readable beyond `Options::permissions` when the database was
-    /// opened (see [`super::access`]).
-    pub(super) readable_by_others: Vec<std::path::PathBuf>,
-    /// The storage the database's files are on, for the check's look at
-    /// their modes.
-    pub(super) storage: S,
+    /// The tree, writer and commit gates, row locks and version store.
+    pub(crate) txns: TxnCore,
+    /// The control file, the checkpoint gate, log-space pacing and the
+    /// LSNs the last checkpoint set.
+    pub(crate) ckpt: CheckpointState<S>,
+    /// Health, replay figures and counters.
+    pub(crate) vitals: Vitals,
+    /// Queue of the readahead readers (none without background threads);
+    /// the mutex guards the sender, set once by open and taken by close.
+    /// A leaf lock.
+    pub(super) readahead: RankedMutex<Option<std::sync::mpsc::SyncSender<PageId>>>,
     /// Where running backups need the log from: no segment from the
-    /// oldest's on is recycled (a multiset: one entry per backup).
+    /// oldest's on is recycled (a multiset: one entry per backup). The
+    /// mutex guards the list. A leaf lock.
     pub(super) log_pins: Mutex<Vec<Lsn>>,
-    /// The pages changed since the last checkpoint, and the summaries of
-    /// earlier ones ([`super::summary`]).
-    pub(super) summaries: super::summary::Summaries,
-    /// The log archiver's state (with `Options::wal_archive`).
+    /// The log archiver's state (with `Options::wal_archive`); it locks its
+    /// own state. Immutable after open.
     pub(super) archive: Option<super::backup_access::Archive>,
-    /// Callers of [`Database::checkpoint`](super::Database::checkpoint)
-    /// waiting for the running one.
-    pub(super) hurry: AtomicU64,
-    /// The asynchronous I/O engine of the data file (none for storage that
-    /// runs batches one request at a time, such as the simulated disk).
-    pub(super) aio: Option<Arc<Aio>>,
-    /// Queue of the readahead readers (none without background threads).
-    pub(super) readahead: Mutex<Option<std::sync::mpsc::SyncSender<PageId>>>,
-    /// Running or failed (see [`crate::health`]).
-    pub(crate) health: Health,
-    pub(super) _lock: S::Lock,
 }
 
 impl<S: Storage> Inner<S> {
@@ -216,25 +85,18 @@ impl<S: Storage> Inner<S> {
         self.log.wal()
     }
 
-    /// The time a commit record written now carries: the wall clock in
-    /// µs, but never before the last commit's (called in the serial commit
-    /// section, so commit times rise with LSNs).
-    pub(crate) fn commit_time_us(&self) -> u64 {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
-        let last = self
-            .counters
-            .commit_clock_us
-            .fetch_max(now, Ordering::AcqRel);
-        let t = now.max(last);
-        assert!(t >= last, "commit times never go backwards");
-        t
-    }
-
-    /// A new transaction id.
-    pub(crate) fn next_txn(&self) -> TxnId {
-        TxnId::new(self.counters.next_txn.fetch_add(1, Ordering::Relaxed))
+    /// What the commit pipeline needs of the engine (see
+    /// [`CommitEnv`](super::txn::commit::CommitEnv)).
+    pub(crate) fn commit_env(&self) -> super::txn::commit::CommitEnv<'_, S> {
+        super::txn::commit::CommitEnv {
+            pool: &self.pool,
+            log: &self.log,
+            shape: &self.txns.shape,
+            spare: &self.txns.spare_buffers,
+            clock: &self.vitals.counters,
+            summaries: &self.ckpt.summaries,
+            compress_page_images: self.env.opts.compress_page_images,
+        }
     }
 
     /// Queues reads of those of `pages` not in the pool; returns how many it
@@ -242,7 +104,7 @@ impl<S: Storage> Inner<S> {
     pub(crate) fn read_ahead(&self, pages: &[PageId]) -> usize {
         // Readahead is a hint: with its queue's lock poisoned, none is queued
         // (the reader that panicked has failed the database already).
-        let Ok(q) = health::lock(&self.readahead) else {
+        let Ok(q) = self.readahead.lock() else {
             return 0;
         };
         let Some(tx) = q.as_ref() else { return 0 };
@@ -256,11 +118,11 @@ impl<S: Storage> Inner<S> {
     /// After a commit: wakes the background checkpointer when the log has
     /// grown enough, and names a new log segment in the data file's head.
     pub(crate) fn after_commit(&self) {
-        if self.wal_since_checkpoint() >= self.opts.checkpoint_wal_bytes {
-            self.checkpointer.1.notify_one();
+        if self.wal_since_checkpoint() >= self.env.opts.checkpoint_wal_bytes {
+            self.ckpt.checkpointer.1.notify_one();
         }
         // The commit is durable either way; a failed head write stops the
         // engine like any failed write.
-        let _ = self.health.observe(self.stamp_log_reach());
+        let _ = self.vitals.health.observe(self.stamp_log_reach());
     }
 }

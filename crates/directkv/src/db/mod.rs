@@ -2,56 +2,51 @@
 //! engine around them, each in its own file.
 //!
 //! - [`database`]: `Database`, its operations and orderly drop.
-//! - [`txn`]: read transactions and range iterators; [`write`]: write
-//!   transactions, many at once; [`locks`]: their row locks; [`ticket`]:
-//!   the first-come, first-served writer lock of `serial_writers`; [`commit`]:
-//!   applying a transaction (page records, apply, log); [`records`]: the
-//!   engine's WAL records; [`versions`]: snapshots and the version store;
-//!   [`shape`]: how readers descend while a commit changes the tree.
-//! - [`open`]: create or recover, and start the threads; [`recovery`]: the
-//!   replay of the WAL at open.
-//! - [`checkpoint`]: checkpoints and log-space pacing; [`background`]: the
-//!   checkpointer, cleaner and readahead threads.
-//! - [`engine`]: the state they share; [`options`] and [`stats`]: what a
-//!   user sets and reads; [`check`]: the structural check.
+//! - [`txn`]: transactions: reads, writes, row locks, the writer ticket,
+//!   the commit pipeline, versions and the tree's shape; [`records`]: the
+//!   engine's WAL records.
+//! - [`open`]: create or recover, and start the threads (with `open::claim`,
+//!   taking the directory, and `open::recovery`, the replay of the WAL).
+//! - [`checkpoint`]: checkpoints and log-space pacing, the control file,
+//!   the changed-page summaries, and the background threads.
+//! - [`engine`]: the state they share, cut into parts that own their
+//!   fields: [`env`] (fixed at open), `txn::core` (tree, gates, row locks,
+//!   versions), `checkpoint::state` (control file, checkpoint gate,
+//!   log-space pacing), [`vitals`] (health, counters); [`options`] and [`stats`]:
+//!   what a user sets and reads; [`check`]: the structural check.
 //! - [`backup_access`]: the one door to and from `backup/` (the backup's
 //!   and the log archiver's `Engine`, and the archiver's entry points).
 
 mod access;
-mod background;
 mod backup_access;
 mod check;
 mod checkpoint;
-mod commit;
-mod control;
 mod database;
 mod engine;
-mod locks;
+mod engine_log;
+mod env;
+mod lock_rank;
 mod open;
 mod options;
 pub mod records;
-mod recovery;
-mod shape;
+mod report;
 mod stats;
-mod summary;
-mod ticket;
 mod txn;
-mod versions;
-mod write;
+mod vitals;
 
 pub use access::FileAccess;
-pub use backup_access::{ArchiveChange, ArchiveStats};
 pub use check::CheckReport;
-pub use checkpoint::WAL_HARD_LIMIT_FACTOR;
-pub use control::ControlFile;
+pub(crate) use checkpoint::control::random_id;
+pub use checkpoint::control::ControlFile;
+pub use checkpoint::run::WAL_HARD_LIMIT_FACTOR;
 pub use database::{Database, TRANSACTION_ATTEMPTS_MAX};
-pub(crate) use open::random_id;
 pub use options::{
-    Durability, Isolation, Options, WriteOptions, CHECKPOINT_WAL_BYTES_MIN, VERSION_STORE_BYTES_MIN,
+    ArchiveChange, Durability, Isolation, Options, WriteOptions, CHECKPOINT_WAL_BYTES_MIN,
+    VERSION_STORE_BYTES_MIN,
 };
 pub(crate) use records::{decode_commit_time as commit_record_time, COMMIT as COMMIT_RECORD};
-pub use stats::TxnStats;
+pub use stats::{ArchiveStats, TxnStats};
 pub use stats::{BackupProgress, RecoveryStats, StallHistograms, Stalls, Stats, STATS_FILE};
-pub use txn::{RangeIter, ReadTxn};
-pub use versions::SnapshotStats;
-pub use write::WriteTxn;
+pub use txn::read::{RangeIter, ReadTxn};
+pub use txn::versions::SnapshotStats;
+pub use txn::write::WriteTxn;

@@ -10,8 +10,8 @@
 //! directory is empty); open `data` with the
 //! direct-I/O policy and the buffer pool over it; open the WAL from
 //! `CONTROL`'s redo point, replaying every committed transaction
-//! ([`super::recovery`]); then accept transactions and start the
-//! background threads ([`super::background`]). A first open, and an open
+//! ([`recovery`]); then accept transactions and start the
+//! background threads ([`super::checkpoint::background`]). A first open, and an open
 //! that replayed transactions, checkpoint before they return.
 //!
 //! Invariants:
@@ -26,34 +26,40 @@
 //!   at the name is written through.
 
 use std::path::Path;
-use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 
 use super::access::{self, Audit};
-use super::background::{self, stop_signal};
-use super::commit::SpareBuffers;
-use super::control::ControlFile;
-use super::engine::{EngineLog, Inner, Pool};
-use super::recovery::{self, Recovered};
-use super::shape::TreeShape;
+use super::checkpoint::background::stop_signal;
+use super::checkpoint::control::ControlFile;
+use super::checkpoint::state::CheckpointState;
+use super::checkpoint::summary::Summaries;
+use super::engine::Inner;
+use super::engine_log::{EngineLog, Pool};
+use super::env::Env;
+use super::lock_rank::{Rank, RankedMutex};
 use super::stats::Counters;
-use super::summary::Summaries;
-use super::ticket::TicketLock;
-use super::versions::VersionStore;
-use super::{Database, Options};
+use super::txn::core::TxnCore;
+use super::vitals::Vitals;
+use super::Options;
 use crate::btree::node;
 use crate::buffer::BufferPool;
 use crate::constants::LOG_BYTES_PER_PAGE_MIN;
-use crate::error::{Error, IoOp, Result};
+use crate::error::{Error, Result};
 use crate::format::control::Control;
 use crate::format::data_head;
 use crate::format::page;
 use crate::format::{DbId, PageId};
-use crate::health::{self, Health};
+use crate::health::Health;
 use crate::io::{Aio, AioBackend, DirectIo, FileOptions, Storage, SyncMethod, SyncVariant};
 use crate::lsn::Lsn;
 use crate::sched::{IoClass, ScheduledFile, Scheduler};
 use crate::wal::WalOptions;
+use recovery::Recovered;
+
+mod claim;
+mod recovery;
+
+use claim::claim;
 
 const CONTROL_NAME: &str = "CONTROL";
 const DATA_NAME: &str = "data";
@@ -61,7 +67,8 @@ const LOCK_NAME: &str = "LOCK";
 const CONTROL_TMP_NAME: &str = "CONTROL.tmp";
 
 /// Opens (creating or recovering) the database in `path` on `storage`.
-pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result<Database<S>> {
+/// The engine is ready; [`Database`](super::Database) starts its threads.
+pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result<Arc<Inner<S>>> {
     check_page_size(opts.page_bytes)?;
     check_checkpoint_distance(&opts)?;
     // Every request of the database's files asks this scheduler, the ones
@@ -95,41 +102,31 @@ pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result
     log.open(wal);
     let version_cap = opts.version_store_cap();
     let mut inner = Inner {
-        dir: path.to_path_buf(),
-        wal_sync,
-        opts,
+        env: Env {
+            dir: path.to_path_buf(),
+            opts,
+            wal_sync,
+            storage: storage.clone(),
+            readable_by_others: audit.readable_by_others,
+            sched: Arc::clone(&sched),
+            aio,
+            _lock: lock,
+        },
         log,
         pool,
-        tree: RwLock::new(meta),
-        shape: TreeShape::new(meta.root),
-        writer: TicketLock::default(),
-        committer: Mutex::new(()),
-        locks: Default::default(),
-        versions: VersionStore::new(version_cap),
-        spare_buffers: SpareBuffers::default(),
-        control: Mutex::new(control),
-        checkpointing: Mutex::new(()),
-        log_space: (Mutex::new(()), std::sync::Condvar::new()),
-        checkpointer: stop_signal(),
-        fpi_horizon: AtomicU64::new(c.redo_lsn.get()),
-        last_redo: AtomicU64::new(c.redo_lsn.get()),
-        reach_stamped: AtomicU64::new(0),
-        counters: Counters::starting_at(next_txn, last_commit_us),
-        readahead: Mutex::new(None),
-        sched: Arc::clone(&sched),
-        hurry: AtomicU64::new(0),
+        txns: TxnCore::new(meta, version_cap),
+        ckpt: CheckpointState::new(control, c.redo_lsn, stop_signal(), summaries),
+        vitals: Vitals {
+            counters: Counters::starting_at(next_txn, last_commit_us),
+            recovery: stats,
+            health: Health::new(path),
+        },
+        readahead: RankedMutex::new(Rank::Readahead, None),
         log_pins: Mutex::new(Vec::new()),
         archive,
-        summaries,
-        aio,
-        recovery: stats,
-        readable_by_others: audit.readable_by_others,
-        storage: storage.clone(),
-        health: Health::new(path),
-        _lock: lock,
     };
     checkpoint_if_due(&mut inner, &c)?;
-    start_threads(Arc::new(inner))
+    Ok(Arc::new(inner))
 }
 
 /// Refuses a checkpoint distance below [`super::options::CHECKPOINT_WAL_BYTES_MIN`]:
@@ -194,45 +191,6 @@ fn read_control<S: Storage>(
     Ok((control, m.end()))
 }
 
-/// Looks at `path` before writing anything (a refused open leaves no
-/// trace), creates the directory if it may, holds it open from then on
-/// (every file in it is reached through that handle: [`Storage::anchor`]),
-/// refuses one others may write, takes `LOCK`, creates the database if there
-/// is none yet, and removes the scratch files a killed sync probe left.
-/// Returns the storage holding the directory.
-fn claim<S: Storage>(
-    storage: &S,
-    path: &Path,
-    opts: &Options,
-    sched: &Arc<Scheduler>,
-) -> Result<(S, S::Lock, Audit)> {
-    if look(storage, path, opts, sched)? == Found::Creatable {
-        crate::io::create_dir_synced(storage, path, opts.permissions)?;
-    }
-    let storage = storage.anchor(path)?;
-    // The WAL directory too, if it is there, before anything in it is
-    // looked at: a symlink at the default `wal/` is refused here, before
-    // the audit or the removal of leftovers could reach through it.
-    let wal = access::wal_dir(path, opts);
-    let storage = if storage.exists(&wal) {
-        storage.anchor(&wal)?
-    } else {
-        storage
-    };
-    let audit = access::audit(&storage, path, opts)?;
-    let lock = storage.lock_exclusive(&path.join(LOCK_NAME), opts.permissions)?;
-    // Again under the lock: another opener may have created it meanwhile.
-    if look(&storage, path, opts, sched)? == Found::Creatable {
-        create(&storage, path, opts, sched)?;
-    }
-    if storage.exists(&wal) {
-        crate::io::profile::remove_scratch_leftovers(&storage, &wal)?;
-    }
-    crate::io::profile::remove_scratch_leftovers(&storage, path)?;
-    assert!(!audit.entries.is_empty(), "the directory was looked at");
-    Ok((storage, lock, audit))
-}
-
 /// Checkpoints before open returns, when it is the first open of a new
 /// database (`CONTROL` then names the new log before any transaction can
 /// need it: see [`wal_options`]) or replay changed pages (the
@@ -244,175 +202,18 @@ fn checkpoint_if_due<S: Storage>(inner: &mut Inner<S>, c: &Control) -> Result<()
     // A copy of a backup, or a database whose line of history was lost,
     // starts a line of its own at this checkpoint.
     let new_line = c.flags & crate::format::control::FLAG_BACKUP != 0 || c.history_lost;
-    if c.checkpoint_lsn != Lsn::ZERO && inner.recovery.transactions == 0 && !new_line {
+    if c.checkpoint_lsn != Lsn::ZERO && inner.vitals.recovery.transactions == 0 && !new_line {
         return Ok(());
     }
     let t = std::time::Instant::now();
     inner.checkpoint_as(crate::buffer::WriteCause::Recovery)?;
-    inner.recovery.checkpoint_micros = t.elapsed().as_micros() as u64;
+    inner.vitals.recovery.checkpoint_micros = t.elapsed().as_micros() as u64;
     assert!(
-        health::lock(&inner.control)?.current().checkpoint_lsn > Lsn::ZERO,
+        inner.ckpt.control.lock()?.current().checkpoint_lsn > Lsn::ZERO,
         "a checkpoint names its record"
     );
     Ok(())
 }
-
-/// What open finds at the database path before it writes anything.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Found {
-    /// A database: `CONTROL` is there.
-    Database,
-    /// Nothing yet, or what an interrupted creation leaves, and creation is
-    /// allowed.
-    Creatable,
-}
-
-/// Looks at `path` without changing anything. A directory without
-/// `CONTROL` may hold only what an interrupted creation leaves (it writes
-/// `CONTROL` last), each recognised by its content, not its name
-/// ([`left_shape`]): `LOCK` naming its holder, `data` starting with a page
-/// of this engine or zero, `CONTROL.tmp` whose slots are each zero or start
-/// with the control magic, or any of them empty; and the alignment probe's
-/// file. Anything else is someone else's, and open refuses, naming it.
-fn look<S: Storage>(
-    storage: &S,
-    path: &Path,
-    opts: &Options,
-    sched: &Arc<Scheduler>,
-) -> Result<Found> {
-    let refuse = |detail: String| Error::NotADatabase {
-        path: path.to_path_buf(),
-        detail,
-    };
-    if !storage.exists(path) {
-        if !opts.create_if_missing {
-            return Err(refuse(
-                "no such directory, and create_if_missing is off".into(),
-            ));
-        }
-        return Ok(Found::Creatable);
-    }
-    if storage.exists(&path.join(CONTROL_NAME)) {
-        return Ok(Found::Database);
-    }
-    for name in storage.list_dir(path)? {
-        // A probe's file, of a concurrent opener or of one killed before it
-        // removed it (removed after the creation, in `claim`).
-        if crate::io::profile::is_align_probe_file(storage, path, &name) {
-            continue;
-        }
-        if !left_by_creation(storage, path, &name, sched)? {
-            return Err(refuse(format!(
-                "the directory has no CONTROL file and holds {name:?}, which this engine did \
-                 not write; refusing to create a database over it"
-            )));
-        }
-    }
-    if !opts.create_if_missing {
-        return Err(refuse(
-            "no database here (no CONTROL file) and create_if_missing is off".into(),
-        ));
-    }
-    Ok(Found::Creatable)
-}
-
-/// What an interrupted creation may leave in a file of one name: the file
-/// is at most `max_len` bytes, and each `block`-byte block of its first
-/// `checked` bytes is zero or carries `magic` at `at`.
-struct LeftShape {
-    at: usize,
-    magic: &'static [u8],
-    max_len: u64,
-    checked: u64,
-    block: usize,
-}
-
-/// The most a creation writes to `data`: two pages of the largest size.
-const DATA_CREATED_BYTES: usize = 2 * page::PAGE_SIZES[page::PAGE_SIZES.len() - 1] as usize;
-const _: () = {
-    let mut i = 0;
-    while i < page::PAGE_SIZES.len() {
-        assert!(2 * page::PAGE_SIZES[i] as usize <= DATA_CREATED_BYTES);
-        i += 1;
-    }
-};
-
-/// The shape of `name`, if an interrupted creation can leave it.
-/// - `LOCK` names its holder (its first block does; the rest is not read).
-/// - `data` is written whole (two pages) and synced before `CONTROL.tmp`
-///   exists; a crash before that sync may leave it sized but zero.
-/// - `CONTROL.tmp` is allocated zero-filled, then slot 1 and slot 0 are
-///   written, each synced ([`ControlFile::create_with`]).
-fn left_shape(name: &str) -> Option<LeftShape> {
-    use crate::format::control::{CONTROL_MAGIC, SLOT_BYTES};
-    Some(match name {
-        LOCK_NAME => LeftShape {
-            at: 0,
-            magic: crate::io::LOCK_HOLDER_PREFIX.as_bytes(),
-            max_len: u64::MAX,
-            checked: HEAD_BYTES as u64,
-            block: HEAD_BYTES,
-        },
-        DATA_NAME => LeftShape {
-            at: 4,
-            magic: &page::PAGE_MAGIC,
-            max_len: DATA_CREATED_BYTES as u64,
-            checked: DATA_CREATED_BYTES as u64,
-            block: DATA_CREATED_BYTES,
-        },
-        CONTROL_TMP_NAME => LeftShape {
-            at: 0,
-            magic: &CONTROL_MAGIC,
-            max_len: 2 * SLOT_BYTES as u64,
-            checked: 2 * SLOT_BYTES as u64,
-            block: SLOT_BYTES,
-        },
-        _ => return None,
-    })
-}
-
-/// Whether `name` in `path` is a file an interrupted creation of this
-/// engine leaves (see [`look`] and [`left_shape`]).
-fn left_by_creation<S: Storage>(
-    storage: &S,
-    path: &Path,
-    name: &str,
-    sched: &Arc<Scheduler>,
-) -> Result<bool> {
-    let Some(shape) = left_shape(name) else {
-        return Ok(false);
-    };
-    let file = ScheduledFile::new(
-        storage.open(
-            &path.join(name),
-            &FileOptions {
-                read_only: true,
-                direct_io: DirectIo::Off,
-                ..FileOptions::default()
-            },
-        )?,
-        Arc::clone(sched),
-    );
-    let len = file.len()?;
-    if len > shape.max_len {
-        return Ok(false);
-    }
-    let mut buf = crate::io::AlignedBuf::new(shape.block, HEAD_BYTES as u32)?;
-    for offset in (0..len.min(shape.checked)).step_by(shape.block) {
-        let n = file.read_at(IoClass::Read, buf.io_all_mut(), offset)?;
-        assert!(n <= shape.block, "a read fills at most its buffer");
-        let got = &buf.as_slice()[..n];
-        let marked = got.get(shape.at..shape.at + shape.magic.len()) == Some(shape.magic);
-        if !(marked || got.iter().all(|&b| b == 0)) {
-            return Ok(false);
-        }
-    }
-    Ok(true)
-}
-
-/// The alignment of [`left_by_creation`]'s buffer, and the block of `LOCK`
-/// it reads.
-const HEAD_BYTES: usize = 512;
 
 /// The WAL's options: its directory, sync method, segment size, scheduler,
 /// and what the log must prove at open (reach CONTROL's checkpoint record
@@ -559,43 +360,6 @@ fn check_data_head<S: Storage>(pool: &Pool<S>, c: &Control) -> Result<Lsn> {
     }
 }
 
-/// Starts the background threads (unless the options turn them off) and
-/// returns the handle that owns them.
-///
-/// The checkpointer and the cleaner are the engine's: without the first
-/// the log would grow until committers wait for a checkpoint nobody runs.
-/// If the operating system refuses either thread, open fails (those started
-/// are stopped when the handle drops). The readahead readers, the archiver
-/// and the log's segment preparer are helpers whose work the foreground
-/// does without them.
-fn start_threads<S: Storage>(inner: Arc<Inner<S>>) -> Result<Database<S>> {
-    let mut db = Database {
-        inner,
-        checkpointer: None,
-        cleaner: None,
-        cleaner_stop: stop_signal(),
-        archiver: None,
-        readers: Vec::new(),
-    };
-    if !db.inner.opts.background_threads {
-        return Ok(db);
-    }
-    let weak = Arc::downgrade(&db.inner);
-    let refused = |source| Error::from_io(IoOp::SpawnThread, &db.inner.dir, None, source);
-    db.checkpointer = Some(
-        background::spawn_checkpointer(weak.clone(), Arc::clone(&db.inner.checkpointer))
-            .map_err(refused)?,
-    );
-    db.cleaner = Some(
-        background::spawn_cleaner(weak.clone(), Arc::clone(&db.cleaner_stop)).map_err(refused)?,
-    );
-    db.readers = background::spawn_readers(&db.inner);
-    if db.inner.archive.is_some() {
-        db.archiver = background::spawn_archiver(weak, Arc::clone(&db.cleaner_stop));
-    }
-    Ok(db)
-}
-
 /// The log archiver's state, with the archive setting recorded with the
 /// database or given in the options ([`super::backup_access::archive_setting`]): the
 /// setting this open takes is recorded (durably) before anything is
@@ -671,21 +435,6 @@ fn check_archive_dir(dir: &Path, db: &Path, wal: &Path) -> Result<()> {
     Ok(())
 }
 
-pub(crate) fn random_id() -> DbId {
-    let mut id = [0u8; 16];
-    // SAFETY: `id` is a writable buffer of 16 bytes for the call.
-    let n = unsafe { libc::getrandom(id.as_mut_ptr().cast(), id.len(), 0) };
-    if n != 16 {
-        // Fall back to time and pid: unique enough to tell databases apart.
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
-        id.copy_from_slice(&(t ^ (u128::from(std::process::id()) << 64)).to_le_bytes());
-    }
-    id
-}
-
 /// The WAL's sync method when none is given: the fastest durable one the
 /// device profile of `wal_dir` recorded (measured now and saved if there is
 /// none), among the direct variants when the database uses direct I/O and
@@ -728,90 +477,4 @@ fn choose_sync(opts: &Options, wal_dir: &crate::io::At<'_>) -> SyncVariant {
         .and_then(|_| crate::io::profile::DeviceProfile::load_for_dir(wal_dir))
         .and_then(|p| fastest(&p.measured))
         .unwrap_or(fallback)
-}
-
-/// A new database's first two pages, sealed: page 0 is reserved (the
-/// data file's head), page 1 the empty root leaf.
-fn first_pages(page_bytes: u32, unit: u32, db_id: &DbId) -> Result<crate::io::AlignedBuf> {
-    assert!(
-        page::PAGE_SIZES.contains(&page_bytes),
-        "open checked the page size"
-    );
-    let mut buf = crate::io::AlignedBuf::new(2 * page_bytes as usize, unit)?;
-    let pb = page_bytes as usize;
-    for no in 0..2u64 {
-        let p = &mut buf.as_mut_slice()[no as usize * pb..(no as usize + 1) * pb];
-        if no == 0 {
-            crate::btree::tree::init_free(p, PageId::ZERO);
-        } else {
-            node::init_leaf(p);
-        }
-        page::seal_in_place(p, PageId::new(no), db_id);
-    }
-    Ok(buf)
-}
-
-fn create<S: Storage>(
-    storage: &S,
-    path: &Path,
-    opts: &Options,
-    sched: &Arc<Scheduler>,
-) -> Result<()> {
-    let db_id = random_id();
-    let data_path = path.join(DATA_NAME);
-    // What `look` let through is an interrupted creation's `data`.
-    if storage.exists(&data_path) {
-        storage.remove_file(&data_path)?;
-    }
-    let data = ScheduledFile::new(
-        storage.open(
-            &data_path,
-            &FileOptions {
-                create: true,
-                exclusive: true,
-                permissions: opts.permissions,
-                direct_io: opts.direct_io,
-                sync: SyncMethod::Fsync,
-                ..FileOptions::default()
-            },
-        )?,
-        Arc::clone(sched),
-    );
-    let buf = first_pages(opts.page_bytes, data.alignment().io_unit_bytes(), &db_id)?;
-    let io = data.admit(IoClass::Urgent, buf.len() as u64);
-    io.write_all_at(buf.io_all(), 0)?;
-    io.sync_all()?;
-    drop(io);
-    let tmp = path.join(CONTROL_TMP_NAME);
-    if storage.exists(&tmp) {
-        storage.remove_file(&tmp)?;
-    }
-    ControlFile::create_with(
-        storage,
-        &tmp,
-        opts.permissions,
-        Control {
-            page_bytes: opts.page_bytes,
-            generation: 0,
-            db_id,
-            checkpoint_lsn: Lsn::ZERO,
-            redo_lsn: Lsn::ZERO,
-            root_page: PageId::new(1),
-            page_count: 2,
-            freelist_head: PageId::ZERO,
-            flags: crate::format::control::FLAG_HISTORY,
-            // The line it is created on; a copy opened from a backup
-            // starts another.
-            history: crate::format::control::HISTORY_ZERO,
-            history_lost: false,
-        },
-        Arc::clone(sched),
-    )?;
-    storage.rename(&tmp, &path.join(CONTROL_NAME))?;
-    storage.sync_dir(path)?;
-    assert!(
-        storage.exists(&path.join(CONTROL_NAME)),
-        "a creation ends with CONTROL"
-    );
-    Ok(())
 }

@@ -4,7 +4,6 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-use super::ArchiveChange;
 use crate::io::{AioOptions, DirectIo, Permissions, SyncVariant};
 use crate::sched::SchedOptions;
 
@@ -35,9 +34,14 @@ impl Options {
     /// The version store's cap: `version_store_bytes`, or by default
     /// `cache_bytes / 32` (at least 256 KiB).
     pub fn version_store_cap(&self) -> usize {
-        self.version_store_bytes.unwrap_or_else(|| {
+        let cap = self.version_store_bytes.unwrap_or_else(|| {
             (self.cache_bytes / VERSION_STORE_CACHE_FRACTION).max(VERSION_STORE_BYTES_MIN)
-        })
+        });
+        assert!(
+            self.version_store_bytes.is_some() || cap >= VERSION_STORE_BYTES_MIN,
+            "the default cap is at least the floor"
+        );
+        cap
     }
 
     /// The buffer pool's share of `cache_bytes`: for caches of
@@ -52,6 +56,7 @@ impl Options {
         let rest = cache - 2 * crate::wal::BUFFER_BYTES_DEFAULT;
         let pool = rest.saturating_sub(self.version_store_cap()).max(cache / 2);
         assert!(pool <= cache, "the pool is inside the cache");
+        assert!(pool >= cache / 2, "the pool gets at least half the cache");
         pool
     }
 }
@@ -104,7 +109,7 @@ pub struct Options {
     /// file `ARCHIVE`: every later open archives into it, with or without
     /// this option, until [`wal_archive_change`](Self::wal_archive_change)
     /// switches or stops it. Given while another directory is recorded, it
-    /// is [`Error::ArchiveMismatch`](crate::Error::ArchiveMismatch). An
+    /// is [`Error::ArchiveMismatch`](crate::Error::ArchiveMismatch).crate::Error::ArchiveMismatch). An
     /// open without this option never creates the recorded directory: a
     /// missing one is [`Error::ArchiveMissing`](crate::Error::ArchiveMissing),
     /// one without this database's `ARCHIVE_ID`, or a copy of the database
@@ -290,4 +295,20 @@ impl Default for Options {
             serial_writers: false,
         }
     }
+}
+
+/// How an open treats the archive setting recorded with the database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ArchiveChange {
+    /// Archive as recorded. [`Options::wal_archive`] may set a directory
+    /// where none is recorded, or name the recorded one; another directory
+    /// is [`Error::ArchiveMismatch`](crate::Error::ArchiveMismatch).
+    #[default]
+    Keep,
+    /// Archive from now on into [`Options::wal_archive`] (which must be
+    /// set), recorded in place of the directory recorded before.
+    Switch,
+    /// Stop archiving and remove the record ([`Options::wal_archive`] must
+    /// be unset): checkpoints recycle segments without archiving them.
+    Off,
 }

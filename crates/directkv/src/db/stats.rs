@@ -13,10 +13,9 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::engine::Inner;
 use crate::buffer::PoolStats;
 use crate::format::TxnId;
-use crate::io::{AioBackend, AioStats, IoPath, Storage, SyncVariant};
+use crate::io::{AioStats, IoPath, SyncVariant};
 use crate::sched::SchedStats;
 use crate::stall::{StallCounter, StallHistogram};
 use crate::wal::WalStats;
@@ -76,8 +75,30 @@ impl Counters {
         }
     }
 
+    /// The time a commit record written now carries: the wall clock in
+    /// µs, but never before the last commit's (called in the serial commit
+    /// section, so commit times rise with LSNs).
+    pub(super) fn commit_time_us(&self) -> u64 {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+        let last = self.commit_clock_us.fetch_max(now, Ordering::AcqRel);
+        let t = now.max(last);
+        assert!(t >= last, "commit times never go backwards");
+        t
+    }
+
+    /// A new transaction id.
+    pub(super) fn next_txn(&self) -> TxnId {
+        TxnId::new(self.next_txn.fetch_add(1, Ordering::Relaxed))
+    }
+
     /// Counts the page records of one commit.
-    pub(super) fn add_page_records(&self, r: super::commit::RecordCounts) {
+    pub(super) fn add_page_records(&self, r: RecordCounts) {
+        assert!(
+            r.full_image_bytes <= r.logged_bytes,
+            "full images are part of what was logged"
+        );
         self.full_images.fetch_add(r.full_images, Ordering::Relaxed);
         self.deltas.fetch_add(r.deltas, Ordering::Relaxed);
         self.full_image_bytes
@@ -85,6 +106,15 @@ impl Counters {
         self.page_record_bytes
             .fetch_add(r.logged_bytes, Ordering::Relaxed);
     }
+}
+
+/// The page records one commit logged, for the counters.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct RecordCounts {
+    pub full_images: u64,
+    pub full_image_bytes: u64,
+    pub deltas: u64,
+    pub logged_bytes: u64,
 }
 
 /// Waits over a millisecond in the foreground, counted by cause (DESIGN.md
@@ -221,7 +251,7 @@ pub struct Stats {
     /// The progress of a running backup (the latest started, if several).
     pub backup: BackupProgress,
     /// Log archiving ([`Options::wal_archive`](super::Options::wal_archive)).
-    pub archive: super::ArchiveStats,
+    pub archive: ArchiveStats,
     /// Checkpoints that could not write their changed-page summary: an
     /// incremental backup spanning one reads every page.
     pub summary_write_failures: u64,
@@ -319,137 +349,39 @@ pub struct RecoveryStats {
     pub checkpoint_micros: u64,
 }
 
-impl<S: Storage> Inner<S> {
-    /// Writes `stats()` to [`STATS_FILE`] (write then rename, so a reader
-    /// never sees half a file). Diagnostic only: failures are ignored.
-    pub(super) fn publish_stats(&self) {
-        let doc = serde_json::json!({
-            "pid": std::process::id(),
-            "unix_ms": std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64),
-            "stats": self.stats(),
-        });
-        let tmp = self
-            .storage
-            .os_at(&self.dir)
-            .join(format!("{STATS_FILE}.tmp"));
-        let bytes = doc.to_string().into_bytes();
-        if crate::io::write_new_file(&tmp, &bytes, self.opts.permissions).is_ok() {
-            let _ = tmp.rename_to(&self.storage.os_at(&self.dir.join(STATS_FILE)));
-        }
-    }
-
-    /// The foreground waits by cause.
-    fn stalls(&self) -> Stalls {
-        let c = &self.counters;
-        let h = StallHistograms {
-            wal_sync_wait: c.wal_sync_wait.snapshot(),
-            writer_lock_wait: c.writer_lock_wait.snapshot(),
-            commit_wait: c.commit_wait.snapshot(),
-            row_lock_wait: c.row_lock_wait.snapshot(),
-            tree_lock_wait: c.tree_lock_wait.snapshot(),
-            read_miss: self.pool.read_miss_stalls(),
-            free_frame_wait: self.pool.free_frame_stalls(),
-            log_space_wait: c.log_space_wait.snapshot(),
-        };
-        Stalls {
-            wal_sync_wait: h.wal_sync_wait.count,
-            writer_lock_wait: h.writer_lock_wait.count,
-            commit_wait: h.commit_wait.count,
-            row_lock_wait: h.row_lock_wait.count,
-            tree_lock_wait: h.tree_lock_wait.count,
-            read_miss: h.read_miss.count,
-            free_frame_wait: h.free_frame_wait.count,
-            log_space_wait: h.log_space_wait.count,
-            histograms: h,
-        }
-    }
-
-    /// The write transactions' counters.
-    fn txn_stats(&self) -> TxnStats {
-        let c = &self.counters;
-        let l = &self.locks.counters;
-        TxnStats {
-            begun: c.writers_begun.load(Ordering::Relaxed),
-            conflicts: c.conflicts.load(Ordering::Relaxed),
-            deadlocks: l.deadlocks.load(Ordering::Relaxed),
-            lock_timeouts: l.timeouts.load(Ordering::Relaxed),
-            lock_waits: l.waits.load(Ordering::Relaxed),
-            lock_wait_us: l.waited_us.load(Ordering::Relaxed),
-            locked_keys: self.locks.locked_keys() as u64,
-            waiting_for_locks: self.locks.waiting() as u64,
-            retries: c.retries.load(Ordering::Relaxed),
-            commit_misses: c.commit_misses.load(Ordering::Relaxed),
-            shape_retries: c.shape_retries.load(Ordering::Relaxed),
-            commit_section_us: c.commit_section_ns.load(Ordering::Relaxed) / 1000,
-        }
-    }
-
-    pub(super) fn stats(&self) -> Stats {
-        let cache = self.pool.stats();
-        assert!(
-            cache.dirty_pages <= self.pool.frames() as u64,
-            "dirty pages are cached pages"
-        );
-        let w = cache.writes_by_cause;
-        assert_eq!(w.total(), cache.pages_written, "every write has one cause");
-        let wal = self.wal().stats();
-        let c = &self.counters;
-        Stats {
-            cache,
-            cache_hits: cache.hits,
-            cache_misses: cache.misses,
-            dirty_pages: cache.dirty_pages,
-            pages_read: cache.pages_read,
-            pages_written: cache.pages_written,
-            wal,
-            wal_bytes: wal.bytes_written,
-            commits: c.commits.load(Ordering::Relaxed),
-            checkpoints: c.checkpoints.load(Ordering::Relaxed),
-            backups: c.backups.load(Ordering::Relaxed),
-            backup: BackupProgress {
-                running: c.backup_running.load(Ordering::Relaxed),
-                pages_total: c.backup_pages_total.load(Ordering::Relaxed),
-                pages_done: c.backup_pages_done.load(Ordering::Relaxed),
-                bytes_copied: c.backup_bytes.load(Ordering::Relaxed),
-            },
-            archive: self
-                .archive
-                .as_ref()
-                .map(|a| a.stats(self.durable_records_end()))
-                .unwrap_or_default(),
-            summary_write_failures: c.summary_failures.load(Ordering::Relaxed),
-            checkpoint_running: self.checkpointing.try_lock().is_err(),
-            wal_since_redo_bytes: self.wal_since_checkpoint(),
-            full_page_images: c.full_images.load(Ordering::Relaxed),
-            page_deltas: c.deltas.load(Ordering::Relaxed),
-            full_page_image_bytes: c.full_image_bytes.load(Ordering::Relaxed),
-            page_record_bytes: c.page_record_bytes.load(Ordering::Relaxed),
-            cleaner_writes: c.cleaner_writes.load(Ordering::Relaxed),
-            writes_by_cause: cache.writes_by_cause,
-            readahead_reads: c.readahead_reads.load(Ordering::Relaxed),
-            io_scheduler: self.sched.stats(),
-            async_io: self
-                .aio
-                .as_ref()
-                .map(|a| a.stats())
-                .unwrap_or_else(|| AioStats {
-                    backend: AioBackend::Off.to_string(),
-                    ..AioStats::default()
-                }),
-            write_requests: cache.write_requests,
-            data_extensions: cache.extensions,
-            data_allocated_bytes: cache.allocated_pages * self.pool.page_bytes() as u64,
-            eviction_writes: cache.eviction_writes,
-            stalls: self.stalls(),
-            data_io: self.pool.file().io_path(),
-            wal_sync: self.wal_sync,
-            torn_page_protection: "full_page_images_after_checkpoint",
-            recovery: self.recovery,
-            snapshots: self.versions.stats(),
-            transactions: self.txn_stats(),
-            readable_by_others: self.readable_by_others.clone(),
-        }
-    }
+/// What log archiving has done (all zero when it is off).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ArchiveStats {
+    /// Whether an archive directory is set.
+    pub enabled: bool,
+    /// Segments copied into the archive since open (or found there, the
+    /// same bytes).
+    pub segments: u64,
+    /// Bytes copied.
+    pub bytes: u64,
+    /// Rounds that failed (each is retried); see `last_failure`.
+    pub failures: u64,
+    /// Why the last failed round failed, if one did since the last success.
+    pub last_failure: Option<String>,
+    /// The first segment not yet archived.
+    pub next_segment: u64,
+    /// The archive's directory (recorded with the database).
+    pub dir: Option<std::path::PathBuf>,
+    /// `archive_timeout` in ms (0: only whole segments are archived).
+    pub timeout_ms: u64,
+    /// The end of the log the archive holds, as far as this open knows:
+    /// every byte of the log before it is archived (at open, the start of
+    /// the oldest segment the log holds).
+    pub archived_lsn: u64,
+    /// How far the archive lags: log bytes past `archived_lsn` up to the
+    /// end of the last durable record (a seal, a flush of no record, is not
+    /// lag).
+    pub lag_bytes: u64,
+    /// For how long (ms) the archive has lacked its oldest missing byte of
+    /// a durable record: since the archiver's round (or the call of `stats`)
+    /// that first saw that byte durable; 0 when the archive holds every
+    /// durable record.
+    pub lag_ms: u64,
+    /// Partial copies of the segment being written (`archive_timeout`).
+    pub partial_copies: u64,
 }

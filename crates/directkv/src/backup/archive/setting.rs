@@ -66,7 +66,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::db::Options;
+use crate::db::{ArchiveChange, Options};
 use crate::error::{Error, Result};
 use crate::format::{le, DbId};
 use crate::io::{Permissions, Storage};
@@ -91,22 +91,6 @@ pub(crate) const ARCHIVE_PATH_BYTES_MAX: usize = 4096;
 /// The largest `ARCHIVE` file.
 pub(crate) const SETTING_BYTES_MAX: usize = HEADER_BYTES + ARCHIVE_PATH_BYTES_MAX + 4;
 const _: () = assert!(SETTING_BYTES_MAX < 8192 && HEADER_BYTES % 8 == 0);
-
-/// How an open treats the archive setting recorded with the database.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ArchiveChange {
-    /// Archive as recorded. [`Options::wal_archive`] may set a directory
-    /// where none is recorded, or name the recorded one; another directory
-    /// is [`Error::ArchiveMismatch`].
-    #[default]
-    Keep,
-    /// Archive from now on into [`Options::wal_archive`] (which must be
-    /// set), recorded in place of the directory recorded before.
-    Switch,
-    /// Stop archiving and remove the record ([`Options::wal_archive`] must
-    /// be unset): checkpoints recycle segments without archiving them.
-    Off,
-}
 
 /// Where and how the log is archived.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -26,9 +26,9 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::Path;
 use std::time::Instant;
 
-use super::engine::{EngineLog, Pool};
-use super::records::{self, Meta};
-use super::stats::RecoveryStats;
+use super::super::engine_log::{EngineLog, Pool};
+use super::super::records::{self, Meta};
+use super::super::stats::RecoveryStats;
 use crate::buffer::{Access, WriteCause};
 use crate::error::{Error, Result};
 use crate::format::control::Control;
@@ -48,7 +48,7 @@ pub(super) struct Recovered<S: Storage> {
     /// The latest commit time replayed (0 for none).
     pub(super) last_commit_us: u64,
     /// Pages the replayed commits changed.
-    pub(super) changed: super::summary::PageSet,
+    pub(super) changed: super::super::checkpoint::summary::PageSet,
     pub(super) stats: RecoveryStats,
 }
 
@@ -154,7 +154,7 @@ struct Replay<'a, S: Storage> {
     /// The latest commit time seen.
     last_commit_us: u64,
     /// Pages the replayed commits changed.
-    changed: super::summary::PageSet,
+    changed: super::super::checkpoint::summary::PageSet,
     /// The pages of the commit being queued, each once.
     commit_pages: HashSet<PageId>,
     /// Pages a queued commit first changes with an image: how many such

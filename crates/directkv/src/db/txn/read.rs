@@ -17,13 +17,13 @@ use std::ops::{Bound, RangeBounds};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use super::super::engine::Inner;
 use super::commit::{CachedPages, PoolPages};
-use super::engine::Inner;
-use super::versions::Snapshot;
+use super::versions::{nonempty, Snapshot};
 use crate::btree::tree;
 use crate::error::{Error, Result};
 use crate::format::PageId;
-use crate::health::{self, PanicGuard};
+use crate::health::PanicGuard;
 use crate::io::Storage;
 
 fn owned(b: Bound<&[u8]>) -> Bound<Vec<u8>> {
@@ -34,25 +34,16 @@ fn owned(b: Bound<&[u8]>) -> Bound<Vec<u8>> {
     }
 }
 
-pub(super) fn bounds<'k, R: RangeBounds<&'k [u8]>>(r: &R) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
+pub(in crate::db) fn bounds<'k, R: RangeBounds<&'k [u8]>>(
+    r: &R,
+) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
     (
         owned(r.start_bound().cloned()),
         owned(r.end_bound().cloned()),
     )
 }
 
-/// Whether `(from, to)` can hold any key; an inverted range is empty, never a
-/// panic.
-pub(super) fn nonempty(from: &Bound<Vec<u8>>, to: &Bound<Vec<u8>>) -> bool {
-    match (from, to) {
-        (Bound::Included(a), Bound::Included(b)) => a <= b,
-        (Bound::Included(a) | Bound::Excluded(a), Bound::Excluded(b))
-        | (Bound::Excluded(a), Bound::Included(b)) => a < b,
-        _ => true,
-    }
-}
-
-pub(super) fn overlay_range(
+pub(in crate::db) fn overlay_range(
     writes: &BTreeMap<Vec<u8>, Option<Vec<u8>>>,
     from: &Bound<Vec<u8>>,
     to: &Bound<Vec<u8>>,
@@ -66,6 +57,21 @@ pub(super) fn overlay_range(
         .collect()
 }
 
+/// Whether `key` is inside the range `(lo, hi)`.
+fn in_bounds(lo: &Bound<Vec<u8>>, hi: &Bound<Vec<u8>>, key: &[u8]) -> bool {
+    let above = match lo {
+        Bound::Included(l) => key >= l.as_slice(),
+        Bound::Excluded(l) => key > l.as_slice(),
+        Bound::Unbounded => true,
+    };
+    let below = match hi {
+        Bound::Included(h) => key <= h.as_slice(),
+        Bound::Excluded(h) => key < h.as_slice(),
+        Bound::Unbounded => true,
+    };
+    above && below
+}
+
 /// The bound that ends a batch where the next one, starting at `next`,
 /// begins (the batches of a scan partition its range).
 fn batch_end(next: &Bound<Vec<u8>>) -> Bound<Vec<u8>> {
@@ -76,7 +82,7 @@ fn batch_end(next: &Bound<Vec<u8>>) -> Bound<Vec<u8>> {
     }
 }
 
-pub(super) fn prefix_bounds(prefix: &[u8]) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
+pub(in crate::db) fn prefix_bounds(prefix: &[u8]) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
     // The smallest key above every key with the prefix: the prefix with its
     // last non-0xFF byte incremented and the rest dropped.
     let mut end = prefix.to_vec();
@@ -85,6 +91,10 @@ pub(super) fn prefix_bounds(prefix: &[u8]) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
             end.pop();
         } else {
             *end.last_mut().expect("non-empty") += 1;
+            assert!(
+                end.as_slice() > prefix && !end.starts_with(prefix),
+                "the end is above every key with the prefix"
+            );
             return (Bound::Included(prefix.to_vec()), Bound::Excluded(end));
         }
     }
@@ -115,31 +125,41 @@ fn read_tree_at<S: Storage, R>(
     inner: &Inner<S>,
     op: impl Fn(&PoolPages<'_, S>, PageId) -> Result<R>,
 ) -> Result<(R, u64)> {
-    inner.health.check()?;
-    let _guard = PanicGuard(&inner.health);
-    let pages = PoolPages { inner };
+    inner.vitals.health.check()?;
+    let _guard = PanicGuard(&inner.vitals.health);
+    let pages = PoolPages { pool: &inner.pool };
     for _ in 0..SHAPE_RETRIES_MAX {
-        let Some((seq, root)) = inner.shape.stable() else {
-            inner.counters.shape_retries.fetch_add(1, Ordering::Relaxed);
+        let Some((seq, root)) = inner.txns.shape.stable() else {
+            inner
+                .vitals
+                .counters
+                .shape_retries
+                .fetch_add(1, Ordering::Relaxed);
             std::thread::yield_now();
             continue;
         };
+        assert_eq!(seq % 2, 0, "a stable structure sequence is even");
         // An error may come of a path a change crossed: judged after.
         let r = op(&pages, root);
-        if inner.shape.unchanged(seq) {
-            return inner.health.observe(r).map(|r| (r, seq));
+        if inner.txns.shape.unchanged(seq) {
+            return inner.vitals.health.observe(r).map(|r| (r, seq));
         }
-        inner.counters.shape_retries.fetch_add(1, Ordering::Relaxed);
+        inner
+            .vitals
+            .counters
+            .shape_retries
+            .fetch_add(1, Ordering::Relaxed);
     }
-    let meta = inner.health.observe(health::read(&inner.tree))?;
-    assert_eq!(meta.root, inner.shape.root(), "no commit applies");
+    let meta = inner.vitals.health.observe(inner.txns.tree.read())?;
+    assert_eq!(meta.root, inner.txns.shape.root(), "no commit applies");
     let (seq, _) = inner
+        .txns
         .shape
         .stable()
         .expect("no structure change while the tree is shared");
     let r = op(&pages, meta.root);
     drop(meta);
-    inner.health.observe(r).map(|r| (r, seq))
+    inner.vitals.health.observe(r).map(|r| (r, seq))
 }
 
 /// Reads `key` as the tree holds it: the latest committed value, or one a
@@ -170,7 +190,7 @@ impl Traced {
     /// The trail, if the tree's structure is still the one it was taken
     /// in (no structure change began since).
     pub(crate) fn valid<S: Storage>(self, inner: &Inner<S>) -> Option<tree::Trail> {
-        inner.shape.unchanged(self.seq).then_some(self.trail)
+        inner.txns.shape.unchanged(self.seq).then_some(self.trail)
     }
 }
 
@@ -180,7 +200,7 @@ impl Traced {
 /// its pages back inside a structure change and only then retracts its
 /// versions, so a read that took the tree's value before the rollback and
 /// missed the versions after it sees the sequence moved, and runs again.
-pub(super) fn get_at<S: Storage>(
+pub(in crate::db) fn get_at<S: Storage>(
     inner: &Inner<S>,
     snap: &Snapshot<'_>,
     key: &[u8],
@@ -205,7 +225,7 @@ pub struct ReadTxn<'db, S: Storage = crate::io::OsStorage> {
 
 impl<'db, S: Storage> ReadTxn<'db, S> {
     pub(crate) fn new(inner: &'db Inner<S>) -> Result<Self> {
-        let snap = Arc::new(Snapshot::take(&inner.versions)?);
+        let snap = Arc::new(Snapshot::take(&inner.txns.versions)?);
         Ok(ReadTxn { inner, snap })
     }
 
@@ -269,7 +289,7 @@ pub struct RangeIter<'db, S: Storage = crate::io::OsStorage> {
 }
 
 impl<'db, S: Storage> RangeIter<'db, S> {
-    pub(super) fn new(
+    pub(in crate::db) fn new(
         inner: &'db Inner<S>,
         lo: Bound<Vec<u8>>,
         hi: Bound<Vec<u8>>,
@@ -299,7 +319,7 @@ impl<'db, S: Storage> RangeIter<'db, S> {
     /// Fails the iterator once the flag `flag` gives is set, if it merges
     /// writes of a transaction (a write transaction's, which sets it when it ends
     /// without committing).
-    pub(super) fn discarded_when(mut self, flag: impl FnOnce() -> Arc<AtomicBool>) -> Self {
+    pub(in crate::db) fn discarded_when(mut self, flag: impl FnOnce() -> Arc<AtomicBool>) -> Self {
         if !self.overlay.is_empty() {
             self.discarded = Some(flag());
         }
@@ -352,19 +372,19 @@ impl<'db, S: Storage> RangeIter<'db, S> {
     /// window before the scan gets there. Direct I/O has no kernel readahead;
     /// a point read never comes here.
     fn read_ahead(&mut self, at: &[u8]) {
-        let window = self.inner.opts.readahead_pages;
+        let window = self.inner.env.opts.readahead_pages;
         if window == 0 || self.leaves < 2 || self.leaves < self.ahead_until {
             return;
         }
         let inner = self.inner;
-        let Some((seq, root)) = inner.shape.stable() else {
+        let Some((seq, root)) = inner.txns.shape.stable() else {
             return;
         };
-        let leaves = tree::following_leaves(&CachedPages { inner }, root, at, window);
+        let leaves = tree::following_leaves(&CachedPages { pool: &inner.pool }, root, at, window);
         // Best effort: a branch not in the cache, or a structure change
         // meanwhile, means no readahead this time.
         let Ok(leaves) = leaves else { return };
-        if !inner.shape.unchanged(seq) {
+        if !inner.txns.shape.unchanged(seq) {
             return;
         }
         let queued = inner.read_ahead(&leaves);
@@ -482,6 +502,33 @@ impl<'db, S: Storage> RangeIter<'db, S> {
         }
     }
 
+    /// Asserts what a key about to be yielded from the front (`front`) or
+    /// the back must be: in the range, past what its end yielded or passed,
+    /// and short of what the other end did (the ends never cross).
+    fn check_yield(&self, key: &[u8], front: bool) {
+        assert!(
+            in_bounds(&self.lo, &self.hi, key),
+            "a key yielded is in the range"
+        );
+        let (own, other) = match front {
+            true => (&self.last_front, &self.last_back),
+            false => (&self.last_back, &self.last_front),
+        };
+        let onward = |k: &Vec<u8>| match front {
+            true => key > k.as_slice(),
+            false => key < k.as_slice(),
+        };
+        assert!(own.as_ref().is_none_or(onward), "each end moves one way");
+        let short_of = |k: &Vec<u8>| match front {
+            true => key < k.as_slice(),
+            false => key > k.as_slice(),
+        };
+        assert!(
+            other.as_ref().is_none_or(short_of),
+            "the two ends never cross"
+        );
+    }
+
     fn next_back_entry(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
         loop {
             self.fill_back()?;
@@ -532,9 +579,10 @@ impl<S: Storage> Iterator for RangeIter<'_, S> {
         if self.failed {
             return None;
         }
-        let _guard = PanicGuard(&self.inner.health);
+        let _guard = PanicGuard(&self.inner.vitals.health);
         match self.next_front() {
             Ok(Some(e)) => {
+                self.check_yield(&e.0, true);
                 self.last_front = Some(e.0.clone());
                 Some(Ok(e))
             }
@@ -552,9 +600,10 @@ impl<S: Storage> DoubleEndedIterator for RangeIter<'_, S> {
         if self.failed {
             return None;
         }
-        let _guard = PanicGuard(&self.inner.health);
+        let _guard = PanicGuard(&self.inner.vitals.health);
         match self.next_back_entry() {
             Ok(Some(e)) => {
+                self.check_yield(&e.0, false);
                 self.last_back = Some(e.0.clone());
                 Some(Ok(e))
             }
@@ -568,148 +617,4 @@ impl<S: Storage> DoubleEndedIterator for RangeIter<'_, S> {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::sync::atomic::Ordering;
-    use std::sync::mpsc;
-    use std::time::Duration;
-
-    use crate::btree::tree;
-    use crate::db::commit::{CommitCtx, PoolPages};
-    use crate::{Database, Lsn, Options};
-
-    /// A commit holds the commit section's gate and the tree's write lock
-    /// for as long as it applies; reads of every kind finish meanwhile.
-    #[test]
-    fn reads_finish_while_a_commit_holds_the_tree() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let opts = Options {
-            cache_bytes: 4 << 20,
-            page_bytes: 4096,
-            ..Options::default()
-        };
-        let db = Database::open(dir.path(), opts).expect("open");
-        let mut w = db.begin_write().expect("begin");
-        for i in 0..2000u32 {
-            w.put(format!("k{i:05}").as_bytes(), &[7; 40]).expect("put");
-        }
-        w.commit().expect("commit");
-        let section = crate::health::lock(&db.inner.committer).expect("section");
-        let tree = crate::health::write(&db.inner.tree).expect("tree lock");
-        let (tx, rx) = mpsc::channel();
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                let r = db.begin_read().expect("begin_read");
-                let got = r.get(b"k01234").expect("get");
-                let fwd = r.prefix(b"k0").count();
-                let rev = r.range(&b"k01"[..]..&b"k02"[..]).rev().count();
-                let mut w = db.begin_write().expect("begin_write");
-                let locked = w.get_for_update(b"k00042").expect("get_for_update");
-                tx.send((got, fwd, rev, locked)).expect("send");
-            });
-            let got = rx.recv_timeout(Duration::from_secs(60));
-            drop(tree);
-            drop(section);
-            let (got, fwd, rev, locked) = got.expect("the reads finished beside the commit");
-            assert_eq!(got, Some(vec![7; 40]));
-            assert_eq!((fwd, rev), (2000, 1000));
-            assert_eq!(locked, Some(vec![7; 40]));
-        });
-    }
-
-    /// A commit that changes a value and then fails puts the page back
-    /// inside a structure change, before it retracts its versions: a read
-    /// that took the changed value from the tree, and would find no
-    /// version of it after the retraction, sees the sequence moved and runs
-    /// its descent again, never returning a value that was not committed.
-    #[test]
-    fn a_rolled_back_change_moves_the_shape_before_its_versions_go() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let db = Database::open(dir.path(), Options::default()).expect("open");
-        let mut w = db.begin_write().expect("begin");
-        w.put(b"k", b"old").expect("put");
-        w.commit().expect("commit");
-        let r = db.begin_read().expect("begin_read");
-        let inner = &*db.inner;
-        let (seq, root) = inner.shape.stable().expect("no change under way");
-        let section = crate::health::lock(&inner.committer).expect("section");
-        let meta = crate::health::write(&inner.tree).expect("tree lock");
-        let horizon = Lsn::new(inner.fpi_horizon.load(Ordering::Acquire));
-        let mut ctx = CommitCtx::new(inner, *meta, inner.next_txn(), horizon);
-        let csn = inner.versions.visible() + 1;
-        let before = vec![(b"k".to_vec(), Some(b"old".to_vec()))];
-        inner.versions.stage(csn, before).expect("stage");
-        tree::replace(&mut ctx, b"k", b"new").expect("a value-only change");
-        let latest = tree::get(&PoolPages { inner }, root, b"k").expect("get");
-        assert_eq!(latest.as_deref(), Some(&b"new"[..]), "the tree's value");
-        assert!(
-            inner.shape.unchanged(seq),
-            "a value change is no structure change"
-        );
-        ctx.rollback();
-        inner.versions.retract(csn);
-        assert!(
-            !inner.shape.unchanged(seq),
-            "a read that took the rolled-back value runs again"
-        );
-        drop(meta);
-        drop(section);
-        assert_eq!(r.get(b"k").expect("get").as_deref(), Some(&b"old"[..]));
-        assert_eq!(
-            db.begin_read()
-                .expect("read")
-                .get(b"k")
-                .expect("get")
-                .as_deref(),
-            Some(&b"old"[..])
-        );
-    }
-
-    /// A trail is valid only while no structure change began since it was
-    /// taken; one whose leaf was freed since (a misuse the sequence check
-    /// prevents) is refused as corruption, never followed into a page that
-    /// is no longer a leaf.
-    #[test]
-    fn a_trail_is_valid_until_the_structure_changes_and_checked_when_used() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let opts = Options {
-            page_bytes: 4096,
-            ..Options::default()
-        };
-        let db = Database::open(dir.path(), opts).expect("open");
-        let key = |i: u32| format!("k{i:05}").into_bytes();
-        let mut w = db.begin_write().expect("begin");
-        for i in 0..400 {
-            w.put(&key(i), &[3; 60]).expect("put");
-        }
-        w.commit().expect("commit");
-        let inner = &*db.inner;
-        let (v, traced) = super::get_committed_traced(inner, &key(0)).expect("read");
-        assert_eq!(v, Some(vec![3; 60]));
-        let (_, fresh) = super::get_committed_traced(inner, &key(1)).expect("read");
-        assert!(fresh.valid(inner).is_some(), "nothing changed since");
-        let (_, stale) = super::get_committed_traced(inner, &key(1)).expect("read");
-        // Emptying the first leaf frees it: a structure change.
-        let mut w = db.begin_write().expect("begin");
-        for i in 0..=200 {
-            w.delete(&key(i)).expect("delete");
-        }
-        w.commit().expect("commit");
-        assert!(stale.valid(inner).is_none(), "the structure changed");
-        let section = crate::health::lock(&inner.committer).expect("section");
-        let meta = crate::health::write(&inner.tree).expect("tree lock");
-        let horizon = Lsn::new(inner.fpi_horizon.load(Ordering::Acquire));
-        let mut ctx = CommitCtx::new(inner, *meta, inner.next_txn(), horizon);
-        let followed = tree::put_along(&mut ctx, &key(0), b"v", Some(traced.trail));
-        assert!(
-            matches!(followed, Err(crate::Error::Corruption { .. })),
-            "{followed:?}"
-        );
-        ctx.rollback();
-        drop(meta);
-        drop(section);
-        assert_eq!(
-            db.begin_read().expect("read").get(&key(0)).expect("get"),
-            None
-        );
-    }
-}
+mod tests;

@@ -101,18 +101,18 @@ struct Table {
 
 /// What the lock table counts, as `Stats::transactions` reports it.
 #[derive(Default)]
-pub(super) struct LockCounters {
-    pub(super) waits: AtomicU64,
-    pub(super) waited_us: AtomicU64,
-    pub(super) deadlocks: AtomicU64,
-    pub(super) timeouts: AtomicU64,
+pub(in crate::db) struct LockCounters {
+    pub(in crate::db) waits: AtomicU64,
+    pub(in crate::db) waited_us: AtomicU64,
+    pub(in crate::db) deadlocks: AtomicU64,
+    pub(in crate::db) timeouts: AtomicU64,
 }
 
 /// The row locks of one database.
 #[derive(Default)]
 pub(crate) struct LockTable {
     table: Mutex<Table>,
-    pub(super) counters: LockCounters,
+    pub(in crate::db) counters: LockCounters,
 }
 
 impl LockTable {
@@ -129,7 +129,7 @@ impl LockTable {
     /// is the victim and waits for nothing); [`Error::LockTimeout`] when
     /// the wait ran out; [`Error::Poisoned`] when a thread panicked holding
     /// the table.
-    pub(super) fn lock(&self, txn: TxnId, key: &[u8], timeout: Duration) -> Result<bool> {
+    pub(in crate::db) fn lock(&self, txn: TxnId, key: &[u8], timeout: Duration) -> Result<bool> {
         let mut t = self.table()?;
         assert!(!t.waiting.contains_key(&txn), "a transaction waits once");
         let holder = match t.keys.get(key) {
@@ -219,7 +219,7 @@ impl LockTable {
 
     /// Releases the locks `txn` holds on `keys`, handing each to its first
     /// waiter.
-    pub(super) fn release_all(&self, txn: TxnId, keys: &[Vec<u8>]) {
+    pub(in crate::db) fn release_all(&self, txn: TxnId, keys: &[Vec<u8>]) {
         if keys.is_empty() {
             return;
         }
@@ -254,12 +254,12 @@ impl LockTable {
     }
 
     /// Keys locked now (for stats and tests).
-    pub(super) fn locked_keys(&self) -> usize {
+    pub(in crate::db) fn locked_keys(&self) -> usize {
         health::lock_even_poisoned(&self.table).keys.len()
     }
 
     /// Transactions waiting for a lock now.
-    pub(super) fn waiting(&self) -> usize {
+    pub(in crate::db) fn waiting(&self) -> usize {
         health::lock_even_poisoned(&self.table).waiting.len()
     }
 }

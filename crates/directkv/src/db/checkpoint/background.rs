@@ -2,7 +2,7 @@
 //! cleaner and the readahead readers.
 //!
 //! Each holds only a weak reference to the engine and takes a strong one for
-//! one round of work, so dropping the [`Database`](super::Database) ends
+//! one round of work, so dropping the [`Database`](super::super::Database) ends
 //! them: it sets their stop flags, wakes them and joins them.
 //!
 //! Invariants:
@@ -10,7 +10,7 @@
 //!   the database ([`crate::health`]), so every later call returns
 //!   `Poisoned` instead of running on beside a dead thread.
 //! - The foreground never waits for a background thread except at the
-//!   hard log-space limit (see [`super::checkpoint`]).
+//!   hard log-space limit (see [`super::run`]).
 //! - Their waits are not foreground stalls ([`crate::stall`]).
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -19,8 +19,8 @@ use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::engine::Inner;
-use super::stats::STATS_EVERY;
+use super::super::engine::Inner;
+use super::super::stats::STATS_EVERY;
 use crate::buffer::Access;
 use crate::format::PageId;
 use crate::health;
@@ -28,15 +28,15 @@ use crate::io::Storage;
 use crate::sched::IoClass;
 
 /// A stop flag and the condition variable that wakes its thread.
-pub(super) type StopSignal = Arc<(Mutex<bool>, Condvar)>;
+pub(in crate::db) type StopSignal = Arc<(Mutex<bool>, Condvar)>;
 
 /// A new, unset stop signal.
-pub(super) fn stop_signal() -> StopSignal {
+pub(in crate::db) fn stop_signal() -> StopSignal {
     Arc::new((Mutex::new(false), Condvar::new()))
 }
 
 /// Sets `signal` and wakes its thread (teardown: works on a poisoned lock).
-pub(super) fn stop(signal: &StopSignal) {
+pub(in crate::db) fn stop(signal: &StopSignal) {
     let (stop, wake) = &**signal;
     *health::lock_even_poisoned(stop) = true;
     wake.notify_all();
@@ -75,7 +75,7 @@ fn run_guarded<S: Storage>(
     let Some(inner) = weak.upgrade() else {
         return false;
     };
-    if inner.health.is_failed() {
+    if inner.vitals.health.is_failed() {
         return false;
     }
     match catch_unwind(AssertUnwindSafe(|| round(&inner))) {
@@ -87,9 +87,10 @@ fn run_guarded<S: Storage>(
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "a panic".to_string());
             inner
+                .vitals
                 .health
                 .fail(&format!("background thread {name} panicked: {what}"));
-            assert!(inner.health.is_failed());
+            assert!(inner.vitals.health.is_failed());
             false
         }
     }
@@ -136,11 +137,11 @@ const CLEANER_IDLE: Duration = Duration::from_millis(10);
 const CHECKPOINTER_IDLE: Duration = Duration::from_millis(200);
 
 /// Starts the readahead readers (none when readahead is off).
-pub(super) fn spawn_readers<S: Storage>(inner: &Arc<Inner<S>>) -> Vec<JoinHandle<()>> {
-    if inner.opts.readahead_pages == 0 {
+pub(in crate::db) fn spawn_readers<S: Storage>(inner: &Arc<Inner<S>>) -> Vec<JoinHandle<()>> {
+    if inner.env.opts.readahead_pages == 0 {
         return Vec::new();
     }
-    let window = inner.opts.readahead_pages;
+    let window = inner.env.opts.readahead_pages;
     let (tx, rx) = std::sync::mpsc::sync_channel::<PageId>(READAHEAD_QUEUE);
     let rx = Arc::new(Mutex::new(rx));
     let handles: Vec<_> = (0..READAHEAD_READERS)
@@ -162,6 +163,7 @@ pub(super) fn spawn_readers<S: Storage>(inner: &Arc<Inner<S>>) -> Vec<JoinHandle
                     // A failed read is the scan's to meet and report.
                     let read = inner.pool.read_batch(&pages, Access::Normal);
                     inner
+                        .vitals
                         .counters
                         .readahead_reads
                         .fetch_add(read as u64, Ordering::Relaxed);
@@ -174,7 +176,7 @@ pub(super) fn spawn_readers<S: Storage>(inner: &Arc<Inner<S>>) -> Vec<JoinHandle
         })
         .collect();
     if !handles.is_empty() {
-        if let Ok(mut queue) = health::lock(&inner.readahead) {
+        if let Ok(mut queue) = inner.readahead.lock() {
             *queue = Some(tx);
         }
     }
@@ -187,7 +189,7 @@ pub(super) fn spawn_readers<S: Storage>(inner: &Arc<Inner<S>>) -> Vec<JoinHandle
 /// for that write). It writes the dirty pages among the coldest sixteenth of
 /// the frames, WAL first, and stops when the database is dropped. It also
 /// grows the data file ahead of use and publishes the stats.
-pub(super) fn spawn_cleaner<S: Storage>(
+pub(in crate::db) fn spawn_cleaner<S: Storage>(
     weak: Weak<Inner<S>>,
     signal: StopSignal,
 ) -> std::io::Result<JoinHandle<()>> {
@@ -222,14 +224,14 @@ struct CleanerPass {
 
 impl CleanerPass {
     fn run<S: Storage>(&mut self, inner: &Inner<S>) {
-        if inner.opts.publish_stats && self.published.elapsed() >= STATS_EVERY {
+        if inner.env.opts.publish_stats && self.published.elapsed() >= STATS_EVERY {
             inner.publish_stats();
             self.published = Instant::now();
         }
         // Growth ahead of use is speculative: a full filesystem refuses the
         // reservation, which changes nothing, and the file then grows by its
         // page writes (a failure there is a real one, and stops the engine).
-        if let Ok(meta) = health::read(&inner.tree) {
+        if let Ok(meta) = inner.txns.tree.read() {
             let pages = meta.page_count;
             drop(meta);
             let _ = inner.pool.extend_ahead(pages, IoClass::Background);
@@ -238,6 +240,7 @@ impl CleanerPass {
         // A failed write leaves the page dirty and stops the database: every
         // later operation reports it.
         let written = inner
+            .vitals
             .health
             .observe(inner.pool.clean_cold(window))
             .unwrap_or(0);
@@ -253,6 +256,7 @@ impl CleanerPass {
             if behind > 0 { 1.0 } else { 0.0 },
         );
         inner
+            .vitals
             .counters
             .cleaner_writes
             .fetch_add(written as u64, Ordering::Relaxed);
@@ -263,7 +267,7 @@ impl CleanerPass {
 /// Checkpoints in the background when the WAL since the last checkpoint passes
 /// `checkpoint_wal_bytes`, so no committer runs one. It holds the engine only
 /// while checkpointing, and stops when the database is dropped.
-pub(super) fn spawn_checkpointer<S: Storage>(
+pub(in crate::db) fn spawn_checkpointer<S: Storage>(
     weak: Weak<Inner<S>>,
     signal: StopSignal,
 ) -> std::io::Result<JoinHandle<()>> {
@@ -291,7 +295,7 @@ const ARCHIVER_RETRY: Duration = Duration::from_secs(1);
 /// archive once it is complete (and, with `archive_timeout`, the segment
 /// being written once its commits waited that long). Checkpoints archive what is pending too,
 /// before they recycle, so without this thread nothing is lost, only later.
-pub(super) fn spawn_archiver<S: Storage>(
+pub(in crate::db) fn spawn_archiver<S: Storage>(
     weak: Weak<Inner<S>>,
     signal: StopSignal,
 ) -> Option<JoinHandle<()>> {
@@ -402,7 +406,7 @@ mod tests {
         };
         let db = Database::open(dir.path(), opts).expect("open");
         let inner = &*db.inner;
-        let held = health::lock(&inner.checkpointing).expect("checkpoint lock");
+        let held = inner.ckpt.checkpointing.lock().expect("checkpoint lock");
         let limit = crate::CHECKPOINT_WAL_BYTES_MIN * crate::db::WAL_HARD_LIMIT_FACTOR;
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::scope(|s| {
@@ -420,7 +424,10 @@ mod tests {
             // Past the limit, its next begin waits; give it time to.
             std::thread::sleep(Duration::from_millis(200));
             assert_eq!(db.stats().stalls.log_space_wait, 0, "still waiting");
-            inner.health.fail("a failure while a committer waits");
+            inner
+                .vitals
+                .health
+                .fail("a failure while a committer waits");
             let r = rx
                 .recv_timeout(Duration::from_secs(30))
                 .expect("the committer stopped waiting at the failure");
@@ -465,6 +472,7 @@ mod tests {
         let mut w = db.begin_write().expect("begin_write");
         w.put(b"k", b"v").expect("put");
         db.inner
+            .vitals
             .health
             .fail("background thread directkv-test panicked: test");
         assert_poisoned(r.get(b"k"), "get");
@@ -479,7 +487,7 @@ mod tests {
         let db = Arc::new(small_db(dir.path()));
         let db2 = Arc::clone(&db);
         let _ = std::thread::spawn(move || {
-            let _held = db2.inner.tree.write();
+            let _held = db2.inner.txns.tree.write();
             panic!("a bug while the tree lock is held");
         })
         .join();

@@ -51,7 +51,7 @@ pub(crate) struct TreeShape {
 
 impl TreeShape {
     /// The shape of a tree rooted at `root`, not changing.
-    pub(super) fn new(root: PageId) -> Self {
+    pub(in crate::db) fn new(root: PageId) -> Self {
         TreeShape {
             seq: AtomicU64::new(0),
             root: AtomicU64::new(root.get()),
@@ -60,7 +60,7 @@ impl TreeShape {
 
     /// The sequence and root to descend from, or `None` while a structure
     /// change is under way.
-    pub(super) fn stable(&self) -> Option<(u64, PageId)> {
+    pub(in crate::db) fn stable(&self) -> Option<(u64, PageId)> {
         let seq = self.seq.load(Ordering::Acquire);
         if seq % 2 == 1 {
             return None;
@@ -69,7 +69,7 @@ impl TreeShape {
     }
 
     /// Whether no structure change began since `stable` returned `seq`.
-    pub(super) fn unchanged(&self, seq: u64) -> bool {
+    pub(in crate::db) fn unchanged(&self, seq: u64) -> bool {
         assert!(seq % 2 == 0, "a read starts from a still shape");
         // Orders the reader's page reads before the second look.
         std::sync::atomic::fence(Ordering::Acquire);
@@ -77,19 +77,19 @@ impl TreeShape {
     }
 
     /// The committer begins a structure change (the sequence goes odd).
-    pub(super) fn begin(&self) {
+    pub(in crate::db) fn begin(&self) {
         let before = self.seq.fetch_add(1, Ordering::AcqRel);
         assert!(before % 2 == 0, "structure changes do not nest");
     }
 
     /// The committer ends a structure change (the sequence goes even).
-    pub(super) fn end(&self) {
+    pub(in crate::db) fn end(&self) {
         let before = self.seq.fetch_add(1, Ordering::AcqRel);
         assert!(before % 2 == 1, "a structure change was begun");
     }
 
     /// The committer moves the root, inside a structure change.
-    pub(super) fn set_root(&self, root: PageId) {
+    pub(in crate::db) fn set_root(&self, root: PageId) {
         assert!(
             self.seq.load(Ordering::Acquire) % 2 == 1,
             "the root moves inside a structure change"
@@ -98,7 +98,7 @@ impl TreeShape {
     }
 
     /// The root now (for the committer, and for reads under the tree lock).
-    pub(super) fn root(&self) -> PageId {
+    pub(in crate::db) fn root(&self) -> PageId {
         PageId::new(self.root.load(Ordering::Acquire))
     }
 }

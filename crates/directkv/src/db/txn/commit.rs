@@ -24,6 +24,10 @@
 //! which is rolled back so the caller can read the page outside the section
 //! and try again.
 //!
+//! The pipeline reaches the rest of the engine only through [`CommitEnv`]
+//! (pool, log, shape, spare buffers, clock, summaries), so its tests below
+//! run it over a bare pool and log without a database.
+//!
 //! Invariants:
 //! - A page change that splits a page, frees one, changes a branch or
 //!   moves the root happens inside a structure change of [`super::shape`],
@@ -31,10 +35,14 @@
 //!   ([`CommitCtx::settle`]), and at the latest when the context ends.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
 
-use super::engine::Inner;
-use super::records::{self, Meta};
+use super::super::checkpoint::summary::Summaries;
+use super::super::engine_log::{EngineLog, Pool};
+use super::super::records::{self, Meta};
+use super::super::stats::Counters;
+use super::super::stats::RecordCounts;
+use super::core::SpareBuffers;
+use super::shape::TreeShape;
 use crate::btree::node;
 use crate::btree::tree::{Pages, PagesMut};
 use crate::buffer::{Access, Held};
@@ -45,74 +53,64 @@ use crate::lsn::Lsn;
 
 /// Read-only page access through the pool.
 pub(crate) struct PoolPages<'a, S: Storage> {
-    pub inner: &'a Inner<S>,
+    pub pool: &'a Pool<S>,
 }
 
 impl<S: Storage> Pages for PoolPages<'_, S> {
     fn read<R>(&self, no: PageId, access: Access, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
-        let p = self.inner.pool.read(no, access)?;
+        let p = self.pool.read(no, access)?;
         Ok(f(p.data()))
     }
     fn page_bytes(&self) -> usize {
-        self.inner.pool.page_bytes()
+        self.pool.page_bytes()
     }
     fn corruption(&self, no: PageId, what: &str) -> Error {
-        self.inner.pool.page_corruption(no, what)
+        self.pool.page_corruption(no, what)
     }
 }
 
 /// Page access that never reads: a page not in the pool fails the operation
 /// (readahead, a hint, gives up rather than read a branch).
 pub(crate) struct CachedPages<'a, S: Storage> {
-    pub inner: &'a Inner<S>,
+    pub pool: &'a Pool<S>,
 }
 
 impl<S: Storage> Pages for CachedPages<'_, S> {
     fn read<R>(&self, no: PageId, access: Access, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
-        match self.inner.pool.try_read(no, access) {
+        match self.pool.try_read(no, access) {
             Some(p) => Ok(f(p.data())),
-            None => Err(crate::Error::CacheExhausted { frames: 0 }),
+            None => Err(crate::error::Error::CacheExhausted { frames: 0 }),
         }
     }
     fn page_bytes(&self) -> usize {
-        self.inner.pool.page_bytes()
+        self.pool.page_bytes()
     }
     fn corruption(&self, no: PageId, what: &str) -> Error {
-        self.inner.pool.page_corruption(no, what)
+        self.pool.page_corruption(no, what)
     }
 }
 
-/// Buffers kept for reuse at most; a transaction larger than this allocates
-/// the rest.
-const SPARE_BUFFERS_MAX: usize = 64;
-
-/// Page-sized buffers that commits borrow (before-images, the diff scratch,
-/// encoded records) and give back. A commit runs while every other writer
-/// waits, and allocating and freeing two or three page-sized blocks for every
-/// page it changes was a fifth of that time.
-#[derive(Default)]
-pub(crate) struct SpareBuffers {
-    bufs: Mutex<Vec<Vec<u8>>>,
-}
-
-impl SpareBuffers {
-    /// An empty buffer, with a page's capacity when one is spare.
-    fn take(&self) -> Vec<u8> {
-        // A push or a pop cannot leave the list half changed.
-        crate::health::lock_even_poisoned(&self.bufs)
-            .pop()
-            .unwrap_or_default()
-    }
-
-    /// Keeps `buf` for a later commit.
-    fn give(&self, mut buf: Vec<u8>) {
-        buf.clear();
-        let mut bufs = crate::health::lock_even_poisoned(&self.bufs);
-        assert!(bufs.len() <= SPARE_BUFFERS_MAX, "the spare list is bounded");
-        if bufs.len() < SPARE_BUFFERS_MAX {
-            bufs.push(buf);
-        }
-    }
+/// What the commit pipeline needs from the rest of the engine, and no
+/// more (Pebble's `commitEnv`): the pages, the log it appends to, the
+/// shape readers descend by, the spare buffers, the clock of commit times,
+/// and the summary of changed pages. Built by
+/// [`Inner::commit_env`](super::super::engine::Inner::commit_env) in the engine,
+/// and over a bare pool and log in this file's tests.
+pub(crate) struct CommitEnv<'a, S: Storage> {
+    /// The buffer pool the pages are changed in.
+    pub(in crate::db) pool: &'a Pool<S>,
+    /// The log the page and commit records are appended to (open).
+    pub(in crate::db) log: &'a EngineLog<S>,
+    /// The structure sequence readers descend by.
+    pub(in crate::db) shape: &'a TreeShape,
+    /// Page-sized buffers to borrow.
+    pub(in crate::db) spare: &'a SpareBuffers,
+    /// The clock of commit times (and transaction ids).
+    pub(in crate::db) clock: &'a Counters,
+    /// Where the pages a commit changed are noted for the next summary.
+    pub(in crate::db) summaries: &'a Summaries,
+    /// Whether full page images are compressed.
+    pub(in crate::db) compress_page_images: bool,
 }
 
 struct HeldPage {
@@ -128,18 +126,9 @@ pub(crate) enum Applied {
     Missed(PageId),
 }
 
-/// The page records one commit logged, for the counters.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct RecordCounts {
-    pub full_images: u64,
-    pub full_image_bytes: u64,
-    pub deltas: u64,
-    pub logged_bytes: u64,
-}
-
 /// A transaction being applied.
 pub(crate) struct CommitCtx<'a, S: Storage> {
-    inner: &'a Inner<S>,
+    env: CommitEnv<'a, S>,
     pub meta: Meta,
     /// Read missing pages from disk; otherwise a miss fails the attempt.
     pub read_through: bool,
@@ -162,9 +151,10 @@ pub(crate) struct CommitCtx<'a, S: Storage> {
 }
 
 impl<'a, S: Storage> CommitCtx<'a, S> {
-    pub fn new(inner: &'a Inner<S>, meta: Meta, txn: TxnId, horizon: Lsn) -> Self {
+    pub fn new(env: CommitEnv<'a, S>, meta: Meta, txn: TxnId, horizon: Lsn) -> Self {
+        let (scratch, rec) = (env.spare.take(), env.spare.take());
         CommitCtx {
-            inner,
+            env,
             meta,
             read_through: true,
             missed: std::cell::Cell::new(None),
@@ -172,8 +162,8 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
             horizon,
             held: HashMap::new(),
             order: Vec::new(),
-            scratch: inner.spare_buffers.take(),
-            rec: inner.spare_buffers.take(),
+            scratch,
+            rec,
             full_images: 0,
             full_image_bytes: 0,
             deltas: 0,
@@ -187,7 +177,7 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
     /// way.
     fn reshape(&mut self) {
         if !self.reshaping {
-            self.inner.shape.begin();
+            self.env.shape.begin();
             self.reshaping = true;
         }
     }
@@ -197,17 +187,17 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
     pub fn settle(&mut self) {
         if self.reshaping {
             assert_eq!(
-                self.inner.shape.root(),
+                self.env.shape.root(),
                 self.meta.root,
                 "readers descend from the root the tree has"
             );
-            self.inner.shape.end();
+            self.env.shape.end();
             self.reshaping = false;
         }
     }
 
     fn wal(&self) -> &crate::wal::Wal<S> {
-        self.inner.log.wal()
+        self.env.log.wal()
     }
 
     /// Pages held so far.
@@ -245,8 +235,8 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
         &mut self,
         no: PageId,
         fresh: bool,
-    ) -> Result<crate::buffer::PageMut<'a, S, super::engine::EngineLog<S>>> {
-        let pool = &self.inner.pool;
+    ) -> Result<crate::buffer::PageMut<'a, S, super::super::engine_log::EngineLog<S>>> {
+        let pool = &self.env.pool;
         if fresh {
             return pool.create(no);
         }
@@ -280,7 +270,7 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
         }
         let first = !self.held.contains_key(&no);
         let imaged = first && {
-            let mut before = self.inner.spare_buffers.take();
+            let mut before = self.env.spare.take();
             before.extend_from_slice(p.data());
             let held = p.hold();
             self.hold(no, fresh, before, held)
@@ -288,7 +278,7 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
         if imaged {
             // The page's full image is logged after the change.
             let r = f(p.data_mut());
-            let compress = self.inner.opts.compress_page_images;
+            let compress = self.env.compress_page_images;
             records::encode_full_image_into(&mut self.rec, self.txn, no, p.data(), compress);
             drop(p);
             self.log_page(true)?;
@@ -312,7 +302,7 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
         let changed: usize = ranges.iter().map(|r| r.1).sum();
         let full = changed * 2 > p.data().len();
         if full {
-            let compress = self.inner.opts.compress_page_images;
+            let compress = self.env.compress_page_images;
             records::encode_full_image_into(&mut self.rec, self.txn, no, p.data(), compress);
         } else {
             records::encode_page_into(&mut self.rec, self.txn, no, false, &ranges, p.data());
@@ -359,7 +349,7 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
     /// Writes the commit record and releases every held page at its LSN.
     pub fn commit(mut self) -> Result<Lsn> {
         self.settle();
-        let rec = records::encode_commit(self.txn, &self.meta, self.inner.commit_time_us());
+        let rec = records::encode_commit(self.txn, &self.meta, self.env.clock.commit_time_us());
         let lsn = match self.wal().append(records::COMMIT, &rec) {
             Ok(lsn) => lsn,
             Err(e) => {
@@ -370,11 +360,11 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
         // Every page is stamped with the commit's end, which is past the
         // image horizon this transaction started under.
         assert!(lsn > self.horizon, "a commit ends past its image horizon");
-        self.inner.summaries.note(&self.order);
+        self.env.summaries.note(&self.order);
         for no in std::mem::take(&mut self.order) {
             let h = self.held.remove(&no).expect("held page");
-            self.inner.pool.release_held(h.held, Some(lsn));
-            self.inner.spare_buffers.give(h.before);
+            self.env.pool.release_held(h.held, Some(lsn));
+            self.env.spare.give(h.before);
         }
         assert!(self.held.is_empty(), "a commit releases every page it held");
         Ok(lsn)
@@ -386,18 +376,18 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
         self.reshape();
         for no in std::mem::take(&mut self.order).into_iter().rev() {
             let h = self.held.remove(&no).expect("held page");
-            if let Ok(mut p) = self.inner.pool.write(no) {
+            if let Ok(mut p) = self.env.pool.write(no) {
                 p.data_mut().copy_from_slice(&h.before);
             }
-            self.inner.pool.release_held(h.held, None);
-            self.inner.spare_buffers.give(h.before);
+            self.env.pool.release_held(h.held, None);
+            self.env.spare.give(h.before);
         }
         assert!(
             self.held.is_empty(),
             "a rollback releases every page it held"
         );
         self.meta.root = self.root_before;
-        self.inner.shape.set_root(self.root_before);
+        self.env.shape.set_root(self.root_before);
         self.settle();
         // Best effort: recovery ignores page records without a commit anyway.
         let _ = self
@@ -418,7 +408,7 @@ impl<S: Storage> Drop for CommitCtx<'_, S> {
             }
             // Every error path rolls back or commits, which settle; this
             // is a context dropped unused past a structure change.
-            self.inner.shape.set_root(self.meta.root);
+            self.env.shape.set_root(self.meta.root);
             self.settle();
         }
         self.give_back_buffers();
@@ -428,7 +418,7 @@ impl<S: Storage> Drop for CommitCtx<'_, S> {
 impl<S: Storage> CommitCtx<'_, S> {
     /// Returns the context's page buffers to the spares.
     fn give_back_buffers(&mut self) {
-        let spare = &self.inner.spare_buffers;
+        let spare = &self.env.spare;
         spare.give(std::mem::take(&mut self.scratch));
         spare.give(std::mem::take(&mut self.rec));
     }
@@ -437,19 +427,19 @@ impl<S: Storage> CommitCtx<'_, S> {
 impl<S: Storage> Pages for CommitCtx<'_, S> {
     fn read<R>(&self, no: PageId, access: Access, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
         if self.read_through {
-            let p = self.inner.pool.read(no, access)?;
+            let p = self.env.pool.read(no, access)?;
             return Ok(f(p.data()));
         }
-        match self.inner.pool.try_read(no, access) {
+        match self.env.pool.try_read(no, access) {
             Some(p) => Ok(f(p.data())),
             None => Err(self.miss(no)),
         }
     }
     fn page_bytes(&self) -> usize {
-        self.inner.pool.page_bytes()
+        self.env.pool.page_bytes()
     }
     fn corruption(&self, no: PageId, what: &str) -> Error {
-        self.inner.pool.page_corruption(no, what)
+        self.env.pool.page_corruption(no, what)
     }
 }
 
@@ -467,7 +457,7 @@ impl<S: Storage> PagesMut for CommitCtx<'_, S> {
             // A link read from disk: past the file, or back to its own
             // page, it would hand out a page that does not exist or twice.
             if next.get() >= self.meta.page_count || next == head {
-                return Err(self.inner.pool.page_corruption(
+                return Err(self.env.pool.page_corruption(
                     head,
                     format!(
                         "the free page links to page {next}, not 0 or one of pages 1..{} \
@@ -518,6 +508,12 @@ impl<S: Storage> PagesMut for CommitCtx<'_, S> {
     fn set_root(&mut self, no: PageId) {
         self.reshape();
         self.meta.root = no;
-        self.inner.shape.set_root(no);
+        self.env.shape.set_root(no);
     }
 }
+
+/// The commit pipeline over a bare pool and log on the simulated disk, with
+/// no `Database` around it: what [`CommitEnv`] hands it is all it uses.
+#[cfg(test)]
+#[cfg(feature = "sim")]
+mod tests;

@@ -19,11 +19,11 @@
 //!   point), and that wait is counted.
 
 use std::sync::atomic::Ordering;
-use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
-use super::engine::Inner;
-use super::records;
+use super::super::engine::Inner;
+use super::super::lock_rank::RankedMutexGuard;
+use super::super::records;
 use crate::buffer::WriteCause;
 use crate::error::{Error, Result};
 use crate::format::control::{Control, FLAG_BACKUP, FLAG_HISTORY};
@@ -59,47 +59,50 @@ const CHECKPOINT_IDLE_ROUNDS_MAX: u32 = 10_000;
 
 /// What a completed checkpoint names in `CONTROL`.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Checkpointed {
+pub(in crate::db) struct Checkpointed {
     /// Its redo point: replay from here.
-    pub(super) redo: Lsn,
+    pub(in crate::db) redo: Lsn,
     /// The end of its record.
-    pub(super) record_end: Lsn,
+    pub(in crate::db) record_end: Lsn,
     /// The tree at its start.
-    pub(super) meta: records::Meta,
+    pub(in crate::db) meta: records::Meta,
     /// The time of the last commit before its start (µs since the epoch; 0
     /// for none): every commit after it has this time or a later one.
-    pub(super) commit_time_us: u64,
+    pub(in crate::db) commit_time_us: u64,
 }
 
 impl<S: Storage> Inner<S> {
     /// Runs a checkpoint now, at full speed (see the module docs).
-    pub(super) fn checkpoint(&self) -> Result<()> {
+    pub(in crate::db) fn checkpoint(&self) -> Result<()> {
         self.checkpoint_as(WriteCause::Checkpoint)
     }
 
     /// [`checkpoint`](Self::checkpoint), its page writes counted as `cause`
     /// (a closing database's as `Shutdown`, the end of recovery's as
     /// `Recovery`).
-    pub(super) fn checkpoint_as(&self, cause: WriteCause) -> Result<()> {
+    pub(in crate::db) fn checkpoint_as(&self, cause: WriteCause) -> Result<()> {
         // A paced background checkpoint under way finishes at full speed
         // instead of making this caller wait out its pace.
-        self.hurry.fetch_add(1, Ordering::AcqRel);
-        let done = health::lock(&self.checkpointing)
+        self.ckpt.hurry.fetch_add(1, Ordering::AcqRel);
+        let done = self
+            .ckpt
+            .checkpointing
+            .lock()
             .and_then(|one| self.checkpoint_locked(&one, false, cause).map(drop));
-        let before = self.hurry.fetch_sub(1, Ordering::AcqRel);
+        let before = self.ckpt.hurry.fetch_sub(1, Ordering::AcqRel);
         assert!(before > 0, "every hurry is counted before it is taken back");
-        self.health.observe(done)
+        self.vitals.health.observe(done)
     }
 
     /// The checkpoint itself, with `checkpointing` held.
-    pub(super) fn checkpoint_locked(
+    pub(in crate::db) fn checkpoint_locked(
         &self,
-        _one: &MutexGuard<'_, ()>,
+        _one: &RankedMutexGuard<'_, ()>,
         paced: bool,
         cause: WriteCause,
     ) -> Result<Checkpointed> {
         let (start, meta, commit_time_us) = self.checkpoint_start()?;
-        let redo_before = self.last_redo.load(Ordering::Acquire);
+        let redo_before = self.ckpt.last_redo.load(Ordering::Acquire);
         assert!(
             redo_before <= start.get(),
             "the redo point only moves forward"
@@ -108,7 +111,8 @@ impl<S: Storage> Inner<S> {
         self.write_dirty_through(start, paced, cause)?;
         self.pool.sync()?;
         // The head went out with the pages: it names the log's reach.
-        self.reach_stamped
+        self.ckpt
+            .reach_stamped
             .fetch_max(self.log_segment_of(reached), Ordering::AcqRel);
         if self.pool.oldest_dirty_lsn().is_some_and(|l| l <= start) {
             return Err(Error::InvalidArgument(
@@ -125,12 +129,15 @@ impl<S: Storage> Inner<S> {
         // The checkpoint is complete once CONTROL names it: count it before
         // the log space it frees can be seen, so a writer that waited for
         // that space never finds the checkpoint uncounted.
-        self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
-        self.last_redo.store(start.get(), Ordering::Release);
+        self.vitals
+            .counters
+            .checkpoints
+            .fetch_add(1, Ordering::Relaxed);
+        self.ckpt.last_redo.store(start.get(), Ordering::Release);
         {
             // Committers waiting at the hard limit look again.
-            let _held = health::lock_even_poisoned(&self.log_space.0);
-            self.log_space.1.notify_all();
+            let _held = health::lock_even_poisoned(&self.ckpt.log_space.0);
+            self.ckpt.log_space.1.notify_all();
         }
         // Segments a running backup still copies stay, and those not yet
         // archived (archived now if they can be: a failure is counted, and
@@ -138,7 +145,7 @@ impl<S: Storage> Inner<S> {
         // With the archiver thread running, a checkpoint takes only a few
         // (it must not hold its lock through a backlog); without it, and
         // at close, all.
-        let limit = (self.opts.background_threads && cause != WriteCause::Shutdown)
+        let limit = (self.env.opts.background_threads && cause != WriteCause::Shutdown)
             .then_some(CHECKPOINT_ARCHIVE_MAX);
         let _ = self.archive_complete_segments(limit);
         let keep = [self.oldest_log_pin(), self.archive_keep()]
@@ -161,11 +168,11 @@ impl<S: Storage> Inner<S> {
     /// the changed-page summary there and writes it.
     fn checkpoint_start(&self) -> Result<(Lsn, records::Meta, u64)> {
         let (start, meta, commit_time_us, summary) = {
-            let tree = health::write(&self.tree)?;
+            let tree = self.txns.tree.write()?;
             let start = self.wal().end_lsn();
-            let summary = self.summaries.cut(start);
-            let commit_time_us = self.counters.commit_clock_us.load(Ordering::Acquire);
-            let horizon = self.fpi_horizon.swap(start.get(), Ordering::AcqRel);
+            let summary = self.ckpt.summaries.cut(start);
+            let commit_time_us = self.vitals.counters.commit_clock_us.load(Ordering::Acquire);
+            let horizon = self.ckpt.fpi_horizon.swap(start.get(), Ordering::AcqRel);
             assert!(
                 horizon <= start.get(),
                 "the image horizon only moves forward"
@@ -175,15 +182,16 @@ impl<S: Storage> Inner<S> {
         // Before any page is written, so a summary exists before CONTROL
         // names this checkpoint. Not written, it leaves a gap that
         // incremental backups spanning it fill by reading every page.
-        let written = self.summaries.write(
-            &self.storage,
-            self.opts.permissions,
+        let written = self.ckpt.summaries.write(
+            &self.env.storage,
+            self.env.opts.permissions,
             summary.0,
             start,
             &summary.1,
         );
         if written.is_err() {
-            self.counters
+            self.vitals
+                .counters
                 .summary_failures
                 .fetch_add(1, Ordering::Relaxed);
         }
@@ -193,7 +201,7 @@ impl<S: Storage> Inner<S> {
     /// Makes `CONTROL` name the checkpoint starting at `start` whose record
     /// ends at `end`.
     fn name_checkpoint(&self, start: Lsn, end: Lsn, meta: &records::Meta) -> Result<()> {
-        let mut control = health::lock(&self.control)?;
+        let mut control = self.ckpt.control.lock()?;
         let c = control.current();
         assert!(
             c.redo_lsn.get() <= start.get(),
@@ -212,7 +220,7 @@ impl<S: Storage> Inner<S> {
             flags: (c.flags & !FLAG_BACKUP) | FLAG_HISTORY,
             history: match c.flags & FLAG_BACKUP != 0 || c.history_lost {
                 false => c.history,
-                true => super::open::random_id(),
+                true => super::control::random_id(),
             },
             history_lost: false,
             ..c
@@ -259,16 +267,16 @@ impl<S: Storage> Inner<S> {
     /// head has not yet named, writes the head with the log's reach and
     /// syncs it (see [`data_head`]); once per segment of log. Skipped while
     /// a checkpoint runs (its own head names its start), never waited for.
-    pub(super) fn stamp_log_reach(&self) -> Result<()> {
+    pub(in crate::db) fn stamp_log_reach(&self) -> Result<()> {
         let segment = self.log_segment_of(self.wal().durable_lsn());
-        if segment <= self.reach_stamped.load(Ordering::Acquire) {
+        if segment <= self.ckpt.reach_stamped.load(Ordering::Acquire) {
             return Ok(());
         }
-        let Ok(_one) = self.checkpointing.try_lock() else {
+        let Some(_one) = self.ckpt.checkpointing.try_lock() else {
             return Ok(());
         };
         // Under the checkpoint lock the last redo point is CONTROL's.
-        let redo = Lsn::new(self.last_redo.load(Ordering::Acquire));
+        let redo = Lsn::new(self.ckpt.last_redo.load(Ordering::Acquire));
         let reached = self.stage_data_head(redo)?;
         self.pool.write_now(
             data_head::DATA_HEAD_PAGE,
@@ -280,7 +288,7 @@ impl<S: Storage> Inner<S> {
             self.log_segment_of(reached) >= segment,
             "the stamp covers the segment"
         );
-        self.reach_stamped.fetch_max(segment, Ordering::AcqRel);
+        self.ckpt.reach_stamped.fetch_max(segment, Ordering::AcqRel);
         Ok(())
     }
 
@@ -351,16 +359,17 @@ impl<S: Storage> Inner<S> {
     /// since it began). Returns whether it stays paced: a closing database,
     /// or a caller waiting to checkpoint, has it finish at full speed.
     fn pace(&self, start: crate::lsn::Lsn, began: Instant, done: f64) -> bool {
-        let distance = self.opts.checkpoint_wal_bytes.max(1) as f64 * CHECKPOINT_COMPLETION_TARGET;
+        let distance =
+            self.env.opts.checkpoint_wal_bytes.max(1) as f64 * CHECKPOINT_COMPLETION_TARGET;
         loop {
-            let closing = health::lock(&self.checkpointer.0).map_or(true, |stop| *stop);
-            if closing || self.hurry.load(Ordering::Acquire) > 0 {
+            let closing = health::lock(&self.ckpt.checkpointer.0).map_or(true, |stop| *stop);
+            if closing || self.ckpt.hurry.load(Ordering::Acquire) > 0 {
                 return false;
             }
             // Past twice the distance the log itself is short of space
             // (committers may be waiting at the hard limit, producing no
             // log to pace by): no pacing then.
-            if self.wal_since_checkpoint() >= self.opts.checkpoint_wal_bytes.saturating_mul(2) {
+            if self.wal_since_checkpoint() >= self.env.opts.checkpoint_wal_bytes.saturating_mul(2) {
                 return true;
             }
             let by_wal = (self.wal().end_lsn().get() - start.get()) as f64 / distance;
@@ -374,24 +383,24 @@ impl<S: Storage> Inner<S> {
 
     /// Runs a checkpoint if the WAL grew past the threshold since the last one
     /// and no checkpoint is running.
-    pub(super) fn maybe_checkpoint(&self) -> Result<bool> {
-        if self.wal_since_checkpoint() < self.opts.checkpoint_wal_bytes {
+    pub(in crate::db) fn maybe_checkpoint(&self) -> Result<bool> {
+        if self.wal_since_checkpoint() < self.env.opts.checkpoint_wal_bytes {
             return Ok(false);
         }
-        let Ok(one) = self.checkpointing.try_lock() else {
+        let Some(one) = self.ckpt.checkpointing.try_lock() else {
             return Ok(false);
         };
         // Plain FIFO scheduling is the baseline without pacing too.
-        let paced = self.opts.io_scheduler.mode == crate::sched::SchedMode::Classes;
+        let paced = self.env.opts.io_scheduler.mode == crate::sched::SchedMode::Classes;
         let done = self
             .checkpoint_locked(&one, paced, WriteCause::Checkpoint)
             .map(|_| true);
-        self.health.observe(done)
+        self.vitals.health.observe(done)
     }
 
     /// Log written since the last checkpoint's redo point.
     pub(crate) fn wal_since_checkpoint(&self) -> u64 {
-        let redo = self.last_redo.load(Ordering::Acquire);
+        let redo = self.ckpt.last_redo.load(Ordering::Acquire);
         let end = self.wal().end_lsn().get();
         assert!(redo <= end, "the redo point is inside the log");
         end - redo
@@ -402,34 +411,35 @@ impl<S: Storage> Inner<S> {
     /// redo point, a new transaction waits for the checkpoint (which runs
     /// uncapped by then) to free log space. Counted as a `log_space_wait`
     /// stall; it gives up waiting after a minute rather than hang.
-    pub(super) fn wait_for_log_space(&self) {
+    pub(in crate::db) fn wait_for_log_space(&self) {
         let limit = self
+            .env
             .opts
             .checkpoint_wal_bytes
             .saturating_mul(WAL_HARD_LIMIT_FACTOR);
-        if !self.opts.background_threads || self.wal_since_checkpoint() < limit {
+        if !self.env.opts.background_threads || self.wal_since_checkpoint() < limit {
             return;
         }
         let t = Instant::now();
-        let (lock, freed) = &self.log_space;
+        let (lock, freed) = &self.ckpt.log_space;
         let mut guard = health::lock_even_poisoned(lock);
         // A failed database frees no space: the caller's next step reports
         // the failure (the recheck below bounds how late it sees it).
         while self.wal_since_checkpoint() >= limit
             && t.elapsed() < LOG_SPACE_WAIT_MAX
-            && !self.health.is_failed()
+            && !self.vitals.health.is_failed()
         {
             // The checkpointer runs uncapped by now; wake it in case it sleeps,
             // then wait for a checkpoint to move the redo point. The timeout
             // only bounds a wake-up missed between the look and the wait.
-            self.checkpointer.1.notify_one();
+            self.ckpt.checkpointer.1.notify_one();
             guard = match freed.wait_timeout(guard, LOG_SPACE_RECHECK) {
                 Ok((g, _)) => g,
                 Err(p) => p.into_inner().0,
             };
         }
         drop(guard);
-        self.counters.log_space_wait.record(t.elapsed());
+        self.vitals.counters.log_space_wait.record(t.elapsed());
     }
 
     /// Tells the scheduler how urgent background writing is: the shortage
@@ -438,10 +448,11 @@ impl<S: Storage> Inner<S> {
     /// to write a dirty victim itself since the last pass), or how far the
     /// log has grown past the checkpoint distance (twice the distance is
     /// full pressure).
-    pub(super) fn report_pressure(&self, cold_dirty_share: f64, foreground_wrote: f64) {
+    pub(in crate::db) fn report_pressure(&self, cold_dirty_share: f64, foreground_wrote: f64) {
         let frames = (cold_dirty_share * 2.0).max(foreground_wrote).min(1.0);
-        let log =
-            self.wal_since_checkpoint() as f64 / self.opts.checkpoint_wal_bytes.max(1) as f64 - 1.0;
-        self.sched.set_pressure(frames.max(log).clamp(0.0, 1.0));
+        let log = self.wal_since_checkpoint() as f64
+            / self.env.opts.checkpoint_wal_bytes.max(1) as f64
+            - 1.0;
+        self.env.sched.set_pressure(frames.max(log).clamp(0.0, 1.0));
     }
 }

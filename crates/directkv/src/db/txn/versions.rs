@@ -49,20 +49,20 @@ use crate::health;
 /// the commit's share of its key list, and the allocator's headers and
 /// rounding of each of those blocks (docs/mvcc.md, "The cap"), so that the
 /// cap bounds the memory the store takes, not only its payload.
-pub(super) const VERSION_OVERHEAD_BYTES: usize = 272;
+pub(in crate::db) const VERSION_OVERHEAD_BYTES: usize = 272;
 
 /// A key's value before a commit changed it.
-pub(super) type Before = Option<Vec<u8>>;
+pub(in crate::db) type Before = Option<Vec<u8>>;
 
 /// A key's versions: (CSN of the commit that changed it, the value before),
 /// oldest first.
 type Chain = VecDeque<(u64, Before)>;
 
 /// A key range, by its bounds.
-pub(super) type KeyRange = (Bound<Vec<u8>>, Bound<Vec<u8>>);
+pub(in crate::db) type KeyRange = (Bound<Vec<u8>>, Bound<Vec<u8>>);
 
 /// The versions of one commit, as the commit path hands them over.
-pub(super) type CommitVersions = Vec<(Vec<u8>, Before)>;
+pub(in crate::db) type CommitVersions = Vec<(Vec<u8>, Before)>;
 
 /// The before-images kept for live snapshots.
 #[derive(Default)]
@@ -127,7 +127,7 @@ pub(crate) struct VersionStore {
 
 impl VersionStore {
     /// An empty store holding at most `cap_bytes`.
-    pub(super) fn new(cap_bytes: usize) -> Self {
+    pub(in crate::db) fn new(cap_bytes: usize) -> Self {
         VersionStore {
             cap_bytes,
             visible: AtomicU64::new(0),
@@ -141,7 +141,7 @@ impl VersionStore {
     }
 
     /// The CSN of the last published commit.
-    pub(super) fn visible(&self) -> u64 {
+    pub(in crate::db) fn visible(&self) -> u64 {
         self.visible.load(Ordering::Acquire)
     }
 
@@ -149,7 +149,7 @@ impl VersionStore {
     ///
     /// # Errors
     /// [`Error::Poisoned`] when a thread panicked holding the registry.
-    pub(super) fn register(&self) -> Result<u64> {
+    pub(in crate::db) fn register(&self) -> Result<u64> {
         let mut reg = health::lock(&self.registry)?;
         let csn = self.visible();
         assert!(
@@ -164,7 +164,7 @@ impl VersionStore {
     }
 
     /// Ends a snapshot taken at `csn` (a given-up one is no longer counted).
-    pub(super) fn release(&self, csn: u64) {
+    pub(in crate::db) fn release(&self, csn: u64) {
         // Counting only: a panic cannot leave the registry half changed.
         let mut reg = health::lock_even_poisoned(&self.registry);
         if csn < self.too_old_below.load(Ordering::Acquire) {
@@ -188,7 +188,7 @@ impl VersionStore {
     ///
     /// # Errors
     /// [`Error::Poisoned`] when a thread panicked holding the store.
-    pub(super) fn stage(&self, csn: u64, versions: CommitVersions) -> Result<()> {
+    pub(in crate::db) fn stage(&self, csn: u64, versions: CommitVersions) -> Result<()> {
         let mut store = health::write(&self.store)?;
         assert_eq!(csn, self.visible() + 1, "commits are staged in order");
         assert_eq!(
@@ -224,7 +224,7 @@ impl VersionStore {
 
     /// Takes back staged commit `csn`, which failed: its pages are back as
     /// they were.
-    pub(super) fn retract(&self, csn: u64) {
+    pub(in crate::db) fn retract(&self, csn: u64) {
         // A poisoned store fails every later stage and read: nothing to undo.
         let Ok(mut guard) = health::write(&self.store) else {
             return;
@@ -262,7 +262,7 @@ impl VersionStore {
     ///
     /// # Errors
     /// [`Error::Poisoned`] when a thread panicked holding the store.
-    pub(super) fn publish(&self, csn: u64) -> Result<()> {
+    pub(in crate::db) fn publish(&self, csn: u64) -> Result<()> {
         // Under the store's lock: a validation sees the commit published
         // together with its versions, or neither.
         let _store = health::write(&self.store)?;
@@ -284,7 +284,7 @@ impl VersionStore {
     ///
     /// # Errors
     /// [`Error::Poisoned`] when a thread panicked holding the store.
-    pub(super) fn collect(&self) -> Result<()> {
+    pub(in crate::db) fn collect(&self) -> Result<()> {
         let mut garbage = Garbage::default();
         {
             let mut store = health::write(&self.store)?;
@@ -336,7 +336,7 @@ impl VersionStore {
     ///
     /// # Errors
     /// [`Error::SnapshotTooOld`] then.
-    pub(super) fn check_live(&self, csn: u64) -> Result<()> {
+    pub(in crate::db) fn check_live(&self, csn: u64) -> Result<()> {
         let below = self.too_old_below.load(Ordering::Acquire);
         if csn < below {
             return Err(Error::SnapshotTooOld {
@@ -353,7 +353,7 @@ impl VersionStore {
     ///
     /// # Errors
     /// [`Error::SnapshotTooOld`] when the snapshot was given up.
-    pub(super) fn read_at(&self, csn: u64, key: &[u8], latest: Before) -> Result<Before> {
+    pub(in crate::db) fn read_at(&self, csn: u64, key: &[u8], latest: Before) -> Result<Before> {
         assert!(csn <= self.visible(), "a snapshot is of a published commit");
         if self.staged.load(Ordering::Acquire) == csn {
             // Nothing committed or being applied since the snapshot: the
@@ -373,7 +373,7 @@ impl VersionStore {
     ///
     /// # Errors
     /// [`Error::SnapshotTooOld`] when the snapshot was given up.
-    pub(super) fn batch_at(
+    pub(in crate::db) fn batch_at(
         &self,
         csn: u64,
         lo: &Bound<Vec<u8>>,
@@ -387,7 +387,7 @@ impl VersionStore {
         }
         let store = health::read(&self.store)?;
         self.check_live(csn)?;
-        if !crate::db::txn::nonempty(lo, hi) {
+        if !nonempty(lo, hi) {
             return Ok(entries);
         }
         let changed: Vec<(&Vec<u8>, &Before)> = store
@@ -422,7 +422,7 @@ impl VersionStore {
     /// # Errors
     /// [`Error::SnapshotTooOld`] when the snapshot was given up (what
     /// changed since is no longer known).
-    pub(super) fn changed_since<'k>(
+    pub(in crate::db) fn changed_since<'k>(
         &self,
         csn: u64,
         mut keys: impl Iterator<Item = &'k [u8]>,
@@ -453,7 +453,7 @@ impl VersionStore {
             return Ok(Some((k.to_vec(), "the key")));
         }
         for (lo, hi) in ranges {
-            if !crate::db::txn::nonempty(lo, hi) {
+            if !nonempty(lo, hi) {
                 continue;
             }
             let hit = store
@@ -468,7 +468,7 @@ impl VersionStore {
     }
 
     /// What the store reports.
-    pub(super) fn stats(&self) -> SnapshotStats {
+    pub(in crate::db) fn stats(&self) -> SnapshotStats {
         let (bytes, versions) = {
             let s = health::read_even_poisoned(&self.store);
             (s.bytes, s.versions)
@@ -554,7 +554,7 @@ impl<'db> Snapshot<'db> {
     ///
     /// # Errors
     /// [`Error::Poisoned`] when a thread panicked holding the registry.
-    pub(super) fn take(store: &'db VersionStore) -> Result<Self> {
+    pub(in crate::db) fn take(store: &'db VersionStore) -> Result<Self> {
         Ok(Snapshot {
             store,
             csn: store.register()?,
@@ -562,12 +562,12 @@ impl<'db> Snapshot<'db> {
     }
 
     /// The commit this snapshot sees.
-    pub(super) fn csn(&self) -> u64 {
+    pub(in crate::db) fn csn(&self) -> u64 {
         self.csn
     }
 
     /// The store it reads.
-    pub(super) fn store(&self) -> &'db VersionStore {
+    pub(in crate::db) fn store(&self) -> &'db VersionStore {
         self.store
     }
 }
@@ -578,245 +578,16 @@ impl Drop for Snapshot<'_> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Stages, publishes and collects commit `csn`, as the commit path does.
-    fn commit(vs: &VersionStore, csn: u64, versions: CommitVersions) -> Result<()> {
-        vs.stage(csn, versions)?;
-        vs.publish(csn)?;
-        vs.collect()
-    }
-
-    fn some(v: &[u8]) -> Before {
-        Some(v.to_vec())
-    }
-
-    /// Publishing drops nothing: the versions a commit leaves behind go when
-    /// a committer collects, once no snapshot needs them.
-    #[test]
-    fn publishing_keeps_versions_until_a_committer_collects() {
-        let vs = VersionStore::new(1 << 20);
-        let reader = Snapshot::take(&vs).expect("registers");
-        vs.stage(1, vec![(b"a".to_vec(), None)]).expect("stage");
-        vs.publish(1).expect("publish");
-        assert_eq!(vs.visible(), 1);
-        vs.collect().expect("collect");
-        assert_eq!(vs.stats().versions, 1, "the reader at 0 needs it");
-        drop(reader);
-        vs.stage(2, vec![(b"a".to_vec(), some(b"1"))])
-            .expect("stage");
-        vs.publish(2).expect("publish");
-        assert_eq!(vs.stats().versions, 2, "publishing drops nothing");
-        vs.collect().expect("collect");
-        assert_eq!(vs.stats().versions, 0, "no snapshot is left");
-    }
-
-    /// A collection beside a commit being applied: the staged versions
-    /// count against the cap, but a snapshot of the published commit does
-    /// not need them and is not given up for them (a new snapshot is then
-    /// never too old). Once that commit publishes, it does need them.
-    #[test]
-    fn a_staged_commit_over_the_cap_gives_up_no_snapshot_of_the_published_one() {
-        let vs = VersionStore::new(1000);
-        commit(&vs, 1, vec![(b"k".to_vec(), None)]).expect("commit");
-        let older = Snapshot::take(&vs).expect("registers");
-        commit(&vs, 2, vec![(b"j".to_vec(), some(b"x"))]).expect("commit");
-        let newest = Snapshot::take(&vs).expect("registers");
-        vs.stage(3, vec![(b"k".to_vec(), some(&[0; 2000]))])
-            .expect("stage");
-        vs.collect().expect("another committer collects");
-        assert!(
-            vs.check_live(older.csn()).is_err(),
-            "its end freed a version"
-        );
-        vs.check_live(newest.csn())
-            .expect("a snapshot of the published commit");
-        let again = Snapshot::take(&vs).expect("a new snapshot is never too old");
-        assert_eq!(again.csn(), 2);
-        assert_eq!(vs.stats().snapshots_too_old, 1);
-        vs.publish(3).expect("publish");
-        vs.collect().expect("collect");
-        assert!(
-            vs.check_live(newest.csn()).is_err(),
-            "now over the cap for it"
-        );
-        assert_eq!(vs.stats().snapshots_too_old, 3);
-        assert_eq!(vs.stats().versions, 0);
-        drop((older, newest, again));
-        assert!(Snapshot::take(&vs).is_ok());
-    }
-
-    /// A snapshot reads the before-image of the oldest newer version; newer
-    /// snapshots read newer ones; versions go once no snapshot needs them.
-    #[test]
-    fn reads_at_a_snapshot_and_collects_behind_the_oldest() {
-        let vs = VersionStore::new(1 << 20);
-        let s0 = Snapshot::take(&vs).expect("registers");
-        commit(&vs, 1, vec![(b"a".to_vec(), None)]).expect("publish");
-        let s1 = Snapshot::take(&vs).expect("registers");
-        commit(&vs, 2, vec![(b"a".to_vec(), some(b"1"))]).expect("publish");
-        // The tree now holds a = 2.
-        let latest = some(b"2");
-        assert_eq!(
-            vs.read_at(s0.csn(), b"a", latest.clone()).expect("reads"),
-            None
-        );
-        assert_eq!(
-            vs.read_at(s1.csn(), b"a", latest.clone()).expect("reads"),
-            some(b"1")
-        );
-        assert_eq!(
-            vs.read_at(2, b"a", latest.clone()).expect("reads"),
-            some(b"2")
-        );
-        assert_eq!(vs.stats().versions, 2);
-        drop(s0);
-        commit(&vs, 3, vec![]).expect("publish");
-        assert_eq!(vs.stats().versions, 1, "the version only s0 needed is gone");
-        assert_eq!(
-            vs.read_at(s1.csn(), b"a", latest).expect("reads"),
-            some(b"1")
-        );
-        drop(s1);
-        commit(&vs, 4, vec![]).expect("publish");
-        let st = vs.stats();
-        assert_eq!(
-            (st.versions, st.version_store_bytes, st.active_snapshots),
-            (0, 0, 0)
-        );
-    }
-
-    /// A range batch at a snapshot drops keys inserted since, restores keys
-    /// deleted since and old values of keys changed since, in either order.
-    #[test]
-    fn batches_are_rewritten_to_the_snapshot() {
-        let vs = VersionStore::new(1 << 20);
-        let s = Snapshot::take(&vs).expect("registers");
-        commit(
-            &vs,
-            1,
-            vec![
-                (b"b".to_vec(), None),       // inserted since
-                (b"c".to_vec(), some(b"3")), // deleted since
-                (b"d".to_vec(), some(b"4")), // changed since
-            ],
-        )
-        .expect("publish");
-        let now = vec![
-            (b"a".to_vec(), b"1".to_vec()),
-            (b"b".to_vec(), b"2".to_vec()),
-            (b"d".to_vec(), b"40".to_vec()),
-        ];
-        let (lo, hi) = (Bound::Unbounded, Bound::Excluded(b"z".to_vec()));
-        let fwd = vs
-            .batch_at(s.csn(), &lo, &hi, now.clone(), false)
-            .expect("reads");
-        let want = vec![
-            (b"a".to_vec(), b"1".to_vec()),
-            (b"c".to_vec(), b"3".to_vec()),
-            (b"d".to_vec(), b"4".to_vec()),
-        ];
-        assert_eq!(fwd, want);
-        let mut rev_now = now;
-        rev_now.reverse();
-        let rev = vs
-            .batch_at(s.csn(), &lo, &hi, rev_now, true)
-            .expect("reads");
-        assert_eq!(rev, want.into_iter().rev().collect::<Vec<_>>());
-        // Outside the batch's bounds nothing is added.
-        let narrow = vs
-            .batch_at(s.csn(), &Bound::Excluded(b"c".to_vec()), &hi, vec![], false)
-            .expect("reads");
-        assert_eq!(narrow, vec![(b"d".to_vec(), b"4".to_vec())]);
-    }
-
-    /// Over the cap the oldest snapshot is given up: its reads fail with
-    /// SnapshotTooOld, a newer one keeps reading, and the store fits again.
-    #[test]
-    fn over_the_cap_the_oldest_snapshot_is_given_up() {
-        let cap = 4 * (VERSION_OVERHEAD_BYTES + 100);
-        let vs = VersionStore::new(cap);
-        let old = Snapshot::take(&vs).expect("registers");
-        commit(&vs, 1, vec![(b"k".to_vec(), some(&[1; 90]))]).expect("publish");
-        let young = Snapshot::take(&vs).expect("registers");
-        for csn in 2..20 {
-            commit(&vs, csn, vec![(b"k".to_vec(), some(&[csn as u8; 90]))]).expect("publish");
-            assert!(vs.stats().version_store_bytes <= cap as u64);
-        }
-        let err = vs.read_at(old.csn(), b"k", None).expect_err("given up");
-        assert!(matches!(err, Error::SnapshotTooOld { .. }), "{err}");
-        // The young snapshot was given up too once the store passed the cap
-        // for it; a snapshot taken now reads the tree.
-        let st = vs.stats();
-        assert!(st.snapshots_too_old >= 1);
-        let fresh = Snapshot::take(&vs).expect("registers");
-        assert_eq!(
-            vs.read_at(fresh.csn(), b"k", some(b"x")).expect("reads"),
-            some(b"x")
-        );
-        drop((old, young));
-        assert_eq!(vs.stats().active_snapshots, 1);
-    }
-
-    /// Snapshots at random CSNs over a few hot keys: every live snapshot
-    /// reads, for every key, exactly what a full history of the key says it
-    /// held at that CSN, and `changed_since` sees every change after it.
-    #[test]
-    fn snapshots_read_like_full_histories() {
-        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = move |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
-        for _round in 0..20 {
-            let cap = 16 * (VERSION_OVERHEAD_BYTES + 8);
-            let vs = VersionStore::new(cap);
-            // Key -> [(csn, the value that commit wrote)].
-            let mut history: BTreeMap<Vec<u8>, Vec<(u64, Before)>> = BTreeMap::new();
-            let mut snaps: Vec<Snapshot<'_>> = Vec::new();
-            // Reads whose snapshot value differs from the tree's.
-            let mut from_versions = 0;
-            for csn in 1..400u64 {
-                let key = format!("k{}", next(6)).into_bytes();
-                let new = (next(4) > 0).then(|| csn.to_le_bytes().to_vec());
-                let h = history.entry(key.clone()).or_default();
-                let before = h.last().and_then(|v| v.1.clone());
-                h.push((csn, new));
-                commit(&vs, csn, vec![(key, before)]).expect("publish");
-                match next(10) {
-                    0..=1 => snaps.push(Snapshot::take(&vs).expect("registers")),
-                    2 if !snaps.is_empty() => {
-                        drop(snaps.swap_remove(next(snaps.len() as u64) as usize))
-                    }
-                    _ => {}
-                }
-                for s in &snaps {
-                    if vs.check_live(s.csn()).is_err() {
-                        continue;
-                    }
-                    for (k, writes) in &history {
-                        let at = |c: u64| {
-                            let last = writes.iter().rev().find(|v| v.0 <= c);
-                            last.and_then(|v| v.1.clone())
-                        };
-                        let got = vs.read_at(s.csn(), k, at(csn)).expect("live");
-                        assert_eq!(got, at(s.csn()), "key {k:?} at {} now {csn}", s.csn());
-                        from_versions += usize::from(at(s.csn()) != at(csn));
-                        let changed = writes.iter().any(|v| v.0 > s.csn());
-                        let found = vs
-                            .changed_since(s.csn(), std::iter::once(k.as_slice()), &[])
-                            .expect("live");
-                        assert_eq!(found.is_some(), changed, "key {k:?} at {}", s.csn());
-                    }
-                }
-                assert!(vs.stats().version_store_bytes <= cap as u64);
-            }
-            assert!(vs.stats().snapshots_too_old > 0, "the rounds pass the cap");
-            assert!(from_versions > 100, "live snapshots read old values");
-        }
+/// Whether `(from, to)` can hold any key; an inverted range is empty, never a
+/// panic.
+pub(in crate::db) fn nonempty(from: &Bound<Vec<u8>>, to: &Bound<Vec<u8>>) -> bool {
+    match (from, to) {
+        (Bound::Included(a), Bound::Included(b)) => a <= b,
+        (Bound::Included(a) | Bound::Excluded(a), Bound::Excluded(b))
+        | (Bound::Excluded(a), Bound::Included(b)) => a < b,
+        _ => true,
     }
 }
+
+#[cfg(test)]
+mod tests;
