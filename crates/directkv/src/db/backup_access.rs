@@ -170,7 +170,7 @@ impl<S: Storage> Engine for Inner<S> {
     }
 
     fn new_id(&self) -> DbId {
-        super::checkpoint::control::random_id()
+        crate::io::random_id()
     }
 }
 

@@ -34,18 +34,17 @@ mod stats;
 mod txn;
 mod vitals;
 
+pub use crate::backup::archive::{ArchiveChange, ArchiveStats};
 pub use access::FileAccess;
 pub use check::CheckReport;
-pub(crate) use checkpoint::control::random_id;
 pub use checkpoint::control::ControlFile;
 pub use checkpoint::run::WAL_HARD_LIMIT_FACTOR;
 pub use database::{Database, TRANSACTION_ATTEMPTS_MAX};
 pub use options::{
-    ArchiveChange, Durability, Isolation, Options, WriteOptions, CHECKPOINT_WAL_BYTES_MIN,
-    VERSION_STORE_BYTES_MIN,
+    Durability, Isolation, Options, WriteOptions, CHECKPOINT_WAL_BYTES_MIN, VERSION_STORE_BYTES_MIN,
 };
 pub(crate) use records::{decode_commit_time as commit_record_time, COMMIT as COMMIT_RECORD};
-pub use stats::{ArchiveStats, TxnStats};
+pub use stats::TxnStats;
 pub use stats::{BackupProgress, RecoveryStats, StallHistograms, Stalls, Stats, STATS_FILE};
 pub use txn::read::{RangeIter, ReadTxn};
 pub use txn::versions::SnapshotStats;

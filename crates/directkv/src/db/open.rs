@@ -376,7 +376,15 @@ fn open_archive<S: Storage>(
         check_archive_dir(given, path, wal.dir())?;
     }
     let recorded = setting::read(storage, path, sched)?;
-    let Some(taken) = setting::resolve(recorded.as_ref().map(|r| &r.setting), opts)? else {
+    let Some(taken) = setting::resolve(
+        recorded.as_ref().map(|r| &r.setting),
+        setting::Requested {
+            dir: opts.wal_archive.as_deref(),
+            change: opts.wal_archive_change,
+            timeout: opts.archive_timeout,
+        },
+    )?
+    else {
         if recorded.is_some() {
             setting::remove(storage, path)?;
         }

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
+use super::ArchiveChange;
 use crate::io::{AioOptions, DirectIo, Permissions, SyncVariant};
 use crate::sched::SchedOptions;
 
@@ -295,20 +296,4 @@ impl Default for Options {
             serial_writers: false,
         }
     }
-}
-
-/// How an open treats the archive setting recorded with the database.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ArchiveChange {
-    /// Archive as recorded. [`Options::wal_archive`] may set a directory
-    /// where none is recorded, or name the recorded one; another directory
-    /// is [`Error::ArchiveMismatch`](crate::Error::ArchiveMismatch).
-    #[default]
-    Keep,
-    /// Archive from now on into [`Options::wal_archive`] (which must be
-    /// set), recorded in place of the directory recorded before.
-    Switch,
-    /// Stop archiving and remove the record ([`Options::wal_archive`] must
-    /// be unset): checkpoints recycle segments without archiving them.
-    Off,
 }

@@ -72,4 +72,6 @@ pub(crate) mod state;
 
 pub(crate) use round::{complete_segments, durable_records_end, keep, partial_if_due};
 pub(crate) use round::{round_for_test, through};
+pub use setting::ArchiveChange;
 pub(crate) use state::Archive;
+pub use state::ArchiveStats;

@@ -66,7 +66,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::db::{ArchiveChange, Options};
 use crate::error::{Error, Result};
 use crate::format::{le, DbId};
 use crate::io::{Permissions, Storage};
@@ -91,6 +90,22 @@ pub(crate) const ARCHIVE_PATH_BYTES_MAX: usize = 4096;
 /// The largest `ARCHIVE` file.
 pub(crate) const SETTING_BYTES_MAX: usize = HEADER_BYTES + ARCHIVE_PATH_BYTES_MAX + 4;
 const _: () = assert!(SETTING_BYTES_MAX < 8192 && HEADER_BYTES % 8 == 0);
+
+/// How an open treats the archive setting recorded with the database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ArchiveChange {
+    /// Archive as recorded. `Options::wal_archive` may set a directory
+    /// where none is recorded, or name the recorded one; another directory
+    /// is [`Error::ArchiveMismatch`].
+    #[default]
+    Keep,
+    /// Archive from now on into `Options::wal_archive` (which must be
+    /// set), recorded in place of the directory recorded before.
+    Switch,
+    /// Stop archiving and remove the record (`Options::wal_archive` must
+    /// be unset): checkpoints recycle segments without archiving them.
+    Off,
+}
 
 /// Where and how the log is archived.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -121,6 +136,18 @@ pub(crate) struct DirId {
     pub(crate) ino: u64,
 }
 
+/// What an open asks of the archive: `Options::wal_archive`,
+/// `Options::wal_archive_change` and `Options::archive_timeout`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Requested<'a> {
+    /// The archive directory given, if any.
+    pub(crate) dir: Option<&'a Path>,
+    /// How to treat the recorded setting.
+    pub(crate) change: ArchiveChange,
+    /// `archive_timeout` given, if any (zero: none from now on).
+    pub(crate) timeout: Option<Duration>,
+}
+
 /// The setting this open archives with, from the one `recorded` and the
 /// options; `None` for no archiving.
 ///
@@ -132,23 +159,22 @@ pub(crate) struct DirId {
 /// relative one when the working directory cannot be read.
 pub(crate) fn resolve(
     recorded: Option<&ArchiveSetting>,
-    opts: &Options,
+    opts: Requested<'_>,
 ) -> Result<Option<ArchiveSetting>> {
-    let given = opts.wal_archive.as_deref().map(absolute).transpose()?;
-    let archiving =
-        opts.wal_archive_change != ArchiveChange::Off && (recorded.is_some() || given.is_some());
-    if let (Some(t), false) = (opts.archive_timeout, archiving) {
+    let given = opts.dir.map(absolute).transpose()?;
+    let archiving = opts.change != ArchiveChange::Off && (recorded.is_some() || given.is_some());
+    if let (Some(t), false) = (opts.timeout, archiving) {
         return Err(Error::InvalidArgument(format!(
             "archive_timeout ({t:?}) is set, but the log is not archived (no wal_archive is \
              given or recorded, or wal_archive_change is Off): unset it"
         )));
     }
-    let timeout = |was: Option<Duration>| match opts.archive_timeout {
+    let timeout = |was: Option<Duration>| match opts.timeout {
         Some(t) if t.is_zero() => None,
         Some(t) => Some(t),
         None => was,
     };
-    let dir = match (opts.wal_archive_change, recorded, given) {
+    let dir = match (opts.change, recorded, given) {
         (ArchiveChange::Off, _, None) => return Ok(None),
         (ArchiveChange::Off, _, Some(g)) => {
             return Err(Error::InvalidArgument(format!(
@@ -463,7 +489,7 @@ pub(crate) fn claim<S: Storage>(
             let id = Identity {
                 db_id,
                 instance: u64::from_le_bytes(
-                    crate::db::random_id()[..8].try_into().unwrap_or_default(),
+                    crate::io::random_id()[..8].try_into().unwrap_or_default(),
                 ),
             };
             let tmp = dir.join(IDENTITY_TMP_NAME);
@@ -532,48 +558,43 @@ mod tests {
     #[test]
     fn keep_refuses_another_directory_and_switch_and_off_are_explicit() {
         let recorded = setting("/arch", 5000);
-        let with = |dir: Option<&str>, change, timeout| Options {
-            wal_archive: dir.map(PathBuf::from),
-            wal_archive_change: change,
-            archive_timeout: timeout,
-            ..Options::default()
+        let with = |dir: Option<&'static str>, change, timeout| Requested {
+            dir: dir.map(Path::new),
+            change,
+            timeout,
         };
-        let kept = resolve(Some(&recorded), &with(None, ArchiveChange::Keep, None));
+        let kept = resolve(Some(&recorded), with(None, ArchiveChange::Keep, None));
         assert_eq!(kept.expect("keeps"), Some(recorded.clone()));
-        let other = resolve(
-            Some(&recorded),
-            &with(Some("/b"), ArchiveChange::Keep, None),
-        );
+        let other = resolve(Some(&recorded), with(Some("/b"), ArchiveChange::Keep, None));
         assert!(
             matches!(other, Err(Error::ArchiveMismatch { .. })),
             "{other:?}"
         );
         let switched = resolve(
             Some(&recorded),
-            &with(Some("/b"), ArchiveChange::Switch, None),
+            with(Some("/b"), ArchiveChange::Switch, None),
         );
         assert_eq!(switched.expect("switch").map(|s| s.dir), Some("/b".into()));
-        let off = resolve(Some(&recorded), &with(None, ArchiveChange::Off, None));
+        let off = resolve(Some(&recorded), with(None, ArchiveChange::Off, None));
         assert_eq!(off.expect("off"), None);
         let no_timeout = with(None, ArchiveChange::Keep, Some(Duration::ZERO));
-        let s = resolve(Some(&recorded), &no_timeout).expect("resolves");
+        let s = resolve(Some(&recorded), no_timeout).expect("resolves");
         assert_eq!(
             s.map(|s| s.timeout),
             Some(None),
             "a zero timeout turns it off"
         );
-        assert!(resolve(None, &with(None, ArchiveChange::Switch, None)).is_err());
-        assert!(resolve(None, &with(Some("/b"), ArchiveChange::Off, None)).is_err());
+        assert!(resolve(None, with(None, ArchiveChange::Switch, None)).is_err());
+        assert!(resolve(None, with(Some("/b"), ArchiveChange::Off, None)).is_err());
     }
 
     #[test]
     fn a_timeout_without_an_archive_is_refused_not_ignored() {
         let t = Some(Duration::from_secs(5));
-        let with = |dir: Option<&str>, change| Options {
-            wal_archive: dir.map(PathBuf::from),
-            wal_archive_change: change,
-            archive_timeout: t,
-            ..Options::default()
+        let with = |dir: Option<&'static str>, change| Requested {
+            dir: dir.map(Path::new),
+            change,
+            timeout: t,
         };
         let recorded = setting("/arch", 0);
         for (rec, opts) in [
@@ -581,15 +602,15 @@ mod tests {
             (None, with(None, ArchiveChange::Off)),
             (Some(&recorded), with(None, ArchiveChange::Off)),
         ] {
-            let got = resolve(rec, &opts);
+            let got = resolve(rec, opts);
             assert!(
                 matches!(&got, Err(Error::InvalidArgument(m)) if m.contains("archive_timeout")),
                 "{got:?}"
             );
         }
-        let kept = resolve(Some(&recorded), &with(None, ArchiveChange::Keep));
+        let kept = resolve(Some(&recorded), with(None, ArchiveChange::Keep));
         assert_eq!(kept.expect("resolves").and_then(|s| s.timeout), t);
-        let given = resolve(None, &with(Some("/b"), ArchiveChange::Keep));
+        let given = resolve(None, with(Some("/b"), ArchiveChange::Keep));
         assert_eq!(given.expect("resolves").and_then(|s| s.timeout), t);
     }
 }

@@ -18,7 +18,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::setting::ArchiveSetting;
-use crate::db::ArchiveStats;
 use crate::error::{Error, Result};
 use crate::health;
 use crate::io::{Permissions, Storage};
@@ -37,6 +36,43 @@ pub(super) const CHECK_CLASS: IoClass = IoClass::Read;
 /// they are all in use the newest is moved forward and keeps its older
 /// time, so the clock may run early (reports more lag), never late.
 const LAG_SAMPLES_MAX: usize = 64;
+
+/// What log archiving has done (all zero when it is off).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ArchiveStats {
+    /// Whether an archive directory is set.
+    pub enabled: bool,
+    /// Segments copied into the archive since open (or found there, the
+    /// same bytes).
+    pub segments: u64,
+    /// Bytes copied.
+    pub bytes: u64,
+    /// Rounds that failed (each is retried); see `last_failure`.
+    pub failures: u64,
+    /// Why the last failed round failed, if one did since the last success.
+    pub last_failure: Option<String>,
+    /// The first segment not yet archived.
+    pub next_segment: u64,
+    /// The archive's directory (recorded with the database).
+    pub dir: Option<PathBuf>,
+    /// `archive_timeout` in ms (0: only whole segments are archived).
+    pub timeout_ms: u64,
+    /// The end of the log the archive holds, as far as this open knows:
+    /// every byte of the log before it is archived (at open, the start of
+    /// the oldest segment the log holds).
+    pub archived_lsn: u64,
+    /// How far the archive lags: log bytes past `archived_lsn` up to the
+    /// end of the last durable record (a seal, a flush of no record, is not
+    /// lag).
+    pub lag_bytes: u64,
+    /// For how long (ms) the archive has lacked its oldest missing byte of
+    /// a durable record: since the archiver's round (or the call of `stats`)
+    /// that first saw that byte durable; 0 when the archive holds every
+    /// durable record.
+    pub lag_ms: u64,
+    /// Partial copies of the segment being written (`archive_timeout`).
+    pub partial_copies: u64,
+}
 
 /// The archiver's state, held by the engine (see the module docs for what
 /// guards each field).

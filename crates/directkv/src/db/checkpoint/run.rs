@@ -220,7 +220,7 @@ impl<S: Storage> Inner<S> {
             flags: (c.flags & !FLAG_BACKUP) | FLAG_HISTORY,
             history: match c.flags & FLAG_BACKUP != 0 || c.history_lost {
                 false => c.history,
-                true => super::control::random_id(),
+                true => crate::io::random_id(),
             },
             history_lost: false,
             ..c

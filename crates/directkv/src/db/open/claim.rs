@@ -229,7 +229,7 @@ fn create<S: Storage>(
     opts: &Options,
     sched: &Arc<Scheduler>,
 ) -> Result<()> {
-    let db_id = super::super::checkpoint::control::random_id();
+    let db_id = crate::io::random_id();
     let data_path = path.join(DATA_NAME);
     // What `look` let through is an interrupted creation's `data`.
     if storage.exists(&data_path) {
