@@ -28,3 +28,6 @@ pub use lock::LOCK_HOLDER_PREFIX;
 pub use perms::{read_file, write_new_file, FileKind, FileMeta, Permissions};
 pub use storage::{OsStorage, Storage, StorageFile};
 pub use sync::{SyncMethod, SyncVariant};
+
+#[cfg(test)]
+mod tests;
