@@ -214,7 +214,7 @@ pub mod internals {
         /// A page's header, checksum and type.
         pub mod page {
             pub use crate::format::page::{
-                init, seal_in_place, verify, PageType, PAGE_HEADER_BYTES, PAGE_SIZES,
+                seal_in_place, verify, PageType, PAGE_HEADER_BYTES, PAGE_SIZES,
             };
         }
 
@@ -229,15 +229,15 @@ pub mod internals {
         }
     }
 
-    /// Engine parts the tests and the command-line tool drive alone: the
-    /// buffer pool and the I/O scheduler, the stall histograms' buckets, the
-    /// log's hard limit, and restoring backups on any storage.
+    /// Engine parts the tests and the command-line tool name: the buffer
+    /// pool and the I/O scheduler, the stall histograms' buckets, the log's hard
+    /// limit, and restoring backups on any storage.
     pub mod engine {
         pub use crate::backup::is_restored_copy;
         pub use crate::backup::restore::restore_chain_with;
-        pub use crate::buffer::{Access, BufferPool, LogFlusher, WriteCause};
+        pub use crate::buffer::{BufferPool, WriteCause};
         pub use crate::db::WAL_HARD_LIMIT_FACTOR;
-        pub use crate::sched::{IoClass, ScheduledFile, Scheduler};
+        pub use crate::sched::{IoClass, Scheduler};
         pub use crate::stall::{bucket_upper_ms, BUCKETS};
     }
 
