@@ -168,20 +168,17 @@ pub mod internals {
     /// buffers, asynchronous I/O and what the device and filesystem report.
     pub mod io {
         pub use crate::io::{
-            device_info, fs_info, statx_direct_io, Aio, AlignedArena, AlignedBuf, Alignment,
-            AlignmentSource, At, BatchOp, DeviceInfo, DirectFile, FaultOp, FaultyStorage, FileMeta,
-            FileOptions, Fill, FsInfo, IoMut, IoRef, OsStorage, Storage, StorageFile,
-            IO_BACKEND_ENV,
+            device_info, fs_info, statx_direct_io, Aio, AlignedArena, AlignedBuf, Alignment, At,
+            DeviceInfo, DirectFile, FaultOp, FaultyStorage, FileMeta, FileOptions, Fill, FsInfo,
+            IoMut, IoRef, OsStorage, Storage, StorageFile, IO_BACKEND_ENV,
         };
 
         /// The device profile: what `directkv test-fsync` measures and
         /// saves, and open reads to choose the WAL's sync method.
         pub mod profile {
             pub use crate::io::profile::{
-                fill_pattern, is_scratch_header, measure_one, measure_sync, open_for, prepare,
-                remove_scratch_leftovers, scratch_name, Clock, DeviceProfile, Outcome, Verdict,
-                PROFILE_FILE_NAME, PROFILE_SCHEMA_VERSION, SCRATCH_MAGIC, SCRATCH_PREFIXES,
-                TEST_FILE_BYTES,
+                fill_pattern, measure_one, measure_sync, open_for, prepare, Clock, DeviceProfile,
+                Outcome, Verdict, PROFILE_FILE_NAME, PROFILE_SCHEMA_VERSION, SCRATCH_MAGIC,
             };
         }
     }
@@ -190,9 +187,8 @@ pub mod internals {
     /// the engine's own record payloads.
     pub mod wal {
         pub use crate::wal::format::{
-            next_record_start, parse_segment_file_name, segment_file_name, Layout, RecordHeader,
-            SegmentHeader, FORMAT_BLOCK_BYTES, RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES,
-            SEGMENT_MAGIC,
+            parse_segment_file_name, segment_file_name, Layout, RecordHeader, SegmentHeader,
+            SEGMENT_HEADER_BYTES, SEGMENT_MAGIC,
         };
         pub use crate::wal::{kind, Record, Wal, WalOptions, WalReader, RECORD_PAYLOAD_MAX};
 
@@ -218,7 +214,7 @@ pub mod internals {
         /// A page's header, checksum and type.
         pub mod page {
             pub use crate::format::page::{
-                init, seal_in_place, verify, PageType, PAGE_HEADER_BYTES, PAGE_SIZES,
+                seal_in_place, verify, PageType, PAGE_HEADER_BYTES, PAGE_SIZES,
             };
         }
 
@@ -233,15 +229,15 @@ pub mod internals {
         }
     }
 
-    /// Engine parts the tests and the command-line tool drive alone: the
-    /// buffer pool and the I/O scheduler, the stall histograms' buckets, the
-    /// log's hard limit, and restoring backups on any storage.
+    /// Engine parts the tests and the command-line tool name: the buffer
+    /// pool and the I/O scheduler, the stall histograms' buckets, the log's hard
+    /// limit, and restoring backups on any storage.
     pub mod engine {
         pub use crate::backup::is_restored_copy;
         pub use crate::backup::restore::restore_chain_with;
-        pub use crate::buffer::{Access, BufferPool, LogFlusher, WriteCause};
+        pub use crate::buffer::{BufferPool, WriteCause};
         pub use crate::db::WAL_HARD_LIMIT_FACTOR;
-        pub use crate::sched::{IoClass, ScheduledFile, Scheduler};
+        pub use crate::sched::{IoClass, Scheduler};
         pub use crate::stall::{bucket_upper_ms, BUCKETS};
     }
 

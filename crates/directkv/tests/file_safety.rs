@@ -8,8 +8,10 @@
 //!   file inside or outside the directory), a FIFO or a directory is refused
 //!   with `NotARegularFile` naming it, and the symlink's target is not
 //!   written (before, `LOCK` through a symlink truncated its target);
-//! - the scratch files of a sync probe killed mid-measurement carry the
-//!   engine's magic and are removed by the next open, and nothing else is;
+//! - the scratch files of a sync probe killed mid-measurement, carrying the
+//!   engine's magic, are removed by the next open, and nothing else is (that
+//!   a scratch file carries the magic from its first write is a unit test of
+//!   `io`, `io::tests`);
 //! - a database copied with `cp -r` or `cp -a` keeps working.
 //!
 //! The modes of created files under different umasks are in
@@ -281,31 +283,6 @@ fn issue19_probe_leftovers_are_removed_at_the_next_open() {
         "the direct probe's leftover is gone"
     );
     assert!(foreign.exists() && other_pid.exists(), "others are kept");
-}
-
-#[test]
-fn issue19_a_scratch_file_carries_the_magic_from_its_first_write() {
-    let _serial = serial();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir
-        .path()
-        .join(profile::scratch_name(profile::SCRATCH_PREFIXES[0]));
-    let at = directkv::internals::io::At::cwd(&path);
-    profile::prepare(&at).expect("prepare");
-    let head = std::fs::read(&path).expect("read");
-    assert_eq!(head.len() as u64, profile::TEST_FILE_BYTES);
-    assert!(profile::is_scratch_header(&head, std::process::id()));
-    assert_eq!(
-        std::fs::metadata(&path).expect("stat").permissions().mode() & 0o077,
-        0,
-        "private"
-    );
-    // A second prepare never writes through what is there.
-    assert!(profile::prepare(&at).is_err(), "exclusive create");
-    // This process is alive: its scratch file is not a leftover.
-    let storage = directkv::internals::io::OsStorage::default();
-    let removed = profile::remove_scratch_leftovers(&storage, dir.path()).expect("scan");
-    assert!(removed.is_empty() && path.exists());
 }
 
 #[test]

@@ -13,3 +13,6 @@ mod write_back;
 pub use page::{Held, PageMut};
 pub use pool::{BufferPool, LogFlusher, PoolStats, WriteCause, WritesByCause};
 pub use replacer::Access;
+
+#[cfg(test)]
+mod tests;

@@ -30,3 +30,6 @@ pub use perms::{read_file, write_new_file, FileKind, FileMeta, Permissions};
 pub(crate) use random::random_id;
 pub use storage::{OsStorage, Storage, StorageFile};
 pub use sync::{SyncMethod, SyncVariant};
+
+#[cfg(test)]
+mod tests;

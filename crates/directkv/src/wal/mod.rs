@@ -27,3 +27,6 @@ pub use reader::{Record, WalReader};
 pub use writer::{
     Wal, WalOptions, WalStats, BUFFER_BYTES_DEFAULT, SEAL_DELAY_DEFAULT, SEGMENT_BYTES_DEFAULT,
 };
+
+#[cfg(test)]
+mod tests;

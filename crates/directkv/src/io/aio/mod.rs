@@ -416,3 +416,6 @@ impl Aio {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

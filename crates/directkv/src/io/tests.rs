@@ -4,21 +4,24 @@
 //! tmpfs, concurrent positional writes land byte-exact, a buffered reader sees
 //! what a direct writer wrote, and a failed write poisons the file for good.
 //!
-//! Direct-I/O cases run in `CARGO_TARGET_TMPDIR` (the build's filesystem); where
-//! that filesystem refuses `O_DIRECT` they print why and skip.
-
-mod common;
+//! A sync probe's scratch file carries the engine's magic from its first
+//! write, is private, is never written through, and is no leftover while its
+//! process lives.
+//!
+//! Direct-I/O cases run in a temporary directory (`tempfile::tempdir()`);
+//! where that filesystem refuses `O_DIRECT` they print why and skip.
 
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use directkv::internals::io::{
-    device_info, fs_info, statx_direct_io, AlignedBuf, AlignmentSource, DirectFile, FileOptions,
-    Fill,
+use super::profile;
+use super::{
+    device_info, fs_info, statx_direct_io, AlignedBuf, AlignmentSource, At, DirectFile, DirectIo,
+    FileOptions, Fill, IoPath, OsStorage, SyncMethod,
 };
-use directkv::Error;
-use directkv::{DirectIo, IoPath, SyncMethod};
+use crate::error::Error;
 
 fn opts(direct_io: DirectIo, sync: SyncMethod) -> FileOptions {
     FileOptions {
@@ -65,7 +68,7 @@ fn tmpfs_dir() -> Option<PathBuf> {
 
 #[test]
 fn alignment_matches_statx_and_sysfs() {
-    let dir = common::scratch();
+    let dir = tempfile::tempdir().expect("dir");
     let Some(file) = open_direct(dir.path(), "a", SyncMethod::Fdatasync) else {
         return;
     };
@@ -115,7 +118,7 @@ fn alignment_matches_statx_and_sysfs() {
 
 #[test]
 fn sync_methods_open_the_right_flags() {
-    let dir = common::scratch();
+    let dir = tempfile::tempdir().expect("dir");
     let direct_works = open_direct(dir.path(), "probe", SyncMethod::None).is_some();
     for method in SyncMethod::ALL {
         for direct in [false, true] {
@@ -145,7 +148,7 @@ fn sync_methods_open_the_right_flags() {
 
 #[test]
 fn every_sync_method_writes_and_syncs() {
-    let dir = common::scratch();
+    let dir = tempfile::tempdir().expect("dir");
     for method in SyncMethod::ALL {
         let f = DirectFile::open(
             dir.path().join(method.name()),
@@ -202,7 +205,7 @@ fn tmpfs_auto_falls_back_and_on_fails_cleanly() {
 
 #[test]
 fn unaligned_direct_io_is_a_typed_error() {
-    let dir = common::scratch();
+    let dir = tempfile::tempdir().expect("dir");
     let Some(f) = open_direct(dir.path(), "u", SyncMethod::None) else {
         return;
     };
@@ -233,7 +236,7 @@ fn concurrent_positional_writes_are_exact() {
     const THREADS: usize = 4;
     const BLOCKS_PER_THREAD: usize = 64;
     const BLOCK: usize = 4096;
-    let dir = common::scratch();
+    let dir = tempfile::tempdir().expect("dir");
     let Some(f) = open_direct(dir.path(), "c", SyncMethod::Fdatasync) else {
         return;
     };
@@ -275,7 +278,7 @@ fn concurrent_positional_writes_are_exact() {
 #[test]
 fn buffered_reader_sees_direct_writes() {
     use std::os::unix::fs::FileExt;
-    let dir = common::scratch();
+    let dir = tempfile::tempdir().expect("dir");
     let Some(f) = open_direct(dir.path(), "coherent", SyncMethod::None) else {
         return;
     };
@@ -305,7 +308,7 @@ fn buffered_reader_sees_direct_writes() {
 
 #[test]
 fn failed_write_poisons_writes_and_syncs_but_not_reads() {
-    let dir = common::scratch();
+    let dir = tempfile::tempdir().expect("dir");
     let f = DirectFile::open(
         dir.path().join("p"),
         &opts(DirectIo::Auto, SyncMethod::Fdatasync),
@@ -335,7 +338,7 @@ fn failed_write_poisons_writes_and_syncs_but_not_reads() {
 
 #[test]
 fn read_past_end_is_a_typed_error() {
-    let dir = common::scratch();
+    let dir = tempfile::tempdir().expect("dir");
     let f = DirectFile::open(
         dir.path().join("r"),
         &opts(DirectIo::Auto, SyncMethod::None),
@@ -362,7 +365,7 @@ fn read_past_end_is_a_typed_error() {
 #[test]
 fn zero_fill_allocates_every_block() {
     use std::os::unix::fs::MetadataExt;
-    let dir = common::scratch();
+    let dir = tempfile::tempdir().expect("dir");
     let f = DirectFile::open(
         dir.path().join("z"),
         &opts(DirectIo::Auto, SyncMethod::Fdatasync),
@@ -400,7 +403,7 @@ fn zero_fill_allocates_every_block() {
 /// open, after creating the file). Mounting it needs root; elsewhere this skips.
 #[test]
 fn kernel_refusal_of_o_direct_is_handled() {
-    let dir = common::scratch();
+    let dir = tempfile::tempdir().expect("dir");
     let mnt = dir.path().join("ramfs");
     std::fs::create_dir(&mnt).expect("mkdir");
     let mounted = std::process::Command::new("mount")
@@ -430,4 +433,28 @@ fn kernel_refusal_of_o_direct_is_handled() {
         }
     );
     assert!(path_left, "the Auto open created the file");
+}
+
+#[test]
+fn issue19_a_scratch_file_carries_the_magic_from_its_first_write() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir
+        .path()
+        .join(profile::scratch_name(profile::SCRATCH_PREFIXES[0]));
+    let at = At::cwd(&path);
+    profile::prepare(&at).expect("prepare");
+    let head = std::fs::read(&path).expect("read");
+    assert_eq!(head.len() as u64, profile::TEST_FILE_BYTES);
+    assert!(profile::is_scratch_header(&head, std::process::id()));
+    assert_eq!(
+        std::fs::metadata(&path).expect("stat").permissions().mode() & 0o077,
+        0,
+        "private"
+    );
+    // A second prepare never writes through what is there.
+    assert!(profile::prepare(&at).is_err(), "exclusive create");
+    // This process is alive: its scratch file is not a leftover.
+    let storage = OsStorage::default();
+    let removed = profile::remove_scratch_leftovers(&storage, dir.path()).expect("scan");
+    assert!(removed.is_empty() && path.exists());
 }

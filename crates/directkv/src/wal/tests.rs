@@ -2,11 +2,12 @@
 //! itself at its LSN and at no other; any single-bit flip in a header or a
 //! segment header is detected; record starts never straddle a block.
 
-use directkv::internals::wal::{
+use proptest::prelude::*;
+
+use super::format::{
     next_record_start, RecordHeader, SegmentHeader, FORMAT_BLOCK_BYTES, RECORD_HEADER_BYTES,
 };
-use directkv::Lsn;
-use proptest::prelude::*;
+use crate::lsn::Lsn;
 
 fn header() -> impl Strategy<Value = RecordHeader> {
     (

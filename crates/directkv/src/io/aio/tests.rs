@@ -5,9 +5,9 @@
 
 use std::sync::Arc;
 
-use directkv::internals::io::{Aio, AlignedArena, BatchOp, DirectFile, FileOptions};
-use directkv::Error;
-use directkv::{AioBackend, AioOptions, DirectIo};
+use super::{Aio, AioBackend, AioOptions, BatchOp};
+use crate::error::{Error, Result};
+use crate::io::{AlignedArena, AlignedBuf, DirectFile, DirectIo, FileOptions};
 
 const PAGE: usize = 4096;
 
@@ -49,7 +49,7 @@ fn fill(buf: &mut [u8], page: u64) {
     }
 }
 
-fn all_ok(results: Vec<directkv::Result<()>>) {
+fn all_ok(results: Vec<Result<()>>) {
     for (i, r) in results.into_iter().enumerate() {
         if let Err(e) = r {
             panic!("request {i} failed: {e}");
@@ -184,7 +184,7 @@ fn concurrent_batches_write_disjoint_regions_of_one_file() {
                 });
             }
         });
-        let mut buf = directkv::internals::io::AlignedBuf::new(PAGE, 4096).expect("buf");
+        let mut buf = AlignedBuf::new(PAGE, 4096).expect("buf");
         let mut want = vec![0u8; PAGE];
         for p in 0..4 * per {
             file.read_exact_at(buf.io_all_mut(), p * PAGE as u64)
@@ -204,7 +204,7 @@ fn reading_past_the_end_fails_that_request_alone() {
         let dir = tempfile::tempdir().expect("tempdir");
         let file = open(dir.path(), "data", DirectIo::Auto);
         file.attach_aio(&aio).expect("attach");
-        let mut page = directkv::internals::io::AlignedBuf::new(PAGE, 4096).expect("buf");
+        let mut page = AlignedBuf::new(PAGE, 4096).expect("buf");
         fill(page.as_mut_slice(), 0);
         for p in 0..2 {
             file.write_all_at(page.io_all(), p * PAGE as u64)
@@ -340,7 +340,7 @@ fn batches_work_on_the_buffered_fallback() {
             offset: 0,
         }];
         all_ok(file.run_batch(ops));
-        let mut back = directkv::internals::io::AlignedBuf::new(8 * PAGE, 4096).expect("buf");
+        let mut back = AlignedBuf::new(8 * PAGE, 4096).expect("buf");
         file.read_exact_at(back.io_all_mut(), 0).expect("read");
         for (i, b) in bufs.iter().enumerate() {
             assert_eq!(&back.as_slice()[i * PAGE..(i + 1) * PAGE], b.as_slice());
