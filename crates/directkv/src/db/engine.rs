@@ -68,7 +68,7 @@ pub(crate) struct Inner<S: Storage> {
     pub(crate) vitals: Vitals,
     /// Queue of the readahead readers (none without background threads);
     /// the mutex guards the sender, set once by open and taken by close.
-    /// A leaf lock.
+    /// Ranked last: no engine lock is taken while it is held.
     pub(super) readahead: RankedMutex<Option<std::sync::mpsc::SyncSender<PageId>>>,
     /// Where running backups need the log from: no segment from the
     /// oldest's on is recycled (a multiset: one entry per backup). The
