@@ -482,6 +482,37 @@ fn in_page(page: Option<u64>) -> String {
 }
 
 impl Error {
+    /// The same error naming another file: `rename` maps the path of a
+    /// corruption or an I/O error (the byte offset, page and detail stay);
+    /// every other error is returned as it is.
+    pub(crate) fn with_path(self, rename: impl FnOnce(PathBuf) -> PathBuf) -> Error {
+        match self {
+            Error::Corruption {
+                path,
+                offset,
+                page,
+                detail,
+            } => Error::Corruption {
+                path: rename(path),
+                offset,
+                page,
+                detail,
+            },
+            Error::Io {
+                op,
+                path,
+                offset,
+                source,
+            } => Error::Io {
+                op,
+                path: rename(path),
+                offset,
+                source,
+            },
+            other => other,
+        }
+    }
+
     /// Classifies an operating-system error from `op` on `path`.
     pub fn from_io(
         op: IoOp,

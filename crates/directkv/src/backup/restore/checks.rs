@@ -97,31 +97,7 @@ fn named_in(e: Error, copy: &Path, dir: &Path) -> Error {
         Ok(rest) => dir.join(rest),
         Err(_) => path,
     };
-    match e {
-        Error::Corruption {
-            path,
-            offset,
-            page,
-            detail,
-        } => Error::Corruption {
-            path: rename(path),
-            offset,
-            page,
-            detail,
-        },
-        Error::Io {
-            op,
-            path,
-            offset,
-            source,
-        } => Error::Io {
-            op,
-            path: rename(path),
-            offset,
-            source,
-        },
-        other => other,
-    }
+    e.with_path(rename)
 }
 
 /// Refuses a file in the backup that its manifest does not list.

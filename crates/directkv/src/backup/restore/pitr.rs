@@ -536,25 +536,7 @@ fn source_of(path: &Path, wal: &Path, archive: &Path, taken: &[u64]) -> Option<P
 /// An error naming a scratch segment, made to name its archived source.
 fn rename_path(e: Error, source: &impl Fn(&Path) -> Option<PathBuf>) -> Error {
     match e {
-        Error::Corruption {
-            path,
-            offset,
-            page,
-            detail,
-        } => match source(&path) {
-            Some(archived) => Error::Corruption {
-                path: archived,
-                offset,
-                page,
-                detail,
-            },
-            None => Error::Corruption {
-                path,
-                offset,
-                page,
-                detail,
-            },
-        },
+        e @ Error::Corruption { .. } => e.with_path(|path| source(&path).unwrap_or(path)),
         e => e,
     }
 }
