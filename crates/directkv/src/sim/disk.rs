@@ -34,9 +34,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 mod file;
 mod table;
 
-pub use file::SimFile;
-pub use table::SimLock;
-
 use super::rng::Rng;
 use crate::error::{Error, IoOp};
 
@@ -200,6 +197,9 @@ impl State {
 }
 
 impl SimStorage {
+    /// The disk's sector: every request is held to its alignment.
+    pub const SECTOR_BYTES: usize = SIM_SECTOR_BYTES;
+
     /// An empty disk.
     pub fn new() -> SimStorage {
         SimStorage::default()

@@ -6,6 +6,11 @@ mod disk;
 mod rng;
 mod run;
 
-pub use disk::{SimFile, SimLock, SimStorage, SIM_SECTOR_BYTES};
+pub use disk::SimStorage;
 pub use rng::Rng;
-pub use run::{run_seed, sweep_corruption, sweep_crash_points, sweep_fsync_eio, sweep_io_errors};
+pub use run::{run_seed, sweep_corruption};
+#[cfg(test)]
+use run::{sweep_crash_points, sweep_fsync_eio, sweep_io_errors};
+
+#[cfg(test)]
+mod tests;

@@ -22,7 +22,9 @@ use super::damage::{self, Outcome, Snapshot};
 use super::disk::SimStorage;
 use super::rng::Rng;
 use crate::db::{Database, Durability, Options};
-use crate::io::{DirectIo, FaultOp, FaultyStorage, Storage, SyncMethod, SyncVariant};
+use crate::io::{DirectIo, Storage, SyncMethod, SyncVariant};
+#[cfg(test)]
+use crate::io::{FaultOp, FaultyStorage};
 
 /// What a passing seed did.
 #[derive(Debug, Clone)]
@@ -215,6 +217,7 @@ fn fixed_workload(seed: u64, txns: u64) -> (Rng, Options, String, Vec<Txn>) {
 }
 
 /// Opens (recovers) the database on `disk` and checks it against `log`.
+#[cfg(test)]
 fn recover_and_verify(
     disk: &SimStorage,
     path: &Path,
@@ -269,6 +272,7 @@ fn run_workload<S: Storage>(disk: &S, path: &Path, opts: &Options, txns: &[Txn])
 ///
 /// # Errors
 /// [`SeedFailure`] naming the crash point.
+#[cfg(test)]
 pub fn sweep_crash_points(seed: u64, txns: u64, tears: u64) -> Result<u64, SeedFailure> {
     let (_, opts, text, log) = fixed_workload(seed, txns);
     let path = Path::new("/sim/db");
@@ -313,6 +317,7 @@ pub fn sweep_crash_points(seed: u64, txns: u64, tears: u64) -> Result<u64, SeedF
 ///
 /// # Errors
 /// [`SeedFailure`] naming the operation and N.
+#[cfg(test)]
 pub fn sweep_io_errors(seed: u64, txns: u64) -> Result<u64, SeedFailure> {
     let (_, opts, text, log) = fixed_workload(seed, txns);
     let path = Path::new("/sim/db");
@@ -361,6 +366,7 @@ pub fn sweep_io_errors(seed: u64, txns: u64) -> Result<u64, SeedFailure> {
 ///
 /// # Errors
 /// [`SeedFailure`] naming N.
+#[cfg(test)]
 pub fn sweep_fsync_eio(seed: u64, txns: u64) -> Result<u64, SeedFailure> {
     let (_, opts, text, log) = fixed_workload(seed, txns);
     let path = Path::new("/sim/db");

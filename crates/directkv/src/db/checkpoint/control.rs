@@ -214,3 +214,6 @@ impl<S: Storage> ControlFile<S> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -15,7 +15,7 @@ fn random_crash_seeds_hold_the_invariants() {
     let mut failures = Vec::new();
     let (mut acked, mut overlapped, mut refused) = (0, 0, 0);
     for seed in 0..seeds {
-        match directkv::internals::sim::run_seed(seed) {
+        match super::run_seed(seed) {
             Ok(r) => {
                 acked += r.acked;
                 overlapped += r.overlapped;
@@ -55,7 +55,7 @@ fn every_crash_point_of_canonical_workloads_recovers() {
         .unwrap_or(3);
     let mut recoveries = 0;
     for seed in [1u64, 2, 3, 4] {
-        match directkv::internals::sim::sweep_crash_points(seed, 30, tears) {
+        match super::sweep_crash_points(seed, 30, tears) {
             Ok(n) => recoveries += n,
             Err(f) => panic!("{f}"),
         }
@@ -71,8 +71,7 @@ fn every_crash_point_of_canonical_workloads_recovers() {
 fn every_io_error_is_survived() {
     let mut runs = 0;
     for seed in [11u64, 12] {
-        runs +=
-            directkv::internals::sim::sweep_io_errors(seed, 20).unwrap_or_else(|f| panic!("{f}"));
+        runs += super::sweep_io_errors(seed, 20).unwrap_or_else(|f| panic!("{f}"));
     }
     assert!(runs > 100, "{runs} runs");
     eprintln!("{runs} I/O-error runs checked");
@@ -85,8 +84,7 @@ fn every_io_error_is_survived() {
 fn a_failed_fsync_is_never_retried_into_a_lie() {
     let mut runs = 0;
     for seed in 21u64..29 {
-        runs +=
-            directkv::internals::sim::sweep_fsync_eio(seed, 20).unwrap_or_else(|f| panic!("{f}"));
+        runs += super::sweep_fsync_eio(seed, 20).unwrap_or_else(|f| panic!("{f}"));
     }
     assert!(runs > 100, "{runs} runs");
     eprintln!("{runs} fsync-EIO runs checked");
@@ -100,8 +98,7 @@ fn a_failed_fsync_is_never_retried_into_a_lie() {
 fn corruption_is_detected_never_returned() {
     let mut detected = 0;
     for seed in 31u64..35 {
-        detected +=
-            directkv::internals::sim::sweep_corruption(seed, 150).unwrap_or_else(|f| panic!("{f}"));
+        detected += super::sweep_corruption(seed, 150).unwrap_or_else(|f| panic!("{f}"));
     }
     assert!(detected > 0, "some damage hit live data and was reported");
     eprintln!("{detected} of 600 damaged databases reported Corruption");
@@ -114,7 +111,7 @@ fn corruption_is_detected_never_returned() {
 #[test]
 fn regression_recycled_segment_name_and_header_agree() {
     for seed in [47u64, 62, 157, 174, 191, 257, 288] {
-        if let Err(f) = directkv::internals::sim::run_seed(seed) {
+        if let Err(f) = super::run_seed(seed) {
             panic!("{f}");
         }
     }

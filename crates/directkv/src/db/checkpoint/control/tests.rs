@@ -1,29 +1,16 @@
-//! The buffer pool over a real data file with direct I/O: pages round-trip
-//! through eviction and reopening; no page is written before the log is durable
-//! up to its LSN (the WAL rule); a flush visits only dirty pages, however many
-//! are cached (invariant 7); a scan leaves the hot set cached; a damaged or
-//! misdirected page is an error naming file and offset while others stay
-//! readable; concurrent latched updates lose nothing; the control file falls back
-//! to its older slot when the newer one is damaged.
-//!
-//! The pool's own cases drive one layer and are unit tests of `buffer`
-//! (`buffer/tests.rs`); the control file's, which sits above it, is here.
+//! The control file over real files: a damaged newest slot falls back to
+//! the older one, two damaged slots are not a database, and a newer format
+//! version is refused.
 
-mod common;
+use super::ControlFile;
+use crate::format::control::{Control, FLAG_HISTORY};
+use crate::format::PageId;
+use crate::{Error, Lsn};
 
-use directkv::internals::io::OsStorage;
-use directkv::internals::pages::PageId;
-use directkv::internals::pages::{Control, ControlFile, FLAG_HISTORY};
-use directkv::{Error, Lsn};
+const DB: [u8; 16] = *b"control-db-test!";
 
-const DB: [u8; 16] = *b"buffer-pool-test";
-
-#[test]
-fn control_file_falls_back_to_the_older_slot() {
-    use std::os::unix::fs::FileExt;
-    let dir = common::scratch();
-    let path = dir.path().join("CONTROL");
-    let base = Control {
+fn base() -> Control {
+    Control {
         page_bytes: 8192,
         generation: 0,
         db_id: DB,
@@ -35,8 +22,17 @@ fn control_file_falls_back_to_the_older_slot() {
         flags: FLAG_HISTORY,
         history: [7; 16],
         history_lost: false,
-    };
-    let mut cf = ControlFile::create(&OsStorage::default(), &path, base).expect("create");
+    }
+}
+
+#[test]
+fn control_file_falls_back_to_the_older_slot() {
+    use std::os::unix::fs::FileExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("CONTROL");
+    let base = base();
+    let mut cf =
+        ControlFile::create(&crate::io::OsStorage::default(), &path, base).expect("create");
     cf.write(Control {
         redo_lsn: Lsn::new(99),
         checkpoint_lsn: Lsn::new(120),
@@ -47,7 +43,7 @@ fn control_file_falls_back_to_the_older_slot() {
     assert_eq!(newest.redo_lsn, Lsn::new(99));
     drop(cf);
     assert_eq!(
-        ControlFile::open(&OsStorage::default(), &path)
+        ControlFile::open(&crate::io::OsStorage::default(), &path)
             .expect("open")
             .current(),
         newest
@@ -60,7 +56,7 @@ fn control_file_falls_back_to_the_older_slot() {
     let slot = newest.generation % 2;
     raw.write_all_at(&[0xFF; 16], slot * 4096 + 40)
         .expect("write");
-    let older = ControlFile::open(&OsStorage::default(), &path)
+    let older = ControlFile::open(&crate::io::OsStorage::default(), &path)
         .expect("open")
         .current();
     assert_eq!(older.generation, newest.generation - 1);
@@ -69,12 +65,18 @@ fn control_file_falls_back_to_the_older_slot() {
     raw.write_all_at(&[0xFF; 16], (1 - slot) * 4096 + 40)
         .expect("write");
     assert!(matches!(
-        ControlFile::open(&OsStorage::default(), &path),
+        ControlFile::open(&crate::io::OsStorage::default(), &path),
         Err(Error::NotADatabase { .. })
     ));
-    // A newer format version is refused, not guessed at.
+}
+
+/// A newer format version is refused, not guessed at.
+#[test]
+fn a_newer_format_version_is_refused() {
+    use std::os::unix::fs::FileExt;
+    let dir = tempfile::tempdir().expect("tempdir");
     let path2 = dir.path().join("CONTROL2");
-    ControlFile::create(&OsStorage::default(), &path2, base).expect("create");
+    ControlFile::create(&crate::io::OsStorage::default(), &path2, base()).expect("create");
     let raw2 = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -89,7 +91,7 @@ fn control_file_falls_back_to_the_older_slot() {
         raw2.write_all_at(&b, slot * 4096).expect("write");
     }
     assert!(matches!(
-        ControlFile::open(&OsStorage::default(), &path2),
+        ControlFile::open(&crate::io::OsStorage::default(), &path2),
         Err(Error::FormatVersion {
             found: 2,
             supported: 1,
