@@ -35,43 +35,36 @@ fuzz_target!(|body: &[u8]| {
             _ => break,
         }
     }
-    for kind in [records::PAGE, records::COMMIT, records::CHECKPOINT, records::ABORT] {
+    for kind in records::KINDS {
         decode_as(kind, body);
     }
 });
 
+/// The tree state a commit or checkpoint carries is in range.
+fn meta_ok(root: u64, page_count: u64, freelist: u64) {
+    assert!((PAGE_COUNT_MIN..=PAGE_COUNT_MAX).contains(&page_count));
+    assert!(root >= 1 && root < page_count);
+    assert!(freelist < page_count && freelist != root);
+}
+
 /// Decodes `payload` as a record of `kind`; what decodes is in range.
 fn decode_as(kind: u8, payload: &[u8]) {
-    let meta_ok = |m: &records::Meta| {
-        assert!((PAGE_COUNT_MIN..=PAGE_COUNT_MAX).contains(&m.page_count));
-        assert!(m.root.get() >= 1 && m.root.get() < m.page_count);
-        assert!(m.freelist.get() < m.page_count && m.freelist != m.root);
-    };
-    match kind {
-        records::PAGE => {
-            if let Ok(r) = records::decode_page(payload) {
-                assert!(r.page.get() >= 1 && r.page.get() < PAGE_COUNT_MAX);
-                assert!(r.txn.get() <= TXN_ID_MAX);
-                let _ = r.apply(&mut [0u8; 4096]);
-            }
+    let at = Lsn::new(1 << 40);
+    match records::decode(kind, payload, at) {
+        Some(Ok(records::Decoded::Page(r))) => {
+            assert!(r.page.get() >= 1 && r.page.get() < PAGE_COUNT_MAX);
+            assert!(r.txn.get() <= TXN_ID_MAX);
+            let _ = r.apply(&mut [0u8; 4096]);
         }
-        records::COMMIT => {
-            if let Ok((txn, m)) = records::decode_commit(payload) {
-                assert!(txn.get() <= TXN_ID_MAX);
-                meta_ok(&m);
-            }
+        Some(Ok(records::Decoded::Commit { txn, meta })) => {
+            assert!(txn.get() <= TXN_ID_MAX);
+            meta_ok(meta.root.get(), meta.page_count, meta.freelist.get());
         }
-        records::CHECKPOINT => {
-            if let Ok((redo, m)) = records::decode_checkpoint(payload, Lsn::new(1 << 40)) {
-                assert!(redo.get() <= 1 << 40);
-                meta_ok(&m);
-            }
+        Some(Ok(records::Decoded::Checkpoint { redo, meta })) => {
+            assert!(redo <= at);
+            meta_ok(meta.root.get(), meta.page_count, meta.freelist.get());
         }
-        records::ABORT => {
-            if let Ok(txn) = records::decode_abort(payload) {
-                assert!(txn.get() <= TXN_ID_MAX);
-            }
-        }
-        _ => {}
+        Some(Ok(records::Decoded::Abort { txn })) => assert!(txn.get() <= TXN_ID_MAX),
+        Some(Err(_)) | None => {}
     }
 }

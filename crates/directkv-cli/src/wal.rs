@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use directkv::internals::io::OsStorage;
-use directkv::internals::wal::{kind, Record, WalReader};
+use directkv::internals::wal::records::kind_name;
+use directkv::internals::wal::{Record, WalReader};
 use directkv::Lsn;
 
 /// `directkv wal …`
@@ -53,14 +54,6 @@ pub fn parse_lsn(text: &str) -> Result<Lsn, String> {
             .map_err(|_| bad());
     }
     text.parse().map(Lsn::new).map_err(|_| bad())
-}
-
-fn kind_name(k: u8) -> String {
-    match k {
-        kind::FLUSH_HEADER => "flush_header".into(),
-        kind::PAD => "pad".into(),
-        k => format!("user({k})"),
-    }
 }
 
 fn wal_dir(dir: &Path) -> PathBuf {

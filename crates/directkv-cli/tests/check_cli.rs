@@ -100,7 +100,7 @@ fn damaged_last_commit(dir: &std::path::Path, unseal: bool) -> directkv::Lsn {
     let mut reader = WalReader::new(OsStorage::default(), &wal, segment_bytes, None, redo);
     let mut last = None;
     while let Some(rec) = reader.next_record().expect("read") {
-        if rec.kind >= directkv::internals::wal::kind::USER_MIN {
+        if !rec.is_framing() {
             last = Some((rec.lsn, rec.payload.len()));
         }
     }

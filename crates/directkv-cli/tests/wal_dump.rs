@@ -51,13 +51,20 @@ fn dump_lists_records_and_summarises() {
         .collect();
     let user: Vec<_> = lines
         .iter()
-        .filter(|l| l["kind"].as_str().is_some_and(|k| k.starts_with("user")))
+        .filter(|l| l["kind_code"].as_u64().is_some_and(|k| k >= 16))
         .collect();
     assert_eq!(user.len(), 5);
     for (i, r) in user.iter().enumerate() {
         assert_eq!(r["length"], 100 * i);
         assert_eq!(r["kind_code"], 16 + i);
         assert_eq!(r["crc"], "ok");
+        // Kinds 16 to 19 are a caller's own; 20 is the engine's page record.
+        let name = if i < 4 {
+            format!("user({})", 16 + i)
+        } else {
+            "page".into()
+        };
+        assert_eq!(r["kind"], name.as_str());
     }
     let summary = lines.last().expect("summary");
     assert_eq!(summary["summary"], true);

@@ -207,7 +207,7 @@ fn unseal(dir: &Path) {
     let mut reader = log_reader(dir);
     let mut last_user = Lsn::ZERO;
     while let Some(rec) = reader.next_record().expect("read the log") {
-        if rec.kind >= directkv::internals::wal::kind::USER_MIN {
+        if !rec.is_framing() {
             last_user = rec.lsn;
         }
     }

@@ -413,226 +413,70 @@ pub fn decode_checkpoint(b: &[u8], at: Lsn) -> Result<(Lsn, Meta)> {
     Ok((Lsn::new(redo), meta))
 }
 
+/// The kinds of the engine's records, in their order above.
+pub const KINDS: [u8; 4] = [PAGE, COMMIT, CHECKPOINT, ABORT];
+
+/// An engine record, decoded with every field range-checked.
+#[derive(Debug)]
+pub enum Decoded<'a> {
+    /// A page record.
+    Page(PageRecord<'a>),
+    /// A commit record: the transaction and the tree state it leaves.
+    Commit {
+        /// The transaction.
+        txn: TxnId,
+        /// The tree state.
+        meta: Meta,
+    },
+    /// A checkpoint record: where redo starts, and the tree state.
+    Checkpoint {
+        /// The redo LSN (at most the record's own).
+        redo: Lsn,
+        /// The tree state.
+        meta: Meta,
+    },
+    /// An abort record.
+    Abort {
+        /// The transaction.
+        txn: TxnId,
+    },
+}
+
+/// Decodes the payload of a record of `kind` that starts at `at`; `None`
+/// when `kind` is not one of the engine's ([`KINDS`]).
+///
+/// # Errors
+/// [`Error::Corruption`] when it is malformed or a field is out of range.
+pub fn decode(kind: u8, payload: &[u8], at: Lsn) -> Option<Result<Decoded<'_>>> {
+    let decoded = match kind {
+        PAGE => decode_page(payload).map(Decoded::Page),
+        COMMIT => decode_commit(payload).map(|(txn, meta)| Decoded::Commit { txn, meta }),
+        CHECKPOINT => {
+            decode_checkpoint(payload, at).map(|(redo, meta)| Decoded::Checkpoint { redo, meta })
+        }
+        ABORT => decode_abort(payload).map(|txn| Decoded::Abort { txn }),
+        _ => return None,
+    };
+    Some(decoded)
+}
+
+/// The name of a record kind as `directkv wal dump` prints it: the log's
+/// own framing kinds, the engine's four, and `user(N)` for any other.
+pub fn kind_name(kind: u8) -> String {
+    use crate::wal::kind::{FLUSH_HEADER, PAD};
+    let name = match kind {
+        FLUSH_HEADER => "flush_header",
+        PAD => "pad",
+        PAGE => "page",
+        COMMIT => "commit",
+        CHECKPOINT => "checkpoint",
+        ABORT => "abort",
+        k => return format!("user({k})"),
+    };
+    name.to_string()
+}
+
 pub use crate::format::diff::diff;
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn tid(id: u64) -> TxnId {
-        TxnId::new(id)
-    }
-
-    fn pid(no: u64) -> PageId {
-        PageId::new(no)
-    }
-
-    #[test]
-    fn diff_then_apply_reproduces_the_page() {
-        let before = vec![0u8; 4096];
-        let mut after = before.clone();
-        after[100..110].fill(1);
-        after[4000] = 9;
-        after[115] = 3;
-        let ranges = diff(&before, &after);
-        assert!(ranges.len() <= 2, "{ranges:?}");
-        let rec = encode_page(tid(7), pid(3), false, &ranges, &after);
-        let d = decode_page(&rec).expect("decode");
-        assert_eq!((d.txn, d.page, d.full), (tid(7), pid(3), false));
-        let mut page = before.clone();
-        d.apply(&mut page).expect("apply");
-        assert_eq!(page, after);
-        assert!(diff(&after, &after).is_empty());
-    }
-
-    proptest::proptest! {
-        /// Arbitrary payloads (a page record as read back from a damaged
-        /// log), flagged as any kind of page record: decoding and applying
-        /// return an error or change the page, never panic.
-        #[test]
-        fn arbitrary_page_records_never_panic(
-            flag in 0u8..4,
-            n in proptest::num::u16::ANY,
-            body in proptest::collection::vec(proptest::num::u8::ANY, 0..300),
-        ) {
-            let mut rec = Vec::new();
-            put_header(&mut rec, tid(1), pid(2), flag);
-            rec.extend_from_slice(&n.to_le_bytes());
-            rec.extend_from_slice(&body);
-            if let Ok(d) = decode_page(&rec) {
-                let mut page = vec![0u8; 8192];
-                let _ = d.apply(&mut page);
-            }
-        }
-
-        /// Applying the ranges of `diff` to the old page gives the new one,
-        /// and the ranges are ordered, disjoint and start and end at
-        /// differing bytes.
-        #[test]
-        fn diff_covers_every_change(
-            changes in proptest::collection::vec((0usize..512, proptest::num::u8::ANY), 0..40),
-        ) {
-            let before: Vec<u8> = (0..512).map(|i| (i * 7) as u8).collect();
-            let mut after = before.clone();
-            for (at, v) in changes {
-                after[at] = v;
-            }
-            let ranges = diff(&before, &after);
-            let mut page = before.clone();
-            let mut prev_end = 0;
-            for &(off, len) in &ranges {
-                proptest::prop_assert!(len > 0 && off >= prev_end);
-                proptest::prop_assert!(before[off] != after[off]);
-                proptest::prop_assert!(before[off + len - 1] != after[off + len - 1]);
-                page[off..off + len].copy_from_slice(&after[off..off + len]);
-                prev_end = off + len;
-            }
-            proptest::prop_assert_eq!(page, after);
-        }
-    }
-
-    #[test]
-    fn full_images_compress_when_that_pays_and_restore_exactly() {
-        // A leaf-like page: padded rows compress.
-        let mut image = vec![b' '; 8192];
-        for (i, chunk) in image.chunks_mut(100).enumerate() {
-            chunk[..8].copy_from_slice(&(i as u64).to_le_bytes());
-        }
-        let mut rec = Vec::new();
-        assert!(encode_full_image_into(
-            &mut rec,
-            tid(9),
-            pid(4),
-            &image,
-            true
-        ));
-        assert!(rec.len() < image.len() / 4, "{} bytes", rec.len());
-        let d = decode_page(&rec).expect("decode");
-        assert_eq!((d.txn, d.page, d.full), (tid(9), pid(4), true));
-        let mut page = vec![0u8; 8192];
-        d.apply(&mut page).expect("apply");
-        assert_eq!(page, image);
-        // The wrong page size, or a damaged block, is corruption, not a panic.
-        assert!(d.apply(&mut [0u8; 4096]).is_err());
-        let mut damaged = rec.clone();
-        damaged.truncate(rec.len() - 5);
-        let mut page = vec![0u8; 8192];
-        assert!(decode_page(&damaged)
-            .expect("decode")
-            .apply(&mut page)
-            .is_err());
-
-        // Random bytes do not compress: stored whole, flagged full.
-        let mut x = 0x9E37_79B9_7F4A_7C15u64;
-        let noise: Vec<u8> = (0..8192)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect();
-        assert!(!encode_full_image_into(
-            &mut rec,
-            tid(9),
-            pid(5),
-            &noise,
-            true
-        ));
-        let mut page = vec![0u8; 8192];
-        decode_page(&rec)
-            .expect("decode")
-            .apply(&mut page)
-            .expect("apply");
-        assert_eq!(page, noise);
-        // Compression off: stored whole.
-        assert!(!encode_full_image_into(
-            &mut rec,
-            tid(9),
-            pid(4),
-            &image,
-            false
-        ));
-        assert_eq!(rec.len(), 19 + 4 + 8192);
-    }
-
-    /// Each field of each record kind at 0, 1, its largest value and just
-    /// past it: in range it decodes, out of range it is corruption naming
-    /// the field (24 cases).
-    #[test]
-    fn record_fields_are_range_checked_at_their_edges() {
-        let meta = |root: u64, count: u64, free: u64| Meta {
-            root: pid(root),
-            page_count: count,
-            freelist: pid(free),
-        };
-        let max = PAGE_COUNT_MAX;
-        let metas = [
-            (meta(1, 2, 0), None),
-            (meta(max - 1, max, max - 2), None),
-            (meta(1, 0, 0), Some("page count")),
-            (meta(1, 1, 0), Some("page count")),
-            (meta(1, max + 1, 0), Some("page count")),
-            (meta(0, 5, 0), Some("root page")),
-            (meta(5, 5, 0), Some("root page")),
-            (meta(2, 5, 2), Some("free-list head")),
-            (meta(2, 5, 5), Some("free-list head")),
-        ];
-        // Raw bytes: the encoders assert what they write is in range.
-        let raw = |first: u64, m: &Meta| -> Vec<u8> {
-            [first, m.root.get(), m.page_count, m.freelist.get(), 0]
-                .iter()
-                .flat_map(|v| v.to_le_bytes())
-                .collect()
-        };
-        for (m, want) in metas {
-            let got = decode_commit(&raw(1, &m));
-            match want {
-                None => assert_eq!(got.expect("in range"), (tid(1), m)),
-                Some(w) => assert!(got.expect_err(w).to_string().contains(w), "{w}"),
-            }
-        }
-        let m = meta(1, 2, 0);
-        for (txn, ok) in [
-            (0, true),
-            (1, true),
-            (TXN_ID_MAX, true),
-            (TXN_ID_MAX + 1, false),
-        ] {
-            assert_eq!(decode_commit(&raw(txn, &m)).is_ok(), ok);
-            assert_eq!(decode_abort(&encode_abort(tid(txn))).is_ok(), ok);
-        }
-        let at = Lsn::new(1000);
-        for (redo, ok) in [(0, true), (1000, true), (1001, false)] {
-            let rec = raw(redo, &m);
-            assert_eq!(decode_checkpoint(&rec, at).is_ok(), ok, "{redo}");
-        }
-        for (page, ok) in [(0, false), (1, true), (max - 1, true), (max, false)] {
-            let rec = encode_page(tid(1), pid(page), false, &[], &[]);
-            assert_eq!(decode_page(&rec).is_ok(), ok, "page {page}");
-        }
-    }
-
-    #[test]
-    fn meta_round_trip() {
-        let m = Meta {
-            root: pid(5),
-            page_count: 99,
-            freelist: pid(12),
-        };
-        assert_eq!(decode_meta(&encode_meta(42, &m)).expect("decode"), (42, m));
-        assert!(decode_meta(&[1, 2, 3]).is_err());
-        // A commit carries its time after the meta; one without reads as
-        // having none.
-        let c = encode_commit(tid(42), &m, 1_700_000_000_000_123);
-        assert_eq!(decode_meta(&c).expect("decode"), (42, m));
-        assert_eq!(decode_commit_time(&c), Some(1_700_000_000_000_123));
-        assert_eq!(decode_commit_time(&encode_meta(42, &m)), None);
-        assert_eq!(decode_abort(&encode_abort(tid(42))).ok(), Some(tid(42)));
-        assert!(decode_abort(&[1, 2, 3]).is_err());
-        assert!(decode_page(&[0; 5]).is_err());
-        let mut unknown = encode_page(tid(1), pid(2), false, &[], &[]);
-        unknown[16] = 7;
-        assert!(decode_page(&unknown).is_err());
-    }
-}
+mod tests;

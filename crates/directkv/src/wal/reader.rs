@@ -48,7 +48,8 @@ const SEGMENT_FILES_OPEN_MAX: usize = 4;
 pub struct Record {
     /// Where the record starts.
     pub lsn: Lsn,
-    /// Its kind (see [`kind`]).
+    /// Its kind: below 16 the log's own framing ([`Record::is_framing`]),
+    /// from 16 on its caller's.
     pub kind: u8,
     /// Its payload.
     pub payload: Vec<u8>,
@@ -62,6 +63,12 @@ impl Record {
             "records are decoded bounded"
         );
         Lsn::new(self.lsn.get() + RECORD_HEADER_BYTES + self.payload.len() as u64)
+    }
+
+    /// Whether the log wrote it for its own framing (a flush header or
+    /// pad) rather than for its caller.
+    pub fn is_framing(&self) -> bool {
+        self.kind < kind::USER_MIN
     }
 }
 
