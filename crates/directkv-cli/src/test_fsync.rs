@@ -6,7 +6,7 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use directkv::internals::io::profile::{Outcome, Verdict, PROFILE_FILE_NAME};
+use directkv::internals::io::profile::{DeviceProfile, Outcome, Verdict};
 use indicatif::{ProgressBar, ProgressStyle};
 use measure::{Observer, Report, TestResult, GROUPS};
 
@@ -92,7 +92,7 @@ fn save_profile(
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),
         };
-        dir.join(PROFILE_FILE_NAME)
+        dir.join(DeviceProfile::FILE_NAME)
     });
     let profile = measure::profile_from_report(report)
         .context("no durable method was measured, so there is no profile to save")?;

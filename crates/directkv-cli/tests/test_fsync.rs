@@ -11,7 +11,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use directkv::internals::io::profile::{DeviceProfile, PROFILE_FILE_NAME};
+use directkv::internals::io::profile::DeviceProfile;
 use serde_json::Value;
 
 mod common;
@@ -113,7 +113,7 @@ fn json_report_on_the_build_filesystem() {
 #[test]
 fn tmpfs_reports_direct_io_unavailable_and_measures_the_rest() {
     let shm = Path::new("/dev/shm");
-    if directkv::internals::io::fs_info(shm)
+    if directkv::internals::io::FsInfo::of(shm)
         .map(|i| i.fs_type)
         .ok()
         .as_deref()
@@ -168,7 +168,7 @@ fn save_profile_is_read_back_for_the_same_filesystem() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(dir.path().join(PROFILE_FILE_NAME).exists());
+    assert!(dir.path().join(DeviceProfile::FILE_NAME).exists());
     let profile = DeviceProfile::load_for_dir(&directkv::internals::io::At::cwd(dir.path()))
         .expect("profile for this dir");
     assert!(profile.fastest_durable.method.is_durable());
@@ -177,8 +177,8 @@ fn save_profile_is_read_back_for_the_same_filesystem() {
     // A profile moved to another filesystem does not apply there.
     if let Ok(shm) = tempfile::tempdir_in("/dev/shm") {
         std::fs::copy(
-            dir.path().join(PROFILE_FILE_NAME),
-            shm.path().join(PROFILE_FILE_NAME),
+            dir.path().join(DeviceProfile::FILE_NAME),
+            shm.path().join(DeviceProfile::FILE_NAME),
         )
         .expect("copy");
         assert!(
@@ -186,7 +186,7 @@ fn save_profile_is_read_back_for_the_same_filesystem() {
         );
     }
     // A damaged profile is ignored, never trusted.
-    std::fs::write(dir.path().join(PROFILE_FILE_NAME), b"{ not json").expect("write");
+    std::fs::write(dir.path().join(DeviceProfile::FILE_NAME), b"{ not json").expect("write");
     assert!(DeviceProfile::load_for_dir(&directkv::internals::io::At::cwd(dir.path())).is_none());
 }
 

@@ -255,7 +255,7 @@ fn dead_pid() -> u32 {
 
 fn scratch_bytes(pid: u32) -> Vec<u8> {
     let mut bytes = vec![0u8; 1 << 20];
-    bytes[..8].copy_from_slice(&profile::SCRATCH_MAGIC);
+    bytes[..8].copy_from_slice(&profile::Scratch::MAGIC);
     bytes[8..12].copy_from_slice(&pid.to_le_bytes());
     bytes
 }

@@ -423,7 +423,7 @@ fn wal_on_another_filesystem_with_a_measured_default() {
     assert!(shm
         .path()
         .join("wal")
-        .join(directkv::internals::io::profile::PROFILE_FILE_NAME)
+        .join(directkv::internals::io::profile::DeviceProfile::FILE_NAME)
         .exists());
     fill(&db, 300, 4);
     drop(db);

@@ -169,12 +169,9 @@ impl Spec for WalSpec {
             // The unit the WAL writes per commit at one thread: header, record,
             // padding to the I/O unit; test-fsync measures a write of that size.
             let block = (24 + 16 + size).next_multiple_of(4096);
-            let raw = match profile::measure_one(
-                &At::cwd(&scratch.path().join("raw.tmp")),
-                variant,
-                block,
-                self.seconds,
-            )? {
+            let raw = match profile::Scratch::create(At::cwd(&scratch.path().join("raw.tmp")))?
+                .measure_sync(variant, 1, block, self.seconds)?
+            {
                 Outcome::Measured { ops_per_sec, .. } => ops_per_sec,
                 Outcome::NotAvailable { reason } => {
                     eprintln!("{variant}: not available here ({reason})");

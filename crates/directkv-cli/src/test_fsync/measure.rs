@@ -19,15 +19,10 @@
 //! The single-variant measurement and the device profile are the engine's
 //! (`internals::io::profile`), which open uses too.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use directkv::internals::io::profile::{
-    fill_pattern, measure_sync, open_for, prepare, Clock, DeviceProfile, Outcome, Verdict,
-    PROFILE_SCHEMA_VERSION,
-};
-use directkv::internals::io::{
-    device_info, fs_info, AlignedBuf, Alignment, At, DeviceInfo, FsInfo,
-};
+use directkv::internals::io::profile::{DeviceProfile, Outcome, Scratch, Verdict};
+use directkv::internals::io::{Alignment, At, DeviceInfo, FsInfo};
 use directkv::{Error, Result, SyncMethod, SyncVariant};
 use serde::{Deserialize, Serialize};
 
@@ -113,7 +108,7 @@ pub struct Fastest {
 /// Everything `test-fsync` found.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Report {
-    /// [`PROFILE_SCHEMA_VERSION`].
+    /// [`DeviceProfile::SCHEMA_VERSION`].
     pub schema_version: u32,
     /// The scratch file.
     pub file: PathBuf,
@@ -258,36 +253,6 @@ pub const GROUPS: [(&str, &str, &str); 5] = [
     ),
 ];
 
-fn run_fd_sync(
-    path: &Path,
-    seconds: f64,
-    block: usize,
-    close_before_sync: bool,
-) -> Result<Outcome> {
-    let variant = SyncVariant {
-        method: SyncMethod::Fsync,
-        direct: false,
-    };
-    let mut buf = AlignedBuf::new(block, directkv::internals::pages::SECTOR_BYTES)?;
-    fill_pattern(buf.as_mut_slice());
-    let clock = Clock::new(seconds);
-    let mut ops = 0u64;
-    loop {
-        let file = open_for(&At::cwd(path), variant)?;
-        file.write_all_at(buf.io_all(), 0)?;
-        if close_before_sync {
-            drop(file);
-            open_for(&At::cwd(path), variant)?.sync_all()?;
-        } else {
-            file.sync_all()?;
-        }
-        ops += 1;
-        if clock.expired() {
-            return Ok(clock.outcome(ops));
-        }
-    }
-}
-
 /// Runs every test on `opts.path` and returns the report. The file is created
 /// and removed by this call.
 ///
@@ -315,15 +280,18 @@ pub fn run(opts: &Options, observer: &dyn Observer) -> Result<Report> {
             opts.path.display()
         )));
     }
-    let result = run_prepared(opts, observer);
-    let _ = std::fs::remove_file(&opts.path);
-    result
+    run_prepared(opts, observer)
 }
 
 fn run_prepared(opts: &Options, observer: &dyn Observer) -> Result<Report> {
-    let (alignment, direct_io_unavailable) = prepare(&At::cwd(&opts.path))?;
-    let filesystem = fs_info(&opts.path)?;
-    let device = device_info(filesystem.dev);
+    // Removed when it goes out of scope, whatever the measurements return.
+    let scratch = Scratch::create(At::cwd(&opts.path))?;
+    let (alignment, direct_io_unavailable) = (
+        scratch.alignment(),
+        scratch.direct_io_unavailable().map(str::to_string),
+    );
+    let filesystem = FsInfo::of(&opts.path)?;
+    let device = filesystem.device();
     let specs = plan(opts.block_bytes);
     observer.planned(specs.len());
     let mut results = Vec::with_capacity(specs.len());
@@ -334,17 +302,10 @@ fn run_prepared(opts: &Options, observer: &dyn Observer) -> Result<Report> {
                 variant,
                 writes,
                 write_bytes,
-            } => measure_sync(
-                &At::cwd(&opts.path),
-                variant,
-                writes,
-                write_bytes,
-                opts.seconds_per_test,
-            )?,
-            Kind::FdSync { close_before_sync } => run_fd_sync(
-                &opts.path,
-                opts.seconds_per_test,
+            } => scratch.measure_sync(variant, writes, write_bytes, opts.seconds_per_test)?,
+            Kind::FdSync { close_before_sync } => scratch.measure_reopened_sync(
                 opts.block_bytes,
+                opts.seconds_per_test,
                 close_before_sync,
             )?,
         };
@@ -371,7 +332,7 @@ fn run_prepared(opts: &Options, observer: &dyn Observer) -> Result<Report> {
     let fastest_durable = fastest_durable(&results);
     let honesty = judge(&results, device.as_ref(), fastest_durable.as_ref());
     Ok(Report {
-        schema_version: PROFILE_SCHEMA_VERSION,
+        schema_version: DeviceProfile::SCHEMA_VERSION,
         file: opts.path.clone(),
         filesystem,
         device,
@@ -510,7 +471,7 @@ pub fn profile_from_report(report: &Report) -> Option<DeviceProfile> {
         .filter_map(|r| Some((r.variant?, r.ops_per_sec()?)))
         .collect();
     Some(DeviceProfile {
-        schema_version: PROFILE_SCHEMA_VERSION,
+        schema_version: DeviceProfile::SCHEMA_VERSION,
         filesystem: report.filesystem.clone(),
         alignment: report.alignment,
         fastest_durable: fastest.variant,

@@ -73,6 +73,21 @@ pub(crate) fn memory_backed_fs(file: &impl std::os::fd::AsFd) -> Option<String> 
         .then(|| fs_name(magic))
 }
 
+impl FsInfo {
+    /// The filesystem `path` (a file or directory) is on: see [`fs_info`].
+    ///
+    /// # Errors
+    /// As [`fs_info`].
+    pub fn of(path: &Path) -> Result<FsInfo> {
+        fs_info(path)
+    }
+
+    /// What sysfs says of the filesystem's device ([`device_info`]).
+    pub fn device(&self) -> Option<DeviceInfo> {
+        device_info(self.dev)
+    }
+}
+
 /// Reads the filesystem type and device of `path` (a file or directory).
 ///
 /// # Errors

@@ -18,13 +18,15 @@ mod storage;
 mod sync;
 
 pub use aio::{Aio, AioBackend, AioOptions, AioStats, BatchOp, IO_BACKEND_ENV};
-pub use align::{statx_direct_io, Alignment, AlignmentSource};
+#[cfg(test)]
+pub(crate) use align::statx_direct_io;
+pub use align::{Alignment, AlignmentSource};
 pub use buf::{AlignedArena, AlignedBuf, IoMut, IoRef};
 pub use dir::At;
 pub use entries::{create_dir_synced, missing_levels, resolve, sync_levels};
 pub use faulty::{FaultOp, FaultyStorage};
 pub use file::{DirectFile, DirectIo, FileOptions, Fill, IoPath};
-pub use fs::{device_info, fs_info, DeviceInfo, FsInfo};
+pub use fs::{DeviceInfo, FsInfo};
 pub use lock::LOCK_HOLDER_PREFIX;
 pub use perms::{read_file, write_new_file, FileKind, FileMeta, Permissions};
 pub(crate) use random::random_id;

@@ -28,6 +28,9 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+mod scratch;
+pub use scratch::Scratch;
+
 use crate::error::{Error, Result};
 use crate::io::{
     AlignedBuf, Alignment, At, DirectFile, DirectIo, FileKind, FileOptions, Fill, FsInfo,
@@ -450,30 +453,6 @@ pub fn prepare(at: &At<'_>) -> Result<(Option<Alignment>, Option<String>)> {
     }
 }
 
-/// Measures one write of `block_bytes` plus the variant's sync, repeated for
-/// `seconds`, on a scratch file at `path` (created, prepared and removed): the
-/// `one_write` figure of `directkv test-fsync` for a single variant, for benchmarks that put
-/// it beside their own.
-///
-/// # Errors
-/// [`Error::InvalidArgument`] when `path` exists; I/O errors.
-pub fn measure_one(
-    at: &At<'_>,
-    variant: SyncVariant,
-    block_bytes: usize,
-    seconds: f64,
-) -> Result<Outcome> {
-    if at.exists() {
-        return Err(Error::InvalidArgument(format!(
-            "{} exists",
-            at.path().display()
-        )));
-    }
-    let result = prepare(at).and_then(|_| measure_sync(at, variant, 1, block_bytes, seconds));
-    let _ = at.unlink();
-    result
-}
-
 /// Seconds each candidate is measured by [`measure_and_save`].
 pub const QUICK_SECONDS: f64 = 0.15;
 
@@ -481,11 +460,11 @@ pub const QUICK_SECONDS: f64 = 0.15;
 /// `dir`, saves the result as `dir`'s device profile, and returns the fastest.
 /// `None` when nothing could be measured (the caller falls back to a default).
 pub fn measure_and_save(dir: &At<'_>, candidates: &[SyncVariant]) -> Option<SyncVariant> {
-    let scratch = dir.join(scratch_name(SCRATCH_PREFIXES[0]));
     let mut measured = Vec::new();
     for &v in candidates {
+        let scratch = Scratch::create(dir.join(scratch_name(SCRATCH_PREFIXES[0])));
         if let Ok(Outcome::Measured { ops_per_sec, .. }) =
-            measure_one(&scratch, v, 4096, QUICK_SECONDS)
+            scratch.and_then(|s| s.measure_sync(v, 1, 4096, QUICK_SECONDS))
         {
             measured.push((v, ops_per_sec));
         }
@@ -516,7 +495,7 @@ pub fn measure_and_save(dir: &At<'_>, candidates: &[SyncVariant]) -> Option<Sync
 /// written by `directkv test-fsync --save-profile`, read at open.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DeviceProfile {
-    /// [`PROFILE_SCHEMA_VERSION`].
+    /// [`SCHEMA_VERSION`](Self::SCHEMA_VERSION).
     pub schema_version: u32,
     /// The filesystem measured.
     pub filesystem: FsInfo,
@@ -535,6 +514,11 @@ pub struct DeviceProfile {
 }
 
 impl DeviceProfile {
+    /// The schema this build writes and trusts.
+    pub const SCHEMA_VERSION: u32 = PROFILE_SCHEMA_VERSION;
+    /// The profile's file name in the directory it describes.
+    pub const FILE_NAME: &'static str = PROFILE_FILE_NAME;
+
     /// Writes the profile as JSON to `path` (atomically: a new private temp
     /// file, fsync, rename, directory fsync).
     ///

@@ -16,10 +16,11 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use super::fs::{device_info, fs_info};
 use super::profile;
 use super::{
-    device_info, fs_info, statx_direct_io, AlignedBuf, AlignmentSource, At, DirectFile, DirectIo,
-    FileOptions, Fill, IoPath, OsStorage, SyncMethod,
+    statx_direct_io, AlignedBuf, AlignmentSource, At, DirectFile, DirectIo, FileOptions, Fill,
+    IoPath, OsStorage, SyncMethod,
 };
 use crate::error::Error;
 
@@ -457,4 +458,41 @@ fn issue19_a_scratch_file_carries_the_magic_from_its_first_write() {
     let storage = OsStorage::default();
     let removed = profile::remove_scratch_leftovers(&storage, dir.path()).expect("scan");
     assert!(removed.is_empty() && path.exists());
+}
+
+/// A scratch file is made only where nothing is, measures, and is gone
+/// once dropped; one that cannot be made leaves nothing behind.
+#[test]
+fn a_scratch_file_refuses_an_existing_path_and_goes_when_dropped() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let taken = dir.path().join("taken");
+    std::fs::write(&taken, b"keep").expect("write");
+    assert!(matches!(
+        profile::Scratch::create(At::cwd(&taken)),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert_eq!(std::fs::read(&taken).expect("read"), b"keep", "untouched");
+    let path = dir
+        .path()
+        .join(profile::scratch_name(profile::SCRATCH_PREFIXES[0]));
+    let scratch = profile::Scratch::create(At::cwd(&path)).expect("create");
+    assert!(scratch.alignment().is_some() != scratch.direct_io_unavailable().is_some());
+    let head = std::fs::read(&path).expect("read");
+    assert_eq!(&head[..8], &profile::Scratch::MAGIC);
+    let variant = super::SyncVariant {
+        method: SyncMethod::Fdatasync,
+        direct: false,
+    };
+    for outcome in [
+        scratch
+            .measure_sync(variant, 2, 4096, 0.02)
+            .expect("measure"),
+        scratch
+            .measure_reopened_sync(4096, 0.02, true)
+            .expect("measure"),
+    ] {
+        assert!(matches!(outcome, profile::Outcome::Measured { ops, .. } if ops >= 1));
+    }
+    drop(scratch);
+    assert!(!path.exists(), "removed when dropped");
 }
