@@ -3,7 +3,7 @@
 //! fields themselves are what is judged, a header it accepts is one the
 //! engine can use and encodes back to itself.
 #![no_main]
-use directkv::internals::wal::{SegmentHeader, SEGMENT_MAGIC};
+use directkv::internals::wal::SegmentHeader;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -11,7 +11,7 @@ fuzz_target!(|data: &[u8]| {
     let mut b = [0u8; 64];
     let n = data.len().min(64);
     b[..n].copy_from_slice(&data[..n]);
-    b[0..8].copy_from_slice(&SEGMENT_MAGIC);
+    b[0..8].copy_from_slice(&SegmentHeader::MAGIC);
     let crc = crc32c::crc32c(&b[..56]);
     b[56..60].copy_from_slice(&crc.to_le_bytes());
     if let Ok(h) = SegmentHeader::decode(&b) {

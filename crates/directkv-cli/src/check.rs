@@ -54,7 +54,7 @@ pub(crate) fn refuse_a_backup(dir: &std::path::Path, open_anyway: bool) -> Resul
     else {
         return Ok(());
     };
-    let backup = control.flags & directkv::internals::pages::FLAG_BACKUP != 0;
+    let backup = control.is_backup();
     if backup && !open_anyway && !directkv::internals::engine::is_restored_copy(&storage, dir) {
         anyhow::bail!(
             "{} is a backup: `directkv verify-backup` checks it without changing it, and \

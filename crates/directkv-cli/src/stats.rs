@@ -190,8 +190,8 @@ fn print_io(s: &Value) {
 /// Foreground waits by cause, with their stall histograms.
 fn print_waits(s: &Value) {
     println!("foreground waits by cause (all of them: count, mean), then the stalls over 1 ms:");
-    let labels: Vec<String> = (0..directkv::internals::engine::BUCKETS)
-        .map(|i| match directkv::internals::engine::bucket_upper_ms(i) {
+    let labels: Vec<String> = (0..directkv::StallHistogram::BUCKETS)
+        .map(|i| match directkv::StallHistogram::bucket_upper_ms(i) {
             Some(ms) => format!("<={ms}ms"),
             None => "longer".into(),
         })

@@ -43,7 +43,7 @@ fn an_open_database_publishes_its_stats() {
     ] {
         assert_eq!(
             h[cause]["buckets"].as_array().map(Vec::len),
-            Some(directkv::internals::engine::BUCKETS),
+            Some(directkv::StallHistogram::BUCKETS),
             "{cause}"
         );
         assert_eq!(

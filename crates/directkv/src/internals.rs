@@ -14,47 +14,35 @@
 /// buffers, asynchronous I/O and what the device and filesystem report.
 pub mod io {
     pub use crate::io::{
-        device_info, fs_info, statx_direct_io, Aio, AlignedArena, AlignedBuf, Alignment, At,
-        DeviceInfo, DirectFile, FaultOp, FaultyStorage, FileMeta, FileOptions, Fill, FsInfo, IoMut,
-        IoRef, OsStorage, Storage, StorageFile, IO_BACKEND_ENV,
+        Aio, AlignedBuf, Alignment, At, DeviceInfo, DirectFile, FaultOp, FaultyStorage, FileMeta,
+        FileOptions, Fill, FsInfo, IoMut, IoRef, OsStorage, Storage, StorageFile, IO_BACKEND_ENV,
     };
 
     /// The device profile: what `directkv test-fsync` measures and
     /// saves, and open reads to choose the WAL's sync method.
     pub mod profile {
-        pub use crate::io::profile::{
-            fill_pattern, measure_one, measure_sync, open_for, prepare, Clock, DeviceProfile,
-            Outcome, Verdict, PROFILE_FILE_NAME, PROFILE_SCHEMA_VERSION, SCRATCH_MAGIC,
-        };
+        pub use crate::io::profile::{DeviceProfile, Outcome, Scratch, Verdict};
     }
 }
 
 /// The write-ahead log: writer, reader, segment and record formats, and
 /// the engine's own record payloads.
 pub mod wal {
-    pub use crate::wal::format::{
-        parse_segment_file_name, segment_file_name, Layout, RecordHeader, SegmentHeader,
-        SEGMENT_HEADER_BYTES, SEGMENT_MAGIC,
-    };
-    pub use crate::wal::{kind, Record, Wal, WalOptions, WalReader, RECORD_PAYLOAD_MAX};
+    pub use crate::wal::format::{segment_file_name, Layout, RecordHeader, SegmentHeader};
+    pub use crate::wal::{Record, Wal, WalOptions, WalReader, RECORD_PAYLOAD_MAX};
 
     /// The engine's log records (page changes, commits, aborts,
-    /// checkpoints): their kinds and payload decoders.
+    /// checkpoints): their kinds, names and one decoder for all of them.
     pub mod records {
-        pub use crate::db::records::{
-            decode_abort, decode_checkpoint, decode_commit, decode_page, Meta, ABORT, CHECKPOINT,
-            COMMIT, PAGE,
-        };
+        pub use crate::db::records::{decode, kind_name, Decoded, KINDS};
     }
 }
 
 /// On-disk pages and `CONTROL`: identifiers, decoders and checks, and
 /// the bounds a decoded field must lie within.
 pub mod pages {
-    pub use crate::btree::tree::VALUE_MAX;
     pub use crate::constants::{PAGE_COUNT_MAX, PAGE_COUNT_MIN, SECTOR_BYTES, TXN_ID_MAX};
     pub use crate::db::ControlFile;
-    pub use crate::format::control::{Control, FLAG_BACKUP, FLAG_HISTORY};
     pub use crate::format::PageId;
 
     /// A page's header, checksum and type.
@@ -75,23 +63,17 @@ pub mod pages {
     }
 }
 
-/// Engine parts the tests and the command-line tool name: the buffer
-/// pool and the I/O scheduler, the stall histograms' buckets, the log's hard
-/// limit, and restoring backups on any storage.
+/// Engine parts the tests and the command-line tool name: the scheduler's
+/// I/O classes, the log's hard limit, and restoring backups on any storage.
 pub mod engine {
     pub use crate::backup::is_restored_copy;
     pub use crate::backup::restore::restore_chain_with;
-    pub use crate::buffer::{BufferPool, WriteCause};
     pub use crate::db::WAL_HARD_LIMIT_FACTOR;
-    pub use crate::sched::{IoClass, Scheduler};
-    pub use crate::stall::{bucket_upper_ms, BUCKETS};
+    pub use crate::sched::IoClass;
 }
 
 /// The simulated disk and the crash campaigns.
 #[cfg(feature = "sim")]
 pub mod sim {
-    pub use crate::sim::{
-        run_seed, sweep_corruption, sweep_crash_points, sweep_fsync_eio, sweep_io_errors, Rng,
-        SimFile, SimLock, SimStorage, SIM_SECTOR_BYTES,
-    };
+    pub use crate::sim::{run_seed, sweep_corruption, Rng, SimStorage};
 }

@@ -136,6 +136,7 @@ pub use backup::restore::{
     RestoreTarget, RolledForward, VerifyReport,
 };
 pub use backup::{BackupOptions, BackupReport};
+pub use btree::tree::VALUE_MAX;
 pub use buffer::{PoolStats, WritesByCause};
 pub use db::{
     ArchiveChange, ArchiveStats, BackupProgress, CheckReport, Database, Durability, FileAccess,

@@ -61,7 +61,7 @@ impl StallCounter {
         let i = (64 - (ms - 1).leading_zeros()).saturating_sub(1) as usize;
         let i = i.min(BUCKETS - 1);
         assert!(
-            bucket_upper_ms(i).is_none_or(|upper| ms <= upper),
+            StallHistogram::bucket_upper_ms(i).is_none_or(|upper| ms <= upper),
             "{ms} ms over bucket {i}"
         );
         assert!(i == 0 || ms > 1 << i, "{ms} ms belongs below bucket {i}");
@@ -109,11 +109,19 @@ pub struct StallHistogram {
     pub waited_us: u64,
 }
 
-/// The upper bound in milliseconds of histogram bucket `i` (`None` for the
-/// last, open one).
-pub fn bucket_upper_ms(i: usize) -> Option<u64> {
-    assert!(i < BUCKETS, "bucket {i} of {BUCKETS}");
-    (i + 1 < BUCKETS).then(|| 2u64 << i)
+impl StallHistogram {
+    /// The number of buckets in [`buckets`](Self::buckets).
+    pub const BUCKETS: usize = BUCKETS;
+
+    /// The upper bound in milliseconds of bucket `i` of
+    /// [`buckets`](Self::buckets) (`None` for the last, open one).
+    ///
+    /// # Panics
+    /// When `i` is not below [`BUCKETS`](Self::BUCKETS).
+    pub fn bucket_upper_ms(i: usize) -> Option<u64> {
+        assert!(i < BUCKETS, "bucket {i} of {BUCKETS}");
+        (i + 1 < BUCKETS).then(|| 2u64 << i)
+    }
 }
 
 #[cfg(test)]
@@ -138,9 +146,9 @@ mod tests {
         assert_eq!(s.buckets[6], 1);
         assert_eq!(s.buckets[BUCKETS - 1], 1);
         assert_eq!(s.max_us, 60_000_000);
-        assert_eq!(bucket_upper_ms(0), Some(2));
-        assert_eq!(bucket_upper_ms(6), Some(128));
-        assert_eq!(bucket_upper_ms(BUCKETS - 1), None);
+        assert_eq!(StallHistogram::bucket_upper_ms(0), Some(2));
+        assert_eq!(StallHistogram::bucket_upper_ms(6), Some(128));
+        assert_eq!(StallHistogram::bucket_upper_ms(BUCKETS - 1), None);
     }
 
     #[test]

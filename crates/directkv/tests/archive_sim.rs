@@ -34,8 +34,8 @@ use directkv::internals::engine::restore_chain_with;
 use directkv::internals::io::{
     Alignment, FileMeta, FileOptions, Fill, IoMut, IoRef, Storage, StorageFile,
 };
-use directkv::internals::sim::{Rng, SimFile, SimLock, SimStorage, SIM_SECTOR_BYTES};
-use directkv::internals::wal::{parse_segment_file_name, Layout, SegmentHeader};
+use directkv::internals::sim::{Rng, SimStorage};
+use directkv::internals::wal::{Layout, SegmentHeader};
 use directkv::{BackupOptions, Database, Error, IoOp, Lsn, Options, RestoreTarget};
 use directkv::{DirectIo, FileKind, IoPath, Permissions};
 
@@ -71,6 +71,18 @@ enum Step {
     Reheader,
     /// Another step of preparing or recycling a segment.
     Segment,
+}
+
+/// The simulated disk's own file and lock.
+type SimFile = <SimStorage as Storage>::File;
+type SimLock = <SimStorage as Storage>::Lock;
+
+/// The number of the log segment a file name names (`{n:016X}.seg`, as
+/// `docs/wal_format.md` gives it), if it names one.
+fn parse_segment_file_name(name: &str) -> Option<u64> {
+    let hex = name.strip_suffix(".seg")?;
+    (hex.len() == 16 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
+        .then(|| u64::from_str_radix(hex, 16).ok())?
 }
 
 struct DiskFile {
@@ -118,7 +130,7 @@ impl Disk {
 
 impl DiskFile {
     fn emulated(&self, offset: u64, len: usize) -> bool {
-        let unit = SIM_SECTOR_BYTES as u64;
+        let unit = SimStorage::SECTOR_BYTES as u64;
         self.buffered && (offset % unit != 0 || len as u64 % unit != 0)
     }
 

@@ -138,7 +138,6 @@ fn a_checksum_mismatch_names_the_data_file_and_its_byte_offset() {
 #[test]
 fn a_malformed_log_record_names_its_segment_and_byte_offset() {
     use directkv::internals::sim::SimStorage;
-    use directkv::internals::wal::SEGMENT_HEADER_BYTES;
 
     let path = Path::new("/sim/db");
     let disk = SimStorage::new();
@@ -173,7 +172,10 @@ fn a_malformed_log_record_names_its_segment_and_byte_offset() {
     };
     assert_eq!(got, &file, "{e}");
     assert_eq!(*offset, offset_want, "{e}");
-    assert!(*offset >= SEGMENT_HEADER_BYTES, "{e}");
+    assert!(
+        *offset >= directkv::internals::wal::SegmentHeader::BYTES,
+        "{e}"
+    );
     assert_eq!(*page, None, "{e}");
     assert!(detail.contains("unknown record flag"), "{e}");
     let text = e.to_string();
@@ -189,7 +191,7 @@ fn break_first_page_record(
     wal: &Path,
 ) -> (PathBuf, u64) {
     use directkv::internals::io::Storage;
-    use directkv::internals::wal::{RecordHeader, SegmentHeader, SEGMENT_HEADER_BYTES};
+    use directkv::internals::wal::{RecordHeader, SegmentHeader};
     use directkv::Lsn;
 
     let mut found = None;
@@ -199,7 +201,7 @@ fn break_first_page_record(
         let Ok(seg) = SegmentHeader::decode(&bytes) else {
             continue;
         };
-        let header = SEGMENT_HEADER_BYTES as usize;
+        let header = directkv::internals::wal::SegmentHeader::BYTES as usize;
         let mut off = header;
         while found.is_none() && off + 16 <= bytes.len() {
             let lsn = Lsn::new(seg.first_lsn().get() + (off - header) as u64);

@@ -201,7 +201,7 @@ fn a_replayed_page_image_with_a_wrong_layout_is_corruption() {
 /// the pages' numbers.
 fn damage_logged_leaf_images(disk: &directkv::internals::sim::SimStorage, wal: &Path) -> Vec<u64> {
     use directkv::internals::io::Storage;
-    use directkv::internals::wal::{RecordHeader, SegmentHeader, SEGMENT_HEADER_BYTES};
+    use directkv::internals::wal::{RecordHeader, SegmentHeader};
     use directkv::Lsn;
 
     let mut damaged = Vec::new();
@@ -211,7 +211,7 @@ fn damage_logged_leaf_images(disk: &directkv::internals::sim::SimStorage, wal: &
         let Ok(seg) = SegmentHeader::decode(&bytes) else {
             continue;
         };
-        let header = SEGMENT_HEADER_BYTES as usize;
+        let header = directkv::internals::wal::SegmentHeader::BYTES as usize;
         let mut off = header;
         while off + 16 <= bytes.len() {
             let lsn = Lsn::new(seg.first_lsn().get() + (off - header) as u64);

@@ -15,7 +15,7 @@ pub const KEYS_MAX: u64 = 10_000_000_000;
 /// (a TPC-B row's balance), so a shorter one would be padded silently.
 pub const VALUE_SIZE_MIN: u64 = 8;
 /// Bytes per value at most: the engine's largest value.
-pub const VALUE_SIZE_MAX: u64 = directkv::internals::pages::VALUE_MAX as u64;
+pub const VALUE_SIZE_MAX: u64 = directkv::VALUE_MAX as u64;
 /// TPC-B scale at most: 100,000 accounts per unit of scale, and the
 /// account ids fit in 32 bits.
 pub const SCALE_MAX: u64 = u32::MAX as u64 / 100_000;

@@ -47,7 +47,9 @@ pub use super::scan::{following_leaves, scan_forward, scan_reverse};
 pub const DEPTH_MAX: usize = 32;
 /// The largest key with 8 and 16 KiB pages; smaller with 4 KiB (see [`key_max`]).
 pub const KEY_MAX: usize = 1024;
-/// The largest value.
+/// The largest value a write transaction's `put` takes, in bytes (64 MiB);
+/// a larger one is refused with [`Error::InvalidArgument`](crate::Error::InvalidArgument)
+/// and nothing is written.
 pub const VALUE_MAX: usize = 64 << 20;
 
 const FREE_NEXT: usize = PAGE_HEADER_BYTES;

@@ -6,7 +6,7 @@ use std::sync::{RwLockReadGuard, RwLockWriteGuard};
 
 use super::pool::*;
 use crate::format::page::{self};
-use crate::format::{FrameIndex, PageId};
+use crate::format::FrameIndex;
 use crate::io::{AlignedBuf, Storage};
 use crate::lsn::Lsn;
 
@@ -29,10 +29,6 @@ impl<S: Storage, L: LogFlusher> PageRef<'_, S, L> {
     pub fn data(&self) -> &[u8] {
         self.guard.as_slice()
     }
-    /// The page number.
-    pub fn page_no(&self) -> PageId {
-        self.pool.frames[self.frame.index()].page()
-    }
 }
 
 impl<S: Storage, L: LogFlusher> Drop for PageRef<'_, S, L> {
@@ -51,10 +47,6 @@ impl<S: Storage, L: LogFlusher> PageMut<'_, S, L> {
     pub fn data_mut(&mut self) -> &mut [u8] {
         self.guard.as_mut_slice()
     }
-    /// The page number.
-    pub fn page_no(&self) -> PageId {
-        self.pool.frames[self.frame.index()].page()
-    }
     /// Keeps the page pinned and unwritable after this guard is dropped, until
     /// [`BufferPool::release_held`]: for changes whose log record (the commit)
     /// does not exist yet. Returns the handle to release it with.
@@ -62,10 +54,7 @@ impl<S: Storage, L: LogFlusher> PageMut<'_, S, L> {
         let f = &self.pool.frames[self.frame.index()];
         assert!(!f.held.swap(true, Ordering::AcqRel), "a page is held once");
         f.pins.fetch_add(1, Ordering::AcqRel);
-        Held {
-            frame: self.frame,
-            page: self.page_no(),
-        }
+        Held { frame: self.frame }
     }
 
     /// Records that the page now holds a change logged ending at `lsn`: sets
@@ -93,14 +82,6 @@ impl<S: Storage, L: LogFlusher> Drop for PageMut<'_, S, L> {
 #[must_use = "a held page stays pinned until released"]
 pub struct Held {
     pub(super) frame: FrameIndex,
-    pub(super) page: PageId,
-}
-
-impl Held {
-    /// The page number.
-    pub fn page_no(&self) -> PageId {
-        self.page
-    }
 }
 
 pub(super) enum Latch {

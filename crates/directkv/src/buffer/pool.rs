@@ -33,7 +33,7 @@ use std::time::Instant;
 use super::replacer::Replacer;
 use super::table::PageTable;
 use crate::error::{Error, Result};
-use crate::format::page::{PAGE_HEADER_BYTES, PAGE_SIZES};
+use crate::format::page::PAGE_SIZES;
 use crate::format::{DbId, FrameIndex, PageId};
 use crate::io::{Aio, AlignedArena, AlignedBuf, Storage};
 use crate::lsn::Lsn;
@@ -90,7 +90,7 @@ impl WriteCause {
     ];
 }
 
-/// Pages written to the data file, by why (see [`WriteCause`]); they add
+/// Pages written to the data file, by why (see `WriteCause`); they add
 /// up to [`PoolStats::pages_written`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct WritesByCause {
@@ -411,11 +411,6 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     pub(super) fn offset_of(&self, page: PageId) -> u64 {
         assert!(page != NO_PAGE, "the no-page mark has no place in the file");
         page.offset(self.page_bytes as u64)
-    }
-
-    /// Bytes of page body after the common header.
-    pub fn body_bytes(&self) -> usize {
-        self.page_bytes - PAGE_HEADER_BYTES
     }
 }
 

@@ -104,6 +104,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     ///
     /// # Errors
     /// WAL or data-file write errors; the page stays dirty then.
+    #[cfg(test)]
     pub fn flush_oldest(&self, max_pages: usize) -> Result<usize> {
         let batch: Vec<FrameIndex> = {
             let list = lock(&self.flush_list);
@@ -456,6 +457,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     ///
     /// # Errors
     /// As [`flush_oldest`](Self::flush_oldest), and the sync's error.
+    #[cfg(test)]
     pub fn flush_all(&self) -> Result<usize> {
         let n = self.flush_oldest(usize::MAX)?;
         self.sync()?;

@@ -103,6 +103,11 @@ pub struct Control {
 }
 
 impl Control {
+    /// Whether the database is an online backup's copy ([`FLAG_BACKUP`]).
+    pub fn is_backup(&self) -> bool {
+        self.flags & FLAG_BACKUP != 0
+    }
+
     /// Encodes the slot into the first [`SLOT_BYTES`] of `out`.
     pub fn encode(&self, out: &mut [u8]) {
         assert!(

@@ -48,18 +48,9 @@ impl Drop for ArenaMemory {
     }
 }
 
-/// One aligned allocation carved into `slot_count` slots of `slot_bytes` each.
-///
-/// # Examples
-/// ```
-/// use directkv::internals::io::AlignedArena;
-/// let arena = AlignedArena::new(8192, 4, 512)?;
-/// let mut buf = arena.acquire().expect("a free slot");
-/// buf.as_mut_slice()[..5].copy_from_slice(b"hello");
-/// let first_sector = buf.io(0..512)?;
-/// assert_eq!(first_sector.len(), 512);
-/// # Ok::<(), directkv::Error>(())
-/// ```
+/// One aligned allocation carved into `slot_count` slots of `slot_bytes` each:
+/// `acquire` hands out a free slot as an [`AlignedBuf`], which returns it
+/// when dropped.
 #[derive(Clone)]
 pub struct AlignedArena {
     memory: Arc<ArenaMemory>,
@@ -186,7 +177,8 @@ impl AlignedArena {
     }
 }
 
-/// A leased, aligned slot of an [`AlignedArena`].
+/// A leased, aligned slot of an `AlignedArena` (one aligned allocation
+/// carved into equal slots).
 pub struct AlignedBuf {
     memory: Arc<ArenaMemory>,
     slot: u32,

@@ -111,14 +111,6 @@ impl<F: StorageFile> ScheduledFile<F> {
         self.file.len()
     }
 
-    /// Whether the file is empty.
-    ///
-    /// # Errors
-    /// As [`StorageFile::len`].
-    pub fn is_empty(&self) -> Result<bool> {
-        Ok(self.len()? == 0)
-    }
-
     /// Lets batches put many requests in flight at once through `aio`.
     ///
     /// # Errors
@@ -146,11 +138,6 @@ pub struct Admitted<'a, F> {
 }
 
 impl<F: StorageFile> Admitted<'_, F> {
-    /// The class the permit is of.
-    pub fn class(&self) -> IoClass {
-        self.permit.class
-    }
-
     /// Counts `calls` requests of the permit's class.
     fn count(&self, calls: usize) {
         let c = self.permit.class as usize;

@@ -169,6 +169,12 @@ pub enum SegmentHeaderError {
 }
 
 impl SegmentHeader {
+    /// Bytes of the header at the start of every segment file; records
+    /// start after it.
+    pub const BYTES: u64 = SEGMENT_HEADER_BYTES;
+    /// The magic a segment file starts with.
+    pub const MAGIC: [u8; 8] = SEGMENT_MAGIC;
+
     /// The LSN of the segment's first payload byte.
     pub fn first_lsn(&self) -> Lsn {
         assert!(

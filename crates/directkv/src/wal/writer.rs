@@ -110,11 +110,10 @@ pub struct WalOptions {
     /// The I/O scheduler every request of the log asks: its writes, syncs
     /// and zero fills as [`IoClass::Wal`], recovery's reads as
     /// [`IoClass::Read`]. By default a FIFO scheduler of the log's own
-    /// ([`Scheduler::fifo`]).
+    /// (`Scheduler::fifo`).
     ///
     /// [`IoClass::Wal`]: crate::sched::IoClass::Wal
     /// [`IoClass::Read`]: crate::sched::IoClass::Read
-    /// [`Scheduler::fifo`]: crate::sched::Scheduler::fifo
     pub sched: Arc<crate::sched::Scheduler>,
     /// After a flush that held records, how long the log must stay idle
     /// before a background thread writes a *seal* (a flush of no record)
