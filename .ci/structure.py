@@ -7,7 +7,9 @@ directkv-raft-node (binaries' `main.rs` excluded):
   * a file over DENSE_FROM lines has fewer than FILE_MIN runtime assertions per
     1,000 lines of its code (code before `#[cfg(test)]`, blank and comment
     lines excluded; `const _: () = assert!` is compile-time and not counted), or
-  * directkv's overall figure is under OVERALL_MIN.
+  * directkv's overall figure is under OVERALL_MIN;
+and when a file of the command-line tool's sources (LINES_ONLY: a binary,
+held to the length limit only) is over MAX_LINES lines.
 
 Files still over a limit when the check came in are in ALLOW below. The list
 only shrinks: an entry for a file that now meets the limits is an error too,
@@ -26,6 +28,7 @@ OVERALL_MIN = 30.0
 MAIN = "crates/directkv/src"
 ROOTS = [MAIN, "crates/directkv-raft/src", "crates/directkv-raft-node/src"]
 BINARIES = {"crates/directkv-raft-node/src/main.rs"}
+LINES_ONLY = ["crates/directkv-cli/src"]
 ASSERT = re.compile(r"\b(?:debug_)?assert(?:_eq|_ne)?!\s*\(")
 
 # Files over a limit when the check came in, with the limits they break.
@@ -56,7 +59,7 @@ def measure(path):
 
 
 def files():
-    for root in ROOTS:
+    for root in ROOTS + LINES_ONLY:
         for d, _, names in os.walk(root):
             for f in sorted(names):
                 p = os.path.join(d, f)
@@ -81,7 +84,7 @@ def main():
         why = set()
         if total > MAX_LINES:
             why.add("lines")
-        if total > DENSE_FROM and density < FILE_MIN:
+        if total > DENSE_FROM and density < FILE_MIN and root not in LINES_ONLY:
             why.add("density")
         if why:
             broken[p] = why

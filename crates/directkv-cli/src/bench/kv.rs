@@ -8,14 +8,12 @@
 //!   `<dir>/<engine family>-<tag>.loaded` holds the tag.
 //! - Every measured run starts with the data set out of the OS page cache.
 
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 
 use super::driver::{self, Run, Runs, Spec};
@@ -24,7 +22,7 @@ use super::output::{Line, Writer};
 use super::postgres;
 use super::report::{self, RunReport};
 use super::store::{self, Engine, Store};
-use super::sys::{self, Cpu, DiskCounters, DiskSampler, IoCounters, ProbeResult};
+use super::sys::{self, Cpu, IoCounters, ProbeResult};
 use super::workload::{self, Client, Shape, Shared, Workload};
 
 /// Default directory of the data sets.
@@ -683,96 +681,5 @@ fn client_loop(
     Ok((ops, hist))
 }
 
-/// What the watcher saw, by second of the run.
-struct Watched {
-    /// Seconds in which this engine was checkpointing, for the charts.
-    checkpointing: Vec<bool>,
-    /// The device's mean time per request in each whole second.
-    device_us: Vec<u64>,
-}
-
-/// The device's time per request, second by second, from `/proc/diskstats`.
-struct DeviceSeries {
-    disk: Option<DiskSampler>,
-    at: Option<DiskCounters>,
-    second: usize,
-    us: Vec<u64>,
-}
-
-impl DeviceSeries {
-    fn new(data_dir: &Path, secs: usize) -> DeviceSeries {
-        let disk = DiskSampler::for_path(data_dir);
-        let at = disk.as_ref().and_then(DiskSampler::now);
-        DeviceSeries {
-            disk,
-            at,
-            second: 0,
-            us: Vec::with_capacity(secs),
-        }
-    }
-
-    /// At second `now` of the run: the mean over the second just ended.
-    fn sample(&mut self, now: usize, secs: usize) {
-        if now <= self.second || self.us.len() >= secs {
-            return;
-        }
-        if let (Some(d), Some(before)) = (&self.disk, self.at) {
-            if let Some(after) = d.now() {
-                let n = after.requests.saturating_sub(before.requests);
-                let ms = after.ms.saturating_sub(before.ms);
-                self.us.push((ms * 1000).checked_div(n).unwrap_or(0));
-                self.at = Some(after);
-            }
-        }
-        self.second = now;
-    }
-}
-
-/// The main thread's watch over a run while its clients work.
-struct Watch<'a> {
-    store: &'a dyn Store,
-    per_second: &'a PerSecond,
-    bar: &'a ProgressBar,
-    unit: &'static str,
-    start: Instant,
-    deadline: Instant,
-}
-
-impl Watch<'_> {
-    fn run(&self, mut device: DeviceSeries, secs: usize, done: &dyn Fn() -> bool) -> Watched {
-        let mut checkpointing = vec![false; secs];
-        while Instant::now() < self.deadline && !done() {
-            std::thread::sleep(WATCH_INTERVAL);
-            let now = self.start.elapsed().as_secs() as usize;
-            if self.store.stats()["checkpoint_running"] == serde_json::Value::Bool(true) {
-                if let Some(flag) = checkpointing.get_mut(now) {
-                    *flag = true;
-                }
-            }
-            device.sample(now, secs);
-            self.bar.set_position(now as u64);
-            let ps = self.per_second.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some((n, _)) = now.checked_sub(1).and_then(|i| ps.get(i)) {
-                self.bar.set_message(format!("{n} {}/s", self.unit));
-            }
-        }
-        Watched {
-            checkpointing,
-            device_us: device.us,
-        }
-    }
-}
-
-fn bar(len: u64, prefix: &str) -> ProgressBar {
-    if !std::io::stderr().is_terminal() {
-        return ProgressBar::hidden();
-    }
-    let bar = ProgressBar::new(len);
-    bar.set_style(
-        ProgressStyle::with_template("{prefix:>28} [{bar:40}] {pos}/{len} {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar())
-            .progress_chars("=> "),
-    );
-    bar.set_prefix(prefix.to_string());
-    bar
-}
+mod watch;
+use watch::{bar, DeviceSeries, Watch, Watched};
