@@ -1,6 +1,8 @@
 //! Node processes on this machine, on loopback: started, killed with
 //! SIGKILL and restarted by the fault test, the bench and
-//! `directkv-raft-node cluster`.
+//! `directkv-raft-node cluster`; in a partitionable cluster
+//! ([`Cluster::partitionable`]) every node reaches every other through a
+//! forwarder of its own ([`FaultProxy`]), which [`Cluster::partition`] cuts.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -13,6 +15,7 @@ use anyhow::{bail, Context};
 use directkv_raft::NodeId;
 
 use crate::client::Client;
+use crate::proxy::FaultProxy;
 
 /// How each node process is started.
 #[derive(Debug, Clone)]
@@ -45,6 +48,9 @@ pub struct Cluster {
     args: NodeArgs,
     addrs: BTreeMap<NodeId, String>,
     running: BTreeMap<NodeId, Child>,
+    /// The forwarder from node `i` to node `j`, for every ordered pair of a
+    /// partitionable cluster; none otherwise.
+    proxies: BTreeMap<(NodeId, NodeId), FaultProxy>,
 }
 
 /// A port free on loopback now.
@@ -69,7 +75,67 @@ impl Cluster {
             args,
             addrs,
             running: BTreeMap::new(),
+            proxies: BTreeMap::new(),
         })
+    }
+
+    /// As [`new`](Self::new), with a forwarder in front of every ordered
+    /// pair of the `n` nodes, all healed: node `i` sends its RPCs for node
+    /// `j` through the forwarder `i → j`. Clients reach every node directly.
+    /// Must be called inside a tokio runtime, which runs the forwarders.
+    ///
+    /// # Errors
+    /// No free port.
+    pub async fn partitionable(
+        exe: &Path,
+        dir: &Path,
+        n: u64,
+        args: NodeArgs,
+    ) -> anyhow::Result<Self> {
+        let mut cluster = Cluster::new(exe, dir, n, args)?;
+        for &i in cluster.addrs.keys() {
+            for (&j, addr) in &cluster.addrs {
+                if i != j {
+                    let proxy = FaultProxy::start(addr.clone()).await?;
+                    cluster.proxies.insert((i, j), proxy);
+                }
+            }
+        }
+        assert_eq!(cluster.proxies.len() as u64, n * (n - 1));
+        Ok(cluster)
+    }
+
+    /// Cuts every pair of nodes that are on different `sides` (a node on no
+    /// side is alone) and heals every other pair; in both directions.
+    ///
+    /// # Panics
+    /// When the cluster is not partitionable, or a node is on two sides.
+    pub fn partition(&self, sides: &[&[NodeId]]) {
+        assert!(!self.proxies.is_empty(), "a partitionable cluster");
+        let side_of = |id: NodeId| {
+            let mut found = sides.iter().enumerate().filter(|(_, s)| s.contains(&id));
+            let side = found.next().map(|(k, _)| k);
+            assert!(found.next().is_none(), "node {id} is on two sides");
+            side
+        };
+        for (&(i, j), proxy) in &self.proxies {
+            let together = matches!((side_of(i), side_of(j)), (Some(a), Some(b)) if a == b);
+            proxy.set_cut(!together);
+        }
+    }
+
+    /// Heals every pair.
+    pub fn heal(&self) {
+        for proxy in self.proxies.values() {
+            proxy.set_cut(false);
+        }
+    }
+
+    /// Whether the pair `from → to` is cut.
+    pub fn is_cut(&self, from: NodeId, to: NodeId) -> bool {
+        self.proxies
+            .get(&(from, to))
+            .is_some_and(FaultProxy::is_cut)
     }
 
     /// Every node's id and address.
@@ -105,20 +171,24 @@ impl Cluster {
             .append(true)
             .open(self.dir.join(format!("node{id}.log")))?;
         let a = &self.args;
-        let child = Command::new(&self.exe)
-            .arg("serve")
-            .args(["--id", &id.to_string(), "--addr", &addr])
-            .arg("--dir")
-            .arg(self.dir.join(format!("node{id}")))
-            .args(["--cache-mib", &a.cache_mib.to_string()])
-            .args(["--heartbeat-ms", &a.heartbeat_ms.to_string()])
-            .args(["--election-ms", &a.election_ms.to_string()])
-            .args(["--snapshot-every", &a.snapshot_every.to_string()])
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .with_context(|| format!("starting node {id}"))?;
+        let child =
+            Command::new(&self.exe)
+                .arg("serve")
+                .args(["--id", &id.to_string(), "--addr", &addr])
+                .arg("--dir")
+                .arg(self.dir.join(format!("node{id}")))
+                .args(["--cache-mib", &a.cache_mib.to_string()])
+                .args(["--heartbeat-ms", &a.heartbeat_ms.to_string()])
+                .args(["--election-ms", &a.election_ms.to_string()])
+                .args(["--snapshot-every", &a.snapshot_every.to_string()])
+                .args(self.proxies.iter().filter(|((i, _), _)| *i == id).flat_map(
+                    |((_, j), proxy)| ["--route".to_string(), format!("{j}={}", proxy.addr())],
+                ))
+                .stdin(Stdio::null())
+                .stdout(log.try_clone()?)
+                .stderr(log)
+                .spawn()
+                .with_context(|| format!("starting node {id}"))?;
         self.running.insert(id, child);
         let client = self.client();
         let deadline = Instant::now() + Duration::from_secs(30);

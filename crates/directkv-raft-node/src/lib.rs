@@ -1,8 +1,8 @@
 //! A replicated key-value server: [`directkv_raft`] under openraft, with
 //! openraft's network and a client API over HTTP ([`server`]), a client
 //! that follows the leader ([`client`]), node processes on loopback for
-//! tests and benchmarks ([`cluster`]), and the replication bench
-//! ([`bench`](mod@bench)). The `directkv-raft-node` program runs all of it.
+//! tests and benchmarks ([`cluster`]) with forwarders that partition them
+//! ([`proxy`]), and the replication bench ([`bench`](mod@bench)). The `directkv-raft-node` program runs all of it.
 
 #![deny(missing_docs)]
 
@@ -11,5 +11,6 @@ pub mod bench;
 pub mod client;
 pub mod cluster;
 pub mod network;
+pub mod proxy;
 pub mod server;
 pub mod wire;

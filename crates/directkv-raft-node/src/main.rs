@@ -61,6 +61,10 @@ enum Cmd {
         /// The node's database directory.
         #[arg(long)]
         dir: PathBuf,
+        /// `ID=HOST:PORT`: send node ID's RPCs there instead of to its
+        /// address in the cluster (a fault test's forwarder); repeatable.
+        #[arg(long = "route", value_parser = parse_node)]
+        routes: Vec<(u64, String)>,
         #[command(flatten)]
         node: NodeFlags,
     },
@@ -160,17 +164,16 @@ fn optional(s: &str) -> Option<Vec<u8>> {
     (s != "-").then(|| s.as_bytes().to_vec())
 }
 
+fn parse_node(n: &str) -> anyhow::Result<(u64, String)> {
+    let (id, addr) = n.split_once('=').context("expected id=host:port")?;
+    Ok((
+        id.parse().context("a node id is a number")?,
+        addr.to_string(),
+    ))
+}
+
 fn parse_nodes(nodes: &[String]) -> anyhow::Result<BTreeMap<u64, String>> {
-    nodes
-        .iter()
-        .map(|n| {
-            let (id, addr) = n.split_once('=').context("expected id=host:port")?;
-            Ok((
-                id.parse().context("a node id is a number")?,
-                addr.to_string(),
-            ))
-        })
-        .collect()
+    nodes.iter().map(|n| parse_node(n)).collect()
 }
 
 #[tokio::main]
@@ -180,6 +183,7 @@ async fn main() -> anyhow::Result<()> {
             id,
             addr,
             dir,
+            routes,
             node,
         } => {
             server::serve(NodeOptions {
@@ -190,6 +194,7 @@ async fn main() -> anyhow::Result<()> {
                 heartbeat: Duration::from_millis(node.heartbeat_ms),
                 election_timeout: Duration::from_millis(node.election_ms),
                 snapshot_every: node.snapshot_every,
+                routes: routes.into_iter().collect(),
             })
             .await
         }

@@ -4,6 +4,8 @@
 //! An append carries at most [`APPEND_BYTES_MAX`] of entries (or one
 //! larger entry) and reports the rest as not yet sent.
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use directkv_raft::{NodeId, TypeConfig};
@@ -26,20 +28,26 @@ use crate::wire::{self, APPEND_BYTES_MAX};
 #[derive(Clone)]
 pub struct Network {
     client: reqwest::Client,
+    routes: Arc<BTreeMap<NodeId, String>>,
 }
 
 impl Network {
     /// A network whose requests give up after `timeout` unless openraft
-    /// asks for less.
+    /// asks for less, and that sends node `id`'s RPCs to `routes[id]` where
+    /// given instead of the node's address in the membership (the fault
+    /// tests' forwarders, [`crate::proxy`]).
     ///
     /// # Errors
     /// When the HTTP client cannot be built.
-    pub fn new(timeout: Duration) -> reqwest::Result<Self> {
+    pub fn new(timeout: Duration, routes: BTreeMap<NodeId, String>) -> reqwest::Result<Self> {
         let client = reqwest::Client::builder()
             .timeout(timeout)
             .tcp_nodelay(true)
             .build()?;
-        Ok(Network { client })
+        Ok(Network {
+            client,
+            routes: Arc::new(routes),
+        })
     }
 }
 
@@ -47,10 +55,11 @@ impl RaftNetworkFactory<TypeConfig> for Network {
     type Network = Peer;
 
     async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Peer {
+        let addr = self.routes.get(&target).unwrap_or(&node.addr);
         Peer {
             client: self.client.clone(),
             target,
-            node: node.clone(),
+            node: BasicNode::new(addr),
         }
     }
 }

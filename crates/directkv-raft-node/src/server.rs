@@ -52,6 +52,9 @@ pub struct NodeOptions {
     /// A snapshot is built once this many entries were applied since the
     /// last one (then the log before it is purged).
     pub snapshot_every: u64,
+    /// Where to send a peer's RPCs instead of its address in the cluster
+    /// (the fault tests' forwarders): peer id → host:port.
+    pub routes: std::collections::BTreeMap<NodeId, String>,
 }
 
 struct Node {
@@ -225,7 +228,7 @@ pub async fn serve(opts: NodeOptions) -> anyhow::Result<()> {
         ..Config::default()
     }
     .validate()?;
-    let network = Network::new(Duration::from_secs(10))?;
+    let network = Network::new(Duration::from_secs(10), opts.routes.clone())?;
     let raft = Raft::new(opts.id, Arc::new(config), network, log, sm).await?;
     let (proposals, rx) = mpsc::channel(PROPOSAL_QUEUE);
     let mut proposer = tokio::spawn(proposer(raft.clone(), rx));

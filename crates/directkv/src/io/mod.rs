@@ -20,7 +20,9 @@ mod sync;
 pub use aio::{Aio, AioBackend, AioOptions, AioStats, BatchOp, IO_BACKEND_ENV};
 #[cfg(test)]
 pub(crate) use align::statx_direct_io;
-pub use align::{Alignment, AlignmentSource};
+pub use align::Alignment;
+#[cfg(any(test, feature = "sim"))]
+pub use align::AlignmentSource;
 pub use buf::{AlignedArena, AlignedBuf, IoMut, IoRef};
 pub use dir::At;
 pub use entries::{create_dir_synced, missing_levels, resolve, sync_levels};
