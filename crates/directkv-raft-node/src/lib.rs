@@ -1,8 +1,10 @@
 //! A replicated key-value server: [`directkv_raft`] under openraft, with
 //! openraft's network and a client API over HTTP ([`server`]), a client
 //! that follows the leader ([`client`]), node processes on loopback for
-//! tests and benchmarks ([`cluster`]), and the replication bench
-//! ([`bench`](mod@bench)). The `directkv-raft-node` program runs all of it.
+//! tests and benchmarks ([`cluster`]), the replication bench
+//! ([`bench`](mod@bench)), and a history of client operations
+//! ([`history`]) with a linearizability checker to judge it
+//! ([`lincheck`]). The `directkv-raft-node` program runs all of it.
 
 #![deny(missing_docs)]
 
@@ -10,6 +12,8 @@ pub mod api;
 pub mod bench;
 pub mod client;
 pub mod cluster;
+pub mod history;
+pub mod lincheck;
 pub mod network;
 pub mod server;
 pub mod wire;
