@@ -6,6 +6,7 @@
 use std::fmt;
 
 use super::partition::{split, Partition, Split, ValueId};
+use super::prune::prune;
 use super::search::{search, Blame, Found};
 use directkv_raft::{Request, Response};
 
@@ -41,6 +42,9 @@ pub struct Report {
     /// Operations left out: they affect nothing (reads of unknown outcome,
     /// writes refused with nothing done).
     pub skipped: usize,
+    /// Writes of unknown outcome left out because nothing they wrote was
+    /// ever seen (see `prune.rs`: it keeps every verdict).
+    pub unseen: usize,
     /// Operations of the largest partition.
     pub largest_partition: usize,
     /// Search steps spent, over every partition.
@@ -107,7 +111,7 @@ impl fmt::Display for Undecided {
 /// unknown outcome at one instant after its invocation or never, in one
 /// order in which each result is what the state machine answers.
 pub fn check(records: &[Record], budget: Budget) -> Report {
-    let split = match split(records) {
+    let mut split = match split(records) {
         Ok(s) => s,
         Err(bad) => {
             let explanation = format!(
@@ -126,12 +130,21 @@ pub fn check(records: &[Record], budget: Budget) -> Report {
                 operations: 0,
                 unknown: 0,
                 skipped: 0,
+                unseen: 0,
                 largest_partition: 0,
                 steps: 0,
             };
         }
     };
-    judge(records, &split, budget)
+    let unseen = prune(&mut split.partitions);
+    let mut report = judge(records, &split, budget);
+    report.unseen = unseen;
+    assert_eq!(
+        report.operations + report.skipped + unseen,
+        records.len(),
+        "every operation searched or left out"
+    );
+    report
 }
 
 fn judge(records: &[Record], split: &Split, budget: Budget) -> Report {
@@ -147,6 +160,7 @@ fn judge(records: &[Record], split: &Split, budget: Budget) -> Report {
             .filter(|o| o.return_ns.is_none())
             .count(),
         skipped: split.skipped,
+        unseen: 0,
         largest_partition: parts.iter().map(|p| p.ops.len()).max().unwrap_or(0),
         steps: 0,
     };
@@ -171,7 +185,6 @@ fn judge(records: &[Record], split: &Split, budget: Budget) -> Report {
             }
         }
     }
-    assert!(report.operations + report.skipped == records.len());
     report
 }
 
@@ -190,14 +203,23 @@ fn refusal(records: &[Record], split: &Split, p: &Partition, blame: &Blame) -> R
         "not linearizable: the partition of keys {} ({} operations). At most {} of them \
          linearize in order; after them the keys hold {{{}}}, and\n  {}\ncompleted before it \
          could take effect: no order of the operations invoked before its completion explains \
-         its result. They are:\n",
+         its result. The others invoked before it and not in that order:\n",
         keys_text(&p.keys),
         p.ops.len(),
         blame.prefix.len(),
         state.join(", "),
         describe(blame.blocked, &records[blame.blocked]),
     );
-    for &c in blame.candidates.iter().filter(|&&c| c != blame.blocked) {
+    let others: Vec<usize> = blame
+        .candidates
+        .iter()
+        .copied()
+        .filter(|&c| c != blame.blocked)
+        .collect();
+    if others.is_empty() {
+        let _ = writeln!(s, "  (none)");
+    }
+    for &c in &others {
         let _ = writeln!(s, "  {}", describe(c, &records[c]));
     }
     let shown = blame.prefix.len().saturating_sub(PREFIX_SHOWN);
@@ -206,7 +228,7 @@ fn refusal(records: &[Record], split: &Split, p: &Partition, blame: &Blame) -> R
         let _ = writeln!(s, "  {}", describe(c, &records[c]));
     }
     let mut involved = vec![blame.blocked];
-    involved.extend(blame.candidates.iter().filter(|&&c| c != blame.blocked));
+    involved.extend(others);
     assert_eq!(involved[0], blame.blocked, "the blocked operation first");
     Refusal {
         keys: p.keys.clone(),

@@ -13,7 +13,9 @@
 //!   effect at one instant after its invocation, or never, and its result
 //!   is not checked;
 //! - a write refused with nothing done, and a read of unknown outcome,
-//!   affect nothing and are left out.
+//!   affect nothing and are left out; so is a write of unknown outcome
+//!   none of whose values any result shows (`prune.rs` says when, and why
+//!   that keeps the verdict).
 //!
 //! The search is Wing and Gong's, with Lowe's memoisation of (operations
 //! linearized, state) pairs (`search.rs`). The history is first cut into
@@ -27,6 +29,7 @@
 
 mod check;
 mod partition;
+mod prune;
 mod search;
 #[cfg(test)]
 mod tests;

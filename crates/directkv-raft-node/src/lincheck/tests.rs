@@ -302,8 +302,10 @@ fn partitions_are_checked_apart_and_a_malformed_answer_is_refused() {
 
 #[test]
 fn a_search_over_its_budget_is_undecided_never_linearizable() {
+    // Unknown deletes: each may or may not have happened, at any point.
+    let delete = Op::Write(Request::Delete { key: b("k") });
     let mut h: Vec<Record> = (0..12)
-        .map(|i| put_unknown(i, "k", &format!("u{i}"), i.into()))
+        .map(|i| record(i, delete.clone(), (i.into(), 0), Outcome::Unknown))
         .collect();
     h.push(put(20, "k", "a", (100, 110), None));
     h.push(read(21, "k", (120, 130), Some("a")));
@@ -485,4 +487,48 @@ proptest! {
             other => prop_assert!(false, "read #{} spoiled, got {:?}", at, other),
         }
     }
+}
+
+#[test]
+fn unknown_writes_nothing_shows_are_left_out_and_the_verdict_kept() {
+    let base = [
+        put(1, "k", "a", (0, 10), None),
+        put_unknown(2, "k", "u", 20),
+        read(3, "k", (100, 110), Some("a")),
+    ];
+    let report = check(&base, Budget::default());
+    assert_eq!((report.verdict, report.unseen), (Verdict::Linearizable, 1));
+    // Seen, it stays, and must explain what was seen.
+    let mut seen = base.to_vec();
+    seen[2] = read(3, "k", (100, 110), Some("u"));
+    let report = check(&seen, Budget::default());
+    assert_eq!((report.verdict, report.unseen), (Verdict::Linearizable, 0));
+    // An unknown compare-and-set from the value before still may match
+    // once the unseen put is left out.
+    let cas_req = Request::CompareAndSet {
+        key: b("k"),
+        expected: ob(Some("a")),
+        new: ob(Some("c")),
+    };
+    let mut h = base.to_vec();
+    h[2] = record(4, Op::Write(cas_req), (30, 0), Outcome::Unknown);
+    h.push(read(3, "k", (100, 110), Some("c")));
+    assert_eq!(check(&h, Budget::default()).unseen, 1);
+    accepted(&h);
+    // Expected by a compare-and-set, it stays.
+    h.push(cas(
+        5,
+        "k",
+        (Some("u"), "d"),
+        (200, 210),
+        Response::Mismatch {
+            current: ob(Some("c")),
+        },
+    ));
+    assert_eq!(check(&h, Budget::default()).unseen, 0);
+    accepted(&h);
+    // An unknown delete is never left out: "absent" is seen everywhere.
+    let delete = Op::Write(Request::Delete { key: b("k") });
+    let h = [record(1, delete, (0, 0), Outcome::Unknown)];
+    assert_eq!(check(&h, Budget::default()).unseen, 0);
 }
