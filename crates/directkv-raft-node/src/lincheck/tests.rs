@@ -280,6 +280,16 @@ fn a_put_applied_twice_after_being_overwritten_is_refused() {
     refused(&h);
     // Applied once, read before the overwrite: fine.
     accepted(&[h[0].clone(), h[1].clone(), read(3, "k", (5, 70), Some("a"))]);
+    // The client saw the second apply's answer: the value before was its own.
+    let twice = put(1, "k", "a", (0, 100), Some("a"));
+    assert_eq!(refused(&[twice]).records[0], 0);
+    // A compare-and-set from absent applied, then resent: a mismatch on
+    // its own value.
+    let mismatch = Response::Mismatch {
+        current: ob(Some("c")),
+    };
+    let cas_twice = cas(1, "k", (None, "c"), (0, 100), mismatch);
+    assert_eq!(refused(&[cas_twice]).records[0], 0);
 }
 
 #[test]
