@@ -1,10 +1,11 @@
 //! Node processes on this machine, on loopback: started, killed with
-//! SIGKILL and restarted by the fault test, the bench and
-//! `directkv-raft-node cluster`; in a partitionable cluster
-//! ([`Cluster::partitionable`]) every node reaches every other through a
-//! forwarder of its own ([`FaultProxy`]), which [`Cluster::partition`] cuts.
+//! SIGKILL, paused with SIGSTOP and resumed with SIGCONT, and restarted by
+//! the fault tests, the bench and `directkv-raft-node cluster`; in a
+//! partitionable cluster ([`Cluster::partitionable`]) every node reaches
+//! every other through a forwarder of its own ([`FaultProxy`]), which
+//! [`Cluster::partition`] cuts.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -51,6 +52,9 @@ pub struct Cluster {
     /// The forwarder from node `i` to node `j`, for every ordered pair of a
     /// partitionable cluster; none otherwise.
     proxies: BTreeMap<(NodeId, NodeId), FaultProxy>,
+    /// Running nodes stopped with SIGSTOP: they answer nothing until
+    /// resumed.
+    paused: BTreeSet<NodeId>,
 }
 
 /// A port free on loopback now.
@@ -76,6 +80,7 @@ impl Cluster {
             addrs,
             running: BTreeMap::new(),
             proxies: BTreeMap::new(),
+            paused: BTreeSet::new(),
         })
     }
 
@@ -220,8 +225,42 @@ impl Cluster {
             .running
             .remove(&id)
             .context("the node is not running")?;
+        // SIGKILL ends a stopped process too.
+        self.paused.remove(&id);
         child.kill()?;
         child.wait()?;
+        Ok(())
+    }
+
+    /// Stops node `id` with SIGSTOP: it keeps its memory, files and
+    /// sockets but runs nothing (no heartbeat, no answer) until
+    /// [`resume`](Self::resume)d, as a process the machine stalls.
+    ///
+    /// # Errors
+    /// The node is not running or the signal failed.
+    ///
+    /// # Panics
+    /// If it is paused already.
+    pub fn pause(&mut self, id: NodeId) -> anyhow::Result<()> {
+        let child = self.running.get(&id).context("the node is not running")?;
+        assert!(!self.paused.contains(&id), "node {id} is paused already");
+        signal(child, libc::SIGSTOP)?;
+        self.paused.insert(id);
+        Ok(())
+    }
+
+    /// Lets paused node `id` run again with SIGCONT.
+    ///
+    /// # Errors
+    /// The signal failed.
+    ///
+    /// # Panics
+    /// If it is not paused.
+    pub fn resume(&mut self, id: NodeId) -> anyhow::Result<()> {
+        assert!(self.paused.contains(&id), "node {id} is not paused");
+        let child = self.running.get(&id).expect("a paused node runs");
+        signal(child, libc::SIGCONT)?;
+        self.paused.remove(&id);
         Ok(())
     }
 
@@ -230,8 +269,13 @@ impl Cluster {
         self.running.contains_key(&id)
     }
 
-    /// Waits until a running node knows a leader that is running, and
-    /// returns it.
+    /// Whether node `id` runs and is not paused: whether it can answer.
+    pub fn is_answering(&self, id: NodeId) -> bool {
+        self.is_running(id) && !self.paused.contains(&id)
+    }
+
+    /// Waits until a node that answers (running, not paused) knows itself
+    /// the leader, and returns it.
     ///
     /// # Errors
     /// None within `patience`.
@@ -240,11 +284,11 @@ impl Cluster {
         let deadline = Instant::now() + patience;
         while Instant::now() < deadline {
             for (id, addr) in &self.addrs {
-                if !self.is_running(*id) {
+                if !self.is_answering(*id) {
                     continue;
                 }
                 if let Ok(s) = client.state(addr).await {
-                    if let Some(l) = s.leader.filter(|l| self.is_running(*l) && *l == s.id) {
+                    if let Some(l) = s.leader.filter(|l| *l == s.id) {
                         return Ok(l);
                     }
                 }
@@ -253,6 +297,20 @@ impl Cluster {
         }
         bail!("no leader within {patience:?}")
     }
+}
+
+/// Sends `sig` to the process of `child`.
+fn signal(child: &Child, sig: libc::c_int) -> anyhow::Result<()> {
+    let pid = libc::pid_t::try_from(child.id()).context("a pid fits pid_t")?;
+    assert!(pid > 0, "a child's pid names one process");
+    // SAFETY: kill(2) reads and writes no memory of this process; `pid` is
+    // a child not yet waited for (the `Child` is held), so it still names
+    // that process and no other.
+    let rc = unsafe { libc::kill(pid, sig) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error()).context("kill(2)");
+    }
+    Ok(())
 }
 
 impl Drop for Cluster {

@@ -2,7 +2,10 @@
 //! openraft's network and a client API over HTTP ([`server`]), a client
 //! that follows the leader ([`client`]), node processes on loopback for
 //! tests and benchmarks ([`cluster`]) with forwarders that partition them
-//! ([`proxy`]), and the replication bench ([`bench`](mod@bench)). The `directkv-raft-node` program runs all of it.
+//! ([`proxy`]), the replication bench ([`bench`](mod@bench)), and a
+//! history of client operations ([`history`]) with a linearizability
+//! checker to judge it ([`lincheck`]). The `directkv-raft-node` program
+//! runs all of it.
 
 #![deny(missing_docs)]
 
@@ -10,6 +13,8 @@ pub mod api;
 pub mod bench;
 pub mod client;
 pub mod cluster;
+pub mod history;
+pub mod lincheck;
 pub mod network;
 pub mod proxy;
 pub mod server;
