@@ -168,7 +168,12 @@ impl Client {
                 Attempt::Unknown(why) if !idempotent => {
                     return Err(ClientError::Unknown(format!("{at}: {why}")))
                 }
-                Attempt::Redirect(addr) if addr != at && redirects < REDIRECTS_MAX => {
+                // An empty address: the node knows no leader (an election
+                // is under way), so the next node is asked, not this one
+                // again.
+                Attempt::Redirect(addr)
+                    if !addr.is_empty() && addr != at && redirects < REDIRECTS_MAX =>
+                {
                     redirects += 1;
                     self.target = addr;
                     continue;

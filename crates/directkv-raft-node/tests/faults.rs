@@ -18,7 +18,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use directkv_raft::{Request, Response};
+use std::collections::BTreeSet;
+
+use directkv_raft::{NodeId, Request, Response};
 use directkv_raft_node::client::{Client, ClientError};
 use directkv_raft_node::cluster::{Cluster, NodeArgs};
 use directkv_raft_node::history::{History, Op, Outcome};
@@ -203,11 +205,20 @@ async fn kill_and_restart(cluster: &mut Cluster, id: u64) {
 /// Waits until every node has applied the same entries, asserts that
 /// their state machines agree, and returns their states.
 async fn converged(cluster: &Cluster) -> Vec<directkv_raft_node::api::NodeState> {
+    let all: Vec<NodeId> = cluster.addrs().keys().copied().collect();
+    converged_among(cluster, &all).await
+}
+
+/// As [`converged`], for the nodes `ids`.
+async fn converged_among(
+    cluster: &Cluster,
+    ids: &[NodeId],
+) -> Vec<directkv_raft_node::api::NodeState> {
     let client = cluster.client();
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let mut states = Vec::new();
-        for addr in cluster.addrs().values() {
+        for addr in ids.iter().map(|&id| cluster.addr(id)) {
             match client.state(addr).await {
                 Ok(s) => states.push(s),
                 // Busy (installing a snapshot, say): ask again.
@@ -215,7 +226,7 @@ async fn converged(cluster: &Cluster) -> Vec<directkv_raft_node::api::NodeState>
                 Err(e) => panic!("no state from {addr}: {e}"),
             }
         }
-        if states.len() < cluster.addrs().len() {
+        if states.len() < ids.len() {
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         }
@@ -374,6 +385,153 @@ async fn histories_are_linearizable_and_acknowledged_writes_kept_over_kills_and_
     let states = converged(&cluster).await;
     assert!(states[0].keys >= acked as u64);
     judge(&history);
+}
+
+fn partitions() -> usize {
+    std::env::var("DIRECTKV_RAFT_PARTITIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(8)
+}
+
+/// Replaces voter `out` with node `new` while `out` is cut off: `new`
+/// (started if it is not running) is added as a learner, caught up and
+/// promoted in one change that removes `out`, which is then killed (a
+/// removed server is shut down) once the change has committed.
+async fn replace_voter(
+    cluster: &mut Cluster,
+    voters: &mut BTreeSet<NodeId>,
+    out: NodeId,
+    new: NodeId,
+) {
+    if !cluster.is_running(new) {
+        cluster.start(new).await.expect("start the new voter");
+    }
+    let mut admin = cluster.client();
+    admin.patience = Duration::from_secs(60);
+    admin
+        .add_learner(new, cluster.addr(new))
+        .await
+        .expect("a learner caught up");
+    assert!(voters.remove(&out) && voters.insert(new));
+    admin
+        .change_membership(voters.clone())
+        .await
+        .expect("the voters changed");
+    cluster.kill(out).expect("shut the removed voter down");
+}
+
+/// Partitions and membership changes, judged the same way. Four node
+/// processes behind forwarders (`Cluster::partitionable`), three of them
+/// the first voters. Each round (`DIRECTKV_RAFT_PARTITIONS`, 8 by default)
+/// cuts one node off from all the others, then heals: on even rounds the
+/// leader, until the others have elected a leader of their own (and a
+/// little longer), on odd ones a follower, for longer than an election
+/// timeout.
+/// On rounds 3 and 7 the cut-off follower is replaced while cut off: the
+/// spare node is added as a learner and promoted in one change that
+/// removes the follower, which is then shut down (on round 7 the spare is
+/// the voter removed on round 3, restarted with its old log). The history
+/// must be linearizable, every acknowledged unique put readable, and the
+/// final voters must agree.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn histories_are_linearizable_over_partitions_and_membership_changes() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    let args = NodeArgs {
+        cache_mib: 16,
+        snapshot_every: 200,
+        ..NodeArgs::default()
+    };
+    assert!(PAUSE > Duration::from_millis(2 * args.election_ms));
+    let exe = std::path::Path::new(env!("CARGO_BIN_EXE_directkv-raft-node"));
+    let mut cluster = Cluster::partitionable(exe, dir.path(), 4, args)
+        .await
+        .expect("cluster");
+    let mut voters: BTreeSet<NodeId> = (1..=3).collect();
+    for &id in &voters {
+        cluster.start(id).await.expect("start");
+    }
+    let first = voters.iter().map(|&id| (id, cluster.addr(id).to_string()));
+    cluster.client().init(first.collect()).await.expect("init");
+    cluster
+        .leader(Duration::from_secs(30))
+        .await
+        .expect("leader");
+    let stop = Arc::new(AtomicBool::new(false));
+    let history = Arc::new(History::new());
+    let progress: Progress = Arc::new((0..WRITERS).map(|_| AtomicU64::new(0)).collect());
+    let mut tasks = start_writers(&cluster, &stop, &history, &progress);
+    tasks.extend(start_readers(&cluster, &stop, &history, &progress));
+    let mut spare: NodeId = 4;
+    let (mut replaced, mut elections) = (0, 0);
+    for round in 0..partitions() {
+        tokio::time::sleep(Duration::from_millis(300 + (round as u64 * 97) % 400)).await;
+        let leader = cluster
+            .leader(Duration::from_secs(30))
+            .await
+            .expect("leader");
+        let alone = match round % 2 {
+            0 => leader,
+            _ => *voters.iter().find(|&&id| id != leader).expect("a follower"),
+        };
+        let rest: Vec<NodeId> = cluster
+            .addrs()
+            .keys()
+            .copied()
+            .filter(|&id| id != alone)
+            .collect();
+        cluster.partition(&[&[alone], &rest]);
+        if alone == leader {
+            // Until the others elect a leader of their own; the old one
+            // still believes it leads, and takes writes it cannot commit.
+            let new = leader_among(&cluster, &rest).await;
+            assert_ne!(new, leader);
+            elections += 1;
+        }
+        tokio::time::sleep(PAUSE).await;
+        if round % 4 == 3 {
+            replace_voter(&mut cluster, &mut voters, alone, spare).await;
+            spare = alone;
+            replaced += 1;
+        }
+        cluster.heal();
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.await.expect("client task");
+    }
+    eprintln!(
+        "{} partitions, {elections} leaders replaced while cut off, {replaced} voters \
+         replaced; voters {voters:?}",
+        partitions()
+    );
+    assert_eq!(replaced, partitions() / 4);
+    assert_eq!(elections, partitions().div_ceil(2));
+    let acked = acknowledged_puts_are_readable(&history, &mut cluster.client()).await;
+    assert!(acked > 100, "the writers made progress: {acked}");
+    let ids: Vec<NodeId> = voters.iter().copied().collect();
+    let states = converged_among(&cluster, &ids).await;
+    assert!(states.iter().all(|s| s.voters == voters), "{states:?}");
+    judge(&history);
+}
+
+/// Waits until one of the running nodes `among` says it leads, and
+/// returns it.
+async fn leader_among(cluster: &Cluster, among: &[NodeId]) -> NodeId {
+    let client = cluster.client();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        for &id in among.iter().filter(|&&id| cluster.is_running(id)) {
+            if let Ok(s) = client.state(cluster.addr(id)).await {
+                if s.leader == Some(id) {
+                    return id;
+                }
+            }
+        }
+        assert!(Instant::now() < deadline, "no leader among {among:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// Values of the largest size a command may carry, and a snapshot of
