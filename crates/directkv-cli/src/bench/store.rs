@@ -160,6 +160,10 @@ pub enum Engine {
         /// Online backups back to back through the run, a full one then an
         /// increment of it in turn (`-backup`).
         backup: bool,
+        /// The log's idle seal (`Options::wal_seal_delay` at its default),
+        /// or seals only on close (`-no-seal`): the cost of the sealer
+        /// thread, measured in one binary.
+        seal: bool,
     },
     /// A peer engine, by its configuration name (see [`PEER_CONFIGS`]).
     Peer {
@@ -231,8 +235,8 @@ impl Engine {
     /// `buffered/<sync>`, `rocksdb`, `rocksdb-direct`, `rocksdb-tuned`,
     /// `lmdb`, `sqlite`; this engine's names take the suffixes
     /// `-no-readahead`, `-fifo`, one of
-    /// `-uring`, `-threads`, `-no-aio`, and `-whole-images` (in that order
-    /// when several).
+    /// `-uring`, `-threads`, `-no-aio`, `-whole-images`, `-serial`,
+    /// `-backup` and `-no-seal` (in that order when several).
     pub fn parse(name: &str) -> Result<Engine> {
         let (base, sync) = match name.split_once('/') {
             Some((b, s)) => (
@@ -240,6 +244,10 @@ impl Engine {
                 Some(s.parse::<SyncVariant>().map_err(anyhow::Error::msg)?),
             ),
             None => (name, None),
+        };
+        let (base, seal) = match base.strip_suffix("-no-seal") {
+            Some(b) => (b, false),
+            None => (base, true),
         };
         let (base, backup) = match base.strip_suffix("-backup") {
             Some(b) => (b, true),
@@ -270,7 +278,8 @@ impl Engine {
             Some(b) => (b, false),
             None => (base, true),
         };
-        let plain = readahead && scheduled && aio.is_none() && compress && !serial && !backup;
+        let plain =
+            readahead && scheduled && aio.is_none() && compress && !serial && !backup && seal;
         Ok(match base {
             "direct" => Engine::Directkv {
                 direct: true,
@@ -281,6 +290,7 @@ impl Engine {
                 compress,
                 serial,
                 backup,
+                seal,
             },
             "buffered" => Engine::Directkv {
                 direct: false,
@@ -291,6 +301,7 @@ impl Engine {
                 compress,
                 serial,
                 backup,
+                seal,
             },
             peer if sync.is_none() && plain => match PEER_CONFIGS.iter().find(|p| p.0 == peer) {
                 Some(&(config, family, _)) => Engine::Peer { config, family },
@@ -333,7 +344,8 @@ impl Engine {
 const CONFIG_NAMES: &str = "use direct, buffered, direct/METHOD (a WAL sync method), \
      direct-no-readahead, direct-fifo, direct-uring, direct-threads, direct-no-aio, \
      direct-whole-images, direct-serial (one writer at a time), direct-backup (backups back to \
-     back through the run, a full one then an increment of it), rocksdb, rocksdb-direct, \
+     back through the run, a full one then an increment of it), direct-no-seal (the log \
+     sealed only on close), rocksdb, rocksdb-direct, \
      rocksdb-tuned (sized to fit a memory budget), lmdb, sqlite, or for tpcb postgres \
      (also called pgbench)";
 
@@ -365,11 +377,13 @@ pub fn open(
             compress,
             serial,
             backup,
+            seal,
         } => {
             let defaults = Options::default();
             let opts = Options {
                 compress_page_images: *compress,
                 serial_writers: *serial,
+                wal_seal_delay: if *seal { defaults.wal_seal_delay } else { None },
                 page_bytes: tuning.page_bytes.unwrap_or(defaults.page_bytes),
                 checkpoint_wal_bytes: tuning
                     .checkpoint_wal_bytes
@@ -611,13 +625,26 @@ mod tests {
                     compress: false,
                     serial: true,
                     backup: false,
+                    seal: true,
                 }
             ),
             "{e:?}"
         );
         assert!(matches!(
             Engine::parse("buffered"),
-            Ok(Engine::Directkv { direct: false, .. })
+            Ok(Engine::Directkv {
+                direct: false,
+                seal: true,
+                ..
+            })
+        ));
+        assert!(matches!(
+            Engine::parse("direct-serial-no-seal"),
+            Ok(Engine::Directkv {
+                serial: true,
+                seal: false,
+                ..
+            })
         ));
         // Out of order, a suffix is not recognised.
         assert!(Engine::parse("direct-fifo-no-readahead").is_err());
