@@ -31,6 +31,7 @@
 
 #![deny(missing_docs)]
 
+mod chunks;
 mod codec;
 mod keys;
 mod log_store;
@@ -38,10 +39,9 @@ mod snapshot;
 mod state_machine;
 mod store;
 
-// The snapshot type `declare_raft_types!` names by default.
-use std::io::Cursor;
 use std::path::Path;
 
+pub use chunks::SnapshotBytes;
 pub use codec::{DecodeError, Entry, Request, Response, BATCH_MAX_BYTES, KEY_MAX, VALUE_MAX};
 pub use log_store::LogStore;
 pub use state_machine::{KvReader, SnapshotBuilder, StateMachine};
@@ -49,10 +49,12 @@ pub use state_machine::{KvReader, SnapshotBuilder, StateMachine};
 openraft::declare_raft_types!(
     /// The Raft types of a directkv-backed node: [`Request`] in,
     /// [`Response`] out, `u64` node ids, [`openraft::BasicNode`] addresses,
-    /// snapshots as bytes in memory.
+    /// snapshots as [`SnapshotBytes`]: chunks in the database, moved one at
+    /// a time.
     pub TypeConfig:
         D = Request,
         R = Response,
+        SnapshotData = SnapshotBytes,
 );
 
 /// A node's id.
