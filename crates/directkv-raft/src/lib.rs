@@ -14,6 +14,9 @@
 //!   so a crash never applies an entry twice or skips one. Snapshots are
 //!   built from one snapshot read while entries keep being applied, carry
 //!   a CRC32C, and installing one replaces the state in one commit.
+//! - [`SnapshotBytes`] is openraft's snapshot data: chunks in the database,
+//!   built, sent, received and installed one chunk at a time, so neither
+//!   side holds a snapshot whole in memory.
 //!
 //! [`open`] opens a database and returns the two halves; docs/raft.md
 //! describes the layout and the durability argument.

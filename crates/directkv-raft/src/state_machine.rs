@@ -412,6 +412,29 @@ impl KvReader {
         read(&self.db, Self::all_in)
     }
 
+    /// How many keys there are and a CRC32C of every key and value in
+    /// order (each key's length, the key, the value), with the last entry
+    /// applied, read from one snapshot without holding the state: equal on
+    /// replicas that applied the same entries.
+    ///
+    /// # Errors
+    /// As [`get`](Self::get).
+    pub fn digest(&self) -> Result<(Option<LogId<NodeId>>, u64, u32), Error> {
+        read(&self.db, |r| {
+            let a = applied_in(r)?;
+            let (mut keys, mut digest) = (0u64, 0u32);
+            for kv in r.prefix(&keys::data_prefix(a.generation)) {
+                let (k, v) = kv?;
+                let k = &k[keys::DATA_PREFIX_BYTES..];
+                for part in [&(k.len() as u64).to_le_bytes()[..], k, &v] {
+                    digest = crc32c::crc32c_append(digest, part);
+                }
+                keys += 1;
+            }
+            Ok((a.last, keys, digest))
+        })
+    }
+
     #[allow(clippy::type_complexity)]
     fn all_in(
         r: &directkv::ReadTxn<'_>,
