@@ -27,7 +27,7 @@ use openraft::{BasicNode, SnapshotMeta};
 use serde::{Deserialize, Serialize};
 
 use crate::codec::put_bytes;
-use crate::store::{delete_range, from_json, lazy, Db};
+use crate::store::{delete_range_by, from_json, lazy, Db};
 use crate::{keys, Error, NodeId, KEY_MAX, VALUE_MAX};
 
 const MAGIC: &[u8; 8] = b"DKVRSNAP";
@@ -379,7 +379,8 @@ pub(crate) fn write_chunk(
     }
 }
 
-/// Deletes the chunks of every snapshot but `keep` and those pinned.
+/// Deletes the chunks of every snapshot but `keep` and those pinned, a
+/// chunk per transaction.
 pub(crate) fn delete_other_chunks(db: &Db, keep: Option<u64>) -> Result<(), Error> {
     let mut keep_all = db.pinned();
     keep_all.extend(keep);
@@ -390,7 +391,7 @@ pub(crate) fn delete_other_chunks(db: &Db, keep: Option<u64>) -> Result<(), Erro
     for seq in keep_all {
         let hi = keys::chunk_prefix(seq);
         if lo.as_slice() < hi.as_slice() {
-            delete_range(db, &lo, &hi, false, false)?;
+            delete_range_by(db, &lo, &hi, false, false, CHUNK_BYTES)?;
         }
         lo = match seq.checked_add(1) {
             Some(next) => keys::chunk_prefix(next).to_vec(),
@@ -398,7 +399,7 @@ pub(crate) fn delete_other_chunks(db: &Db, keep: Option<u64>) -> Result<(), Erro
         };
     }
     if lo.as_slice() < end.as_slice() {
-        delete_range(db, &lo, &end, false, false)?;
+        delete_range_by(db, &lo, &end, false, false, CHUNK_BYTES)?;
     }
     Ok(())
 }
@@ -410,7 +411,7 @@ pub(crate) fn delete_chunks_from(db: &Db, seq: u64, from: u32) -> Result<(), Err
         Some(next) => keys::chunk_prefix(next).to_vec(),
         None => vec![keys::CHUNK_ANY[0] + 1],
     };
-    delete_range(db, &keys::chunk(seq, from), &end, false, false)?;
+    delete_range_by(db, &keys::chunk(seq, from), &end, false, false, CHUNK_BYTES)?;
     Ok(())
 }
 

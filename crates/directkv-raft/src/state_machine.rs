@@ -259,6 +259,9 @@ fn stage(db: &Db, generation: u64, meta: &Meta, data: &SnapshotBytes) -> Result<
         }
         Ok(())
     };
+    // A chunk's worth per transaction: the pairs are held twice until
+    // their commit (here and in the transaction).
+    let stage_bytes = db.batch_bytes.min(CHUNK_BYTES);
     let mut batch: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
     let mut bytes = 0usize;
     let flush = |batch: &mut Vec<(Vec<u8>, Vec<u8>)>| {
@@ -279,7 +282,7 @@ fn stage(db: &Db, generation: u64, meta: &Meta, data: &SnapshotBytes) -> Result<
         |k, v| {
             bytes += k.len() + v.len();
             batch.push((k.to_vec(), v.to_vec()));
-            if bytes >= db.batch_bytes {
+            if bytes >= stage_bytes {
                 flush(&mut batch)?;
                 bytes = 0;
             }

@@ -328,10 +328,25 @@ pub(crate) fn delete_range(
     from_top: bool,
     sync: bool,
 ) -> Result<u64, Error> {
+    delete_range_by(db, lo, hi, from_top, sync, db.batch_bytes)
+}
+
+/// [`delete_range`] with transactions of about `batch_bytes` of values
+/// (at least one key each): a delete reads each value it deletes, and
+/// keeps it while a snapshot may need it, so large values go a few at a
+/// time.
+pub(crate) fn delete_range_by(
+    db: &Store,
+    lo: &[u8],
+    hi: &[u8],
+    from_top: bool,
+    sync: bool,
+    batch_bytes: usize,
+) -> Result<u64, Error> {
     assert!(lo < hi, "a range to delete is not empty or reversed");
     let mut deleted = 0u64;
     loop {
-        let (batch, more) = next_batch(db, lo, hi, from_top)?;
+        let (batch, more) = next_batch(db, lo, hi, from_top, batch_bytes)?;
         assert!(
             batch
                 .iter()
@@ -364,8 +379,9 @@ fn next_batch(
     lo: &[u8],
     hi: &[u8],
     from_top: bool,
+    batch_bytes: usize,
 ) -> Result<(Vec<Vec<u8>>, bool), Error> {
-    read(db, |r| scan_batch(r, lo, hi, from_top, db.batch_bytes))
+    read(db, |r| scan_batch(r, lo, hi, from_top, batch_bytes))
 }
 
 fn scan_batch(
