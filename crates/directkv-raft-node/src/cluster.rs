@@ -264,6 +264,15 @@ impl Cluster {
         Ok(())
     }
 
+    /// The process id of node `id`, if it runs.
+    ///
+    /// # Panics
+    /// For a node not in the cluster.
+    pub fn pid(&self, id: NodeId) -> Option<u32> {
+        assert!(self.addrs.contains_key(&id), "node {id} is in the cluster");
+        self.running.get(&id).map(Child::id)
+    }
+
     /// Whether node `id` runs.
     pub fn is_running(&self, id: NodeId) -> bool {
         self.running.contains_key(&id)

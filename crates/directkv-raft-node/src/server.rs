@@ -446,25 +446,20 @@ fn index_of(r: Reply<Written>) -> Reply<u64> {
 async fn state(State(n): App) -> Json<Reply<NodeState>> {
     let m = n.raft.metrics().borrow().clone();
     let reader = n.reader.clone();
-    let all = tokio::task::spawn_blocking(move || reader.all()).await;
-    let (applied, pairs) = match all {
+    // Streamed from one read: the state may be far larger than memory.
+    let all = tokio::task::spawn_blocking(move || reader.digest()).await;
+    let (applied, keys, digest) = match all {
         Ok(Ok(a)) => a,
         Ok(Err(e)) => return Json(Reply::Failed(e.to_string())),
         Err(e) => return Json(Reply::Failed(e.to_string())),
     };
-    let mut digest = 0u32;
-    for (k, v) in &pairs {
-        for part in [&(k.len() as u64).to_le_bytes()[..], k, v] {
-            digest = crc32c::crc32c_append(digest, part);
-        }
-    }
     Json(Reply::Ok(NodeState {
         id: n.id,
         leader: m.current_leader,
         term: m.current_term,
         applied: applied.map(|l| l.index),
         voters: m.membership_config.membership().voter_ids().collect(),
-        keys: pairs.len() as u64,
+        keys,
         digest,
     }))
 }

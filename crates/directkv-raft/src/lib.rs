@@ -14,6 +14,9 @@
 //!   so a crash never applies an entry twice or skips one. Snapshots are
 //!   built from one snapshot read while entries keep being applied, carry
 //!   a CRC32C, and installing one replaces the state in one commit.
+//! - [`SnapshotBytes`] is openraft's snapshot data: chunks in the database,
+//!   built, sent, received and installed one chunk at a time, so neither
+//!   side holds a snapshot whole in memory.
 //!
 //! [`open`] opens a database and returns the two halves; docs/raft.md
 //! describes the layout and the durability argument.
@@ -31,6 +34,7 @@
 
 #![deny(missing_docs)]
 
+mod chunks;
 mod codec;
 mod keys;
 mod log_store;
@@ -38,10 +42,9 @@ mod snapshot;
 mod state_machine;
 mod store;
 
-// The snapshot type `declare_raft_types!` names by default.
-use std::io::Cursor;
 use std::path::Path;
 
+pub use chunks::SnapshotBytes;
 pub use codec::{DecodeError, Entry, Request, Response, BATCH_MAX_BYTES, KEY_MAX, VALUE_MAX};
 pub use log_store::LogStore;
 pub use state_machine::{KvReader, SnapshotBuilder, StateMachine};
@@ -49,10 +52,12 @@ pub use state_machine::{KvReader, SnapshotBuilder, StateMachine};
 openraft::declare_raft_types!(
     /// The Raft types of a directkv-backed node: [`Request`] in,
     /// [`Response`] out, `u64` node ids, [`openraft::BasicNode`] addresses,
-    /// snapshots as bytes in memory.
+    /// snapshots as [`SnapshotBytes`]: chunks in the database, moved one at
+    /// a time.
     pub TypeConfig:
         D = Request,
         R = Response,
+        SnapshotData = SnapshotBytes,
 );
 
 /// A node's id.

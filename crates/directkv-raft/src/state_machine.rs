@@ -9,7 +9,6 @@
 //! generation. Opening deletes the data of any other generation: what a
 //! crash in the middle of an install left.
 
-use std::io::Cursor;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -20,11 +19,15 @@ use openraft::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::snapshot::{self, Meta};
+use tokio::io::AsyncWriteExt;
+
+use crate::chunks::SnapshotBytes;
+use crate::snapshot::{self, read_chunk, write_chunk, Meta, Stored, Summary, Writes, CHUNK_BYTES};
 use crate::store::{
-    blocking, delete_range, durable, from_json, lazy, put_json, read, read_some, runs, Db,
+    blocking, delete_range, durable, from_json, lazy, put_json, read, read_some, runs,
+    storage_error, ChunkPin, Db,
 };
-use crate::{keys, Entry, Error, NodeId, Request, Response, TypeConfig, KEY_MAX};
+use crate::{keys, Entry, Error, NodeId, Request, Response, TypeConfig};
 
 /// Snapshot builds beside the writes before one with the writes held back.
 const BUILD_ATTEMPTS: usize = 4;
@@ -47,7 +50,9 @@ pub(crate) fn applied_in(r: &directkv::ReadTxn<'_>) -> Result<Applied, Error> {
 /// What the state machine and its snapshot builders share.
 struct Shared {
     db: Db,
-    /// Held while a snapshot is stored: one set of chunks at a time.
+    /// Held while a snapshot is stored (its record flipped, the chunks of
+    /// others deleted) and while a sequence number is handed out and
+    /// pinned.
     store_lock: Mutex<()>,
     /// The sequence number of the next snapshot stored.
     next_seq: AtomicU64,
@@ -60,34 +65,66 @@ impl Shared {
         })
     }
 
-    /// Stores `bytes` as the current snapshot, with `applied` in the same
-    /// commit when given (an install). A built snapshot older than the
-    /// current one is not stored. Returns whether it was.
-    fn store(&self, meta: &Meta, bytes: &[u8], applied: Option<&Applied>) -> Result<bool, Error> {
+    /// A new sequence number for a snapshot's chunks, pinned: no cleanup
+    /// deletes them while the pin lives. Taken under the store lock, so
+    /// that no cleanup running decides on the chunks to keep without it.
+    fn begin_chunks(&self) -> Result<ChunkPin, Error> {
+        let _held = self.lock()?;
+        let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
+        Ok(self.db.pin(seq))
+    }
+
+    /// Makes `stored` (its chunks written) the current snapshot, with
+    /// `applied` in the same durable commit when given (an install), and
+    /// deletes the chunks of every other snapshot not in use. A built
+    /// snapshot older than the current one is not stored. Returns whether
+    /// it was.
+    fn store(&self, stored: &Stored, applied: Option<&Applied>) -> Result<bool, Error> {
         let _held = self.lock()?;
         let current = read(&self.db, snapshot::record)?;
         if applied.is_none()
             && current
                 .as_ref()
-                .is_some_and(|c| c.meta.last_log_id > meta.last_log_id)
+                .is_some_and(|c| c.meta.last_log_id > stored.meta.last_log_id)
         {
             return Ok(false);
         }
-        let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
         assert!(
-            current.as_ref().is_none_or(|c| c.seq < seq),
-            "snapshot sequence numbers only grow"
+            current.as_ref().is_none_or(|c| c.seq != stored.seq),
+            "a snapshot's chunks are made current once"
         );
-        let stored = snapshot::write_chunks(&self.db, meta, seq, bytes)?;
+        assert!(
+            stored.seq < self.next_seq.load(Ordering::Relaxed),
+            "a stored snapshot's sequence number was handed out"
+        );
         self.db.write(&durable(), |w| {
-            put_json(w, keys::SNAPSHOT, &stored)?;
+            put_json(w, keys::SNAPSHOT, stored)?;
             match applied {
                 Some(a) => put_json(w, keys::APPLIED, a),
                 None => Ok(()),
             }
         })?;
-        snapshot::delete_other_chunks(&self.db, Some(seq))?;
+        snapshot::delete_other_chunks(&self.db, Some(stored.seq))?;
         Ok(true)
+    }
+
+    /// A copy, in this database under a new sequence number, of `data`
+    /// (another database's snapshot, or one of this database's not
+    /// received for installing), a chunk at a time.
+    fn copy_in(&self, data: &SnapshotBytes) -> Result<SnapshotBytes, Error> {
+        let pin = self.begin_chunks()?;
+        let from = data.pin();
+        let chunks = data.len().div_ceil(CHUNK_BYTES as u64);
+        for n in 0..chunks {
+            let n = u32::try_from(n).map_err(|_| Error::Snapshot("too many chunks".into()))?;
+            let bytes = read_chunk(&from.db, from.seq, n)?;
+            write_chunk(&self.db, Writes::Beside, pin.seq, n, &bytes)?;
+        }
+        assert!(
+            !Arc::ptr_eq(&from.db, &self.db) || pin.seq != from.seq,
+            "a copy has chunks of its own"
+        );
+        Ok(SnapshotBytes::stored(pin, data.len()))
     }
 }
 
@@ -152,40 +189,54 @@ impl StateMachine {
         Ok((out, applied))
     }
 
+    /// Installs `data` under `meta`: its pairs go to the next generation,
+    /// where nothing reads them, in bounded transactions as its chunks are
+    /// read; once every check passed, the applied state and the snapshot
+    /// record flip in one durable commit, then the old generation goes. A
+    /// refused snapshot's pairs are deleted again and nothing changed.
     fn install_now(
         shared: &Shared,
         base: &Applied,
         meta: &Meta,
-        bytes: &[u8],
+        data: SnapshotBytes,
     ) -> Result<Applied, Error> {
-        let parsed = snapshot::parse(bytes)?;
-        if parsed.meta.last_log_id != meta.last_log_id
-            || parsed.meta.last_membership != meta.last_membership
-        {
-            return Err(Error::Snapshot(format!(
-                "its bytes are of {} but it is installed as {}",
-                parsed.meta, meta
-            )));
-        }
-        if let Some((k, _)) = parsed.pairs.iter().find(|(k, _)| k.len() > KEY_MAX) {
-            return Err(Error::Snapshot(format!("a key of {} bytes", k.len())));
-        }
+        let data = if data.received_into(&shared.db) {
+            data
+        } else {
+            shared.copy_in(&data)?
+        };
         let generation = base.generation + 1;
-        write_pairs(&shared.db, generation, &parsed.pairs)?;
+        let db = &shared.db;
+        let staged = stage(db, generation, meta, &data);
+        let next_prefix = |g: u64| {
+            g.checked_add(1).map_or(vec![keys::DATA_ANY[0] + 1], |n| {
+                keys::data_prefix(n).to_vec()
+            })
+        };
+        let summary = match staged {
+            Ok(s) => s,
+            Err(e) => {
+                let (lo, hi) = (keys::data_prefix(generation), next_prefix(generation));
+                delete_range(db, &lo, &hi, false, false)?;
+                return Err(e);
+            }
+        };
         let applied = Applied {
             last: meta.last_log_id,
             membership: meta.last_membership.clone(),
             generation,
         };
-        assert_eq!(
-            applied.generation,
-            base.generation + 1,
-            "an install moves to the next generation"
-        );
-        let stored = shared.store(meta, bytes, Some(&applied))?;
-        assert!(stored, "an install always stores its snapshot");
+        let stored = Stored {
+            meta: meta.clone(),
+            seq: data.pin().seq,
+            len: summary.len,
+            crc: summary.crc,
+        };
+        assert_eq!(summary.len, data.len(), "every byte received was checked");
+        let flipped = shared.store(&stored, Some(&applied))?;
+        assert!(flipped, "an install always stores its snapshot");
         delete_range(
-            &shared.db,
+            db,
             &keys::data_prefix(base.generation),
             &keys::data_prefix(generation),
             false,
@@ -193,6 +244,54 @@ impl StateMachine {
         )?;
         Ok(applied)
     }
+}
+
+/// Checks `data` and writes its pairs under `generation`, in bounded
+/// transactions that do not wait for the log (the install's flip does);
+/// its metadata must be `meta`'s before any pair is written.
+fn stage(db: &Db, generation: u64, meta: &Meta, data: &SnapshotBytes) -> Result<Summary, Error> {
+    let seq = data.pin().seq;
+    let check_meta = |m: &Meta| {
+        if m.last_log_id != meta.last_log_id || m.last_membership != meta.last_membership {
+            return Err(Error::Snapshot(format!(
+                "its bytes are of {m} but it is installed as {meta}"
+            )));
+        }
+        Ok(())
+    };
+    // A chunk's worth per transaction: the pairs are held twice until
+    // their commit (here and in the transaction).
+    let stage_bytes = db.batch_bytes.min(CHUNK_BYTES);
+    let mut batch: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    let mut bytes = 0usize;
+    let flush = |batch: &mut Vec<(Vec<u8>, Vec<u8>)>| {
+        db.write(&lazy(), |w| {
+            for (k, v) in batch.iter() {
+                w.put(&keys::data(generation, k), v)?;
+            }
+            Ok(())
+        })?;
+        batch.clear();
+        Ok::<(), Error>(())
+    };
+    let summary = snapshot::parse(
+        data.len(),
+        CHUNK_BYTES,
+        |n| read_chunk(db, seq, n),
+        check_meta,
+        |k, v| {
+            bytes += k.len() + v.len();
+            batch.push((k.to_vec(), v.to_vec()));
+            if bytes >= stage_bytes {
+                flush(&mut batch)?;
+                bytes = 0;
+            }
+            Ok(())
+        },
+    )?;
+    flush(&mut batch)?;
+    assert!(batch.is_empty(), "every pair is written");
+    Ok(summary)
 }
 
 /// About what applying `e` writes.
@@ -279,20 +378,6 @@ fn execute(
     })
 }
 
-/// Writes a snapshot's pairs under `generation`, in bounded transactions
-/// that do not wait for the log (the install's flip does).
-fn write_pairs(db: &Db, generation: u64, pairs: &[(&[u8], &[u8])]) -> Result<(), Error> {
-    for batch in runs(pairs, db.batch_bytes, |(k, v)| k.len() + v.len()) {
-        db.write(&lazy(), |w| {
-            for (k, v) in batch {
-                w.put(&keys::data(generation, k), v)?;
-            }
-            Ok(())
-        })?;
-    }
-    Ok(())
-}
-
 /// Reads the applied state: the values every replica agrees on up to its
 /// last applied entry. Each call reads one snapshot of the database.
 #[derive(Clone)]
@@ -330,6 +415,29 @@ impl KvReader {
         read(&self.db, Self::all_in)
     }
 
+    /// How many keys there are and a CRC32C of every key and value in
+    /// order (each key's length, the key, the value), with the last entry
+    /// applied, read from one snapshot without holding the state: equal on
+    /// replicas that applied the same entries.
+    ///
+    /// # Errors
+    /// As [`get`](Self::get).
+    pub fn digest(&self) -> Result<(Option<LogId<NodeId>>, u64, u32), Error> {
+        read(&self.db, |r| {
+            let a = applied_in(r)?;
+            let (mut keys, mut digest) = (0u64, 0u32);
+            for kv in r.prefix(&keys::data_prefix(a.generation)) {
+                let (k, v) = kv?;
+                let k = &k[keys::DATA_PREFIX_BYTES..];
+                for part in [&(k.len() as u64).to_le_bytes()[..], k, &v] {
+                    digest = crc32c::crc32c_append(digest, part);
+                }
+                keys += 1;
+            }
+            Ok((a.last, keys, digest))
+        })
+    }
+
     #[allow(clippy::type_complexity)]
     fn all_in(
         r: &directkv::ReadTxn<'_>,
@@ -355,23 +463,45 @@ pub struct SnapshotBuilder {
 }
 
 impl SnapshotBuilder {
-    fn build_now(&self) -> Result<(Meta, Vec<u8>), Error> {
+    /// Builds a snapshot into chunks of a new sequence number and stores
+    /// it as the current one (unless a newer one is).
+    fn build_now(&self) -> Result<(Meta, SnapshotBytes), Error> {
         let db = &self.shared.db;
+        let pin = self.shared.begin_chunks()?;
         // Optimistically beside the writes; if the read keeps being given
         // up (writes outrun the version store during the build), once more
         // with every write of this crate held back.
-        let built = match read_some(db, BUILD_ATTEMPTS, |r| self.build_in(r)) {
+        let built = match read_some(db, BUILD_ATTEMPTS, |r| {
+            self.build_in(r, &pin, Writes::Beside)
+        }) {
             Err(Error::Database(e)) if e.is_retryable() => {
-                db.quiesced(|| read_some(db, 1, |r| self.build_in(r)))
+                db.quiesced(|| read_some(db, 1, |r| self.build_in(r, &pin, Writes::Held)))
             }
             r => r,
         };
-        let (meta, bytes) = built?;
-        self.shared.store(&meta, &bytes, None)?;
-        Ok((meta, bytes))
+        let (meta, summary) = built?;
+        let chunks = summary.len.div_ceil(CHUNK_BYTES as u64);
+        let chunks =
+            u32::try_from(chunks).map_err(|_| Error::Snapshot("too many chunks".into()))?;
+        // An attempt given up may have written more chunks than this one.
+        snapshot::delete_chunks_from(db, pin.seq, chunks)?;
+        let stored = Stored {
+            meta: meta.clone(),
+            seq: pin.seq,
+            len: summary.len,
+            crc: summary.crc,
+        };
+        self.shared.store(&stored, None)?;
+        Ok((meta, SnapshotBytes::stored(pin, summary.len)))
     }
 
-    fn build_in(&self, r: &directkv::ReadTxn<'_>) -> Result<(Meta, Vec<u8>), Error> {
+    /// Streams the state `r` reads into the chunks `pin` names.
+    fn build_in(
+        &self,
+        r: &directkv::ReadTxn<'_>,
+        pin: &ChunkPin,
+        writes: Writes,
+    ) -> Result<(Meta, Summary), Error> {
         let a = applied_in(r)?;
         // Unique: two builds at one log id get two ids.
         let n = self.shared.next_seq.fetch_add(1, Ordering::Relaxed);
@@ -384,12 +514,16 @@ impl SnapshotBuilder {
             last_membership: a.membership,
             snapshot_id: id,
         };
-        let mut w = snapshot::Writer::new(&meta);
+        let db = &self.shared.db;
+        let mut emit = |n: u32, bytes: &[u8]| write_chunk(db, writes, pin.seq, n, bytes);
+        let mut w = snapshot::Writer::new(&meta, CHUNK_BYTES);
         for kv in r.prefix(&keys::data_prefix(a.generation)) {
             let (k, v) = kv?;
-            w.pair(&k[keys::DATA_PREFIX_BYTES..], &v);
+            w.pair(&k[keys::DATA_PREFIX_BYTES..], &v, &mut emit)?;
         }
-        Ok((meta, w.finish()))
+        let summary = w.finish(&mut emit)?;
+        assert!(summary.len > 0, "a snapshot has bytes");
+        Ok((meta, summary))
     }
 }
 
@@ -404,7 +538,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         .await?;
         Ok(Snapshot {
             meta,
-            snapshot: Box::new(Cursor::new(bytes)),
+            snapshot: Box::new(bytes),
         })
     }
 }
@@ -444,19 +578,28 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 
     async fn begin_receiving_snapshot(
         &mut self,
-    ) -> Result<Box<Cursor<Vec<u8>>>, StorageError<NodeId>> {
-        Ok(Box::new(Cursor::new(Vec::new())))
+    ) -> Result<Box<SnapshotBytes>, StorageError<NodeId>> {
+        let shared = self.shared.clone();
+        let pin = blocking(ErrorSubject::Snapshot(None), ErrorVerb::Write, move || {
+            shared.begin_chunks()
+        })
+        .await?;
+        Ok(Box::new(SnapshotBytes::receiving(pin)))
     }
 
     async fn install_snapshot(
         &mut self,
         meta: &Meta,
-        snapshot: Box<Cursor<Vec<u8>>>,
+        mut snapshot: Box<SnapshotBytes>,
     ) -> Result<(), StorageError<NodeId>> {
-        let (shared, base, m) = (self.shared.clone(), self.applied.clone(), meta.clone());
         let sig = Some(meta.signature());
+        // Stores what is still buffered of a snapshot being received.
+        snapshot.shutdown().await.map_err(|e| {
+            storage_error(ErrorSubject::Snapshot(sig.clone()), ErrorVerb::Write, &e)
+        })?;
+        let (shared, base, m) = (self.shared.clone(), self.applied.clone(), meta.clone());
         let next = blocking(ErrorSubject::Snapshot(sig), ErrorVerb::Write, move || {
-            let applied = Self::install_now(&shared, &base, &m, snapshot.get_ref())?;
+            let applied = Self::install_now(&shared, &base, &m, *snapshot)?;
             crate::log_store::purge_covered(&shared.db)?;
             Ok(applied)
         })
@@ -470,15 +613,16 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     ) -> Result<Option<Snapshot<TypeConfig>>, StorageError<NodeId>> {
         let shared = self.shared.clone();
         blocking(ErrorSubject::Snapshot(None), ErrorVerb::Read, move || {
-            // Held: no new snapshot replaces this one's chunks meanwhile.
+            // Held: no store deletes this one's chunks before they are
+            // pinned; the pin keeps them while they are read.
             let _held = shared.lock()?;
             let Some(stored) = read(&shared.db, snapshot::record)? else {
                 return Ok(None);
             };
-            let bytes = snapshot::read(&shared.db, &stored)?;
+            let pin = shared.db.pin(stored.seq);
             Ok(Some(Snapshot {
                 meta: stored.meta,
-                snapshot: Box::new(Cursor::new(bytes)),
+                snapshot: Box::new(SnapshotBytes::stored(pin, stored.len)),
             }))
         })
         .await

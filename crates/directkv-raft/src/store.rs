@@ -2,6 +2,7 @@
 //! off the async runtime, turning errors into openraft's, JSON records,
 //! and deleting key ranges in bounded transactions.
 
+use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::{Arc, RwLock};
 
@@ -32,6 +33,9 @@ pub(crate) struct Store {
     /// durably, once the applied state covers it, and meanwhile only
     /// shown (see `log_store`).
     pub(crate) purge_pending: std::sync::Mutex<Option<openraft::LogId<NodeId>>>,
+    /// The snapshot sequence numbers whose chunks are in use (being read
+    /// or received), with how many users each: no cleanup deletes them.
+    pins: std::sync::Mutex<BTreeMap<u64, usize>>,
 }
 
 impl Store {
@@ -49,6 +53,7 @@ impl Store {
             quiesce: RwLock::new(()),
             batch_bytes,
             purge_pending: std::sync::Mutex::new(None),
+            pins: std::sync::Mutex::new(BTreeMap::new()),
         })
     }
 
@@ -63,12 +68,75 @@ impl Store {
         Ok(self.db.transaction(opts, body)?)
     }
 
+    /// Runs `body` as [`Store::write`] does, for the caller of
+    /// [`Store::quiesced`], which holds every other write back.
+    pub(crate) fn write_held<T>(
+        &self,
+        opts: &WriteOptions,
+        body: impl FnMut(&mut WriteTxn<'_>) -> directkv::Result<T>,
+    ) -> Result<T, Error> {
+        assert!(
+            self.quiesce.try_read().is_err(),
+            "a held write runs only while writes are held back"
+        );
+        Ok(self.db.transaction(opts, body)?)
+    }
+
+    /// Marks the chunks of snapshot `seq` in use until the pin is dropped.
+    pub(crate) fn pin(self: &Arc<Self>, seq: u64) -> ChunkPin {
+        *self.pins().entry(seq).or_insert(0) += 1;
+        ChunkPin {
+            db: self.clone(),
+            seq,
+        }
+    }
+
+    /// The sequence numbers whose chunks are in use.
+    pub(crate) fn pinned(&self) -> Vec<u64> {
+        self.pins().keys().copied().collect()
+    }
+
+    fn pins(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, usize>> {
+        // Each change of the map is one insert or remove: a panic cannot
+        // leave it half-changed.
+        match self.pins.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
     /// Runs `f` while no write of this crate runs: the database is this
     /// crate's, so nothing changes under `f`'s reads and no snapshot of
     /// them is given up.
     pub(crate) fn quiesced<T>(&self, f: impl FnOnce() -> Result<T, Error>) -> Result<T, Error> {
         let _exclusive = self.quiesce.write().map_err(|_| poisoned())?;
         f()
+    }
+}
+
+/// The chunks of one snapshot, kept from cleanup while this lives.
+pub(crate) struct ChunkPin {
+    pub(crate) db: Db,
+    pub(crate) seq: u64,
+}
+
+impl Clone for ChunkPin {
+    fn clone(&self) -> Self {
+        self.db.pin(self.seq)
+    }
+}
+
+impl Drop for ChunkPin {
+    fn drop(&mut self) {
+        let mut pins = self.db.pins();
+        let n = pins
+            .get_mut(&self.seq)
+            .expect("a pin is counted while it lives");
+        assert!(*n > 0, "a counted pin has a user");
+        *n -= 1;
+        if *n == 0 {
+            pins.remove(&self.seq);
+        }
     }
 }
 
@@ -260,10 +328,25 @@ pub(crate) fn delete_range(
     from_top: bool,
     sync: bool,
 ) -> Result<u64, Error> {
+    delete_range_by(db, lo, hi, from_top, sync, db.batch_bytes)
+}
+
+/// [`delete_range`] with transactions of about `batch_bytes` of values
+/// (at least one key each): a delete reads each value it deletes, and
+/// keeps it while a snapshot may need it, so large values go a few at a
+/// time.
+pub(crate) fn delete_range_by(
+    db: &Store,
+    lo: &[u8],
+    hi: &[u8],
+    from_top: bool,
+    sync: bool,
+    batch_bytes: usize,
+) -> Result<u64, Error> {
     assert!(lo < hi, "a range to delete is not empty or reversed");
     let mut deleted = 0u64;
     loop {
-        let (batch, more) = next_batch(db, lo, hi, from_top)?;
+        let (batch, more) = next_batch(db, lo, hi, from_top, batch_bytes)?;
         assert!(
             batch
                 .iter()
@@ -296,8 +379,9 @@ fn next_batch(
     lo: &[u8],
     hi: &[u8],
     from_top: bool,
+    batch_bytes: usize,
 ) -> Result<(Vec<Vec<u8>>, bool), Error> {
-    read(db, |r| scan_batch(r, lo, hi, from_top, db.batch_bytes))
+    read(db, |r| scan_batch(r, lo, hi, from_top, batch_bytes))
 }
 
 fn scan_batch(

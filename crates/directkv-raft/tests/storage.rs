@@ -6,7 +6,7 @@
 //! log reads and snapshot builds that go on while writes outrun the
 //! version store.
 
-use std::io::{BufRead, BufReader, Cursor};
+use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -14,9 +14,12 @@ use std::time::Duration;
 mod common;
 
 use common::{options, scratch};
-use directkv_raft::{Entry, LogStore, Request, Response, StateMachine, KEY_MAX, VALUE_MAX};
+use directkv_raft::{
+    Entry, LogStore, Request, Response, SnapshotBytes, StateMachine, KEY_MAX, VALUE_MAX,
+};
 use openraft::storage::{RaftLogStorage, RaftLogStorageExt, RaftStateMachine};
 use openraft::{CommittedLeaderId, EntryPayload, LogId, RaftLogReader, RaftSnapshotBuilder};
+use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
 
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Runtime::new().expect("runtime")
@@ -126,6 +129,30 @@ fn commands_answer_as_a_key_value_store() {
     assert_eq!(reader.get(b"b").expect("get"), Some(b"2".to_vec()));
 }
 
+/// Every byte of a snapshot, read from its start.
+fn bytes_of(rt: &tokio::runtime::Runtime, data: &mut SnapshotBytes) -> Vec<u8> {
+    rt.block_on(async {
+        data.seek(std::io::SeekFrom::Start(0)).await?;
+        let mut out = Vec::new();
+        data.read_to_end(&mut out).await?;
+        Ok::<_, std::io::Error>(out)
+    })
+    .expect("read the snapshot")
+}
+
+/// `bytes` received by `sm` as openraft's transport writes them.
+fn receive(
+    rt: &tokio::runtime::Runtime,
+    sm: &mut StateMachine,
+    bytes: &[u8],
+) -> Box<SnapshotBytes> {
+    rt.block_on(async {
+        let mut data = sm.begin_receiving_snapshot().await.expect("begin");
+        data.write_all(bytes).await.expect("write");
+        data
+    })
+}
+
 /// Every key in the database's data family, of every generation.
 fn raw_data_keys(sm: &StateMachine) -> usize {
     let r = sm.database().begin_read().expect("read");
@@ -162,7 +189,9 @@ fn a_snapshot_is_built_while_entries_apply_and_installs_atomically() {
     rt.block_on(follower.apply(batch(1, 50, 9))).expect("apply");
     let before = raw_data_keys(&follower);
     assert_eq!(before, 50);
-    rt.block_on(follower.install_snapshot(&snap.meta, snap.snapshot.clone()))
+    let mut snap = snap;
+    let bytes = bytes_of(&rt, &mut snap.snapshot);
+    rt.block_on(follower.install_snapshot(&snap.meta, snap.snapshot))
         .expect("install");
     assert_eq!(follower.reader().all().expect("all"), expected);
     assert_eq!(
@@ -170,14 +199,15 @@ fn a_snapshot_is_built_while_entries_apply_and_installs_atomically() {
         expected.1.len(),
         "the old generation is gone"
     );
-    let current = rt
+    let mut current = rt
         .block_on(follower.get_current_snapshot())
         .expect("current")
         .expect("some");
     assert_eq!(current.meta, snap.meta);
-    assert_eq!(current.snapshot.get_ref(), snap.snapshot.get_ref());
-    // Reopened, the follower has the installed state and applies on.
-    drop((l2, follower));
+    assert_eq!(bytes_of(&rt, &mut current.snapshot), bytes);
+    // Reopened (a snapshot's bytes hold its database open), the follower
+    // has the installed state and applies on.
+    drop((l2, follower, current));
     let (_l2, mut follower) = directkv_raft::open(d2.path(), options(4096)).expect("reopen");
     let state = rt.block_on(follower.applied_state()).expect("state");
     assert_eq!(state.0, snap.meta.last_log_id);
@@ -202,22 +232,25 @@ fn a_damaged_snapshot_is_refused_and_changes_nothing() {
         .expect("apply");
     rt.block_on(follower.apply([put(1, b"mine", b"x")]))
         .expect("apply");
-    let snap = rt
+    let mut snap = rt
         .block_on(async { leader.get_snapshot_builder().await.build_snapshot().await })
         .expect("build");
-    let bytes = snap.snapshot.get_ref().clone();
+    let bytes = bytes_of(&rt, &mut snap.snapshot);
     let before = follower.reader().all().expect("all");
     for at in [0, 9, bytes.len() / 2, bytes.len() - 1] {
         let mut bad = bytes.clone();
         bad[at] ^= 0x40;
-        let r = rt.block_on(follower.install_snapshot(&snap.meta, Box::new(Cursor::new(bad))));
+        let bad = receive(&rt, &mut follower, &bad);
+        let r = rt.block_on(follower.install_snapshot(&snap.meta, bad));
         assert!(r.is_err(), "a flip at byte {at} is refused");
         assert_eq!(follower.reader().all().expect("all"), before);
+        assert_eq!(raw_data_keys(&follower), 1, "its staged pairs are gone");
     }
     // Good bytes under another snapshot's metadata are refused too.
     let mut other = snap.meta.clone();
     other.last_log_id = Some(id(19));
-    let r = rt.block_on(follower.install_snapshot(&other, Box::new(Cursor::new(bytes))));
+    let good = receive(&rt, &mut follower, &bytes);
+    let r = rt.block_on(follower.install_snapshot(&other, good));
     assert!(r.is_err());
     assert_eq!(follower.reader().all().expect("all"), before);
     assert!(rt
@@ -479,7 +512,7 @@ fn batches_of_the_largest_values_fit_a_small_cache() {
     let snap = rt
         .block_on(async { sm.get_snapshot_builder().await.build_snapshot().await })
         .expect("build");
-    assert!(snap.snapshot.get_ref().len() > 24 * VALUE_MAX);
+    assert!(snap.snapshot.len() > 24 * VALUE_MAX as u64);
     rt.block_on(sm.install_snapshot(&snap.meta, snap.snapshot))
         .expect("install");
     assert_eq!(

@@ -1,5 +1,5 @@
-//! Ordered scans in both directions, one leaf per batch, and the leaves a
-//! forward scan will want next (readahead).
+//! Ordered scans in both directions, one leaf (or a bounded part of one) per
+//! batch, and the leaves a forward scan will want next (readahead).
 //!
 //! There are no sibling pointers: a scan moves to the next leaf by descending
 //! again with the fence key the previous descent saw (the smallest separator
@@ -7,10 +7,14 @@
 //!
 //! Invariants:
 //! - A batch holds the entries of one leaf inside the range, in the leaf's
-//!   order (reversed for reverse scans), at most as many as the leaf has.
+//!   order (reversed for reverse scans), at most as many as the leaf has,
+//!   and stops after the entry whose overflow values bring it to
+//!   [`SCAN_BATCH_OVERFLOW_BYTES_MAX`] (a leaf of small keys can name
+//!   hundreds of large values: a batch holds a bounded part of them).
 //! - The next batch starts past the leaf: forward at its upper fence, reverse
 //!   below its lower fence; with no fence, or a key past the far end of the
-//!   range seen, the range is done.
+//!   range seen, the range is done. A batch cut short ends at its last key:
+//!   the next one starts just past it (`Excluded`), in the same leaf.
 //! - Key order across pages is what the pages say; a scan checks nothing it
 //!   read against another page (that is `Database::check`'s work).
 
@@ -41,19 +45,34 @@ fn in_upper(k: &[u8], b: &Bound<Vec<u8>>) -> bool {
     }
 }
 
+/// Overflow value bytes one scan batch loads before it stops (it always
+/// holds at least one entry, whatever its value's size).
+pub const SCAN_BATCH_OVERFLOW_BYTES_MAX: usize = 1 << 20;
+
+/// How a leaf's collection ended.
+enum End {
+    /// At the leaf's end: the next batch starts at its fence.
+    Leaf,
+    /// At a key past the far end of the range: no later leaf holds more.
+    Beyond,
+    /// At the overflow budget: the next batch starts past the last key.
+    Budget,
+}
+
 /// The entries of `leaf` inside `(from, to)`, in key order (descending when
-/// `reverse`), and whether the scan met a key past the far end (so no later
-/// leaf can hold more).
+/// `reverse`), up to [`SCAN_BATCH_OVERFLOW_BYTES_MAX`] of overflow values,
+/// and how the collection ended.
 fn collect_leaf<P: Pages>(
     pages: &P,
     leaf: PageId,
     from: &Bound<Vec<u8>>,
     to: &Bound<Vec<u8>>,
     reverse: bool,
-) -> Result<(Entries, bool)> {
+) -> Result<(Entries, End)> {
     let mut out = Vec::new();
     let mut pending = Vec::new();
-    let mut beyond = false;
+    let mut end = End::Leaf;
+    let mut overflow_bytes = 0usize;
     pages.read(leaf, Access::Scan, |p| {
         // Read again by number after the descent: a lock-free reader may
         // find it changed since (its caller then runs again).
@@ -77,7 +96,7 @@ fn collect_leaf<P: Pages>(
                 continue;
             }
             if !far_ok {
-                beyond = true;
+                end = End::Beyond;
                 break;
             }
             match node::value(p, i) {
@@ -85,16 +104,33 @@ fn collect_leaf<P: Pages>(
                 Value::Overflow { len, page } => {
                     pending.push((out.len(), len, page));
                     out.push((k.to_vec(), Vec::new()));
+                    overflow_bytes = overflow_bytes.saturating_add(len as usize);
+                    if overflow_bytes >= SCAN_BATCH_OVERFLOW_BYTES_MAX {
+                        end = End::Budget;
+                        break;
+                    }
                 }
             }
         }
         assert!(out.len() <= n, "at most the leaf's entries");
+        assert!(
+            !matches!(end, End::Budget) || !out.is_empty(),
+            "a batch cut at the budget holds an entry"
+        );
         Ok(())
     })??;
     for (i, len, page) in pending {
         out[i].1 = load_value(pages, Value::Overflow { len, page })?;
     }
-    Ok((out, beyond))
+    Ok((out, end))
+}
+
+/// Where the batch after `out` starts, when it was cut at the budget.
+fn past_last(out: &Entries) -> Option<Bound<Vec<u8>>> {
+    let (last, _) = out
+        .last()
+        .expect("a batch cut at the budget holds an entry");
+    Some(Bound::Excluded(last.clone()))
 }
 
 /// The next batch of a forward scan of `(from, to)`: the entries of one leaf.
@@ -115,10 +151,11 @@ pub fn scan_forward<P: Pages>(
     // is set when it is loaded: the descent reads normally, and only the
     // leaf's collection counts as a scan touch (which never promotes).
     let d = descend(pages, root, seek, Access::Normal)?;
-    let (out, beyond) = collect_leaf(pages, d.leaf, from, to, false)?;
-    let next = match (beyond, d.upper) {
-        (true, _) | (false, None) => None,
-        (false, Some(up)) => in_upper(&up, to).then_some(Bound::Included(up)),
+    let (out, end) = collect_leaf(pages, d.leaf, from, to, false)?;
+    let next = match (end, d.upper) {
+        (End::Budget, _) => past_last(&out),
+        (End::Beyond, _) | (End::Leaf, None) => None,
+        (End::Leaf, Some(up)) => in_upper(&up, to).then_some(Bound::Included(up)),
     };
     Ok((out, next))
 }
@@ -168,10 +205,11 @@ pub fn scan_reverse<P: Pages>(
         Bound::Excluded(k) => descend_below(pages, root, k)?,
         Bound::Unbounded => descend_last(pages, root)?,
     };
-    let (out, beyond) = collect_leaf(pages, d.leaf, from, to, true)?;
-    let next = match (beyond, d.lower) {
-        (true, _) | (false, None) => None,
-        (false, Some(low)) => in_lower(&low, from).then_some(Bound::Excluded(low)),
+    let (out, end) = collect_leaf(pages, d.leaf, from, to, true)?;
+    let next = match (end, d.lower) {
+        (End::Budget, _) => past_last(&out),
+        (End::Beyond, _) | (End::Leaf, None) => None,
+        (End::Leaf, Some(low)) => in_lower(&low, from).then_some(Bound::Excluded(low)),
     };
     Ok((out, next))
 }

@@ -261,7 +261,8 @@ impl<'db, S: Storage> ReadTxn<'db, S> {
 }
 
 /// An iterator over a key range, forward or (with `.rev()`) backward. Reads a
-/// leaf at a time, each a lock-free descent.
+/// leaf at a time (or its part up to 1 MiB of overflow values), each a
+/// lock-free descent.
 pub struct RangeIter<'db, S: Storage = crate::io::OsStorage> {
     inner: &'db Inner<S>,
     /// Where the next front batch starts; `None` when the front is exhausted.
