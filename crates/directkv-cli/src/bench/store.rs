@@ -230,6 +230,14 @@ fn registered_peer(config: &str) -> Option<Peer> {
     peers.iter().copied().find(|p| p.configs.contains(&config))
 }
 
+/// `base` without `suffix`, and whether it had it.
+fn suffix<'a>(base: &'a str, suffix: &str) -> (&'a str, bool) {
+    match base.strip_suffix(suffix) {
+        Some(b) => (b, true),
+        None => (base, false),
+    }
+}
+
 impl Engine {
     /// Parses a configuration name: `direct`, `buffered`, `direct/<sync>`,
     /// `buffered/<sync>`, `rocksdb`, `rocksdb-direct`, `rocksdb-tuned`,
@@ -245,22 +253,12 @@ impl Engine {
             ),
             None => (name, None),
         };
-        let (base, seal) = match base.strip_suffix("-no-seal") {
-            Some(b) => (b, false),
-            None => (base, true),
-        };
-        let (base, backup) = match base.strip_suffix("-backup") {
-            Some(b) => (b, true),
-            None => (base, false),
-        };
-        let (base, serial) = match base.strip_suffix("-serial") {
-            Some(b) => (b, true),
-            None => (base, false),
-        };
-        let (base, compress) = match base.strip_suffix("-whole-images") {
-            Some(b) => (b, false),
-            None => (base, true),
-        };
+        let (base, without) = suffix(base, "-no-seal");
+        let seal = !without;
+        let (base, backup) = suffix(base, "-backup");
+        let (base, serial) = suffix(base, "-serial");
+        let (base, without) = suffix(base, "-whole-images");
+        let compress = !without;
         let (base, aio) = if let Some(b) = base.strip_suffix("-no-aio") {
             (b, Some(AioBackend::Off))
         } else if let Some(b) = base.strip_suffix("-threads") {
@@ -270,14 +268,10 @@ impl Engine {
         } else {
             (base, None)
         };
-        let (base, scheduled) = match base.strip_suffix("-fifo") {
-            Some(b) => (b, false),
-            None => (base, true),
-        };
-        let (base, readahead) = match base.strip_suffix("-no-readahead") {
-            Some(b) => (b, false),
-            None => (base, true),
-        };
+        let (base, without) = suffix(base, "-fifo");
+        let scheduled = !without;
+        let (base, without) = suffix(base, "-no-readahead");
+        let readahead = !without;
         let plain =
             readahead && scheduled && aio.is_none() && compress && !serial && !backup && seal;
         Ok(match base {
@@ -358,6 +352,68 @@ pub struct Tuning {
     pub checkpoint_wal_bytes: Option<u64>,
 }
 
+/// This engine's options for the configuration `engine`.
+fn directkv_options(
+    engine: &Engine,
+    cache_bytes: u64,
+    tuning: &Tuning,
+    load: bool,
+) -> Result<Options> {
+    let Engine::Directkv {
+        direct,
+        sync,
+        readahead,
+        scheduled,
+        aio,
+        compress,
+        serial,
+        seal,
+        ..
+    } = engine
+    else {
+        unreachable!("only this engine's configurations have its options")
+    };
+    let defaults = Options::default();
+    let opts = Options {
+        compress_page_images: *compress,
+        serial_writers: *serial,
+        wal_seal_delay: if *seal { defaults.wal_seal_delay } else { None },
+        page_bytes: tuning.page_bytes.unwrap_or(defaults.page_bytes),
+        checkpoint_wal_bytes: tuning
+            .checkpoint_wal_bytes
+            .unwrap_or(defaults.checkpoint_wal_bytes),
+        cache_bytes: cache_bytes as usize,
+        readahead_pages: if *readahead {
+            defaults.readahead_pages
+        } else {
+            0
+        },
+        direct_io: if *direct { DirectIo::On } else { DirectIo::Off },
+        io_scheduler: directkv::SchedOptions {
+            mode: if *scheduled {
+                directkv::SchedMode::Classes
+            } else {
+                directkv::SchedMode::Fifo
+            },
+            ..defaults.io_scheduler
+        },
+        // DIRECTKV_IO_BACKEND, where set, wins over the configuration.
+        async_io: directkv::AioOptions {
+            backend: aio.unwrap_or(defaults.async_io.backend),
+            ..defaults.async_io
+        }
+        .with_env_override()?,
+        wal_sync: *sync,
+        durability: if load {
+            Durability::NoSyncNotDurable
+        } else {
+            Durability::Sync
+        },
+        ..defaults
+    };
+    Ok(opts)
+}
+
 /// Opens `engine` in `dir`. `load` opens for bulk loading: commits need not
 /// be durable until [`Store::finish_load`].
 pub fn open(
@@ -368,55 +424,8 @@ pub fn open(
     load: bool,
 ) -> Result<Box<dyn Store>> {
     match engine {
-        Engine::Directkv {
-            direct,
-            sync,
-            readahead,
-            scheduled,
-            aio,
-            compress,
-            serial,
-            backup,
-            seal,
-        } => {
-            let defaults = Options::default();
-            let opts = Options {
-                compress_page_images: *compress,
-                serial_writers: *serial,
-                wal_seal_delay: if *seal { defaults.wal_seal_delay } else { None },
-                page_bytes: tuning.page_bytes.unwrap_or(defaults.page_bytes),
-                checkpoint_wal_bytes: tuning
-                    .checkpoint_wal_bytes
-                    .unwrap_or(defaults.checkpoint_wal_bytes),
-                cache_bytes: cache_bytes as usize,
-                readahead_pages: if *readahead {
-                    defaults.readahead_pages
-                } else {
-                    0
-                },
-                direct_io: if *direct { DirectIo::On } else { DirectIo::Off },
-                io_scheduler: directkv::SchedOptions {
-                    mode: if *scheduled {
-                        directkv::SchedMode::Classes
-                    } else {
-                        directkv::SchedMode::Fifo
-                    },
-                    ..defaults.io_scheduler
-                },
-                // DIRECTKV_IO_BACKEND, where set, wins over the configuration.
-                async_io: directkv::AioOptions {
-                    backend: aio.unwrap_or(defaults.async_io.backend),
-                    ..defaults.async_io
-                }
-                .with_env_override()?,
-                wal_sync: *sync,
-                durability: if load {
-                    Durability::NoSyncNotDurable
-                } else {
-                    Durability::Sync
-                },
-                ..defaults
-            };
+        Engine::Directkv { backup, .. } => {
+            let opts = directkv_options(engine, cache_bytes, tuning, load)?;
             Ok(Box::new(DirectkvStore {
                 db: Database::open(dir, opts)?,
                 backup: *backup && !load,
