@@ -103,15 +103,44 @@ fn raw_data_keys(db: &directkv::Database) -> usize {
     db.begin_read().expect("read").prefix(b"d").count()
 }
 
-#[test]
-fn a_snapshot_many_chunks_long_streams_in_pieces_to_a_second_store() {
+/// Two stores, each with its log: a leader holding [`big_state`] and a
+/// follower holding 50 small pairs of its own.
+struct Pair {
+    leader: StateMachine,
+    follower: StateMachine,
+    rt: tokio::runtime::Runtime,
+    // The logs and directories live as long as the stores.
+    _logs: (directkv_raft::LogStore, directkv_raft::LogStore),
+    _dirs: (tempfile::TempDir, tempfile::TempDir),
+}
+
+fn leader_and_follower() -> Pair {
     let (d1, d2) = (scratch(), scratch());
-    let (_l1, mut leader) = directkv_raft::open(d1.path(), options(4096)).expect("open");
-    let (_l2, mut follower) = directkv_raft::open(d2.path(), options(4096)).expect("open");
+    let (l1, mut leader) = directkv_raft::open(d1.path(), options(4096)).expect("open");
+    let (l2, mut follower) = directkv_raft::open(d2.path(), options(4096)).expect("open");
     let rt = rt();
     big_state(&rt, &mut leader);
     rt.block_on(follower.apply(puts(1, 50, 100, 9)))
         .expect("apply");
+    Pair {
+        leader,
+        follower,
+        rt,
+        _logs: (l1, l2),
+        _dirs: (d1, d2),
+    }
+}
+
+#[test]
+fn a_snapshot_many_chunks_long_streams_in_pieces_to_a_second_store() {
+    // Bound, not `..`: the logs and directories must outlive the stores.
+    let Pair {
+        mut leader,
+        mut follower,
+        rt,
+        _logs,
+        _dirs,
+    } = leader_and_follower();
     let mut snap = rt
         .block_on(async { leader.get_snapshot_builder().await.build_snapshot().await })
         .expect("build");
@@ -144,13 +173,14 @@ fn a_snapshot_many_chunks_long_streams_in_pieces_to_a_second_store() {
 
 #[test]
 fn a_damaged_stored_chunk_is_refused_and_changes_nothing() {
-    let (d1, d2) = (scratch(), scratch());
-    let (_l1, mut leader) = directkv_raft::open(d1.path(), options(4096)).expect("open");
-    let (_l2, mut follower) = directkv_raft::open(d2.path(), options(4096)).expect("open");
-    let rt = rt();
-    big_state(&rt, &mut leader);
-    rt.block_on(follower.apply(puts(1, 50, 100, 9)))
-        .expect("apply");
+    // Bound, not `..`: the logs and directories must outlive the stores.
+    let Pair {
+        mut leader,
+        mut follower,
+        rt,
+        _logs,
+        _dirs,
+    } = leader_and_follower();
     let before = follower.reader().all().expect("all");
     let mut snap = rt
         .block_on(async { leader.get_snapshot_builder().await.build_snapshot().await })
