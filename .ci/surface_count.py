@@ -12,6 +12,9 @@ crate root through modules and re-exports, globs expanded.
 
     python3 .ci/surface_count.py           # prints the number
     python3 .ci/surface_count.py --list    # every path below the root, then the number
+    python3 .ci/surface_count.py --max 60  # fails (with the list) when over 60
+
+The toolchain is `nightly`, or the one DIRECTKV_NIGHTLY names.
 """
 
 import json
@@ -27,7 +30,7 @@ COUNTED = {"struct", "enum", "union", "trait", "trait_alias", "function", "const
 def build(target: str) -> dict:
     env = dict(os.environ, CARGO_TARGET_DIR=target)
     subprocess.run(
-        ["cargo", "+nightly", "rustdoc", "-q", "-p", "directkv", "--features", "sim", "--",
+        ["cargo", "+" + os.environ.get("DIRECTKV_NIGHTLY", "nightly"), "rustdoc", "-q", "-p", "directkv", "--features", "sim", "--",
          "-Z", "unstable-options", "--output-format", "json", "--document-hidden-items",
          "--cap-lints", "allow"],
         cwd=ROOT, env=env, check=True,
@@ -80,11 +83,18 @@ def main() -> int:
     found = walk(doc["index"], doc["root"])
     assert found, "no items found: has rustdoc's JSON format changed?"
     below_root = sorted(p for p, _ in found if "::" in p)
-    if "--list" in sys.argv[1:]:
+    args = sys.argv[1:]
+    limit = int(args[args.index("--max") + 1]) if "--max" in args else None
+    over = limit is not None and len(below_root) > limit
+    if "--list" in args or over:
         for p in below_root:
             print(p)
         print(f"root API: {sum(1 for p, _ in found if '::' not in p)} items", file=sys.stderr)
     print(len(below_root))
+    if over:
+        print(f"FAIL {len(below_root)} items beyond the root API, over {limit}: a new use "
+              "outside the crate is a decision, made in internals.rs")
+        return 1
     return 0
 
 
