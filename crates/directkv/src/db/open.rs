@@ -169,7 +169,7 @@ fn read_control<S: Storage>(
         page::PAGE_SIZES.contains(&c.page_bytes),
         "CONTROL's page size is checked"
     );
-    if c.flags & crate::format::control::FLAG_BACKUP == 0 {
+    if !c.is_backup() {
         return Ok((control, Lsn::ZERO));
     }
     // A restore's directory holds its record, a backup its manifest: either
@@ -201,7 +201,7 @@ fn read_control<S: Storage>(
 fn checkpoint_if_due<S: Storage>(inner: &mut Inner<S>, c: &Control) -> Result<()> {
     // A copy of a backup, or a database whose line of history was lost,
     // starts a line of its own at this checkpoint.
-    let new_line = c.flags & crate::format::control::FLAG_BACKUP != 0 || c.history_lost;
+    let new_line = c.is_backup() || c.history_lost;
     if c.checkpoint_lsn != Lsn::ZERO && inner.vitals.recovery.transactions == 0 && !new_line {
         return Ok(());
     }

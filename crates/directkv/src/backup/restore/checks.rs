@@ -16,7 +16,6 @@ use crate::backup::layout::{CONTROL_NAME, DATA_NAME, ENTRIES, INCREMENT_NAME, WA
 use crate::backup::manifest::{Manifest, COMPLETE_NAME, MANIFEST_NAME};
 use crate::db::ControlFile;
 use crate::error::{Error, Result};
-use crate::format::control::FLAG_BACKUP;
 use crate::format::{data_head, page, PageId};
 use crate::io::{AlignedBuf, DirectIo, Storage, StorageFile};
 use crate::sched::crc_files::{self as files, ALIGN_BYTES, CHUNK_BYTES};
@@ -129,7 +128,7 @@ pub(super) fn check_listing<S: Storage>(storage: &S, dir: &Path, m: &Manifest) -
 fn check_control<S: Storage>(storage: &S, dir: &Path, m: &Manifest) -> Result<()> {
     let path = dir.join(CONTROL_NAME);
     let c = ControlFile::read(storage, &path)?;
-    let problem = if c.flags & FLAG_BACKUP == 0 {
+    let problem = if !c.is_backup() {
         Some(
             "CONTROL is not flagged as a backup's: the directory was opened as a database since"
                 .to_string(),

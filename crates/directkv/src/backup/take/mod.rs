@@ -115,9 +115,7 @@ impl<E: Engine> Take<'_, E> {
     /// `CONTROL` still carries the backup flag).
     fn unopened_backup(&self, dir: &Path) -> bool {
         let path = dir.join(crate::backup::CONTROL_NAME);
-        self.e
-            .read_control(&path)
-            .is_ok_and(|c| c.flags & FLAG_BACKUP != 0)
+        self.e.read_control(&path).is_ok_and(|c| c.is_backup())
     }
 
     /// The pages changed from `since` (an incremental backup's parent's
@@ -397,7 +395,7 @@ impl<E: Engine> Take<'_, E> {
         let ours = manifest::hex(&self.e.control()?.db_id);
         let durable = self.e.wal().durable_lsn();
         let control = dir.join(crate::backup::CONTROL_NAME);
-        let opened = self.e.read_control(&control)?.flags & FLAG_BACKUP == 0;
+        let opened = !self.e.read_control(&control)?.is_backup();
         let history = manifest::hex(&self.e.control()?.history);
         let detail = if opened {
             Some("it was opened as a database since it was taken: it is no longer a backup".into())

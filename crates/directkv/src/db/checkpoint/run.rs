@@ -218,7 +218,7 @@ impl<S: Storage> Inner<S> {
             // differs from the original's at the same LSNs. So is one
             // whose line was lost (see `Control::history_lost`).
             flags: (c.flags & !FLAG_BACKUP) | FLAG_HISTORY,
-            history: match c.flags & FLAG_BACKUP != 0 || c.history_lost {
+            history: match c.is_backup() || c.history_lost {
                 false => c.history,
                 true => crate::io::random_id(),
             },
