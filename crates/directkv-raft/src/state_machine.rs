@@ -467,7 +467,7 @@ impl SnapshotBuilder {
     /// it as the current one (unless a newer one is).
     fn build_now(&self) -> Result<(Meta, SnapshotBytes), Error> {
         let db = &self.shared.db;
-        let pin = self.shared.begin_chunks()?;
+        let mut pin = self.shared.begin_chunks()?;
         // Optimistically beside the writes; if the read keeps being given
         // up (writes outrun the version store during the build), once more
         // with every write of this crate held back.
@@ -475,6 +475,11 @@ impl SnapshotBuilder {
             self.build_in(r, &pin, Writes::Beside)
         }) {
             Err(Error::Database(e)) if e.is_retryable() => {
+                // Under a new sequence: overwriting the chunks the attempts
+                // given up left would keep each old chunk as a version while
+                // this read lives, and give it up too. The old sequence,
+                // unpinned, goes with the next store's cleanup.
+                pin = self.shared.begin_chunks()?;
                 db.quiesced(|| read_some(db, 1, |r| self.build_in(r, &pin, Writes::Held)))
             }
             r => r,
