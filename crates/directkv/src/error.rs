@@ -299,6 +299,33 @@ pub enum Error {
         reason: String,
     },
 
+    /// No table of that name is visible to the transaction's snapshot (or,
+    /// for a create, rename or drop, in the latest committed state).
+    #[error("no table named {name:?}")]
+    TableNotFound {
+        /// The name asked for.
+        name: String,
+    },
+
+    /// A table of that name exists already (a create, or a rename onto it).
+    #[error("a table named {name:?} exists already")]
+    TableExists {
+        /// The name asked for.
+        name: String,
+    },
+
+    /// A table handle used where its table is not visible: dropped before
+    /// the transaction's snapshot (or by this transaction), or created by a
+    /// transaction that committed after it (or has not committed).
+    #[error(
+        "table {id} is not visible to this transaction: dropped before its snapshot or by \
+         it, or created after its snapshot"
+    )]
+    TableNotVisible {
+        /// The table's id.
+        id: u32,
+    },
+
     /// Waiting for a row lock would have closed a cycle of transactions
     /// each waiting for the next: this one is the victim. Its locks are
     /// released and nothing of it will be applied; run it again.

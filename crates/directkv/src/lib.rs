@@ -14,6 +14,7 @@
 //! | open and close | [`Database::open`], [`Options`], [`Database::close`] |
 //! | read (snapshots) | [`Database::begin_read`], [`ReadTxn::get`], [`ReadTxn::range`], [`ReadTxn::prefix`], [`RangeIter`] |
 //! | write (many at once) | [`Database::begin_write`], [`WriteTxn::put`], [`WriteTxn::delete`], [`WriteTxn::get_for_update`], [`WriteTxn::commit`], [`Durability`] |
+//! | named tables | [`WriteTxn::create_table`], [`WriteTxn::open_table`], [`WriteTxn::rename_table`], [`WriteTxn::drop_table`], [`WriteTxn::list_tables`], [`WriteTxn::table`] ([`TableMut`]), [`ReadTxn::open_table`], [`ReadTxn::table`] ([`TableRef`]), [`Table`], [`TableInfo`] |
 //! | isolation and retries | [`Database::begin_write_with`], [`WriteOptions`], [`Isolation`], [`Database::transaction`], [`Error::is_retryable`] |
 //! | I/O policy | [`DirectIo`], [`SyncMethod`], [`SyncVariant`], [`AioOptions`], [`SchedOptions`] |
 //! | maintenance | [`Database::checkpoint`], [`Database::check`], [`CheckReport`] |
@@ -141,8 +142,9 @@ pub use buffer::{PoolStats, WritesByCause};
 pub use db::{
     ArchiveChange, ArchiveStats, BackupProgress, CheckReport, Database, Durability, FileAccess,
     Isolation, Options, RangeIter, ReadTxn, RecoveryStats, SnapshotStats, StallHistograms, Stalls,
-    Stats, TxnStats, WriteOptions, WriteTxn, CHECKPOINT_WAL_BYTES_MIN, STATS_FILE,
-    TRANSACTION_ATTEMPTS_MAX, VERSION_STORE_BYTES_MIN,
+    Stats, Table, TableInfo, TableMut, TableRef, TableStats, TxnStats, WriteOptions, WriteTxn,
+    CHECKPOINT_WAL_BYTES_MIN, STATS_FILE, TABLE_NAME_MAX, TRANSACTION_ATTEMPTS_MAX,
+    VERSION_STORE_BYTES_MIN,
 };
 pub use error::{Error, IoOp, Result};
 pub use io::{AioBackend, AioOptions, AioStats, DirectIo, IoPath, SyncMethod, SyncVariant};

@@ -36,6 +36,8 @@ pub(crate) struct Meta {
     pub(crate) page_count: u64,
     /// Head of the free-page list.
     pub(crate) freelist: PageId,
+    /// The catalog of named tables' root (0: none).
+    pub(crate) catalog: PageId,
 }
 
 /// The checkpoint a backup begins with.

@@ -87,6 +87,63 @@ fn delete_keeping<P: PagesMut>(
     Ok((true, before))
 }
 
+/// Frees the first leaf of a tree that is being freed whole (a dropped
+/// table's), with its overflow chains, and unlinks it as an emptied leaf
+/// is unlinked: one bounded step. Once only the root is left, the root
+/// itself is freed; returns whether it was (the tree is gone, and
+/// `pages.root()` names a free page).
+///
+/// Unlike every other change of a tree, this frees the root: it is only
+/// for trees no reader can reach any more.
+///
+/// # Errors
+/// Page and logging errors; corruption when the leftmost path is not a
+/// path of branches to a leaf within [`DEPTH_MAX`].
+pub fn free_first_leaf<P: PagesMut>(pages: &mut P) -> Result<bool> {
+    let root = pages.root();
+    let mut path = Vec::new();
+    let mut page = root;
+    loop {
+        let child = pages.read(page, Access::Normal, |p| match node::page_type(p) {
+            Some(PageType::Branch) => Ok(Some(node::leftmost(p))),
+            Some(PageType::Leaf) => Ok(None),
+            _ => Err(corrupt(
+                pages,
+                page,
+                "a tree page that is neither branch nor leaf",
+            )),
+        })??;
+        let Some(child) = child else { break };
+        if path.len() + 1 >= DEPTH_MAX || child == page {
+            return Err(corrupt(
+                pages,
+                page,
+                "a leftmost path deeper than the maximum",
+            ));
+        }
+        path.push(Step { page, slot: None });
+        page = child;
+    }
+    let chains = pages.read(page, Access::Normal, |p| {
+        (0..node::count(p))
+            .filter_map(|i| match node::value(p, i) {
+                Value::Overflow { len, page } => Some((page, len as usize)),
+                Value::Inline(_) => None,
+            })
+            .collect::<Vec<_>>()
+    })?;
+    for (first, len) in chains {
+        free_overflow(pages, first, len)?;
+    }
+    pages.free(page)?;
+    if page == root {
+        assert!(path.is_empty(), "the root is the path's first page");
+        return Ok(true);
+    }
+    unlink_child(pages, path)?;
+    Ok(false)
+}
+
 /// Removes the child reached by the last step of `path` from its branch,
 /// freeing branches that become empty, and shrinks the root.
 fn unlink_child<P: PagesMut>(pages: &mut P, mut path: Vec<Step>) -> Result<()> {

@@ -85,6 +85,7 @@ impl<S: Storage> Engine for Inner<S> {
                 root: cp.meta.root,
                 page_count: cp.meta.page_count,
                 freelist: cp.meta.freelist,
+                catalog: cp.meta.catalog,
             },
             commit_time_us: cp.commit_time_us,
         })

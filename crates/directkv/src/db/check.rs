@@ -9,11 +9,13 @@
 //! shared, leaked or outside the file); no page LSN is past the log's end.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use serde::Serialize;
 
 use super::engine::Inner;
 use super::txn::commit::PoolPages;
+use super::txn::tables::{self, TableState};
 use crate::btree::node::{self, Value};
 use crate::btree::tree::{free_next, Pages, DEPTH_MAX};
 use crate::buffer::Access;
@@ -33,8 +35,12 @@ pub struct CheckReport {
     pub overflow_pages: u64,
     /// Free pages.
     pub free_pages: u64,
-    /// Keys.
+    /// Keys, of the default keyspace and every named table (the catalog's
+    /// rows not counted).
     pub keys: u64,
+    /// Named tables walked (those dropped whose pages are not all freed
+    /// yet among them).
+    pub tables: u64,
     /// Tree depth.
     pub depth: u64,
     /// The kind, mode and owner of the database directory, the WAL
@@ -88,6 +94,7 @@ impl<S: Storage> Inner<S> {
             },
         };
         c.walk_tree(meta.root)?;
+        c.walk_tables(meta.catalog)?;
         for (first, len) in std::mem::take(&mut c.overflow) {
             c.walk_overflow(first, len)?;
         }
@@ -138,6 +145,40 @@ impl<S: Storage> Checker<'_, S> {
             self.seen.len() as u64 <= self.page_count,
             "each page is claimed once"
         );
+        Ok(())
+    }
+
+    /// Walks the catalog rooted at `catalog` (0: none) and every table it
+    /// names, and proves the catalog's info rows are the tables the engine
+    /// holds, with their roots.
+    fn walk_tables(&mut self, catalog: PageId) -> Result<()> {
+        let registry = &self.inner.txns.tables;
+        assert_eq!(
+            registry.catalog().root().unwrap_or(PageId::ZERO),
+            catalog,
+            "the catalog's readers descend from its root"
+        );
+        if catalog == PageId::ZERO {
+            return Ok(());
+        }
+        let keys = self.report.keys;
+        self.walk_tree(catalog)?;
+        self.report.keys = keys;
+        let rows = tables::load(&self.pages, catalog)?.all()?;
+        let held = registry.all()?;
+        let row = |t: &Arc<TableState>| (t.id, t.root(), t.is_live());
+        if rows.iter().map(row).ne(held.iter().map(row)) {
+            return Err(self.bad(
+                catalog,
+                "the catalog's info rows and the open tables differ (ids, roots or states)",
+            ));
+        }
+        for t in &held {
+            if let Some(root) = t.root() {
+                self.walk_tree(root)?;
+            }
+            self.report.tables += 1;
+        }
         Ok(())
     }
 

@@ -18,6 +18,7 @@ use super::checkpoint::background::{self, stop_signal, StopSignal};
 use super::engine::Inner;
 use super::stats::STATS_FILE;
 use super::txn::read::{self as txn, ReadTxn};
+use super::txn::tables::Tree;
 use super::txn::write::WriteTxn;
 use super::{CheckReport, Options, Stats, WriteOptions};
 use crate::error::{Error, IoOp, Result};
@@ -237,7 +238,7 @@ impl<S: Storage> Database<S> {
     pub fn prefetch(&self, keys: &[&[u8]]) -> Result<()> {
         self.inner.vitals.health.check()?;
         for key in keys {
-            txn::get_committed(&self.inner, key)?;
+            txn::get_committed(&self.inner, &Tree::Default, key)?;
         }
         Ok(())
     }

@@ -44,8 +44,9 @@ pub use options::{
     Durability, Isolation, Options, WriteOptions, CHECKPOINT_WAL_BYTES_MIN, VERSION_STORE_BYTES_MIN,
 };
 pub(crate) use records::{decode_commit_time as commit_record_time, COMMIT as COMMIT_RECORD};
-pub use stats::TxnStats;
 pub use stats::{BackupProgress, RecoveryStats, StallHistograms, Stalls, Stats, STATS_FILE};
-pub use txn::read::{RangeIter, ReadTxn};
+pub use stats::{TableStats, TxnStats};
+pub use txn::read::{RangeIter, ReadTxn, TableRef};
+pub use txn::tables::{Table, TableInfo, TABLE_NAME_MAX};
 pub use txn::versions::SnapshotStats;
-pub use txn::write::WriteTxn;
+pub use txn::write::{TableMut, WriteTxn};

@@ -38,7 +38,9 @@ use super::engine_log::{EngineLog, Pool};
 use super::env::Env;
 use super::lock_rank::{Rank, RankedMutex};
 use super::stats::Counters;
+use super::txn::commit::PoolPages;
 use super::txn::core::TxnCore;
+use super::txn::tables;
 use super::vitals::Vitals;
 use super::Options;
 use crate::btree::node;
@@ -101,6 +103,7 @@ pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result
     let summaries = Summaries::open(&storage, path, c.redo_lsn, changed, Arc::clone(&sched))?;
     log.open(wal);
     let version_cap = opts.version_store_cap();
+    let tables = tables::load(&PoolPages { pool: &pool }, meta.catalog)?;
     let mut inner = Inner {
         env: Env {
             dir: path.to_path_buf(),
@@ -114,7 +117,7 @@ pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result
         },
         log,
         pool,
-        txns: TxnCore::new(meta, version_cap),
+        txns: TxnCore::new(meta, version_cap, tables),
         ckpt: CheckpointState::new(control, c.redo_lsn, stop_signal(), summaries),
         vitals: Vitals {
             counters: Counters::starting_at(next_txn, last_commit_us),

@@ -3,8 +3,8 @@
 //! | kind | name | payload |
 //! |------|------|---------|
 //! | 20 | page | txn u64, page u64, flags u8 (1 = full image), n u16, then n × (offset u16, len u16, bytes); a full image is one range covering the page |
-//! | 21 | commit | txn u64, root u64, page count u64, free-list head u64, time µs u64 (since the epoch; absent in logs of older builds) |
-//! | 22 | checkpoint | redo LSN u64, root u64, page count u64, free-list head u64, time µs u64 of the last commit before it (absent in logs of older builds) |
+//! | 21 | commit | txn u64, root u64, page count u64, free-list head u64, time µs u64 (since the epoch; absent in logs of older builds), catalog root u64 (present only once the database has a catalog of tables) |
+//! | 22 | checkpoint | redo LSN u64, root u64, page count u64, free-list head u64, time µs u64 of the last commit before it (absent in logs of older builds), catalog root u64 (as in a commit) |
 //! | 23 | abort | txn u64 |
 //!
 //! Page records are physical: replaying one writes bytes at offsets. A page's
@@ -27,15 +27,18 @@ pub const CHECKPOINT: u8 = 22;
 /// Kind of an abort record.
 pub const ABORT: u8 = 23;
 
-/// The tree's root state, carried by commit and checkpoint records.
+/// The trees' root state, carried by commit and checkpoint records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Meta {
-    /// The root page.
+    /// The default keyspace's root page.
     pub root: PageId,
     /// Pages in the data file (the next page to allocate past the free list).
     pub page_count: u64,
     /// Head of the free-page list; [`PageId::ZERO`] when empty.
     pub freelist: PageId,
+    /// The root of the catalog of named tables; [`PageId::ZERO`] until the
+    /// first table is created.
+    pub catalog: PageId,
 }
 
 fn bad(what: &str) -> Error {
@@ -82,7 +85,10 @@ fn check_meta(kind: &str, meta: &Meta) -> Result<()> {
     }
     crate::format::control::check_tree_pages(meta.root, meta.freelist, count)
         .map_err(|(_, detail)| out_of_range(kind, detail))?;
+    crate::format::control::check_catalog_page(meta.catalog, meta.root, meta.freelist, count)
+        .map_err(|(_, detail)| out_of_range(kind, detail))?;
     assert!(meta.root.get() < count && meta.freelist.get() < count);
+    assert!(meta.catalog.get() < count);
     Ok(())
 }
 
@@ -307,17 +313,14 @@ pub fn decode_page(b: &[u8]) -> Result<PageRecord<'_>> {
 }
 
 /// Encodes a commit (or checkpoint, with `first` = redo LSN) record.
+/// The catalog root is not among its 32 bytes ([`encode_commit`] appends
+/// it after the time).
 pub fn encode_meta(first: u64, meta: &Meta) -> Vec<u8> {
-    let mut out = Vec::with_capacity(32);
+    let mut out = Vec::with_capacity(COMMIT_BYTES + 8);
     for v in [first, meta.root.get(), meta.page_count, meta.freelist.get()] {
         out.extend_from_slice(&v.to_le_bytes());
     }
     assert_eq!(out.len(), 32, "four u64s");
-    debug_assert_eq!(
-        decode_meta(&out).ok(),
-        Some((first, *meta)),
-        "encode and decode pair"
-    );
     out
 }
 
@@ -336,12 +339,19 @@ pub fn encode_checkpoint(redo: Lsn, meta: &Meta, time_us: u64) -> Vec<u8> {
     encode_timed(redo.get(), meta, time_us)
 }
 
-/// [`encode_meta`]'s 32 bytes with `first` first, then `time_us`.
+/// [`encode_meta`]'s 32 bytes with `first` first, then `time_us`, then the
+/// catalog root when there is a catalog (a database without tables writes
+/// the records older builds write).
 fn encode_timed(first: u64, meta: &Meta, time_us: u64) -> Vec<u8> {
     let mut out = encode_meta(first, meta);
     out.extend_from_slice(&time_us.to_le_bytes());
     assert_eq!(out.len(), COMMIT_BYTES, "five u64s");
+    if meta.catalog != PageId::ZERO {
+        out.extend_from_slice(&meta.catalog.get().to_le_bytes());
+        assert_eq!(out.len(), COMMIT_BYTES + 8, "six u64s");
+    }
     debug_assert_eq!(decode_commit_time(&out), Some(time_us));
+    debug_assert_eq!(decode_meta(&out).ok(), Some((first, *meta)));
     out
 }
 
@@ -383,6 +393,9 @@ pub fn decode_meta(b: &[u8]) -> Result<(u64, Meta)> {
         root: PageId::new(get(1)?),
         page_count: get(2)?,
         freelist: PageId::new(get(3)?),
+        // Records of databases without tables, and of older builds, end
+        // before it.
+        catalog: PageId::new(le::get_u64(b, COMMIT_BYTES).unwrap_or(0)),
     };
     check_meta("commit or checkpoint", &meta)?;
     Ok((get(0)?, meta))

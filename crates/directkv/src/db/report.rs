@@ -10,7 +10,9 @@
 use std::sync::atomic::Ordering;
 
 use super::engine::Inner;
-use super::stats::{BackupProgress, StallHistograms, Stalls, Stats, TxnStats, STATS_FILE};
+use super::stats::{
+    BackupProgress, StallHistograms, Stalls, Stats, TableStats, TxnStats, STATS_FILE,
+};
 use crate::io::{AioBackend, AioStats, Storage};
 
 impl<S: Storage> Inner<S> {
@@ -81,6 +83,19 @@ impl<S: Storage> Inner<S> {
         }
     }
 
+    /// Named tables' figures.
+    fn table_stats(&self) -> TableStats {
+        // Figures only: a poisoned registry (the database has failed) shows none.
+        let all = self.txns.tables.all().unwrap_or_default();
+        let dropped = all.iter().filter(|t| !t.is_live()).count() as u64;
+        assert!(dropped <= all.len() as u64);
+        TableStats {
+            tables: all.len() as u64 - dropped,
+            dropped,
+            dropped_pages_freed: (self.vitals.counters.dropped_pages_freed).load(Ordering::Relaxed),
+        }
+    }
+
     pub(super) fn stats(&self) -> Stats {
         let cache = self.pool.stats();
         assert!(
@@ -122,6 +137,7 @@ impl<S: Storage> Inner<S> {
             full_page_image_bytes: c.full_image_bytes.load(Ordering::Relaxed),
             page_record_bytes: c.page_record_bytes.load(Ordering::Relaxed),
             cleaner_writes: c.cleaner_writes.load(Ordering::Relaxed),
+            tables: self.table_stats(),
             writes_by_cause: cache.writes_by_cause,
             readahead_reads: c.readahead_reads.load(Ordering::Relaxed),
             io_scheduler: self.env.sched.stats(),

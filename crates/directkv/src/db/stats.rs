@@ -56,6 +56,7 @@ pub(super) struct Counters {
     pub(crate) retries: AtomicU64,
     pub(super) log_space_wait: StallCounter,
     pub(super) cleaner_writes: AtomicU64,
+    pub(super) dropped_pages_freed: AtomicU64,
     pub(super) readahead_reads: AtomicU64,
     pub(super) next_txn: AtomicU64,
     /// The time (µs since the epoch) of the last commit record written or
@@ -172,6 +173,18 @@ pub struct StallHistograms {
     pub log_space_wait: StallHistogram,
 }
 
+/// Named tables, as [`Stats::tables`] reports them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct TableStats {
+    /// Named tables (live).
+    pub tables: u64,
+    /// Dropped tables whose pages are not all freed yet.
+    pub dropped: u64,
+    /// Pages the steps that free dropped tables held since open: the pages
+    /// freed, and the paths and catalog leaves they changed.
+    pub dropped_pages_freed: u64,
+}
+
 /// Write transactions, as [`Stats::transactions`] reports them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct TxnStats {
@@ -270,6 +283,8 @@ pub struct Stats {
     pub page_record_bytes: u64,
     /// Pages the page cleaner wrote (off the foreground path).
     pub cleaner_writes: u64,
+    /// Named tables.
+    pub tables: TableStats,
     /// Dirty pages a foreground eviction had to write itself.
     pub eviction_writes: u64,
     /// Pages written, by why: the answer to "why was this page written?".

@@ -20,6 +20,14 @@
 //! | 88 | 4  | CRC32C of bytes 0..88 |
 //! | 92 | 16 | history identity |
 //! | 108 | 4 | CRC32C of bytes 92..108 |
+//! | 112 | 8 | catalog root page (format version 2 only) |
+//! | 120 | 4 | CRC32C of bytes 112..120 (format version 2 only) |
+//!
+//! Format version 2 is version 1 with a catalog of named tables: a slot is
+//! written as version 1 while the database has no catalog (so builds that
+//! know no tables keep opening it) and as version 2 from the checkpoint
+//! after the first table was created (so they refuse it with
+//! [`Error::FormatVersion`] instead of losing its tables).
 //!
 //! A slot whose checksum holds is still checked field by field, and one
 //! out of range is [`Error::Corruption`] naming the file, the field's
@@ -50,8 +58,11 @@ use crate::lsn::Lsn;
 
 /// Control file magic.
 pub const CONTROL_MAGIC: [u8; 8] = *b"DKVCTRL1";
-/// The format version this build writes and reads.
+/// The format version of a database without a catalog of tables.
 pub const FORMAT_VERSION: u32 = 1;
+/// The format version of a database with a catalog of tables (the newest
+/// this build reads).
+pub const FORMAT_VERSION_TABLES: u32 = 2;
 /// Flag: the database is an online backup's copy, to be opened only with
 /// the backup's completion marker beside it (cleared by its first
 /// checkpoint).
@@ -63,7 +74,9 @@ pub const FLAG_HISTORY: u64 = 2;
 /// Bytes per slot block.
 pub const SLOT_BYTES: usize = 4096;
 /// Bytes of a slot that carry data: the fields and their CRCs.
-pub const SLOT_USED_BYTES: usize = 112;
+pub const SLOT_USED_BYTES: usize = 124;
+/// Bytes a slot of format version 1 carries.
+const SLOT_V1_BYTES: usize = 112;
 /// The history a database is created on (and that of databases whose
 /// `CONTROL` was written by builds that recorded none).
 pub const HISTORY_ZERO: HistoryId = [0; 16];
@@ -86,8 +99,10 @@ pub struct Control {
     pub checkpoint_lsn: Lsn,
     /// Where recovery starts replaying the WAL.
     pub redo_lsn: Lsn,
-    /// The B+tree root page.
+    /// The default keyspace's root page.
     pub root_page: PageId,
+    /// The catalog of named tables' root page ([`PageId::ZERO`]: none).
+    pub catalog: PageId,
     /// Pages in the data file.
     pub page_count: u64,
     /// Head of the free-page list ([`PageId::ZERO`]: empty).
@@ -163,6 +178,15 @@ impl Control {
         out[92..108].copy_from_slice(&self.history);
         let crc = crc32c::crc32c(&out[92..108]);
         le::put_u32(out, 108, crc);
+        if self.catalog != PageId::ZERO {
+            le::put_u32(out, 8, FORMAT_VERSION_TABLES);
+            le::put_u64(out, 112, self.catalog.get());
+            let crc = crc32c::crc32c(&out[112..120]);
+            le::put_u32(out, 120, crc);
+            // The version is under the first CRC.
+            let crc = crc32c::crc32c(&out[..88]);
+            le::put_u32(out, 88, crc);
+        }
         assert_eq!(le::u64_at(out, 16), self.generation);
         assert!(out[SLOT_USED_BYTES..SLOT_BYTES].iter().all(|&b| b == 0));
         debug_assert!(
@@ -179,7 +203,7 @@ impl Control {
     /// [`Error::Corruption`] naming `path` and the field for a valid slot
     /// whose field is out of its range (see the module docs).
     pub fn decode(b: &[u8], path: &Path) -> Result<Option<Control>> {
-        if b.len() < SLOT_USED_BYTES {
+        if b.len() < SLOT_V1_BYTES {
             return Ok(None);
         }
         let u64_at = |o: usize| le::u64_at(b, o);
@@ -188,13 +212,21 @@ impl Control {
             return Ok(None);
         }
         let version = u32_at(8);
-        if version != FORMAT_VERSION {
+        if version != FORMAT_VERSION && version != FORMAT_VERSION_TABLES {
             return Err(Error::FormatVersion {
                 path: path.to_path_buf(),
                 found: version,
-                supported: FORMAT_VERSION,
+                supported: FORMAT_VERSION_TABLES,
             });
         }
+        let catalog = if version == FORMAT_VERSION_TABLES {
+            if b.len() < SLOT_USED_BYTES || u32_at(120) != crc32c::crc32c(&b[112..120]) {
+                return Ok(None);
+            }
+            PageId::new(u64_at(112))
+        } else {
+            PageId::ZERO
+        };
         let mut db_id = [0u8; 16];
         db_id.copy_from_slice(&b[24..40]);
         let mut history = HISTORY_ZERO;
@@ -211,6 +243,7 @@ impl Control {
             checkpoint_lsn: Lsn::new(u64_at(40)),
             redo_lsn: Lsn::new(u64_at(48)),
             root_page: PageId::new(u64_at(56)),
+            catalog,
             page_count: u64_at(64),
             freelist_head: PageId::new(u64_at(72)),
             flags: u64_at(80),
@@ -267,6 +300,13 @@ impl Control {
         }
         check_tree_pages(self.root_page, self.freelist_head, self.page_count)
             .or_else(|(offset, detail)| bad(offset, detail))?;
+        check_catalog_page(
+            self.catalog,
+            self.root_page,
+            self.freelist_head,
+            self.page_count,
+        )
+        .or_else(|(offset, detail)| bad(offset, detail))?;
         assert!(self.page_count >= PAGE_COUNT_MIN && self.root_page.get() < self.page_count);
         assert!(self.freelist_head.get() < self.page_count);
         Ok(())
@@ -301,6 +341,31 @@ pub fn check_tree_pages(
     Ok(())
 }
 
+/// Checks a catalog root against the page count and the other roots that
+/// come with it: 0 (no catalog) or a page of the file other than the
+/// default root and the free-list head. Errs with the field's offset in a
+/// `CONTROL` slot (112) and what is wrong.
+pub fn check_catalog_page(
+    catalog: PageId,
+    root: PageId,
+    freelist: PageId,
+    page_count: u64,
+) -> std::result::Result<(), (u64, String)> {
+    if catalog == PageId::ZERO {
+        return Ok(());
+    }
+    if catalog.get() >= page_count || catalog == root || catalog == freelist {
+        return Err((
+            112,
+            format!(
+                "catalog root {catalog} is not 0 or one of pages 1..{page_count} other than \
+                 the root and the free-list head"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -313,12 +378,48 @@ mod tests {
             checkpoint_lsn: Lsn::new(200),
             redo_lsn: Lsn::new(100),
             root_page: PageId::new(1),
+            catalog: PageId::ZERO,
             page_count: 5,
             freelist_head: PageId::ZERO,
             flags: FLAG_HISTORY,
             history: [4; 16],
             history_lost: false,
         }
+    }
+
+    /// A slot with a catalog is format version 2 and carries its root under
+    /// a CRC of its own; one without stays version 1, byte for byte what a
+    /// build without tables writes.
+    #[test]
+    fn a_catalog_makes_the_slot_version_2() {
+        let path = Path::new("CONTROL");
+        let mut slot = vec![0u8; SLOT_BYTES];
+        sample().encode(&mut slot);
+        assert_eq!(le::u32_at(&slot, 8), FORMAT_VERSION);
+        assert!(slot[112..124].iter().all(|&b| b == 0));
+        let with = Control {
+            catalog: PageId::new(3),
+            ..sample()
+        };
+        with.encode(&mut slot);
+        assert_eq!(le::u32_at(&slot, 8), FORMAT_VERSION_TABLES);
+        assert_eq!(Control::decode(&slot, path).expect("ok"), Some(with));
+        let mut damaged = slot.clone();
+        damaged[113] ^= 1;
+        assert_eq!(Control::decode(&damaged, path).expect("ok"), None);
+        let on_root = Control {
+            catalog: PageId::new(1),
+            ..sample()
+        };
+        let mut raw = vec![0u8; SLOT_BYTES];
+        with.encode(&mut raw);
+        le::put_u64(&mut raw, 112, on_root.catalog.get());
+        let crc = crc32c::crc32c(&raw[112..120]);
+        le::put_u32(&mut raw, 120, crc);
+        assert!(matches!(
+            Control::decode(&raw, path),
+            Err(Error::Corruption { offset: 112, .. })
+        ));
     }
 
     /// The history round-trips; a slot of a build that records none reads

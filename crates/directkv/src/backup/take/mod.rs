@@ -491,6 +491,7 @@ impl<E: Engine> Take<'_, E> {
             checkpoint_lsn: cp.record_end,
             redo_lsn: cp.redo,
             root_page: cp.meta.root,
+            catalog: cp.meta.catalog,
             page_count: cp.meta.page_count,
             freelist_head: cp.meta.freelist,
             flags: c.flags | FLAG_BACKUP,

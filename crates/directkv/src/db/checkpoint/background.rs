@@ -212,6 +212,11 @@ pub(in crate::db) fn spawn_cleaner<S: Storage>(
     })
 }
 
+/// Steps of freeing dropped tables' pages one cleaner pass runs at most
+/// (each holds the commit section for at most
+/// [`FREE_STEP_PAGES`](crate::db::txn::drops::FREE_STEP_PAGES) pages).
+const FREE_STEPS_PER_PASS: usize = 8;
+
 /// What the cleaner carries from one pass to the next.
 struct CleanerPass {
     /// The last pass wrote nothing: wait before the next.
@@ -260,7 +265,13 @@ impl CleanerPass {
             .counters
             .cleaner_writes
             .fetch_add(written as u64, Ordering::Relaxed);
-        self.idle = written == 0;
+        // A failed step stops the database (every later call reports it).
+        let freeing = inner
+            .vitals
+            .health
+            .observe(inner.free_dropped(FREE_STEPS_PER_PASS))
+            .unwrap_or(false);
+        self.idle = written == 0 && !freeing;
     }
 }
 

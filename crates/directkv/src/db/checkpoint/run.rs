@@ -211,6 +211,7 @@ impl<S: Storage> Inner<S> {
             checkpoint_lsn: end,
             redo_lsn: start,
             root_page: meta.root,
+            catalog: meta.catalog,
             page_count: meta.page_count,
             freelist_head: meta.freelist,
             // A database opened from a backup is one from its first

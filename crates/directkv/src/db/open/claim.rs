@@ -269,6 +269,7 @@ fn create<S: Storage>(
             checkpoint_lsn: Lsn::ZERO,
             redo_lsn: Lsn::ZERO,
             root_page: PageId::new(1),
+            catalog: PageId::ZERO,
             page_count: 2,
             freelist_head: PageId::ZERO,
             flags: crate::format::control::FLAG_HISTORY,

@@ -68,6 +68,7 @@ pub(super) fn recover<S: Storage>(
         root: control.root_page,
         page_count: control.page_count,
         freelist: control.freelist_head,
+        catalog: control.catalog,
     };
     let started = Instant::now();
     let pages_read_before = pool.stats().pages_read;

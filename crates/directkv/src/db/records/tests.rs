@@ -149,6 +149,7 @@ fn record_fields_are_range_checked_at_their_edges() {
         root: pid(root),
         page_count: count,
         freelist: pid(free),
+        catalog: PageId::ZERO,
     };
     let max = PAGE_COUNT_MAX;
     let metas = [
@@ -203,6 +204,7 @@ fn meta_round_trip() {
         root: pid(5),
         page_count: 99,
         freelist: pid(12),
+        catalog: PageId::ZERO,
     };
     assert_eq!(decode_meta(&encode_meta(42, &m)).expect("decode"), (42, m));
     assert!(decode_meta(&[1, 2, 3]).is_err());
@@ -220,6 +222,37 @@ fn meta_round_trip() {
     assert!(decode_page(&unknown).is_err());
 }
 
+/// A commit or checkpoint of a database with a catalog carries its root
+/// after the time; one without writes the record older builds write, and
+/// a catalog root outside the file or on another root is refused.
+#[test]
+fn the_catalog_root_rides_after_the_time() {
+    let m = Meta {
+        root: pid(5),
+        page_count: 99,
+        freelist: pid(12),
+        catalog: pid(7),
+    };
+    let c = encode_commit(tid(42), &m, 1_700_000_000_000_123);
+    assert_eq!(c.len(), COMMIT_BYTES + 8);
+    assert_eq!(decode_commit(&c).expect("decode"), (tid(42), m));
+    assert_eq!(decode_commit_time(&c), Some(1_700_000_000_000_123));
+    let plain = Meta {
+        catalog: PageId::ZERO,
+        ..m
+    };
+    assert_eq!(encode_commit(tid(42), &plain, 9).len(), COMMIT_BYTES);
+    for bad in [99, 5, 12] {
+        let m = Meta {
+            catalog: pid(bad),
+            ..m
+        };
+        let mut c = encode_commit(tid(1), &plain, 9);
+        c.extend_from_slice(&m.catalog.get().to_le_bytes());
+        assert!(decode_commit(&c).is_err(), "catalog root {bad}");
+    }
+}
+
 /// `decode` gives each engine kind's fields as its own decoder does, and
 /// leaves every other kind alone.
 #[test]
@@ -228,6 +261,7 @@ fn one_decoder_covers_every_engine_kind_and_no_other() {
         root: PageId::new(3),
         page_count: 10,
         freelist: PageId::new(4),
+        catalog: PageId::ZERO,
     };
     let at = Lsn::new(1000);
     let commit = encode_commit(TxnId::new(7), &meta, 5);

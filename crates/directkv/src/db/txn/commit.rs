@@ -34,7 +34,8 @@
 //!   which ends once the key that needed it is applied
 //!   ([`CommitCtx::settle`]), and at the latest when the context ends.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use super::super::checkpoint::summary::Summaries;
 use super::super::engine_log::{EngineLog, Pool};
@@ -43,6 +44,7 @@ use super::super::stats::Counters;
 use super::super::stats::RecordCounts;
 use super::core::SpareBuffers;
 use super::shape::TreeShape;
+use super::tables::{self, TableState, Tree};
 use crate::btree::node;
 use crate::btree::tree::{Pages, PagesMut};
 use crate::buffer::{Access, Held};
@@ -118,6 +120,17 @@ struct HeldPage {
     before: Vec<u8>,
 }
 
+/// A table (or the catalog) a transaction changes: its root before the
+/// transaction and now.
+pub(crate) struct TouchedTree {
+    /// The table.
+    pub(crate) state: Arc<TableState>,
+    /// Its root when the transaction first reached it.
+    pub(crate) before: Option<PageId>,
+    /// Its root now.
+    pub(crate) now: Option<PageId>,
+}
+
 /// How an attempt to apply a transaction ended.
 pub(crate) enum Applied {
     /// Applied and logged; the commit record ends at this LSN.
@@ -148,6 +161,11 @@ pub(crate) struct CommitCtx<'a, S: Storage> {
     reshaping: bool,
     /// The root when the transaction began applying.
     root_before: PageId,
+    /// The tree the page changes are for ([`tables::DEFAULT`] or a key of
+    /// `trees`).
+    current: u32,
+    /// The tables it reached, by id.
+    trees: BTreeMap<u32, TouchedTree>,
 }
 
 impl<'a, S: Storage> CommitCtx<'a, S> {
@@ -170,7 +188,40 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
             logged_bytes: 0,
             reshaping: false,
             root_before: meta.root,
+            current: tables::DEFAULT,
+            trees: BTreeMap::new(),
         }
+    }
+
+    /// Makes `tree` the one the next page changes are for. A table without
+    /// a tree gets an empty root leaf first (inside a structure change: its
+    /// root moves).
+    pub fn select(&mut self, tree: &Tree) -> Result<()> {
+        let Tree::Table(state) = tree else {
+            self.current = tables::DEFAULT;
+            return Ok(());
+        };
+        let root = state.root();
+        self.trees.entry(state.id).or_insert_with(|| TouchedTree {
+            state: Arc::clone(state),
+            before: root,
+            now: root,
+        });
+        self.current = state.id;
+        if self.trees[&state.id].now.is_none() {
+            let leaf = self.allocate(node::init_leaf)?;
+            self.set_root(leaf);
+        }
+        assert!(
+            self.trees[&state.id].now.is_some(),
+            "a selected table has a tree"
+        );
+        Ok(())
+    }
+
+    /// The tables it reached, by id.
+    pub fn touched(&self) -> &BTreeMap<u32, TouchedTree> {
+        &self.trees
     }
 
     /// Begins a structure change, unless one of this transaction is under
@@ -191,6 +242,13 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
                 self.meta.root,
                 "readers descend from the root the tree has"
             );
+            if let Some(t) = self.trees.get(&self.current) {
+                assert_eq!(
+                    t.state.root(),
+                    t.now,
+                    "readers descend from the root the table has"
+                );
+            }
             self.env.shape.end();
             self.reshaping = false;
         }
@@ -388,6 +446,10 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
         );
         self.meta.root = self.root_before;
         self.env.shape.set_root(self.root_before);
+        for t in self.trees.values_mut() {
+            t.state.set_root(t.before.unwrap_or(PageId::ZERO));
+            t.now = t.before;
+        }
         self.settle();
         // Best effort: recovery ignores page records without a commit anyway.
         let _ = self
@@ -502,13 +564,28 @@ impl<S: Storage> PagesMut for CommitCtx<'_, S> {
     }
 
     fn root(&self) -> PageId {
-        self.meta.root
+        match self.current {
+            tables::DEFAULT => self.meta.root,
+            id => self.trees[&id].now.expect("a selected table has a tree"),
+        }
     }
 
     fn set_root(&mut self, no: PageId) {
         self.reshape();
-        self.meta.root = no;
-        self.env.shape.set_root(no);
+        if self.current == tables::DEFAULT {
+            self.meta.root = no;
+            self.env.shape.set_root(no);
+            return;
+        }
+        let t = self
+            .trees
+            .get_mut(&self.current)
+            .expect("the selected table is reached");
+        t.now = Some(no);
+        t.state.set_root(no);
+        if self.current == tables::CATALOG {
+            self.meta.catalog = no;
+        }
     }
 }
 

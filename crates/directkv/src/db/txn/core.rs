@@ -15,6 +15,7 @@ use super::super::lock_rank::{Rank, RankedMutex, RankedRwLock};
 use super::super::records::Meta;
 use super::locks::LockTable;
 use super::shape::TreeShape;
+use super::tables::Registry;
 use super::ticket::TicketLock;
 use super::versions::VersionStore;
 
@@ -50,12 +51,14 @@ pub(crate) struct TxnCore {
     /// Page-sized buffers commits reuse (its own mutex, a leaf: held for a
     /// push or a pop only).
     pub(in crate::db) spare_buffers: SpareBuffers,
+    /// The named tables and the catalog (its own lock, a leaf).
+    pub(in crate::db) tables: Registry,
 }
 
 impl TxnCore {
     /// The transaction side of a database whose tree is `meta`, with a
     /// version store of at most `version_cap` bytes.
-    pub(in crate::db) fn new(meta: Meta, version_cap: usize) -> Self {
+    pub(in crate::db) fn new(meta: Meta, version_cap: usize, tables: Registry) -> Self {
         let core = TxnCore {
             tree: RankedRwLock::new(Rank::Tree, meta),
             shape: TreeShape::new(meta.root),
@@ -64,6 +67,7 @@ impl TxnCore {
             locks: LockTable::default(),
             versions: VersionStore::new(version_cap),
             spare_buffers: SpareBuffers::default(),
+            tables,
         };
         assert_eq!(core.shape.root(), meta.root, "readers start at the root");
         core

@@ -144,7 +144,7 @@ impl LockTable {
         if closes_cycle(&t, txn, holder) {
             self.counters.deadlocks.fetch_add(1, Ordering::Relaxed);
             return Err(Error::Deadlock {
-                key: String::from_utf8_lossy(key).into_owned(),
+                key: super::tables::shown(key),
             });
         }
         let grant = Arc::new(Grant::default());
@@ -212,7 +212,7 @@ impl LockTable {
             return Err(health::lock_poisoned());
         }
         Err(Error::LockTimeout {
-            key: String::from_utf8_lossy(key).into_owned(),
+            key: super::tables::shown(key),
             waited_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
         })
     }

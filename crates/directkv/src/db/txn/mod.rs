@@ -12,9 +12,11 @@
 
 pub(crate) mod commit;
 pub(crate) mod core;
+pub(crate) mod drops;
 pub(crate) mod locks;
 pub(crate) mod read;
 pub(crate) mod shape;
+pub(crate) mod tables;
 pub(crate) mod ticket;
 pub(crate) mod versions;
 pub(crate) mod write;

@@ -19,6 +19,7 @@ use std::sync::Arc;
 
 use super::super::engine::Inner;
 use super::commit::{CachedPages, PoolPages};
+use super::tables::Tree;
 use super::versions::{nonempty, Snapshot};
 use crate::btree::tree;
 use crate::error::{Error, Result};
@@ -105,7 +106,8 @@ pub(in crate::db) fn prefix_bounds(prefix: &[u8]) -> (Bound<Vec<u8>>, Bound<Vec<
 /// before it takes the tree's shared lock (under which no commit applies).
 const SHAPE_RETRIES_MAX: usize = 64;
 
-/// Runs `op`, a descent from the root it is given, without a lock: it reads
+/// Runs `op`, a descent of `tree` from the root it is given (`None`: a
+/// table without a tree yet), without a lock: it reads
 /// each page under that page's latch (reading a missing one from disk), and
 /// its result is kept only if no structure change began meanwhile (see
 /// [`super::shape`]); else it runs again. A commit applying beside it never
@@ -114,16 +116,18 @@ const SHAPE_RETRIES_MAX: usize = 64;
 /// tree's shared lock.
 fn read_tree<S: Storage, R>(
     inner: &Inner<S>,
-    op: impl Fn(&PoolPages<'_, S>, PageId) -> Result<R>,
+    tree: &Tree,
+    op: impl Fn(&PoolPages<'_, S>, Option<PageId>) -> Result<R>,
 ) -> Result<R> {
-    read_tree_at(inner, op).map(|(r, _)| r)
+    read_tree_at(inner, tree, op).map(|(r, _)| r)
 }
 
 /// [`read_tree`], also returning the structure sequence the result was
 /// read at: the tree had that structure all through the read.
 fn read_tree_at<S: Storage, R>(
     inner: &Inner<S>,
-    op: impl Fn(&PoolPages<'_, S>, PageId) -> Result<R>,
+    tree: &Tree,
+    op: impl Fn(&PoolPages<'_, S>, Option<PageId>) -> Result<R>,
 ) -> Result<(R, u64)> {
     inner.vitals.health.check()?;
     let _guard = PanicGuard(&inner.vitals.health);
@@ -140,7 +144,7 @@ fn read_tree_at<S: Storage, R>(
         };
         assert_eq!(seq % 2, 0, "a stable structure sequence is even");
         // An error may come of a path a change crossed: judged after.
-        let r = op(&pages, root);
+        let r = op(&pages, tree.root_or(root));
         if inner.txns.shape.unchanged(seq) {
             return inner.vitals.health.observe(r).map(|r| (r, seq));
         }
@@ -157,27 +161,42 @@ fn read_tree_at<S: Storage, R>(
         .shape
         .stable()
         .expect("no structure change while the tree is shared");
-    let r = op(&pages, meta.root);
+    let r = op(&pages, tree.root_or(meta.root));
     drop(meta);
     inner.vitals.health.observe(r).map(|r| (r, seq))
 }
 
-/// Reads `key` as the tree holds it: the latest committed value, or one a
+/// Reads `key` as `tree` holds it: the latest committed value, or one a
 /// commit is applying (callers hold the key's row lock, or merge the
 /// version store as [`get_at`] does).
-pub(crate) fn get_committed<S: Storage>(inner: &Inner<S>, key: &[u8]) -> Result<Option<Vec<u8>>> {
-    read_tree(inner, |pages, root| tree::get(pages, root, key))
+pub(crate) fn get_committed<S: Storage>(
+    inner: &Inner<S>,
+    tree: &Tree,
+    key: &[u8],
+) -> Result<Option<Vec<u8>>> {
+    read_tree(inner, tree, |pages, root| match root {
+        Some(root) => tree::get(pages, root, key),
+        None => Ok(None),
+    })
 }
 
 /// [`get_committed`], also returning the trail of its descent and the
 /// structure sequence it holds for: a commit may start its change of `key`
-/// there while the sequence is unchanged.
+/// there while the sequence is unchanged (no trail: the table has no tree
+/// yet).
 pub(crate) fn get_committed_traced<S: Storage>(
     inner: &Inner<S>,
+    tree: &Tree,
     key: &[u8],
-) -> Result<(Option<Vec<u8>>, Traced)> {
-    let ((v, trail), seq) = read_tree_at(inner, |pages, root| tree::get_traced(pages, root, key))?;
-    Ok((v, Traced { seq, trail }))
+) -> Result<(Option<Vec<u8>>, Option<Traced>)> {
+    let (found, seq) = read_tree_at(inner, tree, |pages, root| match root {
+        Some(root) => tree::get_traced(pages, root, key).map(Some),
+        None => Ok(None),
+    })?;
+    Ok(match found {
+        Some((v, trail)) => (v, Some(Traced { seq, trail })),
+        None => (None, None),
+    })
 }
 
 /// A descent's trail and the structure sequence it was taken at.
@@ -202,12 +221,17 @@ impl Traced {
 /// missed the versions after it sees the sequence moved, and runs again.
 pub(in crate::db) fn get_at<S: Storage>(
     inner: &Inner<S>,
+    tree: &Tree,
     snap: &Snapshot<'_>,
     key: &[u8],
 ) -> Result<Option<Vec<u8>>> {
-    read_tree(inner, |pages, root| {
-        let latest = tree::get(pages, root, key)?;
-        snap.store().read_at(snap.csn(), key, latest)
+    read_tree(inner, tree, |pages, root| {
+        snap.check_reachable(tree)?;
+        let latest = match root {
+            Some(root) => tree::get(pages, root, key)?,
+            None => None,
+        };
+        snap.store().read_at(snap.csn(), tree.id(), key, latest)
     })
 }
 
@@ -235,7 +259,7 @@ impl<'db, S: Storage> ReadTxn<'db, S> {
     /// [`Error::SnapshotTooOld`](crate::Error::SnapshotTooOld) when the snapshot was given up;
     /// [`Error::Corruption`](crate::Error::Corruption) naming the page when one fails verification; I/O errors.
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        get_at(self.inner, &self.snap, key)
+        get_at(self.inner, &Tree::Default, &self.snap, key)
     }
 
     /// The entries in `range` in the snapshot, in key order; `.rev()` for
@@ -255,8 +279,18 @@ impl<'db, S: Storage> ReadTxn<'db, S> {
     }
 
     fn scan(&self, from: Bound<Vec<u8>>, to: Bound<Vec<u8>>) -> RangeIter<'db, S> {
+        self.scan_in(Tree::Default, from, to)
+    }
+
+    /// A scan of `tree` between `from` and `to` at the snapshot.
+    pub(in crate::db) fn scan_in(
+        &self,
+        tree: Tree,
+        from: Bound<Vec<u8>>,
+        to: Bound<Vec<u8>>,
+    ) -> RangeIter<'db, S> {
         let snap = Some(self.snap.clone());
-        RangeIter::new(self.inner, from, to, BTreeMap::new(), snap)
+        RangeIter::new(self.inner, tree, (from, to), BTreeMap::new(), snap)
     }
 }
 
@@ -265,6 +299,8 @@ impl<'db, S: Storage> ReadTxn<'db, S> {
 /// lock-free descent.
 pub struct RangeIter<'db, S: Storage = crate::io::OsStorage> {
     inner: &'db Inner<S>,
+    /// The tree it reads.
+    tree: Tree,
     /// Where the next front batch starts; `None` when the front is exhausted.
     front_from: Option<Bound<Vec<u8>>>,
     /// Where the next back batch ends.
@@ -283,6 +319,8 @@ pub struct RangeIter<'db, S: Storage = crate::io::OsStorage> {
     last_front: Option<Vec<u8>>,
     last_back: Option<Vec<u8>>,
     failed: bool,
+    /// An error to yield before anything else (the table cannot be read).
+    refused: Option<Error>,
     /// Leaves read from the front.
     leaves: usize,
     /// Readahead is asked for again when `leaves` reaches this.
@@ -292,14 +330,15 @@ pub struct RangeIter<'db, S: Storage = crate::io::OsStorage> {
 impl<'db, S: Storage> RangeIter<'db, S> {
     pub(in crate::db) fn new(
         inner: &'db Inner<S>,
-        lo: Bound<Vec<u8>>,
-        hi: Bound<Vec<u8>>,
+        tree: Tree,
+        (lo, hi): (Bound<Vec<u8>>, Bound<Vec<u8>>),
         overlay: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
         snap: Option<Arc<Snapshot<'db>>>,
     ) -> Self {
         let live = nonempty(&lo, &hi);
         RangeIter {
             inner,
+            tree,
             front_from: live.then(|| lo.clone()),
             back_to: live.then(|| hi.clone()),
             lo,
@@ -312,6 +351,7 @@ impl<'db, S: Storage> RangeIter<'db, S> {
             last_front: None,
             last_back: None,
             failed: false,
+            refused: None,
             leaves: 0,
             ahead_until: 0,
         }
@@ -324,6 +364,12 @@ impl<'db, S: Storage> RangeIter<'db, S> {
         if !self.overlay.is_empty() {
             self.discarded = Some(flag());
         }
+        self
+    }
+
+    /// An iterator that yields `e`, then ends.
+    pub(in crate::db) fn failing(mut self, e: Error) -> Self {
+        self.refused = Some(e);
         self
     }
 
@@ -357,8 +403,12 @@ impl<'db, S: Storage> RangeIter<'db, S> {
     /// One leaf of a forward scan as of the snapshot, read without a lock
     /// and merged with the versions in one checked descent (as [`get_at`]).
     fn scan_forward_at(&self, from: &Bound<Vec<u8>>) -> Result<tree::Batch> {
-        read_tree(self.inner, |pages, root| {
-            let (batch, next) = tree::scan_forward(pages, root, from, &self.hi)?;
+        read_tree(self.inner, &self.tree, |pages, root| {
+            self.check_reachable()?;
+            let (batch, next) = match root {
+                Some(root) => tree::scan_forward(pages, root, from, &self.hi)?,
+                None => (Vec::new(), None),
+            };
             let hi = match &next {
                 Some(b) => batch_end(b),
                 None => self.hi.clone(),
@@ -381,6 +431,9 @@ impl<'db, S: Storage> RangeIter<'db, S> {
         let Some((seq, root)) = inner.txns.shape.stable() else {
             return;
         };
+        let Some(root) = self.tree.root_or(root) else {
+            return;
+        };
         let leaves = tree::following_leaves(&CachedPages { pool: &inner.pool }, root, at, window);
         // Best effort: a branch not in the cache, or a structure change
         // meanwhile, means no readahead this time.
@@ -395,8 +448,12 @@ impl<'db, S: Storage> RangeIter<'db, S> {
     /// One leaf of a reverse scan as of the snapshot (as
     /// [`scan_forward_at`](Self::scan_forward_at)).
     fn scan_reverse_at(&self, to: &Bound<Vec<u8>>) -> Result<tree::Batch> {
-        read_tree(self.inner, |pages, root| {
-            let (batch, next) = tree::scan_reverse(pages, root, &self.lo, to)?;
+        read_tree(self.inner, &self.tree, |pages, root| {
+            self.check_reachable()?;
+            let (batch, next) = match root {
+                Some(root) => tree::scan_reverse(pages, root, &self.lo, to)?,
+                None => (Vec::new(), None),
+            };
             let lo = match &next {
                 Some(b) => batch_end(b),
                 None => self.lo.clone(),
@@ -445,6 +502,14 @@ impl<'db, S: Storage> RangeIter<'db, S> {
         }
     }
 
+    /// Before each descent of a table: its snapshot (if any) is live.
+    fn check_reachable(&self) -> Result<()> {
+        match &self.snap {
+            Some(snap) => snap.check_reachable(&self.tree),
+            None => Ok(()),
+        }
+    }
+
     /// `batch`, what the tree held in `(lo, hi)`, as of the iterator's
     /// snapshot (unchanged without one).
     fn at_snapshot(
@@ -455,7 +520,9 @@ impl<'db, S: Storage> RangeIter<'db, S> {
         rev: bool,
     ) -> Result<tree::Entries> {
         match &self.snap {
-            Some(snap) => snap.store().batch_at(snap.csn(), lo, hi, batch, rev),
+            Some(snap) => snap
+                .store()
+                .batch_at(snap.csn(), self.tree.id(), (lo, hi), batch, rev),
             None => Ok(batch),
         }
     }
@@ -580,6 +647,10 @@ impl<S: Storage> Iterator for RangeIter<'_, S> {
         if self.failed {
             return None;
         }
+        if let Some(e) = self.refused.take() {
+            self.failed = true;
+            return Some(Err(e));
+        }
         let _guard = PanicGuard(&self.inner.vitals.health);
         match self.next_front() {
             Ok(Some(e)) => {
@@ -601,6 +672,10 @@ impl<S: Storage> DoubleEndedIterator for RangeIter<'_, S> {
         if self.failed {
             return None;
         }
+        if let Some(e) = self.refused.take() {
+            self.failed = true;
+            return Some(Err(e));
+        }
         let _guard = PanicGuard(&self.inner.vitals.health);
         match self.next_back_entry() {
             Ok(Some(e)) => {
@@ -616,6 +691,9 @@ impl<S: Storage> DoubleEndedIterator for RangeIter<'_, S> {
         }
     }
 }
+
+mod tables;
+pub use tables::TableRef;
 
 #[cfg(test)]
 mod tests;

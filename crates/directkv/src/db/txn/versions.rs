@@ -41,8 +41,13 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use super::tables;
 use crate::error::{Error, Result};
 use crate::health;
+
+/// Bytes of a qualified key a look-up builds on the stack (longer ones go
+/// to the heap).
+const QUALIFIED_ON_STACK: usize = 256;
 
 /// What one version costs beyond its key and value bytes, counted against
 /// the cap: the map entries that hold it (by key and by commit), its chain,
@@ -58,8 +63,9 @@ pub(in crate::db) type Before = Option<Vec<u8>>;
 /// oldest first.
 type Chain = VecDeque<(u64, Before)>;
 
-/// A key range, by its bounds.
-pub(in crate::db) type KeyRange = (Bound<Vec<u8>>, Bound<Vec<u8>>);
+/// A key range, by its bounds (of qualified keys in the store, see
+/// [`super::tables`]).
+pub(in crate::db) use super::tables::KeyRange;
 
 /// The versions of one commit, as the commit path hands them over.
 pub(in crate::db) type CommitVersions = Vec<(Vec<u8>, Before)>;
@@ -138,6 +144,15 @@ impl VersionStore {
             given_up: AtomicU64::new(0),
             stored: AtomicU64::new(0),
         }
+    }
+
+    /// The CSN of the oldest live snapshot, if one is live.
+    ///
+    /// # Errors
+    /// [`Error::Poisoned`] when a thread panicked holding the registry.
+    pub(in crate::db) fn oldest_live(&self) -> Result<Option<u64>> {
+        let reg = health::lock(&self.registry)?;
+        Ok(reg.live.keys().next().copied())
     }
 
     /// The CSN of the last published commit.
@@ -348,12 +363,19 @@ impl VersionStore {
         Ok(())
     }
 
-    /// The value of `key` at snapshot `csn`, given `latest`, what the tree
-    /// held when read (after the snapshot was registered, before this call).
+    /// The value of table `table`'s `key` at snapshot `csn`, given
+    /// `latest`, what the tree held when read (after the snapshot was
+    /// registered, before this call).
     ///
     /// # Errors
     /// [`Error::SnapshotTooOld`] when the snapshot was given up.
-    pub(in crate::db) fn read_at(&self, csn: u64, key: &[u8], latest: Before) -> Result<Before> {
+    pub(in crate::db) fn read_at(
+        &self,
+        csn: u64,
+        table: u32,
+        key: &[u8],
+        latest: Before,
+    ) -> Result<Before> {
         assert!(csn <= self.visible(), "a snapshot is of a published commit");
         if self.staged.load(Ordering::Acquire) == csn {
             // Nothing committed or being applied since the snapshot: the
@@ -362,7 +384,19 @@ impl VersionStore {
         }
         let store = health::read(&self.store)?;
         self.check_live(csn)?;
-        match store.by_key.get(key).and_then(|c| newer_than(c, csn)) {
+        // Short keys are qualified on the stack: a read allocates nothing
+        // for the look-up.
+        let mut stack = [0u8; QUALIFIED_ON_STACK];
+        let heap;
+        let q: &[u8] = if key.len() + tables::ID_BYTES <= stack.len() {
+            stack[..tables::ID_BYTES].copy_from_slice(&tables::id_prefix(table));
+            stack[tables::ID_BYTES..tables::ID_BYTES + key.len()].copy_from_slice(key);
+            &stack[..tables::ID_BYTES + key.len()]
+        } else {
+            heap = tables::qualify(table, key);
+            &heap
+        };
+        match store.by_key.get(q).and_then(|c| newer_than(c, csn)) {
             Some(before) => Ok(before.clone()),
             None => Ok(latest),
         }
@@ -376,8 +410,8 @@ impl VersionStore {
     pub(in crate::db) fn batch_at(
         &self,
         csn: u64,
-        lo: &Bound<Vec<u8>>,
-        hi: &Bound<Vec<u8>>,
+        table: u32,
+        (lo, hi): (&Bound<Vec<u8>>, &Bound<Vec<u8>>),
         entries: Vec<(Vec<u8>, Vec<u8>)>,
         rev: bool,
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
@@ -390,10 +424,10 @@ impl VersionStore {
         if !nonempty(lo, hi) {
             return Ok(entries);
         }
-        let changed: Vec<(&Vec<u8>, &Before)> = store
+        let changed: Vec<(&[u8], &Before)> = store
             .by_key
-            .range::<Vec<u8>, _>((lo.clone(), hi.clone()))
-            .filter_map(|(k, chain)| newer_than(chain, csn).map(|b| (k, b)))
+            .range::<Vec<u8>, _>(tables::qualify_range(table, lo, hi))
+            .filter_map(|(k, chain)| newer_than(chain, csn).map(|b| (&k[tables::ID_BYTES..], b)))
             .collect();
         if changed.is_empty() {
             return Ok(entries);
@@ -401,7 +435,7 @@ impl VersionStore {
         let mut merged: BTreeMap<Vec<u8>, Vec<u8>> = entries.into_iter().collect();
         for (k, before) in changed {
             match before {
-                Some(v) => merged.insert(k.clone(), v.clone()),
+                Some(v) => merged.insert(k.to_vec(), v.clone()),
                 None => merged.remove(k),
             };
         }
@@ -564,6 +598,21 @@ impl<'db> Snapshot<'db> {
     /// The commit this snapshot sees.
     pub(in crate::db) fn csn(&self) -> u64 {
         self.csn
+    }
+
+    /// Before each descent of a named table: fails once the snapshot was
+    /// given up. A dropped table's pages are freed once no live snapshot
+    /// predates the drop, which a given-up one no longer counts as: its
+    /// reader must not descend pages that may be free (a descent that a
+    /// freeing step crosses runs again, and comes here first).
+    ///
+    /// # Errors
+    /// [`Error::SnapshotTooOld`].
+    pub(in crate::db) fn check_reachable(&self, tree: &tables::Tree) -> Result<()> {
+        match tree {
+            tables::Tree::Table(_) => self.store.check_live(self.csn),
+            tables::Tree::Default => Ok(()),
+        }
     }
 
     /// The store it reads.

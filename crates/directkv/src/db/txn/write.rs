@@ -55,6 +55,7 @@ use super::super::options::{Isolation, WriteOptions};
 use super::super::Durability;
 use super::commit::{Applied, CommitCtx};
 use super::read::{self as txn, RangeIter, Traced};
+use super::tables::{self, TableState, Tree};
 use super::versions::{Before, CommitVersions, KeyRange, Snapshot};
 use crate::btree::tree;
 use crate::buffer::Access;
@@ -65,6 +66,9 @@ use crate::io::Storage;
 use crate::lsn::Lsn;
 
 mod commit;
+mod ddl;
+pub(in crate::db) use ddl::list_tables;
+pub use ddl::TableMut;
 
 /// Commit sections a commit enters that each find a page missing, before
 /// its last try reads missing pages inside the section.
@@ -112,7 +116,8 @@ impl Refused {
     }
 }
 
-/// The keys and ranges a transaction read from its snapshot.
+/// The keys and ranges a transaction read from its snapshot (qualified,
+/// see [`super::tables`]).
 #[derive(Default)]
 struct ReadSet {
     keys: BTreeSet<Vec<u8>>,
@@ -129,9 +134,15 @@ pub struct WriteTxn<'db, S: Storage = crate::io::OsStorage> {
     snap: Option<Arc<Snapshot<'db>>>,
     /// The writer lock's ticket under `Options::serial_writers`.
     serial: Option<u64>,
+    /// Its writes, by qualified key (see [`super::tables`]).
     writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
-    /// Keys whose row lock it holds.
+    /// Qualified keys whose row lock it holds.
     locked: Vec<Vec<u8>>,
+    /// The tables (and the catalog) it reached, by id.
+    tables: BTreeMap<u32, Arc<TableState>>,
+    /// Tables it created, and dropped, by id.
+    created: BTreeMap<u32, Arc<TableState>>,
+    dropped: BTreeMap<u32, Arc<TableState>>,
     /// Keys whose latest committed value `get_for_update` read under the
     /// lock before this transaction wrote them, with that value: their
     /// writes are based on the latest, not the snapshot, and the value
@@ -189,6 +200,9 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
             serial,
             writes: BTreeMap::new(),
             locked: Vec::new(),
+            tables: BTreeMap::new(),
+            created: BTreeMap::new(),
+            dropped: BTreeMap::new(),
             for_update: BTreeMap::new(),
             read_set: Mutex::new(ReadSet::default()),
             refused: None,
@@ -298,7 +312,7 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
         let refused = match found {
             Ok(None) => return Ok(()),
             Ok(Some(_)) => Refused::Conflict {
-                key: String::from_utf8_lossy(key).into_owned(),
+                key: tables::shown(key),
             },
             Err(Error::SnapshotTooOld {
                 snapshot,
@@ -330,8 +344,14 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
     /// key was locked: the transaction then ends (its locks go, every later
     /// call fails the same way); run it again.
     pub fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.put_in(&Tree::Default, key, value)
+    }
+
+    /// [`put`](Self::put) into `tree`.
+    fn put_in(&mut self, tree: &Tree, key: &[u8], value: &[u8]) -> Result<()> {
         self.check_alive()?;
         self.check_key(key)?;
+        self.check_writable(tree)?;
         if value.len() > tree::VALUE_MAX {
             return Err(Error::InvalidArgument(format!(
                 "value of {} bytes exceeds the {}-byte limit",
@@ -339,8 +359,10 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
                 tree::VALUE_MAX
             )));
         }
-        self.lock(key)?;
-        self.writes.insert(key.to_vec(), Some(value.to_vec()));
+        let q = tables::qualify(tree.id(), key);
+        self.lock(&q)?;
+        self.reach(tree);
+        self.writes.insert(q, Some(value.to_vec()));
         Ok(())
     }
 
@@ -349,10 +371,18 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
     /// # Errors
     /// As [`put`](Self::put).
     pub fn delete(&mut self, key: &[u8]) -> Result<()> {
+        self.delete_in(&Tree::Default, key)
+    }
+
+    /// [`delete`](Self::delete) from `tree`.
+    fn delete_in(&mut self, tree: &Tree, key: &[u8]) -> Result<()> {
         self.check_alive()?;
         self.check_key(key)?;
-        self.lock(key)?;
-        self.writes.insert(key.to_vec(), None);
+        self.check_writable(tree)?;
+        let q = tables::qualify(tree.id(), key);
+        self.lock(&q)?;
+        self.reach(tree);
+        self.writes.insert(q, None);
         Ok(())
     }
 
@@ -364,16 +394,23 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
     /// # Errors
     /// As [`ReadTxn::get`](crate::ReadTxn::get).
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.get_in(&Tree::Default, key)
+    }
+
+    /// [`get`](Self::get) from `tree`.
+    fn get_in(&self, tree: &Tree, key: &[u8]) -> Result<Option<Vec<u8>>> {
         self.check_alive()?;
-        if let Some(v) = self.writes.get(key) {
+        self.check_readable(tree)?;
+        let q = tables::qualify(tree.id(), key);
+        if let Some(v) = self.writes.get(&q) {
             return Ok(v.clone());
         }
-        if let Some((v, _)) = self.for_update.get(key) {
+        if let Some((v, _)) = self.for_update.get(&q) {
             return Ok(v.clone());
         }
-        let v = txn::get_at(self.inner, self.snap(), key)?;
+        let v = txn::get_at(self.inner, tree, self.snap(), key)?;
         if self.opts.isolation == Isolation::Serializable {
-            self.read_set()?.keys.insert(key.to_vec());
+            self.read_set()?.keys.insert(q);
         }
         Ok(v)
     }
@@ -393,20 +430,27 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
     /// [`Error::Conflict`] or [`Error::SnapshotTooOld`] of
     /// [`put`](Self::put); as [`get`](Self::get).
     pub fn get_for_update(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.get_for_update_in(&Tree::Default, key)
+    }
+
+    /// [`get_for_update`](Self::get_for_update) in `tree`.
+    fn get_for_update_in(&mut self, tree: &Tree, key: &[u8]) -> Result<Option<Vec<u8>>> {
         self.check_alive()?;
         self.check_key(key)?;
-        self.lock(key)?;
-        if let Some(v) = self.writes.get(key) {
+        self.check_writable(tree)?;
+        let q = tables::qualify(tree.id(), key);
+        self.lock(&q)?;
+        self.reach(tree);
+        if let Some(v) = self.writes.get(&q) {
             // Its own write: nothing committed was read, so nothing the
             // validation of its writes may skip.
             return Ok(v.clone());
         }
-        if let Some((v, _)) = self.for_update.get(key) {
+        if let Some((v, _)) = self.for_update.get(&q) {
             return Ok(v.clone());
         }
-        let (v, traced) = txn::get_committed_traced(self.inner, key)?;
-        self.for_update
-            .insert(key.to_vec(), (v.clone(), Some(traced)));
+        let (v, traced) = txn::get_committed_traced(self.inner, tree, key)?;
+        self.for_update.insert(q, (v.clone(), traced));
         Ok(v)
     }
 
@@ -431,15 +475,25 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
     }
 
     fn scan(&self, from: Bound<Vec<u8>>, to: Bound<Vec<u8>>) -> RangeIter<'db, S> {
-        let overlay = txn::overlay_range(&self.writes, &from, &to);
+        self.scan_in(&Tree::Default, from, to)
+    }
+
+    /// [`range`](Self::range) of `tree` between `from` and `to`.
+    fn scan_in(&self, tree: &Tree, from: Bound<Vec<u8>>, to: Bound<Vec<u8>>) -> RangeIter<'db, S> {
+        let range = tables::qualify_range(tree.id(), &from, &to);
+        let overlay = txn::overlay_range(&self.writes, &range.0, &range.1)
+            .into_iter()
+            .map(|(q, v)| (q[tables::ID_BYTES..].to_vec(), v))
+            .collect();
         if self.opts.isolation == Isolation::Serializable {
             // Only a panic while recording a read poisons the set; the
             // database is stopped then, and the commit's validation says so.
             if let Ok(mut set) = self.read_set() {
-                set.ranges.push((from.clone(), to.clone()));
+                set.ranges.push(range);
             }
         }
-        RangeIter::new(self.inner, from, to, overlay, Some(self.snap().clone()))
+        let snap = Some(self.snap().clone());
+        RangeIter::new(self.inner, tree.clone(), (from, to), overlay, snap)
             .discarded_when(|| Arc::clone(self.discarded.get_or_init(Default::default)))
     }
 

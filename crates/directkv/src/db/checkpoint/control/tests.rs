@@ -17,6 +17,7 @@ fn base() -> Control {
         checkpoint_lsn: Lsn::new(10),
         redo_lsn: Lsn::new(5),
         root_page: PageId::new(1),
+        catalog: PageId::ZERO,
         page_count: 2,
         freelist_head: PageId::ZERO,
         flags: FLAG_HISTORY,
@@ -85,7 +86,7 @@ fn a_newer_format_version_is_refused() {
     for slot in 0..2u64 {
         let mut b = vec![0u8; 92];
         raw2.read_exact_at(&mut b, slot * 4096).expect("read");
-        b[8..12].copy_from_slice(&2u32.to_le_bytes());
+        b[8..12].copy_from_slice(&3u32.to_le_bytes());
         let crc = crc32c_of(&b[..88]);
         b[88..92].copy_from_slice(&crc.to_le_bytes());
         raw2.write_all_at(&b, slot * 4096).expect("write");
@@ -93,8 +94,8 @@ fn a_newer_format_version_is_refused() {
     assert!(matches!(
         ControlFile::open(&crate::io::OsStorage::default(), &path2),
         Err(Error::FormatVersion {
-            found: 2,
-            supported: 1,
+            found: 3,
+            supported: 2,
             ..
         })
     ));

@@ -79,6 +79,7 @@ const META: Meta = Meta {
     root: PageId::new(1),
     page_count: 2,
     freelist: PageId::ZERO,
+    catalog: PageId::ZERO,
 };
 
 /// Runs one transaction that applies `change` and commits; returns the

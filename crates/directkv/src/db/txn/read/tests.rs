@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::btree::tree;
 use crate::db::txn::commit::{CommitCtx, PoolPages};
+use crate::db::txn::tables;
 use crate::{Database, Lsn, Options};
 
 /// A commit holds the commit section's gate and the tree's write lock
@@ -72,7 +73,10 @@ fn a_rolled_back_change_moves_the_shape_before_its_versions_go() {
         horizon,
     );
     let csn = inner.txns.versions.visible() + 1;
-    let before = vec![(b"k".to_vec(), Some(b"old".to_vec()))];
+    let before = vec![(
+        tables::qualify(tables::DEFAULT, b"k"),
+        Some(b"old".to_vec()),
+    )];
     inner.txns.versions.stage(csn, before).expect("stage");
     tree::replace(&mut ctx, b"k", b"new").expect("a value-only change");
     let latest = tree::get(&PoolPages { pool: &inner.pool }, root, b"k").expect("get");
@@ -119,18 +123,28 @@ fn a_trail_is_valid_until_the_structure_changes_and_checked_when_used() {
     }
     w.commit().expect("commit");
     let inner = &*db.inner;
-    let (v, traced) = super::get_committed_traced(inner, &key(0)).expect("read");
+    let (v, traced) =
+        super::get_committed_traced(inner, &tables::Tree::Default, &key(0)).expect("read");
+    let traced = traced.expect("the default keyspace has a tree");
     assert_eq!(v, Some(vec![3; 60]));
-    let (_, fresh) = super::get_committed_traced(inner, &key(1)).expect("read");
-    assert!(fresh.valid(inner).is_some(), "nothing changed since");
-    let (_, stale) = super::get_committed_traced(inner, &key(1)).expect("read");
+    let (_, fresh) =
+        super::get_committed_traced(inner, &tables::Tree::Default, &key(1)).expect("read");
+    assert!(
+        fresh.expect("a tree").valid(inner).is_some(),
+        "nothing changed since"
+    );
+    let (_, stale) =
+        super::get_committed_traced(inner, &tables::Tree::Default, &key(1)).expect("read");
     // Emptying the first leaf frees it: a structure change.
     let mut w = db.begin_write().expect("begin");
     for i in 0..=200 {
         w.delete(&key(i)).expect("delete");
     }
     w.commit().expect("commit");
-    assert!(stale.valid(inner).is_none(), "the structure changed");
+    assert!(
+        stale.expect("a tree").valid(inner).is_none(),
+        "the structure changed"
+    );
     let section = inner.txns.committer.lock().expect("section");
     let meta = inner.txns.tree.write().expect("tree lock");
     let horizon = Lsn::new(inner.ckpt.fpi_horizon.load(Ordering::Acquire));

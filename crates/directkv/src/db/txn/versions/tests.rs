@@ -9,6 +9,11 @@ fn commit(vs: &VersionStore, csn: u64, versions: CommitVersions) -> Result<()> {
     vs.collect()
 }
 
+/// `key` of the default keyspace, as the store keys it.
+fn q(key: &[u8]) -> Vec<u8> {
+    tables::qualify(tables::DEFAULT, key)
+}
+
 fn some(v: &[u8]) -> Before {
     Some(v.to_vec())
 }
@@ -19,14 +24,13 @@ fn some(v: &[u8]) -> Before {
 fn publishing_keeps_versions_until_a_committer_collects() {
     let vs = VersionStore::new(1 << 20);
     let reader = Snapshot::take(&vs).expect("registers");
-    vs.stage(1, vec![(b"a".to_vec(), None)]).expect("stage");
+    vs.stage(1, vec![(q(b"a"), None)]).expect("stage");
     vs.publish(1).expect("publish");
     assert_eq!(vs.visible(), 1);
     vs.collect().expect("collect");
     assert_eq!(vs.stats().versions, 1, "the reader at 0 needs it");
     drop(reader);
-    vs.stage(2, vec![(b"a".to_vec(), some(b"1"))])
-        .expect("stage");
+    vs.stage(2, vec![(q(b"a"), some(b"1"))]).expect("stage");
     vs.publish(2).expect("publish");
     assert_eq!(vs.stats().versions, 2, "publishing drops nothing");
     vs.collect().expect("collect");
@@ -40,11 +44,11 @@ fn publishing_keeps_versions_until_a_committer_collects() {
 #[test]
 fn a_staged_commit_over_the_cap_gives_up_no_snapshot_of_the_published_one() {
     let vs = VersionStore::new(1000);
-    commit(&vs, 1, vec![(b"k".to_vec(), None)]).expect("commit");
+    commit(&vs, 1, vec![(q(b"k"), None)]).expect("commit");
     let older = Snapshot::take(&vs).expect("registers");
-    commit(&vs, 2, vec![(b"j".to_vec(), some(b"x"))]).expect("commit");
+    commit(&vs, 2, vec![(q(b"j"), some(b"x"))]).expect("commit");
     let newest = Snapshot::take(&vs).expect("registers");
-    vs.stage(3, vec![(b"k".to_vec(), some(&[0; 2000]))])
+    vs.stage(3, vec![(q(b"k"), some(&[0; 2000]))])
         .expect("stage");
     vs.collect().expect("another committer collects");
     assert!(
@@ -74,21 +78,23 @@ fn a_staged_commit_over_the_cap_gives_up_no_snapshot_of_the_published_one() {
 fn reads_at_a_snapshot_and_collects_behind_the_oldest() {
     let vs = VersionStore::new(1 << 20);
     let s0 = Snapshot::take(&vs).expect("registers");
-    commit(&vs, 1, vec![(b"a".to_vec(), None)]).expect("publish");
+    commit(&vs, 1, vec![(q(b"a"), None)]).expect("publish");
     let s1 = Snapshot::take(&vs).expect("registers");
-    commit(&vs, 2, vec![(b"a".to_vec(), some(b"1"))]).expect("publish");
+    commit(&vs, 2, vec![(q(b"a"), some(b"1"))]).expect("publish");
     // The tree now holds a = 2.
     let latest = some(b"2");
     assert_eq!(
-        vs.read_at(s0.csn(), b"a", latest.clone()).expect("reads"),
+        vs.read_at(s0.csn(), 0, b"a", latest.clone())
+            .expect("reads"),
         None
     );
     assert_eq!(
-        vs.read_at(s1.csn(), b"a", latest.clone()).expect("reads"),
+        vs.read_at(s1.csn(), 0, b"a", latest.clone())
+            .expect("reads"),
         some(b"1")
     );
     assert_eq!(
-        vs.read_at(2, b"a", latest.clone()).expect("reads"),
+        vs.read_at(2, 0, b"a", latest.clone()).expect("reads"),
         some(b"2")
     );
     assert_eq!(vs.stats().versions, 2);
@@ -96,7 +102,7 @@ fn reads_at_a_snapshot_and_collects_behind_the_oldest() {
     commit(&vs, 3, vec![]).expect("publish");
     assert_eq!(vs.stats().versions, 1, "the version only s0 needed is gone");
     assert_eq!(
-        vs.read_at(s1.csn(), b"a", latest).expect("reads"),
+        vs.read_at(s1.csn(), 0, b"a", latest).expect("reads"),
         some(b"1")
     );
     drop(s1);
@@ -118,9 +124,9 @@ fn batches_are_rewritten_to_the_snapshot() {
         &vs,
         1,
         vec![
-            (b"b".to_vec(), None),       // inserted since
-            (b"c".to_vec(), some(b"3")), // deleted since
-            (b"d".to_vec(), some(b"4")), // changed since
+            (q(b"b"), None),       // inserted since
+            (q(b"c"), some(b"3")), // deleted since
+            (q(b"d"), some(b"4")), // changed since
         ],
     )
     .expect("publish");
@@ -131,7 +137,7 @@ fn batches_are_rewritten_to_the_snapshot() {
     ];
     let (lo, hi) = (Bound::Unbounded, Bound::Excluded(b"z".to_vec()));
     let fwd = vs
-        .batch_at(s.csn(), &lo, &hi, now.clone(), false)
+        .batch_at(s.csn(), 0, (&lo, &hi), now.clone(), false)
         .expect("reads");
     let want = vec![
         (b"a".to_vec(), b"1".to_vec()),
@@ -142,12 +148,18 @@ fn batches_are_rewritten_to_the_snapshot() {
     let mut rev_now = now;
     rev_now.reverse();
     let rev = vs
-        .batch_at(s.csn(), &lo, &hi, rev_now, true)
+        .batch_at(s.csn(), 0, (&lo, &hi), rev_now, true)
         .expect("reads");
     assert_eq!(rev, want.into_iter().rev().collect::<Vec<_>>());
     // Outside the batch's bounds nothing is added.
     let narrow = vs
-        .batch_at(s.csn(), &Bound::Excluded(b"c".to_vec()), &hi, vec![], false)
+        .batch_at(
+            s.csn(),
+            0,
+            (&Bound::Excluded(b"c".to_vec()), &hi),
+            vec![],
+            false,
+        )
         .expect("reads");
     assert_eq!(narrow, vec![(b"d".to_vec(), b"4".to_vec())]);
 }
@@ -159,13 +171,13 @@ fn over_the_cap_the_oldest_snapshot_is_given_up() {
     let cap = 4 * (VERSION_OVERHEAD_BYTES + 100);
     let vs = VersionStore::new(cap);
     let old = Snapshot::take(&vs).expect("registers");
-    commit(&vs, 1, vec![(b"k".to_vec(), some(&[1; 90]))]).expect("publish");
+    commit(&vs, 1, vec![(q(b"k"), some(&[1; 90]))]).expect("publish");
     let young = Snapshot::take(&vs).expect("registers");
     for csn in 2..20 {
-        commit(&vs, csn, vec![(b"k".to_vec(), some(&[csn as u8; 90]))]).expect("publish");
+        commit(&vs, csn, vec![(q(b"k"), some(&[csn as u8; 90]))]).expect("publish");
         assert!(vs.stats().version_store_bytes <= cap as u64);
     }
-    let err = vs.read_at(old.csn(), b"k", None).expect_err("given up");
+    let err = vs.read_at(old.csn(), 0, b"k", None).expect_err("given up");
     assert!(matches!(err, Error::SnapshotTooOld { .. }), "{err}");
     // The young snapshot was given up too once the store passed the cap
     // for it; a snapshot taken now reads the tree.
@@ -173,7 +185,7 @@ fn over_the_cap_the_oldest_snapshot_is_given_up() {
     assert!(st.snapshots_too_old >= 1);
     let fresh = Snapshot::take(&vs).expect("registers");
     assert_eq!(
-        vs.read_at(fresh.csn(), b"k", some(b"x")).expect("reads"),
+        vs.read_at(fresh.csn(), 0, b"k", some(b"x")).expect("reads"),
         some(b"x")
     );
     drop((old, young));
@@ -206,7 +218,7 @@ fn snapshots_read_like_full_histories() {
             let h = history.entry(key.clone()).or_default();
             let before = h.last().and_then(|v| v.1.clone());
             h.push((csn, new));
-            commit(&vs, csn, vec![(key, before)]).expect("publish");
+            commit(&vs, csn, vec![(q(&key), before)]).expect("publish");
             match next(10) {
                 0..=1 => snaps.push(Snapshot::take(&vs).expect("registers")),
                 2 if !snaps.is_empty() => {
@@ -223,12 +235,12 @@ fn snapshots_read_like_full_histories() {
                         let last = writes.iter().rev().find(|v| v.0 <= c);
                         last.and_then(|v| v.1.clone())
                     };
-                    let got = vs.read_at(s.csn(), k, at(csn)).expect("live");
+                    let got = vs.read_at(s.csn(), 0, k, at(csn)).expect("live");
                     assert_eq!(got, at(s.csn()), "key {k:?} at {} now {csn}", s.csn());
                     from_versions += usize::from(at(s.csn()) != at(csn));
                     let changed = writes.iter().any(|v| v.0 > s.csn());
                     let found = vs
-                        .changed_since(s.csn(), std::iter::once(k.as_slice()), &[])
+                        .changed_since(s.csn(), std::iter::once(q(k).as_slice()), &[])
                         .expect("live");
                     assert_eq!(found.is_some(), changed, "key {k:?} at {}", s.csn());
                 }

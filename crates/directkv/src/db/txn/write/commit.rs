@@ -135,8 +135,8 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
             let (before, trail) = match self.for_update.get_mut(k) {
                 Some((v, traced)) => (v.clone(), traced.take()),
                 None => {
-                    let (v, traced) = txn::get_committed_traced(self.inner, k)?;
-                    (v, Some(traced))
+                    let (id, key) = tables::split(k);
+                    txn::get_committed_traced(self.inner, &self.tree_of(id), key)?
                 }
             };
             befores.push((k.clone(), before));
@@ -216,6 +216,7 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
         let mut meta = inner.txns.tree.write()?;
         inner.vitals.counters.tree_lock_wait.record(t.elapsed());
         self.validate(writes)?;
+        self.check_tables_live()?;
         let horizon = Lsn::new(inner.ckpt.fpi_horizon.load(Ordering::Acquire));
         let mut ctx = CommitCtx::new(
             inner.commit_env(),
@@ -226,24 +227,21 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
         ctx.read_through = read_through;
         let csn = inner.txns.versions.visible() + 1;
         inner.txns.versions.stage(csn, staged)?;
-        let mut trails = trails.into_iter();
-        for ((k, v), (bk, before)) in writes.iter().zip(befores) {
-            assert_eq!(k, bk, "before-images are in key order");
-            // Checked before each key: the one before may have split a page.
-            let trail = trails.next().flatten().and_then(|t| t.valid(inner));
-            if let Err(e) = apply_one(&mut ctx, k, v, before, trail) {
-                let (missed, held) = (ctx.missed(), ctx.held_pages());
-                ctx.rollback();
-                inner.txns.versions.retract(csn);
-                return match (missed, e) {
-                    (Some(page), _) => Ok(Applied::Missed(page)),
-                    (None, Error::CacheExhausted { frames }) => Err(Error::TransactionTooLarge {
-                        pages: held,
-                        frames,
-                    }),
-                    (None, e) => Err(e),
-                };
-            }
+        let applied = self
+            .apply_writes(&mut ctx, writes, befores, trails)
+            .and_then(|()| self.write_info_rows(&mut ctx));
+        if let Err(e) = applied {
+            let (missed, held) = (ctx.missed(), ctx.held_pages());
+            ctx.rollback();
+            inner.txns.versions.retract(csn);
+            return match (missed, e) {
+                (Some(page), _) => Ok(Applied::Missed(page)),
+                (None, Error::CacheExhausted { frames }) => Err(Error::TransactionTooLarge {
+                    pages: held,
+                    frames,
+                }),
+                (None, e) => Err(e),
+            };
         }
         let counts = ctx.counts();
         let new_meta = ctx.meta;
@@ -255,10 +253,116 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
             }
         };
         *meta = new_meta;
+        self.publish_tables(csn)?;
         // Published before the tree lock is let go.
         inner.txns.versions.publish(csn)?;
         inner.vitals.counters.add_page_records(counts);
         Ok(Applied::Done(lsn))
+    }
+
+    /// Applies its writes, table by table (qualified keys sort by table),
+    /// each key from its trail while the structure is the one the trail was
+    /// taken in.
+    fn apply_writes(
+        &self,
+        ctx: &mut CommitCtx<'_, S>,
+        writes: &BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+        befores: &CommitVersions,
+        trails: Vec<Option<Traced>>,
+    ) -> Result<()> {
+        let mut trails = trails.into_iter();
+        let mut current = None;
+        for ((q, v), (bq, before)) in writes.iter().zip(befores) {
+            assert_eq!(q, bq, "before-images are in key order");
+            let (id, key) = tables::split(q);
+            if current != Some(id) {
+                ctx.select(&self.tree_of(id))?;
+                current = Some(id);
+            }
+            // Checked before each key: the one before may have split a page.
+            let trail = trails.next().flatten().and_then(|t| t.valid(self.inner));
+            apply_one(ctx, key, v, before, trail)?;
+        }
+        Ok(())
+    }
+
+    /// Writes the catalog's info rows of the tables this commit creates,
+    /// drops, or moves the root of (see [`super::super::tables`]): the
+    /// durable record of each table's root.
+    fn write_info_rows(&self, ctx: &mut CommitCtx<'_, S>) -> Result<()> {
+        let mut rows = Vec::new();
+        for (&id, t) in ctx.touched() {
+            let ddl = self.created.contains_key(&id) || self.dropped.contains_key(&id);
+            if id >= tables::FIRST_ID && t.before != t.now && !ddl {
+                rows.push((
+                    tables::info_key(id),
+                    tables::info_value(t.now, tables::LIVE),
+                ));
+            }
+        }
+        for &id in self
+            .created
+            .keys()
+            .filter(|id| !self.dropped.contains_key(id))
+        {
+            let root = ctx.touched().get(&id).and_then(|t| t.now);
+            rows.push((tables::info_key(id), tables::info_value(root, tables::LIVE)));
+        }
+        for (&id, t) in &self.dropped {
+            if !self.created.contains_key(&id) {
+                assert!(
+                    !ctx.touched().contains_key(&id),
+                    "a dropped table is not written"
+                );
+                let row = tables::info_value(t.root(), tables::DROPPED);
+                rows.push((tables::info_key(id), row));
+            }
+        }
+        if rows.is_empty() {
+            return Ok(());
+        }
+        rows.sort();
+        ctx.select(&Tree::Table(Arc::clone(self.inner.txns.tables.catalog())))?;
+        for (k, v) in rows {
+            tree::put_along(ctx, &k, &v, None)?;
+            ctx.settle();
+        }
+        Ok(())
+    }
+
+    /// Refuses the commit when a table it writes, or drops, was dropped by
+    /// a commit since it reached the table (exact: commits are serial here).
+    fn check_tables_live(&self) -> Result<()> {
+        for (&id, t) in &self.tables {
+            if id == tables::CATALOG || self.created.contains_key(&id) || t.is_live() {
+                continue;
+            }
+            return Err(Error::Conflict {
+                key: format!("table {id}"),
+                reason: "the table was dropped by a transaction that committed after this \
+                         transaction reached it"
+                    .into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Makes the tables it created known, and those it dropped gone, as of
+    /// commit `csn` (applied, not yet published).
+    fn publish_tables(&self, csn: u64) -> Result<()> {
+        let registry = &self.inner.txns.tables;
+        for (&id, t) in &self.created {
+            if !self.dropped.contains_key(&id) {
+                t.mark_created(csn);
+                registry.insert(Arc::clone(t))?;
+            }
+        }
+        for (&id, t) in &self.dropped {
+            if !self.created.contains_key(&id) {
+                t.mark_dropped(csn);
+            }
+        }
+        Ok(())
     }
 
     /// Fails with [`Error::Conflict`] when a commit since the snapshot
@@ -292,7 +396,7 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
         match found {
             None => Ok(()),
             Some((key, what)) => Err(Error::Conflict {
-                key: String::from_utf8_lossy(&key).into_owned(),
+                key: tables::shown(&key),
                 reason: format!(
                     "Serializable refuses a commit when another transaction committed a \
                      change, after this transaction's snapshot, to {what} from that snapshot"
@@ -317,7 +421,7 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
         if let Ok(Some((key, _))) = found {
             panic!(
                 "{:?} changed since the snapshot under this transaction's row lock",
-                String::from_utf8_lossy(&key)
+                tables::shown(&key)
             );
         }
     }

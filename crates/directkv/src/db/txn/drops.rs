@@ -1,0 +1,164 @@
+//! Freeing the pages of dropped tables: bounded steps, each an internal
+//! commit of its own, once no snapshot that could read the table is left.
+//!
+//! A drop only marks the table (its info row says dropped; see
+//! [`super::tables`]), so the dropping commit is as short as any. Its
+//! pages go back to the free list afterwards, [`FREE_STEP_PAGES`] at a
+//! time: each step takes the commit section as a commit does, frees the
+//! tree's first leaf (with its overflow chains) and unlinks it, again
+//! until it holds that many pages, then logs the pages and a commit record
+//! and lets the section go. A crash between steps leaves the tree smaller
+//! and still whole (every step is a commit), and the next open goes on
+//! from the info row. The page cleaner runs the steps in the background;
+//! without background threads, each commit runs one.
+//!
+//! Invariants:
+//! - A table's pages are freed only once no live snapshot predates its
+//!   drop: no reader can reach them (a reader whose snapshot was given up
+//!   checks that before each descent, and a step is a structure change
+//!   that makes a descent beside it run again).
+//! - A step holds at most [`FREE_STEP_PAGES`] pages of the table, plus
+//!   the path it unlinks from and the catalog leaf of the info row.
+
+use std::sync::Arc;
+
+use super::super::engine::Inner;
+use super::commit::{Applied, CommitCtx};
+use super::tables::{self, TableState, Tree};
+use crate::btree::tree;
+use crate::buffer::Access;
+use crate::error::Result;
+use crate::io::Storage;
+use crate::lsn::Lsn;
+
+/// Pages of a dropped table one step frees at most (a bounded hold of the
+/// commit section: every commit waits for a step).
+pub(crate) const FREE_STEP_PAGES: usize = 32;
+
+/// Attempts of a step that each find a page missing, before its last try
+/// reads missing pages inside the section.
+const STEP_MISSES_MAX: usize = 8;
+
+impl<S: Storage> Inner<S> {
+    /// Runs up to `steps` steps of freeing dropped tables; returns whether
+    /// a dropped table is left (perhaps one a live snapshot still reads).
+    ///
+    /// # Errors
+    /// The errors of a commit; the database stops on those it cannot vouch
+    /// past.
+    pub(crate) fn free_dropped(&self, steps: usize) -> Result<bool> {
+        for _ in 0..steps {
+            let Some(t) = self.next_to_free()? else {
+                break;
+            };
+            self.free_step(&t)?;
+        }
+        Ok(!self.txns.tables.dropped()?.is_empty())
+    }
+
+    /// A dropped table no live snapshot can read, if there is one.
+    fn next_to_free(&self) -> Result<Option<Arc<TableState>>> {
+        let oldest = self.txns.versions.oldest_live()?;
+        let dropped = self.txns.tables.dropped()?;
+        Ok(dropped.into_iter().find(|t| {
+            let at = t.dropped_at().expect("a dropped table has its drop's CSN");
+            // A snapshot at `s` reads the table while `s < at`.
+            oldest.is_none_or(|s| s >= at)
+        }))
+    }
+
+    /// One step of freeing `t` (see the module docs).
+    fn free_step(&self, t: &Arc<TableState>) -> Result<()> {
+        for attempt in 0..=STEP_MISSES_MAX {
+            let section = self.txns.committer.lock()?;
+            let r = self.free_step_in_section(t, attempt == STEP_MISSES_MAX);
+            drop(section);
+            match self.vitals.health.observe(r)? {
+                Applied::Done(_) => return Ok(()),
+                Applied::Missed(page) => {
+                    assert!(
+                        attempt < STEP_MISSES_MAX,
+                        "the last try reads what it misses"
+                    );
+                    drop(
+                        self.vitals
+                            .health
+                            .observe(self.pool.read(page, Access::Normal))?,
+                    );
+                }
+            }
+        }
+        unreachable!("the last attempt reads through")
+    }
+
+    /// The step, in the commit section.
+    fn free_step_in_section(&self, t: &Arc<TableState>, read_through: bool) -> Result<Applied> {
+        let mut meta = self.txns.tree.write()?;
+        assert!(!t.is_live(), "only a dropped table's pages are freed");
+        let horizon = Lsn::new(
+            self.ckpt
+                .fpi_horizon
+                .load(std::sync::atomic::Ordering::Acquire),
+        );
+        let mut ctx = CommitCtx::new(
+            self.commit_env(),
+            *meta,
+            self.vitals.counters.next_txn(),
+            horizon,
+        );
+        ctx.read_through = read_through;
+        let gone = match free_pages(&mut ctx, t, self.txns.tables.catalog()) {
+            Ok(gone) => gone,
+            Err(e) => {
+                let missed = ctx.missed();
+                ctx.rollback();
+                return match missed {
+                    Some(page) => Ok(Applied::Missed(page)),
+                    None => Err(e),
+                };
+            }
+        };
+        let freed = ctx.held_pages() as u64;
+        let new_meta = ctx.meta;
+        let lsn = ctx.commit()?;
+        *meta = new_meta;
+        if gone {
+            self.txns.tables.remove(t.id)?;
+        }
+        let counters = &self.vitals.counters;
+        counters
+            .dropped_pages_freed
+            .fetch_add(freed, std::sync::atomic::Ordering::Relaxed);
+        Ok(Applied::Done(lsn))
+    }
+}
+
+/// Frees up to [`FREE_STEP_PAGES`] of `t`'s pages in `ctx` and writes its
+/// info row (deleted once the tree is gone); returns whether it is.
+fn free_pages<S: Storage>(
+    ctx: &mut CommitCtx<'_, S>,
+    t: &Arc<TableState>,
+    catalog: &Arc<TableState>,
+) -> Result<bool> {
+    let before = t.root();
+    let mut gone = before.is_none();
+    if !gone {
+        ctx.select(&Tree::Table(Arc::clone(t)))?;
+        while !gone && ctx.held_pages() < FREE_STEP_PAGES {
+            gone = tree::free_first_leaf(ctx)?;
+            ctx.settle();
+        }
+    }
+    let now = ctx.touched().get(&t.id).and_then(|x| x.now);
+    ctx.select(&Tree::Table(Arc::clone(catalog)))?;
+    let key = tables::info_key(t.id);
+    if gone {
+        let found = tree::delete_along(ctx, &key, None)?;
+        assert!(found, "a dropped table has its info row until it is freed");
+    } else if now != before {
+        let row = tables::info_value(now, tables::DROPPED);
+        tree::put_along(ctx, &key, &row, None)?;
+    }
+    ctx.settle();
+    Ok(gone)
+}

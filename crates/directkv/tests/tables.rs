@@ -1,0 +1,415 @@
+//! Named tables: each its own keyspace, created, renamed and dropped inside
+//! ordinary write transactions, all or nothing with the transaction's other
+//! writes (also across a power cut), seen by snapshots as of their
+//! commit, and apart from each other and from the default keyspace in
+//! keys, row locks and conflicts.
+
+mod common;
+
+use std::path::Path;
+
+use directkv::internals::sim::SimStorage;
+use directkv::{Database, Error, Isolation, Options, WriteOptions};
+
+fn sim_opts() -> Options {
+    Options {
+        cache_bytes: 256 * 4096,
+        page_bytes: 4096,
+        wal_sync: common::SIM_SYNC,
+        wal_segment_bytes: 256 << 10,
+        background_threads: false,
+        publish_stats: false,
+        ..Options::default()
+    }
+}
+
+fn names<S: directkv::internals::io::Storage>(r: &directkv::ReadTxn<'_, S>) -> Vec<String> {
+    let tables = r.list_tables().expect("list");
+    tables.into_iter().map(|t| t.name).collect()
+}
+
+/// Create, write, read, rename, list and drop, across a reopen; the same
+/// key in two tables and the default keyspace holds three values.
+#[test]
+fn tables_are_created_written_renamed_and_dropped_across_reopen() {
+    let dir = common::scratch();
+    let db = Database::open(dir.path(), common::unsynced(4 << 20)).expect("open");
+    let mut w = db.begin_write().expect("begin");
+    let users = w.create_table("users").expect("create");
+    let log = w.create_table("log").expect("create");
+    assert!(matches!(
+        w.create_table("users"),
+        Err(Error::TableExists { .. })
+    ));
+    w.put(b"k", b"default").expect("put");
+    w.table(&users).put(b"k", b"users").expect("put");
+    w.table(&log).put(b"k", b"log").expect("put");
+    assert_eq!(
+        w.table(&users).get(b"k").expect("get"),
+        Some(b"users".to_vec())
+    );
+    w.commit().expect("commit");
+    let r = db.begin_read().expect("read");
+    assert_eq!(names(&r), ["log", "users"]);
+    let u = r.open_table("users").expect("open");
+    assert_eq!(u.id(), users.id());
+    assert_eq!(r.get(b"k").expect("get"), Some(b"default".to_vec()));
+    assert_eq!(r.table(&u).get(b"k").expect("get"), Some(b"users".to_vec()));
+    let all: Vec<_> = r.table(&log).prefix(b"").collect();
+    assert_eq!(all.len(), 1);
+    drop(r);
+    let mut w = db.begin_write().expect("begin");
+    w.rename_table("log", "audit").expect("rename");
+    w.table(&log)
+        .put(b"k2", b"via the old handle")
+        .expect("put");
+    w.commit().expect("commit");
+    db.close().expect("close");
+
+    let db = Database::open(dir.path(), common::unsynced(4 << 20)).expect("reopen");
+    let r = db.begin_read().expect("read");
+    assert_eq!(names(&r), ["audit", "users"]);
+    assert!(matches!(
+        r.open_table("log"),
+        Err(Error::TableNotFound { .. })
+    ));
+    let audit = r.open_table("audit").expect("open");
+    assert_eq!(audit.id(), log.id(), "a rename keeps the id");
+    let kv: Vec<_> = r
+        .table(&audit)
+        .prefix(b"")
+        .map(|e| e.expect("entry"))
+        .collect();
+    assert_eq!(kv.len(), 2);
+    drop(r);
+    let mut w = db.begin_write().expect("begin");
+    w.drop_table("audit").expect("drop");
+    assert!(matches!(
+        w.open_table("audit"),
+        Err(Error::TableNotFound { .. })
+    ));
+    w.commit().expect("commit");
+    let r = db.begin_read().expect("read");
+    assert_eq!(names(&r), ["users"]);
+    assert!(matches!(
+        r.table(&audit).get(b"k"),
+        Err(Error::TableNotVisible { .. })
+    ));
+    drop(r);
+    let report = db.check().expect("check");
+    assert!(report.keys >= 2, "{report:?}");
+    db.close().expect("close");
+    let db = Database::open(dir.path(), common::unsynced(4 << 20)).expect("reopen");
+    assert_eq!(names(&db.begin_read().expect("read")), ["users"]);
+    db.check().expect("check");
+}
+
+/// A transaction that creates, writes and drops tables and does not commit
+/// leaves nothing: no name, no id reused, no pages.
+#[test]
+fn ddl_of_a_transaction_that_does_not_commit_never_happened() {
+    let dir = common::scratch();
+    let db = Database::open(dir.path(), common::unsynced(4 << 20)).expect("open");
+    let mut w = db.begin_write().expect("begin");
+    let kept = w.create_table("kept").expect("create");
+    w.table(&kept).put(b"a", b"1").expect("put");
+    w.commit().expect("commit");
+    let mut w = db.begin_write().expect("begin");
+    let t = w.create_table("ghost").expect("create");
+    w.table(&t).put(b"a", b"1").expect("put");
+    w.drop_table("kept").expect("drop");
+    w.abort();
+    let r = db.begin_read().expect("read");
+    assert_eq!(names(&r), ["kept"]);
+    assert_eq!(r.table(&kept).get(b"a").expect("get"), Some(b"1".to_vec()));
+    assert!(matches!(
+        r.table(&t).get(b"a"),
+        Err(Error::TableNotVisible { .. })
+    ));
+    drop(r);
+    let mut w = db.begin_write().expect("begin");
+    assert!(matches!(
+        w.table(&t).put(b"b", b"2"),
+        Err(Error::TableNotVisible { .. })
+    ));
+    let again = w.create_table("ghost").expect("the name is free");
+    assert!(again.id() > t.id(), "ids are never reused");
+    w.commit().expect("commit");
+    db.check().expect("check");
+}
+
+/// The same key bytes in two tables are two keys: writers of each do not
+/// wait for, or conflict with, each other, under either isolation.
+#[test]
+fn the_same_key_in_two_tables_neither_locks_nor_conflicts() {
+    let dir = common::scratch();
+    let db = Database::open(dir.path(), common::unsynced(4 << 20)).expect("open");
+    let mut w = db.begin_write().expect("begin");
+    let a = w.create_table("a").expect("create");
+    let b = w.create_table("b").expect("create");
+    w.commit().expect("commit");
+    for isolation in [Isolation::Serializable, Isolation::Snapshot] {
+        let k = format!("{isolation:?}").into_bytes();
+        let k = k.as_slice();
+        let opts = WriteOptions {
+            isolation,
+            lock_timeout: std::time::Duration::from_millis(50),
+            ..WriteOptions::default()
+        };
+        let mut t1 = db.begin_write_with(&opts).expect("begin");
+        let mut t2 = db.begin_write_with(&opts).expect("begin");
+        assert_eq!(t1.table(&a).get_for_update(k).expect("lock"), None);
+        t2.table(&b)
+            .put(k, b"b")
+            .expect("another table's key is free");
+        t2.put(k, b"default").expect("so is the default keyspace's");
+        t1.table(&a).put(k, b"a").expect("put");
+        t2.commit().expect("commit");
+        t1.commit().expect("no conflict");
+        let r = db.begin_read().expect("read");
+        assert_eq!(r.table(&a).get(k).expect("get"), Some(b"a".to_vec()));
+        assert_eq!(r.table(&b).get(k).expect("get"), Some(b"b".to_vec()));
+        assert_eq!(r.get(k).expect("get"), Some(b"default".to_vec()));
+    }
+}
+
+/// A handle is of one open database: used in another (or in the same one
+/// opened again) it is refused, never read through.
+#[test]
+fn a_handle_of_another_open_database_is_refused() {
+    let (d1, d2) = (common::scratch(), common::scratch());
+    let one = Database::open(d1.path(), common::unsynced(4 << 20)).expect("open");
+    let two = Database::open(d2.path(), common::unsynced(4 << 20)).expect("open");
+    let mut w = one.begin_write().expect("begin");
+    let t = w.create_table("t").expect("create");
+    w.table(&t).put(b"k", b"v").expect("put");
+    w.commit().expect("commit");
+    let mut w = two.begin_write().expect("begin");
+    assert!(matches!(
+        w.table(&t).put(b"k", b"v"),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        w.table(&t).get(b"k"),
+        Err(Error::InvalidArgument(_))
+    ));
+    let r = two.begin_read().expect("read");
+    assert!(matches!(
+        r.table(&t).get(b"k"),
+        Err(Error::InvalidArgument(_))
+    ));
+    drop((w, r));
+    one.close().expect("close");
+    let one = Database::open(d1.path(), common::unsynced(4 << 20)).expect("reopen");
+    let r = one.begin_read().expect("read");
+    assert!(matches!(
+        r.table(&t).get(b"k"),
+        Err(Error::InvalidArgument(_))
+    ));
+    let t = r.open_table("t").expect("by name");
+    assert_eq!(r.table(&t).get(b"k").expect("get"), Some(b"v".to_vec()));
+}
+
+/// A snapshot keeps reading a table dropped after it, whole; a newer one
+/// does not see it; a transaction that wrote it and commits after the
+/// drop is refused with a retryable conflict.
+#[test]
+fn a_drop_is_seen_as_of_its_commit() {
+    let dir = common::scratch();
+    let db = Database::open(dir.path(), common::unsynced(4 << 20)).expect("open");
+    let mut w = db.begin_write().expect("begin");
+    let t = w.create_table("t").expect("create");
+    for i in 0..2000u32 {
+        w.table(&t).put(&i.to_le_bytes(), &[7; 50]).expect("put");
+    }
+    w.commit().expect("commit");
+    let old = db.begin_read().expect("read");
+    let mut writer = db.begin_write().expect("begin");
+    writer.table(&t).put(b"late", b"x").expect("put");
+    let mut d = db.begin_write().expect("begin");
+    d.drop_table("t").expect("drop");
+    d.commit().expect("commit");
+    let err = writer.commit().expect_err("the table is gone");
+    assert!(err.is_retryable(), "{err}");
+    let new = db.begin_read().expect("read");
+    assert!(matches!(
+        new.open_table("t"),
+        Err(Error::TableNotFound { .. })
+    ));
+    assert!(matches!(
+        new.table(&t).get(&0u32.to_le_bytes()),
+        Err(Error::TableNotVisible { .. })
+    ));
+    assert_eq!(old.open_table("t").expect("old snapshot").id(), t.id());
+    let n = old.table(&t).prefix(b"").count();
+    assert_eq!(n, 2000, "the old snapshot reads it whole");
+}
+
+/// One transaction writes ten tables and the default keyspace; a power cut
+/// at every point of its commit leaves all of it or none, and the catalog
+/// and pages check clean.
+#[test]
+fn a_commit_across_ten_tables_survives_a_power_cut_whole_or_not_at_all() {
+    let path = Path::new("/sim/db");
+    let mut saw = [false; 2];
+    for after in 1..80u64 {
+        let disk = SimStorage::new();
+        let db = Database::open_with(disk.clone(), path, sim_opts()).expect("open");
+        let mut w = db.begin_write().expect("begin");
+        let tables: Vec<_> = (0..10)
+            .map(|i| w.create_table(&format!("t{i}")).expect("create"))
+            .collect();
+        w.commit().expect("commit");
+        disk.power_fail_after(after);
+        let mut w = db.begin_write().expect("begin");
+        for (i, t) in tables.iter().enumerate() {
+            for k in 0..20u32 {
+                w.table(t)
+                    .put(&k.to_le_bytes(), &[i as u8; 300])
+                    .expect("put");
+            }
+        }
+        w.put(b"marker", b"1").expect("put");
+        let committed = w.commit().is_ok();
+        std::mem::forget(db);
+        disk.crash(after);
+        let db = Database::open_with(disk.clone(), path, sim_opts()).expect("reopen");
+        let r = db.begin_read().expect("read");
+        let marker = r.get(b"marker").expect("get").is_some();
+        if committed {
+            assert!(marker, "after {after}: an acknowledged commit survives");
+        }
+        saw[usize::from(marker)] = true;
+        assert_eq!(names(&r).len(), 10, "after {after}");
+        for i in 0..tables.len() {
+            let t = r.open_table(&format!("t{i}")).expect("open");
+            let n = r.table(&t).prefix(b"").count();
+            assert_eq!(n, if marker { 20 } else { 0 }, "after {after}: table {i}");
+        }
+        drop(r);
+        db.check().expect("check");
+    }
+    assert_eq!(saw, [true, true], "cuts fell before and after the commit");
+}
+
+/// Fills table `name` of `db` with `n` keys (every tenth value long enough
+/// for an overflow chain), in transactions of 200.
+fn fill<S: directkv::internals::io::Storage>(db: &Database<S>, name: &str, n: u32) {
+    let mut w = db.begin_write().expect("begin");
+    let t = match w.open_table(name) {
+        Ok(t) => t,
+        Err(_) => w.create_table(name).expect("create"),
+    };
+    w.commit().expect("commit");
+    for chunk in (0..n).collect::<Vec<_>>().chunks(200) {
+        let mut w = db.begin_write().expect("begin");
+        for &i in chunk {
+            let len = if i % 10 == 0 { 6000 } else { 200 };
+            w.table(&t)
+                .put(&i.to_le_bytes(), &vec![i as u8; len])
+                .expect("put");
+        }
+        w.commit().expect("commit");
+    }
+}
+
+/// Runs commits until the dropped tables' pages are all free (each commit
+/// runs a step without background threads); returns how many it took.
+fn commit_until_freed<S: directkv::internals::io::Storage>(db: &Database<S>) -> u32 {
+    for n in 0..10_000 {
+        if db.stats().tables.dropped == 0 {
+            return n;
+        }
+        let mut w = db.begin_write().expect("begin");
+        w.put(b"tick", &n.to_le_bytes()).expect("put");
+        w.commit().expect("commit");
+    }
+    panic!("the dropped tables were never freed");
+}
+
+/// A dropped table's pages go back to the free list in bounded steps once
+/// no snapshot older than the drop is left, and a table filled after it
+/// reuses them: the file does not grow.
+#[test]
+fn a_dropped_table_is_freed_in_steps_after_its_last_snapshot_and_reused() {
+    let path = Path::new("/sim/db");
+    let disk = SimStorage::new();
+    let db = Database::open_with(disk.clone(), path, sim_opts()).expect("open");
+    fill(&db, "big", 3000);
+    let full = db.check().expect("check");
+    let old = db.begin_read().expect("a snapshot before the drop");
+    let mut w = db.begin_write().expect("begin");
+    w.drop_table("big").expect("drop");
+    w.commit().expect("commit");
+    for i in 0..20u32 {
+        let mut w = db.begin_write().expect("begin");
+        w.put(b"tick", &i.to_le_bytes()).expect("put");
+        w.commit().expect("commit");
+    }
+    assert_eq!(
+        db.stats().tables.dropped_pages_freed,
+        0,
+        "the old snapshot reads it"
+    );
+    let big = old.open_table("big").expect("open");
+    assert_eq!(old.table(&big).prefix(b"").count(), 3000);
+    drop(old);
+    let steps = commit_until_freed(&db);
+    let st = db.stats();
+    assert!(steps > 3, "freed in steps, not at once: {steps}");
+    assert!(st.tables.dropped_pages_freed >= full.tree_pages + full.overflow_pages - 4);
+    let after = db.check().expect("check");
+    assert_eq!(after.tables, 0);
+    assert!(
+        after.free_pages >= full.tree_pages + full.overflow_pages - 4,
+        "{after:?}"
+    );
+    fill(&db, "again", 3000);
+    let refilled = db.check().expect("check");
+    assert!(
+        refilled.pages <= full.pages + 8,
+        "the free pages are reused: {} then {}",
+        full.pages,
+        refilled.pages
+    );
+}
+
+/// A power cut at any point while a dropped table is being freed leaves a
+/// database that checks clean and finishes freeing it after reopening.
+#[test]
+fn freeing_a_dropped_table_survives_a_power_cut_at_every_point() {
+    let path = Path::new("/sim/db");
+    let mut mid = 0;
+    for after in (1..400u64).step_by(7) {
+        let disk = SimStorage::new();
+        let db = Database::open_with(disk.clone(), path, sim_opts()).expect("open");
+        fill(&db, "big", 1000);
+        let mut w = db.begin_write().expect("begin");
+        w.drop_table("big").expect("drop");
+        w.commit().expect("commit");
+        disk.power_fail_after(after);
+        for i in 0..200u32 {
+            let Ok(mut w) = db.begin_write() else { break };
+            let _ = w.put(b"tick", &i.to_le_bytes());
+            if w.commit().is_err() {
+                break;
+            }
+        }
+        let st = db.stats();
+        mid += usize::from(st.tables.dropped_pages_freed > 0 && st.tables.dropped > 0);
+        std::mem::forget(db);
+        disk.crash(after);
+        let db = Database::open_with(disk.clone(), path, sim_opts()).expect("reopen");
+        db.check().unwrap_or_else(|e| panic!("after {after}: {e}"));
+        let r = db.begin_read().expect("read");
+        assert!(matches!(
+            r.open_table("big"),
+            Err(Error::TableNotFound { .. })
+        ));
+        drop(r);
+        commit_until_freed(&db);
+        let report = db.check().expect("check");
+        assert_eq!(report.tables, 0, "after {after}");
+    }
+    assert!(mid >= 3, "{mid} cuts fell while the table was being freed");
+}
