@@ -413,3 +413,195 @@ fn freeing_a_dropped_table_survives_a_power_cut_at_every_point() {
     }
     assert!(mid >= 3, "{mid} cuts fell while the table was being freed");
 }
+
+/// Moves money between accounts spread over ten tables, from several
+/// threads, while readers sum every table in one snapshot: each sum is the
+/// total, and so is the last one.
+#[test]
+fn a_snapshot_across_ten_tables_is_one_consistent_cut() {
+    let dir = common::scratch();
+    let db = Database::open(dir.path(), common::unsynced(8 << 20)).expect("open");
+    const ACCOUNTS: u32 = 50;
+    let mut w = db.begin_write().expect("begin");
+    for t in 0..10 {
+        let table = w.create_table(&format!("bank{t}")).expect("create");
+        for a in 0..ACCOUNTS {
+            w.table(&table)
+                .put(&a.to_le_bytes(), &100u64.to_le_bytes())
+                .expect("put");
+        }
+    }
+    w.commit().expect("commit");
+    let total = 10 * u64::from(ACCOUNTS) * 100;
+    let sum = |r: &directkv::ReadTxn<'_>| -> u64 {
+        let mut s = 0;
+        for t in 0..10 {
+            let table = r.open_table(&format!("bank{t}")).expect("open");
+            for e in r.table(&table).prefix(b"") {
+                let (_, v) = e.expect("entry");
+                s += u64::from_le_bytes(v.try_into().expect("eight bytes"));
+            }
+        }
+        s
+    };
+    std::thread::scope(|s| {
+        for seed in 1..=3u64 {
+            let db = &db;
+            s.spawn(move || {
+                let mut x = seed;
+                let mut next = move |n: u64| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x % n
+                };
+                for _ in 0..300 {
+                    let (ta, tb) = (next(10), next(10));
+                    let (ka, kb) = (
+                        (next(50) as u32).to_le_bytes(),
+                        (next(50) as u32).to_le_bytes(),
+                    );
+                    let r = db.transaction(&WriteOptions::default(), |w| {
+                        let a = w.open_table(&format!("bank{ta}"))?;
+                        let b = w.open_table(&format!("bank{tb}"))?;
+                        let va = w.table(&a).get_for_update(&ka)?.expect("account");
+                        let va = u64::from_le_bytes(va.try_into().expect("eight"));
+                        if va == 0 || (ta, ka) == (tb, kb) {
+                            return Ok(());
+                        }
+                        let vb = w.table(&b).get_for_update(&kb)?.expect("account");
+                        let vb = u64::from_le_bytes(vb.try_into().expect("eight"));
+                        w.table(&a).put(&ka, &(va - 1).to_le_bytes())?;
+                        w.table(&b).put(&kb, &(vb + 1).to_le_bytes())
+                    });
+                    r.expect("a transfer commits or is retried");
+                }
+            });
+        }
+        for _ in 0..2 {
+            let db = &db;
+            s.spawn(move || {
+                for _ in 0..40 {
+                    let r = db.begin_read().expect("read");
+                    assert_eq!(sum(&r), total, "one snapshot sums to the total");
+                }
+            });
+        }
+    });
+    assert_eq!(sum(&db.begin_read().expect("read")), total);
+    db.check().expect("check");
+}
+
+/// Ten thousand tables in one database: created, listed, written one by
+/// one, reopened and dropped.
+#[test]
+fn ten_thousand_tables_are_created_listed_written_and_dropped() {
+    let dir = common::scratch();
+    let db = Database::open(dir.path(), common::unsynced(16 << 20)).expect("open");
+    const N: u32 = 10_000;
+    for chunk in 0..10 {
+        let mut w = db.begin_write().expect("begin");
+        for i in chunk * 1000..(chunk + 1) * 1000 {
+            w.create_table(&format!("t{i:05}")).expect("create");
+        }
+        w.commit().expect("commit");
+    }
+    let r = db.begin_read().expect("read");
+    let all = r.list_tables().expect("list");
+    assert_eq!(all.len(), N as usize);
+    assert_eq!(all[1234].name, "t01234");
+    drop(r);
+    for i in (0..N).step_by(7) {
+        let mut w = db.begin_write().expect("begin");
+        let t = w.open_table(&format!("t{i:05}")).expect("open");
+        w.table(&t).put(b"k", &i.to_le_bytes()).expect("put");
+        w.commit().expect("commit");
+    }
+    assert_eq!(db.stats().tables.tables, u64::from(N));
+    db.close().expect("close");
+    let db = Database::open(dir.path(), common::unsynced(16 << 20)).expect("reopen");
+    let r = db.begin_read().expect("read");
+    let t = r.open_table("t09996").expect("open");
+    assert_eq!(
+        r.table(&t).get(b"k").expect("get"),
+        Some(9996u32.to_le_bytes().to_vec())
+    );
+    drop(r);
+    let mut w = db.begin_write().expect("begin");
+    for i in 0..N / 2 {
+        w.drop_table(&format!("t{i:05}")).expect("drop");
+    }
+    w.commit().expect("commit");
+    let report = db.check().expect("check");
+    assert!(report.tables >= u64::from(N / 2), "{report:?}");
+    assert_eq!(
+        db.begin_read()
+            .expect("read")
+            .list_tables()
+            .expect("list")
+            .len(),
+        5000
+    );
+}
+
+/// A backup carries the tables, and a point-in-time restore cuts DDL as it
+/// cuts writes: before a create the table is not there, after a drop it is
+/// gone, in between it holds what was committed.
+#[test]
+fn backups_and_point_in_time_restores_carry_tables() {
+    let root = common::scratch();
+    let (db_dir, archive, backup) = (
+        root.path().join("db"),
+        root.path().join("archive"),
+        root.path().join("backup"),
+    );
+    let opts = Options {
+        wal_segment_bytes: 64 << 10,
+        checkpoint_wal_bytes: 256 << 10,
+        wal_archive: Some(archive.clone()),
+        ..common::unsynced(4 << 20)
+    };
+    let db = Database::open(&db_dir, opts).expect("open");
+    let mut w = db.begin_write().expect("begin");
+    let a = w.create_table("a").expect("create");
+    w.table(&a).put(b"k", b"a1").expect("put");
+    w.commit().expect("commit");
+    db.backup(&backup, &directkv::BackupOptions::default())
+        .expect("backup");
+    let mut w = db.begin_write().expect("begin");
+    let b = w.create_table("b").expect("create");
+    w.table(&b).put(b"k", b"b1").expect("put");
+    let created = w.commit_lsn().expect("commit");
+    let mut w = db.begin_write().expect("begin");
+    w.drop_table("a").expect("drop");
+    let dropped = w.commit_lsn().expect("commit");
+    for i in 0..200u32 {
+        let mut w = db.begin_write().expect("begin");
+        w.put(&(i % 20).to_le_bytes(), &[i as u8; 3000])
+            .expect("put");
+        w.commit().expect("commit");
+    }
+    db.checkpoint().expect("checkpoint");
+    db.close().expect("close");
+    let restore = |target: directkv::RestoreTarget, i: u32| -> Vec<String> {
+        let dest = root.path().join(format!("restored{i}"));
+        directkv::restore_backup_chain_to(&[&backup], &archive, target, &dest).expect("restore");
+        let db = Database::open(&dest, common::unsynced(4 << 20)).expect("open");
+        db.check().expect("check");
+        let r = db.begin_read().expect("read");
+        let got = names(&r);
+        for name in &got {
+            let t = r.open_table(name).expect("open");
+            let want = format!("{name}1").into_bytes();
+            assert_eq!(r.table(&t).get(b"k").expect("get"), Some(want));
+        }
+        got
+    };
+    use directkv::RestoreTarget::Lsn as At;
+    assert_eq!(restore(At(created), 0), ["a", "b"]);
+    assert_eq!(restore(At(dropped), 1), ["b"]);
+    assert_eq!(restore(directkv::RestoreTarget::End, 2), ["b"]);
+    let before = directkv::Lsn::new(created.get() - 1);
+    let early = restore(At(before), 3);
+    assert_eq!(early, ["a"]);
+}
