@@ -110,8 +110,8 @@ pub fn run(args: Args) -> Result<()> {
     print_recovery(&recovery, open_seconds);
     if let Some(c) = &report {
         println!(
-            "check: ok in {check_seconds:.2} s: {} keys, depth {}, {} pages ({} tree, {} overflow, {} free)",
-            c.keys, c.depth, c.pages, c.tree_pages, c.overflow_pages, c.free_pages
+            "check: ok in {check_seconds:.2} s: {} keys, {} tables, depth {}, {} pages ({} tree, {} overflow, {} free)",
+            c.keys, c.tables, c.depth, c.pages, c.tree_pages, c.overflow_pages, c.free_pages
         );
         print_files(c);
     } else {

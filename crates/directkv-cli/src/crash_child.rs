@@ -1,8 +1,10 @@
 //! `directkv crash-workload DIR`: the child of the real-process crash test. Its
 //! threads run bank transfers at once (the sum of all balances never
-//! changes), and each prints `acked T N` after its commit N returned, so a
-//! parent that kills it with SIGKILL knows exactly which commits were
-//! acknowledged.
+//! changes) between accounts spread over [`TABLES`] named tables, each
+//! transfer with its record and counter in the default keyspace, so every
+//! commit spans up to three trees; each thread prints `acked T N` after its
+//! commit N returned, so a parent that kills it with SIGKILL knows exactly
+//! which commits were acknowledged.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -31,7 +33,16 @@ pub struct Args {
 /// Threads the workload runs at most (each has a counter from the start).
 pub const THREADS_MAX: u64 = 8;
 
-fn key(a: u64) -> Vec<u8> {
+/// Named tables the accounts are spread over.
+pub const TABLES: u64 = 10;
+
+/// The table account `a` is in.
+pub fn table_name(a: u64) -> String {
+    format!("bank{}", a % TABLES)
+}
+
+/// Account `a`'s key in its table.
+pub fn key(a: u64) -> Vec<u8> {
     format!("acct{a:05}").into_bytes()
 }
 
@@ -59,10 +70,14 @@ pub fn run(args: Args) -> Result<()> {
         ..Options::default()
     };
     let db = Database::open(&args.dir, opts)?;
-    if db.begin_read()?.get(&key(0))?.is_none() {
+    if db.begin_read()?.get(&counter_key(0))?.is_none() {
         let mut w = db.begin_write()?;
+        let tables = (0..TABLES)
+            .map(|t| w.create_table(&table_name(t)))
+            .collect::<directkv::Result<Vec<_>>>()?;
         for a in 0..ACCOUNTS {
-            w.put(&key(a), &START_BALANCE.to_le_bytes())?;
+            let t = &tables[(a % TABLES) as usize];
+            w.table(t).put(&key(a), &START_BALANCE.to_le_bytes())?;
         }
         for t in 0..THREADS_MAX {
             w.put(&counter_key(t), &0u64.to_le_bytes())?;
@@ -105,14 +120,19 @@ fn transfers(db: &Database, t: u64) -> Result<()> {
         db.transaction(&WriteOptions::default(), |w| {
             // Snapshot reads, validated at commit: a lost update would show
             // as money made or lost.
-            let bal = |w: &directkv::WriteTxn<'_>, a| -> directkv::Result<i64> {
-                let v = w.get(&key(a))?.unwrap_or_default();
+            let (tf, tt) = (
+                w.open_table(&table_name(from))?,
+                w.open_table(&table_name(to))?,
+            );
+            let bal = |w: &mut directkv::WriteTxn<'_>, t, a| -> directkv::Result<i64> {
+                let v = w.table(t).get(&key(a))?.unwrap_or_default();
                 Ok(v.as_slice().try_into().map_or(i64::MIN, i64::from_le_bytes))
             };
-            let (f, to_bal) = (bal(w, from)?, bal(w, to)?);
+            let (f, to_bal) = (bal(w, &tf, from)?, bal(w, &tt, to)?);
             if from != to {
-                w.put(&key(from), &(f - amount).to_le_bytes())?;
-                w.put(&key(to), &(to_bal + amount).to_le_bytes())?;
+                w.table(&tf).put(&key(from), &(f - amount).to_le_bytes())?;
+                w.table(&tt)
+                    .put(&key(to), &(to_bal + amount).to_le_bytes())?;
             }
             w.put(&record_key(t, n), &[0xAB; 64])?;
             w.put(&counter_key(t), &(n + 1).to_le_bytes())

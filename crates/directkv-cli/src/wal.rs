@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use directkv::internals::io::OsStorage;
-use directkv::internals::wal::records::kind_name;
+use directkv::internals::wal::records::{decode, kind_name, Decoded};
 use directkv::internals::wal::{Record, WalReader};
 use directkv::Lsn;
 
@@ -107,8 +107,52 @@ fn check_from(mut reader: WalReader<OsStorage>, from: Lsn) -> Result<()> {
     Ok(())
 }
 
+/// What an engine record says, in a few words: its transaction and page,
+/// or the roots it leaves (the default keyspace's, and the catalog of named
+/// tables' where there is one); empty for other kinds.
+fn detail(rec: &Record) -> String {
+    // (root, page count, free-list head, catalog root)
+    let roots = |(root, pages, free, catalog): (u64, u64, u64, u64)| {
+        let catalog = match catalog {
+            0 => String::new(),
+            c => format!(" catalog {c}"),
+        };
+        format!("root {root} pages {pages} free {free}{catalog}")
+    };
+    match decode(rec.kind, &rec.payload, rec.lsn) {
+        None => String::new(),
+        Some(Err(e)) => format!("undecodable: {e}"),
+        Some(Ok(Decoded::Page(p))) => format!(
+            "txn {} page {}{}",
+            p.txn.get(),
+            p.page.get(),
+            if p.full { " full" } else { "" }
+        ),
+        Some(Ok(Decoded::Commit { txn, meta: m })) => {
+            let r = (
+                m.root.get(),
+                m.page_count,
+                m.freelist.get(),
+                m.catalog.get(),
+            );
+            format!("txn {} {}", txn.get(), roots(r))
+        }
+        Some(Ok(Decoded::Checkpoint { redo, meta: m })) => {
+            let r = (
+                m.root.get(),
+                m.page_count,
+                m.freelist.get(),
+                m.catalog.get(),
+            );
+            format!("redo {redo} {}", roots(r))
+        }
+        Some(Ok(Decoded::Abort { txn })) => format!("txn {}", txn.get()),
+    }
+}
+
 /// Prints one record as a JSON line or a text line.
 fn print_record(rec: &Record, name: &str, args: &DumpArgs) {
+    let detail = detail(rec);
     let head: String = rec
         .payload
         .iter()
@@ -119,6 +163,7 @@ fn print_record(rec: &Record, name: &str, args: &DumpArgs) {
         let mut line = serde_json::json!({
             "lsn": rec.lsn.get(), "lsn_text": rec.lsn.to_string(), "end": rec.end().get(),
             "kind": name, "kind_code": rec.kind, "length": rec.payload.len(), "crc": "ok",
+            "detail": detail,
         });
         if args.payload {
             line["payload_head"] = serde_json::Value::String(head);
@@ -126,14 +171,14 @@ fn print_record(rec: &Record, name: &str, args: &DumpArgs) {
         println!("{line}");
     } else if args.payload {
         println!(
-            "{:>18}  {:<14} len {:>8}  crc ok  {head}",
+            "{:>18}  {:<14} len {:>8}  crc ok  {detail}  {head}",
             rec.lsn.to_string(),
             name,
             rec.payload.len()
         );
     } else {
         println!(
-            "{:>18}  {:<14} len {:>8}  crc ok",
+            "{:>18}  {:<14} len {:>8}  crc ok  {detail}",
             rec.lsn.to_string(),
             name,
             rec.payload.len()
