@@ -276,7 +276,11 @@ impl KvSpec {
                 Some(p) if engine.family() == "directkv" => format!("{t}-p{p}"),
                 _ => t,
             });
-        let name = format!("{}-{}", engine.family(), tag.as_deref().unwrap_or("fill"));
+        let name = format!(
+            "{}-{}",
+            engine.data_name(),
+            tag.as_deref().unwrap_or("fill")
+        );
         let data_dir = self.dir.join(&name);
         let marker = self.dir.join(format!("{name}.loaded"));
         let loaded = tag.is_some()

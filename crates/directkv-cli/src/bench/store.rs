@@ -164,6 +164,9 @@ pub enum Engine {
         /// or seals only on close (`-no-seal`): the cost of the sealer
         /// thread, measured in one binary.
         seal: bool,
+        /// The workload in one named table among
+        /// [`own::BENCH_TABLES`] (`-table`), or in the default keyspace.
+        table: bool,
     },
     /// A peer engine, by its configuration name (see [`PEER_CONFIGS`]).
     Peer {
@@ -244,7 +247,7 @@ impl Engine {
     /// `lmdb`, `sqlite`; this engine's names take the suffixes
     /// `-no-readahead`, `-fifo`, one of
     /// `-uring`, `-threads`, `-no-aio`, `-whole-images`, `-serial`,
-    /// `-backup` and `-no-seal` (in that order when several).
+    /// `-backup`, `-no-seal` and `-table` (in that order when several).
     pub fn parse(name: &str) -> Result<Engine> {
         let (base, sync) = match name.split_once('/') {
             Some((b, s)) => (
@@ -253,6 +256,7 @@ impl Engine {
             ),
             None => (name, None),
         };
+        let (base, table) = suffix(base, "-table");
         let (base, without) = suffix(base, "-no-seal");
         let seal = !without;
         let (base, backup) = suffix(base, "-backup");
@@ -272,8 +276,14 @@ impl Engine {
         let scheduled = !without;
         let (base, without) = suffix(base, "-no-readahead");
         let readahead = !without;
-        let plain =
-            readahead && scheduled && aio.is_none() && compress && !serial && !backup && seal;
+        let plain = readahead
+            && scheduled
+            && aio.is_none()
+            && compress
+            && !serial
+            && !backup
+            && seal
+            && !table;
         Ok(match base {
             "direct" => Engine::Directkv {
                 direct: true,
@@ -285,6 +295,7 @@ impl Engine {
                 serial,
                 backup,
                 seal,
+                table,
             },
             "buffered" => Engine::Directkv {
                 direct: false,
@@ -296,6 +307,7 @@ impl Engine {
                 serial,
                 backup,
                 seal,
+                table,
             },
             peer if sync.is_none() && plain => match PEER_CONFIGS.iter().find(|p| p.0 == peer) {
                 Some(&(config, family, _)) => Engine::Peer { config, family },
@@ -311,6 +323,16 @@ impl Engine {
         match self {
             Engine::Directkv { .. } => "directkv",
             Engine::Peer { family, .. } => family,
+        }
+    }
+
+    /// The name of the configuration's loaded data set: its engine's,
+    /// apart for a workload in a named table (`-table`), whose database
+    /// holds the tables too.
+    pub fn data_name(&self) -> String {
+        match self {
+            Engine::Directkv { table: true, .. } => format!("{}-tables", self.family()),
+            _ => self.family().to_string(),
         }
     }
 
@@ -339,7 +361,7 @@ const CONFIG_NAMES: &str = "use direct, buffered, direct/METHOD (a WAL sync meth
      direct-no-readahead, direct-fifo, direct-uring, direct-threads, direct-no-aio, \
      direct-whole-images, direct-serial (one writer at a time), direct-backup (backups back to \
      back through the run, a full one then an increment of it), direct-no-seal (the log \
-     sealed only on close), rocksdb, rocksdb-direct, \
+     sealed only on close), direct-table (the workload in one of 10,000 named tables), rocksdb, rocksdb-direct, \
      rocksdb-tuned (sized to fit a memory budget), lmdb, sqlite, or for tpcb postgres \
      (also called pgbench)";
 
@@ -424,13 +446,15 @@ pub fn open(
     load: bool,
 ) -> Result<Box<dyn Store>> {
     match engine {
-        Engine::Directkv { backup, .. } => {
+        Engine::Directkv { backup, table, .. } => {
             let opts = directkv_options(engine, cache_bytes, tuning, load)?;
-            Ok(Box::new(DirectkvStore {
-                db: Database::open(dir, opts)?,
-                backup: *backup && !load,
-                dir: dir.to_path_buf(),
-            }))
+            let db = Database::open(dir, opts)?;
+            Ok(Box::new(DirectkvStore::new(
+                db,
+                *table,
+                *backup && !load,
+                dir,
+            )?))
         }
         Engine::Peer { config, .. } => match registered_peer(config) {
             Some(peer) => (peer.open)(config, dir, cache_bytes, load),
@@ -441,178 +465,8 @@ pub fn open(
     }
 }
 
-/// This engine.
-pub struct DirectkvStore {
-    db: Database,
-    /// Take backups through the run ([`Store::backups`]).
-    backup: bool,
-    /// The database directory (backups go beside it).
-    dir: PathBuf,
-}
-
-struct DirectkvTxn<'t, 'db> {
-    w: &'t mut directkv::WriteTxn<'db>,
-}
-
-impl TxnOps for DirectkvTxn<'_, '_> {
-    fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        Ok(self.w.get(key)?)
-    }
-    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
-        Ok(self.w.put(key, value)?)
-    }
-    fn get_for_update(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        Ok(self.w.get_for_update(key)?)
-    }
-}
-
-impl Store for DirectkvStore {
-    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        Ok(self.db.begin_read()?.get(key)?)
-    }
-
-    fn scan(
-        &self,
-        from: &[u8],
-        to: &[u8],
-        limit: usize,
-        visit: &mut dyn FnMut(&[u8], &[u8]),
-    ) -> Result<usize> {
-        let r = self.db.begin_read()?;
-        visit_entries(r.range(from..to), limit, visit)
-    }
-
-    fn transact(&self, body: &mut dyn FnMut(&mut dyn TxnOps) -> Result<()>) -> Result<()> {
-        // The engine runs the body again on a conflict or a deadlock; an
-        // error of the bench's own (not the engine's) ends it, kept here.
-        let mut own: Option<anyhow::Error> = None;
-        let r = self.db.transaction(&WriteOptions::default(), |w| {
-            match body(&mut DirectkvTxn { w }) {
-                Ok(()) => Ok(()),
-                Err(e) => match e.downcast::<directkv::Error>() {
-                    Ok(engine) => Err(engine),
-                    Err(e) => {
-                        own = Some(e);
-                        Err(directkv::Error::InvalidArgument(
-                            "the bench's body failed".into(),
-                        ))
-                    }
-                },
-            }
-        });
-        match (r, own) {
-            (_, Some(e)) => Err(e),
-            (r, None) => Ok(r?),
-        }
-    }
-
-    fn finish_load(&self) -> Result<()> {
-        Ok(self.db.checkpoint()?)
-    }
-
-    fn stats(&self) -> serde_json::Value {
-        let s = self.db.stats();
-        let mut v = serde_json::to_value(&s).unwrap_or_default();
-        let hits = s.cache_hits as f64;
-        let total = (s.cache_hits + s.cache_misses).max(1) as f64;
-        if let Some(o) = v.as_object_mut() {
-            o.insert("cache_hit_ratio".into(), (hits / total).into());
-        }
-        v
-    }
-
-    fn backups(&self, done: &AtomicBool) -> Result<Option<BackupLoad>> {
-        if !self.backup {
-            return Ok(None);
-        }
-        let mut load = BackupLoad::default();
-        // A full backup, then an increment of it, in turn; side by side, so
-        // the increment finds its parent's chain.
-        let full = self.dir.with_extension("backup");
-        let increment = self.dir.with_extension("backup-incr");
-        let mut parent_began = None;
-        // Until the run ends; then an increment of the last full backup if
-        // none was taken (the foreground has stopped, so only its size is
-        // measured).
-        while !done.load(Ordering::Acquire) || (parent_began.is_some() && load.increments == 0) {
-            let began = std::time::Instant::now();
-            let (dest, opts) = match parent_began {
-                Some(_) => (
-                    &increment,
-                    directkv::BackupOptions {
-                        incremental_from: Some(full.clone()),
-                        ..directkv::BackupOptions::default()
-                    },
-                ),
-                None => (&full, directkv::BackupOptions::default()),
-            };
-            if parent_began.is_none() {
-                remove_dir_if_there(&increment)?;
-            }
-            remove_dir_if_there(dest)?;
-            let r = self.db.backup(dest, &opts)?;
-            let (_, cached) = super::sys::dir_size_and_cached(dest);
-            load.completed += 1;
-            load.seconds += r.micros as f64 / 1e6;
-            load.bytes += r.data_bytes + r.wal_bytes;
-            load.cached_bytes_max = load.cached_bytes_max.max(cached);
-            load.pages_reread += r.pages_reread + r.pages_covered_by_log;
-            parent_began = match parent_began {
-                Some(p) => {
-                    load.increments += 1;
-                    load.increment_data_bytes = r.data_bytes;
-                    load.increment_pages = r.pages_copied;
-                    load.increment_deltas = r.pages_as_deltas;
-                    load.increment_after_seconds = began.duration_since(p).as_secs_f64();
-                    None
-                }
-                None => {
-                    load.data_bytes = r.data_bytes;
-                    Some(began)
-                }
-            };
-        }
-        remove_dir_if_there(&full)?;
-        remove_dir_if_there(&increment)?;
-        Ok(Some(load))
-    }
-
-    fn hold_snapshot(&self, done: &AtomicBool) -> Result<Option<SnapshotHold>> {
-        let started = std::time::Instant::now();
-        let before = self.db.stats().snapshots.snapshots_too_old;
-        let r = self.db.begin_read()?;
-        let first = r.range::<std::ops::RangeFull>(..).next().transpose()?;
-        let mut peak = 0;
-        while !done.load(Ordering::Acquire) {
-            peak = peak.max(self.db.stats().snapshots.version_store_bytes);
-            std::thread::sleep(HOLD_SAMPLE);
-        }
-        let last = r.range::<std::ops::RangeFull>(..).next().transpose();
-        let outcome = match last {
-            Ok(last) if last == first => "kept",
-            Err(directkv::Error::SnapshotTooOld { .. }) => "too_old",
-            Ok(_) => bail!("a held snapshot read a different first entry"),
-            Err(e) => return Err(e.into()),
-        };
-        let s = self.db.stats().snapshots;
-        Ok(Some(SnapshotHold {
-            held_seconds: started.elapsed().as_secs_f64(),
-            outcome: outcome.into(),
-            version_store_peak_bytes: peak,
-            version_store_cap_bytes: s.version_store_cap_bytes,
-            snapshots_too_old: s.snapshots_too_old - before,
-        }))
-    }
-}
-
-fn remove_dir_if_there(dir: &Path) -> Result<()> {
-    match std::fs::remove_dir_all(dir) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            Err(anyhow::Error::new(e).context(format!("remove {}", dir.display())))
-        }
-        _ => Ok(()),
-    }
-}
+mod own;
+pub use own::DirectkvStore;
 
 #[cfg(test)]
 mod tests {
@@ -635,6 +489,7 @@ mod tests {
                     serial: true,
                     backup: false,
                     seal: true,
+                    table: false,
                 }
             ),
             "{e:?}"
@@ -644,6 +499,14 @@ mod tests {
             Ok(Engine::Directkv {
                 direct: false,
                 seal: true,
+                ..
+            })
+        ));
+        assert!(matches!(
+            Engine::parse("direct-no-seal-table"),
+            Ok(Engine::Directkv {
+                seal: false,
+                table: true,
                 ..
             })
         ));
