@@ -208,13 +208,9 @@ pub(super) fn classify<S: Storage>(
             .and_then(|v| <[u8; 8]>::try_from(v.as_slice()).ok())
             .map_or(0, u64::from_le_bytes),
     };
-    let mut got = BTreeMap::new();
-    for e in r.range::<std::ops::RangeFull>(..) {
-        match e {
-            Ok((k, v)) => got.insert(k, v),
-            Err(_) => return Ok(Outcome::Detected),
-        };
-    }
+    let Ok(got) = super::run::tables::read_all(&r) else {
+        return Ok(Outcome::Detected);
+    };
     if next > acked || got != expect(next) {
         return Err(format!(
             "the state is not the one after commit {next} ({acked} acknowledged)"

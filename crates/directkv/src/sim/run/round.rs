@@ -11,7 +11,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{differing_keys, model, random_txn, Txn};
+use super::{differing_keys, model, random_txn, tables, Txn};
 use crate::db::{Database, Isolation, ReadTxn, WriteOptions, WriteTxn};
 use crate::error::Error;
 use crate::io::Storage;
@@ -30,11 +30,9 @@ fn check_snapshot<S: Storage>(r: &ReadTxn<'_, S>, log: &[Txn], upto: u64) -> Res
         "a snapshot began after a commit of the log"
     );
     let expect = model(log, upto);
-    let mut got = BTreeMap::new();
-    for e in r.range::<std::ops::RangeFull>(..) {
-        let Ok((k, v)) = e else { return Ok(()) };
-        got.insert(k, v);
-    }
+    let Ok(got) = tables::read_all(r) else {
+        return Ok(());
+    };
     if got != expect {
         let diff = differing_keys(&expect, &got);
         return Err(format!(
@@ -204,14 +202,13 @@ fn step<S: Storage>(
         return Ok(Step::Go);
     }
     let (k, v) = o.plan.pop().expect("a planned write");
-    let r = match &v {
-        Some(v) => o.w.put(&k, v),
-        None => o.w.delete(&k),
-    };
-    match r {
-        Ok(()) => o.done.push((k, v)),
-        // Another logical thread holds the key: this write is skipped.
-        Err(Error::LockTimeout { .. }) => {}
+    match tables::apply(&mut o.w, &k, &v) {
+        Ok(true) => o.done.push((k, v)),
+        // A drop of a table that is not there: nothing done.
+        Ok(false) => {}
+        // Another logical thread holds the key (or the table's name, or
+        // created the table since this one's snapshot): skipped.
+        Err(Error::LockTimeout { .. } | Error::TableExists { .. }) => {}
         // Refused (under Snapshot, a key changed since its snapshot): the
         // transaction ends with nothing of it applied.
         Err(e) if e.is_retryable() => {
