@@ -113,6 +113,7 @@ pub fn run(args: Args) -> Result<()> {
             "check: ok in {check_seconds:.2} s: {} keys, {} tables, depth {}, {} pages ({} tree, {} overflow, {} free)",
             c.keys, c.tables, c.depth, c.pages, c.tree_pages, c.overflow_pages, c.free_pages
         );
+        print_tables(c);
         print_files(c);
     } else {
         for path in &stats.readable_by_others {
@@ -123,6 +124,28 @@ pub fn run(args: Args) -> Result<()> {
         println!("checkpointed: the next open replays nothing");
     }
     Ok(())
+}
+
+/// Tables shown by name at most; `--json` lists every one.
+const TABLES_SHOWN: usize = 20;
+
+/// The named tables, the largest first (at most [`TABLES_SHOWN`]).
+fn print_tables(c: &directkv::CheckReport) {
+    let mut t: Vec<_> = c.table_details.iter().collect();
+    t.sort_by_key(|t| std::cmp::Reverse(t.pages));
+    for t in t.iter().take(TABLES_SHOWN) {
+        let name = if t.dropped { "(dropped)" } else { &t.name };
+        println!(
+            "table {name} (id {}): {} keys, {} pages",
+            t.id, t.keys, t.pages
+        );
+    }
+    if t.len() > TABLES_SHOWN {
+        println!(
+            "... and {} more tables (--json lists them)",
+            t.len() - TABLES_SHOWN
+        );
+    }
 }
 
 /// The modes and owners of the database's files, then a warning for each

@@ -605,3 +605,47 @@ fn backups_and_point_in_time_restores_carry_tables() {
     let early = restore(At(before), 3);
     assert_eq!(early, ["a"]);
 }
+
+/// `check` reports each table's keys and pages by name, a dropped one's
+/// until it is freed, and the totals add up.
+#[test]
+fn check_reports_each_table() {
+    let dir = common::scratch();
+    let opts = Options {
+        background_threads: false,
+        ..common::unsynced(4 << 20)
+    };
+    let db = Database::open(dir.path(), opts).expect("open");
+    let mut w = db.begin_write().expect("begin");
+    let a = w.create_table("a").expect("create");
+    let b = w.create_table("b").expect("create");
+    for i in 0..500u32 {
+        w.table(&a).put(&i.to_le_bytes(), &[1; 100]).expect("put");
+    }
+    w.table(&b).put(b"big", &[2; 20_000]).expect("put");
+    w.put(b"k", b"v").expect("put");
+    w.commit().expect("commit");
+    let report = db.check().expect("check");
+    let d = &report.table_details;
+    assert_eq!(d.len(), 2);
+    assert_eq!(
+        (d[0].name.as_str(), d[0].keys, d[0].dropped),
+        ("a", 500, false)
+    );
+    assert!(d[0].pages > 5, "{d:?}");
+    assert_eq!((d[1].name.as_str(), d[1].keys), ("b", 1));
+    assert!(d[1].pages >= 4, "the overflow chain is the table's: {d:?}");
+    assert_eq!(report.keys, 502);
+    let old = db.begin_read().expect("a snapshot keeps the dropped table");
+    let mut w = db.begin_write().expect("begin");
+    w.drop_table("a").expect("drop");
+    w.commit().expect("commit");
+    let report = db.check().expect("check");
+    let dropped = report
+        .table_details
+        .iter()
+        .find(|t| t.id == a.id())
+        .expect("a");
+    assert!(dropped.dropped && dropped.name.is_empty(), "{dropped:?}");
+    drop(old);
+}

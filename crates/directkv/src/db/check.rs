@@ -41,6 +41,8 @@ pub struct CheckReport {
     /// Named tables walked (those dropped whose pages are not all freed
     /// yet among them).
     pub tables: u64,
+    /// Each named table: its keys and pages, by id.
+    pub table_details: Vec<TableCheck>,
     /// Tree depth.
     pub depth: u64,
     /// The kind, mode and owner of the database directory, the WAL
@@ -51,6 +53,21 @@ pub struct CheckReport {
     /// Those the group or others may write (there only when the database
     /// was opened with `accept_writable_by_others`, or changed since).
     pub writable_by_others: Vec<std::path::PathBuf>,
+}
+
+/// One named table as the check found it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct TableCheck {
+    /// Its id.
+    pub id: u32,
+    /// Its name in the latest committed state (empty for a dropped table).
+    pub name: String,
+    /// Whether it was dropped (its pages not all freed yet).
+    pub dropped: bool,
+    /// Its keys.
+    pub keys: u64,
+    /// Its pages: tree and overflow.
+    pub pages: u64,
 }
 
 /// The walk's state: what it has claimed and what it found.
@@ -94,10 +111,8 @@ impl<S: Storage> Inner<S> {
             },
         };
         c.walk_tree(meta.root)?;
+        c.walk_overflows()?;
         c.walk_tables(meta.catalog)?;
-        for (first, len) in std::mem::take(&mut c.overflow) {
-            c.walk_overflow(first, len)?;
-        }
         c.walk_free_list(meta.freelist)?;
         c.account()?;
         // Reported, not refused: the database is open already.
@@ -163,7 +178,9 @@ impl<S: Storage> Checker<'_, S> {
         }
         let keys = self.report.keys;
         self.walk_tree(catalog)?;
+        self.walk_overflows()?;
         self.report.keys = keys;
+        let names = tables::names(&self.pages, catalog)?;
         let rows = tables::load(&self.pages, catalog)?.all()?;
         let held = registry.all()?;
         let row = |t: &Arc<TableState>| (t.id, t.root(), t.is_live());
@@ -174,10 +191,34 @@ impl<S: Storage> Checker<'_, S> {
             ));
         }
         for t in &held {
+            let (keys, pages) = (self.report.keys, self.seen.len());
             if let Some(root) = t.root() {
                 self.walk_tree(root)?;
+                self.walk_overflows()?;
             }
             self.report.tables += 1;
+            self.report.table_details.push(TableCheck {
+                id: t.id,
+                name: names.get(&t.id).cloned().unwrap_or_default(),
+                dropped: !t.is_live(),
+                keys: self.report.keys - keys,
+                pages: (self.seen.len() - pages) as u64,
+            });
+        }
+        let named = held.iter().filter(|t| t.is_live()).count();
+        if named != names.len() {
+            return Err(self.bad(
+                catalog,
+                format!("{} name rows for {named} live tables", names.len()),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Walks the overflow chains found so far.
+    fn walk_overflows(&mut self) -> Result<()> {
+        for (first, len) in std::mem::take(&mut self.overflow) {
+            self.walk_overflow(first, len)?;
         }
         Ok(())
     }

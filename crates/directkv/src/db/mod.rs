@@ -36,7 +36,7 @@ mod vitals;
 
 pub use crate::backup::archive::{ArchiveChange, ArchiveStats};
 pub use access::FileAccess;
-pub use check::CheckReport;
+pub use check::{CheckReport, TableCheck};
 pub use checkpoint::control::ControlFile;
 pub use checkpoint::run::WAL_HARD_LIMIT_FACTOR;
 pub use database::{Database, TRANSACTION_ATTEMPTS_MAX};

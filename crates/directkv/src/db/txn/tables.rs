@@ -334,6 +334,52 @@ impl Registry {
     }
 }
 
+/// Visits every row of the catalog rooted at `catalog` (0: none) whose
+/// key starts with the one byte `prefix`, in key order.
+fn scan_rows<P: Pages>(
+    pages: &P,
+    catalog: PageId,
+    prefix: u8,
+    mut visit: impl FnMut(Vec<u8>, Vec<u8>) -> Result<()>,
+) -> Result<()> {
+    if catalog == PageId::ZERO {
+        return Ok(());
+    }
+    let mut from = Bound::Included(vec![prefix]);
+    let hi = Bound::Excluded(vec![prefix + 1]);
+    loop {
+        let (batch, next) = tree::scan_forward(pages, catalog, &from, &hi)?;
+        for (k, v) in batch {
+            assert_eq!(k.first(), Some(&prefix), "a row of the prefix");
+            visit(k, v)?;
+        }
+        match next {
+            Some(b) => from = b,
+            None => return Ok(()),
+        }
+    }
+}
+
+/// The names of the catalog's tables as its name rows hold them (the
+/// latest committed), by id.
+///
+/// # Errors
+/// Page errors; [`Error::Corruption`] for a name row no build writes.
+pub(crate) fn names<P: Pages>(pages: &P, catalog: PageId) -> Result<HashMap<u32, String>> {
+    let mut names = HashMap::new();
+    scan_rows(pages, catalog, NAME_PREFIX[0], |k, v| {
+        let name = String::from_utf8_lossy(&k[1..]).into_owned();
+        let id = decode_name_value(&v, &name)?;
+        match names.insert(id, name) {
+            None => Ok(()),
+            Some(other) => Err(catalog_corruption(format!(
+                "table {id} has two names, {other:?} and another"
+            ))),
+        }
+    })?;
+    Ok(names)
+}
+
 /// Loads the registry of a database whose catalog is rooted at `catalog`
 /// (0: none), from the catalog's info rows.
 ///
@@ -341,22 +387,11 @@ impl Registry {
 /// Page errors; [`Error::Corruption`] for an info row no build writes.
 pub(crate) fn load<P: Pages>(pages: &P, catalog: PageId) -> Result<Registry> {
     let mut tables = Vec::new();
-    if catalog != PageId::ZERO {
-        // Every info row: from "i" up to "j".
-        let mut from = Bound::Included(INFO_PREFIX.to_vec());
-        let hi = Bound::Excluded(vec![INFO_PREFIX[0] + 1]);
-        loop {
-            let (batch, next) = tree::scan_forward(pages, catalog, &from, &hi)?;
-            for (k, v) in batch {
-                let (id, root, state) = decode_info(&k, &v)?;
-                tables.push((id, root.unwrap_or(PageId::ZERO), state == DROPPED));
-            }
-            match next {
-                Some(b) => from = b,
-                None => break,
-            }
-        }
-    }
+    scan_rows(pages, catalog, INFO_PREFIX[0], |k, v| {
+        let (id, root, state) = decode_info(&k, &v)?;
+        tables.push((id, root.unwrap_or(PageId::ZERO), state == DROPPED));
+        Ok(())
+    })?;
     assert!(
         tables.windows(2).all(|w| w[0].0 < w[1].0),
         "info rows are in id order, one per table"
