@@ -85,13 +85,11 @@ impl<S: Storage> Inner<S> {
 
     /// Named tables' figures.
     fn table_stats(&self) -> TableStats {
-        // Figures only: a poisoned registry (the database has failed) shows none.
-        let all = self.txns.tables.all().unwrap_or_default();
-        let dropped = all.iter().filter(|t| !t.is_live()).count() as u64;
-        assert!(dropped <= all.len() as u64);
+        let (all, dropped) = self.txns.tables.counts();
+        assert!(dropped <= all, "dropped tables are registered ones");
         TableStats {
-            tables: all.len() as u64 - dropped,
-            dropped,
+            tables: (all - dropped) as u64,
+            dropped: dropped as u64,
             dropped_pages_freed: (self.vitals.counters.dropped_pages_freed).load(Ordering::Relaxed),
         }
     }

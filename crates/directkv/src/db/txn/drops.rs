@@ -53,13 +53,16 @@ impl<S: Storage> Inner<S> {
             };
             self.free_step(&t)?;
         }
-        Ok(!self.txns.tables.dropped()?.is_empty())
+        Ok(self.txns.tables.counts().1 > 0)
     }
 
     /// A dropped table no live snapshot can read, if there is one.
     fn next_to_free(&self) -> Result<Option<Arc<TableState>>> {
-        let oldest = self.txns.versions.oldest_live()?;
         let dropped = self.txns.tables.dropped()?;
+        if dropped.is_empty() {
+            return Ok(None);
+        }
+        let oldest = self.txns.versions.oldest_live()?;
         Ok(dropped.into_iter().find(|t| {
             let at = t.dropped_at().expect("a dropped table has its drop's CSN");
             // A snapshot at `s` reads the table while `s < at`.

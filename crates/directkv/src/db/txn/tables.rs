@@ -33,7 +33,7 @@
 
 use std::collections::HashMap;
 use std::ops::Bound;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
 use crate::btree::tree::{self, Pages};
@@ -167,8 +167,9 @@ impl TableState {
         assert_eq!(was, NEVER, "a table is created once");
     }
 
-    /// Its dropping commit, `csn`, is applied (in the commit section).
-    pub(crate) fn mark_dropped(&self, csn: u64) {
+    /// Its dropping commit, `csn`, is applied (in the commit section;
+    /// through [`Registry::mark_dropped`], which counts it).
+    fn mark_dropped(&self, csn: u64) {
         let was = self.dropped.swap(csn, Ordering::AcqRel);
         assert_eq!(was, NEVER, "a table is dropped once");
     }
@@ -212,6 +213,9 @@ pub(crate) struct Registry {
     /// This registry's own number (see [`REGISTRIES`]).
     owner: u64,
     by_id: RwLock<HashMap<u32, Arc<TableState>>>,
+    /// Of those, the dropped ones (not yet freed): the freer's and the
+    /// stats' look-up without walking every table.
+    dropped: AtomicUsize,
     next_id: AtomicU32,
     catalog: Arc<TableState>,
 }
@@ -223,6 +227,7 @@ impl Registry {
     pub(crate) fn new(catalog: PageId, tables: Vec<(u32, PageId, bool)>) -> Self {
         let owner = REGISTRIES.fetch_add(1, Ordering::Relaxed);
         let next = tables.iter().map(|t| t.0 + 1).max().unwrap_or(FIRST_ID);
+        let dropped = tables.iter().filter(|t| t.2).count();
         let by_id: HashMap<u32, Arc<TableState>> = tables
             .into_iter()
             .map(|(id, root, dropped)| {
@@ -237,6 +242,7 @@ impl Registry {
         Registry {
             owner,
             by_id: RwLock::new(by_id),
+            dropped: AtomicUsize::new(dropped),
             next_id: AtomicU32::new(next.max(FIRST_ID)),
             catalog: Arc::new(TableState::new(owner, CATALOG, catalog, 0, NEVER)),
         }
@@ -317,7 +323,23 @@ impl Registry {
             was.is_some_and(|t| !t.is_live()),
             "only a dropped table is forgotten"
         );
+        let before = self.dropped.fetch_sub(1, Ordering::AcqRel);
+        assert!(before > 0, "a forgotten table was counted dropped");
         Ok(())
+    }
+
+    /// Table `t`'s drop, at commit `csn`, is applied (in the commit section).
+    pub(crate) fn mark_dropped(&self, t: &TableState, csn: u64) {
+        t.mark_dropped(csn);
+        self.dropped.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// (tables registered, of them dropped and not yet freed).
+    pub(crate) fn counts(&self) -> (usize, usize) {
+        // Figures only: a poisoned lock (the database has failed) counts none.
+        let all = health::read(&self.by_id).map_or(0, |m| m.len());
+        let dropped = self.dropped.load(Ordering::Acquire);
+        (all.max(dropped), dropped)
     }
 
     /// Every registered table, live or dropped, by id.
@@ -330,6 +352,9 @@ impl Registry {
 
     /// Dropped tables whose pages are still being freed.
     pub(crate) fn dropped(&self) -> Result<Vec<Arc<TableState>>> {
+        if self.dropped.load(Ordering::Acquire) == 0 {
+            return Ok(Vec::new());
+        }
         Ok(self.all()?.into_iter().filter(|t| !t.is_live()).collect())
     }
 }

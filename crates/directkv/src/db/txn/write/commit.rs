@@ -359,7 +359,7 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
         }
         for (&id, t) in &self.dropped {
             if !self.created.contains_key(&id) {
-                t.mark_dropped(csn);
+                registry.mark_dropped(t, csn);
             }
         }
         Ok(())
