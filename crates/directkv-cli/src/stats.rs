@@ -74,6 +74,7 @@ fn who_holds(dir: &std::path::Path) -> String {
 fn print_human(doc: &Value) {
     let s = &doc["stats"];
     print_header(doc, s);
+    print_tables(s);
     print_io(s);
     print_waits(s);
 }
@@ -128,6 +129,21 @@ fn print_header(doc: &Value, s: &Value) {
         } else {
             ""
         }
+    );
+}
+
+/// Named tables, when there are any.
+fn print_tables(s: &Value) {
+    let t = &s["tables"];
+    let n = |k: &str| t[k].as_u64().unwrap_or(0);
+    if n("tables") + n("dropped") + n("dropped_pages_freed") == 0 {
+        return;
+    }
+    println!(
+        "tables     {} (dropped, not yet freed: {}; pages freed since open: {})",
+        n("tables"),
+        n("dropped"),
+        n("dropped_pages_freed")
     );
 }
 

@@ -703,3 +703,65 @@ fn a_given_up_snapshot_never_reads_a_freed_table() {
     w.put(b"after", b"1").expect("put");
     w.commit().expect("commit");
 }
+
+/// Names are read at the snapshot and DDL locks the name's row: under
+/// Serializable a transaction that opened a name another commit then
+/// dropped or renamed is refused; under Snapshot a create, rename or drop
+/// of a name changed since the snapshot is refused at once; two creates
+/// of one name queue, and the second finds the first's table.
+#[test]
+fn ddl_follows_the_isolation_rules_of_keys() {
+    let dir = common::scratch();
+    let db = Database::open(dir.path(), common::unsynced(4 << 20)).expect("open");
+    let mut w = db.begin_write().expect("begin");
+    w.create_table("a").expect("create");
+    w.commit().expect("commit");
+    let with = |isolation| WriteOptions {
+        isolation,
+        lock_timeout: std::time::Duration::from_millis(50),
+        ..WriteOptions::default()
+    };
+    // Serializable: the name read is validated at commit.
+    let mut reader = db
+        .begin_write_with(&with(Isolation::Serializable))
+        .expect("begin");
+    let a = reader.open_table("a").expect("open");
+    reader.put(b"saw a", &a.id().to_le_bytes()).expect("put");
+    let mut r = db.begin_write().expect("begin");
+    r.rename_table("a", "b").expect("rename");
+    r.commit().expect("commit");
+    let err = reader.commit().expect_err("its read of the name changed");
+    assert!(matches!(err, Error::Conflict { .. }), "{err}");
+    // Snapshot: DDL on a name changed since the snapshot is refused.
+    let mut late = db
+        .begin_write_with(&with(Isolation::Snapshot))
+        .expect("begin");
+    let mut d = db.begin_write().expect("begin");
+    d.drop_table("b").expect("drop");
+    d.commit().expect("commit");
+    let err = late
+        .drop_table("b")
+        .expect_err("changed since the snapshot");
+    assert!(matches!(err, Error::Conflict { .. }), "{err}");
+    drop(late);
+    // Two creates of one name: the second waits for the first's lock and
+    // then finds the table.
+    let mut first = db
+        .begin_write_with(&with(Isolation::Serializable))
+        .expect("begin");
+    first.create_table("c").expect("create");
+    let mut second = db
+        .begin_write_with(&with(Isolation::Serializable))
+        .expect("begin");
+    let err = second.create_table("c").expect_err("the name is locked");
+    assert!(matches!(err, Error::LockTimeout { .. }), "{err}");
+    drop(second);
+    first.commit().expect("commit");
+    let mut third = db.begin_write().expect("begin");
+    let err = third.create_table("c").expect_err("taken");
+    assert!(matches!(err, Error::TableExists { .. }), "{err}");
+    assert!(matches!(
+        third.drop_table("a"),
+        Err(Error::TableNotFound { .. })
+    ));
+}
