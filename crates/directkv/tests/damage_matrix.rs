@@ -6,7 +6,9 @@
 //! process stopped after its last acknowledged commit (the handle dropped
 //! without a checkpoint). Each took 150 transactions, a checkpoint (when an
 //! older copy of every file is taken), then 250 more transactions that
-//! update the same keys. For every file (`data`, `CONTROL` and each of its
+//! update the same keys; half of the keys are in a named table, the rest in
+//! the default keyspace, so every transaction writes both trees and the
+//! catalog's root rides in every commit record. For every file (`data`, `CONTROL` and each of its
 //! two slots, each WAL segment, the WAL directory, `LOCK`) and every damage
 //! (deleted, truncated to each interesting length, zero-filled, one byte
 //! flipped at seeded random places, replaced by its older copy), a copy of
@@ -45,6 +47,15 @@ fn opts() -> Options {
     common::quiet(1 << 20, SEGMENT_BYTES)
 }
 
+/// The named table half of the keys are in.
+const TABLE: &str = "half";
+
+/// Whether key `k` is in [`TABLE`] (else in the default keyspace): those
+/// whose last digit is odd.
+fn in_table(k: &[u8]) -> bool {
+    k.last().is_some_and(|d| d % 2 == 1)
+}
+
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 
 /// Every value each key had at some commit from the older copy on.
@@ -70,6 +81,9 @@ fn build(crashed: bool) -> Template {
         },
     )
     .expect("create");
+    let mut w = db.begin_write().expect("begin_write");
+    let table = w.create_table(TABLE).expect("create_table");
+    w.commit().expect("commit");
     let mut model = Model::new();
     let mut history = History::new();
     let mut before_last = Model::new();
@@ -89,7 +103,10 @@ fn build(crashed: bool) -> Template {
         for j in 0..8u32 {
             let k = format!("key{:04}", (t * 37 + j * 101) % KEYS).into_bytes();
             let v = format!("t{t}j{j}{}", "v".repeat(40 + (t % 50) as usize)).into_bytes();
-            w.put(&k, &v).expect("put");
+            match in_table(&k) {
+                true => w.table(&table).put(&k, &v).expect("put"),
+                false => w.put(&k, &v).expect("put"),
+            }
             if t >= 150 {
                 history.entry(k.clone()).or_default().push(v.clone());
             }
@@ -302,8 +319,15 @@ fn outcome(dir: &Path, tpl: &Template, limit_cell: bool) -> (Outcome, String) {
     };
     let (mut whole, mut before_last, mut in_history, mut errors) = (true, true, true, 0);
     let mut first_wrong = String::new();
+    // A table that does not open is refused, read by read.
+    let table = r.open_table(TABLE).ok();
     for (k, v) in &tpl.model {
-        match r.get(k) {
+        let got = match (in_table(k), &table) {
+            (false, _) => r.get(k),
+            (true, Some(t)) => r.table(t).get(k),
+            (true, None) => Err(Error::TableNotFound { name: TABLE.into() }),
+        };
+        match got {
             Err(_) => errors += 1,
             Ok(got) => {
                 let got = got.unwrap_or_default();
