@@ -765,3 +765,66 @@ fn ddl_follows_the_isolation_rules_of_keys() {
         Err(Error::TableNotFound { .. })
     ));
 }
+
+/// Every page carries the tree it belongs to: a descent that reaches a
+/// page of another tree (a pointer across tables) and the check both refuse
+/// it as corruption naming the page, never read it as the table's.
+#[test]
+fn a_page_of_another_tree_below_a_table_is_corruption() {
+    use directkv::internals::pages::page;
+    use std::os::unix::fs::FileExt;
+    let dir = common::scratch();
+    let opts = Options {
+        page_bytes: 4096,
+        ..common::unsynced(4 << 20)
+    };
+    let db = Database::open(dir.path(), opts.clone()).expect("open");
+    let mut w = db.begin_write().expect("begin");
+    let a = w.create_table("a").expect("create");
+    let b = w.create_table("b").expect("create");
+    for i in 0..2000u32 {
+        w.table(&a).put(&i.to_le_bytes(), &[1; 60]).expect("put");
+        w.table(&b).put(&i.to_le_bytes(), &[2; 60]).expect("put");
+    }
+    w.commit().expect("commit");
+    db.close().expect("close");
+    // The first leaf of table a, marked as table b's.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(dir.path().join("data"))
+        .expect("data");
+    let pages = file.metadata().expect("meta").len() / 4096;
+    let mut hit = None;
+    for no in 1..pages {
+        let mut p = vec![0u8; 4096];
+        file.read_exact_at(&mut p, no * 4096).expect("read");
+        let id: [u8; 16] = p[32..48].try_into().expect("16 bytes");
+        let Ok(h) = page::verify(&p, directkv::internals::pages::PageId::new(no), &id) else {
+            continue;
+        };
+        if h.page_type == page::PageType::Leaf && h.tree == a.id() {
+            p[12..16].copy_from_slice(&b.id().to_le_bytes());
+            page::seal_in_place(&mut p, directkv::internals::pages::PageId::new(no), &id);
+            file.write_all_at(&p, no * 4096).expect("write");
+            hit = Some(no);
+            break;
+        }
+    }
+    let no = hit.expect("a leaf of table a");
+    drop(file);
+    let db = Database::open(dir.path(), opts).expect("reopen");
+    let r = db.begin_read().expect("read");
+    let a = r.open_table("a").expect("open");
+    let err = r
+        .table(&a)
+        .prefix(b"")
+        .find_map(|e| e.err())
+        .expect("the scan meets the page");
+    assert!(
+        matches!(err, Error::Corruption { page: Some(p), .. } if p == no),
+        "{err}"
+    );
+    let err = db.check().expect_err("the check refuses it");
+    assert!(matches!(err, Error::Corruption { .. }), "{err}");
+}

@@ -13,7 +13,7 @@ use super::node;
 use super::tree::{corrupt, Pages, DEPTH_MAX};
 use crate::buffer::Access;
 use crate::error::Result;
-use crate::format::page::PageType;
+use crate::format::page::{tree_of, PageType};
 use crate::format::PageId;
 
 /// One step of a descent: the page and the cell it routed through.
@@ -73,9 +73,20 @@ fn descend_by<P: Pages>(
     let mut path = Vec::with_capacity(8);
     let (mut upper, mut lower) = (None, None);
     let mut page = root;
+    // The tree the root says it is: every page below is of it too.
+    let mut tree = None;
     // A leaf is read with at most DEPTH_MAX - 1 branches above it.
     for _ in 0..DEPTH_MAX {
-        let route = pages.read(page, access, |p| route_at(pages, p, page, &pick))??;
+        let (route, of) = pages.read(page, access, |p| {
+            (route_at(pages, p, page, &pick), tree_of(p))
+        })?;
+        let above = *tree.get_or_insert(of);
+        if above != of {
+            let what =
+                format!("a page of tree {of} below one of tree {above} (a pointer across trees)");
+            return Err(corrupt(pages, page, &what));
+        }
+        let route = route?;
         let Some((child, slot, up, low)) = route else {
             assert!(path.len() < DEPTH_MAX, "a path within the depth bound");
             return Ok(Descent {

@@ -196,7 +196,12 @@ fn split_into<P: PagesMut>(pages: &mut P, left: PageId, right: PageId) -> Result
     assert_ne!(left, right, "a page splits into another");
     pages.restructure();
     let mut moved = vec![0u8; pages.page_bytes()];
-    let sep = pages.modify(left, |p| node::split(p, &mut moved))?;
+    let sep = pages.modify(left, |p| {
+        let sep = node::split(p, &mut moved);
+        // The new half is of the split page's tree.
+        crate::format::page::set_tree(&mut moved, crate::format::page::tree_of(p));
+        sep
+    })?;
     assert!(
         node::page_type(&moved).is_some(),
         "a split formats the new half"

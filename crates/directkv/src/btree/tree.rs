@@ -118,6 +118,7 @@ pub trait PagesMut: Pages {
 pub fn init_free(p: &mut [u8], next: PageId) {
     assert!(p.len() >= FREE_NEXT + 8, "a page holds a free-list link");
     crate::format::page::init(p, PageType::Free);
+    crate::format::page::set_tree(p, 0);
     p[PAGE_HEADER_BYTES..].fill(0);
     p[FREE_NEXT..FREE_NEXT + 8].copy_from_slice(&next.get().to_le_bytes());
 }

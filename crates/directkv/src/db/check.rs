@@ -82,6 +82,8 @@ struct Checker<'a, S: Storage> {
     seen: HashSet<PageId>,
     /// Overflow chains to walk: (first page, value length).
     overflow: Vec<(PageId, u64)>,
+    /// The tree being walked: every page reached has its id.
+    tree: u32,
     report: CheckReport,
 }
 
@@ -105,6 +107,7 @@ impl<S: Storage> Inner<S> {
             end_lsn: self.log.durable_or_end(),
             seen: HashSet::new(),
             overflow: Vec::new(),
+            tree: tables::DEFAULT,
             report: CheckReport {
                 pages: meta.page_count,
                 ..CheckReport::default()
@@ -177,6 +180,7 @@ impl<S: Storage> Checker<'_, S> {
             return Ok(());
         }
         let keys = self.report.keys;
+        self.tree = tables::CATALOG;
         self.walk_tree(catalog)?;
         self.walk_overflows()?;
         self.report.keys = keys;
@@ -192,6 +196,7 @@ impl<S: Storage> Checker<'_, S> {
         }
         for t in &held {
             let (keys, pages) = (self.report.keys, self.seen.len());
+            self.tree = t.id;
             if let Some(root) = t.root() {
                 self.walk_tree(root)?;
                 self.walk_overflows()?;
@@ -254,6 +259,10 @@ impl<S: Storage> Checker<'_, S> {
             .pages
             .read(f.page, Access::Scan, |p| -> Result<Visited> {
                 node::validate(p).map_err(|e| self.bad(f.page, e))?;
+                if page::tree_of(p) != self.tree {
+                    let what = format!("a page of tree {} in tree {}", page::tree_of(p), self.tree);
+                    return Err(self.bad(f.page, what));
+                }
                 if page::page_lsn(p) > self.end_lsn {
                     return Err(self.bad(f.page, "page LSN past the end of the log"));
                 }
@@ -303,16 +312,23 @@ impl<S: Storage> Checker<'_, S> {
         for _ in 0..len.div_ceil(chunk).max(1) {
             self.claim(page)?;
             self.report.overflow_pages += 1;
-            let (kind, n, next) = self.pages.read(page, Access::Scan, |p| {
+            let (kind, n, next, tree) = self.pages.read(page, Access::Scan, |p| {
                 let u = |o: usize| le::get_u64(p, o).unwrap_or(0);
                 (
                     node::page_type(p),
                     u(PAGE_HEADER_BYTES + 8),
                     PageId::new(u(PAGE_HEADER_BYTES)),
+                    page::tree_of(p),
                 )
             })?;
             if kind != Some(PageType::Overflow) {
                 return Err(self.bad(page, "expected an overflow page"));
+            }
+            if tree != self.tree {
+                return Err(self.bad(
+                    page,
+                    format!("an overflow page of tree {tree} in tree {}", self.tree),
+                ));
             }
             if n > left || n > chunk {
                 return Err(self.bad(page, "overflow length out of range"));
@@ -333,7 +349,8 @@ impl<S: Storage> Checker<'_, S> {
             self.claim(page)?;
             self.report.free_pages += 1;
             let next = self.pages.read(page, Access::Scan, |p| {
-                (node::page_type(p) == Some(PageType::Free)).then(|| free_next(p))
+                let free = node::page_type(p) == Some(PageType::Free) && page::tree_of(p) == 0;
+                free.then(|| free_next(p))
             })?;
             page = next.ok_or_else(|| self.bad(page, "on the free list but not a free page"))?;
         }

@@ -7,7 +7,7 @@
 //! | 4      | 4    | magic `DKVP` |
 //! | 8      | 2    | page type |
 //! | 10     | 2    | flags |
-//! | 12     | 4    | reserved (zero) |
+//! | 12     | 4    | owning tree: 0 the default keyspace, 1 the catalog, a named table's id; 0 on free pages |
 //! | 16     | 8    | page number (the page's own position) |
 //! | 24     | 8    | page LSN: end LSN of the last logged change |
 //! | 32     | 16   | database identity |
@@ -15,7 +15,11 @@
 //!
 //! The page number and database identity sit inside the checksummed region, so
 //! a page image written to the wrong place (or taken from another database)
-//! fails verification even though its checksum is intact.
+//! fails verification even though its checksum is intact. The owning tree
+//! lets a descent refuse a child of another tree (a misdirected pointer
+//! across tables) and the check prove every page is in its own tree's walk.
+//! Builds before named tables wrote zeros there, which is the default
+//! keyspace's id: their pages read as its own.
 
 use super::{le, DbId, PageId};
 use crate::lsn::Lsn;
@@ -66,6 +70,8 @@ pub struct PageHeader {
     pub page_type: PageType,
     /// Type-specific flags.
     pub flags: u16,
+    /// The tree the page belongs to (see the module docs).
+    pub tree: u32,
     /// The page's own number.
     pub page_no: PageId,
     /// The end LSN of the last change applied to the page.
@@ -118,7 +124,7 @@ pub fn seal(page: &mut [u8], header: &PageHeader) {
     page[4..8].copy_from_slice(&PAGE_MAGIC);
     page[8..10].copy_from_slice(&(header.page_type as u16).to_le_bytes());
     page[10..12].copy_from_slice(&header.flags.to_le_bytes());
-    page[12..16].fill(0);
+    page[12..16].copy_from_slice(&header.tree.to_le_bytes());
     page[16..24].copy_from_slice(&header.page_no.get().to_le_bytes());
     page[24..32].copy_from_slice(&header.lsn.get().to_le_bytes());
     page[32..48].copy_from_slice(&header.db_id);
@@ -144,6 +150,7 @@ pub fn seal_in_place(page: &mut [u8], page_no: PageId, db_id: &DbId) {
     let header = PageHeader {
         page_type,
         flags: u16::from_le_bytes([page[10], page[11]]),
+        tree: tree_of(page),
         page_no,
         lsn: page_lsn(page),
         db_id: *db_id,
@@ -178,7 +185,7 @@ pub fn verify(page: &[u8], page_no: PageId, db_id: &DbId) -> Result<PageHeader, 
         }
         return Err(PageError::Checksum);
     }
-    if page[4..8] != PAGE_MAGIC || page[12..16] != [0; 4] {
+    if page[4..8] != PAGE_MAGIC {
         return Err(PageError::NotAPage);
     }
     let page_type =
@@ -186,6 +193,7 @@ pub fn verify(page: &[u8], page_no: PageId, db_id: &DbId) -> Result<PageHeader, 
     let header = PageHeader {
         page_type,
         flags: u16::from_le_bytes([page[10], page[11]]),
+        tree: tree_of(page),
         page_no: PageId::new(le::u64_at(page, 16)),
         lsn: Lsn::new(le::u64_at(page, 24)),
         db_id: page[32..48].try_into().map_err(|_| PageError::NotAPage)?,
@@ -205,6 +213,17 @@ pub fn verify(page: &[u8], page_no: PageId, db_id: &DbId) -> Result<PageHeader, 
     Ok(header)
 }
 
+/// The tree a page image says it belongs to (not verified).
+pub fn tree_of(page: &[u8]) -> u32 {
+    le::u32_at(page, 12)
+}
+
+/// Marks a page being initialised as `tree`'s.
+pub fn set_tree(page: &mut [u8], tree: u32) {
+    page[12..16].copy_from_slice(&tree.to_le_bytes());
+    assert_eq!(tree_of(page), tree);
+}
+
 /// The page LSN recorded in a page image (not verified).
 pub fn page_lsn(page: &[u8]) -> Lsn {
     Lsn::new(le::u64_at(page, 24))
@@ -218,6 +237,7 @@ mod tests {
         PageHeader {
             page_type: PageType::Leaf,
             flags: 3,
+            tree: 7,
             page_no: PageId::new(no),
             lsn: Lsn::new(777),
             db_id: [5; 16],

@@ -518,6 +518,7 @@ impl<E: Engine> Take<'_, E> {
             &page::PageHeader {
                 page_type: page::PageType::Free,
                 flags: 0,
+                tree: 0,
                 page_no: data_head::DATA_HEAD_PAGE,
                 lsn: cp.redo,
                 db_id: self.e.control()?.db_id,

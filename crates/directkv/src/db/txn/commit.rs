@@ -529,9 +529,11 @@ impl<S: Storage> PagesMut for CommitCtx<'_, S> {
                 ));
             }
             self.meta.freelist = next;
+            let tree = self.current;
             self.change(head, false, |p| {
                 p[page::PAGE_HEADER_BYTES..].fill(0);
                 init(p);
+                page::set_tree(p, tree);
             })?;
             return Ok(head);
         }
@@ -547,7 +549,11 @@ impl<S: Storage> PagesMut for CommitCtx<'_, S> {
         let no = PageId::new(self.meta.page_count);
         self.meta.page_count += 1;
         assert!(self.meta.page_count <= crate::constants::PAGE_COUNT_MAX);
-        self.change(no, true, init)?;
+        let tree = self.current;
+        self.change(no, true, |p| {
+            init(p);
+            page::set_tree(p, tree);
+        })?;
         Ok(no)
     }
 
