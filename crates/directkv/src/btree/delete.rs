@@ -16,11 +16,12 @@
 
 use super::descent::Step;
 use super::node::{self, Value};
-use super::overflow::{free_overflow, read_overflow};
-use super::tree::{corrupt, descend_or_follow, leaf_or_corrupt, PagesMut, Trail, DEPTH_MAX};
+use super::overflow::{chain_pages, free_overflow, read_overflow};
+use super::tree::{corrupt, descend_or_follow, leaf_or_corrupt, Pages, PagesMut, Trail, DEPTH_MAX};
 use crate::buffer::Access;
 use crate::error::Result;
 use crate::format::page::PageType;
+use crate::format::PageId;
 
 /// Deletes `key`, starting from `trail` (a descent for `key` taken while
 /// the tree had the structure it has now) instead of the root when given;
@@ -142,6 +143,53 @@ pub fn free_first_leaf<P: PagesMut>(pages: &mut P) -> Result<bool> {
     }
     unlink_child(pages, path)?;
     Ok(false)
+}
+
+/// The pages the next steps of [`free_first_leaf`] change, about `leaves`
+/// leaves' worth: the leftmost path, the first `leaves` children of its
+/// lowest branch and their overflow chains, read through `pages` (a
+/// freer reads them outside its commit section, so its steps find them
+/// in the cache).
+///
+/// # Errors
+/// Page errors; corruption when the leftmost path is not a path of
+/// branches to a leaf within [`DEPTH_MAX`].
+pub fn pages_freed_next<P: Pages>(pages: &P, root: PageId, leaves: usize) -> Result<Vec<PageId>> {
+    let mut out = Vec::new();
+    let mut lowest = vec![root];
+    let mut page = root;
+    for _ in 0..DEPTH_MAX {
+        let kids = pages.read(page, Access::Normal, |p| {
+            (node::page_type(p) == Some(PageType::Branch)).then(|| {
+                let n = node::count(p);
+                let rest = (0..n).map(|i| node::child(p, i));
+                std::iter::once(node::leftmost(p))
+                    .chain(rest)
+                    .take(leaves)
+                    .collect::<Vec<_>>()
+            })
+        })?;
+        let Some(kids) = kids else { break };
+        out.push(page);
+        page = kids[0];
+        lowest = kids;
+    }
+    for &leaf in &lowest {
+        out.push(leaf);
+        let chains = pages.read(leaf, Access::Normal, |p| {
+            let leaf = node::page_type(p) == Some(PageType::Leaf);
+            (0..if leaf { node::count(p) } else { 0 })
+                .filter_map(|i| match node::value(p, i) {
+                    Value::Overflow { len, page } => Some((page, len as usize)),
+                    Value::Inline(_) => None,
+                })
+                .collect::<Vec<_>>()
+        })?;
+        for (first, len) in chains {
+            out.extend(chain_pages(pages, first, len)?);
+        }
+    }
+    Ok(out)
 }
 
 /// Removes the child reached by the last step of `path` from its branch,

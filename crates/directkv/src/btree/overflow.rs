@@ -45,6 +45,31 @@ pub(super) fn load_value<P: Pages>(pages: &P, v: Value<'_>) -> Result<Vec<u8>> {
 }
 
 /// Reads the `len` bytes of the chain starting at page `first`.
+/// The pages of the overflow chain of a value of `len` bytes starting at
+/// `first`, in chain order (read to follow the links).
+///
+/// # Errors
+/// Page errors; corruption when a link leaves the chain's pages.
+pub(super) fn chain_pages<P: Pages>(pages: &P, first: PageId, len: usize) -> Result<Vec<PageId>> {
+    let chunk = chunk_bytes(pages.page_bytes());
+    let mut out = Vec::new();
+    let mut page = first;
+    for _ in 0..len.div_ceil(chunk).max(1) {
+        if page == PageId::ZERO {
+            break;
+        }
+        out.push(page);
+        page = pages.read(page, Access::Normal, |p| {
+            PageId::new(u64_at(p, OVERFLOW_NEXT))
+        })?;
+    }
+    assert!(
+        out.len() <= len.div_ceil(chunk).max(1),
+        "a chain within its length"
+    );
+    Ok(out)
+}
+
 pub(super) fn read_overflow<P: Pages>(pages: &P, first: PageId, len: usize) -> Result<Vec<u8>> {
     let mut out = Vec::with_capacity(len);
     let mut page = first;

@@ -36,7 +36,7 @@ use crate::error::{Error, Result};
 use crate::format::page::{PageType, PAGE_HEADER_BYTES, PAGE_SIZES};
 use crate::format::PageId;
 
-pub use super::delete::{delete_along, free_first_leaf, remove_along};
+pub use super::delete::{delete_along, free_first_leaf, pages_freed_next, remove_along};
 #[cfg(test)]
 pub use super::insert::replace;
 pub use super::insert::{put_along, replace_along};

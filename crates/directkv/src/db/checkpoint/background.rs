@@ -215,7 +215,7 @@ pub(in crate::db) fn spawn_cleaner<S: Storage>(
 /// Steps of freeing dropped tables' pages one cleaner pass runs at most
 /// (each holds the commit section for at most
 /// [`FREE_STEP_PAGES`](crate::db::txn::drops::FREE_STEP_PAGES) pages).
-const FREE_STEPS_PER_PASS: usize = 8;
+const FREE_STEPS_PER_PASS: usize = 4;
 
 /// What the cleaner carries from one pass to the next.
 struct CleanerPass {

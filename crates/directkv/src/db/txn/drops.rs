@@ -23,7 +23,7 @@
 use std::sync::Arc;
 
 use super::super::engine::Inner;
-use super::commit::{Applied, CommitCtx};
+use super::commit::{Applied, CommitCtx, PoolPages};
 use super::tables::{self, TableState, Tree};
 use crate::btree::tree;
 use crate::buffer::Access;
@@ -39,6 +39,10 @@ pub(crate) const FREE_STEP_PAGES: usize = 32;
 /// reads missing pages inside the section.
 const STEP_MISSES_MAX: usize = 8;
 
+/// The pause between two steps of one run of the freer: the commits that
+/// waited for the first get the commit section before the second.
+const STEP_PAUSE: std::time::Duration = std::time::Duration::from_micros(500);
+
 impl<S: Storage> Inner<S> {
     /// Runs up to `steps` steps of freeing dropped tables; returns whether
     /// a dropped table is left (perhaps one a live snapshot still reads).
@@ -51,6 +55,13 @@ impl<S: Storage> Inner<S> {
             let Some(t) = self.next_to_free()? else {
                 break;
             };
+            if steps > 1 {
+                // The commit section is no fair lock: a step taken right
+                // after the last (of this run, or of the cleaner's pass
+                // before) would starve the commits waiting for it.
+                std::thread::sleep(STEP_PAUSE);
+            }
+            self.warm_step(&t);
             self.free_step(&t)?;
         }
         Ok(self.txns.tables.counts().1 > 0)
@@ -68,6 +79,20 @@ impl<S: Storage> Inner<S> {
             // A snapshot at `s` reads the table while `s < at`.
             oldest.is_none_or(|s| s >= at)
         }))
+    }
+
+    /// Reads the pages the next step of freeing `t` changes into the
+    /// cache, outside the commit section, so the step reads none inside it.
+    fn warm_step(&self, t: &Arc<TableState>) {
+        let Some(root) = t.root() else {
+            return;
+        };
+        let pages = PoolPages { pool: &self.pool };
+        let wanted = tree::pages_freed_next(&pages, root, FREE_STEP_PAGES);
+        // A hint: a page it cannot read, the step reads (and reports).
+        if let Ok(wanted) = wanted {
+            self.pool.read_batch(&wanted, Access::Normal);
+        }
     }
 
     /// One step of freeing `t` (see the module docs).
