@@ -4,10 +4,12 @@
 //!
 //! `cargo run --release -p directkv --example drop_table -- [--dir DIR]
 //! [--cache-mib 256] [--table-mib 1024] [--clients 8] [--seconds 30]
-//! [--scale 1] [--keep]`
+//! [--scale 1] [--keep] [--no-background-threads]`
 //!
 //! DIR (default `/tmp/directkv-drop-table`) must be absent or empty; it is
-//! removed at the end unless `--keep`. The run:
+//! removed at the end unless `--keep`. `--no-background-threads` turns
+//! `Options::background_threads` off: each commit then runs one freeing
+//! step, instead of the page cleaner. The run:
 //!
 //! 1. loads the table `big` with `--table-mib` MiB of rows (16-byte keys,
 //!    1000-byte values, 4,000 puts per transaction, not waiting for the log)
@@ -61,6 +63,8 @@ struct Args {
     seconds: u64,
     scale: u64,
     keep: bool,
+    /// `Options::background_threads` off: each commit runs a freeing step.
+    foreground_freeing: bool,
 }
 
 fn parse_args() -> Res<Args> {
@@ -72,11 +76,13 @@ fn parse_args() -> Res<Args> {
         seconds: 30,
         scale: 1,
         keep: false,
+        foreground_freeing: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
-        if flag == "--keep" {
-            a.keep = true;
+        if flag == "--keep" || flag == "--no-background-threads" {
+            a.keep |= flag == "--keep";
+            a.foreground_freeing |= flag == "--no-background-threads";
             continue;
         }
         let value = it.next().ok_or(format!("{flag} needs a value"))?;
@@ -520,6 +526,7 @@ fn main() -> Res<()> {
     }
     let opts = Options {
         cache_bytes: args.cache_mib << 20,
+        background_threads: !args.foreground_freeing,
         ..Options::default()
     };
     let db = Database::open(&args.dir, opts)?;
