@@ -437,6 +437,24 @@ pub(crate) fn qualify(id: u32, key: &[u8]) -> Vec<u8> {
     q
 }
 
+/// Qualified keys up to this long are built on the stack by
+/// [`with_qualified`]; longer ones (only long keys) on the heap.
+const QUALIFIED_ON_STACK: usize = 260;
+
+/// Runs `f` on `key` of table `id`, qualified, without allocating for a
+/// key of up to 256 bytes: a look-up by a qualified key (a write's own
+/// writes, the version store) need not own it.
+pub(crate) fn with_qualified<R>(id: u32, key: &[u8], f: impl FnOnce(&[u8]) -> R) -> R {
+    let n = ID_BYTES + key.len();
+    if n > QUALIFIED_ON_STACK {
+        return f(&qualify(id, key));
+    }
+    let mut stack = [0u8; QUALIFIED_ON_STACK];
+    stack[..ID_BYTES].copy_from_slice(&id_prefix(id));
+    stack[ID_BYTES..n].copy_from_slice(key);
+    f(&stack[..n])
+}
+
 /// A qualified key's table id and user key.
 pub(crate) fn split(q: &[u8]) -> (u32, &[u8]) {
     assert!(q.len() >= ID_BYTES, "a qualified key starts with its table");
@@ -589,6 +607,14 @@ mod tests {
         assert!(!inside(&b));
         assert!(!inside(&qualify(1, b"\xff\xff")));
         assert_eq!(shown(&qualify(0, b"k")), "k");
+        for len in [0, 1, 256, 257, 1024] {
+            let key = vec![7u8; len];
+            assert_eq!(
+                with_qualified(9, &key, <[u8]>::to_vec),
+                qualify(9, &key),
+                "{len}"
+            );
+        }
         assert_eq!(shown(&qualify(7, b"k")), "k (table 7)");
     }
 

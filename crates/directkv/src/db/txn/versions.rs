@@ -45,10 +45,6 @@ use super::tables;
 use crate::error::{Error, Result};
 use crate::health;
 
-/// Bytes of a qualified key a look-up builds on the stack (longer ones go
-/// to the heap).
-const QUALIFIED_ON_STACK: usize = 256;
-
 /// What one version costs beyond its key and value bytes, counted against
 /// the cap: the map entries that hold it (by key and by commit), its chain,
 /// the commit's share of its key list, and the allocator's headers and
@@ -384,20 +380,16 @@ impl VersionStore {
         }
         let store = health::read(&self.store)?;
         self.check_live(csn)?;
-        // Short keys are qualified on the stack: a read allocates nothing
-        // for the look-up.
-        let mut stack = [0u8; QUALIFIED_ON_STACK];
-        let heap;
-        let q: &[u8] = if key.len() + tables::ID_BYTES <= stack.len() {
-            stack[..tables::ID_BYTES].copy_from_slice(&tables::id_prefix(table));
-            stack[tables::ID_BYTES..tables::ID_BYTES + key.len()].copy_from_slice(key);
-            &stack[..tables::ID_BYTES + key.len()]
-        } else {
-            heap = tables::qualify(table, key);
-            &heap
-        };
-        match store.by_key.get(q).and_then(|c| newer_than(c, csn)) {
-            Some(before) => Ok(before.clone()),
+        // A read allocates nothing for the look-up.
+        let found = tables::with_qualified(table, key, |q| {
+            store
+                .by_key
+                .get(q)
+                .and_then(|c| newer_than(c, csn))
+                .cloned()
+        });
+        match found {
+            Some(before) => Ok(before),
             None => Ok(latest),
         }
     }

@@ -401,16 +401,18 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
     fn get_in(&self, tree: &Tree, key: &[u8]) -> Result<Option<Vec<u8>>> {
         self.check_alive()?;
         self.check_readable(tree)?;
-        let q = tables::qualify(tree.id(), key);
-        if let Some(v) = self.writes.get(&q) {
-            return Ok(v.clone());
-        }
-        if let Some((v, _)) = self.for_update.get(&q) {
-            return Ok(v.clone());
+        let own = tables::with_qualified(tree.id(), key, |q| {
+            let locked = self.for_update.get(q).map(|(v, _)| v);
+            self.writes.get(q).or(locked).cloned()
+        });
+        if let Some(v) = own {
+            return Ok(v);
         }
         let v = txn::get_at(self.inner, tree, self.snap(), key)?;
         if self.opts.isolation == Isolation::Serializable {
-            self.read_set()?.keys.insert(q);
+            self.read_set()?
+                .keys
+                .insert(tables::qualify(tree.id(), key));
         }
         Ok(v)
     }
