@@ -828,3 +828,128 @@ fn a_page_of_another_tree_below_a_table_is_corruption() {
     let err = db.check().expect_err("the check refuses it");
     assert!(matches!(err, Error::Corruption { .. }), "{err}");
 }
+
+/// Table ids are never given twice: not after the highest table was
+/// dropped and freed, and not after a reopen.
+#[test]
+fn table_ids_are_not_reused_after_a_drop_and_a_reopen() {
+    let dir = common::scratch();
+    let opts = Options {
+        background_threads: false,
+        ..common::unsynced(4 << 20)
+    };
+    let db = Database::open(dir.path(), opts.clone()).expect("open");
+    let mut w = db.begin_write().expect("begin");
+    let a = w.create_table("a").expect("create");
+    let b = w.create_table("b").expect("create");
+    w.commit().expect("commit");
+    let mut w = db.begin_write().expect("begin");
+    w.drop_table("b").expect("drop");
+    w.commit().expect("commit");
+    commit_until_freed(&db);
+    db.close().expect("close");
+    let db = Database::open(dir.path(), opts).expect("reopen");
+    let mut w = db.begin_write().expect("begin");
+    let c = w.create_table("c").expect("create");
+    w.commit().expect("commit");
+    assert!(c.id() > b.id() && b.id() > a.id(), "{a:?} {b:?} {c:?}");
+    db.check().expect("check");
+}
+
+/// A table created and dropped in one transaction never existed; a table
+/// dropped and created again under its name in one transaction is a new,
+/// empty table; under Serializable, a name opened and then dropped by
+/// another commit refuses the commit.
+#[test]
+fn ddl_within_one_transaction_and_a_drop_beside_an_open() {
+    let dir = common::scratch();
+    let db = Database::open(dir.path(), common::unsynced(4 << 20)).expect("open");
+    let mut w = db.begin_write().expect("begin");
+    let gone = w.create_table("gone").expect("create");
+    w.table(&gone).put(b"k", b"v").expect("put");
+    w.drop_table("gone").expect("drop");
+    let t = w.create_table("t").expect("create");
+    w.table(&t).put(b"k", b"old").expect("put");
+    w.commit().expect("commit");
+    let r = db.begin_read().expect("read");
+    assert_eq!(names(&r), ["t"]);
+    drop(r);
+    let mut w = db.begin_write().expect("begin");
+    w.drop_table("t").expect("drop");
+    let again = w.create_table("t").expect("the name is free again");
+    assert_ne!(again.id(), t.id());
+    assert_eq!(w.table(&again).get(b"k").expect("get"), None);
+    w.table(&again).put(b"new", b"1").expect("put");
+    w.commit().expect("commit");
+    let r = db.begin_read().expect("read");
+    let now = r.open_table("t").expect("open");
+    assert_eq!(now.id(), again.id());
+    assert_eq!(r.table(&now).prefix(b"").count(), 1);
+    drop(r);
+    let mut reader = db.begin_write().expect("begin");
+    let opened = reader.open_table("t").expect("open");
+    reader
+        .put(b"saw t", &opened.id().to_le_bytes())
+        .expect("put");
+    let mut d = db.begin_write().expect("begin");
+    d.drop_table("t").expect("drop");
+    d.commit().expect("commit");
+    let err = reader.commit().expect_err("the name it read is gone");
+    assert!(matches!(err, Error::Conflict { .. }), "{err}");
+    db.check().expect("check");
+}
+
+/// The page cleaner frees a dropped table in the background, and a step
+/// frees a bounded number of pages even when the table's values are long
+/// overflow chains (a chain is freed a piece at a time).
+#[test]
+fn the_cleaner_frees_a_dropped_table_of_long_values_in_bounded_steps() {
+    let path = Path::new("/sim/db");
+    let disk = SimStorage::new();
+    let db = Database::open_with(disk.clone(), path, sim_opts()).expect("open");
+    let mut w = db.begin_write().expect("begin");
+    let t = w.create_table("long").expect("create");
+    w.commit().expect("commit");
+    for i in 0..8u32 {
+        let mut w = db.begin_write().expect("begin");
+        w.table(&t)
+            .put(&i.to_le_bytes(), &vec![i as u8; 600_000])
+            .expect("put");
+        w.commit().expect("commit");
+    }
+    let pages = db.check().expect("check").table_details[0].pages;
+    assert!(pages > 1000, "{pages} pages");
+    let mut w = db.begin_write().expect("begin");
+    w.drop_table("long").expect("drop");
+    w.commit().expect("commit");
+    let steps = u64::from(commit_until_freed(&db)) + 1;
+    let freed = db.stats().tables.dropped_pages_freed;
+    assert!(freed >= pages, "{freed} of {pages}");
+    assert!(
+        freed / steps <= 32 + 8,
+        "a step holds at most 32 pages and a path: {freed} in {steps} steps"
+    );
+    db.check().expect("check");
+    drop(db);
+    // With background threads, the cleaner frees a drop by itself.
+    let dir = common::scratch();
+    let db = Database::open(dir.path(), common::unsynced(8 << 20)).expect("open");
+    let mut w = db.begin_write().expect("begin");
+    let t = w.create_table("t").expect("create");
+    for i in 0..3000u32 {
+        w.table(&t).put(&i.to_le_bytes(), &[3; 200]).expect("put");
+    }
+    w.commit().expect("commit");
+    let mut w = db.begin_write().expect("begin");
+    w.drop_table("t").expect("drop");
+    w.commit().expect("commit");
+    let mut waited = 0;
+    while db.stats().tables.dropped > 0 {
+        assert!(waited < 6000, "the cleaner never freed the table");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        waited += 1;
+    }
+    let report = db.check().expect("check");
+    assert_eq!(report.tables, 0);
+    assert!(report.free_pages > 50, "{report:?}");
+}

@@ -16,7 +16,7 @@
 
 use super::descent::Step;
 use super::node::{self, Value};
-use super::overflow::{chain_pages, free_overflow, read_overflow};
+use super::overflow::{chain_pages, free_chain_head, free_overflow, read_overflow};
 use super::tree::{corrupt, descend_or_follow, leaf_or_corrupt, Pages, PagesMut, Trail, DEPTH_MAX};
 use crate::buffer::Access;
 use crate::error::Result;
@@ -88,33 +88,87 @@ fn delete_keeping<P: PagesMut>(
     Ok((true, before))
 }
 
-/// Frees the first leaf of a tree that is being freed whole (a dropped
-/// table's), with its overflow chains, and unlinks it as an emptied leaf
-/// is unlinked: one bounded step. Once only the root is left, the root
-/// itself is freed; returns whether it was (the tree is gone, and
-/// `pages.root()` names a free page).
+/// Frees the first leaf of a tree of id `tree` that is being freed whole (a
+/// dropped table's), with its overflow chains, and unlinks it as an emptied
+/// leaf is unlinked: one bounded step, of about `budget` pages. A chain
+/// longer than what is left of the budget loses only its first pages (its
+/// cell then names the rest); a chain freed whole loses its cell, so no
+/// later step frees it again. Once only the root is left, the root itself
+/// is freed; returns whether it was (the tree is gone, and `pages.root()`
+/// names a free page). Every page it reaches must carry `tree`'s id.
 ///
 /// Unlike every other change of a tree, this frees the root: it is only
 /// for trees no reader can reach any more.
 ///
 /// # Errors
 /// Page and logging errors; corruption when the leftmost path is not a
-/// path of branches to a leaf within [`DEPTH_MAX`].
-pub fn free_first_leaf<P: PagesMut>(pages: &mut P) -> Result<bool> {
+/// path of branches of `tree` to a leaf of it within [`DEPTH_MAX`].
+pub fn free_first_leaf<P: PagesMut>(pages: &mut P, tree: u32, budget: usize) -> Result<bool> {
     let root = pages.root();
+    let (path, leaf) = leftmost_path(pages, root, tree)?;
+    let chains = pages.read(leaf, Access::Normal, |p| {
+        (0..node::count(p))
+            .filter_map(|i| match node::value(p, i) {
+                Value::Overflow { len, page } => Some((i, page, len as usize)),
+                Value::Inline(_) => None,
+            })
+            .collect::<Vec<_>>()
+    })?;
+    let chunk = super::overflow::chunk_bytes(pages.page_bytes());
+    let mut left = budget.max(1);
+    // From the last cell, so removing one leaves the others' slots alone.
+    for (i, first, len) in chains.into_iter().rev() {
+        let n = len.div_ceil(chunk).max(1);
+        match free_chain_head(pages, (first, len), left, tree)? {
+            None => {
+                pages.modify(leaf, |p| node::remove(p, i))?;
+                left = left.saturating_sub(n);
+            }
+            Some((page, rest)) => {
+                let len = u32::try_from(rest).expect("a rest of a value is shorter than it");
+                let v = Value::Overflow { len, page };
+                let same = pages.modify(leaf, |p| node::leaf_overwrite(p, i, &v))?;
+                assert!(same, "an overflow cell keeps its size");
+                return Ok(false);
+            }
+        }
+    }
+    pages.free(leaf)?;
+    if leaf == root {
+        assert!(path.is_empty(), "the root is the path's first page");
+        return Ok(true);
+    }
+    unlink_child(pages, path)?;
+    Ok(false)
+}
+
+/// The leftmost path from `root` (branches, each with its leftmost child
+/// taken) and the leaf it ends at, every page checked to be of `tree`.
+fn leftmost_path<P: Pages>(pages: &P, root: PageId, tree: u32) -> Result<(Vec<Step>, PageId)> {
     let mut path = Vec::new();
     let mut page = root;
     loop {
-        let child = pages.read(page, Access::Normal, |p| match node::page_type(p) {
-            Some(PageType::Branch) => Ok(Some(node::leftmost(p))),
-            Some(PageType::Leaf) => Ok(None),
-            _ => Err(corrupt(
-                pages,
-                page,
-                "a tree page that is neither branch nor leaf",
-            )),
+        let child = pages.read(page, Access::Normal, |p| {
+            if crate::format::page::tree_of(p) != tree {
+                return Err(corrupt(
+                    pages,
+                    page,
+                    "a page of another tree in a tree being freed",
+                ));
+            }
+            match node::page_type(p) {
+                Some(PageType::Branch) => Ok(Some(node::leftmost(p))),
+                Some(PageType::Leaf) => Ok(None),
+                _ => Err(corrupt(
+                    pages,
+                    page,
+                    "a tree page that is neither branch nor leaf",
+                )),
+            }
         })??;
-        let Some(child) = child else { break };
+        let Some(child) = child else {
+            return Ok((path, page));
+        };
         if path.len() + 1 >= DEPTH_MAX || child == page {
             return Err(corrupt(
                 pages,
@@ -125,24 +179,6 @@ pub fn free_first_leaf<P: PagesMut>(pages: &mut P) -> Result<bool> {
         path.push(Step { page, slot: None });
         page = child;
     }
-    let chains = pages.read(page, Access::Normal, |p| {
-        (0..node::count(p))
-            .filter_map(|i| match node::value(p, i) {
-                Value::Overflow { len, page } => Some((page, len as usize)),
-                Value::Inline(_) => None,
-            })
-            .collect::<Vec<_>>()
-    })?;
-    for (first, len) in chains {
-        free_overflow(pages, first, len)?;
-    }
-    pages.free(page)?;
-    if page == root {
-        assert!(path.is_empty(), "the root is the path's first page");
-        return Ok(true);
-    }
-    unlink_child(pages, path)?;
-    Ok(false)
 }
 
 /// The pages the next steps of [`free_first_leaf`] change, about `leaves`

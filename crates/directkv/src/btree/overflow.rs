@@ -20,7 +20,7 @@ use super::node::{self, Value};
 use super::tree::{corrupt, u64_at, Pages, PagesMut, VALUE_MAX};
 use crate::buffer::Access;
 use crate::error::Result;
-use crate::format::page::{PageType, PAGE_HEADER_BYTES};
+use crate::format::page::{tree_of, PageType, PAGE_HEADER_BYTES};
 use crate::format::PageId;
 
 const OVERFLOW_NEXT: usize = PAGE_HEADER_BYTES;
@@ -28,7 +28,7 @@ const OVERFLOW_LEN: usize = PAGE_HEADER_BYTES + 8;
 const OVERFLOW_DATA: usize = PAGE_HEADER_BYTES + 16;
 
 /// Bytes of a value one overflow page carries.
-fn chunk_bytes(page_bytes: usize) -> usize {
+pub(super) fn chunk_bytes(page_bytes: usize) -> usize {
     assert!(
         page_bytes > OVERFLOW_DATA,
         "a page has room past its header"
@@ -128,6 +128,46 @@ pub(super) fn write_overflow<P: PagesMut>(pages: &mut P, value: &[u8]) -> Result
     }
     assert_ne!(next, PageId::ZERO, "a chain has a first page");
     Ok(next)
+}
+
+/// Frees at most `most` pages (at least one) from the head of the chain of
+/// a `len`-byte value starting at `first`, each checked to be a page of
+/// tree `tree`; returns the rest of the chain (its first page and the bytes
+/// it holds), `None` once the whole chain is free. Every page of a chain
+/// but its last holds a whole chunk, so the rest is a chain of its own.
+///
+/// # Errors
+/// Page and logging errors; corruption for a page of another tree.
+pub(super) fn free_chain_head<P: PagesMut>(
+    pages: &mut P,
+    (first, len): (PageId, usize),
+    most: usize,
+    tree: u32,
+) -> Result<Option<(PageId, usize)>> {
+    let chunk = chunk_bytes(pages.page_bytes());
+    let n = len.div_ceil(chunk).max(1);
+    let mut page = first;
+    let mut left = len;
+    for _ in 0..n.min(most.max(1)) {
+        if page == PageId::ZERO {
+            return Ok(None);
+        }
+        let (next, of) = pages.read(page, Access::Normal, |p| {
+            (PageId::new(u64_at(p, OVERFLOW_NEXT)), tree_of(p))
+        })?;
+        if of != tree {
+            let what = format!("an overflow page of tree {of} in a chain of tree {tree}");
+            return Err(corrupt(pages, page, &what));
+        }
+        pages.free(page)?;
+        left = left.saturating_sub(chunk);
+        page = next;
+    }
+    if n <= most.max(1) || page == PageId::ZERO {
+        return Ok(None);
+    }
+    assert!(left > 0, "a rest of a chain holds bytes");
+    Ok(Some((page, left)))
 }
 
 /// Frees the chain of a `len`-byte value starting at page `first`.

@@ -210,7 +210,13 @@ impl<S: Storage> Checker<'_, S> {
                 pages: (self.seen.len() - pages) as u64,
             });
         }
-        let named = held.iter().filter(|t| t.is_live()).count();
+        let live: std::collections::HashSet<u32> =
+            held.iter().filter(|t| t.is_live()).map(|t| t.id).collect();
+        if let Some((id, name)) = names.iter().find(|(id, _)| !live.contains(*id)) {
+            let what = format!("the name row of {name:?} names table {id}, not a live table");
+            return Err(self.bad(catalog, what));
+        }
+        let named = live.len();
         if named != names.len() {
             return Err(self.bad(
                 catalog,

@@ -14,9 +14,11 @@
 //!
 //! Invariants:
 //! - A table's pages are freed only once no live snapshot predates its
-//!   drop: no reader can reach them (a reader whose snapshot was given up
-//!   checks that before each descent, and a step is a structure change
-//!   that makes a descent beside it run again).
+//!   drop, checked inside the commit section, where the drop is published
+//!   (a snapshot registered later is of the drop or after it): no reader
+//!   can reach them (a reader whose snapshot was given up checks that
+//!   before each descent, and a step is a structure change that makes a
+//!   descent beside it run again).
 //! - A step holds at most [`FREE_STEP_PAGES`] pages of the table, plus
 //!   the path it unlinks from and the catalog leaf of the info row.
 
@@ -123,6 +125,14 @@ impl<S: Storage> Inner<S> {
     fn free_step_in_section(&self, t: &Arc<TableState>, read_through: bool) -> Result<Applied> {
         let mut meta = self.txns.tree.write()?;
         assert!(!t.is_live(), "only a dropped table's pages are freed");
+        let at = t.dropped_at().expect("a dropped table has its drop's CSN");
+        // Here the drop is published: a snapshot that registers from now on
+        // is of it or later and cannot see the table. One that registered
+        // before, between the choice of this table and now, still can.
+        assert!(self.txns.versions.visible() >= at, "the drop is published");
+        if self.txns.versions.oldest_live()?.is_some_and(|s| s < at) {
+            return Ok(Applied::Done(Lsn::ZERO));
+        }
         let horizon = Lsn::new(
             self.ckpt
                 .fpi_horizon
@@ -173,7 +183,8 @@ fn free_pages<S: Storage>(
     if !gone {
         ctx.select(&Tree::Table(Arc::clone(t)))?;
         while !gone && ctx.held_pages() < FREE_STEP_PAGES {
-            gone = tree::free_first_leaf(ctx)?;
+            let budget = FREE_STEP_PAGES - ctx.held_pages();
+            gone = tree::free_first_leaf(ctx, t.id, budget)?;
             ctx.settle();
         }
     }

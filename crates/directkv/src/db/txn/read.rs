@@ -27,81 +27,6 @@ use crate::format::PageId;
 use crate::health::PanicGuard;
 use crate::io::Storage;
 
-fn owned(b: Bound<&[u8]>) -> Bound<Vec<u8>> {
-    match b {
-        Bound::Included(k) => Bound::Included(k.to_vec()),
-        Bound::Excluded(k) => Bound::Excluded(k.to_vec()),
-        Bound::Unbounded => Bound::Unbounded,
-    }
-}
-
-pub(in crate::db) fn bounds<'k, R: RangeBounds<&'k [u8]>>(
-    r: &R,
-) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
-    (
-        owned(r.start_bound().cloned()),
-        owned(r.end_bound().cloned()),
-    )
-}
-
-pub(in crate::db) fn overlay_range(
-    writes: &BTreeMap<Vec<u8>, Option<Vec<u8>>>,
-    from: &Bound<Vec<u8>>,
-    to: &Bound<Vec<u8>>,
-) -> BTreeMap<Vec<u8>, Option<Vec<u8>>> {
-    if !nonempty(from, to) {
-        return BTreeMap::new();
-    }
-    writes
-        .range::<Vec<u8>, _>((from.clone(), to.clone()))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect()
-}
-
-/// Whether `key` is inside the range `(lo, hi)`.
-fn in_bounds(lo: &Bound<Vec<u8>>, hi: &Bound<Vec<u8>>, key: &[u8]) -> bool {
-    let above = match lo {
-        Bound::Included(l) => key >= l.as_slice(),
-        Bound::Excluded(l) => key > l.as_slice(),
-        Bound::Unbounded => true,
-    };
-    let below = match hi {
-        Bound::Included(h) => key <= h.as_slice(),
-        Bound::Excluded(h) => key < h.as_slice(),
-        Bound::Unbounded => true,
-    };
-    above && below
-}
-
-/// The bound that ends a batch where the next one, starting at `next`,
-/// begins (the batches of a scan partition its range).
-fn batch_end(next: &Bound<Vec<u8>>) -> Bound<Vec<u8>> {
-    match next {
-        Bound::Included(k) => Bound::Excluded(k.clone()),
-        Bound::Excluded(k) => Bound::Included(k.clone()),
-        Bound::Unbounded => unreachable!("a scan's next batch starts at a key"),
-    }
-}
-
-pub(in crate::db) fn prefix_bounds(prefix: &[u8]) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
-    // The smallest key above every key with the prefix: the prefix with its
-    // last non-0xFF byte incremented and the rest dropped.
-    let mut end = prefix.to_vec();
-    while let Some(&last) = end.last() {
-        if last == 0xFF {
-            end.pop();
-        } else {
-            *end.last_mut().expect("non-empty") += 1;
-            assert!(
-                end.as_slice() > prefix && !end.starts_with(prefix),
-                "the end is above every key with the prefix"
-            );
-            return (Bound::Included(prefix.to_vec()), Bound::Excluded(end));
-        }
-    }
-    (Bound::Included(prefix.to_vec()), Bound::Unbounded)
-}
-
 /// Descents a read runs again when a structure change crossed each,
 /// before it takes the tree's shared lock (under which no commit applies).
 const SHAPE_RETRIES_MAX: usize = 64;
@@ -174,10 +99,30 @@ pub(crate) fn get_committed<S: Storage>(
     tree: &Tree,
     key: &[u8],
 ) -> Result<Option<Vec<u8>>> {
-    read_tree(inner, tree, |pages, root| match root {
-        Some(root) => tree::get(pages, root, key),
-        None => Ok(None),
+    read_tree(inner, tree, |pages, root| {
+        check_live(tree)?;
+        match root {
+            Some(root) => tree::get(pages, root, key),
+            None => Ok(None),
+        }
     })
+}
+
+/// Before each descent of a table by its latest state: it was not dropped.
+/// Its pages are freed once no live snapshot predates the drop, which a
+/// writer whose snapshot was given up does not hold back; the drop refuses
+/// its commit anyway (a freeing step is a structure change, so a descent
+/// it crosses runs again, and comes here first).
+fn check_live(tree: &Tree) -> Result<()> {
+    match tree {
+        Tree::Table(t) if !t.is_live() => Err(Error::Conflict {
+            key: format!("table {}", t.id),
+            reason: "the table was dropped by a transaction that committed after this \
+                     transaction reached it"
+                .into(),
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// [`get_committed`], also returning the trail of its descent and the
@@ -189,9 +134,12 @@ pub(crate) fn get_committed_traced<S: Storage>(
     tree: &Tree,
     key: &[u8],
 ) -> Result<(Option<Vec<u8>>, Option<Traced>)> {
-    let (found, seq) = read_tree_at(inner, tree, |pages, root| match root {
-        Some(root) => tree::get_traced(pages, root, key).map(Some),
-        None => Ok(None),
+    let (found, seq) = read_tree_at(inner, tree, |pages, root| {
+        check_live(tree)?;
+        match root {
+            Some(root) => tree::get_traced(pages, root, key).map(Some),
+            None => Ok(None),
+        }
     })?;
     Ok(match found {
         Some((v, trail)) => (v, Some(Traced { seq, trail })),
@@ -369,6 +317,10 @@ impl<'db, S: Storage> RangeIter<'db, S> {
 
     /// An iterator that yields `e`, then ends.
     pub(in crate::db) fn failing(mut self, e: Error) -> Self {
+        assert!(
+            self.refused.is_none() && self.leaves == 0,
+            "an iterator is refused before it reads"
+        );
         self.refused = Some(e);
         self
     }
@@ -692,7 +644,10 @@ impl<S: Storage> DoubleEndedIterator for RangeIter<'_, S> {
     }
 }
 
+mod bounds;
 mod tables;
+use bounds::{batch_end, in_bounds};
+pub(in crate::db) use bounds::{bounds, overlay_range, prefix_bounds};
 pub use tables::TableRef;
 
 #[cfg(test)]

@@ -11,6 +11,7 @@
 //! |---|---|---|
 //! | `n` + name | id (u32 big-endian) | snapshots: a logical row, written, locked and versioned like any key |
 //! | `i` + id (u32 big-endian) | root page u64, state u8 (0 live, 1 dropped: its pages are being freed) | open and `check` only: written in the commit section, never versioned |
+//! | `m` | the next table id (u32 big-endian) | open only: written by each commit that creates a table |
 //!
 //! Everything a transaction keeps by key (its writes, its row locks, the
 //! versions snapshots read, the keys and ranges validation checks) is keyed
@@ -223,10 +224,19 @@ pub(crate) struct Registry {
 impl Registry {
     /// The registry of a database whose catalog is rooted at `catalog`
     /// (0: none yet), holding `tables` (id, root, dropped), loaded from its
-    /// `i` rows.
-    pub(crate) fn new(catalog: PageId, tables: Vec<(u32, PageId, bool)>) -> Self {
+    /// `i` rows, whose next id is at least `next` (its `m` row).
+    pub(crate) fn new(catalog: PageId, tables: Vec<(u32, PageId, bool)>, next: u32) -> Self {
         let owner = REGISTRIES.fetch_add(1, Ordering::Relaxed);
-        let next = tables.iter().map(|t| t.0 + 1).max().unwrap_or(FIRST_ID);
+        assert!(
+            tables.iter().all(|t| t.0 < u32::MAX),
+            "a loaded table's id is one a table can have"
+        );
+        let next = tables
+            .iter()
+            .map(|t| t.0 + 1)
+            .max()
+            .unwrap_or(FIRST_ID)
+            .max(next);
         let dropped = tables.iter().filter(|t| t.2).count();
         let by_id: HashMap<u32, Arc<TableState>> = tables
             .into_iter()
@@ -286,11 +296,20 @@ impl Registry {
     }
 
     /// The table `id`, if it was created (and not yet freed after a drop).
-    pub(crate) fn get(&self, id: u32) -> Option<Arc<TableState>> {
+    ///
+    /// # Errors
+    /// [`Error::Poisoned`] when a thread panicked holding the registry.
+    pub(crate) fn get(&self, id: u32) -> Result<Option<Arc<TableState>>> {
         if id == CATALOG {
-            return Some(Arc::clone(&self.catalog));
+            return Ok(Some(Arc::clone(&self.catalog)));
         }
-        health::read(&self.by_id).ok()?.get(&id).cloned()
+        Ok(health::read(&self.by_id)?.get(&id).cloned())
+    }
+
+    /// The id the next created table gets: what a creating commit records
+    /// (the catalog's `m` row), so that no id is given again after a reopen.
+    pub(crate) fn next_unused(&self) -> u32 {
+        self.next_id.load(Ordering::Acquire)
     }
 
     /// A new id, never given before.
@@ -307,12 +326,14 @@ impl Registry {
         Ok(id)
     }
 
-    /// Adds a table its commit just created.
-    pub(crate) fn insert(&self, t: Arc<TableState>) -> Result<()> {
-        let mut by_id = health::write(&self.by_id)?;
+    /// Adds a table its commit just created (after its commit record: it
+    /// cannot fail).
+    pub(crate) fn insert(&self, t: Arc<TableState>) {
+        // An insert cannot leave the map half changed: a poisoned lock
+        // (a panic elsewhere, which failed the database) is taken anyway.
+        let mut by_id = self.by_id.write().unwrap_or_else(|p| p.into_inner());
         let was = by_id.insert(t.id, t);
         assert!(was.is_none(), "a table id is registered once");
-        Ok(())
     }
 
     /// Forgets a dropped table whose pages are all free.
@@ -411,17 +432,24 @@ pub(crate) fn names<P: Pages>(pages: &P, catalog: PageId) -> Result<HashMap<u32,
 /// # Errors
 /// Page errors; [`Error::Corruption`] for an info row no build writes.
 pub(crate) fn load<P: Pages>(pages: &P, catalog: PageId) -> Result<Registry> {
-    let mut tables = Vec::new();
+    let mut tables: Vec<(u32, PageId, bool)> = Vec::new();
     scan_rows(pages, catalog, INFO_PREFIX[0], |k, v| {
         let (id, root, state) = decode_info(&k, &v)?;
+        if tables.last().is_some_and(|t| t.0 >= id) {
+            return Err(catalog_corruption(format!("info row {k:?} out of order")));
+        }
         tables.push((id, root.unwrap_or(PageId::ZERO), state == DROPPED));
         Ok(())
     })?;
-    assert!(
-        tables.windows(2).all(|w| w[0].0 < w[1].0),
-        "info rows are in id order, one per table"
-    );
-    Ok(Registry::new(catalog, tables))
+    let mut next = FIRST_ID;
+    scan_rows(pages, catalog, NEXT_ID_KEY[0], |k, v| {
+        next = match (k.as_slice(), <[u8; 4]>::try_from(v.as_slice())) {
+            (NEXT_ID_KEY, Ok(b)) if u32::from_be_bytes(b) >= FIRST_ID => u32::from_be_bytes(b),
+            _ => return Err(catalog_corruption(format!("a row {k:?} holds {v:?}"))),
+        };
+        Ok(())
+    })?;
+    Ok(Registry::new(catalog, tables, next))
 }
 
 /// The bytes of table `id` in front of its qualified keys.
@@ -527,6 +555,14 @@ pub(crate) fn info_key(id: u32) -> [u8; 5] {
     k
 }
 
+/// The key of the row that holds the next table id.
+pub(crate) const NEXT_ID_KEY: &[u8] = b"m";
+
+/// The value of the next-id row.
+pub(crate) fn next_id_value(id: u32) -> [u8; 4] {
+    id.to_be_bytes()
+}
+
 /// The prefix of every info row.
 pub(crate) const INFO_PREFIX: &[u8] = b"i";
 
@@ -567,7 +603,7 @@ pub(crate) fn decode_info(k: &[u8], v: &[u8]) -> Result<(u32, Option<PageId>, u8
         .and_then(|b| <[u8; 4]>::try_from(b).ok())
         .map(u32::from_be_bytes);
     match (id, v.len(), v.get(8)) {
-        (Some(id), 9, Some(&state)) if id >= FIRST_ID && state <= DROPPED => {
+        (Some(id), 9, Some(&state)) if (FIRST_ID..u32::MAX).contains(&id) && state <= DROPPED => {
             let root = u64::from_le_bytes(v[..8].try_into().expect("eight bytes"));
             Ok((id, (root != 0).then(|| PageId::new(root)), state))
         }

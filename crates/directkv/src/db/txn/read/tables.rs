@@ -18,22 +18,20 @@ impl<'db, S: Storage> ReadTxn<'db, S> {
             return Err(Error::TableNotFound { name: name.into() });
         };
         let id = tables::decode_name_value(&v, name)?;
-        let state = self
-            .inner
-            .txns
-            .tables
-            .get(id)
-            .ok_or_else(|| Error::Corruption {
+        match self.inner.txns.tables.get(id)? {
+            Some(state) if state.visible_at(self.snap.csn()) => Ok(Table { state }),
+            // A name row of the snapshot names a table the engine does not
+            // hold as of that snapshot: the catalog is damaged.
+            _ => Err(Error::Corruption {
                 path: "catalog".into(),
                 offset: 0,
                 page: None,
-                detail: format!("the name row of {name:?} names table {id}, which has no info row"),
-            })?;
-        assert!(
-            state.visible_at(self.snap.csn()),
-            "a table named in a snapshot is visible to it"
-        );
-        Ok(Table { state })
+                detail: format!(
+                    "the name row of {name:?} names table {id}, which has no info row of a \
+                     table live at this snapshot"
+                ),
+            }),
+        }
     }
 
     /// The tables of the snapshot, by name.

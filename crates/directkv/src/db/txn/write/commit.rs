@@ -253,7 +253,7 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
             }
         };
         *meta = new_meta;
-        self.publish_tables(csn)?;
+        self.publish_tables(csn);
         // Published before the tree lock is let go.
         inner.txns.versions.publish(csn)?;
         inner.vitals.counters.add_page_records(counts);
@@ -321,10 +321,24 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
         if rows.is_empty() {
             return Ok(());
         }
+        let mut next = None;
+        if self.created.keys().any(|id| !self.dropped.contains_key(id)) {
+            // No id given so far is given again, after a reopen too.
+            let id = self.inner.txns.tables.next_unused();
+            assert!(
+                self.created.keys().all(|&c| c < id),
+                "created ids are given ids"
+            );
+            next = Some(tables::next_id_value(id));
+        }
         rows.sort();
         ctx.select(&Tree::Table(Arc::clone(self.inner.txns.tables.catalog())))?;
         for (k, v) in rows {
             tree::put_along(ctx, &k, &v, None)?;
+            ctx.settle();
+        }
+        if let Some(v) = next {
+            tree::put_along(ctx, tables::NEXT_ID_KEY, &v, None)?;
             ctx.settle();
         }
         Ok(())
@@ -349,12 +363,12 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
 
     /// Makes the tables it created known, and those it dropped gone, as of
     /// commit `csn` (applied, not yet published).
-    fn publish_tables(&self, csn: u64) -> Result<()> {
+    fn publish_tables(&self, csn: u64) {
         let registry = &self.inner.txns.tables;
         for (&id, t) in &self.created {
             if !self.dropped.contains_key(&id) {
                 t.mark_created(csn);
-                registry.insert(Arc::clone(t))?;
+                registry.insert(Arc::clone(t));
             }
         }
         for (&id, t) in &self.dropped {
@@ -362,7 +376,6 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
                 registry.mark_dropped(t, csn);
             }
         }
-        Ok(())
     }
 
     /// Fails with [`Error::Conflict`] when a commit since the snapshot

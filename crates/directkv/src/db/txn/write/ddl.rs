@@ -163,7 +163,7 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
 
     /// The registered table `id`, which the name row `name` names.
     fn registered(&self, id: u32, name: &str) -> Result<Arc<TableState>> {
-        self.inner.txns.tables.get(id).ok_or_else(|| {
+        self.inner.txns.tables.get(id)?.ok_or_else(|| {
             // A name row without its table: an info row lost or a name row
             // no commit wrote.
             Error::Corruption {
