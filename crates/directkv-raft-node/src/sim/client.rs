@@ -57,14 +57,29 @@ pub(crate) async fn run(
     let mut seen: BTreeMap<Vec<u8>, Option<Vec<u8>>> = BTreeMap::new();
     for seq in 0..work.ops {
         let op = next_op(&mut rng, id, seq, work.keys, &seen);
-        let call = history.invoke(id, op.clone());
-        let outcome = tokio::time::timeout(PATIENCE, attempt(&net, &ids, &mut target, &op))
-            .await
-            .unwrap_or(Outcome::Unknown);
+        let outcome = recorded(&net, &history, id, &ids, &mut target, op.clone(), PATIENCE).await;
         learn(&mut seen, &op, &outcome);
-        history.complete(call, outcome);
         tokio::time::sleep(Duration::from_millis(rng.range(0, 60))).await;
     }
+}
+
+/// Runs `op` as client `id`'s, starting at node `target` (which follows
+/// the leader), recorded in `history`; unknown after `patience`.
+pub(crate) async fn recorded(
+    net: &Net,
+    history: &History,
+    id: u32,
+    ids: &[NodeId],
+    target: &mut NodeId,
+    op: Op,
+    patience: Duration,
+) -> Outcome {
+    let call = history.invoke(id, op.clone());
+    let outcome = tokio::time::timeout(patience, attempt(net, ids, target, &op))
+        .await
+        .unwrap_or(Outcome::Unknown);
+    history.complete(call, outcome.clone());
+    outcome
 }
 
 /// Client `id`'s operation number `seq`.

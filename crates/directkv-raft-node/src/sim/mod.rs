@@ -29,6 +29,7 @@ mod nemesis;
 mod net;
 mod node;
 mod rng;
+mod script;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -42,6 +43,7 @@ use openraft::BasicNode;
 
 pub use net::Faults;
 pub use rng::Rng;
+pub use script::{block_on, Script};
 
 use crate::history::{History, Record};
 use crate::lincheck::{self, Budget, Report};
@@ -159,18 +161,7 @@ pub fn run(opts: &SimOptions, root: &Path) -> anyhow::Result<SimRun> {
         opts.nodes >= 1 && opts.nodes <= 9,
         "a cluster of 1 to 9 nodes"
     );
-    let mut builder = tokio::runtime::Builder::new_current_thread();
-    builder.enable_time().start_paused(true);
-    #[cfg(tokio_unstable)]
-    builder.rng_seed(tokio::runtime::RngSeed::from_bytes(
-        &opts.seed.to_le_bytes(),
-    ));
-    let runtime = builder
-        .build()
-        .context("building the simulation's runtime")?;
-    let run = runtime.block_on(simulate(opts.clone(), root.to_path_buf()))?;
-    // Tasks still waiting (a stale message's delivery) end with the runtime.
-    drop(runtime);
+    let run = block_on(opts.seed, simulate(opts.clone(), root.to_path_buf()))??;
     Ok(run)
 }
 

@@ -5,9 +5,11 @@
 //! - Each leg (request, then answer) waits a delay drawn in
 //!   `delay_ms`; delays differ per message, so messages overtake each
 //!   other.
-//! - A leg is lost with `drop_per_mille`, or when its link is cut: the
-//!   sender sees it only when its timeout (openraft's time to live for the
-//!   RPC) runs out, as over a real network.
+//! - A leg is lost with `drop_per_mille`, or when its link is cut as it
+//!   leaves or as it arrives, or (a scripted schedule's tool) when it
+//!   carries log entries over a link whose appends are muted: the sender
+//!   sees it only when its timeout (openraft's time to live for the RPC)
+//!   runs out, as over a real network.
 //! - An append or a vote delivered is delivered again, later, with
 //!   `dup_per_mille`: the copy's answer goes nowhere (a stale message).
 //! - A node that is down refuses at once (connection refused), and
@@ -70,6 +72,8 @@ struct State {
     up: BTreeMap<NodeId, Up>,
     /// Cut links, from → to.
     cut: BTreeSet<(NodeId, NodeId)>,
+    /// Links, from → to, that lose appends and snapshots (votes pass).
+    muted: BTreeSet<(NodeId, NodeId)>,
 }
 
 /// One RPC.
@@ -110,6 +114,7 @@ impl Net {
                 faults,
                 up: BTreeMap::new(),
                 cut: BTreeSet::new(),
+                muted: BTreeSet::new(),
             }),
         })
     }
@@ -150,9 +155,21 @@ impl Net {
         }
     }
 
+    /// Loses the appends and snapshots `from` sends `to`; votes pass.
+    pub(crate) fn mute_appends(&self, from: NodeId, to: NodeId) {
+        assert_ne!(from, to, "a link joins two nodes");
+        self.lock().muted.insert((from, to));
+    }
+
     /// Mends every link.
     pub(crate) fn heal(&self) {
-        self.lock().cut.clear();
+        let mut s = self.lock();
+        s.cut.clear();
+        s.muted.clear();
+    }
+
+    fn is_cut(&self, from: NodeId, to: NodeId) -> bool {
+        self.lock().cut.contains(&(from, to))
     }
 
     /// Sets how the network misbehaves from now on.
@@ -166,11 +183,15 @@ impl Net {
         f(&mut self.lock().rng)
     }
 
-    fn leg(&self, from: NodeId, to: NodeId, may_dup: bool) -> Leg {
+    /// What the leg `from` → `to` of a message does; `log`: it carries
+    /// log entries (an append or a snapshot).
+    fn leg(&self, from: NodeId, to: NodeId, log: bool, may_dup: bool) -> Leg {
         let mut s = self.lock();
         let f = s.faults;
         let delay = Duration::from_millis(s.rng.range(f.delay_ms.0, f.delay_ms.1));
-        let lost = s.rng.chance(f.drop_per_mille) || s.cut.contains(&(from, to));
+        let lost = s.rng.chance(f.drop_per_mille)
+            || s.cut.contains(&(from, to))
+            || (log && s.muted.contains(&(from, to)));
         let dup = (may_dup && s.rng.chance(f.dup_per_mille))
             .then(|| Duration::from_millis(s.rng.range(1, 10 * f.delay_ms.1.max(1))));
         Leg { delay, lost, dup }
@@ -189,13 +210,18 @@ impl Net {
             return Err(Lost::Down);
         }
         let may_dup = !matches!(rpc, Rpc::Snapshot(_));
-        let out = self.leg(from, to, may_dup);
+        let log = !matches!(rpc, Rpc::Vote(_));
+        let out = self.leg(from, to, log, may_dup);
         let deadline = tokio::time::Instant::now() + ttl;
         if out.lost {
             tokio::time::sleep_until(deadline).await;
             return Err(Lost::Silent);
         }
         tokio::time::sleep(out.delay).await;
+        if self.is_cut(from, to) {
+            tokio::time::sleep_until(deadline).await;
+            return Err(Lost::Silent);
+        }
         // The node as it is when the message arrives (maybe restarted).
         let Some(raft) = self.up(to).map(|u| u.raft) else {
             return Err(Lost::Down);
@@ -212,12 +238,16 @@ impl Net {
         }
         let answer = rpc.handle(&raft).await;
         drop(raft);
-        let back = self.leg(to, from, false);
+        let back = self.leg(to, from, false, false);
         if back.lost {
             tokio::time::sleep_until(deadline).await;
             return Err(Lost::Silent);
         }
         tokio::time::sleep(back.delay).await;
+        if self.is_cut(to, from) {
+            tokio::time::sleep_until(deadline).await;
+            return Err(Lost::Silent);
+        }
         Ok(answer)
     }
 }
