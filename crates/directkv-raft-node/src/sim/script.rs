@@ -110,7 +110,7 @@ impl Script {
     /// while it still hears from a leader, or the first term it tries).
     ///
     /// # Errors
-    /// It does not lead after [`ELECT_TRIES`] tries.
+    /// It does not lead after 10 tries, 500 ms apart.
     pub async fn elect(&self, id: NodeId) -> anyhow::Result<()> {
         for _ in 0..ELECT_TRIES {
             if self.leader_at(id) == Some(id) {
