@@ -79,8 +79,17 @@ pub struct Call(usize);
 /// A history that many tasks record into at once.
 #[derive(Debug)]
 pub struct History {
-    origin: Instant,
+    origin: Origin,
     inner: Mutex<Inner>,
+}
+
+/// Where a history's clock started.
+#[derive(Debug)]
+enum Origin {
+    /// The machine's monotonic clock.
+    Machine(Instant),
+    /// tokio's clock, which a runtime with paused time simulates.
+    Runtime(tokio::time::Instant),
 }
 
 #[derive(Debug, Default)]
@@ -100,7 +109,17 @@ impl History {
     /// An empty history whose clock starts now.
     pub fn new() -> Self {
         History {
-            origin: Instant::now(),
+            origin: Origin::Machine(Instant::now()),
+            inner: Mutex::new(Inner::default()),
+        }
+    }
+
+    /// An empty history stamped by tokio's clock, whose clock starts now:
+    /// in a runtime whose time is paused (a simulation), the stamps are
+    /// simulated time, the same on every run of the same schedule.
+    pub fn with_runtime_clock() -> Self {
+        History {
+            origin: Origin::Runtime(tokio::time::Instant::now()),
             inner: Mutex::new(Inner::default()),
         }
     }
@@ -116,7 +135,11 @@ impl History {
 
     /// The next stamp: the clock's time, or one past the last stamp.
     fn stamp(&self, inner: &mut Inner) -> u64 {
-        let now = u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let elapsed = match &self.origin {
+            Origin::Machine(t) => t.elapsed(),
+            Origin::Runtime(t) => t.elapsed(),
+        };
+        let now = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
         let stamp = now.max(inner.last_ns + 1);
         assert!(stamp > inner.last_ns, "stamps strictly increase");
         inner.last_ns = stamp;

@@ -4,8 +4,9 @@
 //! tests and benchmarks ([`cluster`]) with forwarders that partition them
 //! ([`proxy`]), the replication bench ([`bench`](mod@bench)), and a
 //! history of client operations ([`history`]) with a linearizability
-//! checker to judge it ([`lincheck`]). The `directkv-raft-node` program
-//! runs all of it.
+//! checker to judge it ([`lincheck`]), and, with the `sim` feature, a
+//! deterministic simulation of a whole cluster in one process (`sim`).
+//! The `directkv-raft-node` program runs all of it.
 
 #![deny(missing_docs)]
 
@@ -18,4 +19,6 @@ pub mod lincheck;
 pub mod network;
 pub mod proxy;
 pub mod server;
+#[cfg(feature = "sim")]
+pub mod sim;
 pub mod wire;

@@ -332,7 +332,7 @@ fn not_leader<T>(f: &ForwardToLeader<NodeId, BasicNode>) -> Reply<T> {
 /// another replica may hold it and, elected, commit it: resent, it would
 /// apply twice. So a `ForwardToLeader` after proposing is an unknown
 /// outcome (`Failed`), which a client does not resend.
-async fn propose_write(raft: &Raft, req: Request) -> Reply<Written> {
+pub(crate) async fn propose_write(raft: &Raft, req: Request) -> Reply<Written> {
     let leads = {
         let m = raft.metrics();
         let m = m.borrow();

@@ -1,7 +1,7 @@
 //! [`SnapshotBytes`]: a snapshot's bytes as openraft reads, writes and
 //! seeks them, kept as chunks in the database (see [`crate::snapshot`])
 //! and moved one chunk at a time, each database call on the runtime's
-//! blocking pool.
+//! blocking pool (or inline, with [`Exec::Inline`](crate::Exec::Inline)).
 //!
 //! States:
 //!
@@ -28,7 +28,7 @@ use tokio::io::{AsyncRead, AsyncSeek, AsyncWrite, ReadBuf};
 use tokio::task::JoinHandle;
 
 use crate::snapshot::{read_chunk, write_chunk, Writes, CHUNK_BYTES};
-use crate::store::{ChunkPin, Db};
+use crate::store::{ChunkPin, Db, Exec};
 use crate::Error;
 
 /// What a blocking job did.
@@ -57,7 +57,13 @@ pub struct SnapshotBytes {
     cached: Option<(u32, Vec<u8>)>,
     /// While receiving: the bytes of the chunk not stored yet.
     tail: Vec<u8>,
-    job: Option<JoinHandle<Result<Done, Error>>>,
+    job: Option<Job>,
+}
+
+/// A blocking job: running on the pool, or run inline and done.
+enum Job {
+    Pool(JoinHandle<Result<Done, Error>>),
+    Inline(Option<Result<Done, Error>>),
 }
 
 impl std::fmt::Debug for SnapshotBytes {
@@ -126,7 +132,10 @@ impl SnapshotBytes {
     fn spawn(&mut self, f: impl FnOnce(&Db, u64) -> Result<Done, Error> + Send + 'static) {
         assert!(self.job.is_none(), "one job at a time");
         let (db, seq) = (self.pin.db.clone(), self.pin.seq);
-        self.job = Some(tokio::task::spawn_blocking(move || f(&db, seq)));
+        self.job = Some(match db.exec {
+            Exec::BlockingPool => Job::Pool(tokio::task::spawn_blocking(move || f(&db, seq))),
+            Exec::Inline => Job::Inline(Some(f(&db, seq))),
+        });
     }
 
     /// Waits for the running job, if any, and takes in what it did.
@@ -134,9 +143,12 @@ impl SnapshotBytes {
         let Some(job) = self.job.as_mut() else {
             return Poll::Ready(Ok(()));
         };
-        let done = ready!(Pin::new(job).poll(cx));
+        let done = match job {
+            Job::Pool(handle) => ready!(Pin::new(handle).poll(cx)).map_err(io_error)?,
+            Job::Inline(done) => done.take().expect("an inline job is taken in once"),
+        };
         self.job = None;
-        match done.map_err(io_error)?.map_err(io_error)? {
+        match done.map_err(io_error)? {
             Done::Stored => {}
             Done::Read(n, bytes) => self.cached = Some((n, bytes)),
             Done::Refill(bytes) => {

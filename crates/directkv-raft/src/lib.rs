@@ -48,6 +48,7 @@ pub use chunks::SnapshotBytes;
 pub use codec::{DecodeError, Entry, Request, Response, BATCH_MAX_BYTES, KEY_MAX, VALUE_MAX};
 pub use log_store::LogStore;
 pub use state_machine::{KvReader, SnapshotBuilder, StateMachine};
+pub use store::Exec;
 
 openraft::declare_raft_types!(
     /// The Raft types of a directkv-backed node: [`Request`] in,
@@ -94,8 +95,20 @@ pub fn open(
     path: impl AsRef<Path>,
     options: directkv::Options,
 ) -> Result<(LogStore, StateMachine), Error> {
+    open_with(path, options, Exec::BlockingPool)
+}
+
+/// [`open`], with the database work run as `exec` says.
+///
+/// # Errors
+/// As [`open`].
+pub fn open_with(
+    path: impl AsRef<Path>,
+    options: directkv::Options,
+    exec: Exec,
+) -> Result<(LogStore, StateMachine), Error> {
     let cache_bytes = options.cache_bytes;
-    let db = store::Store::new(directkv::Database::open(path, options)?, cache_bytes);
+    let db = store::Store::new(directkv::Database::open(path, options)?, cache_bytes, exec);
     let log = LogStore::load(db.clone())?;
     let sm = StateMachine::load(db)?;
     Ok((log, sm))

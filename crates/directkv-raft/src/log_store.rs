@@ -300,17 +300,22 @@ impl RaftLogReader<TypeConfig> for LogStore {
         end: u64,
     ) -> Result<Vec<Entry>, StorageError<NodeId>> {
         let me = self.clone();
-        blocking(ErrorSubject::Logs, ErrorVerb::Read, move || {
-            let (lo, hi) = (keys::log(start).to_vec(), keys::log(end).to_vec());
-            let (chunk, _more) = read(&me.db, |r| {
-                Self::entries_in(
-                    r,
-                    (Bound::Included(&lo[..]), Bound::Excluded(&hi[..])),
-                    me.db.batch_bytes,
-                )
-            })?;
-            Ok(chunk)
-        })
+        blocking(
+            self.db.exec,
+            ErrorSubject::Logs,
+            ErrorVerb::Read,
+            move || {
+                let (lo, hi) = (keys::log(start).to_vec(), keys::log(end).to_vec());
+                let (chunk, _more) = read(&me.db, |r| {
+                    Self::entries_in(
+                        r,
+                        (Bound::Included(&lo[..]), Bound::Excluded(&hi[..])),
+                        me.db.batch_bytes,
+                    )
+                })?;
+                Ok(chunk)
+            },
+        )
         .await
     }
 
@@ -320,9 +325,12 @@ impl RaftLogReader<TypeConfig> for LogStore {
     ) -> Result<Vec<Entry>, StorageError<NodeId>> {
         let me = self.clone();
         let (lo, hi) = (range.start_bound().cloned(), range.end_bound().cloned());
-        blocking(ErrorSubject::Logs, ErrorVerb::Read, move || {
-            me.entries(lo, hi)
-        })
+        blocking(
+            self.db.exec,
+            ErrorSubject::Logs,
+            ErrorVerb::Read,
+            move || me.entries(lo, hi),
+        )
         .await
     }
 }
@@ -332,7 +340,13 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError<NodeId>> {
         let me = self.clone();
-        blocking(ErrorSubject::Logs, ErrorVerb::Read, move || me.state()).await
+        blocking(
+            self.db.exec,
+            ErrorSubject::Logs,
+            ErrorVerb::Read,
+            move || me.state(),
+        )
+        .await
     }
 
     async fn get_log_reader(&mut self) -> Self::LogReader {
@@ -341,17 +355,23 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError<NodeId>> {
         let (db, vote) = (self.db.clone(), *vote);
-        blocking(ErrorSubject::Vote, ErrorVerb::Write, move || {
-            db.write(&durable(), |w| put_json(w, keys::VOTE, &vote))
-        })
+        blocking(
+            self.db.exec,
+            ErrorSubject::Vote,
+            ErrorVerb::Write,
+            move || db.write(&durable(), |w| put_json(w, keys::VOTE, &vote)),
+        )
         .await
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, StorageError<NodeId>> {
         let db = self.db.clone();
-        blocking(ErrorSubject::Vote, ErrorVerb::Read, move || {
-            get_json(&db, keys::VOTE, "vote")
-        })
+        blocking(
+            self.db.exec,
+            ErrorSubject::Vote,
+            ErrorVerb::Read,
+            move || get_json(&db, keys::VOTE, "vote"),
+        )
         .await
     }
 
@@ -362,19 +382,27 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let db = self.db.clone();
         // Lost in a crash, it only means re-applying from an older id: the
         // state machine's applied id is what counts.
-        blocking(ErrorSubject::Store, ErrorVerb::Write, move || {
-            db.write(&lazy(), |w| put_json(w, keys::COMMITTED, &committed))
-        })
+        blocking(
+            self.db.exec,
+            ErrorSubject::Store,
+            ErrorVerb::Write,
+            move || db.write(&lazy(), |w| put_json(w, keys::COMMITTED, &committed)),
+        )
         .await
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId<NodeId>>, StorageError<NodeId>> {
         let db = self.db.clone();
-        blocking(ErrorSubject::Store, ErrorVerb::Read, move || {
-            let c: Option<Option<LogId<NodeId>>> =
-                get_json(&db, keys::COMMITTED, "committed log id")?;
-            Ok(c.flatten())
-        })
+        blocking(
+            self.db.exec,
+            ErrorSubject::Store,
+            ErrorVerb::Read,
+            move || {
+                let c: Option<Option<LogId<NodeId>>> =
+                    get_json(&db, keys::COMMITTED, "committed log id")?;
+                Ok(c.flatten())
+            },
+        )
         .await
     }
 
@@ -389,9 +417,12 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     {
         let entries: Vec<Entry> = entries.into_iter().collect();
         let me = self.clone();
-        let r = blocking(ErrorSubject::Logs, ErrorVerb::Write, move || {
-            me.append_now(&entries)
-        })
+        let r = blocking(
+            self.db.exec,
+            ErrorSubject::Logs,
+            ErrorVerb::Write,
+            move || me.append_now(&entries),
+        )
         .await;
         match &r {
             Ok(()) => callback.log_io_completed(Ok(())),
@@ -402,19 +433,27 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn truncate(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
         let db = self.db.clone();
-        blocking(ErrorSubject::Logs, ErrorVerb::Delete, move || {
-            let lo = keys::log(log_id.index);
-            delete_range(&db, &lo, &keys::log_end(), true, true)?;
-            Ok(())
-        })
+        blocking(
+            self.db.exec,
+            ErrorSubject::Logs,
+            ErrorVerb::Delete,
+            move || {
+                let lo = keys::log(log_id.index);
+                delete_range(&db, &lo, &keys::log_end(), true, true)?;
+                Ok(())
+            },
+        )
         .await
     }
 
     async fn purge(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
         let me = self.clone();
-        blocking(ErrorSubject::Logs, ErrorVerb::Delete, move || {
-            me.purge_now(log_id)
-        })
+        blocking(
+            self.db.exec,
+            ErrorSubject::Logs,
+            ErrorVerb::Delete,
+            move || me.purge_now(log_id),
+        )
         .await
     }
 }

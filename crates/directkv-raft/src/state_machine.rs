@@ -537,9 +537,12 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         let me = SnapshotBuilder {
             shared: self.shared.clone(),
         };
-        let (meta, bytes) = blocking(ErrorSubject::Snapshot(None), ErrorVerb::Write, move || {
-            me.build_now()
-        })
+        let (meta, bytes) = blocking(
+            self.shared.db.exec,
+            ErrorSubject::Snapshot(None),
+            ErrorVerb::Write,
+            move || me.build_now(),
+        )
         .await?;
         Ok(Snapshot {
             meta,
@@ -565,11 +568,16 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     {
         let entries: Vec<Entry> = entries.into_iter().collect();
         let (db, base) = (self.shared.db.clone(), self.applied.clone());
-        let (out, next) = blocking(ErrorSubject::StateMachine, ErrorVerb::Write, move || {
-            let applied = Self::apply_now(&db, &base, &entries)?;
-            crate::log_store::purge_covered(&db)?;
-            Ok(applied)
-        })
+        let (out, next) = blocking(
+            self.shared.db.exec,
+            ErrorSubject::StateMachine,
+            ErrorVerb::Write,
+            move || {
+                let applied = Self::apply_now(&db, &base, &entries)?;
+                crate::log_store::purge_covered(&db)?;
+                Ok(applied)
+            },
+        )
         .await?;
         self.applied = next;
         Ok(out)
@@ -585,9 +593,12 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         &mut self,
     ) -> Result<Box<SnapshotBytes>, StorageError<NodeId>> {
         let shared = self.shared.clone();
-        let pin = blocking(ErrorSubject::Snapshot(None), ErrorVerb::Write, move || {
-            shared.begin_chunks()
-        })
+        let pin = blocking(
+            self.shared.db.exec,
+            ErrorSubject::Snapshot(None),
+            ErrorVerb::Write,
+            move || shared.begin_chunks(),
+        )
         .await?;
         Ok(Box::new(SnapshotBytes::receiving(pin)))
     }
@@ -603,11 +614,16 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             storage_error(ErrorSubject::Snapshot(sig.clone()), ErrorVerb::Write, &e)
         })?;
         let (shared, base, m) = (self.shared.clone(), self.applied.clone(), meta.clone());
-        let next = blocking(ErrorSubject::Snapshot(sig), ErrorVerb::Write, move || {
-            let applied = Self::install_now(&shared, &base, &m, *snapshot)?;
-            crate::log_store::purge_covered(&shared.db)?;
-            Ok(applied)
-        })
+        let next = blocking(
+            self.shared.db.exec,
+            ErrorSubject::Snapshot(sig),
+            ErrorVerb::Write,
+            move || {
+                let applied = Self::install_now(&shared, &base, &m, *snapshot)?;
+                crate::log_store::purge_covered(&shared.db)?;
+                Ok(applied)
+            },
+        )
         .await?;
         self.applied = next;
         Ok(())
@@ -617,19 +633,24 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         &mut self,
     ) -> Result<Option<Snapshot<TypeConfig>>, StorageError<NodeId>> {
         let shared = self.shared.clone();
-        blocking(ErrorSubject::Snapshot(None), ErrorVerb::Read, move || {
-            // Held: no store deletes this one's chunks before they are
-            // pinned; the pin keeps them while they are read.
-            let _held = shared.lock()?;
-            let Some(stored) = read(&shared.db, snapshot::record)? else {
-                return Ok(None);
-            };
-            let pin = shared.db.pin(stored.seq);
-            Ok(Some(Snapshot {
-                meta: stored.meta,
-                snapshot: Box::new(SnapshotBytes::stored(pin, stored.len)),
-            }))
-        })
+        blocking(
+            self.shared.db.exec,
+            ErrorSubject::Snapshot(None),
+            ErrorVerb::Read,
+            move || {
+                // Held: no store deletes this one's chunks before they are
+                // pinned; the pin keeps them while they are read.
+                let _held = shared.lock()?;
+                let Some(stored) = read(&shared.db, snapshot::record)? else {
+                    return Ok(None);
+                };
+                let pin = shared.db.pin(stored.seq);
+                Ok(Some(Snapshot {
+                    meta: stored.meta,
+                    snapshot: Box::new(SnapshotBytes::stored(pin, stored.len)),
+                }))
+            },
+        )
         .await
     }
 }

@@ -13,6 +13,18 @@ use serde::Serialize;
 
 use crate::{DecodeError, Error, NodeId};
 
+/// Where the storage runs its database work, which waits for the disk.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Exec {
+    /// On tokio's blocking pool, off the runtime's workers: a node's.
+    #[default]
+    BlockingPool,
+    /// On the calling task, whose thread waits: for a simulation that runs
+    /// every node on one thread in simulated time, where work finishing on
+    /// other threads would race with it.
+    Inline,
+}
+
 /// The database both halves share.
 pub(crate) type Db = Arc<Store>;
 
@@ -36,10 +48,12 @@ pub(crate) struct Store {
     /// The snapshot sequence numbers whose chunks are in use (being read
     /// or received), with how many users each: no cleanup deletes them.
     pins: std::sync::Mutex<BTreeMap<u64, usize>>,
+    /// Where database work runs.
+    pub(crate) exec: Exec,
 }
 
 impl Store {
-    pub(crate) fn new(db: Database, cache_bytes: usize) -> Db {
+    pub(crate) fn new(db: Database, cache_bytes: usize, exec: Exec) -> Db {
         // A record costs about twice its size in pages (half-full leaves,
         // overflow rounding); this keeps one batch under an eighth of the
         // cache.
@@ -54,6 +68,7 @@ impl Store {
             batch_bytes,
             purge_pending: std::sync::Mutex::new(None),
             pins: std::sync::Mutex::new(BTreeMap::new()),
+            exec,
         })
     }
 
@@ -260,9 +275,11 @@ pub(crate) fn get_json<T: DeserializeOwned>(
     read(db, |r| from_json(r.get(key)?, what))
 }
 
-/// Runs `f` on the runtime's blocking pool: database calls wait for disk.
-/// A panic in `f` becomes an error (the database has stopped itself).
+/// Runs `f` where `exec` says: on the runtime's blocking pool (database
+/// calls wait for disk), or inline. A panic in `f` on the pool becomes an
+/// error (the database has stopped itself).
 pub(crate) async fn blocking<T, F>(
+    exec: Exec,
     subject: ErrorSubject<NodeId>,
     verb: ErrorVerb,
     f: F,
@@ -271,6 +288,9 @@ where
     T: Send + 'static,
     F: FnOnce() -> Result<T, Error> + Send + 'static,
 {
+    if exec == Exec::Inline {
+        return f().map_err(|e| storage_error(subject, verb, &e));
+    }
     match tokio::task::spawn_blocking(f).await {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => Err(storage_error(subject, verb, &e)),
