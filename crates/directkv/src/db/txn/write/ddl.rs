@@ -319,11 +319,14 @@ impl<'db, S: Storage> TableMut<'_, 'db, S> {
     }
 
     fn scan(&self, from: Bound<Vec<u8>>, to: Bound<Vec<u8>>) -> RangeIter<'db, S> {
-        let it = self.txn.scan_in(&self.tree, from, to);
+        // Checked before the scan: a refused one records no range read.
         let readable = self.owns().and_then(|()| self.txn.check_alive());
         match readable.and_then(|()| self.txn.check_readable(&self.tree)) {
-            Ok(()) => it,
-            Err(e) => it.failing(e),
+            Ok(()) => self.txn.scan_in(&self.tree, from, to),
+            Err(e) => {
+                let tree = self.tree.clone();
+                RangeIter::new(self.txn.inner, tree, (from, to), BTreeMap::new(), None).failing(e)
+            }
         }
     }
 }
