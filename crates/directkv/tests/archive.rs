@@ -582,7 +582,17 @@ fn a_zeroed_segment_is_refused_not_archived() {
     let db = Database::open(&db_dir, big(&archive)).expect("open");
     push(&db, 1);
     db.checkpoint().expect("checkpoint");
+    // Every whole segment reaches the archive first: a copy still under
+    // way when the file is planted would replace it.
+    let writing = db.stats().wal.end_lsn / (SEG - 4096);
+    for _ in 0..600 {
+        if db.stats().archive.next_segment >= writing {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     let next = db.stats().archive.next_segment;
+    assert_eq!(next, writing, "the whole segments are archived");
     // Archiving stops at `next` while someone else's file is in its way.
     let planted = archive.join(seg_name(next));
     std::fs::write(&planted, vec![7u8; 4096]).expect("plant");
