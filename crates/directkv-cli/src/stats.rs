@@ -140,11 +140,30 @@ fn print_tables(s: &Value) {
         return;
     }
     println!(
-        "tables     {} (dropped, not yet freed: {}; pages freed since open: {})",
+        "tables     {} holding {} pages (dropped, not yet freed: {}; pages freed since open: {})",
         n("tables"),
+        n("pages"),
         n("dropped"),
         n("dropped_pages_freed")
     );
+    const SHOWN: usize = 20;
+    let each = t["each"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let mut by_pages: Vec<&Value> = each.iter().collect();
+    by_pages.sort_by_key(|e| std::cmp::Reverse(e["pages"].as_u64().unwrap_or(0)));
+    for e in by_pages.iter().take(SHOWN) {
+        let name = match e["dropped"].as_bool() {
+            Some(true) => "(dropped)",
+            _ => e["name"].as_str().unwrap_or("?"),
+        };
+        let id = e["id"].as_u64().unwrap_or(0);
+        println!(
+            "  {:>10} pages  {name} (id {id})",
+            e["pages"].as_u64().unwrap_or(0)
+        );
+    }
+    if each.len() > SHOWN {
+        println!("  ... and {} smaller tables", each.len() - SHOWN);
+    }
 }
 
 /// Asynchronous I/O and the log.

@@ -953,3 +953,84 @@ fn the_cleaner_frees_a_dropped_table_of_long_values_in_bounded_steps() {
     assert_eq!(report.tables, 0);
     assert!(report.free_pages > 50, "{report:?}");
 }
+
+/// A table's id, name, whether dropped, and pages.
+type Figures = Vec<(u32, String, bool, u64)>;
+
+/// What `stats()` gives for each table (kept by every commit) and what
+/// `check` counts by walking.
+fn each_table<S: directkv::internals::io::Storage>(db: &Database<S>) -> (Figures, Figures) {
+    let kept = db.stats().tables.each;
+    let kept = kept.into_iter().map(|t| (t.id, t.name, t.dropped, t.pages));
+    let walked = db.check().expect("check").table_details;
+    let walked = walked.into_iter().map(|t| (t.id, t.name, t.dropped, t.pages));
+    (kept.collect(), walked.collect())
+}
+
+/// Each table's page count in `stats()` is what `check` walks, through
+/// splits, overflow chains written and replaced, deletes, a rename, every
+/// step of a drop, and a power cut in the middle of them.
+#[test]
+fn each_tables_pages_in_stats_are_what_check_walks() {
+    let path = Path::new("/sim/db");
+    let disk = SimStorage::new();
+    let db = Database::open_with(disk.clone(), path, sim_opts()).expect("open");
+    fill(&db, "a", 2000);
+    fill(&db, "b", 500);
+    let (kept, walked) = each_table(&db);
+    assert_eq!(kept, walked);
+    assert!(kept[0].3 > 50 && kept[1].3 > 10, "{kept:?}");
+    assert_eq!(db.stats().tables.pages, kept[0].3 + kept[1].3);
+    let mut w = db.begin_write().expect("begin");
+    let b = w.open_table("b").expect("open");
+    for i in 0..500u32 {
+        if i % 2 == 0 {
+            w.table(&b).delete(&i.to_le_bytes()).expect("delete");
+        } else {
+            // Long values become short: their chains are freed.
+            w.table(&b).put(&i.to_le_bytes(), b"short").expect("put");
+        }
+    }
+    w.rename_table("a", "renamed").expect("rename");
+    w.commit().expect("commit");
+    let (kept, walked) = each_table(&db);
+    assert_eq!(kept, walked);
+    assert_eq!(kept[0].1, "renamed");
+    let old = db.begin_read().expect("a snapshot keeps the drop waiting");
+    let mut w = db.begin_write().expect("begin");
+    w.drop_table("renamed").expect("drop");
+    w.commit().expect("commit");
+    let (kept, walked) = each_table(&db);
+    assert_eq!(kept, walked);
+    assert!(kept[0].2 && kept[0].1.is_empty(), "{kept:?}");
+    drop(old);
+    let mut counts = Vec::new();
+    for i in 0..3u32 {
+        let mut w = db.begin_write().expect("begin");
+        w.put(b"tick", &i.to_le_bytes()).expect("put");
+        w.commit().expect("commit");
+        let (kept, walked) = each_table(&db);
+        assert_eq!(kept, walked, "step {i}");
+        counts.push(kept[0].3);
+    }
+    assert!(counts.windows(2).all(|w| w[1] < w[0]), "freed step by step: {counts:?}");
+    disk.power_fail_after(40);
+    for i in 0..100u32 {
+        let Ok(mut w) = db.begin_write() else { break };
+        let _ = w.put(b"tick", &i.to_le_bytes());
+        if w.commit().is_err() {
+            break;
+        }
+    }
+    std::mem::forget(db);
+    disk.crash(40);
+    let db = Database::open_with(disk.clone(), path, sim_opts()).expect("reopen");
+    let (kept, walked) = each_table(&db);
+    assert_eq!(kept, walked, "after a power cut");
+    assert!(kept.len() == 2 || kept.len() == 1, "{kept:?}");
+    commit_until_freed(&db);
+    let (kept, walked) = each_table(&db);
+    assert_eq!(kept, walked);
+    assert_eq!(kept.len(), 1);
+    assert_eq!(kept[0].1, "b");
+}

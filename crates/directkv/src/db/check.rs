@@ -187,11 +187,12 @@ impl<S: Storage> Checker<'_, S> {
         let names = tables::names(&self.pages, catalog)?;
         let rows = tables::load(&self.pages, catalog)?.all()?;
         let held = registry.all()?;
-        let row = |t: &Arc<TableState>| (t.id, t.root(), t.is_live());
+        let row = |t: &Arc<TableState>| (t.id, t.root(), t.is_live(), t.pages());
         if rows.iter().map(row).ne(held.iter().map(row)) {
             return Err(self.bad(
                 catalog,
-                "the catalog's info rows and the open tables differ (ids, roots or states)",
+                "the catalog's info rows and the open tables differ (ids, roots, states or \
+                 page counts)",
             ));
         }
         for t in &held {
@@ -200,6 +201,15 @@ impl<S: Storage> Checker<'_, S> {
             if let Some(root) = t.root() {
                 self.walk_tree(root)?;
                 self.walk_overflows()?;
+            }
+            let walked = (self.seen.len() - pages) as u64;
+            if walked != t.pages() {
+                let what = format!(
+                    "table {} holds {walked} pages; its info row counts {}",
+                    t.id,
+                    t.pages()
+                );
+                return Err(self.bad(t.root().unwrap_or(catalog), what));
             }
             self.report.tables += 1;
             self.report.table_details.push(TableCheck {

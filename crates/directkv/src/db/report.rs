@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 
 use super::engine::Inner;
 use super::stats::{
-    BackupProgress, StallHistograms, Stalls, Stats, TableStats, TxnStats, STATS_FILE,
+    BackupProgress, StallHistograms, Stalls, Stats, TablePages, TableStats, TxnStats, STATS_FILE,
 };
 use crate::io::{AioBackend, AioStats, Storage};
 
@@ -87,10 +87,21 @@ impl<S: Storage> Inner<S> {
     fn table_stats(&self) -> TableStats {
         let (all, dropped) = self.txns.tables.counts();
         assert!(dropped <= all, "dropped tables are registered ones");
+        // Figures only: a poisoned registry (the database failed) lists none.
+        let each: Vec<TablePages> = (self.txns.tables.all().unwrap_or_default().iter())
+            .map(|t| TablePages {
+                id: t.id,
+                name: if t.is_live() { t.name() } else { String::new() },
+                dropped: !t.is_live(),
+                pages: t.pages(),
+            })
+            .collect();
         TableStats {
             tables: (all - dropped) as u64,
             dropped: dropped as u64,
             dropped_pages_freed: (self.vitals.counters.dropped_pages_freed).load(Ordering::Relaxed),
+            pages: each.iter().map(|t| t.pages).sum(),
+            each,
         }
     }
 

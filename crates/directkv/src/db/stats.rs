@@ -174,7 +174,7 @@ pub struct StallHistograms {
 }
 
 /// Named tables, as [`Stats::tables`] reports them.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct TableStats {
     /// Named tables (live).
     pub tables: u64,
@@ -183,6 +183,26 @@ pub struct TableStats {
     /// Pages the steps that free dropped tables held since open: the pages
     /// freed, and the paths and catalog leaves they changed.
     pub dropped_pages_freed: u64,
+    /// Pages of every table in `each` together.
+    pub pages: u64,
+    /// Each table, live or dropped and not yet freed, by id, as of the
+    /// last commit applied.
+    pub each: Vec<TablePages>,
+}
+
+/// One table's figures in [`TableStats::each`]: exact as of the last
+/// commit applied, kept by every commit (no walk).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct TablePages {
+    /// Its id.
+    pub id: u32,
+    /// Its name (empty once dropped).
+    pub name: String,
+    /// Whether it was dropped (its pages are being freed).
+    pub dropped: bool,
+    /// Its pages: its tree's and its values' overflow pages, the same
+    /// figure `directkv check` counts by walking.
+    pub pages: u64,
 }
 
 /// Write transactions, as [`Stats::transactions`] reports them.

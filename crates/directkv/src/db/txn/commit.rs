@@ -129,6 +129,9 @@ pub(crate) struct TouchedTree {
     pub(crate) before: Option<PageId>,
     /// Its root now.
     pub(crate) now: Option<PageId>,
+    /// Its pages now: those of `state` as of the last commit, plus the
+    /// ones this transaction allocated, less the ones it freed.
+    pub(crate) pages: u64,
 }
 
 /// How an attempt to apply a transaction ended.
@@ -206,6 +209,7 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
             state: Arc::clone(state),
             before: root,
             now: root,
+            pages: state.pages(),
         });
         self.current = state.id;
         if self.trees[&state.id].now.is_none() {
@@ -222,6 +226,29 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
     /// The tables it reached, by id.
     pub fn touched(&self) -> &BTreeMap<u32, TouchedTree> {
         &self.trees
+    }
+
+    /// Counts a page of tree `id` allocated (`+1`) or freed (`-1`): the
+    /// default keyspace and the catalog keep no count.
+    ///
+    /// # Errors
+    /// [`Error::Corruption`] when the count (from the table's info row)
+    /// is smaller than the pages the table frees.
+    fn count_pages(&mut self, id: u32, delta: i64) -> Result<()> {
+        if id < tables::FIRST_ID {
+            return Ok(());
+        }
+        let t = self.trees.get_mut(&id).expect("a counted tree is selected");
+        t.pages = t
+            .pages
+            .checked_add_signed(delta)
+            .ok_or_else(|| Error::Corruption {
+                path: "catalog".into(),
+                offset: 0,
+                page: None,
+                detail: format!("table {id}'s info row counts fewer pages than the table frees"),
+            })?;
+        Ok(())
     }
 
     /// Begins a structure change, unless one of this transaction is under
@@ -419,6 +446,9 @@ impl<'a, S: Storage> CommitCtx<'a, S> {
         // image horizon this transaction started under.
         assert!(lsn > self.horizon, "a commit ends past its image horizon");
         self.env.summaries.note(&self.order);
+        for t in self.trees.values() {
+            t.state.set_pages(t.pages);
+        }
         for no in std::mem::take(&mut self.order) {
             let h = self.held.remove(&no).expect("held page");
             self.env.pool.release_held(h.held, Some(lsn));
@@ -535,6 +565,7 @@ impl<S: Storage> PagesMut for CommitCtx<'_, S> {
                 init(p);
                 page::set_tree(p, tree);
             })?;
+            self.count_pages(tree, 1)?;
             return Ok(head);
         }
         if self.meta.page_count >= crate::constants::PAGE_COUNT_MAX {
@@ -554,6 +585,7 @@ impl<S: Storage> PagesMut for CommitCtx<'_, S> {
             init(p);
             page::set_tree(p, tree);
         })?;
+        self.count_pages(tree, 1)?;
         Ok(no)
     }
 
@@ -564,7 +596,18 @@ impl<S: Storage> PagesMut for CommitCtx<'_, S> {
     fn free(&mut self, no: PageId) -> Result<()> {
         self.reshape();
         let next = self.meta.freelist;
-        self.change(no, false, |p| crate::btree::tree::init_free(p, next))?;
+        let owner = self.change(no, false, |p| {
+            let owner = page::tree_of(p);
+            crate::btree::tree::init_free(p, next);
+            owner
+        })?;
+        if owner != self.current {
+            // Reached through the selected tree (a descent refuses another
+            // tree's page; an overflow chain's link is the page's bytes).
+            let what = format!("page of tree {owner} reached through tree {}", self.current);
+            return Err(self.env.pool.page_corruption(no, what));
+        }
+        self.count_pages(owner, -1)?;
         self.meta.freelist = no;
         Ok(())
     }

@@ -29,7 +29,7 @@ use super::commit::{Applied, CommitCtx, PoolPages};
 use super::tables::{self, TableState, Tree};
 use crate::btree::tree;
 use crate::buffer::Access;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::io::Storage;
 use crate::lsn::Lsn;
 
@@ -188,14 +188,29 @@ fn free_pages<S: Storage>(
             ctx.settle();
         }
     }
-    let now = ctx.touched().get(&t.id).and_then(|x| x.now);
+    let (now, pages) = ctx
+        .touched()
+        .get(&t.id)
+        .map_or((before, t.pages()), |x| (x.now, x.pages));
+    if gone != (pages == 0) {
+        return Err(Error::Corruption {
+            path: "catalog".into(),
+            offset: 0,
+            page: None,
+            detail: format!(
+                "dropped table {}'s info row counts {pages} pages where {} are left",
+                t.id,
+                if gone { "none" } else { "some" }
+            ),
+        });
+    }
     ctx.select(&Tree::Table(Arc::clone(catalog)))?;
     let key = tables::info_key(t.id);
     if gone {
         let found = tree::delete_along(ctx, &key, None)?;
         assert!(found, "a dropped table has its info row until it is freed");
-    } else if now != before {
-        let row = tables::info_value(now, tables::DROPPED);
+    } else if now != before || pages != t.pages() {
+        let row = tables::info_value(now, tables::DROPPED, pages);
         tree::put_along(ctx, &key, &row, None)?;
     }
     ctx.settle();

@@ -10,7 +10,7 @@
 //! | key | value | read by |
 //! |---|---|---|
 //! | `n` + name | id (u32 big-endian) | snapshots: a logical row, written, locked and versioned like any key |
-//! | `i` + id (u32 big-endian) | root page u64, state u8 (0 live, 1 dropped: its pages are being freed) | open and `check` only: written in the commit section, never versioned |
+//! | `i` + id (u32 big-endian) | root page u64, state u8 (0 live, 1 dropped: its pages are being freed), pages u64 (tree and overflow), all little-endian but the key | open and `check` only: written in the commit section, never versioned |
 //! | `m` | the next table id (u32 big-endian) | open only: written by each commit that creates a table |
 //!
 //! Everything a transaction keeps by key (its writes, its row locks, the
@@ -27,6 +27,9 @@
 //!   a root leaf it keeps a root until its pages are freed after a drop.
 //! - A dropped table's pages are freed only once no snapshot older than the
 //!   drop is live, and only by the freer (`super::drops`).
+//! - A table's page count is the pages whose header names it: every commit
+//!   that allocates or frees one of its pages writes its info row, in the
+//!   same commit (`CommitCtx::allocate` and `free` count them).
 
 // Table ids in keys are big-endian so that byte order is id order: one
 // table's qualified keys are one contiguous range.
@@ -35,12 +38,18 @@
 use std::collections::HashMap;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
-use crate::btree::tree::{self, Pages};
 use crate::error::{Error, Result};
 use crate::format::PageId;
 use crate::health;
+
+mod rows;
+
+pub(crate) use rows::{
+    decode_name_value, info_key, info_value, load, name_key, name_value, names, next_id_value,
+    InfoRow, NAME_PREFIX, NEXT_ID_KEY,
+};
 
 /// A key range, by its bounds.
 pub(in crate::db) type KeyRange = (Bound<Vec<u8>>, Bound<Vec<u8>>);
@@ -109,6 +118,11 @@ pub(crate) struct TableState {
     /// The CSN of the commit that dropped it ([`NEVER`] while live; 0 for
     /// one dropped before the database opened).
     dropped: AtomicU64,
+    /// Its pages as of the last commit applied (tree and overflow).
+    pages: AtomicU64,
+    /// Its name as of the last commit applied (figures only: operations
+    /// go by id).
+    name: Mutex<String>,
 }
 
 impl TableState {
@@ -121,7 +135,36 @@ impl TableState {
             root: AtomicU64::new(root.get()),
             created: AtomicU64::new(created),
             dropped: AtomicU64::new(dropped),
+            pages: AtomicU64::new(0),
+            name: Mutex::new(String::new()),
         }
+    }
+
+    /// Its pages as of the last commit applied.
+    pub(crate) fn pages(&self) -> u64 {
+        self.pages.load(Ordering::Acquire)
+    }
+
+    /// A commit that changed its page count to `pages` is applied (in the
+    /// commit section, after the commit record).
+    pub(crate) fn set_pages(&self, pages: u64) {
+        assert!(
+            pages == 0 || self.root().is_some(),
+            "only a table with a tree has pages"
+        );
+        self.pages.store(pages, Ordering::Release);
+    }
+
+    /// Its name as of the last commit applied.
+    pub(crate) fn name(&self) -> String {
+        // Figures only: a poisoned lock still holds a whole name.
+        self.name.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// A commit that named it `name` is applied (or it was loaded so).
+    pub(crate) fn set_name(&self, name: &str) {
+        assert!(check_name(name).is_ok(), "a table's name is a valid one");
+        *self.name.lock().unwrap_or_else(|p| p.into_inner()) = name.to_owned();
     }
 
     /// Its root, `None` while it has no tree.
@@ -223,26 +266,38 @@ pub(crate) struct Registry {
 
 impl Registry {
     /// The registry of a database whose catalog is rooted at `catalog`
-    /// (0: none yet), holding `tables` (id, root, dropped), loaded from its
-    /// `i` rows, whose next id is at least `next` (its `m` row).
-    pub(crate) fn new(catalog: PageId, tables: Vec<(u32, PageId, bool)>, next: u32) -> Self {
+    /// (0: none yet), holding `tables`, loaded from its `i` rows, named by
+    /// `names` (its `n` rows), whose next id is at least `next` (its `m`
+    /// row).
+    pub(crate) fn new(
+        catalog: PageId,
+        tables: Vec<InfoRow>,
+        names: &HashMap<u32, String>,
+        next: u32,
+    ) -> Self {
         let owner = REGISTRIES.fetch_add(1, Ordering::Relaxed);
         assert!(
-            tables.iter().all(|t| t.0 < u32::MAX),
+            tables.iter().all(|t| t.id < u32::MAX),
             "a loaded table's id is one a table can have"
         );
         let next = tables
             .iter()
-            .map(|t| t.0 + 1)
+            .map(|t| t.id + 1)
             .max()
             .unwrap_or(FIRST_ID)
             .max(next);
-        let dropped = tables.iter().filter(|t| t.2).count();
+        let dropped = tables.iter().filter(|t| t.dropped).count();
         let by_id: HashMap<u32, Arc<TableState>> = tables
             .into_iter()
-            .map(|(id, root, dropped)| {
-                let dropped = if dropped { 0 } else { NEVER };
-                (id, Arc::new(TableState::new(owner, id, root, 0, dropped)))
+            .map(|row| {
+                let dropped = if row.dropped { 0 } else { NEVER };
+                let root = row.root.unwrap_or(PageId::ZERO);
+                let t = TableState::new(owner, row.id, root, 0, dropped);
+                t.set_pages(row.pages);
+                if let Some(name) = names.get(&row.id).filter(|_| !row.dropped) {
+                    t.set_name(name);
+                }
+                (row.id, Arc::new(t))
             })
             .collect();
         assert!(
@@ -380,78 +435,6 @@ impl Registry {
     }
 }
 
-/// Visits every row of the catalog rooted at `catalog` (0: none) whose
-/// key starts with the one byte `prefix`, in key order.
-fn scan_rows<P: Pages>(
-    pages: &P,
-    catalog: PageId,
-    prefix: u8,
-    mut visit: impl FnMut(Vec<u8>, Vec<u8>) -> Result<()>,
-) -> Result<()> {
-    if catalog == PageId::ZERO {
-        return Ok(());
-    }
-    let mut from = Bound::Included(vec![prefix]);
-    let hi = Bound::Excluded(vec![prefix + 1]);
-    loop {
-        let (batch, next) = tree::scan_forward(pages, catalog, &from, &hi)?;
-        for (k, v) in batch {
-            assert_eq!(k.first(), Some(&prefix), "a row of the prefix");
-            visit(k, v)?;
-        }
-        match next {
-            Some(b) => from = b,
-            None => return Ok(()),
-        }
-    }
-}
-
-/// The names of the catalog's tables as its name rows hold them (the
-/// latest committed), by id.
-///
-/// # Errors
-/// Page errors; [`Error::Corruption`] for a name row no build writes.
-pub(crate) fn names<P: Pages>(pages: &P, catalog: PageId) -> Result<HashMap<u32, String>> {
-    let mut names = HashMap::new();
-    scan_rows(pages, catalog, NAME_PREFIX[0], |k, v| {
-        let name = String::from_utf8_lossy(&k[1..]).into_owned();
-        let id = decode_name_value(&v, &name)?;
-        match names.insert(id, name) {
-            None => Ok(()),
-            Some(other) => Err(catalog_corruption(format!(
-                "table {id} has two names, {other:?} and another"
-            ))),
-        }
-    })?;
-    Ok(names)
-}
-
-/// Loads the registry of a database whose catalog is rooted at `catalog`
-/// (0: none), from the catalog's info rows.
-///
-/// # Errors
-/// Page errors; [`Error::Corruption`] for an info row no build writes.
-pub(crate) fn load<P: Pages>(pages: &P, catalog: PageId) -> Result<Registry> {
-    let mut tables: Vec<(u32, PageId, bool)> = Vec::new();
-    scan_rows(pages, catalog, INFO_PREFIX[0], |k, v| {
-        let (id, root, state) = decode_info(&k, &v)?;
-        if tables.last().is_some_and(|t| t.0 >= id) {
-            return Err(catalog_corruption(format!("info row {k:?} out of order")));
-        }
-        tables.push((id, root.unwrap_or(PageId::ZERO), state == DROPPED));
-        Ok(())
-    })?;
-    let mut next = FIRST_ID;
-    scan_rows(pages, catalog, NEXT_ID_KEY[0], |k, v| {
-        next = match (k.as_slice(), <[u8; 4]>::try_from(v.as_slice())) {
-            (NEXT_ID_KEY, Ok(b)) if u32::from_be_bytes(b) >= FIRST_ID => u32::from_be_bytes(b),
-            _ => return Err(catalog_corruption(format!("a row {k:?} holds {v:?}"))),
-        };
-        Ok(())
-    })?;
-    Ok(Registry::new(catalog, tables, next))
-}
-
 /// The bytes of table `id` in front of its qualified keys.
 pub(crate) fn id_prefix(id: u32) -> [u8; ID_BYTES] {
     id.to_be_bytes()
@@ -537,92 +520,6 @@ pub(crate) fn check_name(name: &str) -> Result<()> {
     Ok(())
 }
 
-/// The catalog key of a table's name row.
-pub(crate) fn name_key(name: &str) -> Vec<u8> {
-    let mut k = Vec::with_capacity(1 + name.len());
-    k.push(b'n');
-    k.extend_from_slice(name.as_bytes());
-    k
-}
-
-/// The prefix of every name row.
-pub(crate) const NAME_PREFIX: &[u8] = b"n";
-
-/// The catalog key of a table's info row.
-pub(crate) fn info_key(id: u32) -> [u8; 5] {
-    let mut k = [b'i'; 5];
-    k[1..].copy_from_slice(&id.to_be_bytes());
-    k
-}
-
-/// The key of the row that holds the next table id.
-pub(crate) const NEXT_ID_KEY: &[u8] = b"m";
-
-/// The value of the next-id row.
-pub(crate) fn next_id_value(id: u32) -> [u8; 4] {
-    id.to_be_bytes()
-}
-
-/// The prefix of every info row.
-pub(crate) const INFO_PREFIX: &[u8] = b"i";
-
-/// An info row's value: the table's root and state.
-pub(crate) fn info_value(root: Option<PageId>, state: u8) -> [u8; 9] {
-    let mut v = [0u8; 9];
-    v[..8].copy_from_slice(&root.map_or(0, PageId::get).to_le_bytes());
-    v[8] = state;
-    v
-}
-
-/// A name row's value: the id.
-pub(crate) fn name_value(id: u32) -> [u8; 4] {
-    id.to_be_bytes()
-}
-
-/// Decodes a name row's value (`what` names the row for the error).
-///
-/// # Errors
-/// [`Error::Corruption`] for a value that is not an id a table can have.
-pub(crate) fn decode_name_value(v: &[u8], what: &str) -> Result<u32> {
-    let id = <[u8; 4]>::try_from(v).map(u32::from_be_bytes);
-    match id {
-        Ok(id) if (FIRST_ID..u32::MAX).contains(&id) => Ok(id),
-        _ => Err(catalog_corruption(format!(
-            "the name row of {what} holds {v:?}, not a table id"
-        ))),
-    }
-}
-
-/// Decodes an info row: (id, root, state).
-///
-/// # Errors
-/// [`Error::Corruption`] for a row no build writes.
-pub(crate) fn decode_info(k: &[u8], v: &[u8]) -> Result<(u32, Option<PageId>, u8)> {
-    let id = k
-        .get(1..)
-        .and_then(|b| <[u8; 4]>::try_from(b).ok())
-        .map(u32::from_be_bytes);
-    match (id, v.len(), v.get(8)) {
-        (Some(id), 9, Some(&state)) if (FIRST_ID..u32::MAX).contains(&id) && state <= DROPPED => {
-            let root = u64::from_le_bytes(v[..8].try_into().expect("eight bytes"));
-            Ok((id, (root != 0).then(|| PageId::new(root)), state))
-        }
-        _ => Err(catalog_corruption(format!(
-            "an info row {k:?} holds {v:?}, not a root and a state"
-        ))),
-    }
-}
-
-/// A catalog row no build writes.
-fn catalog_corruption(detail: String) -> Error {
-    Error::Corruption {
-        path: "catalog".into(),
-        offset: 0,
-        page: None,
-        detail,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -654,27 +551,9 @@ mod tests {
         assert_eq!(shown(&qualify(7, b"k")), "k (table 7)");
     }
 
-    /// Catalog rows decode what they encode and refuse what no build writes.
+    /// Names are 1 to 255 bytes without NUL.
     #[test]
-    fn catalog_rows_round_trip_and_are_checked() {
-        let k = info_key(9);
-        let v = info_value(Some(PageId::new(44)), DROPPED);
-        assert_eq!(
-            decode_info(&k, &v).expect("valid"),
-            (9, Some(PageId::new(44)), DROPPED)
-        );
-        assert_eq!(
-            decode_info(&k, &info_value(None, LIVE)).expect("valid"),
-            (9, None, LIVE)
-        );
-        let mut bad = v;
-        bad[8] = 2;
-        assert!(decode_info(&k, &bad).is_err());
-        assert!(decode_info(&info_key(1), &v).is_err());
-        assert!(decode_info(&k[..3], &v).is_err());
-        assert_eq!(decode_name_value(&name_value(5), "t").expect("valid"), 5);
-        assert!(decode_name_value(&name_value(1), "t").is_err());
-        assert!(decode_name_value(b"abc", "t").is_err());
+    fn names_are_checked() {
         assert!(check_name("").is_err());
         assert!(check_name("a\0b").is_err());
         assert!(check_name(&"x".repeat(256)).is_err());

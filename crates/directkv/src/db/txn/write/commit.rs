@@ -253,7 +253,7 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
             }
         };
         *meta = new_meta;
-        self.publish_tables(csn);
+        self.publish_tables(writes, csn);
         // Published before the tree lock is let go.
         inner.txns.versions.publish(csn)?;
         inner.vitals.counters.add_page_records(counts);
@@ -293,10 +293,11 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
         let mut rows = Vec::new();
         for (&id, t) in ctx.touched() {
             let ddl = self.created.contains_key(&id) || self.dropped.contains_key(&id);
-            if id >= tables::FIRST_ID && t.before != t.now && !ddl {
+            let moved = t.before != t.now || t.pages != t.state.pages();
+            if id >= tables::FIRST_ID && moved && !ddl {
                 rows.push((
                     tables::info_key(id),
-                    tables::info_value(t.now, tables::LIVE),
+                    tables::info_value(t.now, tables::LIVE, t.pages),
                 ));
             }
         }
@@ -305,8 +306,12 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
             .keys()
             .filter(|id| !self.dropped.contains_key(id))
         {
-            let root = ctx.touched().get(&id).and_then(|t| t.now);
-            rows.push((tables::info_key(id), tables::info_value(root, tables::LIVE)));
+            let (root, pages) = ctx
+                .touched()
+                .get(&id)
+                .map_or((None, 0), |t| (t.now, t.pages));
+            let row = tables::info_value(root, tables::LIVE, pages);
+            rows.push((tables::info_key(id), row));
         }
         for (&id, t) in &self.dropped {
             if !self.created.contains_key(&id) {
@@ -314,7 +319,7 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
                     !ctx.touched().contains_key(&id),
                     "a dropped table is not written"
                 );
-                let row = tables::info_value(t.root(), tables::DROPPED);
+                let row = tables::info_value(t.root(), tables::DROPPED, t.pages());
                 rows.push((tables::info_key(id), row));
             }
         }
@@ -361,10 +366,25 @@ impl<'db, S: Storage> WriteTxn<'db, S> {
         Ok(())
     }
 
-    /// Makes the tables it created known, and those it dropped gone, as of
-    /// commit `csn` (applied, not yet published).
-    fn publish_tables(&self, csn: u64) {
+    /// Makes the tables it created known, under the names `writes` give
+    /// them, and those it dropped gone, as of commit `csn` (applied, not
+    /// yet published).
+    fn publish_tables(&self, writes: &BTreeMap<Vec<u8>, Option<Vec<u8>>>, csn: u64) {
         let registry = &self.inner.txns.tables;
+        let (lo, hi) = tables::qualify_range(tables::CATALOG, &Bound::Unbounded, &Bound::Unbounded);
+        for (q, v) in writes.range((lo, hi)) {
+            let key = tables::split(q).1;
+            let (Some(name), Some(v)) = (key.strip_prefix(tables::NAME_PREFIX), v) else {
+                continue;
+            };
+            // Written by this transaction's DDL: a valid name and id.
+            let name = std::str::from_utf8(name).expect("a name row's key is a name");
+            let id = tables::decode_name_value(v, name).expect("a name row holds an id");
+            let t = self.created.get(&id).cloned();
+            if let Some(t) = t.or_else(|| registry.get(id).ok().flatten()) {
+                t.set_name(name);
+            }
+        }
         for (&id, t) in &self.created {
             if !self.dropped.contains_key(&id) {
                 t.mark_created(csn);
