@@ -59,7 +59,11 @@ use directkv::{DirectIo, FileKind, IoPath, Permissions};
 /// write a segment's header and sync it), for the test to aim its power
 /// cuts at.
 #[derive(Debug, Clone)]
-struct Disk(SimStorage, Arc<Mutex<Vec<(u64, Step)>>>);
+struct Disk(SimStorage, Arc<Mutex<Vec<(u64, Step)>>>, Plant);
+
+/// Bytes another writer puts under the name an archive copy is about to
+/// be renamed to, just before the rename (once).
+type Plant = Arc<Mutex<Option<Vec<u8>>>>;
 
 /// What a noted operation does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,7 +115,7 @@ fn step_of(path: &Path) -> Option<Step> {
 
 impl Disk {
     fn new() -> Disk {
-        Disk(SimStorage::new(), Arc::default())
+        Disk(SimStorage::new(), Arc::default(), Arc::default())
     }
 
     /// Notes the operation about to run, if it is one of `step`.
@@ -255,7 +259,13 @@ impl Storage for Disk {
             return self.rename_dir(from, to);
         }
         self.note(step_of(from));
+        self.plant(to);
         self.0.rename(from, to)
+    }
+    fn rename_new(&self, from: &Path, to: &Path) -> directkv::Result<()> {
+        self.note(step_of(from));
+        self.plant(to);
+        self.0.rename_new(from, to)
     }
     fn remove_file(&self, path: &Path) -> directkv::Result<()> {
         self.note(step_of(path));
@@ -271,11 +281,24 @@ impl Storage for Disk {
         self.0.exists(path)
     }
     fn anchor(&self, dir: &Path) -> directkv::Result<Disk> {
-        Ok(Disk(self.0.anchor(dir)?, Arc::clone(&self.1)))
+        Ok(Disk(
+            self.0.anchor(dir)?,
+            Arc::clone(&self.1),
+            Arc::clone(&self.2),
+        ))
     }
 }
 
 impl Disk {
+    /// Puts the planted bytes, if any, under `to` when it is in the archive.
+    fn plant(&self, to: &Path) {
+        if to.starts_with(ARCHIVE) {
+            if let Some(bytes) = self.2.lock().expect("plant").take() {
+                self.0.set_file_bytes(to, bytes);
+            }
+        }
+    }
+
     /// A restore's last step renames its scratch directory, which the
     /// simulated disk does not do: here its files move to the new name,
     /// durably, and the old tree goes.
@@ -909,4 +932,40 @@ fn enospc_run(seed: u64, room: u64) {
         "{ctx}: the restore to a commit after the disk had space again ({later}) gives its \
          state"
     );
+}
+
+/// A file that appears under a segment's name in the archive while the
+/// segment is being copied there is not replaced by the copy: the round
+/// fails naming it, the file keeps its bytes, the segment stays in the log
+/// unarchived, and once the file is gone the archive catches up.
+#[test]
+fn a_file_that_appears_during_a_copy_is_not_replaced() {
+    let disk = Disk::new();
+    let db = open(&disk);
+    db.checkpoint().expect("checkpoint");
+    let next = db.stats().archive.next_segment;
+    let foreign = vec![7u8; SEGMENT_BYTES as usize];
+    *disk.2.lock().expect("plant") = Some(foreign.clone());
+    push_log_on(&db, 2);
+    db.checkpoint().expect("checkpoint");
+    let s = db.stats().archive;
+    assert!(s.failures > 0, "{s:?}");
+    assert_eq!(s.next_segment, next, "{s:?}");
+    let planted = Path::new(ARCHIVE).join(file_name(next));
+    assert_eq!(disk.file_bytes(&planted), Some(foreign), "the file is kept");
+    assert!(
+        segments_in(&disk, WAL).contains(&next),
+        "the segment stays in the log"
+    );
+    let names = disk.list_dir(Path::new(ARCHIVE)).expect("list");
+    assert!(
+        names.iter().all(|n| !n.ends_with(".tmp")),
+        "no copy is left behind: {names:?}"
+    );
+    disk.remove_file(&planted).expect("clear the way");
+    push_log_on(&db, 1);
+    db.checkpoint().expect("checkpoint");
+    let s = db.stats().archive;
+    assert!(s.next_segment > next + 1, "the archive caught up: {s:?}");
+    assert!(s.last_failure.is_none(), "{s:?}");
 }

@@ -1099,6 +1099,9 @@ impl Storage for CountingReads {
     fn rename(&self, from: &Path, to: &Path) -> directkv::Result<()> {
         self.0.rename(from, to)
     }
+    fn rename_new(&self, from: &Path, to: &Path) -> directkv::Result<()> {
+        self.0.rename_new(from, to)
+    }
     fn remove_file(&self, path: &Path) -> directkv::Result<()> {
         self.0.remove_file(path)
     }

@@ -963,7 +963,9 @@ fn each_table<S: directkv::internals::io::Storage>(db: &Database<S>) -> (Figures
     let kept = db.stats().tables.each;
     let kept = kept.into_iter().map(|t| (t.id, t.name, t.dropped, t.pages));
     let walked = db.check().expect("check").table_details;
-    let walked = walked.into_iter().map(|t| (t.id, t.name, t.dropped, t.pages));
+    let walked = walked
+        .into_iter()
+        .map(|t| (t.id, t.name, t.dropped, t.pages));
     (kept.collect(), walked.collect())
 }
 
@@ -1013,7 +1015,10 @@ fn each_tables_pages_in_stats_are_what_check_walks() {
         assert_eq!(kept, walked, "step {i}");
         counts.push(kept[0].3);
     }
-    assert!(counts.windows(2).all(|w| w[1] < w[0]), "freed step by step: {counts:?}");
+    assert!(
+        counts.windows(2).all(|w| w[1] < w[0]),
+        "freed step by step: {counts:?}"
+    );
     disk.power_fail_after(40);
     for i in 0..100u32 {
         let Ok(mut w) = db.begin_write() else { break };

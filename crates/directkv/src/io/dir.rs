@@ -270,6 +270,26 @@ impl<'a> At<'a> {
             .map_err(|e| Error::from_io(IoOp::Rename, &self.path, None, os_err(e)))
     }
 
+    /// Renames this file to `to`, which must not exist: `EEXIST` when it
+    /// does, and nothing changes. A filesystem without `RENAME_NOREPLACE`
+    /// gets a hard link (which refuses an existing name just as atomically)
+    /// and the old name's removal.
+    ///
+    /// # Errors
+    /// I/O errors of `renameat2`, `linkat` or `unlinkat`.
+    pub fn rename_new_to(&self, to: &At<'_>) -> Result<()> {
+        let err = |e| Error::from_io(IoOp::Rename, &self.path, None, os_err(e));
+        let flags = rustix::fs::RenameFlags::NOREPLACE;
+        match rustix::fs::renameat_with(self.base, &self.rel, to.base, &to.rel, flags) {
+            Err(rustix::io::Errno::INVAL | rustix::io::Errno::NOSYS) => {}
+            r => return r.map_err(err),
+        }
+        rustix::fs::linkat(self.base, &self.rel, to.base, &to.rel, AtFlags::empty())
+            .map_err(err)?;
+        rustix::fs::unlinkat(self.base, &self.rel, AtFlags::empty())
+            .map_err(|e| Error::from_io(IoOp::Remove, &self.path, None, os_err(e)))
+    }
+
     /// Whether this is reached through a held directory (not the current
     /// one), where no symlink is followed.
     fn in_held(&self) -> bool {

@@ -319,6 +319,9 @@ impl<S: Storage> Storage for FaultyStorage<S> {
     fn rename(&self, from: &Path, to: &Path) -> Result<()> {
         self.inner.rename(from, to)
     }
+    fn rename_new(&self, from: &Path, to: &Path) -> Result<()> {
+        self.inner.rename_new(from, to)
+    }
     fn remove_file(&self, path: &Path) -> Result<()> {
         self.inner.remove_file(path)
     }

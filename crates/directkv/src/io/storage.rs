@@ -193,6 +193,14 @@ pub trait Storage: Clone + Send + Sync + 'static {
     /// # Errors
     /// I/O errors of `rename`.
     fn rename(&self, from: &Path, to: &Path) -> Result<()>;
+    /// Renames a file to a name nothing holds, atomically: when `to`
+    /// exists (even if it appeared a moment ago) the call fails with the
+    /// OS's `EEXIST` and neither file changes.
+    ///
+    /// # Errors
+    /// I/O errors of `renameat2(RENAME_NOREPLACE)` (or, where the
+    /// filesystem lacks it, of `linkat` and `unlinkat`).
+    fn rename_new(&self, from: &Path, to: &Path) -> Result<()>;
     /// Removes a file.
     ///
     /// # Errors
@@ -336,6 +344,10 @@ impl Storage for OsStorage {
 
     fn rename(&self, from: &Path, to: &Path) -> Result<()> {
         self.at(from).rename_to(&self.at(to))
+    }
+
+    fn rename_new(&self, from: &Path, to: &Path) -> Result<()> {
+        self.at(from).rename_new_to(&self.at(to))
     }
 
     fn remove_file(&self, path: &Path) -> Result<()> {

@@ -20,7 +20,7 @@ use super::fs::{device_info, fs_info};
 use super::profile;
 use super::{
     statx_direct_io, AlignedBuf, AlignmentSource, At, DirectFile, DirectIo, FileOptions, Fill,
-    IoPath, OsStorage, SyncMethod,
+    IoPath, OsStorage, Storage, SyncMethod,
 };
 use crate::error::Error;
 
@@ -495,4 +495,29 @@ fn a_scratch_file_refuses_an_existing_path_and_goes_when_dropped() {
     }
     drop(scratch);
     assert!(!path.exists(), "removed when dropped");
+}
+
+/// `rename_new` moves a file to a free name and refuses a taken one with
+/// `EEXIST`, leaving both files as they were.
+#[test]
+fn rename_new_refuses_a_taken_name() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (a, b, c) = (
+        dir.path().join("a"),
+        dir.path().join("b"),
+        dir.path().join("c"),
+    );
+    std::fs::write(&a, b"new").expect("write");
+    std::fs::write(&b, b"taken").expect("write");
+    let storage = OsStorage::default();
+    let err = storage.rename_new(&a, &b).expect_err("b is taken");
+    let Error::Io { source, .. } = &err else {
+        panic!("{err:?}");
+    };
+    assert_eq!(source.raw_os_error(), Some(libc::EEXIST), "{err}");
+    assert_eq!(std::fs::read(&a).expect("a"), b"new");
+    assert_eq!(std::fs::read(&b).expect("b"), b"taken");
+    storage.rename_new(&a, &c).expect("c is free");
+    assert!(!a.exists());
+    assert_eq!(std::fs::read(&c).expect("c"), b"new");
 }

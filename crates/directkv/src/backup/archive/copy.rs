@@ -4,7 +4,10 @@
 //!
 //! Invariants:
 //! - A copy is written as `NAME.tmp` (created exclusively), synced,
-//!   renamed to `NAME`, and the directory synced, before it counts.
+//!   renamed to `NAME`, and the directory synced, before it counts. The
+//!   rename takes a name nothing holds (refused, atomically, when a file
+//!   appeared there during the copy), or replaces a shorter copy of the
+//!   same segment compared just before.
 //! - Nothing is copied that failed the log reader's checks, and a file in
 //!   the archive is replaced only by a copy that holds all its bytes.
 
@@ -73,7 +76,8 @@ impl<'a, E: Engine> Archiver<'a, E> {
         // The file offset of `end`: the whole file for a whole copy.
         let upto = SEGMENT_HEADER_BYTES + (end.get() - layout.segment_start(n).get());
         assert!(upto <= layout.segment_bytes);
-        if storage.exists(&dest) {
+        let replacing = storage.exists(&dest);
+        if replacing {
             // The copy this open made last needs no reading: its bytes are
             // the log's up to where it ended.
             let known = *health::lock(&archive.last_copy)?;
@@ -104,7 +108,15 @@ impl<'a, E: Engine> Archiver<'a, E> {
             storage.remove_file(&tmp)?;
         }
         let written = self.copy_segment(&src_path, &tmp, upto, &mut buf)?;
-        storage.rename(&tmp, &dest)?;
+        if replacing {
+            // A shorter copy of this segment, compared above.
+            storage.rename(&tmp, &dest)?;
+        } else if let Err(e) = storage.rename_new(&tmp, &dest) {
+            // A file that appeared under the name during the copy is not
+            // replaced: the next round compares it.
+            storage.remove_file(&tmp)?;
+            return Err(e);
+        }
         storage.sync_dir(&dir)?;
         *health::lock(&archive.last_copy)? = Some((n, upto));
         Ok(written)

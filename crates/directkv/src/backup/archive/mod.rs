@@ -13,7 +13,9 @@
 //!    `n + 1` begins; damage fails the archiving, and is never copied.
 //! 3. It is copied in 1 MiB direct reads in the scheduler's `Backup` class
 //!    to `NAME.tmp` (created exclusively, private), synced, renamed to
-//!    `NAME`, and the directory synced.
+//!    `NAME`, and the directory synced. The rename refuses a name taken
+//!    while the copy ran (`RENAME_NOREPLACE`): that file is compared by
+//!    the next round, as in step 4, never replaced unread.
 //! 4. A file `NAME` already in the archive with the same bytes counts as
 //!    archived (a copy made before a crash). One that is a partial copy of
 //!    it (below: the same bytes up to a point, zeros after) is replaced by

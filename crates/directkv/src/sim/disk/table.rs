@@ -179,6 +179,16 @@ impl Storage for SimStorage {
         Ok(())
     }
 
+    fn rename_new(&self, from: &Path, to: &Path) -> Result<()> {
+        if lock(&self.state).live.contains_key(to) {
+            let exists = std::io::Error::from_raw_os_error(libc::EEXIST);
+            return Err(Error::from_io(IoOp::Rename, from, None, exists));
+        }
+        // One call: nothing else runs on the simulated disk in between
+        // but the engine's own threads, which never make this name.
+        self.rename(from, to)
+    }
+
     fn remove_file(&self, path: &Path) -> Result<()> {
         let mut s = lock(&self.state);
         if !s.step() {
