@@ -75,6 +75,7 @@ fn print_human(doc: &Value) {
     let s = &doc["stats"];
     print_header(doc, s);
     print_tables(s);
+    print_space(s);
     print_io(s);
     print_waits(s);
 }
@@ -129,6 +130,22 @@ fn print_header(doc: &Value, s: &Value) {
         } else {
             ""
         }
+    );
+}
+
+/// The data file's pages, used and free.
+fn print_space(s: &Value) {
+    let sp = &s["space"];
+    let n = |k: &str| sp[k].as_u64().unwrap_or(0);
+    let mib = |pages: u64| (pages * n("page_bytes")) as f64 / (1 << 20) as f64;
+    let free = match sp["free_pages"].as_u64() {
+        Some(f) => format!("{f} free ({:.1} MiB)", mib(f)),
+        None => "free pages not counted (last written by an older build)".into(),
+    };
+    println!(
+        "space      {} pages ({:.1} MiB), {free}",
+        n("pages"),
+        mib(n("pages"))
     );
 }
 

@@ -109,15 +109,17 @@ fn check_from(mut reader: WalReader<OsStorage>, from: Lsn) -> Result<()> {
 
 /// What an engine record says, in a few words: its transaction and page,
 /// or the roots it leaves (the default keyspace's, and the catalog of named
-/// tables' where there is one); empty for other kinds.
+/// tables' where there is one) and the free pages it counts; empty for
+/// other kinds.
 fn detail(rec: &Record) -> String {
-    // (root, page count, free-list head, catalog root)
-    let roots = |(root, pages, free, catalog): (u64, u64, u64, u64)| {
+    // (root, page count, free-list head, free pages, catalog root)
+    let roots = |(root, pages, free, counted, catalog): (u64, u64, u64, Option<u64>, u64)| {
         let catalog = match catalog {
             0 => String::new(),
             c => format!(" catalog {c}"),
         };
-        format!("root {root} pages {pages} free {free}{catalog}")
+        let counted = counted.map_or(String::new(), |n| format!(" ({n} free)"));
+        format!("root {root} pages {pages} free {free}{counted}{catalog}")
     };
     match decode(rec.kind, &rec.payload, rec.lsn) {
         None => String::new(),
@@ -133,6 +135,7 @@ fn detail(rec: &Record) -> String {
                 m.root.get(),
                 m.page_count,
                 m.freelist.get(),
+                m.free_pages,
                 m.catalog.get(),
             );
             format!("txn {} {}", txn.get(), roots(r))
@@ -142,6 +145,7 @@ fn detail(rec: &Record) -> String {
                 m.root.get(),
                 m.page_count,
                 m.freelist.get(),
+                m.free_pages,
                 m.catalog.get(),
             );
             format!("redo {redo} {}", roots(r))

@@ -141,10 +141,10 @@ pub use btree::tree::VALUE_MAX;
 pub use buffer::{PoolStats, WritesByCause};
 pub use db::{
     ArchiveChange, ArchiveStats, BackupProgress, CheckReport, Database, Durability, FileAccess,
-    Isolation, Options, RangeIter, ReadTxn, RecoveryStats, SnapshotStats, StallHistograms, Stalls,
-    Stats, Table, TableCheck, TableInfo, TableMut, TablePages, TableRef, TableStats, TxnStats,
-    WriteOptions, WriteTxn, CHECKPOINT_WAL_BYTES_MIN, STATS_FILE, TABLE_NAME_MAX,
-    TRANSACTION_ATTEMPTS_MAX, VERSION_STORE_BYTES_MIN,
+    Isolation, Options, RangeIter, ReadTxn, RecoveryStats, SnapshotStats, SpaceStats,
+    StallHistograms, Stalls, Stats, Table, TableCheck, TableInfo, TableMut, TablePages, TableRef,
+    TableStats, TxnStats, WriteOptions, WriteTxn, CHECKPOINT_WAL_BYTES_MIN, STATS_FILE,
+    TABLE_NAME_MAX, TRANSACTION_ATTEMPTS_MAX, VERSION_STORE_BYTES_MIN,
 };
 pub use error::{Error, IoOp, Result};
 pub use io::{AioBackend, AioOptions, AioStats, DirectIo, IoPath, SyncMethod, SyncVariant};

@@ -38,6 +38,8 @@ pub(crate) struct Meta {
     pub(crate) freelist: PageId,
     /// The catalog of named tables' root (0: none).
     pub(crate) catalog: PageId,
+    /// Pages on the free list (`None`: not known).
+    pub(crate) free_pages: Option<u64>,
 }
 
 /// The checkpoint a backup begins with.

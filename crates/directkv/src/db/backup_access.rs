@@ -86,6 +86,7 @@ impl<S: Storage> Engine for Inner<S> {
                 page_count: cp.meta.page_count,
                 freelist: cp.meta.freelist,
                 catalog: cp.meta.catalog,
+                free_pages: cp.meta.free_pages,
             },
             commit_time_us: cp.commit_time_us,
         })

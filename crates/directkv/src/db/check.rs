@@ -35,6 +35,10 @@ pub struct CheckReport {
     pub overflow_pages: u64,
     /// Free pages.
     pub free_pages: u64,
+    /// Whether the engine counts its free pages (and the count matched
+    /// `free_pages`); false for a database last written by a build that
+    /// did not count them.
+    pub free_pages_counted: bool,
     /// Keys, of the default keyspace and every named table (the catalog's
     /// rows not counted).
     pub keys: u64,
@@ -117,6 +121,12 @@ impl<S: Storage> Inner<S> {
         c.walk_overflows()?;
         c.walk_tables(meta.catalog)?;
         c.walk_free_list(meta.freelist)?;
+        if let Some(n) = meta.free_pages.filter(|&n| n != c.report.free_pages) {
+            let found = c.report.free_pages;
+            let what = format!("the free list holds {found} pages; the root state counts {n}");
+            return Err(c.bad(meta.freelist, what));
+        }
+        c.report.free_pages_counted = meta.free_pages.is_some();
         c.account()?;
         // Reported, not refused: the database is open already.
         let look = super::Options {

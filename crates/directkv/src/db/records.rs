@@ -3,9 +3,14 @@
 //! | kind | name | payload |
 //! |------|------|---------|
 //! | 20 | page | txn u64, page u64, flags u8 (1 = full image), n u16, then n × (offset u16, len u16, bytes); a full image is one range covering the page |
-//! | 21 | commit | txn u64, root u64, page count u64, free-list head u64, time µs u64 (since the epoch; absent in logs of older builds), catalog root u64 (present only once the database has a catalog of tables) |
-//! | 22 | checkpoint | redo LSN u64, root u64, page count u64, free-list head u64, time µs u64 of the last commit before it (absent in logs of older builds), catalog root u64 (as in a commit) |
+//! | 21 | commit | txn u64, root u64, page count u64, free-list head u64, time µs u64 (since the epoch; absent in logs of older builds), catalog root u64 (0: no catalog of tables), free pages u64 (`u64::MAX`: not known); each field from the time on absent in logs of older builds |
+//! | 22 | checkpoint | redo LSN u64, root u64, page count u64, free-list head u64, time µs u64 of the last commit before it, catalog root u64, free pages u64 (as in a commit) |
 //! | 23 | abort | txn u64 |
+//!
+//! Readers of a commit or checkpoint record read the fields they know by
+//! offset and ignore the rest, so each field after the first four is an
+//! extension older builds skip: builds before named tables read 40 bytes,
+//! builds before the free-page count 48.
 //!
 //! Page records are physical: replaying one writes bytes at offsets. A page's
 //! LSN is the end of the commit record of the last transaction that changed it,
@@ -39,7 +44,39 @@ pub struct Meta {
     /// The root of the catalog of named tables; [`PageId::ZERO`] until the
     /// first table is created.
     pub catalog: PageId,
+    /// Pages on the free list; `None` when not known (a database last
+    /// written by a build that did not count them). 0 exactly when the
+    /// list is empty.
+    pub free_pages: Option<u64>,
 }
+
+impl Meta {
+    /// A page came off the free list (its head, now `next`).
+    pub fn took_free(&mut self, next: PageId) {
+        self.freelist = next;
+        if let Some(n) = self.free_pages.as_mut() {
+            // Decoded metas hold a positive count with a non-empty list.
+            assert!(*n > 0, "a counted non-empty free list has a page");
+            *n -= 1;
+            assert_eq!(*n == 0, next == PageId::ZERO, "the count is the list's");
+        }
+    }
+
+    /// Page `no` went on the free list, as its head.
+    pub fn gave_free(&mut self, no: PageId) {
+        assert!(
+            no != PageId::ZERO && no.get() < self.page_count,
+            "a page of the file"
+        );
+        self.freelist = no;
+        if let Some(n) = self.free_pages.as_mut() {
+            *n += 1;
+        }
+    }
+}
+
+/// The free-page count's encoding when it is not known.
+const FREE_UNKNOWN: u64 = u64::MAX;
 
 fn bad(what: &str) -> Error {
     Error::Corruption {
@@ -86,6 +123,8 @@ fn check_meta(kind: &str, meta: &Meta) -> Result<()> {
     crate::format::control::check_tree_pages(meta.root, meta.freelist, count)
         .map_err(|(_, detail)| out_of_range(kind, detail))?;
     crate::format::control::check_catalog_page(meta.catalog, meta.root, meta.freelist, count)
+        .map_err(|(_, detail)| out_of_range(kind, detail))?;
+    crate::format::control::check_free_count(meta.free_pages, meta.freelist, count)
         .map_err(|(_, detail)| out_of_range(kind, detail))?;
     assert!(meta.root.get() < count && meta.freelist.get() < count);
     assert!(meta.catalog.get() < count);
@@ -339,17 +378,15 @@ pub fn encode_checkpoint(redo: Lsn, meta: &Meta, time_us: u64) -> Vec<u8> {
     encode_timed(redo.get(), meta, time_us)
 }
 
-/// [`encode_meta`]'s 32 bytes with `first` first, then `time_us`, then the
-/// catalog root when there is a catalog (a database without tables writes
-/// the records older builds write).
+/// [`encode_meta`]'s 32 bytes with `first` first, then `time_us`, the
+/// catalog root and the free-page count.
 fn encode_timed(first: u64, meta: &Meta, time_us: u64) -> Vec<u8> {
     let mut out = encode_meta(first, meta);
     out.extend_from_slice(&time_us.to_le_bytes());
     assert_eq!(out.len(), COMMIT_BYTES, "five u64s");
-    if meta.catalog != PageId::ZERO {
-        out.extend_from_slice(&meta.catalog.get().to_le_bytes());
-        assert_eq!(out.len(), COMMIT_BYTES + 8, "six u64s");
-    }
+    out.extend_from_slice(&meta.catalog.get().to_le_bytes());
+    out.extend_from_slice(&meta.free_pages.unwrap_or(FREE_UNKNOWN).to_le_bytes());
+    assert_eq!(out.len(), META_RECORD_BYTES, "seven u64s");
     debug_assert_eq!(decode_commit_time(&out), Some(time_us));
     debug_assert_eq!(decode_meta(&out).ok(), Some((first, *meta)));
     out
@@ -372,8 +409,12 @@ pub fn decode_abort(b: &[u8]) -> Result<TxnId> {
     check_txn("abort", id)
 }
 
-/// Bytes of a commit record's payload (with its time).
+/// Bytes of a commit record's payload up to its time (the first five
+/// fields, what builds before named tables wrote).
 pub const COMMIT_BYTES: usize = 40;
+/// Bytes of a commit or checkpoint record's payload as this build writes
+/// it: the catalog root and the free-page count after the time.
+pub const META_RECORD_BYTES: usize = 56;
 
 /// The wall-clock time (µs since the epoch) a commit record carries;
 /// `None` for a record written before commits carried one.
@@ -393,9 +434,9 @@ pub fn decode_meta(b: &[u8]) -> Result<(u64, Meta)> {
         root: PageId::new(get(1)?),
         page_count: get(2)?,
         freelist: PageId::new(get(3)?),
-        // Records of databases without tables, and of older builds, end
-        // before it.
+        // Records of older builds end before these.
         catalog: PageId::new(le::get_u64(b, COMMIT_BYTES).unwrap_or(0)),
+        free_pages: le::get_u64(b, COMMIT_BYTES + 8).filter(|&n| n != FREE_UNKNOWN),
     };
     check_meta("commit or checkpoint", &meta)?;
     Ok((get(0)?, meta))

@@ -11,7 +11,8 @@ use std::sync::atomic::Ordering;
 
 use super::engine::Inner;
 use super::stats::{
-    BackupProgress, StallHistograms, Stalls, Stats, TablePages, TableStats, TxnStats, STATS_FILE,
+    BackupProgress, SpaceStats, StallHistograms, Stalls, Stats, TablePages, TableStats, TxnStats,
+    STATS_FILE,
 };
 use crate::io::{AioBackend, AioStats, Storage};
 
@@ -83,6 +84,23 @@ impl<S: Storage> Inner<S> {
         }
     }
 
+    /// The data file's pages, as the last commit applied left them.
+    fn space_stats(&self) -> SpaceStats {
+        // Figures only: a poisoned tree lock (the database failed) gives none.
+        let Ok(meta) = self.txns.tree.read().map(|m| *m) else {
+            return SpaceStats::default();
+        };
+        assert!(
+            meta.free_pages.is_none_or(|n| n < meta.page_count),
+            "free pages are pages of the file"
+        );
+        SpaceStats {
+            page_bytes: self.pool.page_bytes() as u64,
+            pages: meta.page_count,
+            free_pages: meta.free_pages,
+        }
+    }
+
     /// Named tables' figures.
     fn table_stats(&self) -> TableStats {
         let (all, dropped) = self.txns.tables.counts();
@@ -147,6 +165,7 @@ impl<S: Storage> Inner<S> {
             page_record_bytes: c.page_record_bytes.load(Ordering::Relaxed),
             cleaner_writes: c.cleaner_writes.load(Ordering::Relaxed),
             tables: self.table_stats(),
+            space: self.space_stats(),
             writes_by_cause: cache.writes_by_cause,
             readahead_reads: c.readahead_reads.load(Ordering::Relaxed),
             io_scheduler: self.env.sched.stats(),

@@ -205,6 +205,29 @@ pub struct TablePages {
     pub pages: u64,
 }
 
+/// The data file's pages, as [`Stats::space`] reports them: as of the last
+/// commit applied, kept by every commit (no walk).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct SpaceStats {
+    /// Bytes per page.
+    pub page_bytes: u64,
+    /// Pages the data file holds (its header page among them).
+    pub pages: u64,
+    /// Of them, free: freed by deletes and drops, to be reused before the
+    /// file grows. `None` when not known: a database last written by a
+    /// build that did not count them (the count `directkv check` walks).
+    pub free_pages: Option<u64>,
+}
+
+impl SpaceStats {
+    /// The free pages' bytes, when they are counted.
+    pub fn free_bytes(&self) -> Option<u64> {
+        let free = self.free_pages?;
+        assert!(free < self.pages, "free pages are pages of the file");
+        Some(free * self.page_bytes)
+    }
+}
+
 /// Write transactions, as [`Stats::transactions`] reports them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct TxnStats {
@@ -305,6 +328,8 @@ pub struct Stats {
     pub cleaner_writes: u64,
     /// Named tables.
     pub tables: TableStats,
+    /// The data file's pages, used and free.
+    pub space: SpaceStats,
     /// Dirty pages a foreground eviction had to write itself.
     pub eviction_writes: u64,
     /// Pages written, by why: the answer to "why was this page written?".

@@ -22,6 +22,14 @@
 //! | 108 | 4 | CRC32C of bytes 92..108 |
 //! | 112 | 8 | catalog root page (format version 2 only) |
 //! | 120 | 4 | CRC32C of bytes 112..120 (format version 2 only) |
+//! | 128 | 8 | pages on the free list (`u64::MAX`: not known) |
+//! | 136 | 40 | zero (reserved for the state of a compaction under way) |
+//! | 176 | 4 | CRC32C of bytes 128..176 followed by the generation |
+//!
+//! Bytes 128..180 are an extension that versions 1 and 2 share: builds that
+//! know no free-page count never read it, and write zeros there, which fail
+//! its CRC (one over the generation too, so bytes of another write never
+//! pass for this one's); such a slot's count reads as not known.
 //!
 //! Format version 2 is version 1 with a catalog of named tables: a slot is
 //! written as version 1 while the database has no catalog (so builds that
@@ -74,7 +82,12 @@ pub const FLAG_HISTORY: u64 = 2;
 /// Bytes per slot block.
 pub const SLOT_BYTES: usize = 4096;
 /// Bytes of a slot that carry data: the fields and their CRCs.
-pub const SLOT_USED_BYTES: usize = 124;
+pub const SLOT_USED_BYTES: usize = 180;
+/// Where the extension of bytes 128..180 begins, and its CRC.
+const EXT_AT: usize = 128;
+const EXT_CRC_AT: usize = 176;
+/// The free-page count's encoding when it is not known.
+const FREE_UNKNOWN: u64 = u64::MAX;
 /// Bytes a slot of format version 1 carries.
 const SLOT_V1_BYTES: usize = 112;
 /// The history a database is created on (and that of databases whose
@@ -107,6 +120,8 @@ pub struct Control {
     pub page_count: u64,
     /// Head of the free-page list ([`PageId::ZERO`]: empty).
     pub freelist_head: PageId,
+    /// Pages on the free list; `None` when not known.
+    pub free_pages: Option<u64>,
     /// Feature flags.
     pub flags: u64,
     /// The line of history this database is on.
@@ -178,6 +193,20 @@ impl Control {
         out[92..108].copy_from_slice(&self.history);
         let crc = crc32c::crc32c(&out[92..108]);
         le::put_u32(out, 108, crc);
+        self.encode_extensions(out);
+        assert_eq!(le::u64_at(out, 16), self.generation);
+        assert!(out[SLOT_USED_BYTES..SLOT_BYTES].iter().all(|&b| b == 0));
+        debug_assert!(
+            matches!(Control::decode(out, Path::new("")), Ok(Some(c)) if c == *self),
+            "encode and decode pair"
+        );
+    }
+
+    /// Writes what follows the history: the catalog root (making the slot
+    /// version 2) and the free-page extension.
+    fn encode_extensions(&self, out: &mut [u8]) {
+        le::put_u64(out, EXT_AT, self.free_pages.unwrap_or(FREE_UNKNOWN));
+        le::put_u32(out, EXT_CRC_AT, ext_crc(out, self.generation));
         if self.catalog != PageId::ZERO {
             le::put_u32(out, 8, FORMAT_VERSION_TABLES);
             le::put_u64(out, 112, self.catalog.get());
@@ -187,12 +216,6 @@ impl Control {
             let crc = crc32c::crc32c(&out[..88]);
             le::put_u32(out, 88, crc);
         }
-        assert_eq!(le::u64_at(out, 16), self.generation);
-        assert!(out[SLOT_USED_BYTES..SLOT_BYTES].iter().all(|&b| b == 0));
-        debug_assert!(
-            matches!(Control::decode(out, Path::new("")), Ok(Some(c)) if c == *self),
-            "encode and decode pair"
-        );
     }
 
     /// Decodes one slot read from `path`; `Ok(None)` for a slot that is
@@ -236,9 +259,20 @@ impl Control {
             return Ok(None);
         }
         let history_lost = unrecorded && u64_at(80) & FLAG_HISTORY != 0;
+        let generation = u64_at(16);
+        let extended = b.len() >= SLOT_USED_BYTES && u32_at(EXT_CRC_AT) == ext_crc(b, generation);
+        if extended && b[EXT_AT + 8..EXT_CRC_AT].iter().any(|&x| x != 0) {
+            return Err(Error::Corruption {
+                path: path.to_path_buf(),
+                offset: (EXT_AT + 8) as u64,
+                page: None,
+                detail: "control slot: reserved bytes 136..176 are not zero".into(),
+            });
+        }
+        let free_pages = Some(u64_at(EXT_AT)).filter(|&n| extended && n != FREE_UNKNOWN);
         let c = Control {
             page_bytes: u32_at(12),
-            generation: u64_at(16),
+            generation,
             db_id,
             checkpoint_lsn: Lsn::new(u64_at(40)),
             redo_lsn: Lsn::new(u64_at(48)),
@@ -246,6 +280,7 @@ impl Control {
             catalog,
             page_count: u64_at(64),
             freelist_head: PageId::new(u64_at(72)),
+            free_pages,
             flags: u64_at(80),
             history,
             history_lost,
@@ -307,6 +342,8 @@ impl Control {
             self.page_count,
         )
         .or_else(|(offset, detail)| bad(offset, detail))?;
+        check_free_count(self.free_pages, self.freelist_head, self.page_count)
+            .or_else(|(offset, detail)| bad(offset, detail))?;
         assert!(self.page_count >= PAGE_COUNT_MIN && self.root_page.get() < self.page_count);
         assert!(self.freelist_head.get() < self.page_count);
         Ok(())
@@ -335,6 +372,35 @@ pub fn check_tree_pages(
             format!(
                 "free-list head {freelist} is not 0 or one of pages 1..{page_count} \
                  other than the root"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The CRC of a slot's extension: bytes 128..176, then the generation.
+fn ext_crc(slot: &[u8], generation: u64) -> u32 {
+    let crc = crc32c::crc32c(&slot[EXT_AT..EXT_CRC_AT]);
+    crc32c::crc32c_append(crc, &generation.to_le_bytes())
+}
+
+/// Checks a free-page count against the free-list head and the page
+/// count: not known, or 0 exactly when the list is empty, and fewer than
+/// the pages past the data file's head and the root. Errs with the
+/// field's offset in a `CONTROL` slot (128) and what is wrong.
+pub fn check_free_count(
+    free_pages: Option<u64>,
+    freelist: PageId,
+    page_count: u64,
+) -> std::result::Result<(), (u64, String)> {
+    let Some(n) = free_pages else {
+        return Ok(());
+    };
+    if (n == 0) != (freelist == PageId::ZERO) || n > page_count.saturating_sub(2) {
+        return Err((
+            EXT_AT as u64,
+            format!(
+                "free page count {n} does not fit free-list head {freelist} and                  {page_count} pages"
             ),
         ));
     }
@@ -381,6 +447,7 @@ mod tests {
             catalog: PageId::ZERO,
             page_count: 5,
             freelist_head: PageId::ZERO,
+            free_pages: Some(0),
             flags: FLAG_HISTORY,
             history: [4; 16],
             history_lost: false,
@@ -396,7 +463,7 @@ mod tests {
         let mut slot = vec![0u8; SLOT_BYTES];
         sample().encode(&mut slot);
         assert_eq!(le::u32_at(&slot, 8), FORMAT_VERSION);
-        assert!(slot[112..124].iter().all(|&b| b == 0));
+        assert!(slot[112..128].iter().all(|&b| b == 0));
         let with = Control {
             catalog: PageId::new(3),
             ..sample()
@@ -420,6 +487,67 @@ mod tests {
             Control::decode(&raw, path),
             Err(Error::Corruption { offset: 112, .. })
         ));
+    }
+
+    /// The free-page count rides in the extension under its own CRC (over
+    /// the generation too): a slot of a build that writes zeros there reads
+    /// as not knowing it, as does one whose extension is another
+    /// generation's; reserved bytes set, or a count that does not fit the
+    /// free list, are corruption naming offset 128 or 136.
+    #[test]
+    fn the_free_page_count_is_an_extension_older_builds_leave_unknown() {
+        let path = Path::new("CONTROL");
+        let counted = Control {
+            page_count: 9,
+            freelist_head: PageId::new(4),
+            free_pages: Some(3),
+            ..sample()
+        };
+        let mut slot = vec![0u8; SLOT_BYTES];
+        counted.encode(&mut slot);
+        assert_eq!(le::u32_at(&slot, 8), FORMAT_VERSION, "no new version");
+        assert_eq!(Control::decode(&slot, path).expect("ok"), Some(counted));
+        let unknown = Control {
+            free_pages: None,
+            ..counted
+        };
+        let mut raw = vec![0u8; SLOT_BYTES];
+        unknown.encode(&mut raw);
+        assert_eq!(Control::decode(&raw, path).expect("ok"), Some(unknown));
+        // An older build's slot: zeros past 124.
+        let mut old = slot.clone();
+        old[EXT_AT..SLOT_USED_BYTES].fill(0);
+        assert_eq!(Control::decode(&old, path).expect("ok"), Some(unknown));
+        // The same extension under another generation is not this one's.
+        let mut other = slot.clone();
+        le::put_u64(&mut other, 16, counted.generation + 1);
+        let crc = crc32c::crc32c(&other[..88]);
+        le::put_u32(&mut other, 88, crc);
+        let got = Control::decode(&other, path).expect("ok").expect("valid");
+        assert_eq!(got.free_pages, None);
+        let reseal = |s: &mut Vec<u8>| {
+            let crc = ext_crc(s, counted.generation);
+            le::put_u32(s, EXT_CRC_AT, crc);
+        };
+        let mut reserved = slot.clone();
+        reserved[150] = 1;
+        reseal(&mut reserved);
+        assert!(matches!(
+            Control::decode(&reserved, path),
+            Err(Error::Corruption { offset: 136, .. })
+        ));
+        for n in [0u64, 8] {
+            let mut wrong = slot.clone();
+            le::put_u64(&mut wrong, EXT_AT, n);
+            reseal(&mut wrong);
+            assert!(
+                matches!(
+                    Control::decode(&wrong, path),
+                    Err(Error::Corruption { offset: 128, .. })
+                ),
+                "{n}"
+            );
+        }
     }
 
     /// The history round-trips; a slot of a build that records none reads

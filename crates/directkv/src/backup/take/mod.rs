@@ -494,6 +494,7 @@ impl<E: Engine> Take<'_, E> {
             catalog: cp.meta.catalog,
             page_count: cp.meta.page_count,
             freelist_head: cp.meta.freelist,
+            free_pages: cp.meta.free_pages,
             flags: c.flags | FLAG_BACKUP,
             ..c
         })

@@ -69,6 +69,7 @@ pub(super) fn recover<S: Storage>(
         page_count: control.page_count,
         freelist: control.freelist_head,
         catalog: control.catalog,
+        free_pages: control.free_pages,
     };
     let started = Instant::now();
     let pages_read_before = pool.stats().pages_read;

@@ -150,6 +150,7 @@ fn record_fields_are_range_checked_at_their_edges() {
         page_count: count,
         freelist: pid(free),
         catalog: PageId::ZERO,
+        free_pages: None,
     };
     let max = PAGE_COUNT_MAX;
     let metas = [
@@ -205,8 +206,17 @@ fn meta_round_trip() {
         page_count: 99,
         freelist: pid(12),
         catalog: PageId::ZERO,
+        free_pages: Some(40),
     };
-    assert_eq!(decode_meta(&encode_meta(42, &m)).expect("decode"), (42, m));
+    let bare = Meta {
+        free_pages: None,
+        ..m
+    };
+    assert_eq!(
+        decode_meta(&encode_meta(42, &m)).expect("decode"),
+        (42, bare),
+        "four fields carry no count"
+    );
     assert!(decode_meta(&[1, 2, 3]).is_err());
     // A commit carries its time after the meta; one without reads as
     // having none.
@@ -222,35 +232,67 @@ fn meta_round_trip() {
     assert!(decode_page(&unknown).is_err());
 }
 
-/// A commit or checkpoint of a database with a catalog carries its root
-/// after the time; one without writes the record older builds write, and
-/// a catalog root outside the file or on another root is refused.
+/// A commit or checkpoint carries the catalog root (0: none) and the
+/// free-page count after the time; records of older builds, which end
+/// after the time or after the catalog root, read as having no catalog and
+/// no count. A catalog root outside the file or on another root is
+/// refused, and so is a count that does not fit the free list.
 #[test]
-fn the_catalog_root_rides_after_the_time() {
+fn the_catalog_root_and_the_free_count_ride_after_the_time() {
     let m = Meta {
         root: pid(5),
         page_count: 99,
         freelist: pid(12),
         catalog: pid(7),
+        free_pages: Some(40),
     };
     let c = encode_commit(tid(42), &m, 1_700_000_000_000_123);
-    assert_eq!(c.len(), COMMIT_BYTES + 8);
+    assert_eq!(c.len(), META_RECORD_BYTES);
     assert_eq!(decode_commit(&c).expect("decode"), (tid(42), m));
     assert_eq!(decode_commit_time(&c), Some(1_700_000_000_000_123));
-    let plain = Meta {
-        catalog: PageId::ZERO,
+    let older = |catalog: PageId| Meta {
+        catalog,
+        free_pages: None,
         ..m
     };
-    assert_eq!(encode_commit(tid(42), &plain, 9).len(), COMMIT_BYTES);
+    assert_eq!(
+        decode_commit(&c[..COMMIT_BYTES + 8]).expect("decode").1,
+        older(m.catalog)
+    );
+    assert_eq!(
+        decode_commit(&c[..COMMIT_BYTES]).expect("decode").1,
+        older(PageId::ZERO)
+    );
+    let unknown = Meta {
+        free_pages: None,
+        ..m
+    };
+    let u = encode_commit(tid(42), &unknown, 9);
+    assert_eq!(decode_commit(&u).expect("decode"), (tid(42), unknown));
+    let put = |at: usize, v: u64| {
+        let mut c = c.clone();
+        c[at..at + 8].copy_from_slice(&v.to_le_bytes());
+        c
+    };
     for bad in [99, 5, 12] {
-        let m = Meta {
-            catalog: pid(bad),
-            ..m
-        };
-        let mut c = encode_commit(tid(1), &plain, 9);
-        c.extend_from_slice(&m.catalog.get().to_le_bytes());
-        assert!(decode_commit(&c).is_err(), "catalog root {bad}");
+        assert!(
+            decode_commit(&put(COMMIT_BYTES, bad)).is_err(),
+            "catalog root {bad}"
+        );
     }
+    for bad in [0, 98] {
+        let e = decode_commit(&put(COMMIT_BYTES + 8, bad)).expect_err("refused");
+        assert!(e.to_string().contains("free page count"), "{bad}: {e}");
+    }
+    let empty = Meta {
+        freelist: PageId::ZERO,
+        free_pages: Some(0),
+        ..m
+    };
+    let e = encode_commit(tid(1), &empty, 9);
+    assert_eq!(decode_commit(&e).expect("decode").1, empty);
+    let e = decode_commit(&put(COMMIT_BYTES + 8, 1)[..]).map(|_| ());
+    assert!(e.is_ok(), "a count of one with a non-empty list fits");
 }
 
 /// `decode` gives each engine kind's fields as its own decoder does, and
@@ -262,6 +304,7 @@ fn one_decoder_covers_every_engine_kind_and_no_other() {
         page_count: 10,
         freelist: PageId::new(4),
         catalog: PageId::ZERO,
+        free_pages: Some(1),
     };
     let at = Lsn::new(1000);
     let commit = encode_commit(TxnId::new(7), &meta, 5);

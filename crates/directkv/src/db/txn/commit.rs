@@ -558,7 +558,7 @@ impl<S: Storage> PagesMut for CommitCtx<'_, S> {
                     ),
                 ));
             }
-            self.meta.freelist = next;
+            self.meta.took_free(next);
             let tree = self.current;
             self.change(head, false, |p| {
                 p[page::PAGE_HEADER_BYTES..].fill(0);
@@ -608,7 +608,7 @@ impl<S: Storage> PagesMut for CommitCtx<'_, S> {
             return Err(self.env.pool.page_corruption(no, what));
         }
         self.count_pages(owner, -1)?;
-        self.meta.freelist = no;
+        self.meta.gave_free(no);
         Ok(())
     }
 

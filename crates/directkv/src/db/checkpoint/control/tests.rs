@@ -20,6 +20,7 @@ fn base() -> Control {
         catalog: PageId::ZERO,
         page_count: 2,
         freelist_head: PageId::ZERO,
+        free_pages: Some(0),
         flags: FLAG_HISTORY,
         history: [7; 16],
         history_lost: false,

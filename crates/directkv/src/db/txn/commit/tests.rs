@@ -80,6 +80,7 @@ const META: Meta = Meta {
     page_count: 2,
     freelist: PageId::ZERO,
     catalog: PageId::ZERO,
+    free_pages: Some(0),
 };
 
 /// Runs one transaction that applies `change` and commits; returns the
