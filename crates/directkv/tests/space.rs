@@ -204,3 +204,72 @@ fn backups_and_restores_carry_the_free_count() {
         assert_eq!(free_pages(&db, &format!("restore {i}")), want);
     }
 }
+
+/// Sets the free-page count of `dir`'s newest `CONTROL` slot to `count`
+/// and reseals the extension's CRC (bytes 128..176 then the generation,
+/// at 176: `docs/file_format.md`).
+fn rewrite_free_count(dir: &Path, count: u64) {
+    let path = dir.join("CONTROL");
+    let mut b = std::fs::read(&path).expect("CONTROL");
+    let gen = |at: usize| u64::from_le_bytes(b[at + 16..at + 24].try_into().expect("8"));
+    let valid = |at: usize| {
+        let crc = u32::from_le_bytes(b[at + 88..at + 92].try_into().expect("4"));
+        crc == crc32c::crc32c(&b[at..at + 88])
+    };
+    let slot = match (valid(0), valid(4096)) {
+        (true, true) if gen(4096) > gen(0) => 4096,
+        (true, _) => 0,
+        _ => 4096,
+    };
+    let g = gen(slot);
+    b[slot + 128..slot + 136].copy_from_slice(&count.to_le_bytes());
+    let crc = crc32c::crc32c_append(crc32c::crc32c(&b[slot + 128..slot + 176]), &g.to_le_bytes());
+    b[slot + 176..slot + 180].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(&path, b).expect("write CONTROL");
+}
+
+/// A free-page count that no longer fits the free list (a lost write can
+/// part the two: both are read from disk) is corruption, named by `check`
+/// and by the commit that meets it, never a panic.
+#[test]
+fn a_free_count_that_differs_from_the_list_is_corruption_not_a_panic() {
+    for delta in [3i64, -3] {
+        let root = common::scratch();
+        let dir = root.path().join("db");
+        let opts = || Options {
+            page_bytes: 4096,
+            ..common::unsynced(4 << 20)
+        };
+        let db = Database::open(&dir, opts()).expect("open");
+        put_range(&db, 0, 3000);
+        delete_range(&db, 0, 2000);
+        let free = free_pages(&db, "before");
+        db.close().expect("close");
+        rewrite_free_count(&dir, free.checked_add_signed(delta).expect("in range"));
+        let db = Database::open(&dir, opts()).expect("reopen");
+        assert_eq!(
+            db.stats().space.free_pages,
+            free.checked_add_signed(delta),
+            "the count as CONTROL holds it"
+        );
+        let e = db.check().expect_err("the count differs from the list");
+        assert!(
+            matches!(&e, directkv::Error::Corruption { .. }) && e.to_string().contains("counts"),
+            "{e}"
+        );
+        let mut refused = None;
+        for i in 0..3000u32 {
+            let mut w = db.begin_write().expect("begin");
+            w.put(&(10_000 + i).to_be_bytes(), &[5; 1000]).expect("put");
+            if let Err(e) = w.commit() {
+                refused = Some(e);
+                break;
+            }
+        }
+        let e = refused.expect("a commit meets the end of the list");
+        assert!(
+            matches!(e, directkv::Error::Corruption { .. }),
+            "{delta}: {e}"
+        );
+    }
+}

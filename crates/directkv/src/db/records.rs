@@ -51,27 +51,46 @@ pub struct Meta {
 }
 
 impl Meta {
-    /// A page came off the free list (its head, now `next`).
-    pub fn took_free(&mut self, next: PageId) {
-        self.freelist = next;
-        if let Some(n) = self.free_pages.as_mut() {
-            // Decoded metas hold a positive count with a non-empty list.
-            assert!(*n > 0, "a counted non-empty free list has a page");
-            *n -= 1;
-            assert_eq!(*n == 0, next == PageId::ZERO, "the count is the list's");
+    /// A page came off the free list: its head, which linked to `next`.
+    ///
+    /// # Errors
+    /// What is wrong, when the count does not fit the list (the count and
+    /// the link are both read from disk: a lost write can part them).
+    pub fn took_free(&mut self, next: PageId) -> std::result::Result<(), String> {
+        if let Some(n) = self.free_pages {
+            if n == 0 || (n == 1) != (next == PageId::ZERO) {
+                return Err(format!(
+                    "the free list's head links to page {next} where the root state counts \
+                     {n} free pages"
+                ));
+            }
+            self.free_pages = Some(n - 1);
         }
+        self.freelist = next;
+        Ok(())
     }
 
     /// Page `no` went on the free list, as its head.
-    pub fn gave_free(&mut self, no: PageId) {
+    ///
+    /// # Errors
+    /// What is wrong, when the count would pass the pages that can be free
+    /// (all but the data file's head and the root): it was wrong on disk.
+    pub fn gave_free(&mut self, no: PageId) -> std::result::Result<(), String> {
         assert!(
             no != PageId::ZERO && no.get() < self.page_count,
             "a page of the file"
         );
-        self.freelist = no;
-        if let Some(n) = self.free_pages.as_mut() {
-            *n += 1;
+        if let Some(n) = self.free_pages {
+            if n + 2 >= self.page_count {
+                return Err(format!(
+                    "the root state counts {n} free pages of {} before page {no} is freed",
+                    self.page_count
+                ));
+            }
+            self.free_pages = Some(n + 1);
         }
+        self.freelist = no;
+        Ok(())
     }
 }
 

@@ -90,10 +90,6 @@ impl<S: Storage> Inner<S> {
         let Ok(meta) = self.txns.tree.read().map(|m| *m) else {
             return SpaceStats::default();
         };
-        assert!(
-            meta.free_pages.is_none_or(|n| n < meta.page_count),
-            "free pages are pages of the file"
-        );
         SpaceStats {
             page_bytes: self.pool.page_bytes() as u64,
             pages: meta.page_count,

@@ -91,7 +91,13 @@ impl Counters {
 
     /// A new transaction id.
     pub(super) fn next_txn(&self) -> TxnId {
-        TxnId::new(self.next_txn.fetch_add(1, Ordering::Relaxed))
+        let id = self.next_txn.fetch_add(1, Ordering::Relaxed);
+        // Records carry ids up to it, and a decoder refuses one past it.
+        assert!(
+            id <= crate::constants::TXN_ID_MAX,
+            "transaction ids stay decodable"
+        );
+        TxnId::new(id)
     }
 
     /// Counts the page records of one commit.
@@ -222,9 +228,7 @@ pub struct SpaceStats {
 impl SpaceStats {
     /// The free pages' bytes, when they are counted.
     pub fn free_bytes(&self) -> Option<u64> {
-        let free = self.free_pages?;
-        assert!(free < self.pages, "free pages are pages of the file");
-        Some(free * self.page_bytes)
+        self.free_pages.map(|n| n.saturating_mul(self.page_bytes))
     }
 }
 

@@ -169,6 +169,11 @@ impl Control {
         );
         assert!((PAGE_COUNT_MIN..=PAGE_COUNT_MAX).contains(&self.page_count));
         assert!((1..=CONTROL_GENERATION_MAX).contains(&self.generation));
+        assert!(
+            check_free_count(self.free_pages, self.freelist_head, self.page_count).is_ok(),
+            "the free-page count fits the free list: {:?}",
+            self.free_pages
+        );
         out[..SLOT_BYTES].fill(0);
         out[0..8].copy_from_slice(&CONTROL_MAGIC);
         le::put_u32(out, 8, FORMAT_VERSION);

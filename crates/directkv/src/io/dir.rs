@@ -272,22 +272,49 @@ impl<'a> At<'a> {
 
     /// Renames this file to `to`, which must not exist: `EEXIST` when it
     /// does, and nothing changes. A filesystem without `RENAME_NOREPLACE`
-    /// gets a hard link (which refuses an existing name just as atomically)
-    /// and the old name's removal.
+    /// gets [`link_new_to`](Self::link_new_to).
     ///
     /// # Errors
-    /// I/O errors of `renameat2`, `linkat` or `unlinkat`.
+    /// I/O errors of `renameat2`, `linkat`, `unlinkat` or `rename`.
     pub fn rename_new_to(&self, to: &At<'_>) -> Result<()> {
-        let err = |e| Error::from_io(IoOp::Rename, &self.path, None, os_err(e));
         let flags = rustix::fs::RenameFlags::NOREPLACE;
         match rustix::fs::renameat_with(self.base, &self.rel, to.base, &to.rel, flags) {
-            Err(rustix::io::Errno::INVAL | rustix::io::Errno::NOSYS) => {}
-            r => return r.map_err(err),
+            Err(rustix::io::Errno::INVAL | rustix::io::Errno::NOSYS) => self.link_new_to(to),
+            r => r.map_err(|e| Error::from_io(IoOp::Rename, &self.path, None, os_err(e))),
         }
-        rustix::fs::linkat(self.base, &self.rel, to.base, &to.rel, AtFlags::empty())
-            .map_err(err)?;
-        rustix::fs::unlinkat(self.base, &self.rel, AtFlags::empty())
-            .map_err(|e| Error::from_io(IoOp::Remove, &self.path, None, os_err(e)))
+    }
+
+    /// [`rename_new_to`](Self::rename_new_to) without `RENAME_NOREPLACE`:
+    /// a hard link, which refuses a taken name just as atomically, then the
+    /// old name's removal. A filesystem without hard links (vfat, exfat,
+    /// some CIFS mounts) gets [`checked_rename_to`](Self::checked_rename_to).
+    ///
+    /// # Errors
+    /// I/O errors of `linkat` and `unlinkat`, or of the checked rename.
+    pub(crate) fn link_new_to(&self, to: &At<'_>) -> Result<()> {
+        match rustix::fs::linkat(self.base, &self.rel, to.base, &to.rel, AtFlags::empty()) {
+            Ok(()) => rustix::fs::unlinkat(self.base, &self.rel, AtFlags::empty())
+                .map_err(|e| Error::from_io(IoOp::Remove, &self.path, None, os_err(e))),
+            Err(rustix::io::Errno::PERM | rustix::io::Errno::OPNOTSUPP) => {
+                self.checked_rename_to(to)
+            }
+            Err(e) => Err(Error::from_io(IoOp::Rename, &self.path, None, os_err(e))),
+        }
+    }
+
+    /// The last resort of [`rename_new_to`](Self::rename_new_to): `EEXIST`
+    /// when `to` exists, else a plain rename. A file that appears under
+    /// `to` between the look and the rename is replaced: the one case no
+    /// call of this filesystem can refuse.
+    ///
+    /// # Errors
+    /// `EEXIST`; I/O errors of `rename`.
+    pub(crate) fn checked_rename_to(&self, to: &At<'_>) -> Result<()> {
+        if to.exists() {
+            let exists = std::io::Error::from_raw_os_error(libc::EEXIST);
+            return Err(Error::from_io(IoOp::Rename, &self.path, None, exists));
+        }
+        self.rename_to(to)
     }
 
     /// Whether this is reached through a held directory (not the current

@@ -520,4 +520,26 @@ fn rename_new_refuses_a_taken_name() {
     storage.rename_new(&a, &c).expect("c is free");
     assert!(!a.exists());
     assert_eq!(std::fs::read(&c).expect("c"), b"new");
+    // The fallbacks of filesystems without RENAME_NOREPLACE, and without
+    // hard links, keep the same contract.
+    for name in ["link", "checked rename"] {
+        let rename_new = |from: &Path, to: &Path| {
+            let (from, to) = (storage.os_at(from), storage.os_at(to));
+            match name {
+                "link" => from.link_new_to(&to),
+                _ => from.checked_rename_to(&to),
+            }
+        };
+        std::fs::write(&a, b"new").expect("write");
+        let err = rename_new(&a, &b).expect_err(name);
+        let Error::Io { source, .. } = &err else {
+            panic!("{name}: {err:?}");
+        };
+        assert_eq!(source.raw_os_error(), Some(libc::EEXIST), "{name}: {err}");
+        assert_eq!(std::fs::read(&b).expect("b"), b"taken", "{name}");
+        std::fs::remove_file(&c).expect("clear c");
+        rename_new(&a, &c).expect(name);
+        assert!(!a.exists(), "{name}");
+        assert_eq!(std::fs::read(&c).expect("c"), b"new", "{name}");
+    }
 }

@@ -558,7 +558,9 @@ impl<S: Storage> PagesMut for CommitCtx<'_, S> {
                     ),
                 ));
             }
-            self.meta.took_free(next);
+            self.meta
+                .took_free(next)
+                .map_err(|what| self.env.pool.page_corruption(head, what))?;
             let tree = self.current;
             self.change(head, false, |p| {
                 p[page::PAGE_HEADER_BYTES..].fill(0);
@@ -608,7 +610,9 @@ impl<S: Storage> PagesMut for CommitCtx<'_, S> {
             return Err(self.env.pool.page_corruption(no, what));
         }
         self.count_pages(owner, -1)?;
-        self.meta.gave_free(no);
+        self.meta
+            .gave_free(no)
+            .map_err(|what| self.env.pool.page_corruption(no, what))?;
         Ok(())
     }
 
