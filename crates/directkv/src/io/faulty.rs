@@ -28,7 +28,7 @@ pub enum FaultOp {
     Sync,
     /// Reads of file data.
     Read,
-    /// Allocation of file space (`fallocate` and zero fill).
+    /// Changes of a file's space (`fallocate`, zero fill, `ftruncate`).
     Allocate,
     /// Syncs of directories (their entries).
     SyncDir,
@@ -249,6 +249,13 @@ impl<F: StorageFile> StorageFile for FaultyFile<F> {
             return Err(self.injected_error(IoOp::Allocate, Some(len), true));
         }
         self.inner.allocate(len, fill)
+    }
+    fn set_len(&self, len: u64) -> Result<()> {
+        self.check_healthy()?;
+        if self.inject(FaultOp::Allocate) {
+            return Err(self.injected_error(IoOp::Allocate, Some(len), true));
+        }
+        self.inner.set_len(len)
     }
     fn attach_aio(&self, aio: &std::sync::Arc<Aio>) -> Result<()> {
         self.inner.attach_aio(aio)

@@ -46,6 +46,9 @@ struct FileData {
     durable: Vec<u8>,
     /// Unsynced writes: (offset, length), in order.
     pending: Vec<(usize, usize)>,
+    /// An unsynced change of size (`set_len`): at a crash the durable
+    /// image takes the live size or keeps its own.
+    resized: bool,
 }
 
 #[derive(Debug, Default)]
@@ -187,6 +190,7 @@ impl State {
                 }
             }
             f.pending.clear();
+            f.resized = false;
             assert_eq!(
                 f.durable.len(),
                 f.live.len(),
@@ -275,6 +279,9 @@ impl SimStorage {
                     }
                 }
             }
+            if std::mem::take(&mut f.resized) && rng.chance(1, 2) {
+                f.durable.resize(f.live.len(), 0);
+            }
             f.live.clone_from(&f.durable);
             assert!(f.pending.is_empty(), "a crash settles every pending write");
         }
@@ -293,6 +300,7 @@ impl SimStorage {
         let mut s = lock(&self.state);
         for f in s.files.values_mut() {
             f.pending.clear();
+            f.resized = false;
             f.durable.clone_from(&f.live);
         }
         let live = s.live.clone();
@@ -360,6 +368,7 @@ impl SimStorage {
                 live: bytes.clone(),
                 durable: bytes,
                 pending: Vec::new(),
+                resized: false,
             },
         );
         s.live.insert(path.to_path_buf(), id);
@@ -585,6 +594,53 @@ mod tests {
         assert_eq!(
             disk.stat(Path::new("/d")).expect("stat").kind,
             FileKind::Dir
+        );
+    }
+
+    /// A cut takes effect at once for the live file; a crash before the
+    /// next sync leaves the durable size either way (both seen over
+    /// seeds), never a byte the cut removed when it held, and a synced
+    /// cut stays. Writes pending past the cut go with it.
+    #[test]
+    fn a_cut_is_live_at_once_and_durable_at_its_sync() {
+        let mut sizes = std::collections::BTreeSet::new();
+        for seed in 0..32 {
+            let disk = SimStorage::new();
+            disk.create_dir_all(Path::new("/d")).expect("mkdir");
+            let f = disk.open(Path::new("/d/x"), &opts()).expect("open");
+            let mut buf = AlignedBuf::new(8192, 512).expect("buf");
+            buf.as_mut_slice().fill(1);
+            f.write_all_at(buf.io_all(), 0).expect("write");
+            f.sync_all().expect("sync");
+            disk.sync_dir(Path::new("/d")).expect("sync dir");
+            buf.as_mut_slice().fill(2);
+            f.write_all_at(buf.io_all(), 0).expect("unsynced write");
+            f.set_len(1024).expect("cut");
+            assert_eq!(f.len().expect("len"), 1024);
+            drop(f);
+            disk.crash(seed);
+            let back = disk.file_bytes(Path::new("/d/x")).expect("file");
+            assert!(back.len() == 1024 || back.len() == 8192, "{}", back.len());
+            assert!(
+                back[1024..].iter().all(|&b| b == 1),
+                "bytes past the cut are the synced ones"
+            );
+            sizes.insert(back.len());
+        }
+        assert_eq!(sizes.len(), 2, "a crash keeps either size: {sizes:?}");
+        let disk = SimStorage::new();
+        disk.create_dir_all(Path::new("/d")).expect("mkdir");
+        let f = disk.open(Path::new("/d/x"), &opts()).expect("open");
+        let buf = AlignedBuf::new(8192, 512).expect("buf");
+        f.write_all_at(buf.io_all(), 0).expect("write");
+        f.set_len(4096).expect("cut");
+        f.sync_all().expect("sync");
+        disk.sync_dir(Path::new("/d")).expect("sync dir");
+        drop(f);
+        disk.crash(3);
+        assert_eq!(
+            disk.file_bytes(Path::new("/d/x")).map(|b| b.len()),
+            Some(4096)
         );
     }
 }

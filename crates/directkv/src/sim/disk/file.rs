@@ -164,6 +164,39 @@ impl StorageFile for SimFile {
         let s = lock(&self.state);
         Ok(s.files.get(&self.id).map_or(0, |f| f.live.len() as u64))
     }
+    fn set_len(&self, len: u64) -> Result<()> {
+        self.check()?;
+        let mut s = lock(&self.state);
+        if !s.step() {
+            return Err(self.fail(eio(IoOp::Allocate, &self.path)));
+        }
+        if s.over_capacity(self.id, len as usize) {
+            let e = std::io::Error::from_raw_os_error(libc::ENOSPC);
+            return Err(self.fail(Error::from_io(IoOp::Allocate, &self.path, Some(len), e)));
+        }
+        let each = self.each_write_durable;
+        let f = s
+            .files
+            .get_mut(&self.id)
+            .ok_or_else(|| eio(IoOp::Allocate, &self.path))?;
+        let len = len as usize;
+        f.live.resize(len, 0);
+        // Writes pending past the new end go with it.
+        f.pending.retain(|&(off, _)| off < len);
+        for (off, n) in &mut f.pending {
+            *n = (*n).min(len - *off);
+        }
+        if each {
+            f.durable.resize(len, 0);
+        } else {
+            f.resized = true;
+        }
+        assert!(
+            f.pending.iter().all(|&(off, n)| off + n <= len),
+            "no pending write lies past the end"
+        );
+        Ok(())
+    }
     fn allocate(&self, len: u64, _fill: Fill) -> Result<()> {
         self.check()?;
         let mut s = lock(&self.state);
