@@ -253,7 +253,9 @@ impl<F: StorageFile> StorageFile for FaultyFile<F> {
     fn set_len(&self, len: u64) -> Result<()> {
         self.check_healthy()?;
         if self.inject(FaultOp::Allocate) {
-            return Err(self.injected_error(IoOp::Allocate, Some(len), true));
+            // A failed cut changes nothing: the file is not poisoned, as
+            // the real file's is not.
+            return Err(self.injected_error(IoOp::Allocate, Some(len), false));
         }
         self.inner.set_len(len)
     }

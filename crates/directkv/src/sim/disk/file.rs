@@ -167,12 +167,18 @@ impl StorageFile for SimFile {
     fn set_len(&self, len: u64) -> Result<()> {
         self.check()?;
         let mut s = lock(&self.state);
+        // A failed cut changes nothing: it fails the call, not the file
+        // (as a real file's `ftruncate` does).
         if !s.step() {
-            return Err(self.fail(eio(IoOp::Allocate, &self.path)));
+            return Err(eio(IoOp::Allocate, &self.path));
         }
-        if s.over_capacity(self.id, len as usize) {
+        let grows = s
+            .files
+            .get(&self.id)
+            .is_some_and(|f| f.live.len() < len as usize);
+        if grows && s.over_capacity(self.id, len as usize) {
             let e = std::io::Error::from_raw_os_error(libc::ENOSPC);
-            return Err(self.fail(Error::from_io(IoOp::Allocate, &self.path, Some(len), e)));
+            return Err(Error::from_io(IoOp::Allocate, &self.path, Some(len), e));
         }
         let each = self.each_write_durable;
         let f = s
@@ -180,21 +186,10 @@ impl StorageFile for SimFile {
             .get_mut(&self.id)
             .ok_or_else(|| eio(IoOp::Allocate, &self.path))?;
         let len = len as usize;
-        f.live.resize(len, 0);
-        // Writes pending past the new end go with it.
-        f.pending.retain(|&(off, _)| off < len);
-        for (off, n) in &mut f.pending {
-            *n = (*n).min(len - *off);
-        }
+        f.set_len(len);
         if each {
-            f.durable.resize(len, 0);
-        } else {
-            f.resized = true;
+            f.settle_size();
         }
-        assert!(
-            f.pending.iter().all(|&(off, n)| off + n <= len),
-            "no pending write lies past the end"
-        );
         Ok(())
     }
     fn allocate(&self, len: u64, _fill: Fill) -> Result<()> {
