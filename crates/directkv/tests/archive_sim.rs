@@ -224,6 +224,10 @@ impl StorageFile for DiskFile {
         self.disk.note(step_of(&self.path));
         self.file.allocate(len, fill)
     }
+    fn set_len(&self, len: u64) -> directkv::Result<()> {
+        self.disk.note(step_of(&self.path));
+        self.file.set_len(len)
+    }
 }
 
 impl Storage for Disk {

@@ -1071,6 +1071,9 @@ impl StorageFile for CountedFile {
     fn allocate(&self, len: u64, fill: Fill) -> directkv::Result<()> {
         self.0.allocate(len, fill)
     }
+    fn set_len(&self, len: u64) -> directkv::Result<()> {
+        self.0.set_len(len)
+    }
 }
 
 impl Storage for CountingReads {

@@ -28,7 +28,7 @@ pub enum FaultOp {
     Sync,
     /// Reads of file data.
     Read,
-    /// Allocation of file space (`fallocate` and zero fill).
+    /// Changes of a file's space (`fallocate`, zero fill, `ftruncate`).
     Allocate,
     /// Syncs of directories (their entries).
     SyncDir,
@@ -249,6 +249,15 @@ impl<F: StorageFile> StorageFile for FaultyFile<F> {
             return Err(self.injected_error(IoOp::Allocate, Some(len), true));
         }
         self.inner.allocate(len, fill)
+    }
+    fn set_len(&self, len: u64) -> Result<()> {
+        self.check_healthy()?;
+        if self.inject(FaultOp::Allocate) {
+            // A failed cut changes nothing: the file is not poisoned, as
+            // the real file's is not.
+            return Err(self.injected_error(IoOp::Allocate, Some(len), false));
+        }
+        self.inner.set_len(len)
     }
     fn attach_aio(&self, aio: &std::sync::Arc<Aio>) -> Result<()> {
         self.inner.attach_aio(aio)

@@ -72,6 +72,13 @@ pub trait StorageFile: Send + Sync + 'static {
     /// # Errors
     /// As [`DirectFile::allocate`].
     fn allocate(&self, len: u64, fill: Fill) -> Result<()>;
+    /// Sets the file's size: the bytes past `len` are gone, or zeros are
+    /// added up to it. The new size is durable after the next
+    /// [`sync_all`](Self::sync_all); a crash before it may leave either.
+    ///
+    /// # Errors
+    /// As [`DirectFile::set_len`].
+    fn set_len(&self, len: u64) -> Result<()>;
 
     /// Lets [`run_batch`](Self::run_batch) put many requests in flight at
     /// once through `aio`. Files that cannot (simulated ones) ignore it.
@@ -302,6 +309,9 @@ impl StorageFile for DirectFile {
     }
     fn allocate(&self, len: u64, fill: Fill) -> Result<()> {
         DirectFile::allocate(self, len, fill)
+    }
+    fn set_len(&self, len: u64) -> Result<()> {
+        DirectFile::set_len(self, len)
     }
     fn attach_aio(&self, aio: &std::sync::Arc<Aio>) -> Result<()> {
         DirectFile::attach_aio(self, aio)

@@ -20,7 +20,7 @@ use super::fs::{device_info, fs_info};
 use super::profile;
 use super::{
     statx_direct_io, AlignedBuf, AlignmentSource, At, DirectFile, DirectIo, FileOptions, Fill,
-    IoPath, OsStorage, Storage, SyncMethod,
+    IoPath, OsStorage, Storage, StorageFile, SyncMethod,
 };
 use crate::error::Error;
 
@@ -542,4 +542,28 @@ fn rename_new_refuses_a_taken_name() {
         assert!(!a.exists(), "{name}");
         assert_eq!(std::fs::read(&c).expect("c"), b"new", "{name}");
     }
+}
+
+/// `set_len` through the storage trait cuts a file and extends it with
+/// zeros.
+#[test]
+fn set_len_cuts_and_extends() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let f = DirectFile::open(
+        dir.path().join("cut"),
+        &opts(DirectIo::Auto, SyncMethod::Fdatasync),
+    )
+    .expect("open");
+    let unit = f.alignment().io_unit_bytes();
+    let mut buf = AlignedBuf::new(8192, unit).expect("buf");
+    buf.as_mut_slice().fill(7);
+    f.write_all_at(buf.io_all(), 0).expect("write");
+    StorageFile::set_len(&f, 4096).expect("cut");
+    f.sync_all().expect("sync");
+    assert_eq!(f.len().expect("len"), 4096);
+    StorageFile::set_len(&f, 8192).expect("extend");
+    let back = std::fs::read(f.path()).expect("read back");
+    assert_eq!(back.len(), 8192);
+    assert!(back[..4096].iter().all(|&b| b == 7));
+    assert!(back[4096..].iter().all(|&b| b == 0), "zeros past the cut");
 }

@@ -46,6 +46,51 @@ struct FileData {
     durable: Vec<u8>,
     /// Unsynced writes: (offset, length), in order.
     pending: Vec<(usize, usize)>,
+    /// Unsynced changes of size (`set_len`): at a crash the durable image
+    /// takes them (cut to `cut_to`, then sized as the live file) or keeps
+    /// its own size and bytes.
+    resized: bool,
+    /// The smallest size a `set_len` left since the last sync.
+    cut_to: Option<usize>,
+    /// Unsynced writes a cut removed from the live file, with their bytes:
+    /// when a crash keeps the old size they may have reached the media,
+    /// whole, torn or not at all.
+    cut_off: Vec<(usize, Vec<u8>)>,
+}
+
+impl FileData {
+    /// Cuts or extends the live file to `len` (see [`FileData::resized`]).
+    fn set_len(&mut self, len: usize) {
+        if len < self.live.len() {
+            self.cut_to = Some(self.cut_to.map_or(len, |c| c.min(len)));
+            for &(off, n) in &self.pending {
+                if off + n > len {
+                    let from = off.max(len);
+                    self.cut_off.push((from, self.live[from..off + n].to_vec()));
+                }
+            }
+            self.pending.retain(|&(off, _)| off < len);
+            for (off, n) in &mut self.pending {
+                *n = (*n).min(len - *off);
+            }
+        }
+        self.live.resize(len, 0);
+        self.resized = true;
+        assert!(
+            self.pending.iter().all(|&(off, n)| off + n <= len),
+            "no pending write lies past the end"
+        );
+    }
+
+    /// The size changes since the last sync reach the durable image.
+    fn settle_size(&mut self) {
+        if let Some(c) = self.cut_to.take() {
+            self.durable.truncate(c);
+        }
+        self.durable.resize(self.live.len(), 0);
+        self.cut_off.clear();
+        self.resized = false;
+    }
 }
 
 #[derive(Debug, Default)]
@@ -179,7 +224,7 @@ impl State {
     fn sync_file(&mut self, id: u64) {
         if let Some(f) = self.files.get_mut(&id) {
             let len = f.live.len();
-            f.durable.resize(len, 0);
+            f.settle_size();
             for &(off, n) in &f.pending {
                 let end = (off + n).min(len);
                 if off < end {
@@ -264,6 +309,16 @@ impl SimStorage {
         ids.sort_unstable();
         for id in ids {
             let f = s.files.get_mut(&id).expect("listed id");
+            if std::mem::take(&mut f.resized) {
+                if rng.chance(1, 2) {
+                    f.settle_size();
+                } else {
+                    for (off, bytes) in std::mem::take(&mut f.cut_off) {
+                        apply_bytes(f, off, &bytes, &mut rng);
+                    }
+                    f.cut_to = None;
+                }
+            }
             let pending = std::mem::take(&mut f.pending);
             for (off, len) in pending {
                 match rng.range(0, 3) {
@@ -275,6 +330,10 @@ impl SimStorage {
                     }
                 }
             }
+            assert!(
+                f.cut_off.is_empty() && f.cut_to.is_none(),
+                "a crash settles every cut"
+            );
             f.live.clone_from(&f.durable);
             assert!(f.pending.is_empty(), "a crash settles every pending write");
         }
@@ -293,6 +352,9 @@ impl SimStorage {
         let mut s = lock(&self.state);
         for f in s.files.values_mut() {
             f.pending.clear();
+            f.resized = false;
+            f.cut_to = None;
+            f.cut_off.clear();
             f.durable.clone_from(&f.live);
         }
         let live = s.live.clone();
@@ -360,6 +422,9 @@ impl SimStorage {
                 live: bytes.clone(),
                 durable: bytes,
                 pending: Vec::new(),
+                resized: false,
+                cut_to: None,
+                cut_off: Vec::new(),
             },
         );
         s.live.insert(path.to_path_buf(), id);
@@ -383,6 +448,28 @@ impl SimStorage {
             .get(path)
             .and_then(|id| s.files.get(id))
             .map(|f| f.live.len())
+    }
+}
+
+/// Applies a write a cut removed, `bytes` at `off`, to the durable image
+/// of a file whose cut a crash did not keep: each sector whole, not at all
+/// or (one time in four of those not kept) garbage, as `rng` decides.
+fn apply_bytes(f: &mut FileData, off: usize, bytes: &[u8], rng: &mut Rng) {
+    let end = off + bytes.len();
+    if f.durable.len() < end {
+        f.durable.resize(end, 0);
+    }
+    let mut at = off;
+    while at < end {
+        let stop = (((at / SIM_SECTOR_BYTES) + 1) * SIM_SECTOR_BYTES).min(end);
+        match rng.range(0, 3) {
+            0 => f.durable[at..stop].copy_from_slice(&bytes[at - off..stop - off]),
+            1 => {}
+            _ if rng.chance(1, 4) => f.durable[at..stop].fill(rng.next_u64() as u8),
+            _ => {}
+        }
+        assert!(stop > at, "every step settles at least one byte");
+        at = stop;
     }
 }
 
@@ -421,170 +508,4 @@ fn apply(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::io::{AlignedBuf, FileKind, FileOptions, Fill, Storage, StorageFile, SyncMethod};
-
-    fn opts() -> FileOptions {
-        FileOptions {
-            create: true,
-            sync: SyncMethod::Fdatasync,
-            ..FileOptions::default()
-        }
-    }
-
-    #[test]
-    fn only_a_directory_is_anchored() {
-        let disk = SimStorage::new();
-        let dir = Path::new("/db");
-        let missing = disk.anchor(dir).expect_err("nothing there yet");
-        assert!(matches!(missing, Error::Io { .. }), "{missing}");
-        disk.create_dir_all(dir).expect("mkdir");
-        let held = disk.anchor(dir).expect("a directory");
-        drop(held.open(&dir.join("data"), &opts()).expect("create"));
-        let err = disk.anchor(&dir.join("data")).expect_err("a file");
-        assert!(
-            matches!(&err, Error::NotADirectory { kind, .. } if kind == "regular file"),
-            "{err}"
-        );
-    }
-
-    #[test]
-    fn unsynced_writes_and_entries_may_vanish_synced_ones_stay() {
-        let disk = SimStorage::new();
-        let dir = Path::new("/db");
-        disk.create_dir_all(dir).expect("mkdir");
-        let f = disk.open(&dir.join("a"), &opts()).expect("open");
-        let mut buf = AlignedBuf::new(4096, 512).expect("buf");
-        buf.as_mut_slice().fill(1);
-        f.write_all_at(buf.io_all(), 0).expect("write");
-        f.sync_all().expect("sync");
-        disk.sync_dir(dir).expect("sync dir");
-        buf.as_mut_slice().fill(2);
-        f.write_all_at(buf.io_all(), 0).expect("write");
-        let g = disk.open(&dir.join("b"), &opts()).expect("open b");
-        g.write_all_at(buf.io_all(), 0).expect("write b");
-        g.sync_all().expect("sync b");
-        drop((f, g));
-        disk.crash(7);
-        assert!(
-            !disk.exists(&dir.join("b")),
-            "its directory entry was never synced"
-        );
-        let f = disk.open(&dir.join("a"), &opts()).expect("reopen");
-        let mut back = AlignedBuf::new(4096, 512).expect("buf");
-        f.read_at(back.io_all_mut(), 0).expect("read");
-        // Each sector holds 1 (old), 2 (new) or garbage; never anything else
-        // where it was synced as 1 and left alone.
-        assert_eq!(back.len(), 4096);
-    }
-
-    /// A kill keeps every completed write and entry, synced or not, and
-    /// nothing after the power-fail point; a file no name reaches is gone.
-    #[test]
-    fn a_kill_keeps_what_completed_and_nothing_after() {
-        let disk = SimStorage::new();
-        disk.create_dir_all(Path::new("/d")).expect("mkdir");
-        let f = disk.open(Path::new("/d/x"), &opts()).expect("open");
-        let mut buf = AlignedBuf::new(512, 512).expect("buf");
-        buf.as_mut_slice().fill(1);
-        f.write_all_at(buf.io_all(), 0).expect("unsynced write");
-        let g = disk.open(Path::new("/d/gone"), &opts()).expect("open");
-        disk.remove_file(Path::new("/d/gone")).expect("unlink");
-        // The next mutating operation is the one the power fails at.
-        disk.power_fail_after(1);
-        buf.as_mut_slice().fill(2);
-        assert!(f.write_all_at(buf.io_all(), 0).is_err(), "after the point");
-        drop((f, g));
-        disk.kill();
-        assert!(disk.exists(Path::new("/d/x")), "the unsynced entry stays");
-        assert!(!disk.exists(Path::new("/d/gone")));
-        let bytes = disk.file_bytes(Path::new("/d/x")).expect("file");
-        assert!(
-            bytes[..512].iter().all(|&b| b == 1),
-            "the completed write stays"
-        );
-        disk.crash(3);
-        assert!(
-            disk.exists(Path::new("/d/x")),
-            "what a kill left is durable: a power cut after it keeps it"
-        );
-    }
-
-    #[test]
-    fn bytes_a_failed_sync_dropped_never_become_durable() {
-        let disk = SimStorage::new();
-        disk.create_dir_all(Path::new("/d")).expect("mkdir");
-        let f = disk.open(Path::new("/d/x"), &opts()).expect("open");
-        disk.sync_dir(Path::new("/d")).expect("sync dir");
-        let mut buf = AlignedBuf::new(512, 512).expect("buf");
-        buf.as_mut_slice().fill(1);
-        f.write_all_at(buf.io_all(), 0).expect("write");
-        f.sync_all().expect("sync");
-        buf.as_mut_slice().fill(2);
-        f.write_all_at(buf.io_all(), 0).expect("dropped write");
-        disk.fail_sync_linux_style(1);
-        assert!(f.sync_all().is_err(), "the armed sync fails");
-        // The failed handle refuses more; through another, a later write
-        // elsewhere is synced: the sync reports success and writes what is
-        // pending, not the sector the failure dropped.
-        let g = disk.open(Path::new("/d/x"), &opts()).expect("reopen");
-        buf.as_mut_slice().fill(3);
-        g.write_all_at(buf.io_all(), 512).expect("write");
-        g.allocate(4096, Fill::Reserve).expect("allocate");
-        g.sync_all().expect("a later sync succeeds");
-        let live = disk.file_bytes(Path::new("/d/x")).expect("file");
-        assert_eq!(
-            (live[0], live[512]),
-            (2, 3),
-            "the dropped bytes stay readable"
-        );
-        drop((f, g));
-        disk.crash(1);
-        let durable = disk.file_bytes(Path::new("/d/x")).expect("file");
-        assert_eq!(durable.len(), 4096, "the allocation is durable");
-        assert_eq!(
-            (durable[0], durable[512], durable[1024]),
-            (1, 3, 0),
-            "the dropped sector kept its synced bytes"
-        );
-    }
-
-    #[test]
-    fn power_failure_stops_every_later_write() {
-        let disk = SimStorage::new();
-        disk.create_dir_all(Path::new("/d")).expect("mkdir");
-        let f = disk.open(Path::new("/d/x"), &opts()).expect("open");
-        disk.power_fail_after(2);
-        let buf = AlignedBuf::new(512, 512).expect("buf");
-        f.write_all_at(buf.io_all(), 0).expect("first write");
-        assert!(f.write_all_at(buf.io_all(), 512).is_err());
-        assert!(matches!(f.sync(), Err(Error::Poisoned { .. })));
-        assert!(disk.stats().powered_off);
-        disk.crash(1);
-        assert!(!disk.stats().powered_off);
-    }
-
-    #[test]
-    fn the_opening_rules_of_real_files_hold() {
-        let disk = SimStorage::new();
-        disk.create_dir_all(Path::new("/d")).expect("mkdir");
-        let new = FileOptions {
-            exclusive: true,
-            ..opts()
-        };
-        disk.open(Path::new("/d/x"), &new).expect("a new file");
-        let again = disk.open(Path::new("/d/x"), &new).expect_err("exists");
-        assert_eq!(again.raw_os_error(), Some(libc::EEXIST), "{again}");
-        let dir = disk
-            .open(Path::new("/d"), &opts())
-            .expect_err("a directory");
-        assert!(matches!(dir, Error::NotARegularFile { .. }), "{dir}");
-        let meta = disk.stat(Path::new("/d/x")).expect("stat");
-        assert_eq!((meta.kind, meta.mode), (FileKind::File, 0o600));
-        assert_eq!(
-            disk.stat(Path::new("/d")).expect("stat").kind,
-            FileKind::Dir
-        );
-    }
-}
+mod tests;

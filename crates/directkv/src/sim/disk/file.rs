@@ -164,6 +164,34 @@ impl StorageFile for SimFile {
         let s = lock(&self.state);
         Ok(s.files.get(&self.id).map_or(0, |f| f.live.len() as u64))
     }
+    fn set_len(&self, len: u64) -> Result<()> {
+        self.check()?;
+        let mut s = lock(&self.state);
+        // A failed cut changes nothing: it fails the call, not the file
+        // (as a real file's `ftruncate` does).
+        if !s.step() {
+            return Err(eio(IoOp::Allocate, &self.path));
+        }
+        let grows = s
+            .files
+            .get(&self.id)
+            .is_some_and(|f| f.live.len() < len as usize);
+        if grows && s.over_capacity(self.id, len as usize) {
+            let e = std::io::Error::from_raw_os_error(libc::ENOSPC);
+            return Err(Error::from_io(IoOp::Allocate, &self.path, Some(len), e));
+        }
+        let each = self.each_write_durable;
+        let f = s
+            .files
+            .get_mut(&self.id)
+            .ok_or_else(|| eio(IoOp::Allocate, &self.path))?;
+        let len = len as usize;
+        f.set_len(len);
+        if each {
+            f.settle_size();
+        }
+        Ok(())
+    }
     fn allocate(&self, len: u64, _fill: Fill) -> Result<()> {
         self.check()?;
         let mut s = lock(&self.state);
