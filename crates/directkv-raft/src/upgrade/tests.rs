@@ -4,9 +4,13 @@
 //! purged ids, log, applied state, data and current snapshot, and nothing
 //! left in the default keyspace; and an upgrade stopped after any number
 //! of its steps, the database then dropped without a close, resumes at
-//! the next open to the same result.
+//! the next open to the same result; and so does one whose process
+//! aborts (no destructor, no flush: the steps' commits that did not wait
+//! for the log may be lost) after any of a range of its commits.
 
 use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
 
 use openraft::storage::{RaftLogStorage, RaftStateMachine};
 use openraft::{
@@ -259,3 +263,74 @@ fn an_upgrade_stopped_after_any_step_resumes_at_the_next_open() {
 
 /// More steps than the upgrade of [`write_prefix_layout`]'s state takes.
 const STEPS_SWEEP_MAX: u64 = 64;
+
+const CHILD_DIR: &str = "DIRECTKV_RAFT_UPGRADE_CHILD";
+const CHILD_COMMITS: &str = "DIRECTKV_RAFT_UPGRADE_COMMITS";
+
+/// The child of the abort test: upgrades the database while a thread
+/// watches its commits and aborts the process after the Nth. Prints
+/// `upgraded` if the upgrade ends first.
+#[test]
+fn upgrade_child() {
+    let (Ok(dir), Ok(commits)) = (std::env::var(CHILD_DIR), std::env::var(CHILD_COMMITS)) else {
+        return;
+    };
+    let commits: u64 = commits.parse().expect("a number");
+    let db = Database::open(&dir, options()).expect("open");
+    let start = db.stats().commits;
+    std::thread::scope(|s| {
+        s.spawn(|| loop {
+            if db.stats().commits >= start.saturating_add(commits) {
+                std::process::abort();
+            }
+            std::thread::sleep(std::time::Duration::from_micros(50));
+        });
+        assert!(upgrade(&db, 64, u64::MAX).expect("upgrade"));
+        println!("upgraded");
+        std::process::exit(0);
+    });
+}
+
+/// Runs the child until it aborts or upgrades; returns whether it upgraded.
+fn run_upgrade_child(dir: &std::path::Path, commits: u64) -> bool {
+    let out = Command::new(std::env::current_exe().expect("test binary"))
+        .args([
+            "--exact",
+            "upgrade::tests::upgrade_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_DIR, dir)
+        .env(CHILD_COMMITS, commits.to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .output()
+        .expect("run the child");
+    BufReader::new(&out.stdout[..])
+        .lines()
+        // libtest prints the test's name on the line the child prints to.
+        .any(|l| l.is_ok_and(|l| l.ends_with("upgraded")))
+}
+
+#[test]
+fn an_upgrade_whose_process_aborts_part_way_resumes_at_the_next_open() {
+    let rt = runtime();
+    let mut aborted = 0;
+    // The upgrade of this state takes about 30 commits; with no limit it
+    // completes.
+    for commits in [1, 2, 5, 9, 14, 20, 27, u64::MAX] {
+        let dir = scratch();
+        let written = {
+            let db = Database::open(dir.path(), options()).expect("open");
+            write_prefix_layout(&db)
+        };
+        let upgraded = run_upgrade_child(dir.path(), commits);
+        assert!(
+            upgraded || commits != u64::MAX,
+            "without a limit it upgrades"
+        );
+        aborted += usize::from(!upgraded);
+        check_upgraded(&rt, dir.path(), &written);
+    }
+    assert!(aborted >= 5, "{aborted} children aborted part way");
+}
