@@ -201,8 +201,15 @@ fn move_batch(
         return Ok(Step { more, bad });
     }
     assert!(
-        batch.len() <= DELETE_BATCH_KEYS && (more || batch.len() < DELETE_BATCH_KEYS),
-        "a step is bounded, and one that stops short stops at the family's end"
+        batch.len() <= DELETE_BATCH_KEYS,
+        "a step is bounded in keys"
+    );
+    // A step stops at a bound (keys or bytes) or at the family's end: one
+    // that stops short of both bounds leaves nothing of the family (one
+    // that reaches a bound may or may not).
+    assert!(
+        !more || batch.len() == DELETE_BATCH_KEYS || bytes >= batch_bytes,
+        "a step that stops short of its bounds stops at the family's end"
     );
     for ((k, v), dest) in batch.iter().zip(placed) {
         if let Some(Some((table, key))) = dest {

@@ -334,3 +334,50 @@ fn an_upgrade_whose_process_aborts_part_way_resumes_at_the_next_open() {
     }
     assert!(aborted >= 5, "{aborted} children aborted part way");
 }
+
+/// Writes, in one transaction, the applied state of generation 1 with
+/// nothing applied and `n` pairs of that generation in the prefix layout;
+/// returns the pairs.
+fn write_data_family(db: &Database, n: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let applied = Applied {
+        generation: 1,
+        ..Applied::default()
+    };
+    let pairs: Vec<_> = (0..n)
+        .map(|i| {
+            (
+                format!("k{i:06}").into_bytes(),
+                (i as u64).to_le_bytes().to_vec(),
+            )
+        })
+        .collect();
+    let mut t = db.begin_write().expect("write");
+    t.put(b"a", &json(&applied)).expect("put");
+    for (k, v) in &pairs {
+        t.put(&old_key(b'd', &[1], k), v).expect("put");
+    }
+    t.commit().expect("commit");
+    pairs
+}
+
+#[test]
+fn a_family_a_whole_number_of_steps_long_upgrades() {
+    // Steps end on the key bound: the last step of the family takes
+    // exactly as many keys as a step may, and finds nothing after them.
+    for n in [
+        DELETE_BATCH_KEYS,
+        DELETE_BATCH_KEYS + 1,
+        2 * DELETE_BATCH_KEYS,
+    ] {
+        let dir = scratch();
+        let pairs = {
+            let db = Database::open(dir.path(), options()).expect("open");
+            let pairs = write_data_family(&db, n);
+            // Bytes to spare: the key bound ends each step.
+            assert!(upgrade(&db, 1 << 20, u64::MAX).expect("upgrade"), "{n}");
+            pairs
+        };
+        let (_log, sm) = crate::open(dir.path(), options()).expect("open");
+        assert_eq!(sm.reader().all().expect("all"), (None, pairs), "{n}");
+    }
+}
