@@ -251,8 +251,9 @@ fn place<'k, 't>(k: &'k [u8], to: &'t Targets) -> Option<Option<(&'t Table, &'k 
 fn finish(w: &mut WriteTxn<'_>) -> directkv::Result<()> {
     for family in old::FAMILIES {
         let (lo, hi) = ([family], [family + 1]);
+        let left = w.range(&lo[..]..&hi[..]).next().transpose()?;
         assert!(
-            w.range(&lo[..]..&hi[..]).next().is_none(),
+            left.is_none(),
             "every family is moved before the layout is complete"
         );
     }
