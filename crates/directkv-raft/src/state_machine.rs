@@ -214,7 +214,8 @@ impl StateMachine {
     /// are read; once every check passed, the applied state and the
     /// snapshot record flip and the old generation's table is dropped, in
     /// one durable commit. A refused snapshot's table is dropped again and
-    /// nothing changed.
+    /// nothing changed; a table of the next generation that an earlier
+    /// install left (its drop failed) is dropped when the table is made.
     fn install_now(
         shared: &Shared,
         base: &Applied,
@@ -229,11 +230,13 @@ impl StateMachine {
         let generation = base.generation + 1;
         let db = &shared.db;
         let name = keys::data_table(generation);
-        let table = db.write(&lazy(), |w| w.create_table(&name))?;
+        let table = db.write(&lazy(), |w| create_fresh(w, &name))?;
         let summary = match stage(db, &table, meta, &data) {
             Ok(s) => s,
             Err(e) => {
-                db.write(&lazy(), |w| w.drop_table(&name))?;
+                // The staging error is the one to report; a table this
+                // fails to drop is dropped by the next install or open.
+                let _ = db.write(&lazy(), |w| w.drop_table(&name));
                 return Err(e);
             }
         };
@@ -254,6 +257,16 @@ impl StateMachine {
         db.set_data_table(generation, table);
         Ok(applied)
     }
+}
+
+/// Creates the table `name`, empty, dropping one of that name left by an
+/// earlier install that failed.
+fn create_fresh(w: &mut directkv::WriteTxn<'_>, name: &str) -> directkv::Result<directkv::Table> {
+    match w.drop_table(name) {
+        Ok(()) | Err(directkv::Error::TableNotFound { .. }) => {}
+        Err(e) => return Err(e),
+    }
+    w.create_table(name)
 }
 
 /// Checks `data` and writes its pairs into `table`, in bounded

@@ -6,7 +6,9 @@
 //! through an install (after a chosen number of the install's commits)
 //! reopens with the old state or the new, whole, never a mix, and no other
 //! generation or snapshot left; an install drops the old generation's
-//! table in its commit and the engine then frees its pages.
+//! table in its commit and the engine then frees its pages; and the next
+//! generation's table left by an install that failed (its cleanup failed
+//! too) is replaced by the next install, not in its way.
 
 use std::io::{BufRead, BufReader, SeekFrom};
 use std::path::Path;
@@ -296,6 +298,40 @@ fn an_install_drops_the_old_generations_table_and_its_pages_return() {
         report.table_details.iter().all(|t| !t.dropped),
         "no dropped table is left to free"
     );
+}
+
+#[test]
+fn a_table_left_by_a_failed_install_is_replaced_by_the_next() {
+    let rt = rt();
+    let (d1, d2) = (scratch(), scratch());
+    let (_l1, mut leader) = directkv_raft::open(d1.path(), options(4096)).expect("open");
+    let (l2, mut follower) = directkv_raft::open(d2.path(), options(4096)).expect("open");
+    rt.block_on(leader.apply(puts(1, 20, 100, 7)))
+        .expect("apply");
+    rt.block_on(follower.apply(puts(1, 5, 100, 9)))
+        .expect("apply");
+    // What an install whose staging and whose cleanup both failed leaves:
+    // the next generation's table, with a pair staged in it.
+    let db = l2.database();
+    let mut w = db.begin_write().expect("write");
+    let left = w.create_table("raft.data.1").expect("create");
+    w.table(&left).put(b"staged", b"left").expect("put");
+    w.commit().expect("commit");
+    let mut snap = rt
+        .block_on(async { leader.get_snapshot_builder().await.build_snapshot().await })
+        .expect("build");
+    let mut to = rt
+        .block_on(follower.begin_receiving_snapshot())
+        .expect("begin");
+    send(&rt, &mut snap.snapshot, &mut to, u64::MAX);
+    rt.block_on(follower.install_snapshot(&snap.meta, to))
+        .expect("install over the table left");
+    assert_eq!(
+        follower.reader().all().expect("all"),
+        leader.reader().all().expect("all")
+    );
+    assert_eq!(tables(db, "raft.data."), ["raft.data.1"]);
+    assert_eq!(raw_data_keys(db), 20, "the pair left is not kept");
 }
 
 const CHILD_DIR: &str = "DIRECTKV_RAFT_INSTALL_CHILD";
