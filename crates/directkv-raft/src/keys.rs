@@ -12,10 +12,14 @@
 //! | `raft.log`            | index (u64)          | a log entry ([`crate::codec`])        |
 //! | `raft.data.`generation| the user's key       | a user value                          |
 //! | `raft.snap.`sequence  | chunk number (u32)   | one chunk of a stored snapshot        |
+//! | `raft.upgrade`        | as in `raft.meta`    | the records, during an upgrade        |
+//! | (default keyspace)    | `v` `c` `p` `a` `s`  | a fence: not JSON (see below)         |
 //!
 //! Generations and sequences are written in decimal, without leading
 //! zeros: a name has one spelling. `raft.meta` exists only once the layout
-//! is complete (see [`crate::upgrade`]).
+//! is complete (see [`crate::upgrade`]). The default keyspace keeps, under
+//! the five record keys of the prefix layout, a value a build of that
+//! layout cannot decode, so that it refuses the database.
 //!
 //! [`Applied`]: crate::state_machine::Applied
 
@@ -27,6 +31,9 @@
 pub const META: &str = "raft.meta";
 /// The table of the log entries.
 pub const LOG: &str = "raft.log";
+/// The table the five records wait in while the prefix layout is moved
+/// into tables (see [`crate::upgrade`]); dropped when `raft.meta` is made.
+pub const UPGRADE: &str = "raft.upgrade";
 
 const DATA_PREFIX: &str = "raft.data.";
 const SNAP_PREFIX: &str = "raft.snap.";

@@ -7,10 +7,12 @@
 //! key (data), `t` sequence chunk (snapshot chunks). The upgrade moves it
 //! into the tables of [`crate::keys`]:
 //!
-//! 1. one transaction creates (or, resuming, opens) `raft.log`, the data
-//!    table of the applied generation and the chunk table of the current
-//!    snapshot, read from the old `a` and `s` records, which stay where
-//!    they are until the last step, so every step reads the same ones;
+//! 1. one transaction creates `raft.upgrade` and copies the five records
+//!    into it, puts [`old::FENCE`] under each of their five keys, and
+//!    creates `raft.log`, the data table of the applied generation and the
+//!    chunk table of the current snapshot, read from the `a` and `s`
+//!    records; resuming, it finds `raft.upgrade` and reads them there, so
+//!    every step reads the same ones;
 //! 2. each following transaction takes the next keys of one family (at
 //!    most [`DELETE_BATCH_KEYS`] keys or about a batch's bytes), puts each
 //!    into its table and deletes it from the default keyspace: a key is in
@@ -18,20 +20,26 @@
 //!    chunks of another snapshot (what the old open would have deleted)
 //!    are only deleted;
 //! 3. the last transaction creates `raft.meta`, moves the five records
-//!    into it and waits for the log.
+//!    into it from `raft.upgrade`, drops that, and waits for the log.
+//!
+//! The fences stay for good: from the first commit on, a build of the
+//! prefix layout that opens the database meets a record it cannot decode
+//! and refuses it, instead of opening it as a node that never voted (it
+//! could vote twice in a term) or with a state that is not the one
+//! applied. A new database takes the same path with nothing to move, so
+//! it carries the fences too.
 //!
 //! `raft.meta` exists exactly when the layout is complete, so a crash at
 //! any point leaves a database whose next open resumes the upgrade where
 //! its last commit left it (the commits are one sequence in the log: a
-//! crash keeps a prefix of them). A new database takes the same path with
-//! nothing to move. Once the layout is complete, each open drops the data
+//! crash keeps a prefix of them). Once the layout is complete, each open drops the data
 //! tables of generations not applied and the chunk tables of snapshots not
 //! current: what a crash in an install or a snapshot's store left.
 
 // The prefix layout's numbers are big-endian, so that keys sort as they do.
 #![allow(clippy::big_endian_bytes)]
 
-use directkv::{Database, Table, WriteTxn};
+use directkv::{Database, ReadTxn, Table, WriteTxn};
 
 use crate::snapshot::Stored;
 use crate::state_machine::applied_of;
@@ -52,6 +60,14 @@ pub(crate) mod old {
     pub(crate) const APPLIED: &[u8] = b"a";
     /// The snapshot record's key.
     pub(crate) const SNAPSHOT: &[u8] = b"s";
+    /// What each of the five record keys holds from the upgrade's first
+    /// transaction on (and on a database made with tables): not JSON (its
+    /// first byte is not valid UTF-8), so that a build of the prefix
+    /// layout, which reads these records at open or before it votes,
+    /// refuses the database instead of taking it for a new node with no
+    /// vote, or serving a state it does not hold.
+    pub(crate) const FENCE: &[u8] =
+        b"\xffdirectkv-raft: the records are in table raft.meta; a build of the prefix layout cannot read them";
     /// Log entries: `l` index (u64 big-endian).
     pub(crate) const LOG: u8 = b'l';
     /// Data: `d` generation (u64 big-endian) user-key.
@@ -130,11 +146,23 @@ pub(crate) fn upgrade(db: &Database, batch_bytes: usize, steps_max: u64) -> Resu
         Err(directkv::Error::TableNotFound { .. }) => {}
         Err(e) => return Err(e.into()),
     }
-    let generation = applied_of(r.get(old::APPLIED)?)?.generation;
-    let stored: Option<Stored> = from_json(r.get(old::SNAPSHOT)?, "snapshot record")?;
+    let (applied, snapshot) = records_of(&r)?;
     drop(r);
+    let generation = applied_of(applied.clone())?.generation;
+    let stored: Option<Stored> = from_json(snapshot, "snapshot record")?;
     let seq = stored.map(|s| s.seq);
     let targets = db.transaction(&lazy(), |w| {
+        match w.open_table(keys::UPGRADE) {
+            Ok(_) => {}
+            Err(directkv::Error::TableNotFound { .. }) => {
+                let moved = fence(w)?;
+                assert!(
+                    moved == applied,
+                    "the applied state moved is the one the upgrade decoded"
+                );
+            }
+            Err(e) => return Err(e),
+        }
         Ok(Targets {
             log: create_or_open(w, keys::LOG)?,
             data: create_or_open(w, &keys::data_table(generation))?,
@@ -166,6 +194,48 @@ pub(crate) fn upgrade(db: &Database, batch_bytes: usize, steps_max: u64) -> Resu
     }
     db.transaction(&durable(), finish)?;
     Ok(true)
+}
+
+/// The bytes of the applied state and the snapshot record, as `r` sees
+/// them: in `raft.upgrade` once the upgrade's first transaction committed,
+/// else in the default keyspace.
+#[allow(clippy::type_complexity)]
+fn records_of(r: &ReadTxn<'_>) -> directkv::Result<(Option<Vec<u8>>, Option<Vec<u8>>)> {
+    match r.open_table(keys::UPGRADE) {
+        Ok(t) => Ok((
+            r.table(&t).get(keys::APPLIED)?,
+            r.table(&t).get(keys::SNAPSHOT)?,
+        )),
+        Err(directkv::Error::TableNotFound { .. }) => {
+            Ok((r.get(old::APPLIED)?, r.get(old::SNAPSHOT)?))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// In the upgrade's first transaction: creates `raft.upgrade`, copies the
+/// five records into it and puts [`old::FENCE`] in their place (under
+/// each of the five keys, whether it held a record or not). Returns the
+/// applied state's bytes copied.
+fn fence(w: &mut WriteTxn<'_>) -> directkv::Result<Option<Vec<u8>>> {
+    let records = w.create_table(keys::UPGRADE)?;
+    let mut applied = None;
+    for (from, to) in old::RECORDS {
+        let v = w.get(from)?;
+        if let Some(v) = &v {
+            w.table(&records).put(to, v)?;
+        }
+        if from == old::APPLIED {
+            applied = v;
+        }
+        w.put(from, old::FENCE)?;
+    }
+    let fenced = w.get(old::APPLIED)?;
+    assert!(
+        fenced.as_deref() == Some(old::FENCE),
+        "the records are fenced in the transaction that moves them"
+    );
+    Ok(applied)
 }
 
 /// The table `name`, created if there is none.
@@ -247,7 +317,8 @@ fn place<'k, 't>(k: &'k [u8], to: &'t Targets) -> Option<Option<(&'t Table, &'k 
     }
 }
 
-/// The upgrade's last step: `raft.meta`, with the records moved into it.
+/// The upgrade's last step: `raft.meta`, with the records moved into it
+/// from `raft.upgrade`, which is dropped; the fences stay.
 fn finish(w: &mut WriteTxn<'_>) -> directkv::Result<()> {
     for family in old::FAMILIES {
         let (lo, hi) = ([family], [family + 1]);
@@ -258,12 +329,13 @@ fn finish(w: &mut WriteTxn<'_>) -> directkv::Result<()> {
         );
     }
     let meta = w.create_table(keys::META)?;
-    for (from, to) in old::RECORDS {
-        if let Some(v) = w.get(from)? {
-            w.table(&meta).put(to, &v)?;
-            w.delete(from)?;
+    let records = w.open_table(keys::UPGRADE)?;
+    for (_, key) in old::RECORDS {
+        if let Some(v) = w.table(&records).get(key)? {
+            w.table(&meta).put(key, &v)?;
         }
     }
+    w.drop_table(keys::UPGRADE)?;
     Ok(())
 }
 

@@ -2,11 +2,15 @@
 //! before tables wrote it (by [`write_prefix_layout`], a writer of that
 //! layout kept for these tests) opens with the same vote, committed and
 //! purged ids, log, applied state, data and current snapshot, and nothing
-//! left in the default keyspace; and an upgrade stopped after any number
-//! of its steps, the database then dropped without a close, resumes at
-//! the next open to the same result; and so does one whose process
-//! aborts (no destructor, no flush: the steps' commits that did not wait
-//! for the log may be lost) after any of a range of its commits.
+//! left in the default keyspace but a fence under each of the five record
+//! keys that the prefix layout's decoders refuse (so that a build of that
+//! layout refuses the database, from the upgrade's first commit on, and a
+//! new database too); and an upgrade stopped after any number of its
+//! steps, the database then dropped without a close, is fenced and
+//! resumes at the next open to the same result; and so does one whose
+//! process aborts (no destructor, no flush: the steps' commits that did
+//! not wait for the log may be lost) after any of a range of its commits;
+//! and a family whose keys fill its steps exactly upgrades.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -166,15 +170,43 @@ fn snapshot_of(meta: &Meta, seq: u64) -> (Vec<Vec<u8>>, Stored) {
     (chunks, stored)
 }
 
+/// Checks that a build of the prefix layout refuses `db`: each of the
+/// five record keys of the default keyspace holds a value that is not
+/// JSON, which that build's decoder of the record (serde_json of its
+/// type) refuses.
+fn check_refused_by_prefix_builds(db: &Database) {
+    let r = db.begin_read().expect("read");
+    let get = |k: &[u8]| r.get(k).expect("get").expect("a fence is there");
+    for (k, _) in old::RECORDS {
+        assert!(
+            serde_json::from_slice::<serde_json::Value>(&get(k)).is_err(),
+            "{k:?} is not JSON"
+        );
+    }
+    assert!(serde_json::from_slice::<Vote<u64>>(&get(b"v")).is_err());
+    assert!(serde_json::from_slice::<Option<LogId<u64>>>(&get(b"c")).is_err());
+    assert!(serde_json::from_slice::<LogId<u64>>(&get(b"p")).is_err());
+    assert!(serde_json::from_slice::<Applied>(&get(b"a")).is_err());
+    assert!(serde_json::from_slice::<Stored>(&get(b"s")).is_err());
+}
+
 /// Opens `dir` with the crate and checks it holds what `w` wrote, in
-/// tables, with nothing left in the default keyspace.
+/// tables, with nothing left in the default keyspace but the fences.
 fn check_upgraded(rt: &tokio::runtime::Runtime, dir: &std::path::Path, w: &Written) {
     let (mut log, mut sm) = crate::open(dir, options()).expect("open");
     let db = log.database();
-    assert!(
-        db.begin_read().expect("read").range(..).next().is_none(),
-        "nothing is left in the default keyspace"
+    let left: Vec<Vec<u8>> = db
+        .begin_read()
+        .expect("read")
+        .range(..)
+        .map(|kv| kv.expect("read").0)
+        .collect();
+    assert_eq!(
+        left,
+        [b"a", b"c", b"p", b"s", b"v"],
+        "only the fences are left"
     );
+    check_refused_by_prefix_builds(db);
     let names: Vec<String> = db.begin_read().expect("read").list_tables().expect("list")[..]
         .iter()
         .map(|t| t.name.clone())
@@ -245,6 +277,7 @@ fn an_upgrade_stopped_after_any_step_resumes_at_the_next_open() {
             let complete = upgrade(&db, 64, steps).expect("upgrade");
             let has_meta = db.begin_read().expect("read").open_table(keys::META);
             assert_eq!(has_meta.is_ok(), complete, "raft.meta marks completion");
+            check_refused_by_prefix_builds(&db);
             // Dropped without a close.
             (written, complete)
         };
@@ -259,6 +292,14 @@ fn an_upgrade_stopped_after_any_step_resumes_at_the_next_open() {
         }
     }
     panic!("the upgrade did not complete in {STEPS_SWEEP_MAX} steps");
+}
+
+#[test]
+fn a_new_database_is_refused_by_builds_of_the_prefix_layout() {
+    let dir = scratch();
+    drop(crate::open(dir.path(), options()).expect("open"));
+    let db = Database::open(dir.path(), options()).expect("open");
+    check_refused_by_prefix_builds(&db);
 }
 
 /// More steps than the upgrade of [`write_prefix_layout`]'s state takes.
