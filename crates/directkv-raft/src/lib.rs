@@ -90,7 +90,8 @@ pub enum Error {
 /// prefix layout of earlier releases into tables (docs/raft.md), and
 /// finishes what a crash interrupted: that move, a purge of the log, a
 /// snapshot install (the table of a generation not current), a snapshot
-/// being stored.
+/// being stored. From the move's first commit on, and on a database it
+/// creates, a build of the prefix layout refuses the database.
 ///
 /// # Errors
 /// As [`directkv::Database::open`]; [`Error::Decode`] for a damaged record.
