@@ -41,6 +41,7 @@ mod log_store;
 mod snapshot;
 mod state_machine;
 mod store;
+mod upgrade;
 
 use std::path::Path;
 
@@ -85,9 +86,12 @@ pub enum Error {
 }
 
 /// Opens (or creates) the database at `path` and returns the node's log
-/// store and state machine, which share it. Finishes what a crash
-/// interrupted: a purge of the log, a snapshot install (data of a
-/// generation not current), a snapshot being stored.
+/// store and state machine, which share it. Moves a database of the
+/// prefix layout of earlier releases into tables (docs/raft.md), and
+/// finishes what a crash interrupted: that move, a purge of the log, a
+/// snapshot install (the table of a generation not current), a snapshot
+/// being stored. From the move's first commit on, and on a database it
+/// creates, a build of the prefix layout refuses the database.
 ///
 /// # Errors
 /// As [`directkv::Database::open`]; [`Error::Decode`] for a damaged record.
@@ -108,7 +112,9 @@ pub fn open_with(
     exec: Exec,
 ) -> Result<(LogStore, StateMachine), Error> {
     let cache_bytes = options.cache_bytes;
-    let db = store::Store::new(directkv::Database::open(path, options)?, cache_bytes, exec);
+    let database = directkv::Database::open(path, options)?;
+    let tables = upgrade::open_tables(&database, store::batch_bytes(cache_bytes))?;
+    let db = store::Store::new(database, tables, cache_bytes, exec);
     let log = LogStore::load(db.clone())?;
     let sm = StateMachine::load(db)?;
     Ok((log, sm))

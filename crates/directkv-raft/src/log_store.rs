@@ -1,4 +1,5 @@
-//! The Raft log, vote, committed and purged log ids in the database.
+//! The Raft log (table `raft.log`), vote, committed and purged log ids
+//! (rows of `raft.meta`) in the database.
 //!
 //! Appends commit durably before openraft hears they are flushed; the vote
 //! commits durably before `save_vote` returns. A truncation deletes from
@@ -39,7 +40,8 @@ impl LogStore {
     pub(crate) fn load(db: Db) -> Result<Self, Error> {
         let purged: Option<LogId<NodeId>> = get_json(&db, keys::PURGED, "purged log id")?;
         if let Some(p) = purged {
-            delete_range(&db, &keys::log(0), &log_key_after(p.index), false, false)?;
+            let hi = log_key_after(p.index);
+            delete_range(&db, &db.log, &keys::log(0), hi.as_deref(), false, false)?;
         }
         Ok(LogStore { db })
     }
@@ -51,21 +53,20 @@ impl LogStore {
 
     fn state(&self) -> Result<LogState<TypeConfig>, Error> {
         let pending = *lock_pending(&self.db)?;
-        read(&self.db, |r| Self::state_in(r, pending))
+        read(&self.db, |r| Self::state_in(&self.db, r, pending))
     }
 
     /// The log's state, with a purge still `pending` shown as done.
     fn state_in(
+        db: &Db,
         r: &directkv::ReadTxn<'_>,
         pending: Option<LogId<NodeId>>,
     ) -> Result<LogState<TypeConfig>, Error> {
-        let stored: Option<LogId<NodeId>> = from_json(r.get(keys::PURGED)?, "purged log id")?;
+        let stored: Option<LogId<NodeId>> =
+            from_json(r.table(&db.meta).get(keys::PURGED)?, "purged log id")?;
         let purged = stored.max(pending);
         let first = keys::log(purged.map_or(0, |p| p.index.saturating_add(1)));
-        let last = match r
-            .range(first.as_slice()..keys::log_end().as_slice())
-            .next_back()
-        {
+        let last = match r.table(&db.log).range(first.as_slice()..).next_back() {
             Some(kv) => {
                 let (k, v) = kv?;
                 let id = entry_log_id(&v)?;
@@ -105,7 +106,7 @@ impl LogStore {
         let hi = match hi {
             Bound::Included(i) => Bound::Included(keys::log(i).to_vec()),
             Bound::Excluded(i) => Bound::Excluded(keys::log(i).to_vec()),
-            Bound::Unbounded => Bound::Excluded(keys::log_end().to_vec()),
+            Bound::Unbounded => Bound::Unbounded,
         };
         // Entries do not change once written (a truncation removes them
         // from the end, on a follower, which does not read them), so the
@@ -115,7 +116,8 @@ impl LogStore {
         let mut from = lo;
         loop {
             let (chunk, more) = read(&self.db, |r| {
-                Self::entries_in(r, (as_slice(&from), as_slice(&hi)), self.db.batch_bytes)
+                let range = (as_slice(&from), as_slice(&hi));
+                Self::entries_in(&self.db, r, range, self.db.batch_bytes)
             })?;
             if let (Some(prev), Some(first)) = (out.last(), chunk.first()) {
                 assert!(
@@ -136,13 +138,14 @@ impl LogStore {
     /// Up to [`READ_CHUNK_ENTRIES`] entries or about `limit` bytes of
     /// `range`, and whether more follow.
     fn entries_in(
+        db: &Db,
         r: &directkv::ReadTxn<'_>,
         range: (Bound<&[u8]>, Bound<&[u8]>),
         limit: usize,
     ) -> Result<(Vec<Entry>, bool), Error> {
         let mut out = Vec::new();
         let mut bytes = 0;
-        let mut it = r.range(range);
+        let mut it = r.table(&db.log).range(range);
         while out.len() < READ_CHUNK_ENTRIES && bytes < limit {
             let Some(kv) = it.next() else {
                 return Ok((out, false));
@@ -185,8 +188,9 @@ impl LogStore {
                 lazy()
             };
             self.db.write(&opts, |w| {
+                let mut log = w.table(&self.db.log);
                 for (k, v) in batch {
-                    w.put(k, v)?;
+                    log.put(k, v)?;
                 }
                 Ok(())
             })?;
@@ -243,7 +247,7 @@ fn purge_pending(db: &Db, pending: &mut Option<LogId<NodeId>>) -> Result<(), Err
     let Some(want) = *pending else {
         return Ok(());
     };
-    let applied = read(db, crate::state_machine::applied_in)?.last;
+    let applied = read(db, |r| crate::state_machine::applied_in(db, r))?.last;
     let reach = match applied {
         Some(a) if a.index >= want.index => want,
         Some(a) => a,
@@ -254,8 +258,9 @@ fn purge_pending(db: &Db, pending: &mut Option<LogId<NodeId>>) -> Result<(), Err
     // deletes, never a log whose start is unknown.
     let before: Option<LogId<NodeId>> = get_json(db, keys::PURGED, "purged log id")?;
     if before.is_none_or(|b| b.index < reach.index) {
-        db.write(&lazy(), |w| put_json(w, keys::PURGED, &reach))?;
-        delete_range(db, &keys::log(0), &log_key_after(reach.index), false, false)?;
+        db.write(&lazy(), |w| put_json(w, &db.meta, keys::PURGED, &reach))?;
+        let hi = log_key_after(reach.index);
+        delete_range(db, &db.log, &keys::log(0), hi.as_deref(), false, false)?;
     }
     if reach == want {
         *pending = None;
@@ -274,12 +279,9 @@ fn check_index(key: &[u8], index: u64) -> Result<(), Error> {
     }
 }
 
-/// The first log key past index `i`.
-fn log_key_after(i: u64) -> Vec<u8> {
-    match i.checked_add(1) {
-        Some(next) => keys::log(next).to_vec(),
-        None => keys::log_end().to_vec(),
-    }
+/// The first log key past index `i`; `None` past the last index there is.
+fn log_key_after(i: u64) -> Option<Vec<u8>> {
+    i.checked_add(1).map(|next| keys::log(next).to_vec())
 }
 
 fn as_slice(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
@@ -308,6 +310,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
                 let (lo, hi) = (keys::log(start).to_vec(), keys::log(end).to_vec());
                 let (chunk, _more) = read(&me.db, |r| {
                     Self::entries_in(
+                        &me.db,
                         r,
                         (Bound::Included(&lo[..]), Bound::Excluded(&hi[..])),
                         me.db.batch_bytes,
@@ -359,7 +362,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             self.db.exec,
             ErrorSubject::Vote,
             ErrorVerb::Write,
-            move || db.write(&durable(), |w| put_json(w, keys::VOTE, &vote)),
+            move || db.write(&durable(), |w| put_json(w, &db.meta, keys::VOTE, &vote)),
         )
         .await
     }
@@ -386,7 +389,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             self.db.exec,
             ErrorSubject::Store,
             ErrorVerb::Write,
-            move || db.write(&lazy(), |w| put_json(w, keys::COMMITTED, &committed)),
+            move || {
+                db.write(&lazy(), |w| {
+                    put_json(w, &db.meta, keys::COMMITTED, &committed)
+                })
+            },
         )
         .await
     }
@@ -439,7 +446,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             ErrorVerb::Delete,
             move || {
                 let lo = keys::log(log_id.index);
-                delete_range(&db, &lo, &keys::log_end(), true, true)?;
+                delete_range(&db, &db.log, &lo, None, true, true)?;
                 Ok(())
             },
         )

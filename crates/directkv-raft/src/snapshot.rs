@@ -8,9 +8,11 @@
 //! checks the metadata before it writes a pair, and the CRC, the count and
 //! the length before the install takes effect.
 //!
-//! A snapshot is stored as chunks of [`CHUNK_BYTES`] under a sequence
-//! number (`t` seq n), and the current one is named by a record (`s`: the
-//! sequence, the metadata, the length and the CRC). Invariants:
+//! A snapshot is stored as chunks of [`CHUNK_BYTES`] in a table of its
+//! own, named by its sequence number (`raft.snap.`seq, keyed by chunk
+//! number), and the current one is named by a record (`snapshot` in
+//! `raft.meta`: the sequence, the metadata, the length and the CRC).
+//! Invariants:
 //!
 //! - neither side holds more than a chunk of a snapshot and one pair: the
 //!   [`Writer`] emits each chunk as it fills (chunk 0, which holds the
@@ -19,9 +21,10 @@
 //!   rest: a chunk of another length is damage;
 //! - no key is over [`KEY_MAX`] and no value over [`VALUE_MAX`] (the state
 //!   machine never stores one), so a damaged length never allocates more;
-//! - chunks of a sequence neither current nor pinned (being read or
-//!   received, see [`crate::store::ChunkPin`]) are garbage: each store of a
-//!   snapshot and each open deletes them.
+//! - the chunk table of a sequence neither current nor pinned (being read
+//!   or received, see [`crate::store::ChunkPin`]) is garbage: each store of
+//!   a snapshot drops it in the commit that flips the record, and each open
+//!   drops what a crash left.
 
 use openraft::{BasicNode, SnapshotMeta};
 use serde::{Deserialize, Serialize};
@@ -339,8 +342,8 @@ pub(crate) struct Stored {
 }
 
 /// The stored current snapshot's record, if there is one.
-pub(crate) fn record(r: &directkv::ReadTxn<'_>) -> Result<Option<Stored>, Error> {
-    from_json(r.get(keys::SNAPSHOT)?, "snapshot record")
+pub(crate) fn record(db: &Db, r: &directkv::ReadTxn<'_>) -> Result<Option<Stored>, Error> {
+    from_json(r.table(&db.meta).get(keys::SNAPSHOT)?, "snapshot record")
 }
 
 /// Chunk `n` of snapshot `seq`, in a read transaction of its own.
@@ -348,8 +351,9 @@ pub(crate) fn record(r: &directkv::ReadTxn<'_>) -> Result<Option<Stored>, Error>
 /// # Errors
 /// [`Error::Snapshot`] when it is missing.
 pub(crate) fn read_chunk(db: &Db, seq: u64, n: u32) -> Result<Vec<u8>, Error> {
-    let key = keys::chunk(seq, n);
-    crate::store::read(db, |r| Ok(r.get(&key)?))?
+    let table = db.snap_table(seq)?;
+    let key = keys::chunk(n);
+    crate::store::read(db, |r| Ok(r.table(&table).get(&key)?))?
         .ok_or_else(|| Error::Snapshot(format!("chunk {n} of snapshot {seq} is missing")))
 }
 
@@ -359,6 +363,16 @@ pub(crate) fn read_chunk(db: &Db, seq: u64, n: u32) -> Result<Vec<u8>, Error> {
 pub(crate) enum Writes {
     Beside,
     Held,
+}
+
+/// Creates the chunk table of snapshot `seq` (empty), in a commit that
+/// does not wait for the log: a crash may lose it, and nothing names it
+/// until a record's flip, which waits.
+pub(crate) fn create_chunks(db: &Db, seq: u64) -> Result<(), Error> {
+    let name = keys::snap_table(seq);
+    let table = db.write(&lazy(), |w| w.create_table(&name))?;
+    db.add_snap_table(seq, table);
+    Ok(())
 }
 
 /// Stores chunk `n` of snapshot `seq`, in a transaction of its own that
@@ -371,47 +385,45 @@ pub(crate) fn write_chunk(
     bytes: &[u8],
 ) -> Result<(), Error> {
     assert!(bytes.len() <= CHUNK_BYTES, "a chunk is at most CHUNK_BYTES");
-    let key = keys::chunk(seq, n);
-    let body = |w: &mut directkv::WriteTxn<'_>| w.put(&key, bytes);
+    let table = db.snap_table(seq)?;
+    let key = keys::chunk(n);
+    let body = |w: &mut directkv::WriteTxn<'_>| w.table(&table).put(&key, bytes);
     match writes {
         Writes::Beside => db.write(&lazy(), body),
         Writes::Held => db.write_held(&lazy(), body),
     }
 }
 
-/// Deletes the chunks of every snapshot but `keep` and those pinned, a
-/// chunk per transaction.
-pub(crate) fn delete_other_chunks(db: &Db, keep: Option<u64>) -> Result<(), Error> {
-    let mut keep_all = db.pinned();
-    keep_all.extend(keep);
-    keep_all.sort_unstable();
-    keep_all.dedup();
-    let end = [keys::CHUNK_ANY[0] + 1];
-    let mut lo = keys::CHUNK_ANY.to_vec();
-    for seq in keep_all {
-        let hi = keys::chunk_prefix(seq);
-        if lo.as_slice() < hi.as_slice() {
-            delete_range_by(db, &lo, &hi, false, false, CHUNK_BYTES)?;
+/// Drops, in `w`, the chunk table of every stored snapshot whose sequence
+/// is not in `keep`; returns the sequences dropped. The engine frees their
+/// pages afterwards, in bounded steps.
+pub(crate) fn drop_chunks_but(
+    w: &mut directkv::WriteTxn<'_>,
+    keep: &[u64],
+) -> directkv::Result<Vec<u64>> {
+    let mut dropped = Vec::new();
+    for t in w.list_tables()? {
+        match keys::snap_seq(&t.name) {
+            Some(seq) if !keep.contains(&seq) => {
+                w.drop_table(&t.name)?;
+                dropped.push(seq);
+            }
+            _ => {}
         }
-        lo = match seq.checked_add(1) {
-            Some(next) => keys::chunk_prefix(next).to_vec(),
-            None => end.to_vec(),
-        };
     }
-    if lo.as_slice() < end.as_slice() {
-        delete_range_by(db, &lo, &end, false, false, CHUNK_BYTES)?;
-    }
-    Ok(())
+    assert!(
+        dropped.iter().all(|s| !keep.contains(s)),
+        "no kept snapshot's chunks are dropped"
+    );
+    Ok(dropped)
 }
 
 /// Deletes chunks `from..` of snapshot `seq`: what an earlier, longer
 /// attempt at it left.
 pub(crate) fn delete_chunks_from(db: &Db, seq: u64, from: u32) -> Result<(), Error> {
-    let end = match seq.checked_add(1) {
-        Some(next) => keys::chunk_prefix(next).to_vec(),
-        None => vec![keys::CHUNK_ANY[0] + 1],
-    };
-    delete_range_by(db, &keys::chunk(seq, from), &end, false, false, CHUNK_BYTES)?;
+    let table = db.snap_table(seq)?;
+    let lo = keys::chunk(from);
+    delete_range_by(db, &table, (&lo, None), false, false, CHUNK_BYTES)?;
     Ok(())
 }
 

@@ -1,13 +1,14 @@
 //! The replicated key-value state machine.
 //!
-//! User data lives under a **generation** (`d` generation key). Applying a
-//! batch of entries is one transaction that changes the data and the
-//! applied state (`a`: last applied log id, membership, generation)
-//! together. Installing a snapshot writes its pairs under the next
-//! generation, where nothing reads them, then flips the applied state and
-//! the snapshot record in one durable commit, then deletes the old
-//! generation. Opening deletes the data of any other generation: what a
-//! crash in the middle of an install left.
+//! User data lives in the table of a **generation** (`raft.data.`g).
+//! Applying a batch of entries is one transaction that changes the data
+//! and the applied state (`applied` in `raft.meta`: last applied log id,
+//! membership, generation) together. Installing a snapshot writes its
+//! pairs into the next generation's table, which nothing reads, then flips
+//! the applied state and the snapshot record and drops the old
+//! generation's table in one durable commit (the engine frees its pages
+//! afterwards, in bounded steps). Opening drops the table of any other
+//! generation: what a crash in the middle of an install left.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -24,15 +25,15 @@ use tokio::io::AsyncWriteExt;
 use crate::chunks::SnapshotBytes;
 use crate::snapshot::{self, read_chunk, write_chunk, Meta, Stored, Summary, Writes, CHUNK_BYTES};
 use crate::store::{
-    blocking, delete_range, durable, from_json, lazy, put_json, read, read_some, runs,
-    storage_error, ChunkPin, Db,
+    blocking, durable, from_json, lazy, put_json, read, read_some, runs, storage_error, ChunkPin,
+    Db,
 };
 use crate::{keys, Entry, Error, NodeId, Request, Response, TypeConfig};
 
 /// Snapshot builds beside the writes before one with the writes held back.
 const BUILD_ATTEMPTS: usize = 4;
 
-/// The applied state, stored under `a`.
+/// The applied state, stored under `applied` in `raft.meta`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Applied {
     /// The last entry applied.
@@ -43,8 +44,13 @@ pub(crate) struct Applied {
     pub(crate) generation: u64,
 }
 
-pub(crate) fn applied_in(r: &directkv::ReadTxn<'_>) -> Result<Applied, Error> {
-    Ok(from_json(r.get(keys::APPLIED)?, "applied state")?.unwrap_or_default())
+pub(crate) fn applied_in(db: &Db, r: &directkv::ReadTxn<'_>) -> Result<Applied, Error> {
+    applied_of(r.table(&db.meta).get(keys::APPLIED)?)
+}
+
+/// The applied state stored as `bytes` (the default when there is none).
+pub(crate) fn applied_of(bytes: Option<Vec<u8>>) -> Result<Applied, Error> {
+    Ok(from_json(bytes, "applied state")?.unwrap_or_default())
 }
 
 /// What the state machine and its snapshot builders share.
@@ -65,23 +71,27 @@ impl Shared {
         })
     }
 
-    /// A new sequence number for a snapshot's chunks, pinned: no cleanup
-    /// deletes them while the pin lives. Taken under the store lock, so
-    /// that no cleanup running decides on the chunks to keep without it.
+    /// A new sequence number for a snapshot's chunks, pinned, and its
+    /// chunk table, created: no cleanup drops it while the pin lives.
+    /// Taken under the store lock, so that no cleanup running decides on
+    /// the chunks to keep without it.
     fn begin_chunks(&self) -> Result<ChunkPin, Error> {
         let _held = self.lock()?;
         let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
-        Ok(self.db.pin(seq))
+        let pin = self.db.pin(seq);
+        snapshot::create_chunks(&self.db, seq)?;
+        Ok(pin)
     }
 
-    /// Makes `stored` (its chunks written) the current snapshot, with
-    /// `applied` in the same durable commit when given (an install), and
-    /// deletes the chunks of every other snapshot not in use. A built
-    /// snapshot older than the current one is not stored. Returns whether
-    /// it was.
-    fn store(&self, stored: &Stored, applied: Option<&Applied>) -> Result<bool, Error> {
+    /// Makes `stored` (its chunks written) the current snapshot and drops
+    /// the chunk tables of every other snapshot not in use, in one durable
+    /// commit; for an install, `applied` and the drop of the data table of
+    /// the generation it replaces go in the same commit. A built snapshot
+    /// older than the current one is not stored. Returns whether it was.
+    fn store(&self, stored: &Stored, applied: Option<(&Applied, u64)>) -> Result<bool, Error> {
         let _held = self.lock()?;
-        let current = read(&self.db, snapshot::record)?;
+        let db = &self.db;
+        let current = read(db, |r| snapshot::record(db, r))?;
         if applied.is_none()
             && current
                 .as_ref()
@@ -97,14 +107,19 @@ impl Shared {
             stored.seq < self.next_seq.load(Ordering::Relaxed),
             "a stored snapshot's sequence number was handed out"
         );
-        self.db.write(&durable(), |w| {
-            put_json(w, keys::SNAPSHOT, stored)?;
-            match applied {
-                Some(a) => put_json(w, keys::APPLIED, a),
-                None => Ok(()),
+        // Pins are taken under the store lock: none is added meanwhile.
+        let mut keep = db.pinned();
+        keep.push(stored.seq);
+        let dropped = db.write(&durable(), |w| {
+            put_json(w, &db.meta, keys::SNAPSHOT, stored)?;
+            if let Some((a, old)) = applied {
+                assert!(old < a.generation, "an install moves to a new generation");
+                put_json(w, &db.meta, keys::APPLIED, a)?;
+                w.drop_table(&keys::data_table(old))?;
             }
+            snapshot::drop_chunks_but(w, &keep)
         })?;
-        snapshot::delete_other_chunks(&self.db, Some(stored.seq))?;
+        db.forget_snap_tables(&dropped);
         Ok(true)
     }
 
@@ -135,18 +150,17 @@ pub struct StateMachine {
 }
 
 impl StateMachine {
-    /// The state machine over `db`, deleting what a crash left of an
-    /// install or of a snapshot being stored.
+    /// The state machine over `db` (whose open dropped what a crash left
+    /// of an install or of a snapshot being stored).
     pub(crate) fn load(db: Db) -> Result<Self, Error> {
-        let (applied, stored) = read(&db, |r| Ok((applied_in(r)?, snapshot::record(r)?)))?;
-        let g = applied.generation;
-        delete_range(&db, keys::DATA_ANY, &keys::data_prefix(g), false, false)?;
-        let end = [keys::DATA_ANY[0] + 1];
-        let after = g.checked_add(1).map(keys::data_prefix);
-        if let Some(after) = after {
-            delete_range(&db, &after, &end, false, false)?;
-        }
-        snapshot::delete_other_chunks(&db, stored.as_ref().map(|s| s.seq))?;
+        let (applied, stored) = read(&db, |r| {
+            Ok((applied_in(&db, r)?, snapshot::record(&db, r)?))
+        })?;
+        assert_eq!(
+            db.data_table().0,
+            applied.generation,
+            "the data table opened is the applied generation's"
+        );
         let next_seq = stored.map_or(0, |s| s.seq + 1);
         Ok(StateMachine {
             applied,
@@ -180,8 +194,14 @@ impl StateMachine {
     ) -> Result<(Vec<Response>, Applied), Error> {
         let mut applied = base.clone();
         let mut out = Vec::with_capacity(entries.len());
+        let (generation, data) = db.data_table();
+        assert_eq!(
+            generation, base.generation,
+            "entries apply to the current data"
+        );
         for run in runs(entries, db.batch_bytes, entry_bytes) {
-            let (responses, next) = db.write(&lazy(), |w| apply_run(w, &applied, run))?;
+            let (responses, next) =
+                db.write(&lazy(), |w| apply_run(w, (&db.meta, &data), &applied, run))?;
             out.extend(responses);
             applied = next;
         }
@@ -189,11 +209,13 @@ impl StateMachine {
         Ok((out, applied))
     }
 
-    /// Installs `data` under `meta`: its pairs go to the next generation,
-    /// where nothing reads them, in bounded transactions as its chunks are
-    /// read; once every check passed, the applied state and the snapshot
-    /// record flip in one durable commit, then the old generation goes. A
-    /// refused snapshot's pairs are deleted again and nothing changed.
+    /// Installs `data` under `meta`: its pairs go to the next generation's
+    /// table, which nothing reads, in bounded transactions as its chunks
+    /// are read; once every check passed, the applied state and the
+    /// snapshot record flip and the old generation's table is dropped, in
+    /// one durable commit. A refused snapshot's table is dropped again and
+    /// nothing changed; a table of the next generation that an earlier
+    /// install left (its drop failed) is dropped when the table is made.
     fn install_now(
         shared: &Shared,
         base: &Applied,
@@ -207,17 +229,14 @@ impl StateMachine {
         };
         let generation = base.generation + 1;
         let db = &shared.db;
-        let staged = stage(db, generation, meta, &data);
-        let next_prefix = |g: u64| {
-            g.checked_add(1).map_or(vec![keys::DATA_ANY[0] + 1], |n| {
-                keys::data_prefix(n).to_vec()
-            })
-        };
-        let summary = match staged {
+        let name = keys::data_table(generation);
+        let table = db.write(&lazy(), |w| create_fresh(w, &name))?;
+        let summary = match stage(db, &table, meta, &data) {
             Ok(s) => s,
             Err(e) => {
-                let (lo, hi) = (keys::data_prefix(generation), next_prefix(generation));
-                delete_range(db, &lo, &hi, false, false)?;
+                // The staging error is the one to report; a table this
+                // fails to drop is dropped by the next install or open.
+                let _ = db.write(&lazy(), |w| w.drop_table(&name));
                 return Err(e);
             }
         };
@@ -233,23 +252,32 @@ impl StateMachine {
             crc: summary.crc,
         };
         assert_eq!(summary.len, data.len(), "every byte received was checked");
-        let flipped = shared.store(&stored, Some(&applied))?;
+        let flipped = shared.store(&stored, Some((&applied, base.generation)))?;
         assert!(flipped, "an install always stores its snapshot");
-        delete_range(
-            db,
-            &keys::data_prefix(base.generation),
-            &keys::data_prefix(generation),
-            false,
-            false,
-        )?;
+        db.set_data_table(generation, table);
         Ok(applied)
     }
 }
 
-/// Checks `data` and writes its pairs under `generation`, in bounded
+/// Creates the table `name`, empty, dropping one of that name left by an
+/// earlier install that failed.
+fn create_fresh(w: &mut directkv::WriteTxn<'_>, name: &str) -> directkv::Result<directkv::Table> {
+    match w.drop_table(name) {
+        Ok(()) | Err(directkv::Error::TableNotFound { .. }) => {}
+        Err(e) => return Err(e),
+    }
+    w.create_table(name)
+}
+
+/// Checks `data` and writes its pairs into `table`, in bounded
 /// transactions that do not wait for the log (the install's flip does);
 /// its metadata must be `meta`'s before any pair is written.
-fn stage(db: &Db, generation: u64, meta: &Meta, data: &SnapshotBytes) -> Result<Summary, Error> {
+fn stage(
+    db: &Db,
+    table: &directkv::Table,
+    meta: &Meta,
+    data: &SnapshotBytes,
+) -> Result<Summary, Error> {
     let seq = data.pin().seq;
     let check_meta = |m: &Meta| {
         if m.last_log_id != meta.last_log_id || m.last_membership != meta.last_membership {
@@ -266,8 +294,9 @@ fn stage(db: &Db, generation: u64, meta: &Meta, data: &SnapshotBytes) -> Result<
     let mut bytes = 0usize;
     let flush = |batch: &mut Vec<(Vec<u8>, Vec<u8>)>| {
         db.write(&lazy(), |w| {
+            let mut t = w.table(table);
             for (k, v) in batch.iter() {
-                w.put(&keys::data(generation, k), v)?;
+                t.put(k, v)?;
             }
             Ok(())
         })?;
@@ -302,10 +331,12 @@ fn entry_bytes(e: &Entry) -> usize {
     }
 }
 
-/// Applies `run` in `w` on top of `base` and records the applied state it
-/// reaches; returns the responses and that state.
+/// Applies `run` in `w` to the data table on top of `base` and records the
+/// applied state it reaches in the meta table; returns the responses and
+/// that state.
 fn apply_run(
     w: &mut directkv::WriteTxn<'_>,
+    (meta, data): (&directkv::Table, &directkv::Table),
     base: &Applied,
     run: &[Entry],
 ) -> directkv::Result<(Vec<Response>, Applied)> {
@@ -321,23 +352,19 @@ fn apply_run(
         next.last = Some(e.log_id);
         out.push(match &e.payload {
             EntryPayload::Blank => Response::Nothing,
-            EntryPayload::Normal(req) => execute(w, next.generation, req)?,
+            EntryPayload::Normal(req) => execute(&mut w.table(data), req)?,
             EntryPayload::Membership(m) => {
                 next.membership = StoredMembership::new(Some(e.log_id), m.clone());
                 Response::Nothing
             }
         });
     }
-    put_json(w, keys::APPLIED, &next)?;
+    put_json(w, meta, keys::APPLIED, &next)?;
     Ok((out, next))
 }
 
-/// Runs one command in `w` against data generation `generation`.
-fn execute(
-    w: &mut directkv::WriteTxn<'_>,
-    generation: u64,
-    req: &Request,
-) -> directkv::Result<Response> {
+/// Runs one command in `w`, the data table.
+fn execute(w: &mut directkv::TableMut<'_, '_>, req: &Request) -> directkv::Result<Response> {
     if let Err(reason) = req.check() {
         return Ok(Response::Rejected { reason });
     }
@@ -347,28 +374,27 @@ fn execute(
         };
         let out = reqs
             .iter()
-            .map(|r| execute(w, generation, r))
+            .map(|r| execute(w, r))
             .collect::<directkv::Result<Vec<_>>>()?;
         assert_eq!(out.len(), reqs.len(), "one answer per command");
         return Ok(Response::Batch(out));
     };
-    let key = keys::data(generation, key);
-    let current = w.get(&key)?;
+    let current = w.get(key)?;
     Ok(match req {
         Request::Put { value, .. } => {
-            w.put(&key, value)?;
+            w.put(key, value)?;
             Response::Done { previous: current }
         }
         Request::Delete { .. } => {
             if current.is_some() {
-                w.delete(&key)?;
+                w.delete(key)?;
             }
             Response::Done { previous: current }
         }
         Request::CompareAndSet { expected, new, .. } if current == *expected => {
             match new {
-                Some(v) => w.put(&key, v)?,
-                None if current.is_some() => w.delete(&key)?,
+                Some(v) => w.put(key, v)?,
+                None if current.is_some() => w.delete(key)?,
                 None => {}
             }
             Response::Done { previous: current }
@@ -392,8 +418,9 @@ impl KvReader {
     /// Database errors; [`Error::Decode`] for a damaged applied state.
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
         read(&self.db, |r| {
-            let a = applied_in(r)?;
-            Ok(r.get(&keys::data(a.generation, key))?)
+            let a = applied_in(&self.db, r)?;
+            let data = self.db.data_in(r, a.generation)?;
+            Ok(r.table(&data).get(key)?)
         })
     }
 
@@ -402,7 +429,7 @@ impl KvReader {
     /// # Errors
     /// As [`get`](Self::get).
     pub fn last_applied(&self) -> Result<Option<LogId<NodeId>>, Error> {
-        Ok(read(&self.db, applied_in)?.last)
+        Ok(read(&self.db, |r| applied_in(&self.db, r))?.last)
     }
 
     /// Every key and value, in key order, with the last entry applied: what
@@ -412,7 +439,7 @@ impl KvReader {
     /// As [`get`](Self::get).
     #[allow(clippy::type_complexity)]
     pub fn all(&self) -> Result<(Option<LogId<NodeId>>, Vec<(Vec<u8>, Vec<u8>)>), Error> {
-        read(&self.db, Self::all_in)
+        read(&self.db, |r| Self::all_in(&self.db, r))
     }
 
     /// How many keys there are and a CRC32C of every key and value in
@@ -424,12 +451,12 @@ impl KvReader {
     /// As [`get`](Self::get).
     pub fn digest(&self) -> Result<(Option<LogId<NodeId>>, u64, u32), Error> {
         read(&self.db, |r| {
-            let a = applied_in(r)?;
+            let a = applied_in(&self.db, r)?;
+            let data = self.db.data_in(r, a.generation)?;
             let (mut keys, mut digest) = (0u64, 0u32);
-            for kv in r.prefix(&keys::data_prefix(a.generation)) {
+            for kv in r.table(&data).range(..) {
                 let (k, v) = kv?;
-                let k = &k[keys::DATA_PREFIX_BYTES..];
-                for part in [&(k.len() as u64).to_le_bytes()[..], k, &v] {
+                for part in [&(k.len() as u64).to_le_bytes()[..], &k, &v] {
                     digest = crc32c::crc32c_append(digest, part);
                 }
                 keys += 1;
@@ -440,13 +467,14 @@ impl KvReader {
 
     #[allow(clippy::type_complexity)]
     fn all_in(
+        db: &Db,
         r: &directkv::ReadTxn<'_>,
     ) -> Result<(Option<LogId<NodeId>>, Vec<(Vec<u8>, Vec<u8>)>), Error> {
-        let a = applied_in(r)?;
+        let a = applied_in(db, r)?;
+        let data = db.data_in(r, a.generation)?;
         let mut out = Vec::new();
-        for kv in r.prefix(&keys::data_prefix(a.generation)) {
-            let (k, v) = kv?;
-            out.push((k[keys::DATA_PREFIX_BYTES..].to_vec(), v));
+        for kv in r.table(&data).range(..) {
+            out.push(kv?);
         }
         assert!(
             out.windows(2).all(|w| w[0].0 < w[1].0),
@@ -507,7 +535,9 @@ impl SnapshotBuilder {
         pin: &ChunkPin,
         writes: Writes,
     ) -> Result<(Meta, Summary), Error> {
-        let a = applied_in(r)?;
+        let db = &self.shared.db;
+        let a = applied_in(db, r)?;
+        let data = db.data_in(r, a.generation)?;
         // Unique: two builds at one log id get two ids.
         let n = self.shared.next_seq.fetch_add(1, Ordering::Relaxed);
         let id = match a.last {
@@ -519,12 +549,11 @@ impl SnapshotBuilder {
             last_membership: a.membership,
             snapshot_id: id,
         };
-        let db = &self.shared.db;
         let mut emit = |n: u32, bytes: &[u8]| write_chunk(db, writes, pin.seq, n, bytes);
         let mut w = snapshot::Writer::new(&meta, CHUNK_BYTES);
-        for kv in r.prefix(&keys::data_prefix(a.generation)) {
+        for kv in r.table(&data).range(..) {
             let (k, v) = kv?;
-            w.pair(&k[keys::DATA_PREFIX_BYTES..], &v, &mut emit)?;
+            w.pair(&k, &v, &mut emit)?;
         }
         let summary = w.finish(&mut emit)?;
         assert!(summary.len > 0, "a snapshot has bytes");
@@ -641,7 +670,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 // Held: no store deletes this one's chunks before they are
                 // pinned; the pin keeps them while they are read.
                 let _held = shared.lock()?;
-                let Some(stored) = read(&shared.db, snapshot::record)? else {
+                let db = &shared.db;
+                let Some(stored) = read(db, |r| snapshot::record(db, r))? else {
                     return Ok(None);
                 };
                 let pin = shared.db.pin(stored.seq);

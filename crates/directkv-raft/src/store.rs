@@ -1,17 +1,18 @@
-//! What the log store and the state machine share: running database work
-//! off the async runtime, turning errors into openraft's, JSON records,
-//! and deleting key ranges in bounded transactions.
+//! What the log store and the state machine share: the database and the
+//! handles of its tables (opened once, at open), running database work off
+//! the async runtime, turning errors into openraft's, JSON records, and
+//! deleting key ranges of a table in bounded transactions.
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::{Arc, RwLock};
 
-use directkv::{Database, Durability, Isolation, ReadTxn, WriteOptions, WriteTxn};
+use directkv::{Database, Durability, Isolation, ReadTxn, Table, WriteOptions, WriteTxn};
 use openraft::{AnyError, ErrorSubject, ErrorVerb, StorageError, StorageIOError};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::{DecodeError, Error, NodeId};
+use crate::{keys, DecodeError, Error, NodeId};
 
 /// Where the storage runs its database work, which waits for the disk.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -28,9 +29,34 @@ pub enum Exec {
 /// The database both halves share.
 pub(crate) type Db = Arc<Store>;
 
-/// The database, and how much one of this crate's transactions may write.
+/// The handles of the crate's tables that [`crate::upgrade`] opens.
+pub(crate) struct Tables {
+    /// `raft.meta`.
+    pub(crate) meta: Table,
+    /// `raft.log`.
+    pub(crate) log: Table,
+    /// The applied state's data generation and its table.
+    pub(crate) data: (u64, Table),
+    /// The current snapshot's sequence and chunk table, if there is one.
+    pub(crate) snap: Option<(u64, Table)>,
+}
+
+/// The database, the handles of its tables, and how much one of this
+/// crate's transactions may write.
 pub(crate) struct Store {
     db: Database,
+    /// Constant after open: the metadata table.
+    pub(crate) meta: Table,
+    /// Constant after open: the log table.
+    pub(crate) log: Table,
+    /// The current data generation and its table: changed by an install,
+    /// after its flip commits (a reader that meets another generation
+    /// opens that one's table by name, see [`Store::data_in`]).
+    data: RwLock<(u64, Table)>,
+    /// The chunk tables of stored snapshots by sequence: every one created
+    /// since open or current at open, and not dropped since. Each current
+    /// or pinned sequence has its table here.
+    snaps: std::sync::Mutex<BTreeMap<u64, Table>>,
     /// Every write of this crate holds it shared; a snapshot build whose
     /// read keeps being given up holds it exclusively, so that nothing
     /// writes while it reads (see [`Store::quiesced`]).
@@ -53,17 +79,15 @@ pub(crate) struct Store {
 }
 
 impl Store {
-    pub(crate) fn new(db: Database, cache_bytes: usize, exec: Exec) -> Db {
-        // A record costs about twice its size in pages (half-full leaves,
-        // overflow rounding); this keeps one batch under an eighth of the
-        // cache.
-        let batch_bytes = (cache_bytes / 16).clamp(BATCH_BYTES_MIN, BATCH_BYTES_MAX);
-        assert!(
-            (BATCH_BYTES_MIN..=BATCH_BYTES_MAX).contains(&batch_bytes),
-            "a batch is bounded both ways"
-        );
+    pub(crate) fn new(db: Database, tables: Tables, cache_bytes: usize, exec: Exec) -> Db {
+        let batch_bytes = batch_bytes(cache_bytes);
+        let snaps = tables.snap.into_iter().collect();
         Arc::new(Store {
             db,
+            meta: tables.meta,
+            log: tables.log,
+            data: RwLock::new(tables.data),
+            snaps: std::sync::Mutex::new(snaps),
             quiesce: RwLock::new(()),
             batch_bytes,
             purge_pending: std::sync::Mutex::new(None),
@@ -95,6 +119,74 @@ impl Store {
             "a held write runs only while writes are held back"
         );
         Ok(self.db.transaction(opts, body)?)
+    }
+
+    /// The data table of generation `generation` as `r` sees it: the
+    /// handle kept when it is the current one, else opened by name (a read
+    /// racing an install's flip).
+    pub(crate) fn data_in(&self, r: &ReadTxn<'_>, generation: u64) -> Result<Table, Error> {
+        let kept = self.data_table();
+        if kept.0 == generation {
+            return Ok(kept.1);
+        }
+        Ok(r.open_table(&keys::data_table(generation))?)
+    }
+
+    /// The current data generation and its table.
+    pub(crate) fn data_table(&self) -> (u64, Table) {
+        // Each change is one assignment: a panic cannot leave it half-made.
+        match self.data.read() {
+            Ok(g) => g.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// Makes `table` the current data table, of generation `generation`
+    /// (after the commit that made it so).
+    pub(crate) fn set_data_table(&self, generation: u64, table: Table) {
+        let mut g = match self.data.write() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        assert!(g.0 < generation, "generations only grow");
+        *g = (generation, table);
+    }
+
+    /// The chunk table of snapshot `seq`.
+    ///
+    /// # Errors
+    /// [`Error::Snapshot`] when this database has none.
+    pub(crate) fn snap_table(&self, seq: u64) -> Result<Table, Error> {
+        self.snaps()
+            .get(&seq)
+            .cloned()
+            .ok_or_else(|| Error::Snapshot(format!("snapshot {seq} has no chunk table")))
+    }
+
+    /// Keeps `table` as the chunk table of snapshot `seq`, just created.
+    pub(crate) fn add_snap_table(&self, seq: u64, table: Table) {
+        let old = self.snaps().insert(seq, table);
+        assert!(old.is_none(), "a sequence's chunk table is created once");
+    }
+
+    /// Forgets the chunk tables of `seqs`, dropped.
+    pub(crate) fn forget_snap_tables(&self, seqs: &[u64]) {
+        let mut snaps = self.snaps();
+        for seq in seqs {
+            snaps.remove(seq);
+        }
+        assert!(
+            seqs.iter().all(|s| !snaps.contains_key(s)),
+            "a dropped table's handle is gone"
+        );
+    }
+
+    fn snaps(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Table>> {
+        // Each change of the map is one insert or remove.
+        match self.snaps.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        }
     }
 
     /// Marks the chunks of snapshot `seq` in use until the pin is dropped.
@@ -177,6 +269,20 @@ const BATCH_BYTES_MIN: usize = 64 << 10;
 
 /// The most [`Store::batch_bytes`].
 const BATCH_BYTES_MAX: usize = 4 << 20;
+
+/// Bytes one of the crate's transactions that writes many records writes
+/// at most, with a cache of `cache_bytes`.
+pub(crate) fn batch_bytes(cache_bytes: usize) -> usize {
+    // A record costs about twice its size in pages (half-full leaves,
+    // overflow rounding); this keeps one batch under an eighth of the
+    // cache.
+    let batch_bytes = (cache_bytes / 16).clamp(BATCH_BYTES_MIN, BATCH_BYTES_MAX);
+    assert!(
+        (BATCH_BYTES_MIN..=BATCH_BYTES_MAX).contains(&batch_bytes),
+        "a batch is bounded both ways"
+    );
+    batch_bytes
+}
 
 /// Splits `items` into runs of at most `limit` bytes (as `size` counts
 /// them), each run at least one item.
@@ -266,13 +372,13 @@ pub(crate) fn read_some<T>(
     }
 }
 
-/// The JSON record under `key`, read on its own.
+/// The JSON record under `key` in `raft.meta`, read on its own.
 pub(crate) fn get_json<T: DeserializeOwned>(
     db: &Store,
     key: &[u8],
     what: &'static str,
 ) -> Result<Option<T>, Error> {
-    read(db, |r| from_json(r.get(key)?, what))
+    read(db, |r| from_json(r.table(&db.meta).get(key)?, what))
 }
 
 /// Runs `f` where `exec` says: on the runtime's blocking pool (database
@@ -324,31 +430,34 @@ pub(crate) fn from_json<T: DeserializeOwned>(
         .transpose()
 }
 
-/// Stores `value` as JSON under `key`.
+/// Stores `value` as JSON under `key` in `table` (`raft.meta`).
 pub(crate) fn put_json<T: Serialize>(
     w: &mut WriteTxn<'_>,
+    table: &Table,
     key: &[u8],
     value: &T,
 ) -> directkv::Result<()> {
     // The records stored are plain structs of numbers and maps with
     // string or number keys: they serialize.
     let bytes = serde_json::to_vec(value).expect("a record serializes");
-    w.put(key, &bytes)
+    w.table(table).put(key, &bytes)
 }
 
-/// Deletes every key in `[lo, hi)`, at most [`DELETE_BATCH_KEYS`] keys or
+/// Deletes every key of `table` in `[lo, hi)` (`hi` `None`: to the
+/// table's end), at most [`DELETE_BATCH_KEYS`] keys or
 /// [`Store::batch_bytes`] of values per transaction, from the highest key down
 /// when `from_top`. A crash part way leaves what is left contiguous at the
 /// end it did not start from. When `sync`, the last transaction waits for
 /// the log (and so carries the others). Returns the keys deleted.
 pub(crate) fn delete_range(
     db: &Store,
+    table: &Table,
     lo: &[u8],
-    hi: &[u8],
+    hi: Option<&[u8]>,
     from_top: bool,
     sync: bool,
 ) -> Result<u64, Error> {
-    delete_range_by(db, lo, hi, from_top, sync, db.batch_bytes)
+    delete_range_by(db, table, (lo, hi), from_top, sync, db.batch_bytes)
 }
 
 /// [`delete_range`] with transactions of about `batch_bytes` of values
@@ -357,20 +466,25 @@ pub(crate) fn delete_range(
 /// time.
 pub(crate) fn delete_range_by(
     db: &Store,
-    lo: &[u8],
-    hi: &[u8],
+    table: &Table,
+    (lo, hi): (&[u8], Option<&[u8]>),
     from_top: bool,
     sync: bool,
     batch_bytes: usize,
 ) -> Result<u64, Error> {
-    assert!(lo < hi, "a range to delete is not empty or reversed");
+    assert!(
+        hi.is_none_or(|hi| lo < hi),
+        "a range to delete is not empty or reversed"
+    );
     let mut deleted = 0u64;
     loop {
-        let (batch, more) = next_batch(db, lo, hi, from_top, batch_bytes)?;
+        let (batch, more) = read(db, |r| {
+            scan_batch(r, table, (lo, hi), from_top, batch_bytes)
+        })?;
         assert!(
             batch
                 .iter()
-                .all(|k| lo <= k.as_slice() && k.as_slice() < hi),
+                .all(|k| lo <= k.as_slice() && hi.is_none_or(|hi| k.as_slice() < hi)),
             "a batch holds only keys of the range"
         );
         if batch.is_empty() {
@@ -378,8 +492,9 @@ pub(crate) fn delete_range_by(
         }
         let opts = if sync && !more { durable() } else { lazy() };
         db.write(&opts, |w| {
+            let mut t = w.table(table);
             for k in &batch {
-                w.delete(k)?;
+                t.delete(k)?;
             }
             Ok(())
         })?;
@@ -394,24 +509,15 @@ pub(crate) fn delete_range_by(
 
 /// The next keys [`delete_range`] deletes, and whether any are left after
 /// them.
-fn next_batch(
-    db: &Store,
-    lo: &[u8],
-    hi: &[u8],
-    from_top: bool,
-    batch_bytes: usize,
-) -> Result<(Vec<Vec<u8>>, bool), Error> {
-    read(db, |r| scan_batch(r, lo, hi, from_top, batch_bytes))
-}
-
 fn scan_batch(
     r: &ReadTxn<'_>,
-    lo: &[u8],
-    hi: &[u8],
+    table: &Table,
+    (lo, hi): (&[u8], Option<&[u8]>),
     from_top: bool,
     batch_bytes: usize,
 ) -> Result<(Vec<Vec<u8>>, bool), Error> {
-    let mut it = r.range((Bound::Included(lo), Bound::Excluded(hi)));
+    let hi = hi.map_or(Bound::Unbounded, Bound::Excluded);
+    let mut it = r.table(table).range((Bound::Included(lo), hi));
     let mut next = || if from_top { it.next_back() } else { it.next() };
     let mut batch = Vec::new();
     let mut bytes = 0usize;

@@ -5,7 +5,10 @@
 //! is refused with nothing changed; and a process that dies part way
 //! through an install (after a chosen number of the install's commits)
 //! reopens with the old state or the new, whole, never a mix, and no other
-//! generation or snapshot left.
+//! generation or snapshot left; an install drops the old generation's
+//! table in its commit and the engine then frees its pages; and the next
+//! generation's table left by an install that failed (its cleanup failed
+//! too) is replaced by the next install, not in its way.
 
 use std::io::{BufRead, BufReader, SeekFrom};
 use std::path::Path;
@@ -13,7 +16,7 @@ use std::process::{Command, Stdio};
 
 mod common;
 
-use common::{options, scratch};
+use common::{options, scratch, table_rows, tables};
 use directkv_raft::{Entry, Request, SnapshotBytes, StateMachine};
 use openraft::storage::RaftStateMachine;
 use openraft::{CommittedLeaderId, EntryPayload, LogId, RaftSnapshotBuilder};
@@ -98,9 +101,9 @@ fn bytes_of(rt: &tokio::runtime::Runtime, data: &mut SnapshotBytes) -> Vec<u8> {
     .expect("read the snapshot")
 }
 
-/// Keys of the data family, of every generation.
+/// Keys of the data tables, of every generation.
 fn raw_data_keys(db: &directkv::Database) -> usize {
-    db.begin_read().expect("read").prefix(b"d").count()
+    table_rows(db, "raft.data.")
 }
 
 /// Two stores, each with its log: a leader holding [`big_state`] and a
@@ -189,18 +192,30 @@ fn a_damaged_stored_chunk_is_refused_and_changes_nothing() {
         .block_on(follower.begin_receiving_snapshot())
         .expect("begin");
     send(&rt, &mut snap.snapshot, &mut to, u64::MAX);
-    // One byte of one stored chunk (family `t`) flips on the follower.
+    // One byte of one stored chunk (in the table of the snapshot just
+    // received: the one of the highest sequence) flips on the follower.
     let db = follower.database();
-    let (key, mut chunk) = db
-        .begin_read()
-        .expect("read")
-        .prefix(b"t")
+    let seq = |name: &String| {
+        name["raft.snap.".len()..]
+            .parse::<u64>()
+            .expect("a sequence")
+    };
+    let name = tables(db, "raft.snap.")
+        .into_iter()
+        .max_by_key(seq)
+        .expect("a chunk table");
+    let r = db.begin_read().expect("read");
+    let table = r.open_table(&name).expect("open");
+    let (key, mut chunk) = r
+        .table(&table)
+        .range(..)
         .nth(9)
         .expect("a tenth chunk")
         .expect("read");
+    drop(r);
     chunk[1000] ^= 0x20;
     let mut w = db.begin_write().expect("write");
-    w.put(&key, &chunk).expect("put");
+    w.table(&table).put(&key, &chunk).expect("put");
     w.commit().expect("commit");
     let r = rt.block_on(follower.install_snapshot(&snap.meta, to));
     let e = r.expect_err("a damaged chunk is refused");
@@ -215,6 +230,108 @@ fn a_damaged_stored_chunk_is_refused_and_changes_nothing() {
         .block_on(follower.get_current_snapshot())
         .expect("get")
         .is_none());
+}
+
+/// The pages of table `name` of `db`, as `directkv check` walks them.
+fn table_pages(db: &directkv::Database, name: &str) -> u64 {
+    let report = db.check().expect("check");
+    let table = report.table_details.iter().find(|t| t.name == name);
+    table.expect("the table is there").pages
+}
+
+/// Commits a follower makes at most while waiting for the engine to free a
+/// dropped table (each commit frees up to 32 of its pages).
+const FREE_COMMITS_MAX: u64 = 1000;
+
+#[test]
+fn an_install_drops_the_old_generations_table_and_its_pages_return() {
+    let rt = rt();
+    let (d1, d2) = (scratch(), scratch());
+    let (_l1, mut leader) = directkv_raft::open(d1.path(), options(4096)).expect("open");
+    // No background threads: each commit runs one step of freeing a dropped
+    // table, so the steps are counted in commits, not time.
+    let quiet = directkv::Options {
+        background_threads: false,
+        ..options(4096)
+    };
+    let (l2, mut follower) = directkv_raft::open(d2.path(), quiet).expect("open");
+    rt.block_on(leader.apply(puts(1, 20, 100, 7)))
+        .expect("apply");
+    rt.block_on(follower.apply(puts(1, 400, 2048, 9)))
+        .expect("apply");
+    // The log store shares the state machine's database.
+    let db = l2.database();
+    let old_pages = table_pages(db, "raft.data.0");
+    assert!(
+        old_pages > 100,
+        "the follower's own data spans {old_pages} pages"
+    );
+    let mut snap = rt
+        .block_on(async { leader.get_snapshot_builder().await.build_snapshot().await })
+        .expect("build");
+    let mut to = rt
+        .block_on(follower.begin_receiving_snapshot())
+        .expect("begin");
+    send(&rt, &mut snap.snapshot, &mut to, u64::MAX);
+    rt.block_on(follower.install_snapshot(&snap.meta, to))
+        .expect("install");
+    assert_eq!(
+        tables(db, "raft.data."),
+        ["raft.data.1"],
+        "the install's commit dropped the old generation's table"
+    );
+    assert_eq!(raw_data_keys(db), 20);
+    let mut next = 21;
+    while db.stats().tables.dropped > 0 {
+        assert!(next < 21 + FREE_COMMITS_MAX, "the dropped table is freed");
+        rt.block_on(follower.apply(puts(next, 1, 10, 1)))
+            .expect("apply");
+        next += 1;
+    }
+    let freed = db.stats().tables.dropped_pages_freed;
+    assert!(
+        freed >= old_pages,
+        "its {old_pages} pages returned to the free list ({freed} freed)"
+    );
+    let report = db.check().expect("check");
+    assert!(
+        report.table_details.iter().all(|t| !t.dropped),
+        "no dropped table is left to free"
+    );
+}
+
+#[test]
+fn a_table_left_by_a_failed_install_is_replaced_by_the_next() {
+    let rt = rt();
+    let (d1, d2) = (scratch(), scratch());
+    let (_l1, mut leader) = directkv_raft::open(d1.path(), options(4096)).expect("open");
+    let (l2, mut follower) = directkv_raft::open(d2.path(), options(4096)).expect("open");
+    rt.block_on(leader.apply(puts(1, 20, 100, 7)))
+        .expect("apply");
+    rt.block_on(follower.apply(puts(1, 5, 100, 9)))
+        .expect("apply");
+    // What an install whose staging and whose cleanup both failed leaves:
+    // the next generation's table, with a pair staged in it.
+    let db = l2.database();
+    let mut w = db.begin_write().expect("write");
+    let left = w.create_table("raft.data.1").expect("create");
+    w.table(&left).put(b"staged", b"left").expect("put");
+    w.commit().expect("commit");
+    let mut snap = rt
+        .block_on(async { leader.get_snapshot_builder().await.build_snapshot().await })
+        .expect("build");
+    let mut to = rt
+        .block_on(follower.begin_receiving_snapshot())
+        .expect("begin");
+    send(&rt, &mut snap.snapshot, &mut to, u64::MAX);
+    rt.block_on(follower.install_snapshot(&snap.meta, to))
+        .expect("install over the table left");
+    assert_eq!(
+        follower.reader().all().expect("all"),
+        leader.reader().all().expect("all")
+    );
+    assert_eq!(tables(db, "raft.data."), ["raft.data.1"]);
+    assert_eq!(raw_data_keys(db), 20, "the pair left is not kept");
 }
 
 const CHILD_DIR: &str = "DIRECTKV_RAFT_INSTALL_CHILD";
@@ -335,12 +452,7 @@ fn an_install_killed_part_way_leaves_the_old_state_or_the_new() {
             now.1.len(),
             "after {commits} commits: one generation left"
         );
-        let chunks = sm
-            .database()
-            .begin_read()
-            .expect("read")
-            .prefix(b"t")
-            .count();
+        let chunks = table_rows(sm.database(), "raft.snap.");
         let want = if now == old { 0 } else { 17 };
         assert_eq!(
             chunks, want,

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 mod common;
 
-use common::{options, scratch};
+use common::{options, scratch, table_rows};
 use directkv_raft::{
     Entry, LogStore, Request, Response, SnapshotBytes, StateMachine, KEY_MAX, VALUE_MAX,
 };
@@ -153,10 +153,9 @@ fn receive(
     })
 }
 
-/// Every key in the database's data family, of every generation.
+/// Every key in the database's data tables, of every generation.
 fn raw_data_keys(sm: &StateMachine) -> usize {
-    let r = sm.database().begin_read().expect("read");
-    r.prefix(b"d").count()
+    table_rows(sm.database(), "raft.data.")
 }
 
 #[test]
