@@ -15,17 +15,7 @@ use directkv::internals::io::Storage;
 use directkv::internals::sim::SimStorage;
 use directkv::{Database, Options};
 
-fn sim_opts() -> Options {
-    Options {
-        cache_bytes: 256 * 4096,
-        page_bytes: 4096,
-        wal_sync: common::SIM_SYNC,
-        wal_segment_bytes: 256 << 10,
-        background_threads: false,
-        publish_stats: false,
-        ..Options::default()
-    }
-}
+use common::sim_opts;
 
 /// The free pages `stats()` gives, after proving them equal to what
 /// `check` walks.

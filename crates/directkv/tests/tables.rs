@@ -11,17 +11,7 @@ use std::path::Path;
 use directkv::internals::sim::SimStorage;
 use directkv::{Database, Error, Isolation, Options, WriteOptions};
 
-fn sim_opts() -> Options {
-    Options {
-        cache_bytes: 256 * 4096,
-        page_bytes: 4096,
-        wal_sync: common::SIM_SYNC,
-        wal_segment_bytes: 256 << 10,
-        background_threads: false,
-        publish_stats: false,
-        ..Options::default()
-    }
-}
+use common::sim_opts;
 
 fn names<S: directkv::internals::io::Storage>(r: &directkv::ReadTxn<'_, S>) -> Vec<String> {
     let tables = r.list_tables().expect("list");

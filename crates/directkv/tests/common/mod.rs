@@ -49,6 +49,22 @@ pub fn unsynced(cache_bytes: usize) -> Options {
     }
 }
 
+/// Options for a database on the simulated disk that replays exactly: a
+/// 1 MiB cache of 4 KiB pages, the simulator's sync, 256 KiB log segments,
+/// and nothing running behind the test's back (no background threads, no
+/// stats file).
+pub fn sim_opts() -> Options {
+    Options {
+        cache_bytes: 256 * 4096,
+        page_bytes: 4096,
+        wal_sync: SIM_SYNC,
+        wal_segment_bytes: 256 << 10,
+        background_threads: false,
+        publish_stats: false,
+        ..Options::default()
+    }
+}
+
 /// The default asynchronous-I/O options, with the backend
 /// `DIRECTKV_IO_BACKEND` names where it is set (CI runs the tests once per
 /// backend).
