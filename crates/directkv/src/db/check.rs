@@ -14,6 +14,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use super::engine::Inner;
+use super::records::Meta;
 use super::txn::commit::PoolPages;
 use super::txn::tables::{self, TableState};
 use crate::btree::node::{self, Value};
@@ -23,6 +24,7 @@ use crate::error::{Error, Result};
 use crate::format::page::{self, PageType, PAGE_HEADER_BYTES};
 use crate::format::{le, PageId};
 use crate::io::Storage;
+use crate::lsn::Lsn;
 
 /// What the check found.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -35,9 +37,10 @@ pub struct CheckReport {
     pub overflow_pages: u64,
     /// Free pages.
     pub free_pages: u64,
-    /// Whether the engine counts its free pages (and the count matched
-    /// `free_pages`); false for a database last written by a build that
-    /// did not count them.
+    /// Whether the engine counts its free pages: it did, and the count
+    /// matched `free_pages`; or it did not (a database last written by a
+    /// build that did not count them) and the check made `free_pages` its
+    /// count. False only when a commit came between the walk and that.
     pub free_pages_counted: bool,
     /// Keys, of the default keyspace and every named table (the catalog's
     /// rows not counted).
@@ -104,6 +107,9 @@ impl<S: Storage> Inner<S> {
     /// docs).
     pub(crate) fn check(&self) -> Result<CheckReport> {
         let meta = self.txns.tree.read()?;
+        // Commits append their records under the tree's lock, which this
+        // read holds: the log's appended end names the state walked.
+        let appended = self.log.wal_if_open().map(|w| w.appended_lsn());
         let mut c = Checker {
             inner: self,
             pages: PoolPages { pool: &self.pool },
@@ -128,6 +134,12 @@ impl<S: Storage> Inner<S> {
         }
         c.report.free_pages_counted = meta.free_pages.is_some();
         c.account()?;
+        let walked = *meta;
+        drop(meta);
+        if walked.free_pages.is_none() {
+            c.report.free_pages_counted =
+                self.record_free_count(walked, appended, c.report.free_pages)?;
+        }
         // Reported, not refused: the database is open already.
         let look = super::Options {
             accept_writable_by_others: true,
@@ -148,6 +160,27 @@ impl<S: Storage> Inner<S> {
             "the kinds of page add up to the file"
         );
         Ok(c.report)
+    }
+}
+
+impl<S: Storage> Inner<S> {
+    /// Makes `count`, the free pages a check walked in the state `walked`
+    /// (the log's appended end then `appended`), the database's count when
+    /// it had none (a database last written by a build that did not count
+    /// them) and no commit came since; the next commit record and
+    /// checkpoint carry it. Returns whether the count is known now.
+    fn record_free_count(&self, walked: Meta, appended: Option<Lsn>, count: u64) -> Result<bool> {
+        let mut meta = self.txns.tree.write()?;
+        let now = self.log.wal_if_open().map(|w| w.appended_lsn());
+        if *meta != walked || appended.is_none() || now != appended {
+            return Ok(meta.free_pages.is_some());
+        }
+        assert!(
+            count < meta.page_count && (count == 0) == (meta.freelist == PageId::ZERO),
+            "a walked free list is pages of the file, empty exactly when its head is 0"
+        );
+        meta.free_pages = Some(count);
+        Ok(true)
     }
 }
 
