@@ -163,11 +163,11 @@ fn print_tables(s: &Value) {
         n("dropped"),
         n("dropped_pages_freed")
     );
-    const SHOWN: usize = 20;
-    let each = t["each"].as_array().map(Vec::as_slice).unwrap_or_default();
-    let mut by_pages: Vec<&Value> = each.iter().collect();
-    by_pages.sort_by_key(|e| std::cmp::Reverse(e["pages"].as_u64().unwrap_or(0)));
-    for e in by_pages.iter().take(SHOWN) {
+    let largest = t["largest"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    for e in largest {
         let name = match e["dropped"].as_bool() {
             Some(true) => "(dropped)",
             _ => e["name"].as_str().unwrap_or("?"),
@@ -178,8 +178,12 @@ fn print_tables(s: &Value) {
             e["pages"].as_u64().unwrap_or(0)
         );
     }
-    if each.len() > SHOWN {
-        println!("  ... and {} smaller tables", each.len() - SHOWN);
+    let listed = largest.len() as u64;
+    if n("tables") + n("dropped") > listed {
+        println!(
+            "  ... and {} smaller tables",
+            n("tables") + n("dropped") - listed
+        );
     }
 }
 

@@ -144,7 +144,7 @@ pub use db::{
     Isolation, Options, RangeIter, ReadTxn, RecoveryStats, SnapshotStats, SpaceStats,
     StallHistograms, Stalls, Stats, Table, TableCheck, TableInfo, TableMut, TablePages, TableRef,
     TableStats, TxnStats, WriteOptions, WriteTxn, CHECKPOINT_WAL_BYTES_MIN, STATS_FILE,
-    TABLE_NAME_MAX, TRANSACTION_ATTEMPTS_MAX, VERSION_STORE_BYTES_MIN,
+    TABLES_LISTED, TABLE_NAME_MAX, TRANSACTION_ATTEMPTS_MAX, VERSION_STORE_BYTES_MIN,
 };
 pub use error::{Error, IoOp, Result};
 pub use io::{AioBackend, AioOptions, AioStats, DirectIo, IoPath, SyncMethod, SyncVariant};

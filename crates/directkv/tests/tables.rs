@@ -950,7 +950,8 @@ type Figures = Vec<(u32, String, bool, u64)>;
 /// What `stats()` gives for each table (kept by every commit) and what
 /// `check` counts by walking.
 fn each_table<S: directkv::internals::io::Storage>(db: &Database<S>) -> (Figures, Figures) {
-    let kept = db.stats().tables.each;
+    let mut kept = db.stats().tables.largest;
+    kept.sort_by_key(|t| t.id);
     let kept = kept.into_iter().map(|t| (t.id, t.name, t.dropped, t.pages));
     let walked = db.check().expect("check").table_details;
     let walked = walked
@@ -1028,4 +1029,31 @@ fn each_tables_pages_in_stats_are_what_check_walks() {
     assert_eq!(kept, walked);
     assert_eq!(kept.len(), 1);
     assert_eq!(kept[0].1, "b");
+}
+
+/// `stats()` lists the tables with the most pages, most first, at most
+/// `TABLES_LISTED` of them, and counts every table's pages in its total.
+#[test]
+fn stats_list_the_largest_tables_and_count_them_all() {
+    let disk = SimStorage::new();
+    let db = Database::open_with(disk, Path::new("/sim/db"), sim_opts()).expect("open");
+    let n = directkv::TABLES_LISTED as u32 + 4;
+    for i in 0..n {
+        let mut w = db.begin_write().expect("begin");
+        let t = w.create_table(&format!("t{i:02}")).expect("create");
+        // Table i holds i + 1 overflow values: more pages the later.
+        for k in 0..=i {
+            w.table(&t).put(&k.to_le_bytes(), &[7; 5000]).expect("put");
+        }
+        w.commit().expect("commit");
+    }
+    let s = db.stats().tables;
+    let walked = db.check().expect("check").table_details;
+    assert_eq!(s.largest.len(), directkv::TABLES_LISTED);
+    assert_eq!(s.pages, walked.iter().map(|t| t.pages).sum::<u64>());
+    let mut by_pages: Vec<_> = walked.iter().map(|t| (t.pages, t.id)).collect();
+    by_pages.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    let listed: Vec<_> = s.largest.iter().map(|t| (t.pages, t.id)).collect();
+    assert_eq!(listed, by_pages[..directkv::TABLES_LISTED], "the largest, most first");
+    assert_eq!(s.largest[0].name, format!("t{:02}", n - 1));
 }

@@ -45,7 +45,7 @@ pub use options::{
 };
 pub(crate) use records::{decode_commit_time as commit_record_time, COMMIT as COMMIT_RECORD};
 pub use stats::{BackupProgress, RecoveryStats, StallHistograms, Stalls, Stats, STATS_FILE};
-pub use stats::{SpaceStats, TablePages, TableStats, TxnStats};
+pub use stats::{SpaceStats, TablePages, TableStats, TxnStats, TABLES_LISTED};
 pub use txn::read::{RangeIter, ReadTxn, TableRef};
 pub use txn::tables::{Table, TableInfo, TABLE_NAME_MAX};
 pub use txn::versions::SnapshotStats;

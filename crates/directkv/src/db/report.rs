@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 use super::engine::Inner;
 use super::stats::{
     BackupProgress, SpaceStats, StallHistograms, Stalls, Stats, TablePages, TableStats, TxnStats,
-    STATS_FILE,
+    STATS_FILE, TABLES_LISTED,
 };
 use crate::io::{AioBackend, AioStats, Storage};
 
@@ -102,7 +102,9 @@ impl<S: Storage> Inner<S> {
         let (all, dropped) = self.txns.tables.counts();
         assert!(dropped <= all, "dropped tables are registered ones");
         // Figures only: a poisoned registry (the database failed) lists none.
-        let each: Vec<TablePages> = (self.txns.tables.all().unwrap_or_default().iter())
+        let (pages, largest) = self.txns.tables.largest(TABLES_LISTED).unwrap_or_default();
+        let largest: Vec<TablePages> = largest
+            .iter()
             .map(|t| TablePages {
                 id: t.id,
                 name: if t.is_live() { t.name() } else { String::new() },
@@ -114,8 +116,8 @@ impl<S: Storage> Inner<S> {
             tables: (all - dropped) as u64,
             dropped: dropped as u64,
             dropped_pages_freed: (self.vitals.counters.dropped_pages_freed).load(Ordering::Relaxed),
-            pages: each.iter().map(|t| t.pages).sum(),
-            each,
+            pages,
+            largest,
         }
     }
 

@@ -426,6 +426,34 @@ impl Registry {
         Ok(all)
     }
 
+    /// The pages of every registered table together, and the `n` tables
+    /// with the most pages, most first (ties by id), found under the
+    /// registry's lock without a handle cloned but theirs.
+    pub(crate) fn largest(&self, n: usize) -> Result<(u64, Vec<Arc<TableState>>)> {
+        let by_id = health::read(&self.by_id)?;
+        let mut total = 0u64;
+        // The n largest so far, smallest first: (pages, Reverse(id)).
+        let mut top: std::collections::BinaryHeap<
+            std::cmp::Reverse<(u64, std::cmp::Reverse<u32>)>,
+        > = std::collections::BinaryHeap::with_capacity(n + 1);
+        for t in by_id.values() {
+            let pages = t.pages();
+            total = total.saturating_add(pages);
+            top.push(std::cmp::Reverse((pages, std::cmp::Reverse(t.id))));
+            if top.len() > n {
+                top.pop();
+            }
+        }
+        let mut ids: Vec<(u64, std::cmp::Reverse<u32>)> = top.into_iter().map(|r| r.0).collect();
+        ids.sort_unstable_by(|a, b| b.cmp(a));
+        let listed: Vec<Arc<TableState>> = ids
+            .iter()
+            .filter_map(|(_, id)| by_id.get(&id.0).cloned())
+            .collect();
+        assert!(listed.len() <= n, "at most n tables are listed");
+        Ok((total, listed))
+    }
+
     /// Dropped tables whose pages are still being freed.
     pub(crate) fn dropped(&self) -> Result<Vec<Arc<TableState>>> {
         if self.dropped.load(Ordering::Acquire) == 0 {
