@@ -1054,6 +1054,10 @@ fn stats_list_the_largest_tables_and_count_them_all() {
     let mut by_pages: Vec<_> = walked.iter().map(|t| (t.pages, t.id)).collect();
     by_pages.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
     let listed: Vec<_> = s.largest.iter().map(|t| (t.pages, t.id)).collect();
-    assert_eq!(listed, by_pages[..directkv::TABLES_LISTED], "the largest, most first");
+    assert_eq!(
+        listed,
+        by_pages[..directkv::TABLES_LISTED],
+        "the largest, most first"
+    );
     assert_eq!(s.largest[0].name, format!("t{:02}", n - 1));
 }
