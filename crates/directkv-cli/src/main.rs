@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 mod backup;
 mod bench;
 mod check;
+mod compact;
 mod crash_child;
 mod sim;
 mod size;
@@ -48,6 +49,9 @@ enum Command {
     /// Open a database (recovering it if it was not closed), report what
     /// recovery did, and prove the tree's structure.
     Check(check::Args),
+    /// Give a database's free space back to the filesystem: move the pages
+    /// in use out of the data file's end, then cut the file.
+    Compact(compact::Args),
     /// Inspect a write-ahead log.
     #[command(subcommand)]
     Wal(wal::Command),
@@ -72,6 +76,7 @@ fn main() -> Result<()> {
         Command::Sim(args) => sim::run(args),
         Command::Stats(args) => stats::run(args),
         Command::Check(args) => check::run(args),
+        Command::Compact(args) => compact::run(args),
         Command::Bench(args) => bench::run(*args),
         Command::CrashWorkload(args) => crash_child::run(args),
         Command::Backup(args) => backup::backup(args),

@@ -142,8 +142,16 @@ fn print_space(s: &Value) {
         Some(f) => format!("{f} free ({:.1} MiB)", mib(f)),
         None => "free pages not counted (last written by an older build)".into(),
     };
+    let compactable = match sp["compactable_pages"].as_u64() {
+        Some(c) if c > 0 => format!("; `directkv compact` would give back {:.1} MiB", mib(c)),
+        _ => String::new(),
+    };
+    let compacting = match sp["compacting_to"].as_u64() {
+        Some(b) => format!("; a compaction to {b} pages is under way"),
+        None => String::new(),
+    };
     println!(
-        "space      {} pages ({:.1} MiB), {free}",
+        "space      {} pages ({:.1} MiB), {free}{compactable}{compacting}",
         n("pages"),
         mib(n("pages"))
     );

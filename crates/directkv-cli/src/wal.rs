@@ -113,13 +113,23 @@ fn check_from(mut reader: WalReader<OsStorage>, from: Lsn) -> Result<()> {
 /// other kinds.
 fn detail(rec: &Record) -> String {
     // (root, page count, free-list head, free pages, catalog root)
-    let roots = |(root, pages, free, counted, catalog): (u64, u64, u64, Option<u64>, u64)| {
-        let catalog = match catalog {
+    let roots = |m: &directkv::internals::wal::records::Meta| {
+        let catalog = match m.catalog.get() {
             0 => String::new(),
             c => format!(" catalog {c}"),
         };
-        let counted = counted.map_or(String::new(), |n| format!(" ({n} free)"));
-        format!("root {root} pages {pages} free {free}{counted}{catalog}")
+        let counted = m
+            .free_pages
+            .map_or(String::new(), |n| format!(" ({n} free)"));
+        let compacting = m.compaction.map_or(String::new(), |c| {
+            format!(" compacting to {} (epoch {})", c.boundary, c.epoch)
+        });
+        format!(
+            "root {} pages {} free {}{counted}{catalog}{compacting}",
+            m.root.get(),
+            m.page_count,
+            m.freelist.get()
+        )
     };
     match decode(rec.kind, &rec.payload, rec.lsn) {
         None => String::new(),
@@ -130,26 +140,8 @@ fn detail(rec: &Record) -> String {
             p.page.get(),
             if p.full { " full" } else { "" }
         ),
-        Some(Ok(Decoded::Commit { txn, meta: m })) => {
-            let r = (
-                m.root.get(),
-                m.page_count,
-                m.freelist.get(),
-                m.free_pages,
-                m.catalog.get(),
-            );
-            format!("txn {} {}", txn.get(), roots(r))
-        }
-        Some(Ok(Decoded::Checkpoint { redo, meta: m })) => {
-            let r = (
-                m.root.get(),
-                m.page_count,
-                m.freelist.get(),
-                m.free_pages,
-                m.catalog.get(),
-            );
-            format!("redo {redo} {}", roots(r))
-        }
+        Some(Ok(Decoded::Commit { txn, meta: m })) => format!("txn {} {}", txn.get(), roots(&m)),
+        Some(Ok(Decoded::Checkpoint { redo, meta: m })) => format!("redo {redo} {}", roots(&m)),
         Some(Ok(Decoded::Abort { txn })) => format!("txn {}", txn.get()),
     }
 }

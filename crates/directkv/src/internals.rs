@@ -34,7 +34,7 @@ pub mod wal {
     /// The engine's log records (page changes, commits, aborts,
     /// checkpoints): their kinds, names and one decoder for all of them.
     pub mod records {
-        pub use crate::db::records::{decode, kind_name, Decoded, KINDS};
+        pub use crate::db::records::{decode, kind_name, Decoded, Meta, KINDS};
     }
 }
 

@@ -17,7 +17,7 @@
 //! | named tables | [`WriteTxn::create_table`], [`WriteTxn::open_table`], [`WriteTxn::rename_table`], [`WriteTxn::drop_table`], [`WriteTxn::list_tables`], [`WriteTxn::table`] ([`TableMut`]), [`ReadTxn::open_table`], [`ReadTxn::table`] ([`TableRef`]), [`Table`], [`TableInfo`] |
 //! | isolation and retries | [`Database::begin_write_with`], [`WriteOptions`], [`Isolation`], [`Database::transaction`], [`Error::is_retryable`] |
 //! | I/O policy | [`DirectIo`], [`SyncMethod`], [`SyncVariant`], [`AioOptions`], [`SchedOptions`] |
-//! | maintenance | [`Database::checkpoint`], [`Database::check`], [`CheckReport`] |
+//! | maintenance | [`Database::checkpoint`], [`Database::check`], [`CheckReport`], [`Database::compact`], [`CompactOptions`], [`CompactReport`] |
 //! | observe | [`Database::stats`], [`Stats`] and its parts ([`SnapshotStats`] among them), [`STATS_FILE`] |
 //! | errors | [`Error`], [`Result`] |
 //!
@@ -140,11 +140,12 @@ pub use backup::{BackupOptions, BackupReport};
 pub use btree::tree::VALUE_MAX;
 pub use buffer::{PoolStats, WritesByCause};
 pub use db::{
-    ArchiveChange, ArchiveStats, BackupProgress, CheckReport, Database, Durability, FileAccess,
-    Isolation, Options, RangeIter, ReadTxn, RecoveryStats, SnapshotStats, SpaceStats,
-    StallHistograms, Stalls, Stats, Table, TableCheck, TableInfo, TableMut, TablePages, TableRef,
-    TableStats, TxnStats, WriteOptions, WriteTxn, CHECKPOINT_WAL_BYTES_MIN, STATS_FILE,
-    TABLES_LISTED, TABLE_NAME_MAX, TRANSACTION_ATTEMPTS_MAX, VERSION_STORE_BYTES_MIN,
+    ArchiveChange, ArchiveStats, BackupProgress, CheckReport, CompactOptions, CompactReport,
+    Database, Durability, FileAccess, Isolation, Options, RangeIter, ReadTxn, RecoveryStats,
+    SnapshotStats, SpaceStats, StallHistograms, Stalls, Stats, Table, TableCheck, TableInfo,
+    TableMut, TablePages, TableRef, TableStats, TxnStats, WriteOptions, WriteTxn,
+    CHECKPOINT_WAL_BYTES_MIN, STATS_FILE, TABLES_LISTED, TABLE_NAME_MAX, TRANSACTION_ATTEMPTS_MAX,
+    VERSION_STORE_BYTES_MIN,
 };
 pub use error::{Error, IoOp, Result};
 pub use io::{AioBackend, AioOptions, AioStats, DirectIo, IoPath, SyncMethod, SyncVariant};

@@ -38,8 +38,10 @@ pub(crate) struct Meta {
     pub(crate) freelist: PageId,
     /// The catalog of named tables' root (0: none).
     pub(crate) catalog: PageId,
-    /// Pages on the free list (`None`: not known).
+    /// Free pages (`None`: not known).
     pub(crate) free_pages: Option<u64>,
+    /// The compaction under way, if one is.
+    pub(crate) compaction: Option<crate::format::control::Compaction>,
 }
 
 /// The checkpoint a backup begins with.

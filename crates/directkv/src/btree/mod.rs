@@ -10,5 +10,6 @@ mod insert;
 pub mod node;
 mod node_split;
 mod overflow;
+mod relocate;
 mod scan;
 pub mod tree;

@@ -183,6 +183,14 @@ pub fn set_leftmost(p: &mut [u8], child: PageId) {
     p[LEFTMOST..LEFTMOST + 8].copy_from_slice(&child.get().to_le_bytes());
 }
 
+/// Sets the child of branch cell `i` (its key stays).
+pub fn set_child(p: &mut [u8], i: usize, child: PageId) {
+    assert!(!is_leaf(p) && i < count(p), "a branch's cell");
+    let at = slot(p, i) + 2;
+    p[at..at + 8].copy_from_slice(&child.get().to_le_bytes());
+    debug_assert_eq!(self::child(p, i), child);
+}
+
 /// Binary search: `Ok(i)` if cell `i` has `key`, else `Err(i)` where it would go.
 pub fn search(p: &[u8], k: &[u8]) -> Result<usize, usize> {
     let (mut lo, mut hi) = (0usize, count(p));

@@ -27,6 +27,12 @@ const OVERFLOW_NEXT: usize = PAGE_HEADER_BYTES;
 const OVERFLOW_LEN: usize = PAGE_HEADER_BYTES + 8;
 const OVERFLOW_DATA: usize = PAGE_HEADER_BYTES + 16;
 
+/// Links overflow page `p` to `next` (the chain's next page; 0: its end).
+pub(super) fn set_next(p: &mut [u8], next: PageId) {
+    assert_eq!(node::page_type(p), Some(PageType::Overflow), "a chain page");
+    p[OVERFLOW_NEXT..OVERFLOW_NEXT + 8].copy_from_slice(&next.get().to_le_bytes());
+}
+
 /// Bytes of a value one overflow page carries.
 pub(super) fn chunk_bytes(page_bytes: usize) -> usize {
     assert!(

@@ -40,6 +40,7 @@ pub use super::delete::{delete_along, free_first_leaf, pages_freed_next, remove_
 #[cfg(test)]
 pub use super::insert::replace;
 pub use super::insert::{put_along, replace_along};
+pub use super::relocate::{relocate_along, Relocated};
 pub use super::scan::{following_leaves, scan_forward, scan_reverse};
 
 /// The deepest tree allowed. At 4 KiB pages and 1 KiB keys a branch holds at
@@ -126,6 +127,33 @@ pub fn init_free(p: &mut [u8], next: PageId) {
 /// The next page of a free page.
 pub fn free_next(p: &[u8]) -> PageId {
     PageId::new(u64_at(p, FREE_NEXT))
+}
+
+/// Where a free page keeps the epoch of the compaction that listed it.
+const FREE_EPOCH: usize = FREE_NEXT + 8;
+
+/// The epoch of the compaction under which a free page was listed (0: no
+/// compaction's; see `db::compact`).
+pub fn free_epoch(p: &[u8]) -> u64 {
+    u64_at(p, FREE_EPOCH)
+}
+
+/// Marks a free page as listed under the compaction of `epoch`.
+pub fn set_free_epoch(p: &mut [u8], epoch: u64) {
+    assert_eq!(
+        node::page_type(p),
+        Some(PageType::Free),
+        "only a free page carries an epoch"
+    );
+    p[FREE_EPOCH..FREE_EPOCH + 8].copy_from_slice(&epoch.to_le_bytes());
+}
+
+/// Whether `p` is a free page a compaction of `epoch` has not listed: a
+/// free page of another epoch (or of none).
+pub fn free_unlisted(p: &[u8], epoch: u64) -> bool {
+    node::page_type(p) == Some(PageType::Free)
+        && crate::format::page::tree_of(p) == 0
+        && free_epoch(p) != epoch
 }
 
 pub(super) use crate::format::le::u64_at;

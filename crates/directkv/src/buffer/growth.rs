@@ -99,19 +99,26 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
             if at >= target {
                 break;
             }
+            if self.extend_target.load(Ordering::Acquire) < target {
+                return Ok(0); // called off by a cut of the file (`cut_file`)
+            }
             let n = (target - at).min(step);
             self.fill_locked(&io, &zeros, at, n)?;
         }
-        // One caller finishes the extension: syncs and counts it.
-        if self
-            .extend_target
-            .compare_exchange(target, 0, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-        {
+        self.finish_extension(target, class)?;
+        Ok(self.extended.load(Ordering::Acquire).saturating_sub(start))
+    }
+
+    /// Ends the extension to `target`: one caller syncs and counts it.
+    fn finish_extension(&self, target: u64, class: IoClass) -> Result<()> {
+        let ended =
+            self.extend_target
+                .compare_exchange(target, 0, Ordering::AcqRel, Ordering::Acquire);
+        if ended.is_ok() {
             self.file.admit(class, 0).sync_all()?;
             self.counters.extensions.fetch_add(1, Ordering::Relaxed);
         }
-        Ok(self.extended.load(Ordering::Acquire).saturating_sub(start))
+        Ok(())
     }
 
     /// Whether a paced zero write of `bytes` may go now (and if so, books
@@ -147,6 +154,34 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
         io.write_all_at(zeros.io(0..(n * pb) as usize)?, at * pb)?;
         self.extended.store(at + n, Ordering::Release);
         Ok(())
+    }
+
+    /// Cuts the data file to `pages` pages when it is longer, as `class`,
+    /// and syncs it; returns the bytes cut. The caller guarantees that no
+    /// page at or past `pages` is in use or will be written but as a page
+    /// allocated afterwards (which extends the file again, as growth does).
+    ///
+    /// # Errors
+    /// The cut's or the sync's error (the file is poisoned then).
+    pub fn cut_file(&self, pages: u64, class: IoClass) -> Result<u64> {
+        assert!(
+            pages >= crate::constants::PAGE_COUNT_MIN,
+            "a file keeps its head"
+        );
+        let pb = self.page_bytes as u64;
+        let _one = lock(&self.extend);
+        let len = self.file.len()?;
+        if len <= pages * pb {
+            return Ok(0);
+        }
+        let io = self.file.admit(class, 0);
+        io.set_len(pages * pb)?;
+        io.sync_all()?;
+        // An extension under way fills again from here, past every page
+        // in use, and leaves the sync to a later one.
+        self.extended.store(pages, Ordering::Release);
+        self.extend_target.store(0, Ordering::Release);
+        Ok(len - pages * pb)
     }
 
     /// With growth ahead of use on, moves the allocated end past page

@@ -87,6 +87,7 @@ impl<S: Storage> Engine for Inner<S> {
                 freelist: cp.meta.freelist,
                 catalog: cp.meta.catalog,
                 free_pages: cp.meta.free_pages,
+                compaction: cp.meta.compaction,
             },
             commit_time_us: cp.commit_time_us,
         })

@@ -14,11 +14,11 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use super::engine::Inner;
-use super::records::Meta;
+use super::records::{Compaction, Meta};
 use super::txn::commit::PoolPages;
 use super::txn::tables::{self, TableState};
 use crate::btree::node::{self, Value};
-use crate::btree::tree::{free_next, Pages, DEPTH_MAX};
+use crate::btree::tree::{free_epoch, free_next, free_unlisted, Pages, DEPTH_MAX};
 use crate::buffer::Access;
 use crate::error::{Error, Result};
 use crate::format::page::{self, PageType, PAGE_HEADER_BYTES};
@@ -126,14 +126,14 @@ impl<S: Storage> Inner<S> {
         c.walk_tree(meta.root)?;
         c.walk_overflows()?;
         c.walk_tables(meta.catalog)?;
-        c.walk_free_list(meta.freelist)?;
+        c.walk_free_list(meta.freelist, meta.compaction)?;
+        c.account(meta.compaction)?;
         if let Some(n) = meta.free_pages.filter(|&n| n != c.report.free_pages) {
             let found = c.report.free_pages;
-            let what = format!("the free list holds {found} pages; the root state counts {n}");
+            let what = format!("{found} pages are free; the root state counts {n}");
             return Err(c.bad(meta.freelist, what));
         }
         c.report.free_pages_counted = meta.free_pages.is_some();
-        c.account()?;
         let walked = *meta;
         drop(meta);
         if walked.free_pages.is_none() {
@@ -401,24 +401,54 @@ impl<S: Storage> Checker<'_, S> {
         Err(self.bad(first, "overflow chain shorter than its value"))
     }
 
-    /// Walks the free list from `head`.
-    fn walk_free_list(&mut self, head: PageId) -> Result<()> {
+    /// Walks the free list from `head`; during a compaction, every page on
+    /// it is below the boundary and carries the compaction's epoch.
+    fn walk_free_list(&mut self, head: PageId, compaction: Option<Compaction>) -> Result<()> {
         let mut page = head;
         while page != PageId::ZERO {
             self.claim(page)?;
             self.report.free_pages += 1;
             let next = self.pages.read(page, Access::Scan, |p| {
                 let free = node::page_type(p) == Some(PageType::Free) && page::tree_of(p) == 0;
-                free.then(|| free_next(p))
+                free.then(|| (free_next(p), free_epoch(p)))
             })?;
-            page = next.ok_or_else(|| self.bad(page, "on the free list but not a free page"))?;
+            let (next, epoch) =
+                next.ok_or_else(|| self.bad(page, "on the free list but not a free page"))?;
+            if let Some(c) = compaction {
+                if page.get() >= c.boundary || epoch != c.epoch {
+                    let what = format!(
+                        "on the free list of the compaction to {} pages (epoch {}), but \
+                         past it or of epoch {epoch}",
+                        c.boundary, c.epoch
+                    );
+                    return Err(self.bad(page, what));
+                }
+            }
+            page = next;
         }
         Ok(())
     }
 
     /// Every page but the reserved page 0 is in the tree, an overflow chain
-    /// or the free list.
-    fn account(&self) -> Result<()> {
+    /// or the free list, or, during a compaction, a free page it set aside
+    /// (marked with another epoch than its own: see `db::compact`).
+    fn account(&mut self, compaction: Option<Compaction>) -> Result<()> {
+        if let Some(c) = compaction {
+            for no in (1..self.page_count).map(PageId::new) {
+                if self.seen.contains(&no) {
+                    continue;
+                }
+                if !self
+                    .pages
+                    .read(no, Access::Scan, |p| free_unlisted(p, c.epoch))?
+                {
+                    let what = "neither in a tree, free, nor set aside free by the compaction";
+                    return Err(self.bad(no, what));
+                }
+                self.claim(no)?;
+                self.report.free_pages += 1;
+            }
+        }
         let accounted = self.seen.len() as u64 + 1;
         if accounted == self.page_count {
             return Ok(());

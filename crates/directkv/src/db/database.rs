@@ -20,7 +20,7 @@ use super::stats::STATS_FILE;
 use super::txn::read::{self as txn, ReadTxn};
 use super::txn::tables::Tree;
 use super::txn::write::WriteTxn;
-use super::{CheckReport, Options, Stats, WriteOptions};
+use super::{CheckReport, CompactOptions, CompactReport, Options, Stats, WriteOptions};
 use crate::error::{Error, IoOp, Result};
 use crate::health;
 use crate::io::{OsStorage, Storage};
@@ -292,6 +292,34 @@ impl<S: Storage> Database<S> {
         self.inner.vitals.health.check()?;
         let _guard = health::PanicGuard(&self.inner.vitals.health);
         let report = self.inner.check();
+        self.inner.vitals.health.observe(report)
+    }
+
+    /// Gives the free space inside the data file back to the filesystem
+    /// while transactions go on: moves the pages in use from the file's end
+    /// into free pages nearer its start, in short internal commits paced
+    /// beside the others, then cuts the file once a checkpoint names its
+    /// new length (docs/compaction.md). Nothing is done when less than a
+    /// sixteenth of the file would go. A compaction cut short by a crash
+    /// is taken up again by the next call.
+    ///
+    /// # Errors
+    /// As a commit and a checkpoint; I/O errors of the cut (which stop
+    /// the database, as a failed write does).
+    pub fn compact(&self) -> Result<CompactReport> {
+        self.compact_with(&CompactOptions::default())
+    }
+
+    /// As [`compact`](Self::compact), stopping after `opts.max_steps`
+    /// internal commits: the compaction stays under way (in the database
+    /// too, across a reopen) until a later call ends it.
+    ///
+    /// # Errors
+    /// As [`compact`](Self::compact).
+    pub fn compact_with(&self, opts: &CompactOptions) -> Result<CompactReport> {
+        self.inner.vitals.health.check()?;
+        let _guard = health::PanicGuard(&self.inner.vitals.health);
+        let report = self.inner.compact(opts);
         self.inner.vitals.health.observe(report)
     }
 

@@ -15,6 +15,7 @@
 //! |------|------|---------|
 //! | (0)  | `TxnCore::writer`, the ticket of `serial_writers` | a write transaction, begin to end |
 //! | (0)  | row locks (`TxnCore::locks`) | a write transaction, first write to end; waited for outside the commit section |
+//! | (0)  | `Inner::compactor` | a compaction, begin to end |
 //! | 1    | `CheckpointState::checkpointing` | a checkpoint, a backup's checkpoint |
 //! | 2    | `TxnCore::committer` | the commit section |
 //! | 3    | `TxnCore::tree` | a commit's apply (exclusive), a checkpoint's start (exclusive), a reader retrying (shared) |
@@ -74,6 +75,9 @@ pub(crate) struct Inner<S: Storage> {
     /// oldest's on is recycled (a multiset: one entry per backup). The
     /// mutex guards the list. A leaf lock.
     pub(super) log_pins: Mutex<Vec<Lsn>>,
+    /// Held by the one compaction that may run at a time (`db::compact`),
+    /// before any ranked lock.
+    pub(super) compactor: Mutex<Option<super::compact::progress::Progress>>,
     /// The log archiver's state (with `Options::wal_archive`); it locks its
     /// own state. Immutable after open.
     pub(super) archive: Option<super::backup_access::Archive>,

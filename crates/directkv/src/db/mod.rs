@@ -21,6 +21,7 @@ mod access;
 mod backup_access;
 mod check;
 mod checkpoint;
+mod compact;
 mod database;
 mod engine;
 mod engine_log;
@@ -39,6 +40,7 @@ pub use access::FileAccess;
 pub use check::{CheckReport, TableCheck};
 pub use checkpoint::control::ControlFile;
 pub use checkpoint::run::WAL_HARD_LIMIT_FACTOR;
+pub use compact::{CompactOptions, CompactReport};
 pub use database::{Database, TRANSACTION_ATTEMPTS_MAX};
 pub use options::{
     Durability, Isolation, Options, WriteOptions, CHECKPOINT_WAL_BYTES_MIN, VERSION_STORE_BYTES_MIN,

@@ -126,6 +126,7 @@ pub(super) fn open<S: Storage>(storage: S, path: &Path, opts: Options) -> Result
         },
         readahead: RankedMutex::new(Rank::Readahead, None),
         log_pins: Mutex::new(Vec::new()),
+        compactor: Mutex::new(None),
         archive,
     };
     checkpoint_if_due(&mut inner, &c)?;

@@ -19,6 +19,7 @@
 
 use crate::constants::{PAGE_COUNT_MAX, PAGE_COUNT_MIN, TXN_ID_MAX};
 use crate::error::{Error, Result};
+pub use crate::format::control::Compaction;
 use crate::format::page::PAGE_SIZES;
 use crate::format::{le, PageId, TxnId};
 use crate::lsn::Lsn;
@@ -44,10 +45,13 @@ pub struct Meta {
     /// The root of the catalog of named tables; [`PageId::ZERO`] until the
     /// first table is created.
     pub catalog: PageId,
-    /// Pages on the free list; `None` when not known (a database last
-    /// written by a build that did not count them). 0 exactly when the
-    /// list is empty.
+    /// Free pages: on the free list, or set aside by a compaction under
+    /// way; `None` when not known (a database last written by a build that
+    /// did not count them). Without a compaction, 0 exactly when the list
+    /// is empty.
     pub free_pages: Option<u64>,
+    /// The compaction under way, if one is (see `db::compact`).
+    pub compaction: Option<Compaction>,
 }
 
 impl Meta {
@@ -70,12 +74,13 @@ impl Meta {
         Ok(())
     }
 
-    /// Page `no` went on the free list, as its head.
+    /// Page `no` went on the free list, as its head (`listed`), or was set
+    /// aside free by a compaction, on no list.
     ///
     /// # Errors
     /// What is wrong, when the count would pass the pages that can be free
     /// (all but the data file's head and the root): it was wrong on disk.
-    pub fn gave_free(&mut self, no: PageId) -> std::result::Result<(), String> {
+    pub fn gave_free(&mut self, no: PageId, listed: bool) -> std::result::Result<(), String> {
         assert!(
             no != PageId::ZERO && no.get() < self.page_count,
             "a page of the file"
@@ -89,8 +94,16 @@ impl Meta {
             }
             self.free_pages = Some(n + 1);
         }
-        self.freelist = no;
+        if listed {
+            self.freelist = no;
+        }
         Ok(())
+    }
+
+    /// Whether a page freed now goes on the free list: without a
+    /// compaction, always; during one, only below its boundary.
+    pub fn lists(&self, no: PageId) -> bool {
+        self.compaction.is_none_or(|c| no.get() < c.boundary)
     }
 }
 
@@ -143,7 +156,10 @@ fn check_meta(kind: &str, meta: &Meta) -> Result<()> {
         .map_err(|(_, detail)| out_of_range(kind, detail))?;
     crate::format::control::check_catalog_page(meta.catalog, meta.root, meta.freelist, count)
         .map_err(|(_, detail)| out_of_range(kind, detail))?;
-    crate::format::control::check_free_count(meta.free_pages, meta.freelist, count)
+    let compacting = meta.compaction.is_some();
+    crate::format::control::check_free_count(meta.free_pages, meta.freelist, count, compacting)
+        .map_err(|(_, detail)| out_of_range(kind, detail))?;
+    crate::format::control::check_compaction(meta.compaction, meta.freelist, count)
         .map_err(|(_, detail)| out_of_range(kind, detail))?;
     assert!(meta.root.get() < count && meta.freelist.get() < count);
     assert!(meta.catalog.get() < count);
@@ -406,6 +422,11 @@ fn encode_timed(first: u64, meta: &Meta, time_us: u64) -> Vec<u8> {
     out.extend_from_slice(&meta.catalog.get().to_le_bytes());
     out.extend_from_slice(&meta.free_pages.unwrap_or(FREE_UNKNOWN).to_le_bytes());
     assert_eq!(out.len(), META_RECORD_BYTES, "seven u64s");
+    if let Some(c) = meta.compaction {
+        out.extend_from_slice(&c.boundary.to_le_bytes());
+        out.extend_from_slice(&c.epoch.to_le_bytes());
+        assert_eq!(out.len(), META_RECORD_COMPACTING_BYTES, "nine u64s");
+    }
     debug_assert_eq!(decode_commit_time(&out), Some(time_us));
     debug_assert_eq!(decode_meta(&out).ok(), Some((first, *meta)));
     out
@@ -434,6 +455,9 @@ pub const COMMIT_BYTES: usize = 40;
 /// Bytes of a commit or checkpoint record's payload as this build writes
 /// it: the catalog root and the free-page count after the time.
 pub const META_RECORD_BYTES: usize = 56;
+/// Bytes of one written while a compaction is under way: its boundary and
+/// epoch follow (a record without them has none under way).
+pub const META_RECORD_COMPACTING_BYTES: usize = 72;
 
 /// The wall-clock time (µs since the epoch) a commit record carries;
 /// `None` for a record written before commits carried one.
@@ -456,6 +480,13 @@ pub fn decode_meta(b: &[u8]) -> Result<(u64, Meta)> {
         // Records of older builds end before these.
         catalog: PageId::new(le::get_u64(b, COMMIT_BYTES).unwrap_or(0)),
         free_pages: le::get_u64(b, COMMIT_BYTES + 8).filter(|&n| n != FREE_UNKNOWN),
+        compaction: match le::get_u64(b, META_RECORD_BYTES) {
+            Some(boundary) => Some(Compaction {
+                boundary,
+                epoch: le::get_u64(b, META_RECORD_BYTES + 8).ok_or_else(|| bad("commit"))?,
+            }),
+            None => None,
+        },
     };
     check_meta("commit or checkpoint", &meta)?;
     Ok((get(0)?, meta))

@@ -94,6 +94,11 @@ impl<S: Storage> Inner<S> {
             page_bytes: self.pool.page_bytes() as u64,
             pages: meta.page_count,
             free_pages: meta.free_pages,
+            compactable_pages: meta.free_pages.map(|free| {
+                let boundary = super::compact::plan(meta.page_count, free);
+                meta.page_count - boundary.unwrap_or(meta.page_count)
+            }),
+            compacting_to: meta.compaction.map(|c| c.boundary),
         }
     }
 

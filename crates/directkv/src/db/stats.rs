@@ -227,12 +227,27 @@ pub struct SpaceStats {
     /// file grows. `None` when not known: a database last written by a
     /// build that did not count them (the count `directkv check` walks).
     pub free_pages: Option<u64>,
+    /// Of the pages, those a compaction would give back
+    /// ([`Database::compact`](crate::Database::compact)): the free pages
+    /// less the slack it leaves, 0 when too few for it to run. `None`
+    /// while the free pages are not known.
+    pub compactable_pages: Option<u64>,
+    /// The page count a compaction under way cuts the file to (`None`:
+    /// none is; a later `compact` call takes one stopped short up again).
+    pub compacting_to: Option<u64>,
 }
 
 impl SpaceStats {
     /// The free pages' bytes, when they are counted.
     pub fn free_bytes(&self) -> Option<u64> {
         self.free_pages.map(|n| n.saturating_mul(self.page_bytes))
+    }
+
+    /// The bytes a compaction would give back, when the free pages are
+    /// counted.
+    pub fn compactable_bytes(&self) -> Option<u64> {
+        self.compactable_pages
+            .map(|n| n.saturating_mul(self.page_bytes))
     }
 }
 

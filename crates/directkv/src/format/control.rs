@@ -23,7 +23,9 @@
 //! | 112 | 8 | catalog root page (format version 2 only) |
 //! | 120 | 4 | CRC32C of bytes 112..120 (format version 2 only) |
 //! | 128 | 8 | pages on the free list (`u64::MAX`: not known) |
-//! | 136 | 40 | zero (reserved for the state of a compaction under way) |
+//! | 136 | 8 | a compaction's boundary (0: no compaction under way) |
+//! | 144 | 8 | a compaction's epoch (0 when no compaction is under way) |
+//! | 152 | 24 | zero (reserved) |
 //! | 176 | 4 | CRC32C of bytes 128..176 followed by the generation |
 //!
 //! Bytes 128..180 are an extension that versions 1 and 2 share: builds that
@@ -85,6 +87,9 @@ pub const SLOT_BYTES: usize = 4096;
 pub const SLOT_USED_BYTES: usize = 180;
 /// Where the extension of bytes 128..180 begins, and its CRC.
 const EXT_AT: usize = 128;
+/// Where a compaction's boundary and epoch are; reserved bytes follow.
+const COMPACTION_AT: usize = 136;
+const RESERVED_AT: usize = 152;
 const EXT_CRC_AT: usize = 176;
 /// The free-page count's encoding when it is not known.
 const FREE_UNKNOWN: u64 = u64::MAX;
@@ -98,6 +103,17 @@ pub const HISTORY_ZERO: HistoryId = [0; 16];
 pub type HistoryId = [u8; 16];
 
 const _: () = assert!(SLOT_USED_BYTES <= SLOT_BYTES);
+
+/// The state of a compaction under way (see `db::compact`): pages at or
+/// past `boundary` are no longer handed out, and the free pages on the
+/// list carry `epoch`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Compaction {
+    /// The page count the compaction cuts the data file to.
+    pub boundary: u64,
+    /// The mark the free pages listed since it began carry (never 0).
+    pub epoch: u64,
+}
 
 /// The contents of one control slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,8 +136,11 @@ pub struct Control {
     pub page_count: u64,
     /// Head of the free-page list ([`PageId::ZERO`]: empty).
     pub freelist_head: PageId,
-    /// Pages on the free list; `None` when not known.
+    /// Free pages (on the free list, or set aside by a compaction under
+    /// way); `None` when not known.
     pub free_pages: Option<u64>,
+    /// The compaction under way, if one is.
+    pub compaction: Option<Compaction>,
     /// Feature flags.
     pub flags: u64,
     /// The line of history this database is on.
@@ -169,11 +188,7 @@ impl Control {
         );
         assert!((PAGE_COUNT_MIN..=PAGE_COUNT_MAX).contains(&self.page_count));
         assert!((1..=CONTROL_GENERATION_MAX).contains(&self.generation));
-        assert!(
-            check_free_count(self.free_pages, self.freelist_head, self.page_count).is_ok(),
-            "the free-page count fits the free list: {:?}",
-            self.free_pages
-        );
+        self.assert_extension_fits();
         out[..SLOT_BYTES].fill(0);
         out[0..8].copy_from_slice(&CONTROL_MAGIC);
         le::put_u32(out, 8, FORMAT_VERSION);
@@ -207,10 +222,31 @@ impl Control {
         );
     }
 
+    /// Asserts that the free-page count and the compaction fit the slot's
+    /// other fields: what decode refuses is never written.
+    fn assert_extension_fits(&self) {
+        let compacting = self.compaction.is_some();
+        let (freelist, count) = (self.freelist_head, self.page_count);
+        assert!(
+            check_free_count(self.free_pages, freelist, count, compacting).is_ok(),
+            "the free-page count fits the free list: {:?}",
+            self.free_pages
+        );
+        assert!(
+            check_compaction(self.compaction, freelist, count).is_ok(),
+            "a compaction within the file: {:?}",
+            self.compaction
+        );
+    }
+
     /// Writes what follows the history: the catalog root (making the slot
     /// version 2) and the free-page extension.
     fn encode_extensions(&self, out: &mut [u8]) {
         le::put_u64(out, EXT_AT, self.free_pages.unwrap_or(FREE_UNKNOWN));
+        if let Some(c) = self.compaction {
+            le::put_u64(out, COMPACTION_AT, c.boundary);
+            le::put_u64(out, COMPACTION_AT + 8, c.epoch);
+        }
         le::put_u32(out, EXT_CRC_AT, ext_crc(out, self.generation));
         if self.catalog != PageId::ZERO {
             le::put_u32(out, 8, FORMAT_VERSION_TABLES);
@@ -265,16 +301,7 @@ impl Control {
         }
         let history_lost = unrecorded && u64_at(80) & FLAG_HISTORY != 0;
         let generation = u64_at(16);
-        let extended = b.len() >= SLOT_USED_BYTES && u32_at(EXT_CRC_AT) == ext_crc(b, generation);
-        if extended && b[EXT_AT + 8..EXT_CRC_AT].iter().any(|&x| x != 0) {
-            return Err(Error::Corruption {
-                path: path.to_path_buf(),
-                offset: (EXT_AT + 8) as u64,
-                page: None,
-                detail: "control slot: reserved bytes 136..176 are not zero".into(),
-            });
-        }
-        let free_pages = Some(u64_at(EXT_AT)).filter(|&n| extended && n != FREE_UNKNOWN);
+        let (free_pages, compaction) = decode_extension(b, generation, path)?;
         let c = Control {
             page_bytes: u32_at(12),
             generation,
@@ -286,6 +313,7 @@ impl Control {
             page_count: u64_at(64),
             freelist_head: PageId::new(u64_at(72)),
             free_pages,
+            compaction,
             flags: u64_at(80),
             history,
             history_lost,
@@ -347,7 +375,14 @@ impl Control {
             self.page_count,
         )
         .or_else(|(offset, detail)| bad(offset, detail))?;
-        check_free_count(self.free_pages, self.freelist_head, self.page_count)
+        check_free_count(
+            self.free_pages,
+            self.freelist_head,
+            self.page_count,
+            self.compaction.is_some(),
+        )
+        .or_else(|(offset, detail)| bad(offset, detail))?;
+        check_compaction(self.compaction, self.freelist_head, self.page_count)
             .or_else(|(offset, detail)| bad(offset, detail))?;
         assert!(self.page_count >= PAGE_COUNT_MIN && self.root_page.get() < self.page_count);
         assert!(self.freelist_head.get() < self.page_count);
@@ -383,6 +418,49 @@ pub fn check_tree_pages(
     Ok(())
 }
 
+/// The free-page count and the compaction a slot's extension carries:
+/// none when it has no valid extension (an older build's slot).
+///
+/// # Errors
+/// [`Error::Corruption`] naming `path` for reserved bytes set, or an epoch
+/// without a boundary.
+fn decode_extension(
+    b: &[u8],
+    generation: u64,
+    path: &Path,
+) -> Result<(Option<u64>, Option<Compaction>)> {
+    let extended =
+        b.len() >= SLOT_USED_BYTES && le::u32_at(b, EXT_CRC_AT) == ext_crc(b, generation);
+    if !extended {
+        return Ok((None, None));
+    }
+    let bad = |offset: usize, detail: String| Error::Corruption {
+        path: path.to_path_buf(),
+        offset: offset as u64,
+        page: None,
+        detail: format!("control slot: {detail}"),
+    };
+    if b[RESERVED_AT..EXT_CRC_AT].iter().any(|&x| x != 0) {
+        return Err(bad(
+            RESERVED_AT,
+            "reserved bytes 152..176 are not zero".into(),
+        ));
+    }
+    let free_pages = Some(le::u64_at(b, EXT_AT)).filter(|&n| n != FREE_UNKNOWN);
+    let (boundary, epoch) = (
+        le::u64_at(b, COMPACTION_AT),
+        le::u64_at(b, COMPACTION_AT + 8),
+    );
+    if boundary == 0 && epoch != 0 {
+        let what = format!("compaction epoch {epoch} without a boundary");
+        return Err(bad(COMPACTION_AT + 8, what));
+    }
+    Ok((
+        free_pages,
+        (boundary != 0).then_some(Compaction { boundary, epoch }),
+    ))
+}
+
 /// The CRC of a slot's extension: bytes 128..176, then the generation.
 fn ext_crc(slot: &[u8], generation: u64) -> u32 {
     let crc = crc32c::crc32c(&slot[EXT_AT..EXT_CRC_AT]);
@@ -390,24 +468,60 @@ fn ext_crc(slot: &[u8], generation: u64) -> u32 {
 }
 
 /// Checks a free-page count against the free-list head and the page
-/// count: not known, or 0 exactly when the list is empty, and fewer than
-/// the pages past the data file's head and the root. Errs with the
-/// field's offset in a `CONTROL` slot (128) and what is wrong.
+/// count: not known, or fewer than the pages past the data file's head
+/// and the root, and (unless a compaction sets free pages aside, off the
+/// list) 0 exactly when the list is empty. Errs with the field's offset
+/// in a `CONTROL` slot (128) and what is wrong.
 pub fn check_free_count(
     free_pages: Option<u64>,
     freelist: PageId,
     page_count: u64,
+    compacting: bool,
 ) -> std::result::Result<(), (u64, String)> {
     let Some(n) = free_pages else {
         return Ok(());
     };
-    if (n == 0) != (freelist == PageId::ZERO) || n > page_count.saturating_sub(2) {
+    let listed = freelist != PageId::ZERO;
+    let fits = match compacting {
+        false => (n == 0) != listed,
+        true => n > 0 || !listed,
+    };
+    if !fits || n > page_count.saturating_sub(2) {
         return Err((
             EXT_AT as u64,
             format!(
                 "free page count {n} does not fit free-list head {freelist} and                  {page_count} pages"
             ),
         ));
+    }
+    Ok(())
+}
+
+/// Checks a compaction's state against the free-list head and the page
+/// count: its boundary is a page count of at least [`PAGE_COUNT_MIN`] and
+/// at most the file's, the free list is below it, and its epoch is not 0.
+/// Errs with the field's offset in a `CONTROL` slot (136 or 144) and what
+/// is wrong.
+pub fn check_compaction(
+    compaction: Option<Compaction>,
+    freelist: PageId,
+    page_count: u64,
+) -> std::result::Result<(), (u64, String)> {
+    let Some(c) = compaction else {
+        return Ok(());
+    };
+    if !(PAGE_COUNT_MIN..=page_count).contains(&c.boundary) || freelist.get() >= c.boundary {
+        return Err((
+            COMPACTION_AT as u64,
+            format!(
+                "compaction boundary {} is outside {PAGE_COUNT_MIN}..={page_count} or not past \
+                 free-list head {freelist}",
+                c.boundary
+            ),
+        ));
+    }
+    if c.epoch == 0 {
+        return Err(((COMPACTION_AT + 8) as u64, "compaction epoch is 0".into()));
     }
     Ok(())
 }
@@ -438,160 +552,4 @@ pub fn check_catalog_page(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn sample() -> Control {
-        Control {
-            page_bytes: 8192,
-            generation: 3,
-            db_id: [9; 16],
-            checkpoint_lsn: Lsn::new(200),
-            redo_lsn: Lsn::new(100),
-            root_page: PageId::new(1),
-            catalog: PageId::ZERO,
-            page_count: 5,
-            freelist_head: PageId::ZERO,
-            free_pages: Some(0),
-            flags: FLAG_HISTORY,
-            history: [4; 16],
-            history_lost: false,
-        }
-    }
-
-    /// A slot with a catalog is format version 2 and carries its root under
-    /// a CRC of its own; one without stays version 1, byte for byte what a
-    /// build without tables writes.
-    #[test]
-    fn a_catalog_makes_the_slot_version_2() {
-        let path = Path::new("CONTROL");
-        let mut slot = vec![0u8; SLOT_BYTES];
-        sample().encode(&mut slot);
-        assert_eq!(le::u32_at(&slot, 8), FORMAT_VERSION);
-        assert!(slot[112..128].iter().all(|&b| b == 0));
-        let with = Control {
-            catalog: PageId::new(3),
-            ..sample()
-        };
-        with.encode(&mut slot);
-        assert_eq!(le::u32_at(&slot, 8), FORMAT_VERSION_TABLES);
-        assert_eq!(Control::decode(&slot, path).expect("ok"), Some(with));
-        let mut damaged = slot.clone();
-        damaged[113] ^= 1;
-        assert_eq!(Control::decode(&damaged, path).expect("ok"), None);
-        let on_root = Control {
-            catalog: PageId::new(1),
-            ..sample()
-        };
-        let mut raw = vec![0u8; SLOT_BYTES];
-        with.encode(&mut raw);
-        le::put_u64(&mut raw, 112, on_root.catalog.get());
-        let crc = crc32c::crc32c(&raw[112..120]);
-        le::put_u32(&mut raw, 120, crc);
-        assert!(matches!(
-            Control::decode(&raw, path),
-            Err(Error::Corruption { offset: 112, .. })
-        ));
-    }
-
-    /// The free-page count rides in the extension under its own CRC (over
-    /// the generation too): a slot of a build that writes zeros there reads
-    /// as not knowing it, as does one whose extension is another
-    /// generation's; reserved bytes set, or a count that does not fit the
-    /// free list, are corruption naming offset 128 or 136.
-    #[test]
-    fn the_free_page_count_is_an_extension_older_builds_leave_unknown() {
-        let path = Path::new("CONTROL");
-        let counted = Control {
-            page_count: 9,
-            freelist_head: PageId::new(4),
-            free_pages: Some(3),
-            ..sample()
-        };
-        let mut slot = vec![0u8; SLOT_BYTES];
-        counted.encode(&mut slot);
-        assert_eq!(le::u32_at(&slot, 8), FORMAT_VERSION, "no new version");
-        assert_eq!(Control::decode(&slot, path).expect("ok"), Some(counted));
-        let unknown = Control {
-            free_pages: None,
-            ..counted
-        };
-        let mut raw = vec![0u8; SLOT_BYTES];
-        unknown.encode(&mut raw);
-        assert_eq!(Control::decode(&raw, path).expect("ok"), Some(unknown));
-        // An older build's slot: zeros past 124.
-        let mut old = slot.clone();
-        old[EXT_AT..SLOT_USED_BYTES].fill(0);
-        assert_eq!(Control::decode(&old, path).expect("ok"), Some(unknown));
-        // The same extension under another generation is not this one's.
-        let mut other = slot.clone();
-        le::put_u64(&mut other, 16, counted.generation + 1);
-        let crc = crc32c::crc32c(&other[..88]);
-        le::put_u32(&mut other, 88, crc);
-        let got = Control::decode(&other, path).expect("ok").expect("valid");
-        assert_eq!(got.free_pages, None);
-        let reseal = |s: &mut Vec<u8>| {
-            let crc = ext_crc(s, counted.generation);
-            le::put_u32(s, EXT_CRC_AT, crc);
-        };
-        let mut reserved = slot.clone();
-        reserved[150] = 1;
-        reseal(&mut reserved);
-        assert!(matches!(
-            Control::decode(&reserved, path),
-            Err(Error::Corruption { offset: 136, .. })
-        ));
-        for n in [0u64, 8] {
-            let mut wrong = slot.clone();
-            le::put_u64(&mut wrong, EXT_AT, n);
-            reseal(&mut wrong);
-            assert!(
-                matches!(
-                    Control::decode(&wrong, path),
-                    Err(Error::Corruption { offset: 128, .. })
-                ),
-                "{n}"
-            );
-        }
-    }
-
-    /// The history round-trips; a slot of a build that records none reads
-    /// as the first line, and one such a build wrote over a newer one's (the
-    /// flag kept, the id zeroed) reads as a lost line; damaged history bytes
-    /// make the slot invalid.
-    #[test]
-    fn histories_read_back_and_lost_ones_are_told_apart() {
-        let path = Path::new("CONTROL");
-        let mut slot = vec![0u8; SLOT_BYTES];
-        sample().encode(&mut slot);
-        let back = Control::decode(&slot, path)
-            .expect("version")
-            .expect("valid");
-        assert_eq!(back, sample());
-        // The first line, recorded: zeros with their CRC.
-        let first = Control {
-            history: HISTORY_ZERO,
-            ..sample()
-        };
-        first.encode(&mut slot);
-        assert!(slot[108..112].iter().any(|&b| b != 0), "a CRC of zeros");
-        assert_eq!(Control::decode(&slot, path).expect("ok"), Some(first));
-        // An older build's slot: no flag, zeros.
-        let mut old = slot.clone();
-        old[92..112].fill(0);
-        le::put_u64(&mut old, 80, 0);
-        let crc = crc32c::crc32c(&old[..88]);
-        le::put_u32(&mut old, 88, crc);
-        let got = Control::decode(&old, path).expect("ok").expect("valid");
-        assert_eq!((got.history, got.history_lost), (HISTORY_ZERO, false));
-        // An older build wrote it after a newer one: the flag, no id.
-        let mut lost = slot.clone();
-        lost[92..112].fill(0);
-        let got = Control::decode(&lost, path).expect("ok").expect("valid");
-        assert!(got.history_lost, "{got:?}");
-        // Damage in the history bytes.
-        let mut damaged = slot.clone();
-        damaged[95] ^= 1;
-        assert_eq!(Control::decode(&damaged, path).expect("ok"), None);
-    }
-}
+mod tests;

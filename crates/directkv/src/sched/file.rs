@@ -220,6 +220,15 @@ impl<F: StorageFile> Admitted<'_, F> {
         self.file.sync_all()
     }
 
+    /// As [`StorageFile::set_len`] (moves no bytes of the permit's).
+    ///
+    /// # Errors
+    /// As [`StorageFile::set_len`].
+    pub fn set_len(&self, len: u64) -> Result<()> {
+        self.count(1);
+        self.file.set_len(len)
+    }
+
     /// As [`StorageFile::allocate`]: with [`Fill::Zero`] the zeros count
     /// against the permit, a reservation moves nothing.
     ///

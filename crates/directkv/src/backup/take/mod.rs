@@ -495,6 +495,7 @@ impl<E: Engine> Take<'_, E> {
             page_count: cp.meta.page_count,
             freelist_head: cp.meta.freelist,
             free_pages: cp.meta.free_pages,
+            compaction: cp.meta.compaction,
             flags: c.flags | FLAG_BACKUP,
             ..c
         })

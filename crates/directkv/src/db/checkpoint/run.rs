@@ -215,6 +215,7 @@ impl<S: Storage> Inner<S> {
             page_count: meta.page_count,
             freelist_head: meta.freelist,
             free_pages: meta.free_pages,
+            compaction: meta.compaction,
             // A database opened from a backup is one from its first
             // checkpoint on, on a history of its own: its log from here
             // differs from the original's at the same LSNs. So is one

@@ -273,6 +273,7 @@ fn create<S: Storage>(
             page_count: 2,
             freelist_head: PageId::ZERO,
             free_pages: Some(0),
+            compaction: None,
             flags: crate::format::control::FLAG_HISTORY,
             // The line it is created on; a copy opened from a backup
             // starts another.

@@ -70,6 +70,7 @@ pub(super) fn recover<S: Storage>(
         freelist: control.freelist_head,
         catalog: control.catalog,
         free_pages: control.free_pages,
+        compaction: control.compaction,
     };
     let started = Instant::now();
     let pages_read_before = pool.stats().pages_read;

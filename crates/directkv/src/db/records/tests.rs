@@ -151,6 +151,7 @@ fn record_fields_are_range_checked_at_their_edges() {
         freelist: pid(free),
         catalog: PageId::ZERO,
         free_pages: None,
+        compaction: None,
     };
     let max = PAGE_COUNT_MAX;
     let metas = [
@@ -207,9 +208,11 @@ fn meta_round_trip() {
         freelist: pid(12),
         catalog: PageId::ZERO,
         free_pages: Some(40),
+        compaction: None,
     };
     let bare = Meta {
         free_pages: None,
+        compaction: None,
         ..m
     };
     assert_eq!(
@@ -245,6 +248,7 @@ fn the_catalog_root_and_the_free_count_ride_after_the_time() {
         freelist: pid(12),
         catalog: pid(7),
         free_pages: Some(40),
+        compaction: None,
     };
     let c = encode_commit(tid(42), &m, 1_700_000_000_000_123);
     assert_eq!(c.len(), META_RECORD_BYTES);
@@ -253,6 +257,7 @@ fn the_catalog_root_and_the_free_count_ride_after_the_time() {
     let older = |catalog: PageId| Meta {
         catalog,
         free_pages: None,
+        compaction: None,
         ..m
     };
     assert_eq!(
@@ -265,6 +270,7 @@ fn the_catalog_root_and_the_free_count_ride_after_the_time() {
     );
     let unknown = Meta {
         free_pages: None,
+        compaction: None,
         ..m
     };
     let u = encode_commit(tid(42), &unknown, 9);
@@ -287,6 +293,7 @@ fn the_catalog_root_and_the_free_count_ride_after_the_time() {
     let empty = Meta {
         freelist: PageId::ZERO,
         free_pages: Some(0),
+        compaction: None,
         ..m
     };
     let e = encode_commit(tid(1), &empty, 9);
@@ -305,6 +312,7 @@ fn one_decoder_covers_every_engine_kind_and_no_other() {
         freelist: PageId::new(4),
         catalog: PageId::ZERO,
         free_pages: Some(1),
+        compaction: None,
     };
     let at = Lsn::new(1000);
     let commit = encode_commit(TxnId::new(7), &meta, 5);
@@ -338,4 +346,36 @@ fn one_decoder_covers_every_engine_kind_and_no_other() {
     assert_eq!(kind_name(1), "flush_header");
     assert_eq!(kind_name(2), "pad");
     assert_eq!(kind_name(24), "user(24)");
+}
+
+/// A record written during a compaction carries its boundary and epoch
+/// after the free-page count (72 bytes); one without them has none under
+/// way; a boundary past the file, or below the free list, is refused.
+#[test]
+fn a_compaction_rides_after_the_free_count() {
+    let m = Meta {
+        root: pid(5),
+        page_count: 99,
+        freelist: pid(12),
+        catalog: pid(7),
+        free_pages: Some(40),
+        compaction: Some(crate::format::control::Compaction {
+            boundary: 30,
+            epoch: 1234,
+        }),
+    };
+    let c = encode_commit(tid(42), &m, 7);
+    assert_eq!(c.len(), META_RECORD_COMPACTING_BYTES);
+    assert_eq!(decode_commit(&c).expect("decode"), (tid(42), m));
+    let before = decode_commit(&c[..META_RECORD_BYTES]).expect("decode").1;
+    assert_eq!(before.compaction, None);
+    for boundary in [100, 12, 1] {
+        let mut bad = c.clone();
+        bad[META_RECORD_BYTES..META_RECORD_BYTES + 8].copy_from_slice(&u64::to_le_bytes(boundary));
+        assert!(decode_commit(&bad).is_err(), "boundary {boundary}");
+    }
+    assert!(
+        decode_commit(&c[..META_RECORD_BYTES + 8]).is_err(),
+        "a boundary without its epoch"
+    );
 }

@@ -541,54 +541,7 @@ impl<S: Storage> PagesMut for CommitCtx<'_, S> {
     }
 
     fn allocate(&mut self, init: impl FnOnce(&mut [u8])) -> Result<PageId> {
-        // A page off the free list or past the end is in no reader's path
-        // but a stale one, which the free that unlinked it already ended.
-        let head = self.meta.freelist;
-        if head != PageId::ZERO {
-            let next = self.read(head, Access::Normal, crate::btree::tree::free_next)?;
-            // A link read from disk: past the file, or back to its own
-            // page, it would hand out a page that does not exist or twice.
-            if next.get() >= self.meta.page_count || next == head {
-                return Err(self.env.pool.page_corruption(
-                    head,
-                    format!(
-                        "the free page links to page {next}, not 0 or one of pages 1..{} \
-                         other than itself",
-                        self.meta.page_count
-                    ),
-                ));
-            }
-            self.meta
-                .took_free(next)
-                .map_err(|what| self.env.pool.page_corruption(head, what))?;
-            let tree = self.current;
-            self.change(head, false, |p| {
-                p[page::PAGE_HEADER_BYTES..].fill(0);
-                init(p);
-                page::set_tree(p, tree);
-            })?;
-            self.count_pages(tree, 1)?;
-            return Ok(head);
-        }
-        if self.meta.page_count >= crate::constants::PAGE_COUNT_MAX {
-            return Err(Error::Unsupported {
-                what: "a data file of more pages",
-                detail: format!(
-                    "the data file holds {} pages, the most a database may",
-                    self.meta.page_count
-                ),
-            });
-        }
-        let no = PageId::new(self.meta.page_count);
-        self.meta.page_count += 1;
-        assert!(self.meta.page_count <= crate::constants::PAGE_COUNT_MAX);
-        let tree = self.current;
-        self.change(no, true, |p| {
-            init(p);
-            page::set_tree(p, tree);
-        })?;
-        self.count_pages(tree, 1)?;
-        Ok(no)
+        self.take_free_page(init)
     }
 
     fn restructure(&mut self) {
@@ -596,24 +549,7 @@ impl<S: Storage> PagesMut for CommitCtx<'_, S> {
     }
 
     fn free(&mut self, no: PageId) -> Result<()> {
-        self.reshape();
-        let next = self.meta.freelist;
-        let owner = self.change(no, false, |p| {
-            let owner = page::tree_of(p);
-            crate::btree::tree::init_free(p, next);
-            owner
-        })?;
-        if owner != self.current {
-            // Reached through the selected tree (a descent refuses another
-            // tree's page; an overflow chain's link is the page's bytes).
-            let what = format!("page of tree {owner} reached through tree {}", self.current);
-            return Err(self.env.pool.page_corruption(no, what));
-        }
-        self.count_pages(owner, -1)?;
-        self.meta
-            .gave_free(no)
-            .map_err(|what| self.env.pool.page_corruption(no, what))?;
-        Ok(())
+        self.give_free_page(no)
     }
 
     fn root(&self) -> PageId {
@@ -641,6 +577,8 @@ impl<S: Storage> PagesMut for CommitCtx<'_, S> {
         }
     }
 }
+
+mod free_sets;
 
 /// The commit pipeline over a bare pool and log on the simulated disk, with
 /// no `Database` around it: what [`CommitEnv`] hands it is all it uses.

@@ -25,21 +25,17 @@
 use std::sync::Arc;
 
 use super::super::engine::Inner;
-use super::commit::{Applied, CommitCtx, PoolPages};
+use super::commit::{CommitCtx, PoolPages};
+use super::step::Outcome;
 use super::tables::{self, TableState, Tree};
 use crate::btree::tree;
 use crate::buffer::Access;
 use crate::error::{Error, Result};
 use crate::io::Storage;
-use crate::lsn::Lsn;
 
 /// Pages of a dropped table one step frees at most (a bounded hold of the
 /// commit section: every commit waits for a step).
 pub(crate) const FREE_STEP_PAGES: usize = 32;
-
-/// Attempts of a step that each find a page missing, before its last try
-/// reads missing pages inside the section.
-const STEP_MISSES_MAX: usize = 8;
 
 /// The pause between two steps of one run of the freer: the commits that
 /// waited for the first get the commit section before the second.
@@ -99,75 +95,30 @@ impl<S: Storage> Inner<S> {
 
     /// One step of freeing `t` (see the module docs).
     fn free_step(&self, t: &Arc<TableState>) -> Result<()> {
-        for attempt in 0..=STEP_MISSES_MAX {
-            let section = self.txns.committer.lock()?;
-            let r = self.free_step_in_section(t, attempt == STEP_MISSES_MAX);
-            drop(section);
-            match self.vitals.health.observe(r)? {
-                Applied::Done(_) => return Ok(()),
-                Applied::Missed(page) => {
-                    assert!(
-                        attempt < STEP_MISSES_MAX,
-                        "the last try reads what it misses"
-                    );
-                    drop(
-                        self.vitals
-                            .health
-                            .observe(self.pool.read(page, Access::Normal))?,
-                    );
-                }
+        let catalog = self.txns.tables.catalog();
+        let apply = |ctx: &mut CommitCtx<'_, S>| {
+            assert!(!t.is_live(), "only a dropped table's pages are freed");
+            let at = t.dropped_at().expect("a dropped table has its drop's CSN");
+            // Here the drop is published: a snapshot that registers from now on
+            // is of it or later and cannot see the table. One that registered
+            // before, between the choice of this table and now, still can.
+            assert!(self.txns.versions.visible() >= at, "the drop is published");
+            if self.txns.versions.oldest_live()?.is_some_and(|s| s < at) {
+                return Ok(Outcome::Skip((false, 0)));
             }
-        }
-        unreachable!("the last attempt reads through")
-    }
-
-    /// The step, in the commit section.
-    fn free_step_in_section(&self, t: &Arc<TableState>, read_through: bool) -> Result<Applied> {
-        let mut meta = self.txns.tree.write()?;
-        assert!(!t.is_live(), "only a dropped table's pages are freed");
-        let at = t.dropped_at().expect("a dropped table has its drop's CSN");
-        // Here the drop is published: a snapshot that registers from now on
-        // is of it or later and cannot see the table. One that registered
-        // before, between the choice of this table and now, still can.
-        assert!(self.txns.versions.visible() >= at, "the drop is published");
-        if self.txns.versions.oldest_live()?.is_some_and(|s| s < at) {
-            return Ok(Applied::Done(Lsn::ZERO));
-        }
-        let horizon = Lsn::new(
-            self.ckpt
-                .fpi_horizon
-                .load(std::sync::atomic::Ordering::Acquire),
-        );
-        let mut ctx = CommitCtx::new(
-            self.commit_env(),
-            *meta,
-            self.vitals.counters.next_txn(),
-            horizon,
-        );
-        ctx.read_through = read_through;
-        let gone = match free_pages(&mut ctx, t, self.txns.tables.catalog()) {
-            Ok(gone) => gone,
-            Err(e) => {
-                let missed = ctx.missed();
-                ctx.rollback();
-                return match missed {
-                    Some(page) => Ok(Applied::Missed(page)),
-                    None => Err(e),
-                };
-            }
+            let gone = free_pages(ctx, t, catalog)?;
+            Ok(Outcome::Commit((gone, ctx.held_pages() as u64)))
         };
-        let freed = ctx.held_pages() as u64;
-        let new_meta = ctx.meta;
-        let lsn = ctx.commit()?;
-        *meta = new_meta;
-        if gone {
-            self.txns.tables.remove(t.id)?;
-        }
+        let removed = |&(gone, _): &(bool, u64)| match gone {
+            true => self.txns.tables.remove(t.id),
+            false => Ok(()),
+        };
+        let ((_, freed), _) = self.run_step(apply, removed)?;
         let counters = &self.vitals.counters;
         counters
             .dropped_pages_freed
             .fetch_add(freed, std::sync::atomic::Ordering::Relaxed);
-        Ok(Applied::Done(lsn))
+        Ok(())
     }
 }
 

@@ -16,6 +16,7 @@ pub(crate) mod drops;
 pub(crate) mod locks;
 pub(crate) mod read;
 pub(crate) mod shape;
+pub(crate) mod step;
 pub(crate) mod tables;
 pub(crate) mod ticket;
 pub(crate) mod versions;

@@ -21,6 +21,7 @@ fn base() -> Control {
         page_count: 2,
         freelist_head: PageId::ZERO,
         free_pages: Some(0),
+        compaction: None,
         flags: FLAG_HISTORY,
         history: [7; 16],
         history_lost: false,

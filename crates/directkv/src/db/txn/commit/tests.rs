@@ -81,6 +81,7 @@ const META: Meta = Meta {
     freelist: PageId::ZERO,
     catalog: PageId::ZERO,
     free_pages: Some(0),
+    compaction: None,
 };
 
 /// Runs one transaction that applies `change` and commits; returns the

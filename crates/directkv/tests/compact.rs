@@ -1,0 +1,319 @@
+//! Compaction gives the free space inside the data file back to the
+//! filesystem while transactions run: the pages in use move below a
+//! boundary, the file is cut, and nothing is lost, at any step, across a
+//! reopen, in the default keyspace, in tables, in dropped tables and in
+//! long values' overflow chains.
+
+// Keys are big-endian numbers, so that a run of numbers is a run of keys
+// and deleting it frees whole leaves.
+#![allow(clippy::big_endian_bytes)]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use directkv::internals::io::Storage;
+use directkv::internals::sim::SimStorage;
+use directkv::{CompactOptions, Database, Options};
+
+use common::sim_opts;
+
+type Model = BTreeMap<(String, Vec<u8>), Vec<u8>>;
+
+/// The value of key `i`: every seventh long enough for an overflow chain.
+fn value(i: u32, round: u8) -> Vec<u8> {
+    let len = if i % 7 == 0 { 9000 } else { 150 };
+    vec![round ^ (i as u8); len]
+}
+
+/// Puts keys `from..to` in the default keyspace (table "") or in table
+/// `table`, in commits of 200, and notes them in `model`.
+fn put_range<S: Storage>(db: &Database<S>, model: &mut Model, table: &str, from: u32, to: u32) {
+    for chunk in (from..to).collect::<Vec<_>>().chunks(200) {
+        let mut w = db.begin_write().expect("begin");
+        let t = (!table.is_empty()).then(|| match w.open_table(table) {
+            Ok(t) => t,
+            Err(_) => w.create_table(table).expect("create"),
+        });
+        for &i in chunk {
+            let (k, v) = (i.to_be_bytes(), value(i, 1));
+            match &t {
+                Some(t) => w.table(t).put(&k, &v).expect("put"),
+                None => w.put(&k, &v).expect("put"),
+            }
+            model.insert((table.to_string(), k.to_vec()), v);
+        }
+        w.commit().expect("commit");
+    }
+}
+
+/// Deletes keys `from..to` of `table` ("": the default keyspace).
+fn delete_range<S: Storage>(db: &Database<S>, model: &mut Model, table: &str, from: u32, to: u32) {
+    for chunk in (from..to).collect::<Vec<_>>().chunks(500) {
+        let mut w = db.begin_write().expect("begin");
+        let t = (!table.is_empty()).then(|| w.open_table(table).expect("open"));
+        for &i in chunk {
+            let k = i.to_be_bytes();
+            match &t {
+                Some(t) => w.table(t).delete(&k).expect("delete"),
+                None => w.delete(&k).expect("delete"),
+            }
+            model.remove(&(table.to_string(), k.to_vec()));
+        }
+        w.commit().expect("commit");
+    }
+}
+
+/// Everything the database holds, as the model keeps it.
+fn read_all<S: Storage>(db: &Database<S>) -> Model {
+    let r = db.begin_read().expect("read");
+    let mut out = Model::new();
+    for kv in r.range::<std::ops::RangeFull>(..) {
+        let (k, v) = kv.expect("row");
+        out.insert((String::new(), k), v);
+    }
+    for t in r.list_tables().expect("list") {
+        let h = r.open_table(&t.name).expect("open");
+        for kv in r.table(&h).range::<std::ops::RangeFull>(..) {
+            let (k, v) = kv.expect("row");
+            out.insert((t.name.clone(), k), v);
+        }
+    }
+    out
+}
+
+/// Asserts that `db` holds exactly `model`, naming the first key that
+/// differs (never printing the values).
+fn assert_holds<S: Storage>(db: &Database<S>, model: &Model, ctx: &str) {
+    let got = read_all(db);
+    let differ = |a: &Model, b: &Model| {
+        a.iter()
+            .find(|(k, v)| b.get(*k) != Some(*v))
+            .map(|(k, v)| (k.clone(), v.len(), b.get(k).map(Vec::len)))
+    };
+    assert!(
+        got == *model,
+        "{ctx}: {} keys held, {} expected; held but not so expected: {:?}; expected but not \
+         so held: {:?}",
+        got.len(),
+        model.len(),
+        differ(&got, model),
+        differ(model, &got)
+    );
+}
+
+/// A database of 12,000 keys in the default keyspace and two tables, of
+/// which the first 90% of each are deleted and a third table dropped.
+fn shrunk_database<S: Storage>(db: &Database<S>) -> Model {
+    let mut model = Model::new();
+    put_range(db, &mut model, "", 0, 4000);
+    put_range(db, &mut model, "a", 0, 4000);
+    put_range(db, &mut model, "b", 0, 4000);
+    let mut gone = Model::new();
+    put_range(db, &mut gone, "dropped", 0, 2000);
+    let mut w = db.begin_write().expect("begin");
+    w.drop_table("dropped").expect("drop");
+    w.commit().expect("commit");
+    for t in ["", "a", "b"] {
+        delete_range(db, &mut model, t, 0, 3600);
+    }
+    // The dropped table's pages go back in steps, one per commit without
+    // background threads.
+    loop {
+        let mut w = db.begin_write().expect("begin");
+        w.put(b"tick", b"").expect("put");
+        w.commit().expect("commit");
+        if db.stats().tables.dropped == 0 {
+            break;
+        }
+    }
+    model.insert((String::new(), b"tick".to_vec()), Vec::new());
+    model
+}
+
+/// A compaction moves what is in use below its boundary and cuts the
+/// file: the file ends far shorter, every key reads back, the check
+/// proves every page, and so does a reopen.
+#[test]
+fn compaction_cuts_the_file_and_keeps_every_key() {
+    let dir = common::scratch();
+    let opts = Options {
+        page_bytes: 4096,
+        ..common::unsynced(4 << 20)
+    };
+    let db = Database::open(dir.path(), opts.clone()).expect("open");
+    let model = shrunk_database(&db);
+    db.checkpoint().expect("checkpoint");
+    let before = db.stats().space;
+    let report = db.compact().expect("compact");
+    assert!(report.finished, "{report:?}");
+    assert!(report.pages_moved > 0, "{report:?}");
+    let after = db.stats().space;
+    let check = db.check().expect("check");
+    assert_eq!(check.pages, after.pages);
+    assert!(
+        after.pages * 3 < before.pages,
+        "the page count falls: {before:?} to {after:?}, {report:?}"
+    );
+    assert!(
+        report.file_bytes_after * 3 < report.file_bytes_before,
+        "the file is cut: {report:?}"
+    );
+    let len = std::fs::metadata(dir.path().join("data"))
+        .expect("data")
+        .len();
+    assert!(len <= report.file_bytes_after.max(after.pages * 4096) + (1 << 20));
+    assert_holds(&db, &model, "compacted");
+    db.close().expect("close");
+    let db = Database::open(dir.path(), opts).expect("reopen");
+    assert_holds(&db, &model, "reopened");
+    db.check().expect("check after reopen");
+    db.close().expect("close");
+}
+
+/// A compaction stopped by its step limit stays under way: the check
+/// proves the database at every step (pages set aside included), commits
+/// go on between the calls, and a crash at any of several points keeps
+/// it, for later calls to end.
+#[test]
+fn a_compaction_cut_short_is_checked_at_every_step_and_taken_up_after_a_crash() {
+    for crash_after in [0u32, 1, 3, 6] {
+        let disk = SimStorage::new();
+        let path = Path::new("/sim/db");
+        let db = Database::open_with(disk.clone(), path, sim_opts()).expect("open");
+        let mut model = shrunk_database(&db);
+        let mut steps = 0;
+        for round in 0..=crash_after {
+            let ctx = format!("crash after {crash_after}, round {round}");
+            let report = db
+                .compact_with(&CompactOptions { max_steps: Some(3) })
+                .expect("compact");
+            assert!(!report.finished, "{ctx}: {report:?}");
+            steps += report.steps;
+            db.check()
+                .unwrap_or_else(|e| panic!("{ctx}, {steps} steps: {e}"));
+            assert_holds(&db, &model, &ctx);
+            // Commits go on between the calls.
+            put_range(
+                &db,
+                &mut model,
+                "a",
+                10_000 + round * 10,
+                10_010 + round * 10,
+            );
+        }
+        assert!(db.stats().space.compacting_to.is_some());
+        drop(db);
+        disk.crash(u64::from(crash_after));
+        let db = Database::open_with(disk.clone(), path, sim_opts()).expect("reopen");
+        db.check().expect("check after the crash");
+        assert!(
+            db.stats().space.compacting_to.is_some(),
+            "kept across the crash"
+        );
+        finish(db, &model);
+    }
+}
+
+/// Ends the compaction under way in `db` and checks it.
+fn finish<S: Storage>(db: Database<S>, model: &Model) {
+    let report = db.compact().expect("compact");
+    assert!(report.finished, "{report:?}");
+    assert!(report.pages_after * 3 < report.pages_before, "{report:?}");
+    assert!(
+        report.file_bytes_after * 3 < report.file_bytes_before,
+        "{report:?}"
+    );
+    assert_eq!(db.stats().space.compacting_to, None);
+    db.check().expect("check");
+    assert_holds(&db, model, "finished");
+}
+
+/// Writers move money between accounts in the default keyspace and a
+/// table while a compaction moves their pages, and snapshot readers sum
+/// the accounts: every sum holds, nothing conflicts for good, and the
+/// check proves the result.
+#[test]
+fn transactions_run_beside_a_compaction() {
+    let dir = common::scratch();
+    let opts = Options {
+        page_bytes: 4096,
+        ..common::unsynced(4 << 20)
+    };
+    let db = Database::open(dir.path(), opts).expect("open");
+    let model = shrunk_database(&db);
+    const ACCOUNTS: u32 = 200;
+    let mut w = db.begin_write().expect("begin");
+    let bank = w.create_table("bank").expect("create");
+    for i in 0..ACCOUNTS {
+        w.put(&(1_000_000 + i).to_be_bytes(), &100u64.to_le_bytes())
+            .expect("put");
+        w.table(&bank)
+            .put(&i.to_be_bytes(), &100u64.to_le_bytes())
+            .expect("put");
+    }
+    w.commit().expect("commit");
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let sum = |r: &directkv::ReadTxn<'_>| -> u64 {
+        let t = r.open_table("bank").expect("open");
+        let rows = r.table(&t).range::<std::ops::RangeFull>(..);
+        let own = r.range(&1_000_000u32.to_be_bytes()[..]..&2_000_000u32.to_be_bytes()[..]);
+        rows.chain(own)
+            .map(|kv| u64::from_le_bytes(kv.expect("row").1.try_into().expect("u64")))
+            .sum()
+    };
+    let report = std::thread::scope(|s| {
+        for seed in 0..2u32 {
+            let (db, stop) = (&db, &stop);
+            s.spawn(move || {
+                let mut n = seed;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    n = n.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+                    let (a, b) = (n % ACCOUNTS, (n >> 8) % ACCOUNTS);
+                    let r = db.transaction(&directkv::WriteOptions::default(), |tx| {
+                        let t = tx.open_table("bank")?;
+                        let from = tx.table(&t).get_for_update(&a.to_be_bytes())?;
+                        let k = (1_000_000 + b).to_be_bytes();
+                        let to = tx.get_for_update(&k)?;
+                        let num = |v: Option<Vec<u8>>| {
+                            u64::from_le_bytes(v.expect("row").try_into().expect("u64"))
+                        };
+                        let (from, to) = (num(from), num(to));
+                        if from > 0 {
+                            tx.table(&t)
+                                .put(&a.to_be_bytes(), &(from - 1).to_le_bytes())?;
+                            tx.put(&k, &(to + 1).to_le_bytes())?;
+                        }
+                        Ok(())
+                    });
+                    r.expect("transfer");
+                }
+            });
+        }
+        let (db, stop) = (&db, &stop);
+        s.spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let r = db.begin_read().expect("read");
+                assert_eq!(sum(&r), 2 * u64::from(ACCOUNTS) * 100, "a snapshot's sum");
+            }
+        });
+        let report = db.compact();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        report
+    })
+    .expect("compact");
+    assert!(report.finished && report.pages_moved > 0, "{report:?}");
+    assert!(report.pages_after * 2 < report.pages_before, "{report:?}");
+    let r = db.begin_read().expect("read");
+    assert_eq!(sum(&r), 2 * u64::from(ACCOUNTS) * 100);
+    drop(r);
+    db.check().expect("check");
+    let mut held = read_all(&db);
+    held.retain(|(t, k), _| t != "bank" && !(t.is_empty() && k.len() == 4 && k[1] == 0x0f));
+    assert!(
+        held == model,
+        "the rows no transfer touched are as they were"
+    );
+    db.close().expect("close");
+}
