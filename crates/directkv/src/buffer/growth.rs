@@ -156,13 +156,15 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
         Ok(())
     }
 
-    /// Cuts the data file to `pages` pages when it is longer, as `class`,
-    /// and syncs it; returns the bytes cut. The caller guarantees that no
-    /// page at or past `pages` is in use or will be written but as a page
-    /// allocated afterwards (which extends the file again, as growth does).
+    /// Cuts the data file to `pages` pages when it is longer, as `class`;
+    /// returns the bytes cut. The caller guarantees that no page at or past
+    /// `pages` is in use or will be written but as a page allocated
+    /// afterwards (which extends the file again, as growth does). The cut
+    /// is durable at the file's next sync; lost in a crash, it leaves the
+    /// file longer than its pages, which is harmless.
     ///
     /// # Errors
-    /// The cut's or the sync's error (the file is poisoned then).
+    /// The cut's error (the file is poisoned then).
     pub fn cut_file(&self, pages: u64, class: IoClass) -> Result<u64> {
         assert!(
             pages >= crate::constants::PAGE_COUNT_MIN,
@@ -176,7 +178,6 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
         }
         let io = self.file.admit(class, 0);
         io.set_len(pages * pb)?;
-        io.sync_all()?;
         // An extension under way fills again from here, past every page
         // in use, and leaves the sync to a later one.
         self.extended.store(pages, Ordering::Release);

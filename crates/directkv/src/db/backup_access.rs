@@ -16,6 +16,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::checkpoint::control::ControlFile;
+use super::checkpoint::run::Pace;
 use super::engine::Inner;
 use crate::backup::archive;
 use crate::backup::engine::{ChangedPages, Checkpointed, Engine, Meta, Progress};
@@ -65,7 +66,7 @@ impl<S: Storage> Engine for Inner<S> {
             self.ckpt.hurry.fetch_add(1, Ordering::AcqRel);
         }
         let started = self.ckpt.checkpointing.lock().and_then(|one| {
-            let cp = self.checkpoint_locked(&one, !fast, WriteCause::Checkpoint)?;
+            let cp = self.checkpoint_locked(&one, Pace::paced_if(!fast), WriteCause::Checkpoint)?;
             health::lock(&self.log_pins)?.push(cp.redo);
             Ok(cp)
         });

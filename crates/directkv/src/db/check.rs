@@ -172,7 +172,7 @@ impl<S: Storage> Inner<S> {
     fn record_free_count(&self, walked: Meta, appended: Option<Lsn>, count: u64) -> Result<bool> {
         let mut meta = self.txns.tree.write()?;
         let now = self.log.wal_if_open().map(|w| w.appended_lsn());
-        if *meta != walked || appended.is_none() || now != appended {
+        if *meta != walked || appended.is_none() || now != appended || meta.compaction.is_some() {
             return Ok(meta.free_pages.is_some());
         }
         assert!(

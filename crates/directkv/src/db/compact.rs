@@ -46,13 +46,14 @@ use serde::Serialize;
 
 pub(super) mod progress;
 
+use super::checkpoint::run::Pace;
 use super::engine::Inner;
 use super::records::Compaction;
-use super::txn::commit::CommitCtx;
+use super::txn::commit::{CommitCtx, PoolPages};
 use super::txn::step::Outcome;
 use super::txn::tables::{self, TableState, Tree};
 use crate::btree::tree::{self, Relocated};
-use crate::buffer::Access;
+use crate::buffer::{Access, WriteCause};
 use crate::constants::PAGE_COUNT_MIN;
 use crate::error::{Error, Result};
 use crate::format::PageId;
@@ -80,8 +81,9 @@ const SLACK_SHIFT: u32 = 4;
 const GAIN_SHIFT: u32 = 4;
 /// Bytes the file is cut by at most while the locks are held once.
 const CUT_PIECE_BYTES: u64 = 64 << 20;
-/// The pause between two steps: the commits that waited for one get the
-/// commit section before the next.
+/// The least pause between two steps (each pause is at least as long as
+/// the step before): the commits that waited for one get the commit
+/// section before the next.
 const STEP_PAUSE: std::time::Duration = std::time::Duration::from_micros(500);
 
 /// How far one call of [`Database::compact_with`](super::Database::compact_with) goes.
@@ -122,6 +124,16 @@ pub struct CompactReport {
     pub cut_deferred: bool,
 }
 
+/// How a walk step ended.
+enum Walked {
+    /// Mid-pass.
+    Going,
+    /// At the end of the pass.
+    PassEnded,
+    /// With no free page below the boundary left to move a page into.
+    Starved,
+}
+
 /// The state of one call: what is done and what it reports.
 struct Run {
     report: CompactReport,
@@ -158,7 +170,39 @@ impl<S: Storage> Inner<S> {
     /// The errors of a commit or a checkpoint, and I/O errors of the cut;
     /// the database stops on those it cannot vouch past.
     pub(crate) fn compact(&self, opts: &CompactOptions) -> Result<CompactReport> {
-        let mut kept = crate::health::lock(&self.compactor)?;
+        let kept = crate::health::lock(&self.compactor)?;
+        self.compact_holding(kept, opts, true)
+    }
+
+    /// Runs up to `steps` steps of a compaction left under way (by a step
+    /// limit or a crash), unless one runs already: the page cleaner's
+    /// part, so that a compaction nobody resumes does not keep the pages
+    /// it set aside from reuse. Returns whether one is still under way.
+    ///
+    /// # Errors
+    /// As [`compact`](Self::compact).
+    pub(crate) fn resume_compaction(&self, steps: u64) -> Result<bool> {
+        if self.txns.tree.read()?.compaction.is_none() {
+            return Ok(false);
+        }
+        let Ok(kept) = self.compactor.try_lock() else {
+            return Ok(true);
+        };
+        let opts = CompactOptions {
+            max_steps: Some(steps),
+        };
+        let report = self.compact_holding(kept, &opts, false)?;
+        Ok(!report.finished)
+    }
+
+    /// [`compact`](Self::compact) holding the compactor's lock (`kept`);
+    /// without `start`, it only goes on with a compaction under way.
+    fn compact_holding(
+        &self,
+        mut kept: std::sync::MutexGuard<'_, Option<Progress>>,
+        opts: &CompactOptions,
+        start: bool,
+    ) -> Result<CompactReport> {
         let file = self.pool.file();
         let meta = *self.txns.tree.read()?;
         let mut run = Run {
@@ -172,7 +216,13 @@ impl<S: Storage> Inner<S> {
         };
         let started = match meta.compaction {
             Some(c) => Some(c),
-            None => self.start(&mut run)?,
+            None if start => self.start(&mut run)?,
+            None => {
+                return Ok(CompactReport {
+                    finished: true,
+                    ..run.report
+                })
+            }
         };
         if let Some(c) = started {
             run.at = match kept.take() {
@@ -188,8 +238,12 @@ impl<S: Storage> Inner<S> {
             run.report.finished = true;
         }
         if run.report.finished {
-            // The cut waits for a checkpoint naming the smaller count.
-            self.checkpoint()?;
+            // The cut waits for a checkpoint naming the smaller count; its
+            // writes go below the commits' and reads' I/O.
+            let one = self.ckpt.checkpointing.lock()?;
+            let done = self.checkpoint_locked(&one, Pace::Background, WriteCause::Checkpoint);
+            drop(one);
+            self.vitals.health.observe(done)?;
             run.report.cut_deferred = !self.cut()?;
         }
         run.report.pages_after = self.txns.tree.read()?.page_count;
@@ -199,12 +253,15 @@ impl<S: Storage> Inner<S> {
 
     /// Begins a compaction when enough would go; returns it.
     fn start(&self, run: &mut Run) -> Result<Option<Compaction>> {
-        let meta = *self.txns.tree.read()?;
-        let free = match meta.free_pages {
-            Some(n) => n,
+        if self.txns.tree.read()?.free_pages.is_none() {
             // A database last written by a build that did not count its
-            // free pages: the check counts them (and records the count).
-            None => self.check()?.free_pages,
+            // free pages: the check counts them and records the count
+            // (unless a commit came between; the next call tries again).
+            self.check()?;
+        }
+        let meta = *self.txns.tree.read()?;
+        let Some(free) = meta.free_pages else {
+            return Ok(None);
         };
         let Some(boundary) = plan(meta.page_count, free) else {
             return Ok(None);
@@ -213,7 +270,8 @@ impl<S: Storage> Inner<S> {
             return Ok(None);
         }
         let apply = |ctx: &mut CommitCtx<'_, S>| {
-            if ctx.meta.compaction.is_some() || ctx.meta.page_count < boundary {
+            let counted = ctx.meta.free_pages.is_some();
+            if ctx.meta.compaction.is_some() || ctx.meta.page_count < boundary || !counted {
                 return Ok(Outcome::Skip(None));
             }
             // The log's end: past every epoch a free page carries.
@@ -231,6 +289,7 @@ impl<S: Storage> Inner<S> {
     /// Runs the compaction under way to its end; returns false when the
     /// step limit stopped it first.
     fn compact_to_end(&self, run: &mut Run) -> Result<bool> {
+        let mut last = STEP_PAUSE;
         loop {
             let Some(c) = self.txns.tree.read()?.compaction else {
                 return Ok(true);
@@ -238,28 +297,37 @@ impl<S: Storage> Inner<S> {
             if !run.step() {
                 return Ok(false);
             }
-            std::thread::sleep(STEP_PAUSE);
+            // At most half the time in steps: a pause as long as the last.
+            std::thread::sleep(last.max(STEP_PAUSE));
+            let began = std::time::Instant::now();
             if run.at.scanned < c.boundary {
                 self.scan_step(run)?;
             } else if run.at.passes >= PASSES_MAX {
-                // Raised: it ends once nothing grew since the raise.
-                if !self.finish(run)? {
-                    self.raise(run)?;
-                }
+                self.give_up(run)?;
             } else {
                 if !run.at.pass_open {
                     run.at.pass_start = self.txns.tree.read()?.page_count;
                     run.at.pass_open = true;
                 }
-                if self.walk_step(run, c.boundary)? {
-                    run.at.pass_open = false;
-                    run.at.passes += 1;
-                    run.report.passes += 1;
-                    if !self.finish(run)? && run.at.passes >= PASSES_MAX {
-                        self.raise(run)?;
+                match self.walk_step(run, c.boundary)? {
+                    Walked::Going => {}
+                    Walked::Starved => {
+                        // A pass given up: counted, so that starving
+                        // passes end in giving the cut up too.
+                        run.at.passes += 1;
+                        self.raise(run, true)?;
+                    }
+                    Walked::PassEnded => {
+                        run.at.pass_open = false;
+                        run.at.passes += 1;
+                        run.report.passes += 1;
+                        if !self.finish(run)? && run.at.passes >= PASSES_MAX {
+                            self.give_up(run)?;
+                        }
                     }
                 }
             }
+            last = began.elapsed();
         }
     }
 
@@ -290,12 +358,20 @@ impl<S: Storage> Inner<S> {
     }
 
     /// One walk step; returns whether it ended a pass.
-    fn walk_step(&self, run: &mut Run, boundary: u64) -> Result<bool> {
+    fn walk_step(&self, run: &mut Run, boundary: u64) -> Result<Walked> {
+        self.warm_walk(&run.at.cursor);
         let catalog = self.txns.tables.catalog();
         let apply = |ctx: &mut CommitCtx<'_, S>| {
             let mut cursor = run.at.cursor.clone();
-            let (mut moved, mut leaves, mut ended) = (0, 0, false);
+            let (mut moved, mut leaves, mut ended, mut starved) = (0, 0, false, false);
             while moved < MOVES_PER_STEP && leaves < LEAVES_PER_STEP && !ended {
+                if ctx.meta.freelist == PageId::ZERO && boundary < ctx.meta.page_count {
+                    // No free page below the boundary while pages past it
+                    // may need moving: a move would grow the file. The
+                    // boundary must rise first.
+                    starved = true;
+                    break;
+                }
                 let Some(tree) = self.walked_tree(cursor.tree)? else {
                     ended = !self.next_tree(&mut cursor)?;
                     continue;
@@ -313,22 +389,42 @@ impl<S: Storage> Inner<S> {
                 }
             }
             write_moved_roots(ctx, catalog)?;
-            let done = (cursor, moved, ended);
+            let walked = match (ended, starved) {
+                (_, true) => Walked::Starved,
+                (true, false) => Walked::PassEnded,
+                (false, false) => Walked::Going,
+            };
+            let done = (cursor, moved, walked);
             Ok(match ctx.held_pages() {
                 0 => Outcome::Skip(done),
                 _ => Outcome::Commit(done),
             })
         };
-        let ((cursor, moved, ended), _) = self.run_step(apply, |_| Ok(()))?;
+        let ((cursor, moved, walked), _) = self.run_step(apply, |_| Ok(()))?;
         run.report.pages_moved += moved as u64;
-        run.at.cursor = match ended {
-            true => Cursor {
+        run.at.cursor = match walked {
+            Walked::Going => cursor,
+            Walked::PassEnded | Walked::Starved => Cursor {
                 tree: tables::DEFAULT,
                 key: Vec::new(),
             },
-            false => cursor,
         };
-        Ok(ended)
+        Ok(walked)
+    }
+
+    /// Reads the pages the next walk step visits into the cache, outside
+    /// the commit section (a hint: the step reads what it misses): the
+    /// path to the cursor's leaf and the leaves after it under its parent.
+    fn warm_walk(&self, cursor: &Cursor) {
+        let root = match self.walked_tree(cursor.tree) {
+            Ok(Some(Tree::Default)) => self.txns.shape.root(),
+            Ok(Some(Tree::Table(t))) => t.root().unwrap_or(PageId::ZERO),
+            _ => return,
+        };
+        let pages = PoolPages { pool: &self.pool };
+        if let Ok(leaves) = tree::following_leaves(&pages, root, &cursor.key, LEAVES_PER_STEP) {
+            self.pool.read_batch(&leaves, Access::Scan);
+        }
     }
 
     /// The tree of id `id` if it has pages: the default keyspace, the
@@ -402,19 +498,65 @@ impl<S: Storage> Inner<S> {
         Ok(ended)
     }
 
-    /// Gives the cut up: raises the boundary to the page count (the scan
-    /// then lists what was set aside below it), so the compaction ends
-    /// once nothing grew since.
-    fn raise(&self, run: &mut Run) -> Result<()> {
+    /// Raises the boundary (the scan then lists what was set aside below
+    /// it): with `replan`, to what the pages in use now need, when a cut is
+    /// still worth it; else (or when not) to the page count, giving the cut
+    /// up, so the compaction ends once nothing grew since.
+    fn raise(&self, run: &mut Run, replan: bool) -> Result<()> {
         let apply = |ctx: &mut CommitCtx<'_, S>| {
             let mut c = ctx.meta.compaction.expect("a compaction to raise");
-            c.boundary = ctx.meta.page_count;
+            let count = ctx.meta.page_count;
+            let planned = match (replan, ctx.meta.free_pages) {
+                (true, Some(free)) => plan(count, free).filter(|&b| b > c.boundary),
+                _ => None,
+            };
+            c.boundary = planned.unwrap_or(count);
+            assert!(c.boundary <= count, "a boundary within the file");
             ctx.meta.compaction = Some(c);
             Ok(Outcome::Commit(c.boundary))
         };
         let (boundary, _) = self.run_step(apply, |_| Ok(()))?;
         run.at.pass_start = boundary;
+        run.at.pass_open = false;
         run.report.boundary = boundary;
+        Ok(())
+    }
+
+    /// Ends the compaction without a cut: in one step, when what is left
+    /// to scan up to the page count is one scan step's worth, raises the
+    /// boundary to the page count, lists what is set aside there and ends
+    /// it (so growth cannot outrun it); else raises the boundary, for the
+    /// scan to catch up first.
+    fn give_up(&self, run: &mut Run) -> Result<()> {
+        let from = run.at.scanned;
+        let count = self.txns.tree.read()?.page_count;
+        if count.saturating_sub(from) > SCAN_STEP_PAGES {
+            return self.raise(run, false);
+        }
+        let pages: Vec<PageId> = (from..count).map(PageId::new).collect();
+        self.pool.read_batch(&pages, Access::Scan);
+        let apply = |ctx: &mut CommitCtx<'_, S>| {
+            let c = ctx.meta.compaction.expect("a compaction to give up");
+            let count = ctx.meta.page_count;
+            assert!(from <= c.boundary, "the scan reached the boundary");
+            if count - from > SCAN_STEP_PAGES {
+                return Ok(Outcome::Skip(false));
+            }
+            ctx.meta.compaction = Some(Compaction {
+                boundary: count,
+                ..c
+            });
+            for no in (from..count).map(PageId::new) {
+                ctx.list_unlisted(no)?;
+            }
+            ctx.meta.compaction = None;
+            Ok(Outcome::Commit(true))
+        };
+        let (ended, _) = self.run_step(apply, |_| Ok(()))?;
+        if !ended {
+            return self.raise(run, false);
+        }
+        run.report.boundary = count;
         Ok(())
     }
 
@@ -435,6 +577,10 @@ impl<S: Storage> Inner<S> {
             let len = self.pool.file().len()?;
             let end = meta.page_count * pb;
             if len <= end {
+                drop((meta, _ckpt));
+                // Outside the locks: the cut is durable from here on.
+                let synced = self.pool.file().admit(IoClass::Background, 0).sync_all();
+                self.vitals.health.observe(synced)?;
                 return Ok(true);
             }
             let piece = len.saturating_sub(CUT_PIECE_BYTES).max(end);
@@ -454,6 +600,8 @@ fn write_moved_roots<S: Storage>(
         .iter()
         .filter(|(&id, t)| id >= tables::FIRST_ID && t.before != t.now)
         .map(|(&id, t)| {
+            // A move allocates one page and frees one, in the same tree.
+            assert_eq!(t.pages, t.state.pages(), "a walk keeps a table's pages");
             let state = if t.state.is_live() {
                 tables::LIVE
             } else {

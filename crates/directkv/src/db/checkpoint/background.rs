@@ -216,6 +216,8 @@ pub(in crate::db) fn spawn_cleaner<S: Storage>(
 /// (each holds the commit section for at most
 /// [`FREE_STEP_PAGES`](crate::db::txn::drops::FREE_STEP_PAGES) pages).
 const FREE_STEPS_PER_PASS: usize = 4;
+/// Steps of a compaction left under way a cleaner pass runs at most.
+const COMPACT_STEPS_PER_PASS: u64 = 4;
 
 /// What the cleaner carries from one pass to the next.
 struct CleanerPass {
@@ -271,7 +273,12 @@ impl CleanerPass {
             .health
             .observe(inner.free_dropped(FREE_STEPS_PER_PASS))
             .unwrap_or(false);
-        self.idle = written == 0 && !freeing;
+        let compacting = inner
+            .vitals
+            .health
+            .observe(inner.resume_compaction(COMPACT_STEPS_PER_PASS))
+            .unwrap_or(false);
+        self.idle = written == 0 && !freeing && !compacting;
     }
 }
 

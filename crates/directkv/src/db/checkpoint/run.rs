@@ -42,6 +42,30 @@ pub const WAL_HARD_LIMIT_FACTOR: u64 = 3;
 const CHECKPOINT_COMPLETION_TARGET: f64 = 0.5;
 /// … or within this long, whichever allows more speed.
 const CHECKPOINT_TIME_TARGET: Duration = Duration::from_secs(30);
+
+/// How a checkpoint writes its pages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(in crate::db) enum Pace {
+    /// At once, in the scheduler's urgent class: a caller waits for it.
+    Urgent,
+    /// At once, in the background class: below every commit's and read's
+    /// I/O (a compaction's, whose caller waits but must not slow others).
+    Background,
+    /// In the background class, spread over the log's growth and time
+    /// (see [`write_dirty_through`](Inner::write_dirty_through)).
+    Paced,
+}
+
+impl Pace {
+    /// `Paced` when `paced`, else `Urgent`.
+    pub(in crate::db) fn paced_if(paced: bool) -> Pace {
+        if paced {
+            Pace::Paced
+        } else {
+            Pace::Urgent
+        }
+    }
+}
 /// Pages a checkpoint writes between looks at its pace.
 const CHECKPOINT_STEP_PAGES: usize = 32;
 /// Segments a checkpoint archives at most when the archiver thread runs.
@@ -88,7 +112,7 @@ impl<S: Storage> Inner<S> {
             .ckpt
             .checkpointing
             .lock()
-            .and_then(|one| self.checkpoint_locked(&one, false, cause).map(drop));
+            .and_then(|one| self.checkpoint_locked(&one, Pace::Urgent, cause).map(drop));
         let before = self.ckpt.hurry.fetch_sub(1, Ordering::AcqRel);
         assert!(before > 0, "every hurry is counted before it is taken back");
         self.vitals.health.observe(done)
@@ -98,7 +122,7 @@ impl<S: Storage> Inner<S> {
     pub(in crate::db) fn checkpoint_locked(
         &self,
         _one: &RankedMutexGuard<'_, ()>,
-        paced: bool,
+        pace: Pace,
         cause: WriteCause,
     ) -> Result<Checkpointed> {
         let (start, meta, commit_time_us) = self.checkpoint_start()?;
@@ -108,7 +132,7 @@ impl<S: Storage> Inner<S> {
             "the redo point only moves forward"
         );
         let reached = self.stage_data_head(start)?;
-        self.write_dirty_through(start, paced, cause)?;
+        self.write_dirty_through(start, pace, cause)?;
         self.pool.sync()?;
         // The head went out with the pages: it names the log's reach.
         self.ckpt
@@ -310,18 +334,19 @@ impl<S: Storage> Inner<S> {
     fn write_dirty_through(
         &self,
         start: crate::lsn::Lsn,
-        mut paced: bool,
+        pace: Pace,
         cause: WriteCause,
     ) -> Result<()> {
+        let mut paced = pace == Pace::Paced;
         let total = self.pool.dirty_through(start).max(1);
         let began = Instant::now();
         let mut written = 0usize;
         let mut idle_rounds = 0;
         while self.pool.oldest_dirty_lsn().is_some_and(|l| l <= start) {
-            let class = if paced {
-                IoClass::Background
-            } else {
-                IoClass::Urgent
+            // A paced checkpoint hurried by a waiting caller goes urgent.
+            let class = match (pace, paced) {
+                (Pace::Background, _) | (Pace::Paced, true) => IoClass::Background,
+                _ => IoClass::Urgent,
             };
             let n = self
                 .pool
@@ -396,7 +421,7 @@ impl<S: Storage> Inner<S> {
         // Plain FIFO scheduling is the baseline without pacing too.
         let paced = self.env.opts.io_scheduler.mode == crate::sched::SchedMode::Classes;
         let done = self
-            .checkpoint_locked(&one, paced, WriteCause::Checkpoint)
+            .checkpoint_locked(&one, Pace::paced_if(paced), WriteCause::Checkpoint)
             .map(|_| true);
         self.vitals.health.observe(done)
     }

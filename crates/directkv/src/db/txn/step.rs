@@ -38,8 +38,9 @@ pub(crate) enum Outcome<T> {
 
 impl<S: Storage> Inner<S> {
     /// Runs `apply` as a step in the commit section (see the module docs),
-    /// then `committed` with its result in the section once its commit is
-    /// logged; returns what `apply` returned and its commit record's end
+    /// then `committed` with its result once its commit is logged, still
+    /// under the tree's lock (what it publishes is seen with the commit);
+    /// returns what `apply` returned and its commit record's end
     /// ([`Lsn::ZERO`] for a skipped step). `apply` may run several times:
     /// it must change nothing but the context until it returns.
     ///
@@ -54,16 +55,8 @@ impl<S: Storage> Inner<S> {
         let mut committed = Some(committed);
         for attempt in 0..=STEP_MISSES_MAX {
             let section = self.txns.committer.lock()?;
-            let r = self
-                .step_in_section(&mut apply, attempt == STEP_MISSES_MAX)
-                .and_then(|r| {
-                    if let (Ok((t, lsn)), Some(f)) = (&r, committed.take()) {
-                        if *lsn != Lsn::ZERO {
-                            f(t)?;
-                        }
-                    }
-                    Ok(r)
-                });
+            let last = attempt == STEP_MISSES_MAX;
+            let r = self.step_in_section(&mut apply, &mut committed, last);
             drop(section);
             match self.vitals.health.observe(r)? {
                 Ok(done) => return Ok(done),
@@ -85,9 +78,10 @@ impl<S: Storage> Inner<S> {
 
     /// One attempt of a step, in the commit section: `Err(page)` when it
     /// missed `page` (and was rolled back).
-    fn step_in_section<T>(
+    fn step_in_section<T, F: FnOnce(&T) -> Result<()>>(
         &self,
         apply: &mut impl FnMut(&mut CommitCtx<'_, S>) -> Result<Outcome<T>>,
+        committed: &mut Option<F>,
         read_through: bool,
     ) -> Result<std::result::Result<(T, Lsn), PageId>> {
         let mut meta = self.txns.tree.write()?;
@@ -108,6 +102,9 @@ impl<S: Storage> Inner<S> {
                 let new_meta = ctx.meta;
                 let lsn = ctx.commit()?;
                 *meta = new_meta;
+                if let Some(f) = committed.take() {
+                    f(&t)?;
+                }
                 Ok(Ok((t, lsn)))
             }
             Ok(Outcome::Skip(t)) => {
