@@ -30,7 +30,7 @@
 #![allow(clippy::big_endian_bytes)]
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use directkv::{Database, Options};
@@ -144,32 +144,8 @@ fn conduct(db: &Database, shared: &Shared, args: &Args) -> Res<Run> {
 
 /// Runs the clients and the drop; returns the latencies per phase.
 fn run_load(db: &Database, args: &Args) -> Res<(Latencies, Run)> {
-    let shared = Shared {
-        phase: AtomicUsize::new(0),
-        stop: AtomicBool::new(false),
-    };
-    std::thread::scope(|s| {
-        let clients: Vec<_> = (0..args.clients)
-            .map(|id| {
-                let shared = &shared;
-                s.spawn(move || client(db, shared, id, args.scale))
-            })
-            .collect();
-        let run = conduct(db, &shared, args);
-        shared.stop.store(true, Ordering::Relaxed);
-        let mut total: Latencies = Vec::new();
-        for c in clients {
-            let hists = c.join().map_err(|_| "a client panicked")??;
-            if total.is_empty() {
-                total = hists;
-            } else {
-                for (t, h) in total.iter_mut().zip(&hists) {
-                    t.add(h)?;
-                }
-            }
-        }
-        assert_eq!(total.len(), PHASES, "a histogram per phase");
-        Ok((total, run?))
+    run_clients(db, args.clients, args.scale, |shared| {
+        conduct(db, shared, args)
     })
 }
 

@@ -293,3 +293,41 @@ pub fn pages(db: &Database, when: &str) -> Res<(u64, u64)> {
 pub fn mib(bytes: u64) -> f64 {
     bytes as f64 / f64::from(1u32 << 20)
 }
+
+/// Runs `clients` clients of TPC-B-like transactions while `conduct` runs
+/// on this thread, stops them when it returns, and returns their
+/// latencies per phase with what `conduct` returned.
+pub fn run_clients<R>(
+    db: &Database,
+    clients: usize,
+    scale: u64,
+    conduct: impl FnOnce(&Shared) -> Res<R>,
+) -> Res<(Latencies, R)> {
+    let shared = Shared {
+        phase: AtomicUsize::new(0),
+        stop: AtomicBool::new(false),
+    };
+    std::thread::scope(|s| {
+        let clients: Vec<_> = (0..clients)
+            .map(|id| {
+                let shared = &shared;
+                s.spawn(move || client(db, shared, id, scale))
+            })
+            .collect();
+        let run = conduct(&shared);
+        shared.stop.store(true, Ordering::Relaxed);
+        let mut total: Latencies = Vec::new();
+        for c in clients {
+            let hists = c.join().map_err(|_| "a client panicked")??;
+            if total.is_empty() {
+                total = hists;
+            } else {
+                for (t, h) in total.iter_mut().zip(&hists) {
+                    t.add(h)?;
+                }
+            }
+        }
+        assert_eq!(total.len(), PHASES, "a histogram per phase");
+        Ok((total, run?))
+    })
+}
