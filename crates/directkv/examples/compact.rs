@@ -289,6 +289,13 @@ fn bench(db: &Database, args: &Args) -> Res<()> {
     let live_rows = left * u64::try_from(KEY_BYTES + VALUE_BYTES)?;
     let live_tpcb = ACCOUNTS_PER_SCALE * args.scale * u64::try_from(ROW_BYTES + 9)?;
     let live = live_rows + live_tpcb;
+    // Each commit adds a history row: a 17-byte key and a 50-byte value.
+    let history = (lat[0].len() + lat[1].len()) * 67;
+    println!(
+        "live data when it returned (rows, accounts, history) {:.1} MiB: file / live data {:.2}",
+        mib(live + history),
+        run.report.file_bytes_after as f64 / (live + history) as f64
+    );
     println!(
         "data file {:.1} MiB before, {:.1} MiB after; pages in use {} before, {} after",
         mib(file_before),
