@@ -32,6 +32,9 @@ pub fn run(args: Args) -> Result<()> {
     let opts = Options {
         cache_bytes: usize::try_from(args.cache).context("--cache does not fit in memory")?,
         create_if_missing: false,
+        // Nothing runs beside it: the checkpoint before the cut need not
+        // be paced as a background checkpointer's is.
+        background_threads: false,
         async_io: crate::io_backend_from_env()?,
         publish_stats: false,
         ..Options::default()

@@ -21,6 +21,12 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
     /// quarter of the frames while it reads, so concurrent batches never
     /// leave a foreground reader without a frame to claim.
     pub fn read_batch(&self, pages: &[PageId], access: Access) -> usize {
+        self.read_batch_as(pages, access, IoClass::Read)
+    }
+
+    /// As [`read_batch`](Self::read_batch), the reads admitted as `class`
+    /// (maintenance reads below the foreground's: `IoClass::Background`).
+    pub fn read_batch_as(&self, pages: &[PageId], access: Access, class: IoClass) -> usize {
         let mut pages: Vec<PageId> = pages.iter().copied().filter(|&p| p != NO_PAGE).collect();
         pages.sort_unstable();
         pages.dedup();
@@ -60,7 +66,7 @@ impl<S: Storage, L: LogFlusher> BufferPool<S, L> {
                 });
             }
             assert_eq!(ops.iter().map(|op| op.len() as u64).sum::<u64>(), bytes);
-            self.file.run_batch(IoClass::Read, ops)
+            self.file.run_batch(class, ops)
         };
         let outcome = runs.iter().zip(results).flat_map(|(run, r)| {
             let ok = r.is_ok();

@@ -41,6 +41,7 @@
 //!   locks, with `CONTROL` naming no more pages and no backup copying.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
@@ -87,9 +88,14 @@ const CUT_PIECE_BYTES: u64 = 16 << 20;
 /// At 1 (half the time) commits beside a compaction ran at 0.42–0.85
 /// their rate before it (examples/compact, 1 GB, 8 clients).
 const STEP_PAUSE_FACTOR: u32 = 4;
+/// Log bytes per second the steps write at most. Every move logs the
+/// copy's image and the freed page's, and the checkpoint writes both: on a
+/// disk whose log syncs flush the data writes before them, that volume is
+/// what slows the commits beside a compaction.
+const LOG_RATE: u64 = 4 << 20;
 /// The least pause between two steps: the commits that waited for one
 /// get the commit section before the next.
-const STEP_PAUSE: std::time::Duration = std::time::Duration::from_micros(500);
+const STEP_PAUSE: Duration = Duration::from_micros(500);
 
 /// How far one call of [`Database::compact_with`](super::Database::compact_with) goes.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -127,6 +133,17 @@ pub struct CompactReport {
     /// Whether the file's cut waits for a backup that is copying pages
     /// (the next call cuts it).
     pub cut_deferred: bool,
+    /// Microseconds spent in the steps (and their pauses).
+    pub steps_us: u64,
+    /// Microseconds the checkpoint before the cut took.
+    pub checkpoint_us: u64,
+    /// Microseconds the cut took.
+    pub cut_us: u64,
+}
+
+/// Microseconds since `t`.
+fn micros(t: Instant) -> u64 {
+    u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX)
 }
 
 /// How a walk step ended.
@@ -144,6 +161,8 @@ struct Run {
     report: CompactReport,
     max_steps: u64,
     at: Progress,
+    /// Log bytes the steps wrote since the last pause.
+    logged: u64,
 }
 
 impl Run {
@@ -208,6 +227,7 @@ impl<S: Storage> Inner<S> {
         opts: &CompactOptions,
         start: bool,
     ) -> Result<CompactReport> {
+        let began = Instant::now();
         let file = self.pool.file();
         let meta = *self.txns.tree.read()?;
         let mut run = Run {
@@ -218,6 +238,7 @@ impl<S: Storage> Inner<S> {
             },
             max_steps: opts.max_steps.unwrap_or(u64::MAX),
             at: Progress::new(0),
+            logged: 0,
         };
         let started = match meta.compaction {
             Some(c) => Some(c),
@@ -242,14 +263,24 @@ impl<S: Storage> Inner<S> {
         } else {
             run.report.finished = true;
         }
+        run.report.steps_us = micros(began);
         if run.report.finished {
             // The cut waits for a checkpoint naming the smaller count; its
-            // writes go below the commits' and reads' I/O.
+            // writes go below the commits' and reads' I/O, paced as the
+            // background checkpointer's where there is one.
+            let began = Instant::now();
+            let pace = match self.env.opts.background_threads {
+                true => Pace::Paced,
+                false => Pace::Background,
+            };
             let one = self.ckpt.checkpointing.lock()?;
-            let done = self.checkpoint_locked(&one, Pace::Background, WriteCause::Checkpoint);
+            let done = self.checkpoint_locked(&one, pace, WriteCause::Checkpoint);
             drop(one);
             self.vitals.health.observe(done)?;
+            run.report.checkpoint_us = micros(began);
+            let began = Instant::now();
             run.report.cut_deferred = !self.cut()?;
+            run.report.cut_us = micros(began);
         }
         run.report.pages_after = self.txns.tree.read()?.page_count;
         run.report.file_bytes_after = file.len()?;
@@ -303,8 +334,11 @@ impl<S: Storage> Inner<S> {
                 return Ok(false);
             }
             // At most a fifth of the time in steps (the commit section is
-            // the commits' too): a pause four times as long as the last.
-            std::thread::sleep((last * STEP_PAUSE_FACTOR).max(STEP_PAUSE));
+            // the commits' too): a pause four times as long as the last,
+            // and long enough that the steps log at most LOG_RATE.
+            let by_log = Duration::from_secs_f64(run.logged as f64 / LOG_RATE as f64);
+            run.logged = 0;
+            std::thread::sleep((last * STEP_PAUSE_FACTOR).max(STEP_PAUSE).max(by_log));
             let began = std::time::Instant::now();
             if run.at.scanned < c.boundary {
                 self.scan_step(run)?;
@@ -346,18 +380,20 @@ impl<S: Storage> Inner<S> {
             (from + SCAN_STEP_PAGES).min(c.boundary)
         };
         let pages: Vec<PageId> = (from..to).map(PageId::new).collect();
-        self.pool.read_batch(&pages, Access::Scan);
+        self.pool
+            .read_batch_as(&pages, Access::Scan, IoClass::Background);
         let apply = |ctx: &mut CommitCtx<'_, S>| {
             let mut listed = 0;
             for &no in &pages {
                 listed += u64::from(ctx.list_unlisted(no)?);
             }
             Ok(match listed {
-                0 => Outcome::Skip(0),
-                n => Outcome::Commit(n),
+                0 => Outcome::Skip((0, 0)),
+                n => Outcome::Commit((n, ctx.counts().logged_bytes)),
             })
         };
-        let (listed, _) = self.run_step(apply, |_| Ok(()))?;
+        let ((listed, logged), _) = self.run_step(apply, |_| Ok(()))?;
+        run.logged += logged;
         run.report.pages_listed += listed;
         run.at.scanned = to;
         Ok(())
@@ -400,13 +436,14 @@ impl<S: Storage> Inner<S> {
                 (true, false) => Walked::PassEnded,
                 (false, false) => Walked::Going,
             };
-            let done = (cursor, moved, walked);
+            let done = (cursor, moved, walked, ctx.counts().logged_bytes);
             Ok(match ctx.held_pages() {
                 0 => Outcome::Skip(done),
                 _ => Outcome::Commit(done),
             })
         };
-        let ((cursor, moved, walked), _) = self.run_step(apply, |_| Ok(()))?;
+        let ((cursor, moved, walked, logged), _) = self.run_step(apply, |_| Ok(()))?;
+        run.logged += logged;
         run.report.pages_moved += moved as u64;
         run.at.cursor = match walked {
             Walked::Going => cursor,
@@ -429,7 +466,8 @@ impl<S: Storage> Inner<S> {
         };
         let pages = PoolPages { pool: &self.pool };
         if let Ok(leaves) = tree::following_leaves(&pages, root, &cursor.key, LEAVES_PER_STEP) {
-            self.pool.read_batch(&leaves, Access::Scan);
+            self.pool
+                .read_batch_as(&leaves, Access::Scan, IoClass::Background);
         }
     }
 
@@ -540,7 +578,8 @@ impl<S: Storage> Inner<S> {
             return self.raise(run, false);
         }
         let pages: Vec<PageId> = (from..count).map(PageId::new).collect();
-        self.pool.read_batch(&pages, Access::Scan);
+        self.pool
+            .read_batch_as(&pages, Access::Scan, IoClass::Background);
         let apply = |ctx: &mut CommitCtx<'_, S>| {
             let c = ctx.meta.compaction.expect("a compaction to give up");
             let count = ctx.meta.page_count;
