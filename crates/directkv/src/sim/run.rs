@@ -481,8 +481,11 @@ fn check_data_length<S: Storage>(
 /// `may_compact`.
 pub(super) fn run_seed_with(seed: u64, may_compact: bool) -> Result<SeedReport, SeedFailure> {
     let mut rng = Rng::new(seed);
-    let (opts, text) = knobs(&mut rng);
-    let knob = Knob::of(seed, &opts).filter(|_| may_compact);
+    let (mut opts, text) = knobs(&mut rng);
+    let knob = match may_compact {
+        true => Knob::of(seed, &mut opts),
+        false => None,
+    };
     let text = format!("{text}, {}", Knob::describe(knob));
     let fail = |what: String| SeedFailure {
         seed,
@@ -529,7 +532,7 @@ pub(super) fn run_seed_with(seed: u64, may_compact: bool) -> Result<SeedReport, 
         }
         // Compacting rounds do more I/O before the power fails: a run of
         // long values alone writes hundreds of pages.
-        let ops_max = if knob.is_some() { 8000 } else { 600 };
+        let ops_max = if knob.is_some() { 30_000 } else { 600 };
         disk.power_fail_after(rng.range(1, ops_max));
         set_round_faults(&disk, &mut rng);
         let rs = commit_round(&db, &mut rng, &mut log, knob)

@@ -104,8 +104,9 @@ impl RoundState {
 /// read, a write, or a commit of one of them), checkpoints now and then,
 /// until the first error of the environment; with read transactions begun
 /// between them and checked later against the state they began in. With
-/// a compaction `knob`, runs of long values grow and go and compactions
-/// run while no write transaction is open ([`compaction::act`]).
+/// a compaction `knob`, runs of long values grow and go while no write
+/// transaction is open, and compactions run between steps
+/// ([`compaction::act`]).
 /// Returns what it did: the log length after the last acknowledged commit
 /// (if any was) and the commits. Commit order is log order: a commit
 /// refused as a conflict applied nothing and leaves the log.
@@ -145,8 +146,9 @@ pub(super) fn commit_round<S: Storage>(
             let (r, upto) = &held[rng.range(0, held.len() as u64) as usize];
             check_snapshot(r, log, *upto)?;
         }
-        if let (Some(k), true) = (knob, open.is_empty()) {
-            if let Step::Stop = compaction::act(db, rng, k, log, &mut rs)? {
+        if let Some(k) = knob {
+            let idle = open.is_empty();
+            if let Step::Stop = compaction::act(db, rng, k, idle, log, &mut rs)? {
                 break;
             }
         }
