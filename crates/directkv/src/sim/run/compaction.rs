@@ -1,20 +1,25 @@
 //! Compaction in the crash campaign: on about a third of the seeds (a knob
 //! drawn from a generator of its own, so the other seeds replay as they
-//! did), a round grows runs of long values, deletes runs of them, and
-//! calls [`Database::compact_with`] a few steps at a time (sometimes to
-//! the end) whenever no logical thread's write transaction is open. The
-//! round's power failure then lands anywhere in a compaction: its start,
-//! scan, walk and finish commits, the checkpoint before the cut, and the
-//! cut itself.
+//! did), a round grows runs of long values and deletes runs of them while
+//! no logical thread's write transaction is open, and calls
+//! [`Database::compact_with`] a few steps at a time (sometimes to the end)
+//! between any two steps, beside open transactions and held snapshots.
+//! The round's power failure then lands anywhere in a compaction: its
+//! start, scan, walk and finish commits, the checkpoint before the cut,
+//! and the cut itself.
 //!
 //! The long values live under keys `b000..` of the default keyspace or of
 //! a table (`t<N>/b000..`), so table drops free them too; each value spans
-//! one to three pages, and a run of them a few hundred pages, enough for a
-//! compaction to have work once a run is deleted.
+//! one to three pages, and a run of them 240 to 480 pages, enough for a
+//! compaction to have work once a run is deleted. Two compacting seeds in
+//! three raise the cache to [`COMPACT_CACHE_PAGES`] pages, which a
+//! compaction's steps fit; on the others a step may not fit, and the
+//! compaction then stays under way while the round goes on beside it.
 //!
 //! Invariants checked (beside the round's and recovery's):
-//! - a compaction returns no `Corruption` on a database no crash touched
-//!   since it was opened;
+//! - a compaction, or a commit of a run, returns no `Corruption` (no crash
+//!   happened since the database was opened, and the simulated disk fails
+//!   requests but never alters bytes);
 //! - a compaction that ended, with no backup holding its cut off, leaves
 //!   the data file no longer than the page count.
 
@@ -196,7 +201,7 @@ fn delete_run(rng: &mut Rng, prefix: &str, knob: Knob) -> Txn {
 
 /// Ends the round on an error of the environment (an injected fault, a
 /// full disk, too small a cache); fails it on `Corruption`: no crash
-/// touched the database since it was opened, and the disk only fails
+/// happened since the database was opened, and the disk only fails
 /// requests, never alters bytes.
 fn stop_unless_corrupt(e: Error, commits: u64) -> Result<Step, String> {
     match e {
