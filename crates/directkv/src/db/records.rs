@@ -62,10 +62,12 @@ impl Meta {
     /// the link are both read from disk: a lost write can part them).
     pub fn took_free(&mut self, next: PageId) -> std::result::Result<(), String> {
         if let Some(n) = self.free_pages {
-            // During a compaction the count holds set-aside pages too: the
-            // list may end with pages still counted.
-            let last = n == 1 || self.compaction.is_some() && next == PageId::ZERO;
-            if n == 0 || last != (next == PageId::ZERO) {
+            // Only without a compaction does the list's last page take the
+            // count to 0: during one, the count also holds the pages set
+            // aside on no list, and those the scan has yet to list.
+            let last = next == PageId::ZERO;
+            let listed_only = self.compaction.is_none();
+            if n == 0 || (n == 1 && !last) || (listed_only && n > 1 && last) {
                 return Err(format!(
                     "the free list's head links to page {next} where the root state counts \
                      {n} free pages"

@@ -10,7 +10,7 @@ pub use disk::SimStorage;
 pub use rng::Rng;
 pub use run::{run_seed, sweep_corruption};
 #[cfg(test)]
-use run::{sweep_crash_points, sweep_fsync_eio, sweep_io_errors};
+use run::{run_seed_with, sweep_crash_points, sweep_fsync_eio, sweep_io_errors};
 
 #[cfg(test)]
 mod tests;

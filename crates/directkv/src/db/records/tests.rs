@@ -379,3 +379,58 @@ fn a_compaction_rides_after_the_free_count() {
         "a boundary without its epoch"
     );
 }
+
+/// The free-page count fits the free list's links: taking the list's last
+/// page takes the count to 0 without a compaction; during one the count
+/// also holds pages set aside on no list, so the last listed page may go
+/// with more counted (a commit that drained the list during a compaction
+/// was refused as corrupt). A count of 0, or of 1 with a page after the
+/// head, is refused either way.
+#[test]
+fn the_last_listed_page_ends_the_count_only_without_a_compaction() {
+    let m = Meta {
+        root: pid(5),
+        page_count: 99,
+        freelist: pid(12),
+        catalog: PageId::ZERO,
+        free_pages: Some(40),
+        compaction: None,
+    };
+    let took = |mut meta: Meta, next: PageId| meta.took_free(next);
+    assert!(took(m, PageId::ZERO).is_err(), "40 counted");
+    let mut one = Meta {
+        free_pages: Some(1),
+        ..m
+    };
+    assert!(took(one, pid(13)).is_err(), "1 counted, 2 listed");
+    one.took_free(PageId::ZERO).expect("the last one");
+    assert_eq!((one.free_pages, one.freelist), (Some(0), PageId::ZERO));
+    let compacting = Meta {
+        compaction: Some(crate::format::control::Compaction {
+            boundary: 30,
+            epoch: 1234,
+        }),
+        ..m
+    };
+    let mut drained = compacting;
+    drained
+        .took_free(PageId::ZERO)
+        .expect("set-aside pages stay counted");
+    assert_eq!(drained.free_pages, Some(39));
+    assert_eq!(drained.freelist, PageId::ZERO);
+    let mut next = compacting;
+    next.took_free(pid(13)).expect("a page after the head");
+    assert_eq!((next.free_pages, next.freelist), (Some(39), pid(13)));
+    for n in [0, 1] {
+        let bad = Meta {
+            free_pages: Some(n),
+            ..compacting
+        };
+        assert!(took(bad, pid(13)).is_err(), "{n} counted");
+    }
+    let none = Meta {
+        free_pages: Some(0),
+        ..compacting
+    };
+    assert!(took(none, PageId::ZERO).is_err(), "none counted");
+}

@@ -11,6 +11,7 @@
 
 use std::collections::BTreeMap;
 
+use super::compaction::{self, Compacted, Knob};
 use super::{differing_keys, model, random_txn, tables, Txn};
 use crate::db::{Database, Isolation, ReadTxn, WriteOptions, WriteTxn};
 use crate::error::Error;
@@ -59,27 +60,53 @@ struct Open<'db, S: Storage> {
 }
 
 /// What a round's step left to do.
-enum Step {
+pub(super) enum Step {
     Go,
     /// An error of the environment (an injected fault): the round ends.
     Stop,
 }
 
 /// What a round has done so far: the model's state (the database's, as of
-/// the last commit), the acknowledged count and the commits.
+/// the last commit), the acknowledged count, the commits and what its
+/// compactions did.
 pub(super) struct RoundState {
     state: BTreeMap<Vec<u8>, Vec<u8>>,
     pub(super) acked: Option<u64>,
     pub(super) committed: u64,
     pub(super) overlapped: u64,
     pub(super) refused: u64,
+    pub(super) compacted: Compacted,
+}
+
+impl RoundState {
+    /// Whether the state after the last commit holds `key`.
+    pub(super) fn holds(&self, key: &[u8]) -> bool {
+        self.state.contains_key(key)
+    }
+
+    /// Notes the last transaction of `log` as committed and acknowledged.
+    pub(super) fn record_commit(&mut self, log: &[Txn]) {
+        let last = log.last().expect("a commit is in the log");
+        for (k, v) in last {
+            match v {
+                Some(v) => self.state.insert(k.clone(), v.clone()),
+                None => self.state.remove(k),
+            };
+        }
+        self.acked = Some(log.len() as u64);
+        self.committed += 1;
+        assert!(self.committed <= log.len() as u64, "commits are in the log");
+    }
 }
 
 /// One round of `run_seed`: random write transactions from up to
 /// [`LOGICAL_THREADS_MAX`] logical threads, interleaved step by step (a
 /// read, a write, or a commit of one of them), checkpoints now and then,
 /// until the first error of the environment; with read transactions begun
-/// between them and checked later against the state they began in.
+/// between them and checked later against the state they began in. With
+/// a compaction `knob`, runs of long values grow and go while no write
+/// transaction is open, and compactions run between steps
+/// ([`compaction::act`]).
 /// Returns what it did: the log length after the last acknowledged commit
 /// (if any was) and the commits. Commit order is log order: a commit
 /// refused as a conflict applied nothing and leaves the log.
@@ -92,6 +119,7 @@ pub(super) fn commit_round<S: Storage>(
     db: &Database<S>,
     rng: &mut Rng,
     log: &mut Vec<Txn>,
+    knob: Option<Knob>,
 ) -> Result<RoundState, String> {
     let mut rs = RoundState {
         state: model(log, log.len() as u64),
@@ -99,6 +127,7 @@ pub(super) fn commit_round<S: Storage>(
         committed: 0,
         overlapped: 0,
         refused: 0,
+        compacted: Compacted::default(),
     };
     let mut held: Vec<(ReadTxn<'_, S>, u64)> = Vec::new();
     let mut open: Vec<Open<'_, S>> = Vec::new();
@@ -116,6 +145,12 @@ pub(super) fn commit_round<S: Storage>(
         if !held.is_empty() && rng.chance(1, 10) {
             let (r, upto) = &held[rng.range(0, held.len() as u64) as usize];
             check_snapshot(r, log, *upto)?;
+        }
+        if let Some(k) = knob {
+            let idle = open.is_empty();
+            if let Step::Stop = compaction::act(db, rng, k, idle, log, &mut rs)? {
+                break;
+            }
         }
         if open.len() < LOGICAL_THREADS_MAX && (open.is_empty() || rng.chance(1, 4)) {
             match begin_logical(db, rng, n) {
@@ -267,15 +302,8 @@ fn commit_logical<S: Storage>(
             ));
         }
     }
-    for (k, v) in &o.done {
-        match v {
-            Some(v) => rs.state.insert(k.clone(), v.clone()),
-            None => rs.state.remove(k),
-        };
-    }
     assert_eq!(log.len() as u64, n + 1, "the commit is the last in the log");
-    rs.acked = Some(n + 1);
-    rs.committed += 1;
+    rs.record_commit(log);
     if rng.chance(1, 12) && db.checkpoint().is_err() {
         return Ok(Step::Stop);
     }
