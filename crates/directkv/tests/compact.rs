@@ -447,3 +447,25 @@ fn a_cut_undone_is_cut_again_and_one_past_the_count_is_refused() {
     assert_holds(&db, &model, "put back");
     db.close().expect("close");
 }
+
+/// A small cache: the steps are sized to it (a scan step lists at most a
+/// quarter of the cache's pages, a walk step moves at most a sixteenth), so
+/// a compaction with a cache of 160 pages ends like one with a large cache.
+#[test]
+fn a_compaction_fits_its_steps_to_a_small_cache() {
+    let disk = SimStorage::new();
+    let path = Path::new("/sim/db");
+    let db = Database::open_with(disk.clone(), path, sim_opts()).expect("open");
+    let model = shrunk_database(&db);
+    db.close().expect("close");
+    let opts = Options {
+        cache_bytes: 160 * 4096,
+        ..sim_opts()
+    };
+    let db = Database::open_with(disk, path, opts).expect("reopen");
+    let report = db.compact().expect("compact");
+    assert!(report.finished, "{report:?}");
+    assert!(report.pages_after * 3 < report.pages_before, "{report:?}");
+    db.check().expect("check");
+    assert_holds(&db, &model, "small cache");
+}

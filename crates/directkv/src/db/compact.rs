@@ -63,9 +63,11 @@ use crate::sched::IoClass;
 use progress::Cursor;
 use progress::Progress;
 
-/// Pages one scan step looks at.
+/// Pages one scan step looks at, at most (and at most a quarter of the
+/// cache: a step holds every page it lists).
 const SCAN_STEP_PAGES: u64 = 256;
-/// Pages one walk step moves at most.
+/// Pages one walk step moves, at most (and at most a sixteenth of the
+/// cache: a move holds the copy, the freed page and the pointer's page).
 const MOVES_PER_STEP: usize = 32;
 /// Leaves one walk step visits at most.
 const LEAVES_PER_STEP: usize = 64;
@@ -377,7 +379,7 @@ impl<S: Storage> Inner<S> {
         let to = {
             let c = self.txns.tree.read()?.compaction;
             let c = c.expect("a scan runs during a compaction");
-            (from + SCAN_STEP_PAGES).min(c.boundary)
+            (from + self.scan_step_pages()).min(c.boundary)
         };
         let pages: Vec<PageId> = (from..to).map(PageId::new).collect();
         self.pool
@@ -406,7 +408,8 @@ impl<S: Storage> Inner<S> {
         let apply = |ctx: &mut CommitCtx<'_, S>| {
             let mut cursor = run.at.cursor.clone();
             let (mut moved, mut leaves, mut ended, mut starved) = (0, 0, false, false);
-            while moved < MOVES_PER_STEP && leaves < LEAVES_PER_STEP && !ended {
+            let most = self.moves_per_step();
+            while moved < most && leaves < LEAVES_PER_STEP && !ended {
                 if ctx.meta.freelist == PageId::ZERO && boundary < ctx.meta.page_count {
                     // No free page below the boundary while pages past it
                     // may need moving: a move would grow the file. The
@@ -419,7 +422,7 @@ impl<S: Storage> Inner<S> {
                     continue;
                 };
                 ctx.select(&tree)?;
-                let budget = MOVES_PER_STEP - moved;
+                let budget = most - moved;
                 let (next, n) = tree::relocate_along(ctx, &cursor.key, boundary, budget)?;
                 ctx.settle();
                 moved += n;
@@ -469,6 +472,19 @@ impl<S: Storage> Inner<S> {
             self.pool
                 .read_batch_as(&leaves, Access::Scan, IoClass::Background);
         }
+    }
+
+    /// Pages a scan step looks at: [`SCAN_STEP_PAGES`], or a quarter of a
+    /// smaller cache.
+    fn scan_step_pages(&self) -> u64 {
+        let quarter = (self.pool.frames() / 4).max(1) as u64;
+        quarter.min(SCAN_STEP_PAGES)
+    }
+
+    /// Pages a walk step moves at most: [`MOVES_PER_STEP`], or a sixteenth
+    /// of a smaller cache.
+    fn moves_per_step(&self) -> usize {
+        (self.pool.frames() / 16).clamp(1, MOVES_PER_STEP)
     }
 
     /// The tree of id `id` if it has pages: the default keyspace, the
@@ -574,7 +590,7 @@ impl<S: Storage> Inner<S> {
     fn give_up(&self, run: &mut Run) -> Result<()> {
         let from = run.at.scanned;
         let count = self.txns.tree.read()?.page_count;
-        if count.saturating_sub(from) > SCAN_STEP_PAGES {
+        if count.saturating_sub(from) > self.scan_step_pages() {
             return self.raise(run, false);
         }
         let pages: Vec<PageId> = (from..count).map(PageId::new).collect();
@@ -584,7 +600,7 @@ impl<S: Storage> Inner<S> {
             let c = ctx.meta.compaction.expect("a compaction to give up");
             let count = ctx.meta.page_count;
             assert!(from <= c.boundary, "the scan reached the boundary");
-            if count - from > SCAN_STEP_PAGES {
+            if count - from > self.scan_step_pages() {
                 return Ok(Outcome::Skip(false));
             }
             ctx.meta.compaction = Some(Compaction {
