@@ -90,11 +90,6 @@ const CUT_PIECE_BYTES: u64 = 16 << 20;
 /// At 1 (half the time) commits beside a compaction ran at 0.42–0.85
 /// their rate before it (examples/compact, 1 GB, 8 clients).
 const STEP_PAUSE_FACTOR: u32 = 4;
-/// Log bytes per second the steps write at most. Every move logs the
-/// copy's image and the freed page's, and the checkpoint writes both: on a
-/// disk whose log syncs flush the data writes before them, that volume is
-/// what slows the commits beside a compaction.
-const LOG_RATE: u64 = 4 << 20;
 /// The least pause between two steps: the commits that waited for one
 /// get the commit section before the next.
 const STEP_PAUSE: Duration = Duration::from_micros(500);
@@ -163,8 +158,6 @@ struct Run {
     report: CompactReport,
     max_steps: u64,
     at: Progress,
-    /// Log bytes the steps wrote since the last pause.
-    logged: u64,
 }
 
 impl Run {
@@ -240,7 +233,6 @@ impl<S: Storage> Inner<S> {
             },
             max_steps: opts.max_steps.unwrap_or(u64::MAX),
             at: Progress::new(0),
-            logged: 0,
         };
         let started = match meta.compaction {
             Some(c) => Some(c),
@@ -336,11 +328,8 @@ impl<S: Storage> Inner<S> {
                 return Ok(false);
             }
             // At most a fifth of the time in steps (the commit section is
-            // the commits' too): a pause four times as long as the last,
-            // and long enough that the steps log at most LOG_RATE.
-            let by_log = Duration::from_secs_f64(run.logged as f64 / LOG_RATE as f64);
-            run.logged = 0;
-            std::thread::sleep((last * STEP_PAUSE_FACTOR).max(STEP_PAUSE).max(by_log));
+            // the commits' too): a pause four times as long as the last.
+            std::thread::sleep((last * STEP_PAUSE_FACTOR).max(STEP_PAUSE));
             let began = std::time::Instant::now();
             if run.at.scanned < c.boundary {
                 self.scan_step(run)?;
@@ -390,12 +379,11 @@ impl<S: Storage> Inner<S> {
                 listed += u64::from(ctx.list_unlisted(no)?);
             }
             Ok(match listed {
-                0 => Outcome::Skip((0, 0)),
-                n => Outcome::Commit((n, ctx.counts().logged_bytes)),
+                0 => Outcome::Skip(0),
+                n => Outcome::Commit(n),
             })
         };
-        let ((listed, logged), _) = self.run_step(apply, |_| Ok(()))?;
-        run.logged += logged;
+        let (listed, _) = self.run_step(apply, |_| Ok(()))?;
         run.report.pages_listed += listed;
         run.at.scanned = to;
         Ok(())
@@ -439,14 +427,13 @@ impl<S: Storage> Inner<S> {
                 (true, false) => Walked::PassEnded,
                 (false, false) => Walked::Going,
             };
-            let done = (cursor, moved, walked, ctx.counts().logged_bytes);
+            let done = (cursor, moved, walked);
             Ok(match ctx.held_pages() {
                 0 => Outcome::Skip(done),
                 _ => Outcome::Commit(done),
             })
         };
-        let ((cursor, moved, walked, logged), _) = self.run_step(apply, |_| Ok(()))?;
-        run.logged += logged;
+        let ((cursor, moved, walked), _) = self.run_step(apply, |_| Ok(()))?;
         run.report.pages_moved += moved as u64;
         run.at.cursor = match walked {
             Walked::Going => cursor,
