@@ -194,6 +194,9 @@ pub struct Mark {
     pub at: Instant,
     pub commit_wait: StallHistogram,
     pub tree_lock_wait: StallHistogram,
+    /// Commits that missed a page in the commit section, and descents a
+    /// structure change sent back, so far.
+    pub misses: (u64, u64),
 }
 
 pub fn mark(db: &Database) -> Mark {
@@ -202,6 +205,7 @@ pub fn mark(db: &Database) -> Mark {
         at: Instant::now(),
         commit_wait: s.stalls.histograms.commit_wait,
         tree_lock_wait: s.stalls.histograms.tree_lock_wait,
+        misses: (s.transactions.commit_misses, s.transactions.shape_retries),
     }
 }
 
@@ -253,6 +257,14 @@ pub fn print_phases(lat: &Latencies, marks: &[Mark; PHASES + 1], names: [&str; P
             max_stall(&a.commit_wait, &b.commit_wait),
             b.tree_lock_wait.count - a.tree_lock_wait.count,
             max_stall(&a.tree_lock_wait, &b.tree_lock_wait),
+        );
+    }
+    for (i, name) in names.iter().enumerate() {
+        let (a, b) = (marks[i].misses, marks[i + 1].misses);
+        println!(
+            "{name}: commits that missed a page {}, descents sent back {}",
+            b.0 - a.0,
+            b.1 - a.1
         );
     }
     let (a, b) = (&marks[1].commit_wait, &marks[2].commit_wait);
