@@ -40,7 +40,7 @@ const VALUE_PAGES_MAX: u64 = 3;
 /// seeds a compaction may never get past its scan.
 const COMPACT_CACHE_PAGES: usize = 384;
 /// Steps one call of a compaction cut short makes, at most.
-const COMPACT_STEPS_MAX: u64 = 8;
+const COMPACT_STEPS_MAX: u64 = 32;
 
 /// How a seed's rounds grow and compact.
 #[derive(Debug, Clone, Copy)]
@@ -277,7 +277,7 @@ fn compact<S: Storage>(
     commits: usize,
     rs: &mut RoundState,
 ) -> Result<Step, String> {
-    let opts = match rng.chance(1, 4) {
+    let opts = match rng.chance(1, 2) {
         true => CompactOptions::default(),
         false => CompactOptions {
             max_steps: Some(rng.range(1, COMPACT_STEPS_MAX + 1)),
